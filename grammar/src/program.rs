@@ -1,0 +1,426 @@
+//! The checked program: what the checker produces and every later stage consumes.
+//!
+//! Everything here is resolved: names are addresses, `repeat` is unrolled, `let` constants are
+//! folded, the scalar registers in force are attached to each chain, and each chain knows the
+//! quantization formats in force for it. Source spans travel with every instruction so later
+//! stages (emulator errors, diff reports) can name the firmware line.
+
+use crate::target::Target;
+use nnp_numerics::Format;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// A byte range in the source file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Span {
+    pub fn new(start: usize, end: usize) -> Self {
+        Span {
+            start: start as u32,
+            end: end as u32,
+        }
+    }
+    pub fn len(&self) -> usize {
+        (self.end - self.start) as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+    /// The smallest span covering both.
+    pub fn join(self, other: Span) -> Span {
+        Span {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
+    }
+}
+
+impl From<Span> for miette::SourceSpan {
+    fn from(s: Span) -> Self {
+        (s.start as usize, s.len()).into()
+    }
+}
+
+/// A firmware source file: its name (as given on the command line) and text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFile {
+    pub name: String,
+    pub text: String,
+}
+
+impl SourceFile {
+    pub fn new(name: impl Into<String>, text: impl Into<String>) -> Self {
+        SourceFile {
+            name: name.into(),
+            text: text.into(),
+        }
+    }
+    /// 1-based line number of a byte offset.
+    pub fn line_of(&self, offset: u32) -> usize {
+        let end = (offset as usize).min(self.text.len());
+        self.text.as_bytes()[..end]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1
+    }
+    /// The trimmed text of the line holding `offset`.
+    pub fn line_text(&self, offset: u32) -> &str {
+        let n = self.line_of(offset);
+        self.text.lines().nth(n - 1).unwrap_or("").trim()
+    }
+    /// A `miette::NamedSource` for rendering diagnostics.
+    pub fn named(&self) -> miette::NamedSource<String> {
+        miette::NamedSource::new(self.name.clone(), self.text.clone())
+    }
+}
+
+/// Memories of ISA.md section 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Mem {
+    Netq,
+    Dram,
+    Ivrf,
+    Mrf,
+    /// Add/sub operand VRF of MFU k.
+    AsVrf(u8),
+    /// Multiply operand VRF of MFU k.
+    MulVrf(u8),
+}
+
+impl std::fmt::Display for Mem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mem::Netq => f.write_str("netq"),
+            Mem::Dram => f.write_str("dram"),
+            Mem::Ivrf => f.write_str("ivrf"),
+            Mem::Mrf => f.write_str("mrf"),
+            Mem::AsVrf(k) => write!(f, "asvrf{k}"),
+            Mem::MulVrf(k) => write!(f, "mulvrf{k}"),
+        }
+    }
+}
+
+/// A register address with its per-iteration increment: iteration `t` uses `base + t * inc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Addr {
+    pub base: u32,
+    pub inc: i32,
+}
+
+impl Addr {
+    pub fn at(&self, iteration: u32) -> u32 {
+        (self.base as i64 + self.inc as i64 * iteration as i64) as u32
+    }
+}
+
+/// What a declaration is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DeclKind {
+    /// Loaded by the host into `mrf` or `dram` (matrix tiles).
+    Matrix,
+    /// Loaded by the host into a vector memory.
+    Vector,
+    /// Pushed on netq by the host, in declaration order, row by row.
+    Input,
+    /// Collected from netq (no `at`) or read back from memory after the run (`at`).
+    Output,
+}
+
+/// How a declaration's registers start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Init {
+    /// Loaded from the weights/inputs file under the declaration's name (or seeded random data).
+    Load,
+    /// `= 0`: zero, no file entry needed.
+    Zero,
+}
+
+/// Where a declaration lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Place {
+    pub mem: Mem,
+    pub addr: u32,
+}
+
+/// A checked declaration.
+///
+/// Layout: a matrix `[R, C]` occupies `ceil(R/N) * ceil(C/N)` tiles in row-major tile order. A
+/// vector-like declaration of shape `[..., C]` has `rows = product of the leading dims` rows of
+/// `ceil(C/N)` registers each; row `r` starts at `addr + r * ceil(C/N)`. Pad lanes hold `pad`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Decl {
+    pub name: String,
+    pub kind: DeclKind,
+    pub shape: Vec<usize>,
+    pub place: Option<Place>,
+    pub init: Init,
+    /// Value of the padding lanes (0.0 unless `pad V`).
+    pub pad: f64,
+    /// Per-declaration `quant FORMAT`: for a matrix, the `mvm.matrix` format used when its tiles
+    /// are multiplied; for a vector or input, the host quantizes the values with it on load.
+    pub format: Option<Format>,
+    pub span: Span,
+}
+
+impl Decl {
+    /// Length of one row (the last dimension).
+    pub fn row_len(&self) -> usize {
+        self.shape.last().copied().unwrap_or(1)
+    }
+    /// Number of rows (product of all but the last dimension; 1 for a 1-D shape).
+    pub fn rows(&self) -> usize {
+        self.shape[..self.shape.len().saturating_sub(1)]
+            .iter()
+            .product()
+    }
+    /// Registers per row: `ceil(row_len / n)`.
+    pub fn row_tiles(&self, n: usize) -> usize {
+        self.row_len().div_ceil(n)
+    }
+    /// Registers (or matrix tiles) the declaration occupies.
+    pub fn tiles(&self, n: usize) -> usize {
+        match self.kind {
+            DeclKind::Matrix => self.shape[0].div_ceil(n) * self.shape[1].div_ceil(n),
+            _ => self.rows() * self.row_tiles(n),
+        }
+    }
+    pub fn elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// The quantization formats in force for a chain (`quant` directives, target defaults).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QuantConfig {
+    /// Format of every memory: values written by `v_wr` are rounded to it. A float format.
+    pub storage: Format,
+    /// Applied to each native tile of the MVM input vector.
+    pub mvm_vector: Format,
+    /// Applied to each row of each N x N matrix tile (unless the matrix declaration overrides).
+    pub mvm_matrix: Format,
+    /// The accumulated dot product is rounded once to this float format.
+    pub mvm_output: Format,
+    /// MFU arithmetic format: every MFU op rounds its inputs and its result to it. A float format.
+    pub mfu_input: Format,
+}
+
+/// Operations of the multi-function units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OpKind {
+    Add,
+    /// `v - m[a]`
+    ASubB,
+    /// `m[a] - v`
+    BSubA,
+    Max,
+    Mul,
+    Relu,
+    Sigm,
+    Tanh,
+    Exp,
+    Softmax,
+    Pass,
+}
+
+/// The unit class an op occupies inside one MFU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Unit {
+    AddSub,
+    Mul,
+    Activation,
+}
+
+impl OpKind {
+    pub fn unit(self) -> Unit {
+        match self {
+            OpKind::Add | OpKind::ASubB | OpKind::BSubA | OpKind::Max => Unit::AddSub,
+            OpKind::Mul => Unit::Mul,
+            _ => Unit::Activation,
+        }
+    }
+    /// True for the ops that read an operand VRF.
+    pub fn has_operand(self) -> bool {
+        self.unit() != Unit::Activation
+    }
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            OpKind::Add => "vv_add",
+            OpKind::ASubB => "vv_a_sub_b",
+            OpKind::BSubA => "vv_b_sub_a",
+            OpKind::Max => "vv_max",
+            OpKind::Mul => "vv_mul",
+            OpKind::Relu => "v_relu",
+            OpKind::Sigm => "v_sigm",
+            OpKind::Tanh => "v_tanh",
+            OpKind::Exp => "v_exp",
+            OpKind::Softmax => "v_softmax",
+            OpKind::Pass => "v_pass",
+        }
+    }
+}
+
+/// 2-D window registers in force for a `v_rd_2d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Window {
+    pub w: u32,
+    pub h: u32,
+    pub pitch: u32,
+}
+
+impl Window {
+    /// Register offsets of the window's tiles in read order (`dy` outer, `dx` inner).
+    pub fn offsets(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.h).flat_map(move |dy| (0..self.w).map(move |dx| dy * self.pitch + dx))
+    }
+}
+
+/// `v_rd`: the chain's read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Read {
+    pub src: Mem,
+    /// Unused (zero) for `netq`.
+    pub addr: Addr,
+    /// `Some` for `v_rd_2d`.
+    pub window: Option<Window>,
+    /// Native tiles read: `cols` with `mv_mul`, else `rows`; `win_h * win_w` for a window.
+    pub tiles: u32,
+    pub span: Span,
+}
+
+impl Read {
+    /// Register addresses read at iteration `t` (empty for netq).
+    pub fn registers(&self, t: u32) -> Vec<u32> {
+        let a = self.addr.at(t);
+        match (self.src, &self.window) {
+            (Mem::Netq, _) => Vec::new(),
+            (_, Some(w)) => w.offsets().map(|o| a + o).collect(),
+            _ => (a..a + self.tiles).collect(),
+        }
+    }
+}
+
+/// `mv_mul mrf[a]`: `y = W x` with `rows x cols` tiles starting at `addr` (row-major).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MvMul {
+    pub addr: Addr,
+    /// The `mvm.matrix` format for these tiles (the chain's, or the matrix declaration's own).
+    pub matrix_format: Format,
+    pub span: Span,
+}
+
+/// An MFU op with its placement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MfuOp {
+    pub kind: OpKind,
+    /// Operand VRF and address, for add-class and multiply ops.
+    pub operand: Option<(Mem, Addr)>,
+    /// MFU the op was placed on.
+    pub mfu: u8,
+    pub span: Span,
+}
+
+/// `v_wr`: one destination of the chain's result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Write {
+    pub dst: Mem,
+    /// Unused (zero) for `netq`.
+    pub addr: Addr,
+    pub span: Span,
+}
+
+/// A vector chain: read, optional multiply, MFU ops, writes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VectorChain {
+    pub read: Read,
+    pub mv_mul: Option<MvMul>,
+    pub ops: Vec<MfuOp>,
+    pub writes: Vec<Write>,
+    /// Width of the carried vector in native tiles (`rows`).
+    pub width: u32,
+    pub quant: QuantConfig,
+}
+
+/// A matrix chain: `m_rd` then `m_wr`, copying `tiles` matrix tiles.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatrixChain {
+    pub src: Mem,
+    pub src_addr: Addr,
+    pub dst: Mem,
+    pub dst_addr: Addr,
+    pub tiles: u32,
+    pub src_span: Span,
+    pub dst_span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ChainBody {
+    Vector(VectorChain),
+    Matrix(MatrixChain),
+}
+
+/// One chain, executed `iterations` times.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Chain {
+    /// Position in program order (0-based).
+    pub index: usize,
+    pub iterations: u32,
+    /// `rows`/`cols` scalar registers in force.
+    pub rows: u32,
+    pub cols: u32,
+    pub body: ChainBody,
+    /// From the first instruction to `end_chain`.
+    pub span: Span,
+}
+
+/// A netq transfer: which row of which input/output declaration a pop/push moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetqSlot {
+    pub chain: usize,
+    pub iteration: u32,
+    /// Index into `Program::decls`.
+    pub decl: usize,
+    pub row: usize,
+}
+
+/// A checked, resolved program.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub source: Arc<SourceFile>,
+    pub target: Target,
+    pub decls: Vec<Decl>,
+    pub chains: Vec<Chain>,
+    /// Every `v_rd netq` pop in execution order, mapped to its input row.
+    pub pops: Vec<NetqSlot>,
+    /// Every `v_wr netq` push in execution order, mapped to its output row.
+    pub pushes: Vec<NetqSlot>,
+}
+
+impl Program {
+    pub fn native(&self) -> usize {
+        self.target.native
+    }
+    pub fn decl(&self, name: &str) -> Option<&Decl> {
+        self.decls.iter().find(|d| d.name == name)
+    }
+    pub fn inputs(&self) -> impl Iterator<Item = &Decl> {
+        self.decls.iter().filter(|d| d.kind == DeclKind::Input)
+    }
+    pub fn outputs(&self) -> impl Iterator<Item = &Decl> {
+        self.decls.iter().filter(|d| d.kind == DeclKind::Output)
+    }
+    /// Declarations the host loads from files (matrices, vectors and inputs not `= 0`).
+    pub fn loaded(&self) -> impl Iterator<Item = &Decl> {
+        self.decls.iter().filter(|d| {
+            d.init == Init::Load && matches!(d.kind, DeclKind::Matrix | DeclKind::Vector | DeclKind::Input)
+        })
+    }
+    /// 1-based source line of a span.
+    pub fn line(&self, span: Span) -> usize {
+        self.source.line_of(span.start)
+    }
+}

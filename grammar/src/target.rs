@@ -1,0 +1,276 @@
+//! Target descriptions: the machine a program is checked and executed for.
+//!
+//! `bw-default` is built in; other targets are TOML files (schema in `docs/targets.md`).
+
+use nnp_numerics::Format;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// How the MVM sums the products of one output row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum Accumulation {
+    /// Integer-exact products and sums across all tiles, one rounding to `mvm.output`.
+    #[default]
+    #[serde(rename = "exact")]
+    Exact,
+    /// Each tile partial (exact) rounded to f32, partials added in tile order in f32.
+    #[serde(rename = "fp32-seq")]
+    Fp32Seq,
+    /// Each tile partial (exact) rounded to fp16, partials added in tile order in fp16.
+    #[serde(rename = "fp16-seq")]
+    Fp16Seq,
+}
+
+/// What the machine does when an op produces NaN or infinity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum NonFinite {
+    /// IEEE behaviour: NaN and infinities flow on.
+    #[default]
+    #[serde(rename = "allow")]
+    Allow,
+    /// A runtime error naming the instruction.
+    #[serde(rename = "error")]
+    Error,
+}
+
+/// Memory sizes, in registers (vector memories) or N x N tiles (`mrf`, `dram_tiles`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySizes {
+    pub ivrf: u32,
+    /// Per MFU.
+    pub asvrf: u32,
+    /// Per MFU.
+    pub mulvrf: u32,
+    pub mrf: u32,
+    /// Vector DRAM, in vector registers.
+    pub dram: u32,
+    /// Matrix DRAM, in N x N tiles (a separate address space from vector DRAM).
+    pub dram_tiles: u32,
+}
+
+impl Default for MemorySizes {
+    fn default() -> Self {
+        MemorySizes {
+            ivrf: 2048,
+            asvrf: 2048,
+            mulvrf: 2048,
+            mrf: 4096,
+            dram: 1 << 20,
+            dram_tiles: 1 << 16,
+        }
+    }
+}
+
+/// Activation table files (65,536 little-endian u16: fp16 input bits -> fp16 output bits).
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tables {
+    pub sigm: Option<PathBuf>,
+    pub tanh: Option<PathBuf>,
+    pub exp: Option<PathBuf>,
+}
+
+/// The numeric knobs of NUMERICS.md: default formats per quantization point and more.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TargetNumerics {
+    pub storage: Format,
+    pub mvm_vector: Format,
+    pub mvm_matrix: Format,
+    pub mvm_output: Format,
+    pub mfu_input: Format,
+    pub accumulation: Accumulation,
+    pub nonfinite: NonFinite,
+    pub tables: Tables,
+}
+
+/// A machine description.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    pub name: String,
+    /// Native dimension N.
+    pub native: usize,
+    /// Number of MFUs in the pipeline.
+    pub mfus: usize,
+    pub memory: MemorySizes,
+    pub numerics: TargetNumerics,
+    /// Directory of the target file (relative table paths resolve against it).
+    #[serde(skip)]
+    pub base_dir: Option<PathBuf>,
+}
+
+/// A target file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("cannot read target file `{path}`: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("target file `{path}` is not a valid target description: {message}")]
+    Invalid { path: String, message: String },
+    #[error("unknown built-in target `{0}` (built-in targets: bw-default)")]
+    UnknownBuiltin(String),
+}
+
+/// The on-disk TOML shape; every field optional, defaults from `bw-default`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TargetFile {
+    name: Option<String>,
+    native: Option<usize>,
+    mfus: Option<usize>,
+    memory: Option<MemorySizes>,
+    numerics: Option<NumericsFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NumericsFile {
+    storage: Option<String>,
+    mvm_vector: Option<String>,
+    mvm_matrix: Option<String>,
+    mvm_output: Option<String>,
+    mfu_input: Option<String>,
+    accumulation: Option<Accumulation>,
+    nonfinite: Option<NonFinite>,
+    tables: Option<Tables>,
+}
+
+pub const BUILTIN_TARGETS: &[&str] = &["bw-default"];
+
+impl Target {
+    /// `bw-default`: N = 128, 2 MFUs, fp16 storage, BFP 8-bit mantissa / 5-bit exponent for the
+    /// MVM inputs, exact accumulation, fp16 output (NUMERICS.md section 1).
+    pub fn bw_default() -> Target {
+        let bfp: Format = "bfp(mant = 8, exp_bits = 5, round = even)"
+            .parse()
+            .unwrap_or(Format::FP16);
+        Target {
+            name: "bw-default".into(),
+            native: 128,
+            mfus: 2,
+            memory: MemorySizes::default(),
+            numerics: TargetNumerics {
+                storage: Format::FP16,
+                mvm_vector: bfp.clone(),
+                mvm_matrix: bfp,
+                mvm_output: Format::FP16,
+                mfu_input: Format::FP16,
+                accumulation: Accumulation::Exact,
+                nonfinite: NonFinite::Allow,
+                tables: Tables::default(),
+            },
+            base_dir: None,
+        }
+    }
+
+    pub fn builtin(name: &str) -> Result<Target, TargetError> {
+        match name {
+            "bw-default" => Ok(Target::bw_default()),
+            other => Err(TargetError::UnknownBuiltin(other.to_string())),
+        }
+    }
+
+    /// Parse a target description from TOML text; `path` names it in errors.
+    pub fn from_toml(text: &str, path: &str) -> Result<Target, TargetError> {
+        let invalid = |message: String| TargetError::Invalid {
+            path: path.to_string(),
+            message,
+        };
+        let file: TargetFile = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
+        let mut t = Target::bw_default();
+        t.name = file.name.unwrap_or_else(|| {
+            Path::new(path)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "target".into())
+        });
+        if let Some(n) = file.native {
+            t.native = n;
+        }
+        if let Some(m) = file.mfus {
+            t.mfus = m;
+        }
+        if let Some(mem) = file.memory {
+            t.memory = mem;
+        }
+        if !(1..=4096).contains(&t.native) {
+            return Err(invalid(format!("native = {} must be between 1 and 4096", t.native)));
+        }
+        if !(1..=8).contains(&t.mfus) {
+            return Err(invalid(format!("mfus = {} must be between 1 and 8", t.mfus)));
+        }
+        if let Some(n) = file.numerics {
+            let parse = |key: &str, v: Option<String>, slot: &mut Format| -> Result<(), TargetError> {
+                if let Some(lit) = v {
+                    *slot = lit
+                        .parse()
+                        .map_err(|e| invalid(format!("numerics.{key} = \"{lit}\": {e}")))?;
+                }
+                Ok(())
+            };
+            let num = &mut t.numerics;
+            parse("storage", n.storage, &mut num.storage)?;
+            parse("mvm_vector", n.mvm_vector, &mut num.mvm_vector)?;
+            parse("mvm_matrix", n.mvm_matrix, &mut num.mvm_matrix)?;
+            parse("mvm_output", n.mvm_output, &mut num.mvm_output)?;
+            parse("mfu_input", n.mfu_input, &mut num.mfu_input)?;
+            if let Some(a) = n.accumulation {
+                num.accumulation = a;
+            }
+            if let Some(nf) = n.nonfinite {
+                num.nonfinite = nf;
+            }
+            if let Some(tables) = n.tables {
+                num.tables = tables;
+            }
+        }
+        for (key, f) in [
+            ("storage", &t.numerics.storage),
+            ("mvm_output", &t.numerics.mvm_output),
+            ("mfu_input", &t.numerics.mfu_input),
+        ] {
+            if f.as_float().is_none() {
+                return Err(invalid(format!(
+                    "numerics.{key} = \"{f}\" must be a float format (fp16, bf16, fp32 or fp(e, m))"
+                )));
+            }
+        }
+        t.base_dir = Path::new(path).parent().map(Path::to_path_buf);
+        Ok(t)
+    }
+
+    /// Load a target: a built-in name, or a path to a TOML file.
+    pub fn load(name_or_path: &str) -> Result<Target, TargetError> {
+        if BUILTIN_TARGETS.contains(&name_or_path) {
+            return Target::builtin(name_or_path);
+        }
+        let text = std::fs::read_to_string(name_or_path).map_err(|source| TargetError::Read {
+            path: name_or_path.to_string(),
+            source,
+        })?;
+        Target::from_toml(&text, name_or_path)
+    }
+
+    /// Size of a memory in registers (tiles for `mrf`; vector registers for `dram`).
+    pub fn mem_size(&self, mem: crate::program::Mem) -> u32 {
+        use crate::program::Mem;
+        match mem {
+            Mem::Netq => u32::MAX,
+            Mem::Dram => self.memory.dram,
+            Mem::Ivrf => self.memory.ivrf,
+            Mem::Mrf => self.memory.mrf,
+            Mem::AsVrf(_) => self.memory.asvrf,
+            Mem::MulVrf(_) => self.memory.mulvrf,
+        }
+    }
+
+    /// A resolved path of a table file.
+    pub fn table_path(&self, p: &Path) -> PathBuf {
+        match &self.base_dir {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p.to_path_buf(),
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Program analysis and lowering: dependency graph and software graph.

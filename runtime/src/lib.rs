@@ -1,0 +1,1 @@
+//! Execution: the software graph on candle-core, the emulator, tensor I/O and diff.

@@ -1,0 +1,1 @@
+//! nnpc facade.
