@@ -1,1 +1,3 @@
 //! nnpc facade.
+
+pub mod progen;

@@ -1,1 +1,3 @@
 //! Program analysis and lowering: dependency graph and software graph.
+pub mod depgraph;
+pub mod swgraph;

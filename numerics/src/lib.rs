@@ -1,15 +1,31 @@
-//! Bit-exact number formats of the NNP (see `shared/NUMERICS.md`).
+//! Bit-exact number formats of the NNP (see `shared/NUMERICS.md` and `docs/numerics.md`).
 //!
 //! The public contract other crates rely on:
 //! - [`Format`]: every `quant` literal, parsed with `str::parse`, printed canonically with
-//!   `Display`, serialisable with serde.
+//!   `Display`, serialisable with serde (as its literal).
 //! - [`Format::quantize`]: the scalar reference quantizer (fake-quant, f64 in and out) over one
 //!   contiguous run of values (a tile row), blocks laid consecutively along it.
-//! - [`FloatFormat::round`]: rounding of one value to an IEEE-style float format.
+//! - [`FloatFormat::round`] / [`FloatFormat::round_exact`]: correct rounding of one value (or of
+//!   a wide exact integer) to an IEEE-style float format; `encode` / `decode` to its bits.
 //! - [`Rounding`]: the rounding modes.
+//! - [`activation`]: correctly rounded sigmoid / tanh / exp and their 16-bit tables.
 
+pub mod activation;
+pub mod block;
+pub mod fixed;
+pub mod float;
 pub mod format;
+mod literal;
+pub mod log;
+pub mod pack;
 pub mod rounding;
+pub mod stats;
 
-pub use format::{FloatFormat, Format, FormatError, Overflow};
-pub use rounding::Rounding;
+pub use activation::Activation;
+pub use format::{
+    BfpFormat, Block, DynFixedFormat, FixedFormat, FloatFormat, Format, FormatError, HbfpFormat,
+    IntFormat, IntScale, MiniFloat, MiniOverflow, MxElem, MxFormat, Overflow, Per, PolicyKind,
+    PotFormat, TwoHotFormat,
+};
+pub use rounding::{Rounding, floor_log2};
+pub use stats::{ErrorStats, error_stats, qsnr};

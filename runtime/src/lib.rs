@@ -1,1 +1,4 @@
 //! Execution: the software graph on candle-core, the emulator, tensor I/O and diff.
+pub mod emulator;
+pub mod host;
+pub mod io;

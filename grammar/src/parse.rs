@@ -1,0 +1,189 @@
+//! Source text to AST: runs the lexer and the generated LALRPOP parser, turns lexical and
+//! syntax errors (several per run, thanks to error recovery) into diagnostics.
+
+use crate::ast::{BinOp, Expr, ExprKind, File, Ident, Instr, Operand};
+use crate::diagnostics::{Diagnostic, codes};
+use crate::isa::{self, Mnemonic, Op};
+use crate::lexer::{LexError, Lexer, Tok};
+use crate::program::{SourceFile, Span};
+use lalrpop_util::ParseError;
+
+lalrpop_util::lalrpop_mod!(
+    #[allow(clippy::all, clippy::pedantic, unused_qualifications, unused_parens, dead_code)]
+    grammar
+);
+
+/// State the grammar actions write to: diagnostics found while building the AST.
+#[derive(Default)]
+pub struct ParseCtx {
+    pub diags: Vec<Diagnostic>,
+}
+
+impl ParseCtx {
+    /// Build an instruction, classifying its mnemonic with the ISA table.
+    pub fn instr(&mut self, name: Ident, operands: Vec<Operand>, span: Span) -> Instr {
+        let mnemonic = isa::lookup(&name.name).unwrap_or_else(|| {
+            let mut d = Diagnostic::error(
+                codes::UNKNOWN_MNEMONIC,
+                format!("unknown mnemonic `{}`", name.name),
+            )
+            .label(name.span, "not an instruction of the NNP ISA");
+            d = match isa::nearest(&name.name, isa::all_mnemonics()) {
+                Some(s) => d.help(format!("did you mean `{s}`?")),
+                None => d.help(
+                    "instructions are v_rd, v_rd_2d, mv_mul, vv_add, vv_a_sub_b, vv_b_sub_a, \
+                     vv_max, vv_mul, v_relu, v_sigm, v_tanh, v_exp, v_softmax, v_pass, v_wr, \
+                     m_rd, m_wr, s_wr, end_chain (and _inc spellings)",
+                ),
+            };
+            self.diags.push(d);
+            Mnemonic {
+                op: Op::EndChain,
+                inc: false,
+            }
+        });
+        Instr {
+            mnemonic,
+            name,
+            operands,
+            span,
+        }
+    }
+}
+
+/// A binary expression node.
+pub fn bin(op: BinOp, a: Expr, b: Expr, l: usize, r: usize) -> Expr {
+    Expr {
+        kind: ExprKind::Bin(op, Box::new(a), Box::new(b)),
+        span: Span::new(l, r),
+    }
+}
+
+/// Parse a firmware file. On failure returns every lexical and syntax error found.
+pub fn parse(src: &SourceFile) -> Result<File, Vec<Diagnostic>> {
+    let text = src.text.as_str();
+    let mut lexer = Lexer::new(text);
+    let mut ctx = ParseCtx::default();
+    let mut recovered = Vec::new();
+    let result =
+        grammar::FileParser::new().parse(text, &mut ctx, &mut recovered, lexer.by_ref());
+
+    let mut diags: Vec<Diagnostic> = lexer
+        .errors
+        .iter()
+        .map(|e| lex_diagnostic(text, *e))
+        .collect();
+    let lexed = |span: Span| {
+        lexer
+            .errors
+            .iter()
+            .any(|e| e.start == span.start as usize)
+    };
+    let mut push = |d: Diagnostic| {
+        // The parser also trips over the error token of a lexical error: say it once.
+        if !lexed(d.span()) {
+            diags.push(d);
+        }
+    };
+    for r in recovered {
+        push(syntax_diagnostic(r.error));
+    }
+    let file = match result {
+        Ok(f) => Some(f),
+        Err(e) => {
+            push(syntax_diagnostic(e));
+            None
+        }
+    };
+    diags.extend(ctx.diags);
+    match file {
+        Some(f) if diags.is_empty() => Ok(f),
+        _ => {
+            diags.sort_by_key(|d| d.span().start);
+            Err(diags)
+        }
+    }
+}
+
+fn lex_diagnostic(text: &str, e: LexError) -> Diagnostic {
+    let span = Span::new(e.start, e.end);
+    let s = text.get(e.start..e.end).unwrap_or("");
+    if s.starts_with('"') {
+        Diagnostic::error(codes::SYNTAX, "unterminated string")
+            .label(span, "this string has no closing `\"` on its line")
+            .help("strings (target names) must end on the line they start")
+    } else {
+        Diagnostic::error(
+            codes::INVALID_CHARACTER,
+            format!("unexpected character `{}`", s.escape_debug()),
+        )
+        .label(span, "no token starts with this character")
+        .help("comments start with `//`; names are letters, digits and `_`")
+    }
+}
+
+/// Readable list of what the parser expected.
+fn expected_list(expected: &[String]) -> String {
+    let mut names: Vec<String> = expected
+        .iter()
+        .map(|e| {
+            let e = e.trim_matches('"');
+            match e {
+                "newline" => "end of line".to_string(),
+                "name" | "dotted name" | "integer" | "number" | "string" => e.to_string(),
+                other => format!("`{other}`"),
+            }
+        })
+        .collect();
+    names.dedup();
+    if names.len() > 8 {
+        names.truncate(8);
+        names.push("...".into());
+    }
+    names.join(", ")
+}
+
+fn syntax_diagnostic(e: ParseError<usize, Tok<'_>, LexError>) -> Diagnostic {
+    match e {
+        ParseError::UnrecognizedToken {
+            token: (l, tok, r),
+            expected,
+        } => {
+            let d = Diagnostic::error(codes::SYNTAX, format!("unexpected {tok}"))
+                .label(Span::new(l, r), "not expected here");
+            let d = if tok == Tok::Newline {
+                Diagnostic::error(codes::SYNTAX, "unexpected end of line")
+                    .label(Span::new(l, r), "the statement is incomplete")
+            } else {
+                d
+            };
+            if expected.is_empty() {
+                d
+            } else {
+                d.help(format!("expected {}", expected_list(&expected)))
+            }
+        }
+        ParseError::UnrecognizedEof { location, expected } => {
+            let d = Diagnostic::error(codes::SYNTAX, "unexpected end of file")
+                .label(Span::new(location, location), "the file ends here");
+            let missing_brace = expected.iter().any(|e| e.trim_matches('"') == "}");
+            if missing_brace {
+                d.help("a `repeat` block is not closed: add `}` on its own line")
+            } else {
+                d.help(format!("expected {}", expected_list(&expected)))
+            }
+        }
+        ParseError::ExtraToken { token: (l, tok, r) } => {
+            Diagnostic::error(codes::SYNTAX, format!("unexpected {tok}"))
+                .label(Span::new(l, r), "extra token")
+        }
+        ParseError::InvalidToken { location } => {
+            Diagnostic::error(codes::INVALID_CHARACTER, "invalid token")
+                .label(Span::new(location, location + 1), "here")
+        }
+        ParseError::User { error } => {
+            Diagnostic::error(codes::INVALID_CHARACTER, "invalid token")
+                .label(Span::new(error.start, error.end), "here")
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Tests of the dependency graph (hand-built programs, edges derived by hand).

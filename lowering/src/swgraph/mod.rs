@@ -1,0 +1,561 @@
+//! The software graph: an SSA graph of tensor ops that computes, bit for bit, what the NNP
+//! computes for a checked [`Program`](nnp_grammar::Program).
+//!
+//! Nodes live in an arena (`SwGraph::nodes`) and refer to earlier nodes by [`ValueId`] (their
+//! index), so the arena order is a topological order. Every value carries a leading batch
+//! dimension: host inputs have `B` items, weights and constants 1 (broadcast). Register images
+//! are tile-shaped:
+//!
+//! - a *vector* value of `t` tiles is `[batch, t * N]` (native tile `k` = lanes `kN .. (k+1)N`);
+//! - a *tile stack* of `t` matrix tiles is `[batch, t, N, N]` (row = output lane, column = input
+//!   lane);
+//! - *logical* values (`Input`, `Weight`, `Zero`, `Unpad`) have the declaration's shape.
+//!
+//! [`lower`] builds the graph by symbolic execution of the program; [`optimize`] merges identical
+//! work and drops dead values. The JSON form is versioned ([`SWGRAPH_VERSION`]); see
+//! `docs/swgraph.md`.
+
+mod lower;
+mod passes;
+
+pub use lower::{LowerError, lower};
+pub use passes::{Roots, optimize};
+
+use nnp_grammar::{Accumulation, Mem, Span};
+use nnp_numerics::{FloatFormat, Format};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Version of the JSON schema written by [`SwGraph::to_json`].
+pub const SWGRAPH_VERSION: u32 = 1;
+
+/// Handle of a node (its index in [`SwGraph::nodes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ValueId(pub u32);
+
+impl ValueId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for ValueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+/// The type of a value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ty {
+    /// `[batch, ...shape]` in the declaration's logical shape.
+    Logical { shape: Vec<usize> },
+    /// `[batch, tiles * N]`: native vector registers side by side.
+    Vector { tiles: u32 },
+    /// `[batch, tiles, N, N]`: matrix tiles.
+    TileStack { tiles: u32 },
+    /// Sinks (`Output`) produce nothing.
+    None,
+}
+
+impl Ty {
+    /// Tiles of a vector or tile-stack value.
+    pub fn tiles(&self) -> Option<u32> {
+        match self {
+            Ty::Vector { tiles } | Ty::TileStack { tiles } => Some(*tiles),
+            _ => None,
+        }
+    }
+}
+
+/// How a declaration's logical tensor maps onto registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TileLayout {
+    /// `[rows..., C]`: each row padded to `ceil(C/N)` registers, rows one after another.
+    Vector,
+    /// `[R, C]`: `ceil(R/N) * ceil(C/N)` tiles, row-major tile order.
+    Matrix,
+}
+
+/// Along which runs a quantizer forms its blocks (always runs of N along the last axis of the
+/// tile layout; the name records what the run is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockAxis {
+    /// Each native tile of a vector value.
+    VectorTile,
+    /// Each row of each N x N tile of a tile stack.
+    TileRow,
+}
+
+/// `k` tiles of a value starting at tile `start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TileSlice {
+    pub value: ValueId,
+    pub start: u32,
+    pub count: u32,
+}
+
+/// Element-wise MFU ops with an operand. Each rounds both inputs to the MFU format, computes the
+/// exact result and rounds it once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinOp {
+    Add,
+    /// `a - b`.
+    Sub,
+    /// NaN-propagating maximum, `max(-0, +0) = +0`.
+    Max,
+    Mul,
+}
+
+/// MFU ops on the carried vector alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnOp {
+    /// `x > 0 ? x : +0`, NaN stays NaN.
+    Relu,
+    /// Rounds to the MFU format only.
+    Pass,
+    Sigm,
+    Tanh,
+    Exp,
+    /// Over all lanes of the value (pad lanes included), NUMERICS.md section 1.
+    Softmax,
+}
+
+impl UnOp {
+    /// The activation table the op reads (softmax reads the exp table).
+    pub fn table(self) -> Option<TableFn> {
+        match self {
+            UnOp::Sigm => Some(TableFn::Sigm),
+            UnOp::Tanh => Some(TableFn::Tanh),
+            UnOp::Exp | UnOp::Softmax => Some(TableFn::Exp),
+            UnOp::Relu | UnOp::Pass => None,
+        }
+    }
+}
+
+/// A function with a 65,536-entry table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TableFn {
+    Sigm,
+    Tanh,
+    Exp,
+}
+
+/// The operation of a node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// A host input (`input` declaration), `[B, ...shape]`.
+    Input { name: String, shape: Vec<usize> },
+    /// Host weights (`matrix`/`vector` declaration loaded from a file), `[1, ...shape]`.
+    Weight { name: String, shape: Vec<usize> },
+    /// Zeros of a logical shape (`= 0` declarations), `[1, ...shape]`.
+    Zero { shape: Vec<usize> },
+    /// Logical tensor to register image; pad lanes take `pad` (matrices pad with 0).
+    PadToTiles {
+        src: ValueId,
+        layout: TileLayout,
+        pad: f64,
+    },
+    /// The first `len` lanes of a vector value, as `[batch, len]` (drops pad lanes).
+    Unpad { src: ValueId, len: usize },
+    /// Round every element to a float format (storage).
+    Round { src: ValueId, format: FloatFormat },
+    /// Fake-quantize runs of N along the last axis with `format` (`Format::quantize`).
+    Quantize {
+        src: ValueId,
+        format: Format,
+        axis: BlockAxis,
+    },
+    /// Tiles of vector values (or of tile stacks) side by side.
+    Concat { parts: Vec<TileSlice> },
+    /// `y = W x`: `x` a vector of `cols` quantized tiles, `w` a stack of `rows * cols` quantized
+    /// tiles (row-major), products summed per `accumulation`, rounded to `output`. The formats
+    /// `x` and `w` were quantized with are recorded so the executor can prove its fast path
+    /// exact.
+    TiledMatVec {
+        x: ValueId,
+        w: ValueId,
+        rows: u32,
+        cols: u32,
+        accumulation: Accumulation,
+        vector_format: Format,
+        matrix_format: Format,
+        output: FloatFormat,
+    },
+    /// An MFU op with an operand: `format(op(format(a), format(b)))`.
+    Binary {
+        op: BinOp,
+        a: ValueId,
+        b: ValueId,
+        format: FloatFormat,
+    },
+    /// An MFU op on the carried vector. `table`: a target's table file for the op's function
+    /// (absolute path), `None` for the built-in correctly rounded table.
+    Unary {
+        op: UnOp,
+        src: ValueId,
+        format: FloatFormat,
+        table: Option<String>,
+    },
+    /// Row `row` of output `name` is the (unpadded) value `src`, `[batch, row_len]`.
+    Output {
+        name: String,
+        row: usize,
+        src: ValueId,
+    },
+}
+
+impl Op {
+    /// The values this op reads, in order.
+    pub fn inputs(&self) -> Vec<ValueId> {
+        match self {
+            Op::Input { .. } | Op::Weight { .. } | Op::Zero { .. } => Vec::new(),
+            Op::PadToTiles { src, .. }
+            | Op::Unpad { src, .. }
+            | Op::Round { src, .. }
+            | Op::Quantize { src, .. }
+            | Op::Unary { src, .. }
+            | Op::Output { src, .. } => vec![*src],
+            Op::Concat { parts } => parts.iter().map(|p| p.value).collect(),
+            Op::TiledMatVec { x, w, .. } => vec![*x, *w],
+            Op::Binary { a, b, .. } => vec![*a, *b],
+        }
+    }
+
+    /// Rewrite every input through `f`.
+    pub fn map_inputs(&mut self, mut f: impl FnMut(ValueId) -> ValueId) {
+        match self {
+            Op::Input { .. } | Op::Weight { .. } | Op::Zero { .. } => {}
+            Op::PadToTiles { src, .. }
+            | Op::Unpad { src, .. }
+            | Op::Round { src, .. }
+            | Op::Quantize { src, .. }
+            | Op::Unary { src, .. }
+            | Op::Output { src, .. } => *src = f(*src),
+            Op::Concat { parts } => parts.iter_mut().for_each(|p| p.value = f(p.value)),
+            Op::TiledMatVec { x, w, .. } => {
+                *x = f(*x);
+                *w = f(*w);
+            }
+            Op::Binary { a, b, .. } => {
+                *a = f(*a);
+                *b = f(*b);
+            }
+        }
+    }
+
+    /// A short name for listings.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Input { .. } => "input",
+            Op::Weight { .. } => "weight",
+            Op::Zero { .. } => "zero",
+            Op::PadToTiles { .. } => "pad_to_tiles",
+            Op::Unpad { .. } => "unpad",
+            Op::Round { .. } => "round",
+            Op::Quantize { .. } => "quantize",
+            Op::Concat { .. } => "concat",
+            Op::TiledMatVec { .. } => "tiled_mat_vec",
+            Op::Binary { .. } => "binary",
+            Op::Unary { .. } => "unary",
+            Op::Output { .. } => "output",
+        }
+    }
+}
+
+/// A node: an op and the type of the value it produces.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    #[serde(flatten)]
+    pub op: Op,
+    pub ty: Ty,
+}
+
+/// A value written by a `v_wr`: what the emulator's trace reports for that instruction.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WriteRecord {
+    pub chain: usize,
+    pub iteration: u32,
+    pub dst: Mem,
+    /// First register written (for `netq`: 0).
+    pub addr: u32,
+    /// Registers written (the chain's width).
+    pub tiles: u32,
+    /// The vector value written (`[batch, tiles * N]`, storage format).
+    pub value: ValueId,
+    /// 1-based source line and span of the `v_wr`.
+    pub line: usize,
+    pub span: Span,
+}
+
+/// An output declaration: how the `Output` rows assemble into a tensor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutputInfo {
+    pub name: String,
+    pub shape: Vec<usize>,
+    /// Rows (product of the leading dims) of `row_len` values each.
+    pub rows: usize,
+    pub row_len: usize,
+}
+
+/// The software graph of one program.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SwGraph {
+    /// Schema version ([`SWGRAPH_VERSION`]).
+    pub version: u32,
+    /// Source file the graph was compiled from.
+    pub source: String,
+    pub target: String,
+    /// Native dimension N.
+    pub native: usize,
+    /// Storage format (what the outputs and traced writes hold).
+    pub storage: FloatFormat,
+    pub nodes: Vec<Node>,
+    /// Every output declaration, in declaration order.
+    pub outputs: Vec<OutputInfo>,
+    /// One record per executed `v_wr` (per iteration), in execution order.
+    pub writes: Vec<WriteRecord>,
+}
+
+/// A graph that is not well formed (a hand-edited or foreign JSON file).
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    #[error("not a software graph: {0}")]
+    Json(String),
+    #[error(
+        "software graph schema version {found} is not supported (this nnpc reads version \
+         {expected}); help: recompile the firmware with `nnpc compile`"
+    )]
+    Version { found: u32, expected: u32 },
+    #[error("node {node} ({op}): {message}")]
+    Node {
+        node: usize,
+        op: &'static str,
+        message: String,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl SwGraph {
+    pub fn node(&self, id: ValueId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        // Serialising plain data with string keys cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Parse and validate a graph written by [`SwGraph::to_json`].
+    pub fn from_json(text: &str) -> Result<SwGraph, GraphError> {
+        #[derive(Deserialize)]
+        struct Header {
+            version: u32,
+        }
+        let header: Header =
+            serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
+        if header.version != SWGRAPH_VERSION {
+            return Err(GraphError::Version {
+                found: header.version,
+                expected: SWGRAPH_VERSION,
+            });
+        }
+        let g: SwGraph = serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
+        g.validate()?;
+        Ok(g)
+    }
+
+    /// Check that every reference points to an earlier node of the right type and that every
+    /// type follows from its op.
+    pub fn validate(&self) -> Result<(), GraphError> {
+        if self.native == 0 || self.native > 4096 {
+            return Err(GraphError::Other(format!(
+                "native dimension {} is out of range 1..=4096",
+                self.native
+            )));
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            let bad = |message: String| GraphError::Node {
+                node: i,
+                op: node.op.name(),
+                message,
+            };
+            for v in node.op.inputs() {
+                if v.index() >= i {
+                    return Err(bad(format!("reads {v}, which is not an earlier node")));
+                }
+            }
+            let ty = infer_ty(&node.op, &self.nodes[..i], self.native).map_err(bad)?;
+            if ty != node.ty {
+                return Err(bad(format!(
+                    "declared type {:?} but the op gives {:?}",
+                    node.ty, ty
+                )));
+            }
+        }
+        for w in &self.writes {
+            match self.nodes.get(w.value.index()) {
+                Some(n) if n.ty == (Ty::Vector { tiles: w.tiles }) => {}
+                _ => {
+                    return Err(GraphError::Other(format!(
+                        "write record of chain {} iteration {} names {} which is not a vector \
+                         of {} tiles",
+                        w.chain, w.iteration, w.value, w.tiles
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Values with no remaining readers are sinks; this lists the `Output` nodes.
+    pub fn output_nodes(&self) -> impl Iterator<Item = (ValueId, &str, usize, ValueId)> {
+        self.nodes.iter().enumerate().filter_map(|(i, n)| match &n.op {
+            Op::Output { name, row, src } => Some((ValueId(i as u32), name.as_str(), *row, *src)),
+            _ => None,
+        })
+    }
+
+    /// Counts of nodes per op name, for summaries.
+    pub fn op_counts(&self) -> Vec<(&'static str, usize)> {
+        let mut counts: Vec<(&'static str, usize)> = Vec::new();
+        for n in &self.nodes {
+            match counts.iter_mut().find(|(k, _)| *k == n.op.name()) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((n.op.name(), 1)),
+            }
+        }
+        counts
+    }
+}
+
+/// The type an op produces given the earlier nodes, or why it is ill-typed.
+pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String> {
+    let ty = |v: ValueId| -> Result<&Ty, String> {
+        earlier
+            .get(v.index())
+            .map(|node| &node.ty)
+            .ok_or_else(|| format!("reads {v}, which is not an earlier node"))
+    };
+    let vector = |v: ValueId| -> Result<u32, String> {
+        match ty(v)? {
+            Ty::Vector { tiles } => Ok(*tiles),
+            other => Err(format!("{v} must be a vector value, is {other:?}")),
+        }
+    };
+    match op {
+        Op::Input { shape, .. } | Op::Weight { shape, .. } | Op::Zero { shape } => {
+            if shape.is_empty() || shape.contains(&0) {
+                return Err(format!("shape {shape:?} must be non-empty with no zero extent"));
+            }
+            Ok(Ty::Logical {
+                shape: shape.clone(),
+            })
+        }
+        Op::PadToTiles { src, layout, .. } => {
+            let Ty::Logical { shape } = ty(*src)? else {
+                return Err(format!("{src} must be a logical value"));
+            };
+            let c = shape.last().copied().unwrap_or(1);
+            let rows: usize = shape[..shape.len() - 1].iter().product();
+            match layout {
+                TileLayout::Vector => Ok(Ty::Vector {
+                    tiles: (rows * c.div_ceil(n)) as u32,
+                }),
+                TileLayout::Matrix => {
+                    if shape.len() != 2 {
+                        return Err(format!("a matrix must be 2-D, {src} has shape {shape:?}"));
+                    }
+                    Ok(Ty::TileStack {
+                        tiles: (shape[0].div_ceil(n) * c.div_ceil(n)) as u32,
+                    })
+                }
+            }
+        }
+        Op::Unpad { src, len } => {
+            let tiles = vector(*src)?;
+            if *len == 0 || *len > tiles as usize * n {
+                return Err(format!("cannot keep {len} lanes of a {tiles}-tile vector"));
+            }
+            Ok(Ty::Logical { shape: vec![*len] })
+        }
+        Op::Round { src, .. } => match ty(*src)? {
+            t @ (Ty::Vector { .. } | Ty::TileStack { .. }) => Ok(t.clone()),
+            other => Err(format!("cannot round a {other:?} value")),
+        },
+        Op::Quantize { src, axis, .. } => match (ty(*src)?, axis) {
+            (t @ Ty::Vector { .. }, BlockAxis::VectorTile)
+            | (t @ Ty::TileStack { .. }, BlockAxis::TileRow) => Ok(t.clone()),
+            (other, _) => Err(format!("cannot quantize a {other:?} value along {axis:?}")),
+        },
+        Op::Concat { parts } => {
+            let first = parts.first().ok_or("concat of nothing")?;
+            let kind = ty(first.value)?.clone();
+            let mut total = 0u32;
+            for p in parts {
+                let t = ty(p.value)?;
+                let same_kind = matches!(
+                    (t, &kind),
+                    (Ty::Vector { .. }, Ty::Vector { .. })
+                        | (Ty::TileStack { .. }, Ty::TileStack { .. })
+                );
+                let Some(tiles) = t.tiles().filter(|_| same_kind) else {
+                    return Err(format!("{} is not a value of the same tile kind", p.value));
+                };
+                if p.count == 0 || p.start as u64 + p.count as u64 > tiles as u64 {
+                    return Err(format!(
+                        "tiles {}..{} of {} are out of its {tiles} tiles",
+                        p.start,
+                        p.start as u64 + p.count as u64,
+                        p.value
+                    ));
+                }
+                total += p.count;
+            }
+            Ok(match kind {
+                Ty::TileStack { .. } => Ty::TileStack { tiles: total },
+                _ => Ty::Vector { tiles: total },
+            })
+        }
+        Op::TiledMatVec {
+            x, w, rows, cols, ..
+        } => {
+            let xt = vector(*x)?;
+            let Ty::TileStack { tiles: wt } = ty(*w)? else {
+                return Err(format!("{w} must be a tile stack"));
+            };
+            if xt != *cols || *wt != rows * cols || *rows == 0 {
+                return Err(format!(
+                    "rows = {rows}, cols = {cols} need a {cols}-tile vector and {} tiles, got {xt} \
+                     and {wt}",
+                    rows * cols
+                ));
+            }
+            Ok(Ty::Vector { tiles: *rows })
+        }
+        Op::Binary { a, b, .. } => {
+            let (ta, tb) = (vector(*a)?, vector(*b)?);
+            if ta != tb {
+                return Err(format!("operands of {ta} and {tb} tiles"));
+            }
+            Ok(Ty::Vector { tiles: ta })
+        }
+        Op::Unary { src, .. } => Ok(Ty::Vector {
+            tiles: vector(*src)?,
+        }),
+        Op::Output { src, .. } => match ty(*src)? {
+            Ty::Logical { shape } if shape.len() == 1 => Ok(Ty::None),
+            other => Err(format!("an output row must be an unpadded row, is {other:?}")),
+        },
+    }
+}

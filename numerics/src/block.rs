@@ -1,0 +1,196 @@
+//! Block formats: BFP / MSFP (NUMERICS.md section 2), OCP MX v1.0, and seed 000's hierarchical
+//! BFP. Each `*_block` function quantizes one block of finite values; `Format::quantize` cuts
+//! runs into blocks and handles non-finite blocks. Shared exponents come from the bits
+//! ([`floor_log2`]), never from a float `log2`.
+
+use crate::float::rand_for;
+use crate::format::{BfpFormat, HbfpFormat, MxFormat};
+use crate::rounding::{decompose, floor_log2, make_f64, round_to_quantum};
+
+/// `floor(log2 |x|)` of the largest non-zero magnitude of a block, or `None` if all are zero.
+pub fn max_exponent(x: &[f64]) -> Option<i32> {
+    x.iter().filter(|v| **v != 0.0).map(|v| floor_log2(*v)).max()
+}
+
+/// Round `|x| / 2^q` to an integer with `rounding` (exact); `key` is the element position.
+pub(crate) fn round_mag(x: f64, q: i32, rounding: crate::Rounding, key: u64) -> u128 {
+    let (_, mant, exp) = decompose(x);
+    round_to_quantum(u128::from(mant), exp, false, q, rounding, rand_for(rounding, x, key))
+}
+
+impl BfpFormat {
+    /// Clamp range of the shared exponent: `[1 - 2^(w-1), 2^(w-1)]`.
+    pub fn exp_range(&self) -> (i32, i32) {
+        let h = 1i32 << (self.exp_bits - 1);
+        (1 - h, h)
+    }
+
+    /// Largest mantissa magnitude `2^(mant-1) - 1`.
+    pub fn max_mant(&self) -> i64 {
+        (1i64 << (self.mant - 1)) - 1
+    }
+
+    /// Quantize one block of finite values to integer mantissas `q` (same length as `x`):
+    /// the values are `q[i] * 2^lsb`. Returns `(E, lsb)`: the clamped shared exponent and the
+    /// weight exponent of a mantissa LSB, `E - (mant - 2)`. `base` is the position of `x[0]` in
+    /// its run (stochastic rounding draws). An all-zero block has `E` = the lowest exponent.
+    pub fn block_mantissas(&self, x: &[f64], q: &mut [i64], base: u64) -> (i32, i32) {
+        let (lo, hi) = self.exp_range();
+        let e = max_exponent(x).map_or(lo, |e| e.clamp(lo, hi));
+        let lsb = e - (self.mant as i32 - 2);
+        let max = self.max_mant();
+        for (i, (v, qi)) in x.iter().zip(q.iter_mut()).enumerate() {
+            let limit = if *v < 0.0 && self.full_range { max + 1 } else { max };
+            let mag = round_mag(*v, lsb, self.rounding, base + i as u64).min(limit as u128) as i64;
+            *qi = if *v < 0.0 { -mag } else { mag };
+        }
+        (e, lsb)
+    }
+}
+
+/// BFP fake-quant of one block (NUMERICS.md section 2 steps 1-4).
+pub(crate) fn bfp_block(b: &BfpFormat, x: &[f64], out: &mut [f64], base: u64) {
+    let mut q = vec![0i64; x.len()];
+    let (_, lsb) = b.block_mantissas(x, &mut q, base);
+    for (o, qi) in out.iter_mut().zip(&q) {
+        *o = make_f64(*qi < 0, u128::from(qi.unsigned_abs()), lsb);
+    }
+}
+
+impl MxFormat {
+    /// The shared exponent of a block of finite values per OCP MX v1.0 section 6.3:
+    /// `floor(log2 amax) - emax_elem`, clamped below to the E8M0 minimum -127 (an all-zero
+    /// block gets -127). `None` when it exceeds 127 (E8M0 NaN; only reachable from f64
+    /// inputs beyond the f32 range).
+    pub fn shared_exponent(&self, x: &[f64]) -> Option<i32> {
+        let Some(e) = max_exponent(x) else {
+            return Some(-127);
+        };
+        let s = (e - self.elem.emax()).max(-127);
+        (s <= 127).then_some(s)
+    }
+}
+
+/// MX fake-quant of one block: elements `x / 2^s` rounded to the element type, saturating to
+/// its largest normal, times `2^s`.
+pub(crate) fn mx_block(m: &MxFormat, x: &[f64], out: &mut [f64], base: u64) {
+    let Some(s) = m.shared_exponent(x) else {
+        out.fill(f64::NAN);
+        return;
+    };
+    let elem = m.elem.mini();
+    for (i, (v, o)) in x.iter().zip(out.iter_mut()).enumerate() {
+        *o = elem.round_scaled(*v, s, m.rounding, base + i as u64);
+        if *o == 0.0 {
+            *o = 0.0f64.copysign(*v);
+        }
+    }
+}
+
+/// The exponent side of seed 000's hierarchical encoding of one block (the rows of Fig. 2 and
+/// Fig. 4), plus the quantized mantissas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HbfpBlock {
+    /// Top shared exponent (max element exponent, clamped like BFP to `[1-2^(w-1), 2^(w-1)]`).
+    pub top: i32,
+    /// `scales[k][j]`: scale of sub-tile `j` at level `k` (level 0 = sub-tiles of `sub`
+    /// elements, level k of `sub * 2^k`), relative to its parent's effective exponent.
+    pub scales: Vec<Vec<u32>>,
+    /// Effective (quantized) exponent of each element: top minus the scales on its path.
+    pub exps: Vec<i32>,
+    /// Sign-magnitude mantissas (value = `mant * 2^(exp - (m - 2))`, m incl. sign).
+    pub mants: Vec<i64>,
+}
+
+impl HbfpFormat {
+    /// Magnitude bits per element (`mant - 1`).
+    pub fn mag_bits(&self) -> u32 {
+        self.mant - 1
+    }
+
+    /// Encode one block of `len` elements (finite values; elements past `x.len()` are zeros).
+    ///
+    /// Each sub-tile's exponent is the max of its elements'. Scales are chosen top-down: a
+    /// sub-tile's scale is `min(parent_effective - own_max, scale_cap)` (0 when the top was
+    /// clamped below its max; `scale_cap` for an all-zero sub-tile), so every element's
+    /// effective exponent is at least its own and the tree of Fig. 2 / Fig. 4 is reproduced.
+    pub fn encode_block(&self, x: &[f64], len: usize, base: u64) -> HbfpBlock {
+        let exps: Vec<Option<i32>> = (0..len)
+            .map(|i| x.get(i).filter(|v| **v != 0.0).map(|v| floor_log2(*v)))
+            .collect();
+        let h = 1i32 << (self.exp_bits - 1);
+        let top = exps.iter().flatten().max().map_or(1 - h, |e| (*e).clamp(1 - h, h));
+        let levels = self.levels as usize;
+        let cap = self.scale_cap as i32;
+        let mut scales: Vec<Vec<u32>> = vec![Vec::new(); levels];
+        // Effective exponents of the current level's sub-tiles, from the top down.
+        let mut parent_eff: Vec<i32> = vec![top];
+        let mut parent_size = len.max(1);
+        for k in (0..levels).rev() {
+            let size = self.sub << k;
+            let count = len.div_ceil(size);
+            let mut eff = Vec::with_capacity(count);
+            let mut sc = Vec::with_capacity(count);
+            for j in 0..count {
+                let p = parent_eff[(j * size) / parent_size];
+                let own = exps[j * size..((j + 1) * size).min(len)].iter().flatten().max();
+                let s = own.map_or(cap, |e| (p - e).clamp(0, cap));
+                sc.push(s as u32);
+                eff.push(p - s);
+            }
+            scales[k] = sc;
+            parent_eff = eff;
+            parent_size = size;
+        }
+        let el_exps: Vec<i32> = (0..len).map(|i| parent_eff[i / self.sub]).collect();
+        let k = self.mag_bits() as i32;
+        let max = (1i64 << k) - 1;
+        let mants = (0..len)
+            .map(|i| {
+                let (Some(v), Some(e)) = (x.get(i), exps[i]) else {
+                    return 0;
+                };
+                let q = el_exps[i];
+                if self.flush && q - e >= k {
+                    return 0;
+                }
+                let mag = round_mag(*v, q - k + 1, self.rounding, base + i as u64).min(max as u128)
+                    as i64;
+                if *v < 0.0 { -mag } else { mag }
+            })
+            .collect();
+        HbfpBlock {
+            top,
+            scales,
+            exps: el_exps,
+            mants,
+        }
+    }
+
+    /// Number of scale fields in a block of `len` elements.
+    pub fn scale_fields(&self, len: usize) -> usize {
+        (0..self.levels as usize)
+            .map(|k| len.div_ceil(self.sub << k))
+            .sum()
+    }
+
+    /// Stored bits of one block of `len` elements: mantissas, scale fields, top exponent.
+    pub fn block_bits(&self, len: usize) -> usize {
+        len * self.mant as usize
+            + self.scale_fields(len) * self.scale_bits as usize
+            + self.exp_bits as usize
+    }
+}
+
+/// Hierarchical BFP fake-quant of one block.
+pub(crate) fn hbfp_block(h: &HbfpFormat, x: &[f64], out: &mut [f64], base: u64) {
+    let enc = h.encode_block(x, x.len(), base);
+    let k = h.mag_bits() as i32;
+    for ((o, m), e) in out.iter_mut().zip(&enc.mants).zip(&enc.exps) {
+        *o = if *m == 0 {
+            0.0
+        } else {
+            make_f64(*m < 0, u128::from(m.unsigned_abs()), e - k + 1)
+        };
+    }
+}

@@ -1,0 +1,452 @@
+//! Host data: the weights and inputs a program is run with, and the outputs it produces.
+//!
+//! Both execution engines (the software graph and the emulator) take a [`HostData`] and return
+//! [`Outputs`], so they always see the same numbers.
+//!
+//! - Weights: one [`Tensor`] per `matrix`/`vector` declaration loaded from files (`Init::Load`),
+//!   in the declaration's logical shape.
+//! - Inputs: one [`Tensor`] per `input` declaration, shape `[batch, ...decl.shape]`.
+//! - Values are plain f32. The engines round them to the storage format on entry (NUMERICS.md
+//!   section 1); a file holding f64 is rounded to f32 when read (the host's data type).
+//!
+//! Seeded random data ([`HostData::random`]) is deterministic: each tensor has its own ChaCha8
+//! stream keyed by 32 bytes `seed (u64 LE) ++ fnv1a64(name) (u64 LE) ++ 16 zero bytes`. Each
+//! value is `u = (next_u32() >> 8) * 2^-24` (uniform in [0, 1)), mapped to `a + (b - a) * u` in
+//! f64, and stored as f32, in row-major order: matrices `U(-1, 1) / sqrt(cols)`, vectors
+//! `U(-0.5, 0.5)`, inputs `U(-1, 1)` (batch item 0 first, so item 0 does not depend on the
+//! batch size). Declarations `= 0` are zero.
+
+use crate::io::{self, IoError};
+use nnp_grammar::{Decl, DeclKind, Init, Program};
+use nnp_numerics::FloatFormat;
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+/// A dense tensor of f32 values, logical row-major layout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+impl Tensor {
+    /// A tensor; `None` when `data.len()` is not the product of `shape`.
+    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Option<Tensor> {
+        (shape.iter().product::<usize>() == data.len()).then_some(Tensor { shape, data })
+    }
+    pub fn zeros(shape: Vec<usize>) -> Tensor {
+        let n = shape.iter().product();
+        Tensor {
+            shape,
+            data: vec![0.0; n],
+        }
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+}
+
+/// Shapes printed as `[2, 3]`.
+pub struct ShapeDisplay<'a>(pub &'a [usize]);
+
+impl fmt::Display for ShapeDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// Outputs of a run: one tensor per `output` declaration, shape `[batch, ...decl.shape]`,
+/// values in the storage format held as f32.
+pub type Outputs = BTreeMap<String, Tensor>;
+
+/// Weights and inputs for one run of a program over `batch` input sets.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostData {
+    pub batch: usize,
+    /// Matrices and vectors with `Init::Load`, in the declaration's logical shape.
+    pub weights: BTreeMap<String, Tensor>,
+    /// Every input declaration, shape `[batch, ...decl.shape]`.
+    pub inputs: BTreeMap<String, Tensor>,
+}
+
+/// Host data that cannot be used with a program.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error(
+        "no tensor named `{name}` for {kind} `{name}` (expected shape {expected}) in {searched}; \
+         help: add it to the weights/inputs file, declare it `= 0`, or pass the option that fills \
+         missing tensors with seeded random data (`--random-missing`)"
+    )]
+    Missing {
+        name: String,
+        kind: &'static str,
+        expected: String,
+        searched: String,
+    },
+    #[error(
+        "tensor `{name}` has shape {found} but {kind} `{name}` expects {expected}; help: {help}"
+    )]
+    Shape {
+        name: String,
+        kind: &'static str,
+        expected: String,
+        found: String,
+        help: String,
+    },
+    #[error(
+        "tensor `{name}` holds {value} at flat index {index}; host data must be finite \
+         (help: replace NaN/infinite entries before running)"
+    )]
+    NonFinite {
+        name: String,
+        index: usize,
+        value: f32,
+    },
+    #[error(
+        "input tensors disagree on the batch size: `{first}` has {first_batch} items, `{name}` has \
+         {batch}; help: give every batched input the same leading dimension"
+    )]
+    BatchMismatch {
+        first: String,
+        first_batch: usize,
+        name: String,
+        batch: usize,
+    },
+    #[error("batch size must be at least 1")]
+    ZeroBatch,
+}
+
+/// How [`HostData::load_with`] treats what the files lack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Batch size; `None` infers it from batched inputs (`[B, ...shape]`), else 1.
+    pub batch: Option<usize>,
+    /// Fill tensors missing from the files with seeded random data instead of failing.
+    pub random_missing: bool,
+    /// Seed of that random data.
+    pub seed: u64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            batch: None,
+            random_missing: false,
+            seed: 0,
+        }
+    }
+}
+
+fn kind_name(d: &Decl) -> &'static str {
+    match d.kind {
+        DeclKind::Matrix => "matrix",
+        DeclKind::Vector => "vector",
+        DeclKind::Input => "input",
+        DeclKind::Output => "output",
+    }
+}
+
+/// Declarations whose values come from the weights file.
+fn weight_decls(program: &Program) -> impl Iterator<Item = &Decl> {
+    program
+        .decls
+        .iter()
+        .filter(|d| d.init == Init::Load && matches!(d.kind, DeclKind::Matrix | DeclKind::Vector))
+}
+
+fn fnv1a64(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// `n` values uniform in `[lo, hi)` from the stream of `name` (see the module docs).
+fn uniform(name: &str, seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f32> {
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8..16].copy_from_slice(&fnv1a64(name).to_le_bytes());
+    let mut rng = ChaCha8Rng::from_seed(key);
+    (0..n)
+        .map(|_| {
+            let u = (rng.next_u32() >> 8) as f64 * (1.0 / (1u64 << 24) as f64);
+            (lo + (hi - lo) * u) as f32
+        })
+        .collect()
+}
+
+/// Seeded random values for one declaration (inputs get the leading batch dimension).
+fn random_tensor(d: &Decl, batch: usize, seed: u64) -> Tensor {
+    let mut shape = d.shape.clone();
+    if d.kind == DeclKind::Input {
+        shape.insert(0, batch);
+    }
+    let n: usize = shape.iter().product();
+    if d.init == Init::Zero {
+        return Tensor::zeros(shape);
+    }
+    let data = match d.kind {
+        DeclKind::Matrix => {
+            let s = (d.row_len().max(1) as f64).sqrt();
+            uniform(&d.name, seed, n, -1.0 / s, 1.0 / s)
+        }
+        DeclKind::Vector => uniform(&d.name, seed, n, -0.5, 0.5),
+        _ => uniform(&d.name, seed, n, -1.0, 1.0),
+    };
+    Tensor { shape, data }
+}
+
+fn check_finite(name: &str, t: &Tensor) -> Result<(), HostError> {
+    match t.data.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(HostError::NonFinite {
+            name: name.to_string(),
+            index,
+            value: t.data[index],
+        }),
+        None => Ok(()),
+    }
+}
+
+impl HostData {
+    /// Seeded random data of the declared shapes (see the module docs for the exact recipe).
+    pub fn random(program: &Program, batch: usize, seed: u64) -> HostData {
+        let weights = weight_decls(program)
+            .map(|d| (d.name.clone(), random_tensor(d, batch, seed)))
+            .collect();
+        let inputs = program
+            .inputs()
+            .map(|d| (d.name.clone(), random_tensor(d, batch, seed)))
+            .collect();
+        HostData {
+            batch,
+            weights,
+            inputs,
+        }
+    }
+
+    /// Load weights and inputs from files (safetensors, `.npy`, or a directory of `.npy`; see
+    /// [`io::read_tensors`]). Every name is looked up in both files. Strict: a missing tensor is
+    /// an error. `batch = None` infers it from the inputs.
+    pub fn load(
+        program: &Program,
+        weights: Option<&Path>,
+        inputs: Option<&Path>,
+        batch: Option<usize>,
+    ) -> Result<HostData, HostError> {
+        let opts = LoadOptions {
+            batch,
+            ..LoadOptions::default()
+        };
+        HostData::load_with(program, weights, inputs, &opts)
+    }
+
+    /// [`HostData::load`] with options (random fallback for missing tensors).
+    pub fn load_with(
+        program: &Program,
+        weights: Option<&Path>,
+        inputs: Option<&Path>,
+        opts: &LoadOptions,
+    ) -> Result<HostData, HostError> {
+        let mut tensors = BTreeMap::new();
+        let mut searched = Vec::new();
+        // The inputs file first, so a name present in both files takes the weights file's entry.
+        for path in [inputs, weights].into_iter().flatten() {
+            tensors.extend(io::read_tensors(path)?);
+            searched.push(format!("`{}`", path.display()));
+        }
+        let searched = if searched.is_empty() {
+            "no file (none was given)".to_string()
+        } else {
+            searched.join(" and ")
+        };
+        HostData::from_tensors(program, tensors, opts, &searched)
+    }
+
+    /// Host data from tensors already in memory, keyed by declaration name. `searched` names
+    /// where they came from, for error messages.
+    pub fn from_tensors(
+        program: &Program,
+        mut tensors: BTreeMap<String, Tensor>,
+        opts: &LoadOptions,
+        searched: &str,
+    ) -> Result<HostData, HostError> {
+        let batch = match opts.batch {
+            Some(0) => return Err(HostError::ZeroBatch),
+            Some(b) => b,
+            None => infer_batch(program, &tensors)?,
+        };
+        let mut data = HostData {
+            batch,
+            weights: BTreeMap::new(),
+            inputs: BTreeMap::new(),
+        };
+        let missing = |d: &Decl, expected: String| HostError::Missing {
+            name: d.name.clone(),
+            kind: kind_name(d),
+            expected,
+            searched: searched.to_string(),
+        };
+        for d in weight_decls(program) {
+            let t = match tensors.remove(&d.name) {
+                Some(t) => t,
+                None if opts.random_missing => random_tensor(d, batch, opts.seed),
+                None => return Err(missing(d, ShapeDisplay(&d.shape).to_string())),
+            };
+            if t.shape != d.shape {
+                return Err(HostError::Shape {
+                    name: d.name.clone(),
+                    kind: kind_name(d),
+                    expected: ShapeDisplay(&d.shape).to_string(),
+                    found: ShapeDisplay(&t.shape).to_string(),
+                    help: "weights use the declaration's logical shape; reshape the tensor or fix \
+                           the declaration"
+                        .into(),
+                });
+            }
+            check_finite(&d.name, &t)?;
+            data.weights.insert(d.name.clone(), t);
+        }
+        for d in program.inputs() {
+            let batched: Vec<usize> = std::iter::once(batch).chain(d.shape.iter().copied()).collect();
+            let t = match tensors.remove(&d.name) {
+                Some(t) => t,
+                None if d.init == Init::Zero || opts.random_missing => {
+                    random_tensor(d, batch, opts.seed)
+                }
+                None => {
+                    let expected = format!(
+                        "{} or {}",
+                        ShapeDisplay(&d.shape),
+                        ShapeDisplay(&batched)
+                    );
+                    return Err(missing(d, expected));
+                }
+            };
+            let t = if t.shape == batched {
+                t
+            } else if t.shape == d.shape {
+                // One input set, broadcast to every batch item.
+                let mut out = Vec::with_capacity(t.len() * batch);
+                for _ in 0..batch {
+                    out.extend_from_slice(&t.data);
+                }
+                Tensor {
+                    shape: batched,
+                    data: out,
+                }
+            } else {
+                return Err(HostError::Shape {
+                    name: d.name.clone(),
+                    kind: "input",
+                    expected: format!("{} or {}", ShapeDisplay(&d.shape), ShapeDisplay(&batched)),
+                    found: ShapeDisplay(&t.shape).to_string(),
+                    help: format!(
+                        "an input is the declared shape (one set, used for every batch item) or \
+                         the declared shape with a leading batch dimension of {batch}"
+                    ),
+                });
+            };
+            check_finite(&d.name, &t)?;
+            data.inputs.insert(d.name.clone(), t);
+        }
+        Ok(data)
+    }
+
+    /// The input set of one batch item: `[...decl.shape]` values of `name`.
+    pub fn input_item(&self, name: &str, item: usize) -> Option<&[f32]> {
+        let t = self.inputs.get(name)?;
+        let per = t.len().checked_div(self.batch)?;
+        t.data.get(item * per..(item + 1) * per)
+    }
+}
+
+/// Batch size from inputs given as `[B, ...shape]`; 1 when none is batched.
+fn infer_batch(program: &Program, tensors: &BTreeMap<String, Tensor>) -> Result<usize, HostError> {
+    let mut found: Option<(String, usize)> = None;
+    for d in program.inputs() {
+        let Some(t) = tensors.get(&d.name) else { continue };
+        if t.shape.len() == d.shape.len() + 1 && t.shape[1..] == d.shape[..] {
+            let b = t.shape[0];
+            match &found {
+                Some((first, fb)) if *fb != b => {
+                    return Err(HostError::BatchMismatch {
+                        first: first.clone(),
+                        first_batch: *fb,
+                        name: d.name.clone(),
+                        batch: b,
+                    });
+                }
+                Some(_) => {}
+                None => found = Some((d.name.clone(), b)),
+            }
+        }
+    }
+    match found {
+        Some((_, 0)) => Err(HostError::ZeroBatch),
+        Some((_, b)) => Ok(b),
+        None => Ok(1),
+    }
+}
+
+/// The bit pattern of `x` in float format `fmt` (sign, exponent field, mantissa field; width
+/// `fmt.bits()`, right-aligned in the u32), as [`FloatFormat::encode`] gives it: `x` should be a
+/// value of the format (a storage value; anything else is rounded first), and every NaN becomes
+/// the canonical quiet NaN (sign 0, exponent all ones, top mantissa bit set). Formats wider than
+/// 32 bits keep the low 32 bits of the pattern.
+pub fn storage_bits(fmt: &FloatFormat, x: f32) -> u32 {
+    fmt.encode(f64::from(x)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp16_bits_match_ieee_binary16() {
+        let f = FloatFormat::FP16;
+        // 1.0 = 0x3C00, -2.0 = 0xC000, 65504 = 0x7BFF, smallest subnormal 2^-24 = 0x0001,
+        // smallest normal 2^-14 = 0x0400, -0.0 = 0x8000.
+        assert_eq!(storage_bits(&f, 1.0), 0x3C00);
+        assert_eq!(storage_bits(&f, -2.0), 0xC000);
+        assert_eq!(storage_bits(&f, 65504.0), 0x7BFF);
+        assert_eq!(storage_bits(&f, 2f32.powi(-24)), 0x0001);
+        assert_eq!(storage_bits(&f, 2f32.powi(-14)), 0x0400);
+        assert_eq!(storage_bits(&f, -0.0), 0x8000);
+        assert_eq!(storage_bits(&f, f32::INFINITY), 0x7C00);
+        assert_eq!(storage_bits(&f, f32::NEG_INFINITY), 0xFC00);
+        assert_eq!(storage_bits(&f, -f32::NAN), 0x7E00);
+        // 1 + 2^-11 is a tie between 1.0 and 1 + 2^-10: nearest-even gives 1.0.
+        assert_eq!(storage_bits(&f, 1.0 + 2f32.powi(-11)), 0x3C00);
+        // 65520 rounds up past 65504 to infinity.
+        assert_eq!(storage_bits(&f, 65520.0), 0x7C00);
+    }
+
+    #[test]
+    fn fp32_and_small_formats() {
+        let f = FloatFormat::FP32;
+        assert_eq!(storage_bits(&f, 1.5), 0x3FC0_0000);
+        assert_eq!(storage_bits(&f, f32::from_bits(1)), 1);
+        assert_eq!(storage_bits(&f, f32::NAN), 0x7FC0_0000);
+        // fp(5, 2): 1.75 = 0 01111 11 = 0x3F; bf16 1.0 = 0x3F80.
+        assert_eq!(storage_bits(&FloatFormat::ieee(5, 2), 1.75), 0x3F);
+        assert_eq!(storage_bits(&FloatFormat::BF16, 1.0), 0x3F80);
+    }
+}

@@ -1,0 +1,525 @@
+//! Tensor files: safetensors and `.npy`, logical or native-tile layout.
+//!
+//! - Reading ([`read_tensors`]) goes by the path: a directory loads every `*.npy` (named by file
+//!   stem) and `*.safetensors` inside it; `*.npy` is one tensor named by its stem; anything else is
+//!   read as safetensors. Dtypes f16, bf16 (safetensors only), f32 and f64 are accepted and
+//!   converted to f32 (f64 is rounded to nearest f32).
+//! - Writing ([`write_tensors`]) goes by the path too: `*.safetensors` writes one file; `*.npy`
+//!   writes one file when there is exactly one tensor; anything else is a directory of
+//!   `NAME.npy`. Values are written as f16 or f32 ([`Dtype`]).
+//! - `.npy` support is our own small reader/writer: little-endian `<f2`, `<f4`, `<f8`, C order,
+//!   format versions 1.0 to 3.0.
+//! - Layouts ([`Layout`]): `logical` keeps the declaration's shape; `tiles` is the machine's
+//!   native layout (N = native dimension): a vector-like `[..., C]` becomes
+//!   `[..., ceil(C/N), N]` (each row padded with zeros to whole tiles), a matrix `[R, C]` becomes
+//!   `[ceil(R/N), ceil(C/N), N, N]` (tile-major, zero padded). [`to_tiles`] and [`from_tiles`]
+//!   convert.
+
+use crate::host::{ShapeDisplay, Tensor};
+use half::{bf16, f16};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Element type written to files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Dtype {
+    #[default]
+    F16,
+    F32,
+}
+
+/// How tensors are laid out in files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// The declaration's logical shape.
+    #[default]
+    Logical,
+    /// Native tiles: rows padded to whole N-lane tiles; matrices as `[tiles_r, tiles_c, N, N]`.
+    Tiles,
+}
+
+/// A tensor file that cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    #[error("cannot read `{path}`: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write `{path}`: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("`{path}` is not a valid safetensors file: {message}")]
+    Safetensors { path: PathBuf, message: String },
+    #[error("`{path}` is not a valid .npy file: {message}")]
+    Npy { path: PathBuf, message: String },
+    #[error(
+        "tensor `{name}` in `{path}` has dtype {dtype}; supported: f16, bf16, f32, f64 \
+         (help: convert it, e.g. `x.astype(numpy.float32)`)"
+    )]
+    Dtype {
+        path: PathBuf,
+        name: String,
+        dtype: String,
+    },
+    #[error(
+        "`{path}` holds more than one tensor ({count}); a single `.npy` file holds one \
+         (help: write to a `.safetensors` file or a directory)"
+    )]
+    NotOne { path: PathBuf, count: usize },
+    #[error("tensor `{name}` of shape {shape} cannot be converted: {message}")]
+    Layout {
+        name: String,
+        shape: String,
+        message: String,
+    },
+}
+
+/// Read every tensor from a file or directory (see the module docs).
+pub fn read_tensors(path: &Path) -> Result<BTreeMap<String, Tensor>, IoError> {
+    let read_err = |source| IoError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.is_dir() {
+        let mut out = BTreeMap::new();
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(read_err)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        for p in entries {
+            match p.extension().and_then(|e| e.to_str()) {
+                Some("npy") | Some("safetensors") => out.extend(read_tensors(&p)?),
+                _ => {}
+            }
+        }
+        return Ok(out);
+    }
+    let bytes = std::fs::read(path).map_err(read_err)?;
+    if has_ext(path, "npy") {
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let t = npy_decode(&bytes, path)?;
+        Ok(BTreeMap::from([(name, t)]))
+    } else {
+        safetensors_decode(&bytes, path)
+    }
+}
+
+/// Write tensors to a file or directory (see the module docs).
+pub fn write_tensors(
+    path: &Path,
+    tensors: &BTreeMap<String, Tensor>,
+    dtype: Dtype,
+) -> Result<(), IoError> {
+    let write_err = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| IoError::Write { path: p, source }
+    };
+    if has_ext(path, "safetensors") {
+        let bytes = safetensors_encode(tensors, dtype, path)?;
+        return std::fs::write(path, bytes).map_err(write_err(path));
+    }
+    if has_ext(path, "npy") {
+        let mut it = tensors.values();
+        return match (it.next(), it.next()) {
+            (Some(t), None) => std::fs::write(path, npy_encode(t, dtype)).map_err(write_err(path)),
+            _ => Err(IoError::NotOne {
+                path: path.to_path_buf(),
+                count: tensors.len(),
+            }),
+        };
+    }
+    std::fs::create_dir_all(path).map_err(write_err(path))?;
+    for (name, t) in tensors {
+        let p = path.join(format!("{name}.npy"));
+        std::fs::write(&p, npy_encode(t, dtype)).map_err(write_err(&p))?;
+    }
+    Ok(())
+}
+
+fn has_ext(path: &Path, ext: &str) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case(ext))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layouts
+
+/// Native-tile layout of a logical tensor (see the module docs). `matrix` selects the matrix
+/// layout (2-D tensors only).
+pub fn to_tiles(name: &str, t: &Tensor, native: usize, matrix: bool) -> Result<Tensor, IoError> {
+    let n = native.max(1);
+    if matrix {
+        let [r, c] = t.shape[..] else {
+            return Err(layout_err(name, &t.shape, "a matrix must be 2-D"));
+        };
+        let (tr, tc) = (r.div_ceil(n), c.div_ceil(n));
+        let mut data = vec![0.0f32; tr * tc * n * n];
+        for i in 0..r {
+            for j in 0..c {
+                let tile = (i / n) * tc + j / n;
+                data[tile * n * n + (i % n) * n + j % n] = t.data[i * c + j];
+            }
+        }
+        return Ok(Tensor {
+            shape: vec![tr, tc, n, n],
+            data,
+        });
+    }
+    let c = t.shape.last().copied().unwrap_or(1);
+    let rows = t.len().checked_div(c).unwrap_or(0);
+    let tiles = c.div_ceil(n);
+    let mut data = vec![0.0f32; rows * tiles * n];
+    for r in 0..rows {
+        data[r * tiles * n..r * tiles * n + c].copy_from_slice(&t.data[r * c..(r + 1) * c]);
+    }
+    let mut shape = t.shape[..t.shape.len().saturating_sub(1)].to_vec();
+    shape.extend([tiles, n]);
+    Ok(Tensor { shape, data })
+}
+
+/// The logical tensor of shape `logical` from its native-tile layout (pad lanes dropped).
+pub fn from_tiles(
+    name: &str,
+    t: &Tensor,
+    logical: &[usize],
+    native: usize,
+    matrix: bool,
+) -> Result<Tensor, IoError> {
+    let n = native.max(1);
+    let expected = to_tiles(name, &Tensor::zeros(logical.to_vec()), n, matrix)?.shape;
+    if t.shape != expected {
+        return Err(layout_err(
+            name,
+            &t.shape,
+            &format!(
+                "the native-tile layout of logical shape {} with N = {n} is {}",
+                ShapeDisplay(logical),
+                ShapeDisplay(&expected)
+            ),
+        ));
+    }
+    let mut out = Tensor::zeros(logical.to_vec());
+    if matrix {
+        let (r, c) = (logical[0], logical[1]);
+        let tc = c.div_ceil(n);
+        for i in 0..r {
+            for j in 0..c {
+                out.data[i * c + j] = t.data[((i / n) * tc + j / n) * n * n + (i % n) * n + j % n];
+            }
+        }
+    } else {
+        let c = logical.last().copied().unwrap_or(1);
+        let tiles = c.div_ceil(n);
+        let rows = out.len().checked_div(c).unwrap_or(0);
+        for r in 0..rows {
+            out.data[r * c..(r + 1) * c]
+                .copy_from_slice(&t.data[r * tiles * n..r * tiles * n + c]);
+        }
+    }
+    Ok(out)
+}
+
+fn layout_err(name: &str, shape: &[usize], message: &str) -> IoError {
+    IoError::Layout {
+        name: name.to_string(),
+        shape: ShapeDisplay(shape).to_string(),
+        message: message.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element conversion
+
+fn encode_values(data: &[f32], dtype: Dtype) -> Vec<u8> {
+    match dtype {
+        Dtype::F16 => data
+            .iter()
+            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+            .collect(),
+        Dtype::F32 => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
+}
+
+/// Little-endian element types we read.
+#[derive(Clone, Copy)]
+enum ReadType {
+    F16,
+    Bf16,
+    F32,
+    F64,
+}
+
+impl ReadType {
+    fn size(self) -> usize {
+        match self {
+            ReadType::F16 | ReadType::Bf16 => 2,
+            ReadType::F32 => 4,
+            ReadType::F64 => 8,
+        }
+    }
+    fn decode(self, bytes: &[u8]) -> Vec<f32> {
+        let w = self.size();
+        bytes
+            .chunks_exact(w)
+            .map(|c| match self {
+                ReadType::F16 => f16::from_le_bytes([c[0], c[1]]).to_f32(),
+                ReadType::Bf16 => bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+                ReadType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                ReadType::F64 => {
+                    f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32
+                }
+            })
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// safetensors
+
+fn safetensors_decode(bytes: &[u8], path: &Path) -> Result<BTreeMap<String, Tensor>, IoError> {
+    use safetensors::Dtype as St;
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| IoError::Safetensors {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut out = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        let ty = match view.dtype() {
+            St::F16 => ReadType::F16,
+            St::BF16 => ReadType::Bf16,
+            St::F32 => ReadType::F32,
+            St::F64 => ReadType::F64,
+            other => {
+                return Err(IoError::Dtype {
+                    path: path.to_path_buf(),
+                    name,
+                    dtype: other.to_string(),
+                });
+            }
+        };
+        let data = ty.decode(view.data());
+        out.insert(
+            name,
+            Tensor {
+                shape: view.shape().to_vec(),
+                data,
+            },
+        );
+    }
+    Ok(out)
+}
+
+fn safetensors_encode(
+    tensors: &BTreeMap<String, Tensor>,
+    dtype: Dtype,
+    path: &Path,
+) -> Result<Vec<u8>, IoError> {
+    let st_dtype = match dtype {
+        Dtype::F16 => safetensors::Dtype::F16,
+        Dtype::F32 => safetensors::Dtype::F32,
+    };
+    let buffers: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(n, t)| (n.clone(), t.shape.clone(), encode_values(&t.data, dtype)))
+        .collect();
+    let err = |e: safetensors::SafeTensorError| IoError::Safetensors {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let views = buffers
+        .iter()
+        .map(|(n, s, b)| Ok((n.as_str(), safetensors::tensor::TensorView::new(st_dtype, s.clone(), b).map_err(err)?)))
+        .collect::<Result<Vec<_>, IoError>>()?;
+    safetensors::serialize(views, None).map_err(err)
+}
+
+// ---------------------------------------------------------------------------------------------
+// .npy
+
+const NPY_MAGIC: &[u8] = b"\x93NUMPY";
+
+/// Encode one tensor as `.npy` version 1.0 (header padded to a multiple of 64 bytes).
+pub fn npy_encode(t: &Tensor, dtype: Dtype) -> Vec<u8> {
+    let descr = match dtype {
+        Dtype::F16 => "<f2",
+        Dtype::F32 => "<f4",
+    };
+    let shape = match t.shape.len() {
+        0 => "()".to_string(),
+        1 => format!("({},)", t.shape[0]),
+        _ => format!(
+            "({})",
+            t.shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    // magic (6) + version (2) + header length (2) + header + '\n' is a multiple of 64.
+    let unpadded = 10 + header.len() + 1;
+    header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    header.push('\n');
+    let mut out = Vec::with_capacity(10 + header.len() + t.len() * 4);
+    out.extend_from_slice(NPY_MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend(encode_values(&t.data, dtype));
+    out
+}
+
+/// Decode a `.npy` file; `path` names it in errors.
+pub fn npy_decode(bytes: &[u8], path: &Path) -> Result<Tensor, IoError> {
+    let err = |message: String| IoError::Npy {
+        path: path.to_path_buf(),
+        message,
+    };
+    if bytes.len() < 10 || &bytes[..6] != NPY_MAGIC {
+        return Err(err("missing the `\\x93NUMPY` magic; is this a .npy file?".into()));
+    }
+    let (header_len, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        v => return Err(err(format!("unsupported format version {v}.{}", bytes[7]))),
+    };
+    let header = bytes
+        .get(start..start + header_len)
+        .ok_or_else(|| err("truncated header".into()))?;
+    let header = std::str::from_utf8(header).map_err(|_| err("header is not text".into()))?;
+    let descr = dict_value(header, "descr").ok_or_else(|| err("header has no 'descr'".into()))?;
+    let descr = descr.trim().trim_matches(|c| c == '\'' || c == '"');
+    let ty = match descr {
+        "<f2" => ReadType::F16,
+        "<f4" => ReadType::F32,
+        "<f8" => ReadType::F64,
+        other => {
+            return Err(IoError::Dtype {
+                path: path.to_path_buf(),
+                name: path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                dtype: format!("`{other}` (only little-endian f2, f4, f8 .npy files are read)"),
+            });
+        }
+    };
+    let fortran = dict_value(header, "fortran_order")
+        .ok_or_else(|| err("header has no 'fortran_order'".into()))?;
+    if fortran.trim() != "False" {
+        return Err(err(
+            "Fortran-order arrays are not supported (help: save `numpy.ascontiguousarray(x)`)"
+                .into(),
+        ));
+    }
+    let shape_text =
+        dict_value(header, "shape").ok_or_else(|| err("header has no 'shape'".into()))?;
+    let inner = shape_text
+        .trim()
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .ok_or_else(|| err(format!("malformed shape `{shape_text}`")))?;
+    let shape = inner
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| err(format!("malformed shape `{shape_text}`")))?;
+    let count: usize = shape.iter().product();
+    let data = &bytes[start + header_len..];
+    let need = count * ty.size();
+    if data.len() < need {
+        return Err(err(format!(
+            "truncated data: shape {} needs {need} bytes, the file has {}",
+            ShapeDisplay(&shape),
+            data.len()
+        )));
+    }
+    Ok(Tensor {
+        data: ty.decode(&data[..need]),
+        shape,
+    })
+}
+
+/// The raw text of `'key': VALUE` in a numpy header dict (VALUE up to the next top-level comma).
+fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
+    let pat_a = format!("'{key}'");
+    let pat_b = format!("\"{key}\"");
+    let at = header.find(&pat_a).or_else(|| header.find(&pat_b))? + pat_a.len();
+    let rest = header[at..].trim_start().strip_prefix(':')?;
+    let mut depth = 0i32;
+    for (i, ch) in rest.char_indices() {
+        match ch {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            ',' | '}' if depth == 0 => return Some(rest[..i].trim()),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npy_round_trip_and_header_alignment() {
+        let t = Tensor::new(vec![2, 3], vec![1.0, -2.0, 0.5, 3.0, 4.0, -0.25]).unwrap();
+        for dtype in [Dtype::F16, Dtype::F32] {
+            let bytes = npy_encode(&t, dtype);
+            let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+            assert_eq!((10 + header_len) % 64, 0);
+            assert_eq!(npy_decode(&bytes, Path::new("x.npy")).unwrap(), t);
+        }
+    }
+
+    #[test]
+    fn npy_errors_are_clear() {
+        let t = Tensor::new(vec![4], vec![1.0; 4]).unwrap();
+        let bytes = npy_encode(&t, Dtype::F32);
+        let e = npy_decode(&bytes[..bytes.len() - 3], Path::new("x.npy")).unwrap_err();
+        assert!(e.to_string().contains("truncated data"), "{e}");
+        let fortran = String::from_utf8_lossy(&bytes).replace("'fortran_order': False", "'fortran_order': True ");
+        let e = npy_decode(fortran.as_bytes(), Path::new("x.npy")).unwrap_err();
+        assert!(e.to_string().contains("Fortran"), "{e}");
+        let mut be = bytes.clone();
+        let pos = be.windows(3).position(|w| w == b"<f4").unwrap();
+        be[pos] = b'>';
+        let e = npy_decode(&be, Path::new("x.npy")).unwrap_err();
+        assert!(e.to_string().contains(">f4"), "{e}");
+    }
+
+    #[test]
+    fn tile_layouts() {
+        // Vector [2, 3] with N = 2: rows padded to 4 lanes -> [2, 2, 2].
+        let v = Tensor::new(vec![2, 3], vec![1., 2., 3., 4., 5., 6.]).unwrap();
+        let t = to_tiles("v", &v, 2, false).unwrap();
+        assert_eq!(t.shape, vec![2, 2, 2]);
+        assert_eq!(t.data, vec![1., 2., 3., 0., 4., 5., 6., 0.]);
+        assert_eq!(from_tiles("v", &t, &[2, 3], 2, false).unwrap(), v);
+        // Matrix [3, 3] with N = 2: tiles (0,0) = [[1,2],[4,5]], (0,1) = [[3,0],[6,0]],
+        // (1,0) = [[7,8],[0,0]], (1,1) = [[9,0],[0,0]].
+        let m = Tensor::new(vec![3, 3], (1..=9).map(|v| v as f32).collect()).unwrap();
+        let t = to_tiles("m", &m, 2, true).unwrap();
+        assert_eq!(t.shape, vec![2, 2, 2, 2]);
+        assert_eq!(
+            t.data,
+            vec![1., 2., 4., 5., 3., 0., 6., 0., 7., 8., 0., 0., 9., 0., 0., 0.]
+        );
+        assert_eq!(from_tiles("m", &t, &[3, 3], 2, true).unwrap(), m);
+    }
+}

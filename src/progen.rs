@@ -1,0 +1,1575 @@
+//! Random firmware programs for differential testing (software graph vs emulator).
+//!
+//! [`generate`] builds a program that is valid *by construction*: it models the machine state
+//! (which registers hold data, which are declared, where the scalar registers stand, the MFU
+//! placement rule, netq pops and pushes) and only emits instructions the checker accepts. It
+//! never generates and rejects. [`host_data`] fills the program's declarations with adversarial
+//! data (exponent spreads across tiles, ties at BFP rounding points, saturation, zeros,
+//! subnormals, NaN/Inf), and [`minimize`] shrinks a failing program.
+//!
+//! Everything is a pure function of the seed (a private SplitMix64 stream), so a failure is
+//! reproduced from its seed alone.
+
+use nnp_grammar::{Mem, OpKind, Unit};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+/// Knobs of the generator. `Default` gives the small programs of the CI run.
+#[derive(Clone, Debug)]
+pub struct GenConfig {
+    /// Native dimensions to draw the target's N from.
+    pub natives: Vec<usize>,
+    /// Targets have 1..=max_mfus MFUs.
+    pub max_mfus: usize,
+    /// Vector chains per program (matrix copy chains come on top).
+    pub max_chains: usize,
+    /// Largest `rows` / `cols` (vector width in native tiles).
+    pub max_tiles: u32,
+    /// Largest `s_wr iterations` value.
+    pub max_iterations: u32,
+    /// Most MFU ops in one chain.
+    pub max_ops: usize,
+    /// Probability of `quant` directives before a chain.
+    pub quant_prob: f64,
+    /// Allow `mfu.input` formats other than fp16/bf16 (activations computed in f64 and rounded).
+    pub wide_mfu_formats: bool,
+}
+
+impl Default for GenConfig {
+    fn default() -> Self {
+        GenConfig {
+            natives: vec![4, 8, 16],
+            max_mfus: 3,
+            max_chains: 6,
+            max_tiles: 3,
+            max_iterations: 3,
+            max_ops: 4,
+            quant_prob: 0.3,
+            wide_mfu_formats: false,
+        }
+    }
+}
+
+/// A generated program: firmware text and its target description (TOML).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Generated {
+    pub source: String,
+    pub target_toml: String,
+}
+
+/// Generate one valid program from a seed.
+pub fn generate(seed: u64, cfg: &GenConfig) -> Generated {
+    let mut g = Gen::new(seed, cfg);
+    g.build();
+    Generated {
+        source: g.render(),
+        target_toml: g.target_toml(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random numbers: SplitMix64 (tiny, good enough, and stable across crate versions).
+
+/// A small deterministic random stream.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    /// A stream derived from a seed and a name (stable when other names come and go).
+    pub fn keyed(seed: u64, key: &str) -> Self {
+        // FNV-1a over the key, mixed with the seed.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in key.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let mut r = Rng::new(seed ^ h.rotate_left(17));
+        r.next_u64();
+        r
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + self.below((hi - lo + 1) as u64) as i64
+    }
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+    pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Format literals the generator draws from.
+
+const ROUNDINGS: &[&str] = &["even", "away", "zero"];
+const MX_ELEMS: &[&str] = &["fp8e4m3", "fp8e5m2", "fp6e3m2", "fp6e2m3", "fp4e2m1", "int8"];
+
+/// A random MVM-input format (BFP, MSFP, MX, reduced float, fp16).
+fn mvm_format(r: &mut Rng, n: usize) -> String {
+    match r.below(10) {
+        0..=3 => {
+            let mut s = format!("bfp(mant = {}", r.range(3, 8));
+            if r.chance(0.3) {
+                let _ = write!(s, ", exp_bits = {}", r.pick(&[4, 5, 6, 8]));
+            }
+            if r.chance(0.4) {
+                let _ = write!(s, ", round = {}", r.pick(ROUNDINGS));
+            }
+            if r.chance(0.2) {
+                // Blocks that divide the native tile.
+                let blocks: Vec<usize> = (1..=n).filter(|b| n % b == 0 && *b >= 2).collect();
+                let _ = write!(s, ", block = {}", r.pick(&blocks));
+            }
+            s.push(')');
+            s
+        }
+        4 => format!("msfp(mant = {})", r.pick(&[4, 5, 8])),
+        5 | 6 => {
+            let blocks: Vec<usize> = (1..=n).filter(|b| n % b == 0 && *b >= 2).collect();
+            format!("mx(elem = {}, block = {})", r.pick(MX_ELEMS), r.pick(&blocks))
+        }
+        7 => r.pick(&["fp(5, 2)", "fp(4, 3)", "fp(5, 3)"]).to_string(),
+        8 => "bf16".into(),
+        _ => "fp16".into(),
+    }
+}
+
+/// A random float format for `mvm.output`.
+fn output_format(r: &mut Rng) -> String {
+    r.pick(&["fp16", "fp16", "fp16", "bf16", "fp32", "fp(5, 3)"])
+        .to_string()
+}
+
+/// A random float format for `mfu.input`.
+fn mfu_format(r: &mut Rng, wide: bool) -> String {
+    if wide && r.chance(0.3) {
+        r.pick(&["fp32", "fp(5, 3)", "fp(4, 3)"]).to_string()
+    } else {
+        r.pick(&["fp16", "fp16", "fp16", "bf16"]).to_string()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The program model.
+
+/// One address space: per register, whether it holds data and which declaration owns it.
+#[derive(Clone, Debug)]
+struct Space {
+    init: Vec<bool>,
+    /// Declared or written at some point: new declarations only go where nothing was.
+    touched: Vec<bool>,
+    decl: Vec<Option<usize>>,
+}
+
+impl Space {
+    fn new(size: u32) -> Self {
+        Space {
+            init: vec![false; size as usize],
+            touched: vec![false; size as usize],
+            decl: vec![None; size as usize],
+        }
+    }
+    fn size(&self) -> u32 {
+        self.init.len() as u32
+    }
+    /// A random base of `len` untouched registers.
+    fn alloc(&self, r: &mut Rng, len: u32) -> Option<u32> {
+        let free: Vec<u32> = (0..=self.size().saturating_sub(len))
+            .filter(|&a| (a..a + len).all(|i| !self.touched.get(i as usize).copied().unwrap_or(true)))
+            .collect();
+        if free.is_empty() || len == 0 || len > self.size() {
+            None
+        } else {
+            Some(*r.pick(&free))
+        }
+    }
+    fn all_init(&self, regs: &[u32]) -> bool {
+        regs.iter()
+            .all(|&i| self.init.get(i as usize).copied().unwrap_or(false))
+    }
+    fn in_range(&self, regs: &[u32]) -> bool {
+        regs.iter().all(|&i| i < self.size())
+    }
+    fn mark(&mut self, regs: &[u32], decl: Option<usize>) {
+        for &i in regs {
+            self.init[i as usize] = true;
+            self.touched[i as usize] = true;
+            if decl.is_some() {
+                self.decl[i as usize] = decl;
+            }
+        }
+    }
+}
+
+/// Which space a vector memory lives in (matrix tile spaces are separate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum SpaceId {
+    Vec(Mem),
+    MrfTiles,
+    DramTiles,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum DKind {
+    Matrix,
+    Vector,
+    Input,
+    Output,
+}
+
+#[derive(Clone, Debug)]
+struct DeclM {
+    name: String,
+    kind: DKind,
+    shape: Vec<usize>,
+    /// Memory and base (matrices at dram use the tile space).
+    at: Option<(Mem, u32)>,
+    zero: bool,
+    pad: Option<String>,
+    quant: Option<String>,
+    /// For matrices: tile rows and tile columns.
+    tiles: (u32, u32),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct AddrM {
+    base: u32,
+    inc: i32,
+}
+
+impl AddrM {
+    fn at(&self, t: u32) -> u32 {
+        (self.base as i64 + self.inc as i64 * t as i64) as u32
+    }
+}
+
+#[derive(Clone, Debug)]
+struct WindowM {
+    w: u32,
+    h: u32,
+    pitch: u32,
+}
+
+#[derive(Clone, Debug)]
+struct VChainM {
+    src: Mem,
+    src_addr: AddrM,
+    window: Option<WindowM>,
+    mv_mul: Option<AddrM>,
+    ops: Vec<(OpKind, Option<(Mem, AddrM)>)>,
+    writes: Vec<(Mem, AddrM)>,
+}
+
+#[derive(Clone, Debug)]
+enum Item {
+    Quant(&'static str, String),
+    Swr(&'static str, u32),
+    Vector { iterations: u32, chain: VChainM },
+    Matrix { iterations: u32, src: AddrM, dst: AddrM },
+}
+
+/// A region of mrf tiles that holds a matrix usable by `mv_mul`.
+#[derive(Clone, Debug)]
+struct MatRegion {
+    base: u32,
+    rt: u32,
+    ct: u32,
+}
+
+/// A written region an `output ... at` may read back.
+#[derive(Clone, Debug)]
+struct Written {
+    mem: Mem,
+    regs: Vec<u32>,
+    width: u32,
+    iterations: u32,
+    inc: i32,
+    base: u32,
+}
+
+struct Gen<'c> {
+    cfg: &'c GenConfig,
+    r: Rng,
+    seed: u64,
+    n: usize,
+    mfus: usize,
+    sizes: [u32; 6],
+    accumulation: &'static str,
+    defaults: [String; 4],
+    spaces: Vec<(SpaceId, Space)>,
+    decls: Vec<DeclM>,
+    items: Vec<Item>,
+    mats: Vec<MatRegion>,
+    /// Matrices declared at dram and not yet copied: (decl index).
+    dram_mats: Vec<usize>,
+    written: Vec<Written>,
+    rows: u32,
+    cols: u32,
+    win: Option<(u32, u32, u32)>,
+    counter: usize,
+}
+
+impl<'c> Gen<'c> {
+    fn new(seed: u64, cfg: &'c GenConfig) -> Self {
+        let mut r = Rng::new(seed);
+        let natives = if cfg.natives.is_empty() {
+            vec![8]
+        } else {
+            cfg.natives.clone()
+        };
+        let n = *r.pick(&natives);
+        let mfus = r.range(1, cfg.max_mfus.max(1) as i64) as usize;
+        let mut sz = |lo: i64, hi: i64| (r.range(lo, hi) * 8) as u32;
+        // ivrf, asvrf, mulvrf, mrf, dram, dram_tiles
+        let sizes = [sz(4, 8), sz(3, 6), sz(3, 6), sz(4, 8), sz(6, 12), sz(3, 6)];
+        let accumulation = *r.pick(&["exact", "fp32-seq", "fp16-seq"]);
+        let defaults = [
+            mvm_format(&mut r, n),
+            mvm_format(&mut r, n),
+            output_format(&mut r),
+            mfu_format(&mut r, cfg.wide_mfu_formats),
+        ];
+        let mut spaces = vec![
+            (SpaceId::Vec(Mem::Ivrf), Space::new(sizes[0])),
+            (SpaceId::Vec(Mem::Dram), Space::new(sizes[4])),
+            (SpaceId::MrfTiles, Space::new(sizes[3])),
+            (SpaceId::DramTiles, Space::new(sizes[5])),
+        ];
+        for k in 0..mfus as u8 {
+            spaces.push((SpaceId::Vec(Mem::AsVrf(k)), Space::new(sizes[1])));
+            spaces.push((SpaceId::Vec(Mem::MulVrf(k)), Space::new(sizes[2])));
+        }
+        Gen {
+            cfg,
+            r,
+            seed,
+            n,
+            mfus,
+            sizes,
+            accumulation,
+            defaults,
+            spaces,
+            decls: Vec::new(),
+            items: Vec::new(),
+            mats: Vec::new(),
+            dram_mats: Vec::new(),
+            written: Vec::new(),
+            rows: 1,
+            cols: 1,
+            win: None,
+            counter: 0,
+        }
+    }
+
+    fn space(&mut self, id: SpaceId) -> &mut Space {
+        let i = self
+            .spaces
+            .iter()
+            .position(|(s, _)| *s == id)
+            .unwrap_or(0);
+        &mut self.spaces[i].1
+    }
+
+    fn space_ref(&self, id: SpaceId) -> &Space {
+        let i = self
+            .spaces
+            .iter()
+            .position(|(s, _)| *s == id)
+            .unwrap_or(0);
+        &self.spaces[i].1
+    }
+
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.counter += 1;
+        format!("{prefix}{}", self.counter)
+    }
+
+    /// A logical row length needing exactly `w` native tiles.
+    fn row_len(&mut self, w: u32) -> usize {
+        let n = self.n;
+        let w = w as usize;
+        if self.r.chance(0.5) {
+            w * n
+        } else {
+            self.r.range(((w - 1) * n + 1) as i64, (w * n) as i64) as usize
+        }
+    }
+
+    /// A shape of `rows` rows (1-D when `rows == 1` most of the time) of length `len`.
+    fn shape(&mut self, rows: u32, len: usize) -> Vec<usize> {
+        let rows = rows as usize;
+        if rows == 1 && self.r.chance(0.7) {
+            vec![len]
+        } else if rows % 2 == 0 && rows > 2 && self.r.chance(0.3) {
+            vec![2, rows / 2, len]
+        } else {
+            vec![rows, len]
+        }
+    }
+
+    fn pad_literal(&mut self) -> Option<String> {
+        if !self.r.chance(0.3) {
+            return None;
+        }
+        Some(
+            self.r
+                .pick(&["0", "1", "-1", "0.5", "-65504", "65504", "-3.25", "1024"])
+                .to_string(),
+        )
+    }
+
+    /// Declare a vector of `rows` rows of `w` tiles in `mem` (allocated in untouched registers).
+    /// Returns the base register.
+    fn declare_vector(&mut self, mem: Mem, w: u32, rows: u32) -> Option<u32> {
+        let total = w * rows;
+        let base = {
+            let mut r = self.r.clone();
+            let b = self.space_ref(SpaceId::Vec(mem)).alloc(&mut r, total);
+            self.r = r;
+            b?
+        };
+        let len = self.row_len(w);
+        let shape = self.shape(rows, len);
+        let zero = self.r.chance(0.15);
+        let pad = if zero { None } else { self.pad_literal() };
+        let quant = if !zero && self.r.chance(0.2) {
+            Some(mvm_format(&mut self.r, self.n))
+        } else {
+            None
+        };
+        let idx = self.decls.len();
+        let name = self.fresh("v");
+        self.decls.push(DeclM {
+            name,
+            kind: DKind::Vector,
+            shape,
+            at: Some((mem, base)),
+            zero,
+            pad,
+            quant,
+            tiles: (0, 0),
+        });
+        let regs: Vec<u32> = (base..base + total).collect();
+        self.space(SpaceId::Vec(mem)).mark(&regs, Some(idx));
+        Some(base)
+    }
+
+    /// Declare a matrix of `rt x ct` tiles at mrf (usable now) or at dram (copied later).
+    fn declare_matrix(&mut self, rt: u32, ct: u32) -> bool {
+        let at_dram = self.r.chance(0.3);
+        let id = if at_dram {
+            SpaceId::DramTiles
+        } else {
+            SpaceId::MrfTiles
+        };
+        let base = {
+            let mut r = self.r.clone();
+            let b = self.space_ref(id).alloc(&mut r, rt * ct);
+            self.r = r;
+            match b {
+                Some(b) => b,
+                None => return false,
+            }
+        };
+        let n = self.n;
+        let rows = if self.r.chance(0.5) {
+            rt as usize * n
+        } else {
+            self.r.range(((rt as usize - 1) * n + 1) as i64, (rt as usize * n) as i64) as usize
+        };
+        let cols = self.row_len(ct);
+        // Per-matrix precision only where it is unambiguous (declared at mrf, never copied).
+        let quant = if !at_dram && self.r.chance(0.25) {
+            Some(mvm_format(&mut self.r, n))
+        } else {
+            None
+        };
+        let idx = self.decls.len();
+        let name = self.fresh("W");
+        self.decls.push(DeclM {
+            name,
+            kind: DKind::Matrix,
+            shape: vec![rows, cols],
+            at: Some((if at_dram { Mem::Dram } else { Mem::Mrf }, base)),
+            zero: false,
+            pad: None,
+            quant,
+            tiles: (rt, ct),
+        });
+        let regs: Vec<u32> = (base..base + rt * ct).collect();
+        self.space(id).mark(&regs, Some(idx));
+        if at_dram {
+            self.dram_mats.push(idx);
+        } else {
+            self.mats.push(MatRegion { base, rt, ct });
+        }
+        true
+    }
+
+    fn set_scalar(&mut self, reg: &'static str, v: u32) {
+        let cur = match reg {
+            "rows" => &mut self.rows,
+            _ => &mut self.cols,
+        };
+        if *cur != v || self.r.chance(0.1) {
+            *cur = v;
+            self.items.push(Item::Swr(reg, v));
+        }
+    }
+
+    /// Copy a matrix declared at dram into free mrf tiles (a matrix chain, maybe iterated).
+    fn copy_matrix(&mut self, decl: usize) -> bool {
+        let (rt, ct) = self.decls[decl].tiles;
+        let Some((_, src)) = self.decls[decl].at else {
+            return false;
+        };
+        let total = rt * ct;
+        let dst = {
+            let mut r = self.r.clone();
+            let b = self.space_ref(SpaceId::MrfTiles).alloc(&mut r, total);
+            self.r = r;
+            match b {
+                Some(b) => b,
+                None => return false,
+            }
+        };
+        // Whole matrix at once, or one tile row per iteration.
+        let (iterations, piece_rows) = if rt > 1 && self.r.chance(0.5) {
+            (rt, 1)
+        } else {
+            (1, rt)
+        };
+        self.set_scalar("rows", piece_rows);
+        self.set_scalar("cols", ct);
+        if iterations > 1 {
+            self.items.push(Item::Swr("iterations", iterations));
+        }
+        let inc = if iterations > 1 { ct as i32 } else { 0 };
+        self.items.push(Item::Matrix {
+            iterations,
+            src: AddrM { base: src, inc },
+            dst: AddrM { base: dst, inc },
+        });
+        let regs: Vec<u32> = (dst..dst + total).collect();
+        self.space(SpaceId::MrfTiles).mark(&regs, None);
+        self.mats.push(MatRegion { base: dst, rt, ct });
+        true
+    }
+
+    /// Registers a (possibly windowed) read touches, over all iterations.
+    fn read_regs(addr: AddrM, width: u32, window: Option<&WindowM>, iterations: u32) -> Vec<u32> {
+        let mut v = Vec::new();
+        for t in 0..iterations {
+            let a = addr.at(t);
+            match window {
+                Some(w) => {
+                    for dy in 0..w.h {
+                        for dx in 0..w.w {
+                            v.push(a + dy * w.pitch + dx);
+                        }
+                    }
+                }
+                None => v.extend(a..a + width),
+            }
+        }
+        v
+    }
+
+    /// An address of `width` initialised registers in `mem` for every iteration, maybe iterated.
+    /// Declares a fresh vector there when nothing fits (or by chance).
+    fn source_addr(&mut self, mem: Mem, width: u32, iterations: u32) -> Option<AddrM> {
+        let id = SpaceId::Vec(mem);
+        let mut incs = vec![0i32];
+        if iterations > 1 {
+            incs.extend([width as i32, 1, -(width as i32)]);
+        }
+        let inc = *self.r.pick(&incs);
+        if !self.r.chance(0.4) {
+            let sp = self.space_ref(id);
+            let cands: Vec<u32> = (0..sp.size())
+                .filter(|&a| {
+                    let addr = AddrM { base: a, inc };
+                    if inc < 0 && (a as i64) + (inc as i64) * (iterations as i64 - 1) < 0 {
+                        return false;
+                    }
+                    let regs = Self::read_regs(addr, width, None, iterations);
+                    sp.in_range(&regs) && sp.all_init(&regs)
+                })
+                .collect();
+            if !cands.is_empty() {
+                let base = *self.r.pick(&cands);
+                return Some(AddrM { base, inc });
+            }
+        }
+        // Fresh declaration: one row per iteration (inc = width), or a single row (inc = 0).
+        if iterations > 1 && self.r.chance(0.6) {
+            let base = self.declare_vector(mem, width, iterations)?;
+            Some(AddrM {
+                base,
+                inc: width as i32,
+            })
+        } else {
+            let base = self.declare_vector(mem, width, 1)?;
+            Some(AddrM { base, inc: 0 })
+        }
+    }
+
+    /// Free destination registers for a write of `width` over the iterations, avoiding `avoid`
+    /// (the chain's operand registers).
+    fn dest_addr(
+        &mut self,
+        mem: Mem,
+        width: u32,
+        iterations: u32,
+        avoid: &BTreeSet<(Mem, u32)>,
+        taken: &BTreeSet<(Mem, u32)>,
+    ) -> Option<AddrM> {
+        let mut incs = vec![0i32];
+        if iterations > 1 {
+            incs.extend([width as i32, width as i32, 1]);
+        }
+        let inc = *self.r.pick(&incs);
+        let sp = self.space_ref(SpaceId::Vec(mem));
+        let cands: Vec<u32> = (0..sp.size())
+            .filter(|&a| {
+                let regs = Self::read_regs(AddrM { base: a, inc }, width, None, iterations);
+                sp.in_range(&regs)
+                    && regs
+                        .iter()
+                        .all(|r| !avoid.contains(&(mem, *r)) && !taken.contains(&(mem, *r)))
+            })
+            .collect();
+        if cands.is_empty() {
+            return None;
+        }
+        // Prefer registers already holding data now and then (state updates), else any.
+        let base = *self.r.pick(&cands);
+        Some(AddrM { base, inc })
+    }
+
+    fn vector_mems(&self) -> Vec<Mem> {
+        let mut v = vec![Mem::Ivrf, Mem::Dram];
+        for k in 0..self.mfus as u8 {
+            v.push(Mem::AsVrf(k));
+            v.push(Mem::MulVrf(k));
+        }
+        v
+    }
+
+    /// Place ops with the MFU rule, dropping those that would need a missing MFU.
+    fn place(&self, kinds: &[OpKind]) -> Vec<(OpKind, u8)> {
+        let mut out = Vec::new();
+        let mut mfu = 0u8;
+        let mut used: Vec<Unit> = Vec::new();
+        for &k in kinds {
+            let u = k.unit();
+            if used.contains(&u) {
+                mfu += 1;
+                used.clear();
+            }
+            if mfu as usize >= self.mfus {
+                break;
+            }
+            used.push(u);
+            out.push((k, mfu));
+        }
+        out
+    }
+
+    fn quant_directives(&mut self) {
+        if !self.r.chance(self.cfg.quant_prob) {
+            return;
+        }
+        let count = self.r.range(1, 2);
+        for _ in 0..count {
+            let (point, fmt) = match self.r.below(4) {
+                0 => ("mvm.vector", mvm_format(&mut self.r, self.n)),
+                1 => ("mvm.matrix", mvm_format(&mut self.r, self.n)),
+                2 => ("mvm.output", output_format(&mut self.r)),
+                _ => ("mfu.input", mfu_format(&mut self.r, self.cfg.wide_mfu_formats)),
+            };
+            self.items.push(Item::Quant(point, fmt));
+        }
+    }
+
+    /// A fresh netq row group: `input` when `out` is false, `output` otherwise.
+    fn netq_decl(&mut self, out: bool, width: u32, iterations: u32) {
+        let len = self.row_len(width);
+        let shape = self.shape(iterations, len);
+        let pad = if out { None } else { self.pad_literal() };
+        let quant = if !out && self.r.chance(0.15) {
+            Some(mvm_format(&mut self.r, self.n))
+        } else {
+            None
+        };
+        let name = self.fresh(if out { "y" } else { "x" });
+        self.decls.push(DeclM {
+            name,
+            kind: if out { DKind::Output } else { DKind::Input },
+            shape,
+            at: None,
+            zero: false,
+            pad,
+            quant,
+            tiles: (0, 0),
+        });
+    }
+
+    /// A random MFU op sequence.
+    fn op_kinds(&mut self) -> Vec<OpKind> {
+        const ALL: &[OpKind] = &[
+            OpKind::Add,
+            OpKind::ASubB,
+            OpKind::BSubA,
+            OpKind::Max,
+            OpKind::Mul,
+            OpKind::Relu,
+            OpKind::Sigm,
+            OpKind::Tanh,
+            OpKind::Exp,
+            OpKind::Softmax,
+            OpKind::Pass,
+        ];
+        let count = self.r.range(0, self.cfg.max_ops as i64) as usize;
+        (0..count).map(|_| *self.r.pick(ALL)).collect()
+    }
+
+    /// Generate one vector chain (and whatever declarations and copies it needs).
+    fn vector_chain(&mut self, force_netq_out: bool) {
+        let max_t = self.cfg.max_tiles.max(1) as i64;
+        let iterations = if self.r.chance(0.6) {
+            1
+        } else {
+            self.r.range(2, self.cfg.max_iterations.max(2) as i64) as u32
+        };
+        let use_mvm = self.r.chance(0.45);
+        let mut mv_mul = None;
+        let width;
+        let read_tiles;
+        if use_mvm {
+            // Pick or make a matrix in mrf.
+            if self.mats.is_empty() || self.r.chance(0.3) {
+                let rt = self.r.range(1, max_t) as u32;
+                let ct = self.r.range(1, max_t) as u32;
+                self.declare_matrix(rt, ct);
+            }
+            if !self.dram_mats.is_empty() && self.r.chance(0.7) {
+                let i = self.r.below(self.dram_mats.len() as u64) as usize;
+                let d = self.dram_mats.remove(i);
+                self.copy_matrix(d);
+            }
+            if self.mats.is_empty() {
+                return;
+            }
+            let m = self.r.pick(&self.mats).clone();
+            // Whole tile rows (cols = ct), or a run inside one tile row (rows = 1).
+            let (rows, cols, base, inc) = if self.r.chance(0.7) {
+                let rows = self.r.range(1, m.rt as i64) as u32;
+                let start = self.r.range(0, (m.rt - rows) as i64) as u32;
+                let blocks_left = (m.rt - start) / rows;
+                let inc = if iterations > 1 && blocks_left >= iterations && self.r.chance(0.5) {
+                    (rows * m.ct) as i32
+                } else {
+                    0
+                };
+                (rows, m.ct, m.base + start * m.ct, inc)
+            } else {
+                let cols = self.r.range(1, m.ct as i64) as u32;
+                let i = self.r.range(0, m.rt as i64 - 1) as u32;
+                let j = self.r.range(0, (m.ct - cols) as i64) as u32;
+                (1, cols, m.base + i * m.ct + j, 0)
+            };
+            self.set_scalar("rows", rows);
+            self.set_scalar("cols", cols);
+            mv_mul = Some(AddrM { base, inc });
+            width = rows;
+            read_tiles = cols;
+        } else {
+            width = self.r.range(1, max_t) as u32;
+            self.set_scalar("rows", width);
+            read_tiles = width;
+        }
+
+        // The read.
+        let mut window = None;
+        let src;
+        let src_addr;
+        let try_window = read_tiles > 1 && self.r.chance(0.3);
+        if try_window {
+            // win_w * win_h == read_tiles; an image of one-tile pixels with `pitch` per row.
+            let divs: Vec<u32> = (1..=read_tiles).filter(|d| read_tiles % d == 0).collect();
+            let w = *self.r.pick(&divs);
+            let h = read_tiles / w;
+            let pitch = w + self.r.range(0, 2) as u32;
+            let mem = if use_mvm {
+                Mem::Ivrf
+            } else {
+                *self.r.pick(&[Mem::Ivrf, Mem::Ivrf, Mem::Dram])
+            };
+            // Image rows: enough for the window plus the iterations (inc 1 along a row).
+            let img_rows = h + self.r.range(0, 1) as u32;
+            let inc = if iterations > 1 { 1 } else { 0 };
+            let need_w = w + (iterations - 1) * inc as u32;
+            let pitch = pitch.max(need_w);
+            match self.declare_vector(mem, 1, img_rows * pitch) {
+                Some(base) => {
+                    self.win_regs(w, h, pitch);
+                    window = Some(WindowM { w, h, pitch });
+                    src = mem;
+                    src_addr = AddrM { base, inc };
+                }
+                None => return,
+            }
+        } else {
+            let mems = if use_mvm {
+                vec![Mem::Ivrf]
+            } else {
+                let mut v = self.vector_mems();
+                v.push(Mem::Netq);
+                v.push(Mem::Netq);
+                v
+            };
+            src = *self.r.pick(&mems);
+            if src == Mem::Netq {
+                self.netq_decl(false, read_tiles, iterations);
+                src_addr = AddrM { base: 0, inc: 0 };
+            } else {
+                match self.source_addr(src, read_tiles, iterations) {
+                    Some(a) => src_addr = a,
+                    None => return,
+                }
+            }
+        }
+
+        // MFU ops and their operands.
+        let kinds = self.op_kinds();
+        let placed = self.place(&kinds);
+        let mut ops = Vec::new();
+        let mut operand_regs: BTreeSet<(Mem, u32)> = BTreeSet::new();
+        for (k, mfu) in placed {
+            let operand = if k.has_operand() {
+                let mem = if k.unit() == Unit::Mul {
+                    Mem::MulVrf(mfu)
+                } else {
+                    Mem::AsVrf(mfu)
+                };
+                match self.source_addr(mem, width, iterations) {
+                    Some(a) => {
+                        for r in Self::read_regs(a, width, None, iterations) {
+                            operand_regs.insert((mem, r));
+                        }
+                        Some((mem, a))
+                    }
+                    // No room: stop here (later ops would shift MFU placement).
+                    None => break,
+                }
+            } else {
+                None
+            };
+            ops.push((k, operand));
+        }
+
+        // Writes: one to four destinations, at most one netq push.
+        let mut writes = Vec::new();
+        let mut taken: BTreeSet<(Mem, u32)> = BTreeSet::new();
+        let count = self.r.range(1, 3);
+        let mut netq_out = force_netq_out;
+        if !netq_out && self.r.chance(0.35) {
+            netq_out = true;
+        }
+        if netq_out {
+            self.netq_decl(true, width, iterations);
+            writes.push((Mem::Netq, AddrM { base: 0, inc: 0 }));
+        }
+        for _ in 0..count {
+            if !writes.is_empty() && self.r.chance(0.3) {
+                break;
+            }
+            let mems = self.vector_mems();
+            let mem = *self.r.pick(&mems);
+            if let Some(a) = self.dest_addr(mem, width, iterations, &operand_regs, &taken) {
+                let regs = Self::read_regs(a, width, None, iterations);
+                for &r in &regs {
+                    taken.insert((mem, r));
+                }
+                writes.push((mem, a));
+            }
+        }
+        if writes.is_empty() {
+            self.netq_decl(true, width, iterations);
+            writes.push((Mem::Netq, AddrM { base: 0, inc: 0 }));
+        }
+        if self.r.chance(0.5) {
+            writes.reverse();
+        }
+        for (mem, a) in &writes {
+            if *mem == Mem::Netq {
+                continue;
+            }
+            let regs = Self::read_regs(*a, width, None, iterations);
+            self.space(SpaceId::Vec(*mem)).mark(&regs, None);
+            self.written.push(Written {
+                mem: *mem,
+                regs,
+                width,
+                iterations,
+                inc: a.inc,
+                base: a.base,
+            });
+        }
+
+        if iterations > 1 || self.r.chance(0.05) {
+            self.items.push(Item::Swr("iterations", iterations));
+        }
+        self.items.push(Item::Vector {
+            iterations,
+            chain: VChainM {
+                src,
+                src_addr,
+                window,
+                mv_mul,
+                ops,
+                writes,
+            },
+        });
+    }
+
+    fn win_regs(&mut self, w: u32, h: u32, pitch: u32) {
+        if self.win != Some((w, h, pitch)) || self.r.chance(0.1) {
+            let old = self.win;
+            for (reg, v, o) in [
+                ("win_w", w, old.map(|o| o.0)),
+                ("win_h", h, old.map(|o| o.1)),
+                ("pitch", pitch, old.map(|o| o.2)),
+            ] {
+                if o != Some(v) || self.r.chance(0.2) {
+                    self.items.push(Item::Swr(reg, v));
+                }
+            }
+            self.win = Some((w, h, pitch));
+        }
+    }
+
+    /// `output ... at mem[a]` declarations over written, undeclared registers.
+    fn mem_outputs(&mut self) {
+        let want = self.r.range(0, 2);
+        let mut got = 0;
+        let mut cands = self.written.clone();
+        // Later writes first: a region written last is the interesting one.
+        cands.reverse();
+        let mut claimed: BTreeSet<(Mem, u32)> = BTreeSet::new();
+        for wr in cands {
+            if got >= want {
+                break;
+            }
+            // Contiguous rows only: one row, or rows laid end to end.
+            let (rows, base) = if wr.iterations == 1 || wr.inc == 0 {
+                (1, wr.base)
+            } else if wr.inc == wr.width as i32 {
+                (wr.iterations, wr.base)
+            } else {
+                continue;
+            };
+            let regs: Vec<u32> = (base..base + rows * wr.width).collect();
+            let sp = self.space_ref(SpaceId::Vec(wr.mem));
+            if regs
+                .iter()
+                .any(|&r| sp.decl[r as usize].is_some() || claimed.contains(&(wr.mem, r)))
+            {
+                continue;
+            }
+            let _ = &wr.regs;
+            for &r in &regs {
+                claimed.insert((wr.mem, r));
+            }
+            let len = self.row_len(wr.width);
+            let shape = self.shape(rows, len);
+            let idx = self.decls.len();
+            let name = self.fresh("z");
+            self.decls.push(DeclM {
+                name,
+                kind: DKind::Output,
+                shape,
+                at: Some((wr.mem, base)),
+                zero: false,
+                pad: None,
+                quant: None,
+                tiles: (0, 0),
+            });
+            self.space(SpaceId::Vec(wr.mem)).mark(&regs, Some(idx));
+            got += 1;
+        }
+    }
+
+    fn build(&mut self) {
+        let chains = self.r.range(1, self.cfg.max_chains.max(1) as i64) as usize;
+        for i in 0..chains {
+            self.quant_directives();
+            // The last chain pushes on netq unless an output already exists.
+            let last = i + 1 == chains;
+            let has_out = self.decls.iter().any(|d| d.kind == DKind::Output);
+            self.vector_chain(last && !has_out);
+        }
+        // A copy chain for a dram matrix nobody used yet (m_rd/m_wr coverage).
+        while let Some(d) = self.dram_mats.pop() {
+            self.copy_matrix(d);
+        }
+        self.mem_outputs();
+        if !self.decls.iter().any(|d| d.kind == DKind::Output) {
+            self.vector_chain(true);
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Rendering.
+
+    /// `mem[expr]`, using a declaration's name for its base now and then.
+    fn addr_text(&mut self, mem: Mem, base: u32, tile_space: bool) -> String {
+        if mem == Mem::Netq {
+            return "netq".into();
+        }
+        let owner = self.decls.iter().find(|d| match d.at {
+            Some((m, b)) if d.kind != DKind::Output => {
+                let len = if d.kind == DKind::Matrix {
+                    d.tiles.0 * d.tiles.1
+                } else {
+                    let w = d.shape.last().copied().unwrap_or(1).div_ceil(self.n) as u32;
+                    let rows: usize = d.shape[..d.shape.len() - 1].iter().product();
+                    w * rows as u32
+                };
+                let same_space = if tile_space {
+                    m == mem && d.kind == DKind::Matrix
+                } else {
+                    m == mem && d.kind != DKind::Matrix
+                };
+                same_space && base >= b && base < b + len
+            }
+            _ => false,
+        });
+        if let Some(d) = owner {
+            if self.r.chance(0.6) {
+                let (_, b) = d.at.unwrap_or((mem, 0));
+                let name = d.name.clone();
+                return if base == b {
+                    format!("{mem}[{name}]")
+                } else {
+                    format!("{mem}[{name} + {}]", base - b)
+                };
+            }
+        }
+        if base > 2 && self.r.chance(0.1) {
+            let a = self.r.range(1, base as i64 - 1);
+            return format!("{mem}[{a} + {}]", base as i64 - a);
+        }
+        format!("{mem}[{base}]")
+    }
+
+    /// An instruction with an address, with an increment in one of its two spellings.
+    fn instr(&mut self, mnemonic: &str, mem: Mem, a: AddrM) -> String {
+        let tile_space = matches!(mnemonic, "m_rd" | "m_wr" | "mv_mul");
+        let at = self.addr_text(mem, a.base, tile_space);
+        if a.inc == 0 || mem == Mem::Netq {
+            format!("{mnemonic} {at}")
+        } else if self.r.chance(0.5) {
+            format!("{mnemonic}_inc {at}, {}", a.inc)
+        } else {
+            format!("{mnemonic} {at} + {}", a.inc)
+        }
+    }
+
+    fn decl_text(&self, d: &DeclM) -> String {
+        let kw = match d.kind {
+            DKind::Matrix => "matrix",
+            DKind::Vector => "vector",
+            DKind::Input => "input",
+            DKind::Output => "output",
+        };
+        let dims: Vec<String> = d.shape.iter().map(|x| x.to_string()).collect();
+        let mut s = format!("{kw} {} : [{}]", d.name, dims.join(", "));
+        if let Some((m, b)) = d.at {
+            let _ = write!(s, " at {m}[{b}]");
+        }
+        if let Some(p) = &d.pad {
+            let _ = write!(s, " pad {p}");
+        }
+        if let Some(q) = &d.quant {
+            let _ = write!(s, " quant {q}");
+        }
+        if d.zero {
+            s.push_str(" = 0");
+        }
+        s
+    }
+
+    fn render(&mut self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "// generated by nnpc::progen, seed {}", self.seed);
+        // Declarations: inputs and netq outputs keep their order (it is the netq order); the
+        // others are shuffled in between.
+        let netq = |d: &DeclM| d.kind == DKind::Input || (d.kind == DKind::Output && d.at.is_none());
+        let (mut rest, mut queue): (Vec<usize>, Vec<usize>) =
+            (0..self.decls.len()).partition(|&i| !netq(&self.decls[i]));
+        let mut order = Vec::new();
+        queue.reverse();
+        while !rest.is_empty() || !queue.is_empty() {
+            if !rest.is_empty() && (queue.is_empty() || self.r.chance(0.5)) {
+                let i = self.r.below(rest.len() as u64) as usize;
+                order.push(rest.remove(i));
+            } else if let Some(i) = queue.pop() {
+                order.push(i);
+            }
+        }
+        for i in order {
+            let line = self.decl_text(&self.decls[i]);
+            out.push_str(&line);
+            out.push('\n');
+        }
+        let items = self.items.clone();
+        for it in items {
+            match it {
+                Item::Quant(p, f) => {
+                    let _ = writeln!(out, "quant {p} = {f}");
+                }
+                Item::Swr(reg, v) => {
+                    let _ = writeln!(out, "s_wr {reg}, {v}");
+                }
+                Item::Matrix { src, dst, .. } => {
+                    let a = self.instr("m_rd", Mem::Dram, src);
+                    let b = self.instr("m_wr", Mem::Mrf, dst);
+                    let _ = writeln!(out, "{a}\n{b}\nend_chain");
+                }
+                Item::Vector { chain, .. } => {
+                    let rd = if chain.window.is_some() {
+                        "v_rd_2d"
+                    } else {
+                        "v_rd"
+                    };
+                    let line = self.instr(rd, chain.src, chain.src_addr);
+                    let _ = writeln!(out, "{line}");
+                    if let Some(a) = chain.mv_mul {
+                        let line = self.instr("mv_mul", Mem::Mrf, a);
+                        let _ = writeln!(out, "{line}");
+                    }
+                    for (k, operand) in &chain.ops {
+                        let line = match operand {
+                            Some((m, a)) => self.instr(k.mnemonic(), *m, *a),
+                            None => k.mnemonic().to_string(),
+                        };
+                        let _ = writeln!(out, "{line}");
+                    }
+                    for (m, a) in &chain.writes {
+                        let line = self.instr("v_wr", *m, *a);
+                        let _ = writeln!(out, "{line}");
+                    }
+                    out.push_str("end_chain\n");
+                }
+            }
+        }
+        out
+    }
+
+    fn target_toml(&self) -> String {
+        let [ivrf, asvrf, mulvrf, mrf, dram, dram_tiles] = self.sizes;
+        let [mv, mm, mo, mf] = &self.defaults;
+        format!(
+            "name = \"gen-{seed}\"\nnative = {n}\nmfus = {mfus}\n\n[memory]\nivrf = {ivrf}\n\
+             asvrf = {asvrf}\nmulvrf = {mulvrf}\nmrf = {mrf}\ndram = {dram}\n\
+             dram_tiles = {dram_tiles}\n\n[numerics]\nstorage = \"fp16\"\n\
+             mvm_vector = \"{mv}\"\nmvm_matrix = \"{mm}\"\nmvm_output = \"{mo}\"\n\
+             mfu_input = \"{mf}\"\naccumulation = \"{acc}\"\n",
+            seed = self.seed,
+            n = self.n,
+            mfus = self.mfus,
+            acc = self.accumulation,
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adversarial host data.
+
+/// Knobs of the data [`host_data`] builds.
+#[derive(Clone, Debug)]
+pub struct DataConfig {
+    /// Each native tile is scaled by `2^k`, `k` uniform in `[-spread, spread]` (clipped at 14
+    /// so the tile stays below fp16's largest finite value; overflow has its own pattern).
+    pub spread: i32,
+    /// Probability that a tile holds one NaN or infinity.
+    pub nonfinite: f64,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        DataConfig {
+            spread: 20,
+            nonfinite: 0.01,
+        }
+    }
+}
+
+/// Weights and `batch` input sets for a checked program, tile by tile adversarial: exponent
+/// spreads across tiles, exact ties at BFP rounding points, values that saturate BFP mantissas
+/// or overflow fp16 arithmetic, zeros (both signs), fp16 subnormals, small integers, and now and
+/// then a NaN or an infinity. Each declaration draws from its own stream keyed by its name, so
+/// deleting other declarations (minimizing) leaves its data unchanged.
+pub fn host_data(
+    program: &nnp_grammar::Program,
+    batch: usize,
+    seed: u64,
+    cfg: &DataConfig,
+) -> nnp_runtime::host::HostData {
+    use nnp_grammar::{DeclKind, Init};
+    use nnp_runtime::host::{HostData, Tensor};
+    let n = program.native().max(1);
+    let mut weights = std::collections::BTreeMap::new();
+    let mut inputs = std::collections::BTreeMap::new();
+    for d in &program.decls {
+        let mut r = Rng::keyed(seed, &d.name);
+        match d.kind {
+            DeclKind::Matrix | DeclKind::Vector if d.init == Init::Load => {
+                let data = if d.kind == DeclKind::Matrix {
+                    matrix_values(&mut r, d.shape[0], d.row_len(), n, cfg)
+                } else {
+                    rows_values(&mut r, d.rows(), d.row_len(), n, cfg)
+                };
+                weights.insert(
+                    d.name.clone(),
+                    Tensor {
+                        shape: d.shape.clone(),
+                        data,
+                    },
+                );
+            }
+            DeclKind::Input => {
+                let mut shape = vec![batch];
+                shape.extend(&d.shape);
+                let data = rows_values(&mut r, batch * d.rows(), d.row_len(), n, cfg);
+                inputs.insert(d.name.clone(), Tensor { shape, data });
+            }
+            _ => {}
+        }
+    }
+    HostData {
+        batch,
+        weights,
+        inputs,
+    }
+}
+
+/// `rows` rows of `len` values, each row cut into native tiles with their own pattern.
+fn rows_values(r: &mut Rng, rows: usize, len: usize, n: usize, cfg: &DataConfig) -> Vec<f32> {
+    let mut out = Vec::with_capacity(rows * len);
+    for _ in 0..rows {
+        let mut c = 0;
+        while c < len {
+            let k = n.min(len - c);
+            out.extend(tile_values(r, k, cfg));
+            c += k;
+        }
+    }
+    out
+}
+
+/// A `rows x cols` matrix, each N x N tile with its own pattern and scale.
+fn matrix_values(r: &mut Rng, rows: usize, cols: usize, n: usize, cfg: &DataConfig) -> Vec<f32> {
+    let mut out = vec![0f32; rows * cols];
+    for ti in 0..rows.div_ceil(n) {
+        for tj in 0..cols.div_ceil(n) {
+            let (h, w) = (n.min(rows - ti * n), n.min(cols - tj * n));
+            let v = tile_values(r, h * w, cfg);
+            for i in 0..h {
+                for j in 0..w {
+                    out[(ti * n + i) * cols + tj * n + j] = v[i * w + j];
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One tile of `len` values in a random pattern.
+fn tile_values(r: &mut Rng, len: usize, cfg: &DataConfig) -> Vec<f32> {
+    let k = r.range(-cfg.spread as i64, cfg.spread as i64).min(14) as i32;
+    let scale = 2f64.powi(k);
+    let sign = |r: &mut Rng| if r.chance(0.5) { -1.0 } else { 1.0 };
+    let mut v: Vec<f64> = match r.below(100) {
+        // Uniform in (-2, 2) times the tile scale.
+        0..=37 => (0..len).map(|_| (r.unit() * 4.0 - 2.0) * scale).collect(),
+        // Exact ties of a BFP grid with an `m`-bit mantissa (incl. sign) and shared exponent k:
+        // one element on the grid in [2^k, 2^(k+1)) fixes the exponent, the others sit halfway
+        // between two grid points.
+        38..=54 => {
+            let m = r.range(3, 8) as i32;
+            let step = scale * 2f64.powi(-(m - 2));
+            let top = 1i64 << (m - 2);
+            (0..len)
+                .map(|i| {
+                    if i == 0 {
+                        sign(r) * (top + r.range(0, top - 1)) as f64 * step
+                    } else {
+                        sign(r) * (r.range(0, 2 * top - 2) as f64 + 0.5) * step
+                    }
+                })
+                .collect()
+        }
+        // Saturation: BFP mantissas that round up past the largest code, and values near
+        // fp16's largest finite value (products and sums overflow).
+        55..=64 => {
+            if r.chance(0.5) {
+                (0..len)
+                    .map(|_| sign(r) * (2.0 - 2f64.powi(-(r.range(1, 11) as i32))) * scale)
+                    .collect()
+            } else {
+                let big = [65504.0, 65519.0, 61440.0, 32768.0, 49152.0, 40000.0];
+                (0..len).map(|_| sign(r) * *r.pick(&big)).collect()
+            }
+        }
+        // Zeros of both signs, with a stray value now and then.
+        65..=72 => (0..len)
+            .map(|_| match r.below(5) {
+                0 => -0.0,
+                1 => (r.unit() * 4.0 - 2.0) * scale,
+                _ => 0.0,
+            })
+            .collect(),
+        // fp16 subnormals (multiples of 2^-24 below 2^-14), some normals near the boundary.
+        73..=82 => (0..len)
+            .map(|_| {
+                if r.chance(0.2) {
+                    sign(r) * 2f64.powi(-14) * (1.0 + r.unit())
+                } else {
+                    sign(r) * r.range(1, 1023) as f64 * 2f64.powi(-24)
+                }
+            })
+            .collect(),
+        // Small integers times the scale: exact sums, cancellation, ties in accumulation.
+        _ => (0..len)
+            .map(|_| r.range(-8, 8) as f64 * scale)
+            .collect(),
+    };
+    if !v.is_empty() && r.chance(cfg.nonfinite) {
+        let i = r.below(v.len() as u64) as usize;
+        v[i] = *r.pick(&[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 65520.0, -1e6]);
+    }
+    v.into_iter().map(|x| x as f32).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Minimizer.
+
+fn first_word(line: &str) -> &str {
+    line.split_whitespace().next().unwrap_or("")
+}
+
+fn is_decl(line: &str) -> bool {
+    matches!(first_word(line), "matrix" | "vector" | "input" | "output")
+}
+
+/// An `input`, or an `output` collected from netq (no `at`).
+fn is_netq_decl(line: &str) -> bool {
+    let w = first_word(line);
+    w == "input" || (w == "output" && !line.contains(" at "))
+}
+
+/// A chain instruction (anything but declarations, directives, `s_wr` and comments).
+fn is_instr(line: &str) -> bool {
+    let w = first_word(line);
+    !(w.is_empty()
+        || w.starts_with("//")
+        || is_decl(line)
+        || matches!(w, "quant" | "let" | "target" | "s_wr" | "repeat" | "}"))
+}
+
+/// Line ranges `(first, last)` of the chains: runs of instructions ending at `end_chain`, the
+/// `s_wr iterations` right before a chain counted with it.
+fn chain_blocks(lines: &[String]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, l) in lines.iter().enumerate() {
+        if is_instr(l) {
+            let s = *start.get_or_insert(i);
+            if first_word(l) == "end_chain" {
+                let s = if s > 0 && lines[s - 1].trim_start().starts_with("s_wr iterations") {
+                    s - 1
+                } else {
+                    s
+                };
+                out.push((s, i));
+                start = None;
+            }
+        } else {
+            start = None;
+        }
+    }
+    out
+}
+
+fn join(lines: &[String]) -> String {
+    let mut s = lines.join("\n");
+    s.push('\n');
+    s
+}
+
+/// Smaller variants of one line: declaration attributes dropped, leading shape dimensions and
+/// `s_wr iterations` values lowered.
+fn line_variants(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if is_decl(line) {
+        for attr in [" pad ", " quant ", " = 0"] {
+            if let Some(p) = line.find(attr) {
+                // An attribute runs to the next attribute keyword or the end of the line.
+                let rest = &line[p + attr.len()..];
+                let end = [" pad ", " quant ", " = 0"]
+                    .iter()
+                    .filter_map(|a| rest.find(a))
+                    .min()
+                    .map_or(line.len(), |e| p + attr.len() + e);
+                out.push(format!("{}{}", &line[..p], &line[end..]));
+            }
+        }
+        // `[a, b, C]` -> leading dimensions lowered to 1.
+        if let (Some(l), Some(r)) = (line.find('['), line.find(']')) {
+            let dims: Vec<&str> = line[l + 1..r].split(',').map(str::trim).collect();
+            for i in 0..dims.len().saturating_sub(1) {
+                if dims[i] != "1" {
+                    let mut d = dims.clone();
+                    d[i] = "1";
+                    out.push(format!("{}[{}]{}", &line[..l], d.join(", "), &line[r + 1..]));
+                }
+            }
+        }
+    } else if let Some(k) = line.trim().strip_prefix("s_wr iterations,") {
+        if k.trim() != "1" {
+            out.push("s_wr iterations, 1".into());
+        }
+    }
+    out
+}
+
+/// Shrink a failing program: repeatedly delete chains (alone, or with one netq declaration),
+/// single lines, declaration attributes, and lower iteration counts and leading dimensions, then
+/// drop target knobs, keeping each change only while `still_fails(source, target_toml)` holds.
+/// `still_fails` must return false for programs the checker rejects (it is the judge of
+/// validity). Returns the smallest program and target found.
+pub fn minimize(
+    source: &str,
+    target_toml: &str,
+    mut still_fails: impl FnMut(&str, &str) -> bool,
+) -> (String, String) {
+    let mut lines: Vec<String> = source.lines().map(str::to_string).collect();
+    let mut target: Vec<String> = target_toml.lines().map(str::to_string).collect();
+    loop {
+        let mut progress = false;
+        let mut try_lines = |cand: Vec<String>, lines: &mut Vec<String>, target: &[String]| {
+            if still_fails(&join(&cand), &join(target)) {
+                *lines = cand;
+                true
+            } else {
+                false
+            }
+        };
+        // Whole chains, from the last one back (later chains depend on earlier ones).
+        let blocks = chain_blocks(&lines);
+        for &(s, e) in blocks.iter().rev() {
+            let mut cand = lines.clone();
+            cand.drain(s..=e);
+            if try_lines(cand.clone(), &mut lines, &target) {
+                progress = true;
+                break;
+            }
+            // The chain popped or pushed a netq row group: drop its declaration too.
+            let netq: Vec<usize> = (0..cand.len()).filter(|&i| is_netq_decl(&cand[i])).collect();
+            let mut done = false;
+            for &j in netq.iter().rev() {
+                let mut c2 = cand.clone();
+                c2.remove(j);
+                if try_lines(c2, &mut lines, &target) {
+                    done = true;
+                    break;
+                }
+            }
+            if done {
+                progress = true;
+                break;
+            }
+        }
+        if progress {
+            continue;
+        }
+        // Single lines and line variants.
+        let mut i = lines.len();
+        while i > 0 {
+            i -= 1;
+            if i >= lines.len() || first_word(&lines[i]) == "end_chain" {
+                continue;
+            }
+            let mut cand = lines.clone();
+            cand.remove(i);
+            if try_lines(cand, &mut lines, &target) {
+                progress = true;
+                continue;
+            }
+            for v in line_variants(&lines[i]) {
+                let mut cand = lines.clone();
+                cand[i] = v;
+                if try_lines(cand, &mut lines, &target) {
+                    progress = true;
+                    break;
+                }
+            }
+        }
+        // Fewer iterations together with a smaller netq row group.
+        let iters: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].trim_start().starts_with("s_wr iterations"))
+            .collect();
+        for &i in &iters {
+            let netq: Vec<usize> = (0..lines.len()).filter(|&j| is_netq_decl(&lines[j])).collect();
+            for j in netq {
+                for v in line_variants(&lines[j]) {
+                    let mut cand = lines.clone();
+                    cand[i] = "s_wr iterations, 1".into();
+                    cand[j] = v;
+                    if try_lines(cand, &mut lines, &target) {
+                        progress = true;
+                    }
+                }
+            }
+        }
+        // Target knobs back to their defaults.
+        let mut k = target.len();
+        while k > 0 {
+            k -= 1;
+            let key = first_word(&target[k]);
+            if matches!(key, "mvm_vector" | "mvm_matrix" | "mvm_output" | "mfu_input") {
+                let mut cand = target.clone();
+                cand.remove(k);
+                if still_fails(&join(&lines), &join(&cand)) {
+                    target = cand;
+                    progress = true;
+                }
+            }
+        }
+        if !progress {
+            break;
+        }
+    }
+    (join(&lines), join(&target))
+}
