@@ -292,6 +292,9 @@ struct MatRegion {
     base: u32,
     rt: u32,
     ct: u32,
+    /// A declared matrix must be multiplied in its own layout (`cols` = its tile columns);
+    /// copied tiles may be cut anywhere.
+    declared: bool,
 }
 
 /// A written region an `output ... at` may read back.
@@ -519,7 +522,12 @@ impl<'c> Gen<'c> {
         if at_dram {
             self.dram_mats.push(idx);
         } else {
-            self.mats.push(MatRegion { base, rt, ct });
+            self.mats.push(MatRegion {
+                base,
+                rt,
+                ct,
+                declared: true,
+            });
         }
         true
     }
@@ -570,7 +578,12 @@ impl<'c> Gen<'c> {
         });
         let regs: Vec<u32> = (dst..dst + total).collect();
         self.space(SpaceId::MrfTiles).mark(&regs, None);
-        self.mats.push(MatRegion { base: dst, rt, ct });
+        self.mats.push(MatRegion {
+            base: dst,
+            rt,
+            ct,
+            declared: false,
+        });
         true
     }
 
@@ -781,7 +794,7 @@ impl<'c> Gen<'c> {
             }
             let m = self.r.pick(&self.mats).clone();
             // Whole tile rows (cols = ct), or a run inside one tile row (rows = 1).
-            let (rows, cols, base, inc) = if self.r.chance(0.7) {
+            let (rows, cols, base, inc) = if m.declared || self.r.chance(0.7) {
                 let rows = self.r.range(1, m.rt as i64) as u32;
                 let start = self.r.range(0, (m.rt - rows) as i64) as u32;
                 let blocks_left = (m.rt - start) / rows;
@@ -1572,4 +1585,237 @@ pub fn minimize(
         }
     }
     (join(&lines), join(&target))
+}
+
+// ---------------------------------------------------------------------------------------------
+// One differential step: check, emulate, run the software graph, compare bit patterns.
+
+/// What one program did under both engines.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Both engines agree on every bit of every output.
+    Concordant {
+        /// Output elements compared (over the batch).
+        elements: usize,
+    },
+    /// The target or the program was rejected (a generator bug when it came from [`generate`]).
+    Invalid(String),
+    /// The emulator failed (error or panic) on a valid program.
+    EmulatorError(String),
+    /// Lowering or executing the software graph failed (error or panic) on a valid program.
+    GraphError(String),
+    /// The engines disagree: the first differing element.
+    Mismatch(Mismatch),
+}
+
+/// The first output element where the two engines differ.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mismatch {
+    pub output: String,
+    pub item: usize,
+    /// Logical index inside the output declaration's shape.
+    pub index: Vec<usize>,
+    pub emulator: f32,
+    pub emulator_bits: u32,
+    pub graph: f32,
+    pub graph_bits: u32,
+    /// Differing elements over all outputs, and elements compared.
+    pub differing: usize,
+    pub elements: usize,
+}
+
+impl Outcome {
+    /// A short name of the variant: minimizing keeps it unchanged.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Outcome::Concordant { .. } => "concordant",
+            Outcome::Invalid(_) => "invalid",
+            Outcome::EmulatorError(_) => "emulator error",
+            Outcome::GraphError(_) => "graph error",
+            Outcome::Mismatch(_) => "mismatch",
+        }
+    }
+    pub fn is_failure(&self) -> bool {
+        !matches!(self, Outcome::Concordant { .. })
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Concordant { elements } => write!(f, "concordant ({elements} elements)"),
+            Outcome::Invalid(m) => write!(f, "invalid program: {m}"),
+            Outcome::EmulatorError(m) => write!(f, "emulator failed: {m}"),
+            Outcome::GraphError(m) => write!(f, "software graph failed: {m}"),
+            Outcome::Mismatch(m) => write!(
+                f,
+                "mismatch in {} of {} elements; first: output `{}` batch item {} index {:?}: \
+                 emulator {:e} (bits {:#06x}), software graph {:e} (bits {:#06x})",
+                m.differing,
+                m.elements,
+                m.output,
+                m.item,
+                m.index,
+                m.emulator,
+                m.emulator_bits,
+                m.graph,
+                m.graph_bits
+            ),
+        }
+    }
+}
+
+fn panic_text(e: Box<dyn std::any::Any + Send>) -> String {
+    let msg = e
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| e.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("panicked: {msg}")
+}
+
+/// Check `source` for the target in `target_toml`, build [`host_data`] (`batch` input sets from
+/// `data_seed`), run the emulator and the software graph (`nnp_runtime::exec::run_program`;
+/// through a JSON round trip of the graph when `json` is set) and compare every output element's
+/// storage bit pattern ([`nnp_runtime::host::storage_bits`]: every NaN is the canonical NaN).
+/// Panics in either engine are caught and reported as that engine's failure.
+pub fn run_differential(
+    source: &str,
+    target_toml: &str,
+    data_seed: u64,
+    batch: usize,
+    data_cfg: &DataConfig,
+    json: bool,
+) -> Outcome {
+    use nnp_grammar::{SourceFile, Target, check};
+    use nnp_runtime::emulator::{EmuOptions, emulate};
+    use nnp_runtime::exec::{ExecOptions, execute, run_program};
+    use nnp_runtime::host::storage_bits;
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use std::sync::Arc;
+
+    let target = match Target::from_toml(target_toml, "gen.toml") {
+        Ok(t) => t,
+        Err(e) => return Outcome::Invalid(format!("target: {e}")),
+    };
+    let src = Arc::new(SourceFile::new("gen.nnp", source));
+    let program = match check(src.clone(), Some(target)) {
+        Ok(out) => out.program,
+        Err(diags) => {
+            let d = diags.iter().find(|d| d.is_error()).or(diags.first());
+            let text = d.map_or("rejected".to_string(), |d| {
+                format!(
+                    "{} (line {}: `{}`)",
+                    d.message,
+                    src.line_of(d.span().start),
+                    src.line_text(d.span().start)
+                )
+            });
+            return Outcome::Invalid(text);
+        }
+    };
+    let Some(storage) = program.target.numerics.storage.as_float().copied() else {
+        return Outcome::Invalid("storage format is not a float format".into());
+    };
+    let data = host_data(&program, batch, data_seed, data_cfg);
+    let emu = match catch_unwind(AssertUnwindSafe(|| {
+        emulate(&program, &data, &EmuOptions::default())
+    })) {
+        Ok(Ok(e)) => e.outputs,
+        Ok(Err(e)) => return Outcome::EmulatorError(e.to_string()),
+        Err(p) => return Outcome::EmulatorError(panic_text(p)),
+    };
+    let sw = catch_unwind(AssertUnwindSafe(|| -> Result<_, String> {
+        let opts = ExecOptions::default();
+        if json {
+            let g = nnp_lowering::swgraph::lower(&program).map_err(|e| e.to_string())?;
+            let g = nnp_lowering::swgraph::SwGraph::from_json(&g.to_json())
+                .map_err(|e| format!("JSON round trip: {e}"))?;
+            execute(&g, &data, &opts).map_err(|e| e.to_string())
+        } else {
+            run_program(&program, &data, &opts).map_err(|e| e.to_string())
+        }
+    }));
+    let sw = match sw {
+        Ok(Ok(x)) => x.outputs,
+        Ok(Err(e)) => return Outcome::GraphError(e),
+        Err(p) => return Outcome::GraphError(panic_text(p)),
+    };
+
+    let mut first: Option<Mismatch> = None;
+    let (mut differing, mut elements) = (0, 0);
+    for d in program.outputs() {
+        let (Some(a), Some(b)) = (emu.get(&d.name), sw.get(&d.name)) else {
+            return Outcome::GraphError(format!(
+                "output `{}` missing (emulator: {}, software graph: {})",
+                d.name,
+                emu.contains_key(&d.name),
+                sw.contains_key(&d.name)
+            ));
+        };
+        if a.shape != b.shape {
+            return Outcome::GraphError(format!(
+                "output `{}`: emulator shape {:?}, software graph shape {:?}",
+                d.name, a.shape, b.shape
+            ));
+        }
+        let per = d.elements().max(1);
+        for (i, (&x, &y)) in a.data.iter().zip(&b.data).enumerate() {
+            elements += 1;
+            let (bx, by) = (storage_bits(&storage, x), storage_bits(&storage, y));
+            if bx != by {
+                differing += 1;
+                if first.is_none() {
+                    // Flat index -> (batch item, logical index).
+                    let mut rest = i % per;
+                    let mut index = vec![0; d.shape.len()];
+                    for (k, &dim) in d.shape.iter().enumerate().rev() {
+                        index[k] = rest % dim.max(1);
+                        rest /= dim.max(1);
+                    }
+                    first = Some(Mismatch {
+                        output: d.name.clone(),
+                        item: i / per,
+                        index,
+                        emulator: x,
+                        emulator_bits: bx,
+                        graph: y,
+                        graph_bits: by,
+                        differing: 0,
+                        elements: 0,
+                    });
+                }
+            }
+        }
+    }
+    match first {
+        Some(mut m) => {
+            m.differing = differing;
+            m.elements = elements;
+            Outcome::Mismatch(m)
+        }
+        None => Outcome::Concordant { elements },
+    }
+}
+
+/// [`minimize`] a failing program, keeping the same kind of failure on the same data.
+pub fn minimize_failure(
+    source: &str,
+    target_toml: &str,
+    data_seed: u64,
+    batch: usize,
+    data_cfg: &DataConfig,
+    json: bool,
+) -> (String, String, Outcome) {
+    let first = run_differential(source, target_toml, data_seed, batch, data_cfg, json);
+    let kind = first.kind();
+    if !first.is_failure() || matches!(first, Outcome::Invalid(_)) {
+        // Nothing to shrink: any edit that breaks the program would "still fail".
+        return (source.to_string(), target_toml.to_string(), first);
+    }
+    let (s, t) = minimize(source, target_toml, |s, t| {
+        run_differential(s, t, data_seed, batch, data_cfg, json).kind() == kind
+    });
+    let out = run_differential(&s, &t, data_seed, batch, data_cfg, json);
+    (s, t, out)
 }

@@ -28,9 +28,11 @@ impl ParseCtx {
                 format!("unknown mnemonic `{}`", name.name),
             )
             .label(name.span, "not an instruction of the NNP ISA");
-            d = match isa::nearest(&name.name, isa::all_mnemonics()) {
-                Some(s) => d.help(format!("did you mean `{s}`?")),
-                None => d.help(
+            let base = name.name.strip_suffix("_inc").filter(|b| isa::lookup(b).is_some());
+            d = match (base, isa::nearest(&name.name, isa::all_mnemonics())) {
+                (Some(b), _) => d.help(format!("`{b}` takes no address, so it has no `_inc` spelling")),
+                (None, Some(s)) => d.help(format!("did you mean `{s}`?")),
+                (None, None) => d.help(
                     "instructions are v_rd, v_rd_2d, mv_mul, vv_add, vv_a_sub_b, vv_b_sub_a, \
                      vv_max, vv_mul, v_relu, v_sigm, v_tanh, v_exp, v_softmax, v_pass, v_wr, \
                      m_rd, m_wr, s_wr, end_chain (and _inc spellings)",

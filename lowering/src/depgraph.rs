@@ -542,19 +542,21 @@ impl<'p> Builder<'p> {
     fn add(&mut self, mut node: Node) -> NodeId {
         let id = NodeIndex::new(self.graph.node_count());
         let netq = Space::Reg(Mem::Netq);
+        // Previous pop or push, for the fifo edge (added once the node exists).
+        let mut fifo = None;
         if node.reads.first().is_some_and(|a| a.space == netq) {
             node.netq = self.pops.next().map(|s| NetqRow {
                 decl: s.decl,
                 row: s.row,
             });
-            self.fifo(id, true);
+            fifo = self.last_pop.replace(id);
         }
         if node.writes.first().is_some_and(|a| a.space == netq) {
             node.netq = self.pushes.next().map(|s| NetqRow {
                 decl: s.decl,
                 row: s.row,
             });
-            self.fifo(id, false);
+            fifo = self.last_push.replace(id);
         }
         for a in node.reads.iter().filter(|a| a.space != netq) {
             for addr in a.addr..a.end() {
@@ -588,27 +590,12 @@ impl<'p> Builder<'p> {
         }
         let added = self.graph.add_node(node);
         debug_assert_eq!(added, id);
+        if let Some(prev) = fifo {
+            let at = Some(netq_access());
+            self.graph.add_edge(prev, id, Dep { kind: DepKind::Fifo, at });
+        }
         self.flush(id);
         id
-    }
-
-    /// A fifo edge from the previous pop (or push) to `id`.
-    fn fifo(&mut self, id: NodeId, pop: bool) {
-        let last = if pop {
-            &mut self.last_pop
-        } else {
-            &mut self.last_push
-        };
-        if let Some(prev) = last.replace(id) {
-            self.graph.add_edge(
-                prev,
-                id,
-                Dep {
-                    kind: DepKind::Fifo,
-                    at: Some(netq_access()),
-                },
-            );
-        }
     }
 
     /// Merge the pending edges of node `id` into address runs and add them.

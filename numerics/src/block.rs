@@ -71,6 +71,21 @@ impl MxFormat {
     }
 }
 
+impl MxFormat {
+    /// Encode one block of finite values: the shared exponent and the element values (on the
+    /// element grid, e.g. 448.0 for a saturated e4m3). `None`: the scale is E8M0 NaN.
+    pub fn encode_block(&self, x: &[f64]) -> Option<(i32, Vec<f64>)> {
+        let s = self.shared_exponent(x)?;
+        let elem = self.elem.mini();
+        let elems = x
+            .iter()
+            .enumerate()
+            .map(|(i, v)| elem.round_scaled(*v, s, self.rounding, i as u64) * crate::rounding::pow2(-s))
+            .collect();
+        Some((s, elems))
+    }
+}
+
 /// MX fake-quant of one block: elements `x / 2^s` rounded to the element type, saturating to
 /// its largest normal, times `2^s`.
 pub(crate) fn mx_block(m: &MxFormat, x: &[f64], out: &mut [f64], base: u64) {
@@ -81,9 +96,6 @@ pub(crate) fn mx_block(m: &MxFormat, x: &[f64], out: &mut [f64], base: u64) {
     let elem = m.elem.mini();
     for (i, (v, o)) in x.iter().zip(out.iter_mut()).enumerate() {
         *o = elem.round_scaled(*v, s, m.rounding, base + i as u64);
-        if *o == 0.0 {
-            *o = 0.0f64.copysign(*v);
-        }
     }
 }
 

@@ -8,12 +8,6 @@ use crate::format::{DynFixedFormat, FixedFormat, IntFormat, IntScale, PolicyKind
 use crate::rounding::{decompose, floor_log2, make_f64, Rounding};
 use std::collections::BTreeMap;
 
-/// Sign-apply a magnitude clamped to `max` and scale by `2^lsb` (zero is +0).
-fn signed_value(neg: bool, mag: u128, max: u128, lsb: i32) -> f64 {
-    let mag = mag.min(max);
-    if mag == 0 { 0.0 } else { make_f64(neg, mag, lsb) }
-}
-
 // ---------------------------------------------------------------------------------------------
 // int
 
@@ -71,29 +65,71 @@ fn round_div(x: f64, s: f64, rounding: Rounding, key: u64) -> i64 {
     if x < 0.0 { -m } else { m }
 }
 
+/// The scale of one `int` group.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ScaleValue {
+    /// `2^e`.
+    Pow2(i32),
+    F32(f32),
+}
+
+impl ScaleValue {
+    /// `q * scale` (exact).
+    pub fn apply(self, q: i64) -> f64 {
+        if q == 0 {
+            return 0.0;
+        }
+        match self {
+            ScaleValue::Pow2(e) => make_f64(q < 0, u128::from(q.unsigned_abs()), e),
+            // q * s has at most 24 + 24 bits: exact in f64.
+            ScaleValue::F32(s) => q as f64 * f64::from(s),
+        }
+    }
+}
+
+impl IntFormat {
+    /// Integers and scale of one group of finite values (an all-zero group: scale `2^0` / 0.0).
+    pub fn encode_run(&self, x: &[f64]) -> (ScaleValue, Vec<i64>) {
+        let amax = x.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        let qmax = self.qmax() as i64;
+        if amax == 0.0 {
+            let s = match self.scale {
+                IntScale::Pow2 => ScaleValue::Pow2(0),
+                IntScale::F32 => ScaleValue::F32(0.0),
+            };
+            return (s, vec![0; x.len()]);
+        }
+        match self.scale {
+            IntScale::Pow2 => {
+                let s = self.pow2_scale(amax);
+                let q = x
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let m = round_mag(*v, s, self.rounding, i as u64).min(qmax as u128) as i64;
+                        if *v < 0.0 { -m } else { m }
+                    })
+                    .collect();
+                (ScaleValue::Pow2(s), q)
+            }
+            IntScale::F32 => {
+                let s = self.f32_scale(amax);
+                let q = x
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| round_div(*v, f64::from(s), self.rounding, i as u64).clamp(-qmax, qmax))
+                    .collect();
+                (ScaleValue::F32(s), q)
+            }
+        }
+    }
+}
+
 /// Symmetric integer fake-quant of one scale group of finite values.
 pub(crate) fn int_run(f: &IntFormat, x: &[f64], out: &mut [f64]) {
-    let amax = x.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-    if amax == 0.0 {
-        out.fill(0.0);
-        return;
-    }
-    let qmax = f.qmax() as i64;
-    match f.scale {
-        IntScale::Pow2 => {
-            let s = f.pow2_scale(amax);
-            for (i, (v, o)) in x.iter().zip(out.iter_mut()).enumerate() {
-                *o = signed_value(*v < 0.0, round_mag(*v, s, f.rounding, i as u64), qmax as u128, s);
-            }
-        }
-        IntScale::F32 => {
-            let s = f64::from(f.f32_scale(amax));
-            for (i, (v, o)) in x.iter().zip(out.iter_mut()).enumerate() {
-                let q = round_div(*v, s, f.rounding, i as u64).clamp(-qmax, qmax);
-                // q * s is exact in f64 (24 + 24 bits).
-                *o = if q == 0 { 0.0 } else { q as f64 * s };
-            }
-        }
+    let (s, q) = f.encode_run(x);
+    for (o, qi) in out.iter_mut().zip(q) {
+        *o = s.apply(qi);
     }
 }
 
@@ -108,19 +144,31 @@ impl FixedFormat {
     }
 }
 
+impl FixedFormat {
+    /// The saturated integer of `x` (infinities saturate; NaN has no code: `None`).
+    pub fn encode_value(&self, x: f64, key: u64) -> Option<i64> {
+        let (lo, hi) = self.range();
+        if x.is_nan() {
+            return None;
+        }
+        if x.is_infinite() {
+            return Some(if x < 0.0 { lo } else { hi });
+        }
+        let max = if x < 0.0 { lo.unsigned_abs() } else { hi as u64 };
+        let m = round_mag(x, -(self.frac as i32), self.rounding, key).min(u128::from(max)) as i64;
+        Some(if x < 0.0 { -m } else { m })
+    }
+
+    /// The value of an integer code.
+    pub fn value(&self, q: i64) -> f64 {
+        if q == 0 { 0.0 } else { make_f64(q < 0, u128::from(q.unsigned_abs()), -(self.frac as i32)) }
+    }
+}
+
 /// qX.Y fake-quant, elementwise: NaN stays NaN, infinities saturate.
 pub(crate) fn fixed_run(f: &FixedFormat, x: &[f64], out: &mut [f64]) {
-    let (lo, hi) = f.range();
-    let lsb = -(f.frac as i32);
     for (i, (v, o)) in x.iter().zip(out.iter_mut()).enumerate() {
-        *o = if v.is_nan() {
-            f64::NAN
-        } else if v.is_infinite() {
-            make_f64(*v < 0.0, if *v < 0.0 { lo.unsigned_abs() } else { hi as u64 }.into(), lsb)
-        } else {
-            let max = if *v < 0.0 { lo.unsigned_abs() } else { hi as u64 };
-            signed_value(*v < 0.0, round_mag(*v, lsb, f.rounding, i as u64), max.into(), lsb)
-        };
+        *o = f.encode_value(*v, i as u64).map_or(f64::NAN, |q| f.value(q));
     }
 }
 
@@ -129,7 +177,8 @@ pub(crate) fn fixed_run(f: &FixedFormat, x: &[f64], out: &mut [f64]) {
 
 /// Statistics of the bit positions of a set of values (seed 004: "information about the decimal
 /// point position of the operation results"). Positions are powers of two: the MSB of `x` is
-/// `floor(log2 |x|)` (the magnitude's leading one), its LSB the weight of its lowest set bit.
+/// its two's complement "unsigned MSB", the highest bit differing from the sign bit
+/// (`floor(log2 |x|)`, one less for `x = -2^p`); its LSB the weight of its lowest set bit.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BitStats {
     /// Number of non-zero values.
@@ -163,8 +212,10 @@ impl BitStats {
             self.zeros += 1;
             return;
         }
-        let msb = floor_log2(v);
         let (_, mant, exp) = decompose(v);
+        // Two's complement "unsigned MSB" (the highest bit differing from the sign bit):
+        // -2^p needs one bit less than +2^p.
+        let msb = floor_log2(v) - i32::from(v < 0.0 && mant.is_power_of_two());
         let lsb = exp + mant.trailing_zeros() as i32;
         self.nonzero += 1;
         *self.msb_hist.entry(msb).or_default() += 1;
@@ -226,11 +277,11 @@ impl PointPolicy for OverflowPolicy {
         let mut p = max_msb;
         let mut above = 0u64;
         for (pos, count) in stats.msb_hist.iter().rev() {
+            p = *pos;
             if above + count > allowed {
                 break;
             }
             above += count;
-            p = pos - 1;
         }
         let top = bits as i32 - 2 - p;
         Some(stats.min_lsb.map_or(top, |l| top.min(-l)))
@@ -257,22 +308,38 @@ impl DynFixedFormat {
     /// Quantize finite values with the point position `policy` picks from their statistics;
     /// returns the fraction bits used (`None`: all zero, outputs 0).
     pub fn quantize_with(&self, policy: &dyn PointPolicy, x: &[f64], out: &mut [f64]) -> Option<i32> {
-        let stats = BitStats::of(x);
-        let Some(f) = policy.frac_bits(&stats, self.bits) else {
-            out.fill(0.0);
-            return None;
-        };
-        self.quantize_at(f, x, out);
-        Some(f)
+        let (f, q) = self.encode_with(policy, x);
+        for (o, qi) in out.iter_mut().zip(q) {
+            *o = self.value(qi, f.unwrap_or(0));
+        }
+        f
     }
 
-    /// Quantize at a given point position (fraction bits `f`): round low bits, saturate high.
-    pub fn quantize_at(&self, f: i32, x: &[f64], out: &mut [f64]) {
-        let (lo, hi) = self.range();
-        for (i, (v, o)) in x.iter().zip(out.iter_mut()).enumerate() {
-            let max = if *v < 0.0 { lo.unsigned_abs() } else { hi as u64 };
-            *o = signed_value(*v < 0.0, round_mag(*v, -f, self.rounding, i as u64), max.into(), -f);
+    /// Fraction bits (`None`: all zero) and integers of finite values under `policy`.
+    pub fn encode_with(&self, policy: &dyn PointPolicy, x: &[f64]) -> (Option<i32>, Vec<i64>) {
+        let stats = BitStats::of(x);
+        match policy.frac_bits(&stats, self.bits) {
+            None => (None, vec![0; x.len()]),
+            Some(f) => (Some(f), self.encode_at(f, x)),
         }
+    }
+
+    /// Integers at a given point position (fraction bits `f`): round low bits, saturate high.
+    pub fn encode_at(&self, f: i32, x: &[f64]) -> Vec<i64> {
+        let (lo, hi) = self.range();
+        x.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let max = if *v < 0.0 { lo.unsigned_abs() } else { hi as u64 };
+                let m = round_mag(*v, -f, self.rounding, i as u64).min(u128::from(max)) as i64;
+                if *v < 0.0 { -m } else { m }
+            })
+            .collect()
+    }
+
+    /// The value of integer `q` with `f` fraction bits.
+    pub fn value(&self, q: i64, f: i32) -> f64 {
+        if q == 0 { 0.0 } else { make_f64(q < 0, u128::from(q.unsigned_abs()), -f) }
     }
 }
 

@@ -53,6 +53,18 @@ pub struct MiniFloat {
     pub max_sig: u64,
     pub subnormals: bool,
     pub overflow: MiniOverflow,
+    pub specials: Specials,
+}
+
+/// Which codes of a mini-float's bit layout are infinity / NaN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Specials {
+    /// IEEE: the all-ones exponent field holds infinity (mantissa 0) and NaN.
+    Ieee,
+    /// Only the all-ones pattern (magnitude) is NaN (OCP fp8 e4m3, `float8_e4m3fn`).
+    NanOnly,
+    /// Every code is a finite number (OCP fp6 / fp4).
+    None,
 }
 
 /// The rounded value of a mini-float conversion, before it becomes an f64.
@@ -94,6 +106,90 @@ impl MiniFloat {
         } else {
             make_f64(false, 1, self.emin)
         }
+    }
+
+    /// Exponent bias `1 - emin`.
+    pub fn bias(&self) -> i32 {
+        1 - self.emin
+    }
+
+    /// Width of the exponent field (IEEE-style formats reserve the all-ones field).
+    pub fn exp_field_bits(&self) -> u32 {
+        let top = (self.emax + self.bias()) as u32 + u32::from(self.specials == Specials::Ieee);
+        32 - top.leading_zeros()
+    }
+
+    /// Total width: sign, exponent field, mantissa.
+    pub fn bits(&self) -> u32 {
+        1 + self.exp_field_bits() + self.mant_bits
+    }
+
+    /// Round `x` to this format (NaN stays NaN; infinities follow `overflow`).
+    pub fn round(&self, x: f64, rounding: Rounding) -> f64 {
+        self.round_scaled(x, 0, rounding, 0)
+    }
+
+    /// The bit pattern of `x` rounded to nearest-even. NaN: IEEE layout the quiet NaN
+    /// (all-ones exponent, top mantissa bit); otherwise the all-ones pattern (e4m3's NaN; fp6 /
+    /// fp4 have no NaN and give their all-ones code). Infinity in a layout without one (after
+    /// `overflow`): the all-ones pattern too.
+    pub fn encode(&self, x: f64) -> u64 {
+        let m = self.mant_bits;
+        let w = self.exp_field_bits();
+        let field_all = (1u64 << w) - 1;
+        let r = self.round(x, Rounding::NearestEven);
+        let sign = u64::from(r.is_sign_negative() && !r.is_nan()) << (w + m);
+        if r.is_nan() {
+            return match self.specials {
+                Specials::Ieee => (field_all << m) | if m == 0 { 0 } else { 1u64 << (m - 1) },
+                _ => (1u64 << (w + m)) - 1,
+            };
+        }
+        if r.is_infinite() {
+            return match self.specials {
+                Specials::Ieee => sign | (field_all << m),
+                _ => sign | ((1u64 << (w + m)) - 1),
+            };
+        }
+        if r == 0.0 {
+            return sign;
+        }
+        let (_, mant, exp) = decompose(r);
+        let len = bitlen(u128::from(mant));
+        let lead = exp + len - 1;
+        if lead >= self.emin {
+            let frac = (u128::from(mant) << m >> (len - 1)) as u64 & ((1u64 << m) - 1);
+            sign | (((lead + self.bias()) as u64) << m) | frac
+        } else {
+            let q = self.emin - m as i32;
+            // On the subnormal grid: mant * 2^exp = frac * 2^q exactly.
+            let frac = if exp >= q { u128::from(mant) << (exp - q) } else { u128::from(mant) >> (q - exp) };
+            sign | frac as u64
+        }
+    }
+
+    /// The value of a bit pattern.
+    pub fn decode(&self, bits: u64) -> f64 {
+        let m = self.mant_bits;
+        let w = self.exp_field_bits();
+        let neg = (bits >> (w + m)) & 1 == 1;
+        let field = ((bits >> m) & ((1u64 << w) - 1)) as i32;
+        let frac = bits & ((1u64 << m) - 1);
+        let all = (1i32 << w) - 1;
+        let mag = if field == all && self.specials == Specials::Ieee {
+            if frac == 0 { f64::INFINITY } else { f64::NAN }
+        } else if field == all && self.specials == Specials::NanOnly && frac == (1u64 << m) - 1 {
+            f64::NAN
+        } else if field == 0 {
+            if self.subnormals {
+                make_f64(false, u128::from(frac), self.emin - m as i32)
+            } else {
+                0.0
+            }
+        } else {
+            make_f64(false, u128::from(frac | (1u64 << m)), field - self.bias() - m as i32)
+        };
+        if neg { -mag } else { mag }
     }
 
     /// Round `(-1)^neg * (mant + s) * 2^exp` (see [`FloatFormat::round_exact`]).
@@ -221,6 +317,7 @@ impl FloatFormat {
                 Overflow::Saturate => MiniOverflow::Saturate,
                 Overflow::Infinity => MiniOverflow::Infinity,
             },
+            specials: Specials::Ieee,
         }
     }
 
@@ -261,57 +358,12 @@ impl FloatFormat {
     /// The bit pattern of `round(x)`: sign, biased exponent, mantissa (NaN: quiet NaN with
     /// the top mantissa bit set; without subnormals, zero and normals only).
     pub fn encode(&self, x: f64) -> u64 {
-        let r = self.round(x);
-        let m = self.mant_bits;
-        let e = self.exp_bits;
-        let exp_all = (1u64 << e) - 1;
-        let sign = u64::from(r.is_sign_negative() && !r.is_nan()) << (e + m);
-        if r.is_nan() {
-            // Quiet NaN (formats without a mantissa bit have no NaN code: infinity's pattern).
-            return (exp_all << m) | if m == 0 { 0 } else { 1u64 << (m - 1) };
-        }
-        if r.is_infinite() {
-            return sign | (exp_all << m);
-        }
-        if r == 0.0 {
-            return sign;
-        }
-        let (_, mant, exp) = decompose(r);
-        let lead = exp + bitlen(u128::from(mant)) - 1;
-        let bias = self.bias();
-        if lead >= 1 - bias {
-            // Normal: significand with m fraction bits.
-            let frac = ((u128::from(mant) << 64) >> (bitlen(u128::from(mant)) - 1 + 64 - m as i32))
-                as u64
-                & ((1u64 << m) - 1);
-            sign | (((lead + bias) as u64) << m) | frac
-        } else {
-            // Subnormal: integer multiple of 2^(1 - bias - m).
-            let q = (1 - bias) - m as i32;
-            let frac = (u128::from(mant) << (exp - q)) as u64;
-            sign | frac
-        }
+        // `round` applies this format's rounding mode; re-rounding its result is exact.
+        self.mini().encode(self.round(x))
     }
 
     /// The value of a bit pattern (bits above the format's width are ignored).
     pub fn decode(&self, bits: u64) -> f64 {
-        let m = self.mant_bits;
-        let e = self.exp_bits;
-        let neg = (bits >> (e + m)) & 1 == 1;
-        let field = ((bits >> m) & ((1u64 << e) - 1)) as i32;
-        let frac = bits & ((1u64 << m) - 1);
-        let bias = self.bias();
-        let mag = if field == (1 << e) - 1 {
-            if frac == 0 { f64::INFINITY } else { f64::NAN }
-        } else if field == 0 {
-            if self.subnormals {
-                make_f64(false, u128::from(frac), 1 - bias - m as i32)
-            } else {
-                0.0
-            }
-        } else {
-            make_f64(false, u128::from(frac | (1u64 << m)), field - bias - m as i32)
-        };
-        if neg { -mag } else { mag }
+        self.mini().decode(bits)
     }
 }

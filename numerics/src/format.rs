@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-pub use crate::float::{FloatFormat, MiniFloat, MiniOverflow, Overflow};
+pub use crate::float::{FloatFormat, MiniFloat, MiniOverflow, Overflow, Specials};
 use crate::Rounding;
 
 /// How many consecutive elements of a run share one scale.
@@ -102,14 +102,14 @@ impl MxElem {
     /// The element as a saturating mini-float (INT8: `s1.6` = 6 fraction bits, symmetric
     /// `[-127/64, 127/64]` as microxcaling clamps it).
     pub fn mini(self) -> MiniFloat {
-        let (mant_bits, emin, emax, max_sig) = match self {
-            MxElem::Fp8E4M3 => (3, -6, 8, 0b1110),
-            MxElem::Fp8E5M2 => (2, -14, 15, 0b111),
-            MxElem::Fp6E3M2 => (2, -2, 4, 0b111),
-            MxElem::Fp6E2M3 => (3, 0, 2, 0b1111),
-            MxElem::Fp4E2M1 => (1, 0, 2, 0b11),
+        let (mant_bits, emin, emax, max_sig, specials) = match self {
+            MxElem::Fp8E4M3 => (3, -6, 8, 0b1110, Specials::NanOnly),
+            MxElem::Fp8E5M2 => (2, -14, 15, 0b111, Specials::Ieee),
+            MxElem::Fp6E3M2 => (2, -2, 4, 0b111, Specials::None),
+            MxElem::Fp6E2M3 => (3, 0, 2, 0b1111, Specials::None),
+            MxElem::Fp4E2M1 => (1, 0, 2, 0b11, Specials::None),
             // A fixed-point grid of step 2^-6: "subnormals" with emin = 0 and 6 fraction bits.
-            MxElem::Int8 => (6, 0, 0, 127),
+            MxElem::Int8 => (6, 0, 0, 127, Specials::None),
         };
         MiniFloat {
             mant_bits,
@@ -118,6 +118,7 @@ impl MxElem {
             max_sig,
             subnormals: true,
             overflow: MiniOverflow::Saturate,
+            specials,
         }
     }
 }

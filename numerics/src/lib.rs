@@ -15,6 +15,7 @@ pub mod block;
 pub mod fixed;
 pub mod float;
 pub mod format;
+pub mod kernel;
 mod literal;
 pub mod log;
 pub mod pack;
@@ -25,7 +26,7 @@ pub use activation::Activation;
 pub use format::{
     BfpFormat, Block, DynFixedFormat, FixedFormat, FloatFormat, Format, FormatError, HbfpFormat,
     IntFormat, IntScale, MiniFloat, MiniOverflow, MxElem, MxFormat, Overflow, Per, PolicyKind,
-    PotFormat, TwoHotFormat,
+    PotFormat, Specials, TwoHotFormat,
 };
 pub use rounding::{Rounding, floor_log2};
 pub use stats::{ErrorStats, error_stats, qsnr};

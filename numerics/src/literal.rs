@@ -252,27 +252,38 @@ impl Parser<'_> {
     }
 }
 
-/// Levenshtein distance, for "did you mean" suggestions.
+/// Edit distance with adjacent transpositions (optimal string alignment), for suggestions.
 pub(crate) fn distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
     }
-    prev[b.len()]
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
-/// The closest candidate to `word` if it is close enough to be a plausible typo.
+/// The closest candidate to `word` if it is close enough to be a plausible typo (ties: the
+/// candidate whose length is closest to the word's).
 pub(crate) fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let w = word.to_ascii_lowercase();
     candidates
         .iter()
-        .map(|c| (distance(&word.to_ascii_lowercase(), c), *c))
-        .filter(|(d, c)| *d <= 2.max(c.len() / 3))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
+        .map(|c| (distance(&w, c), c.len().abs_diff(w.len()), *c))
+        .filter(|(d, _, c)| *d <= 2.max(c.len() / 3) && *d < c.len().max(w.len()))
+        .min_by_key(|(d, l, _)| (*d, *l))
+        .map(|(_, _, c)| c)
 }

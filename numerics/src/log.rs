@@ -191,6 +191,34 @@ impl TwoHotFormat {
     }
 }
 
+impl PotFormat {
+    /// The unit's register for two pot weights multiplied in parallel (power-of-two mode):
+    /// `first` drives shifter 1 (output C, accumulator 35b), `second` shifter 2 (output A,
+    /// accumulator 35a); shift counts are in units of `2^base`. `None` if a weight is zero.
+    pub fn unit_register(&self, first: PotCode, second: PotCode) -> Option<UnitRegister> {
+        (first.code != 0 && second.code != 0).then(|| UnitRegister {
+            e1: first.code - 1,
+            s1: first.neg,
+            e2: second.code - 1,
+            s2: second.neg,
+        })
+    }
+}
+
+impl TwoHotFormat {
+    /// The unit's register for one two-hot weight (two-hot mode, R = `self.r`): `s2` is the
+    /// overall sign (the first term's), `s1` subtracts the second term. `None` if a term is 0.
+    pub fn unit_register(&self, c: (PotCode, PotCode)) -> Option<UnitRegister> {
+        let (t1, t2) = c;
+        (t1.code != 0 && t2.code != 0).then(|| UnitRegister {
+            e1: t1.code - 1,
+            s1: t1.neg != t2.neg,
+            e2: t2.code - 1,
+            s2: t1.neg,
+        })
+    }
+}
+
 pub(crate) fn pot_block(p: &PotFormat, x: &[f64], out: &mut [f64], key: u64) {
     let (base, codes) = p.encode_block(x, key);
     for (o, c) in out.iter_mut().zip(codes) {

@@ -6,7 +6,7 @@ use super::{Checker, MAX_WORK, MemOp, Scalars};
 use crate::ast::Instr;
 use crate::diagnostics::{Diagnostic, codes};
 use crate::program::{
-    Addr, Chain, ChainBody, DeclKind, MatrixChain, Mem, MfuOp, MvMul, NetqSlot, OpKind,
+    Chain, ChainBody, DeclKind, MatrixChain, Mem, MfuOp, MvMul, NetqSlot, OpKind,
     QuantConfig, Read, Span, Unit, VectorChain, Window, Write,
 };
 use std::collections::HashMap;
@@ -602,6 +602,7 @@ impl Checker {
     }
 
     fn netq_leftovers(&mut self) {
+        let mut out = Vec::new();
         for (input, q) in [(true, &self.inputs), (false, &self.outputs)] {
             let mut done: HashMap<usize, usize> = HashMap::new();
             for &(d, _, _) in &q.rows[..q.next] {
@@ -613,7 +614,6 @@ impl Checker {
                     missing.push(d);
                 }
             }
-            let mut out = Vec::new();
             for d in missing {
                 let decl = &self.decls[d];
                 let n = done.get(&d).copied().unwrap_or(0);
@@ -637,9 +637,9 @@ impl Checker {
                     .help(help),
                 );
             }
-            for d in out {
-                self.emit(d);
-            }
+        }
+        for d in out {
+            self.emit(d);
         }
     }
 

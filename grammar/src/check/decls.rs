@@ -171,7 +171,7 @@ impl Checker {
                     ok = false;
                 }
             }
-            (DeclKind::Output, None) => {}
+            (DeclKind::Output | DeclKind::Input, None) => {}
         }
 
         // `= 0`

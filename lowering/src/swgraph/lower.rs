@@ -53,7 +53,16 @@ pub fn lower(program: &Program) -> Result<SwGraph, LowerError> {
 
 /// Lower without merging or pruning (every register move is visible; for tests of the passes).
 pub fn lower_raw(program: &Program) -> Result<SwGraph, LowerError> {
-    let storage = float(&program.target.numerics.storage, "storage", 0)?;
+    // The host rounds what it loads to the storage format in force at the first vector chain.
+    let load = program
+        .chains
+        .iter()
+        .find_map(|c| match &c.body {
+            ChainBody::Vector(v) => Some(&v.quant.storage),
+            ChainBody::Matrix(_) => None,
+        })
+        .unwrap_or(&program.target.numerics.storage);
+    let storage = float(load, "storage", 0)?;
     let mut lw = Lowering {
         p: program,
         n: program.native(),
@@ -169,7 +178,8 @@ impl Lowering<'_> {
         self.push(Op::Concat { parts })
     }
 
-    /// Host loading of every declaration (NUMERICS.md section 1, semantics.md "Memories").
+    /// Host loading of every declaration (NUMERICS.md section 1, semantics.md "Memories"):
+    /// pad, round to storage, then the declaration's own format per padded row.
     fn load_decls(&mut self) -> Result<(), LowerError> {
         for (i, d) in self.p.decls.iter().enumerate() {
             let line = self.p.line(d.span);
@@ -179,7 +189,7 @@ impl Lowering<'_> {
                         name: d.name.clone(),
                         shape: d.shape.clone(),
                     }),
-                    (_, Init::Load) if d.kind != DeclKind::Output => lw.push(Op::Weight {
+                    (_, Init::Load) => lw.push(Op::Weight {
                         name: d.name.clone(),
                         shape: d.shape.clone(),
                     }),
@@ -212,9 +222,10 @@ impl Lowering<'_> {
                         self.mtiles.insert((place.mem, place.addr + k), (v, k));
                     }
                 }
-                DeclKind::Vector | DeclKind::Input | DeclKind::Output => {
-                    // Outputs collected from netq occupy no registers.
-                    if d.kind != DeclKind::Input && d.place.is_none() {
+                // Outputs start as nothing: reading one before a write is an error.
+                DeclKind::Output => continue,
+                DeclKind::Vector | DeclKind::Input => {
+                    if d.kind == DeclKind::Vector && d.place.is_none() {
                         continue;
                     }
                     let v = logical(self)?;
@@ -227,11 +238,13 @@ impl Lowering<'_> {
                         src: v,
                         format: self.storage,
                     })?;
-                    if let (Some(format), DeclKind::Vector | DeclKind::Input) = (&d.format, d.kind) {
+                    if let Some(format) = &d.format {
                         v = self.push(Op::Quantize {
                             src: v,
-                            format: format.clone(),
-                            axis: BlockAxis::VectorTile,
+                            format: *format,
+                            axis: BlockAxis::PaddedRow {
+                                tiles: d.row_tiles(self.n) as u32,
+                            },
                         })?;
                     }
                     match d.place {
@@ -319,7 +332,7 @@ impl Lowering<'_> {
                 }
                 let x = self.push(Op::Quantize {
                     src: read,
-                    format: q.mvm_vector.clone(),
+                    format: q.mvm_vector,
                     axis: BlockAxis::VectorTile,
                 })?;
                 let a = mv.addr.at(t);
@@ -341,7 +354,7 @@ impl Lowering<'_> {
                         None => {
                             let qs = self.push(Op::Quantize {
                                 src: stack,
-                                format: mv.matrix_format.clone(),
+                                format: mv.matrix_format,
                                 axis: BlockAxis::TileRow,
                             })?;
                             quantized.insert(stack, qs);
@@ -357,8 +370,8 @@ impl Lowering<'_> {
                     rows,
                     cols,
                     accumulation: self.p.target.numerics.accumulation,
-                    vector_format: q.mvm_vector.clone(),
-                    matrix_format: mv.matrix_format.clone(),
+                    vector_format: q.mvm_vector,
+                    matrix_format: mv.matrix_format,
                     output,
                 })?
             }
@@ -396,7 +409,7 @@ impl Lowering<'_> {
                 op,
                 src: carried,
                 format: mfu,
-                table: lw.table(op),
+                table: lw.table(op, &mfu),
             };
             let node = match (op.kind, operand) {
                 (OpKind::Add, Some(b)) => binary(BinOp::Add, carried, b),
@@ -429,7 +442,8 @@ impl Lowering<'_> {
         for w in &v.writes {
             let line = line_of(w.span);
             let addr = if w.dst == Mem::Netq {
-                let slot = self.p.pushes.get(self.pushes).copied();
+                let index = self.pushes;
+                let slot = self.p.pushes.get(index).copied();
                 self.pushes += 1;
                 let netq_err = |message: String| LowerError::Netq {
                     line,
@@ -457,7 +471,7 @@ impl Lowering<'_> {
                     row: slot.row,
                     src: row,
                 })?;
-                0
+                index as u32
             } else {
                 let a = w.addr.at(t);
                 for k in 0..width {
@@ -499,8 +513,12 @@ impl Lowering<'_> {
             })
     }
 
-    /// The target's table file for an op's function, if it loads one.
-    fn table(&self, op: UnOp) -> Option<String> {
+    /// The target's table file for an op's function, if it loads one (tables are indexed by
+    /// 16-bit patterns: other MFU formats compute the function).
+    fn table(&self, op: UnOp, mfu: &FloatFormat) -> Option<String> {
+        if mfu.bits() != 16 {
+            return None;
+        }
         let tables = &self.p.target.numerics.tables;
         let path = match op.table()? {
             TableFn::Sigm => tables.sigm.as_ref(),

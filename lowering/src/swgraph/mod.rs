@@ -80,15 +80,26 @@ pub enum TileLayout {
     Matrix,
 }
 
-/// Along which runs a quantizer forms its blocks (always runs of N along the last axis of the
-/// tile layout; the name records what the run is).
+/// The runs a quantizer sees (`Format::quantize` is called once per run, blocks laid along it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockAxis {
-    /// Each native tile of a vector value.
+    /// Each native tile of a vector value (`mvm.vector`).
     VectorTile,
-    /// Each row of each N x N tile of a tile stack.
+    /// Each row of each N x N tile of a tile stack (`mvm.matrix`).
     TileRow,
+    /// Each padded row of `tiles` registers of a declaration (its own `quant` on host load).
+    PaddedRow { tiles: u32 },
+}
+
+impl BlockAxis {
+    /// Lanes per run at native dimension `n`.
+    pub fn run(self, n: usize) -> usize {
+        match self {
+            BlockAxis::PaddedRow { tiles } => tiles as usize * n,
+            _ => n,
+        }
+    }
 }
 
 /// `k` tiles of a value starting at tile `start`.
@@ -150,7 +161,7 @@ pub enum TableFn {
 
 /// The operation of a node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Op {
     /// A host input (`input` declaration), `[B, ...shape]`.
     Input { name: String, shape: Vec<usize> },
@@ -496,6 +507,11 @@ pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String
         Op::Quantize { src, axis, .. } => match (ty(*src)?, axis) {
             (t @ Ty::Vector { .. }, BlockAxis::VectorTile)
             | (t @ Ty::TileStack { .. }, BlockAxis::TileRow) => Ok(t.clone()),
+            (t @ Ty::Vector { tiles }, BlockAxis::PaddedRow { tiles: row })
+                if *row > 0 && tiles % row == 0 =>
+            {
+                Ok(t.clone())
+            }
             (other, _) => Err(format!("cannot quantize a {other:?} value along {axis:?}")),
         },
         Op::Concat { parts } => {

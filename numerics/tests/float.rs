@@ -1,0 +1,142 @@
+//! Scalar float rounding: hand-checked cases, the half crate as an independent fp16/bf16
+//! reference over many inputs, and `round_exact` against `round`.
+
+use half::{bf16, f16};
+use nnp_numerics::{FloatFormat, Format, Overflow, Rounding};
+
+fn fp(e: u32, m: u32, r: Rounding) -> FloatFormat {
+    FloatFormat {
+        rounding: r,
+        ..FloatFormat::ieee(e, m)
+    }
+}
+
+#[test]
+fn fp16_hand_cases() {
+    let f = FloatFormat::FP16;
+    // 1 + 2^-11 is the midpoint of 1 and 1 + 2^-10: ties to even -> 1.
+    assert_eq!(f.round(1.0 + 2f64.powi(-11)).to_bits(), 1.0f64.to_bits());
+    // 1 + 3 * 2^-11 is the midpoint of 1 + 2^-10 and 1 + 2^-9: even -> 1 + 2^-9.
+    assert_eq!(f.round(1.0 + 3.0 * 2f64.powi(-11)), 1.0 + 2f64.powi(-9));
+    // Max fp16 is 65504; 65520 is the midpoint to 2^16 and rounds (to even) to infinity.
+    assert_eq!(f.round(65519.99), 65504.0);
+    assert_eq!(f.round(65520.0), f64::INFINITY);
+    assert_eq!(fp(5, 10, Rounding::TowardZero).round(1e9), 65504.0);
+    // Smallest subnormal 2^-24; half of it ties to 0 (even), just above rounds up.
+    assert_eq!(f.round(2f64.powi(-25)), 0.0);
+    assert_eq!(f.round(2f64.powi(-25) * 1.0000001), 2f64.powi(-24));
+    assert_eq!(fp(5, 10, Rounding::NearestAway).round(2f64.powi(-25)), 2f64.powi(-24));
+    assert!(f.round(-2f64.powi(-26)).is_sign_negative());
+    assert!(f.round(f64::NAN).is_nan());
+    let sat = FloatFormat {
+        overflow: Overflow::Saturate,
+        ..FloatFormat::FP16
+    };
+    assert_eq!(sat.round(-1e10), -65504.0);
+    assert_eq!(sat.round(f64::NEG_INFINITY), -65504.0);
+    // fp(5, 2) (ms-fp8): 1.25, 1.5, 1.75, 2 around 1.6: nearest is 1.5.
+    assert_eq!(fp(5, 2, Rounding::NearestEven).round(1.6), 1.5);
+    assert_eq!(fp(5, 2, Rounding::NearestEven).max_value(), 57344.0);
+}
+
+#[test]
+fn fp16_encode_decode_all_patterns() {
+    let f = FloatFormat::FP16;
+    for bits in 0..=u16::MAX {
+        let h = f16::from_bits(bits);
+        let v = f.decode(u64::from(bits));
+        if h.is_nan() {
+            assert!(v.is_nan());
+            continue;
+        }
+        assert_eq!(v.to_bits(), f64::from(h).to_bits(), "decode {bits:#06x}");
+        assert_eq!(f.encode(v), u64::from(bits), "encode {bits:#06x}");
+    }
+}
+
+/// The `half` crate converts f32 -> f16/bf16 with round-to-nearest-even: an independent
+/// reference on a deterministic sweep of f32 bit patterns.
+#[test]
+fn f32_to_fp16_bf16_matches_half() {
+    let mut s = 0x1234_5678_9abc_def0u64;
+    for i in 0..400_000u32 {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let bits = if i % 2 == 0 { (s >> 32) as u32 } else { 0x3000_0000 + (s >> 35) as u32 };
+        let x = f32::from_bits(bits);
+        if x.is_nan() {
+            continue;
+        }
+        let h = f16::from_f32(x);
+        let r = FloatFormat::FP16.round(f64::from(x));
+        assert_eq!(r.to_bits(), f64::from(h).to_bits(), "fp16 of {x:e} ({bits:#010x})");
+        let b = bf16::from_f32(x);
+        let r = FloatFormat::BF16.round(f64::from(x));
+        assert_eq!(r.to_bits(), f64::from(b).to_bits(), "bf16 of {x:e} ({bits:#010x})");
+    }
+}
+
+/// f64 -> f32 by `as` is IEEE nearest-even: reference for fp32 rounding of f64 values.
+#[test]
+fn f64_to_fp32_matches_as_cast() {
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..200_000 {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        // Exponents around the f32 range, including its subnormals and overflow.
+        let e = ((s >> 52) % 320) as i64 - 170 + 1023;
+        let x = f64::from_bits((s & 0x800F_FFFF_FFFF_FFFF) | ((e as u64) << 52));
+        let want = f64::from(x as f32);
+        assert_eq!(FloatFormat::FP32.round(x).to_bits(), want.to_bits(), "{x:e}");
+    }
+}
+
+/// `round_exact(neg, mant, exp, sticky)` equals `round` of the exact value when it is an f64,
+/// and with `sticky` it breaks exact ties upward in magnitude.
+#[test]
+fn round_exact_matches_round() {
+    for fmt in [FloatFormat::FP16, FloatFormat::BF16, fp(4, 3, Rounding::NearestEven)] {
+        for r in [Rounding::NearestEven, Rounding::NearestAway, Rounding::TowardZero] {
+            let f = FloatFormat { rounding: r, ..fmt };
+            // Every 12-bit significand at every exponent that reaches the format's range.
+            for exp in -40..20 {
+                for mant in 0u128..(1 << 12) {
+                    for neg in [false, true] {
+                        let x = (mant as f64) * 2f64.powi(exp);
+                        let x = if neg { -x } else { x };
+                        let want = f.round(x);
+                        let got = f.round_exact(neg, mant, exp, false);
+                        assert_eq!(got.to_bits(), want.to_bits(), "{f:?} {mant} 2^{exp}");
+                        // Sticky: the value is x plus an infinitesimal (in magnitude): like
+                        // x nudged by a relative 1e-12, which crosses no grid point of these
+                        // formats, so exact ties break away from zero in the nearest modes.
+                        if mant != 0 {
+                            let got_s = f.round_exact(neg, mant << 1, exp - 1, true);
+                            let want_s = f.round(x * (1.0 + 1e-12));
+                            assert_eq!(got_s.to_bits(), want_s.to_bits(), "sticky {f:?} {mant} 2^{exp}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn wide_mantissa_round_exact() {
+    // A 100-bit integer: 2^99 + 2^88 + 1 rounds to fp16's 2^99 * (1 + 2^-11)? No: fp16 max is
+    // 65504, so scale down: value = mant * 2^-95 = 16 + 2^-7 + 2^-95; fp16 ulp at 16 is 2^-6,
+    // so 2^-7 is exactly half an ulp plus 2^-95: rounds up to 16 + 2^-6.
+    let mant = (1u128 << 99) | (1u128 << 88) | 1;
+    assert_eq!(FloatFormat::FP16.round_exact(false, mant, -95, false), 16.0 + 2f64.powi(-6));
+    // Without the low bit it is an exact tie: even -> 16.
+    let mant = (1u128 << 99) | (1u128 << 88);
+    assert_eq!(FloatFormat::FP16.round_exact(false, mant, -95, false), 16.0);
+    assert_eq!(FloatFormat::FP16.round_exact(true, mant, -95, true), -(16.0 + 2f64.powi(-6)));
+}
+
+#[test]
+fn parse_fp_literals() {
+    let f: Format = "fp(5, 2)".parse().unwrap();
+    assert_eq!(f.as_float(), Some(&FloatFormat::ieee(5, 2)));
+    assert_eq!("fp16".parse::<Format>().unwrap(), Format::FP16);
+    assert_eq!("fp(5, 10)".parse::<Format>().unwrap().to_string(), "fp16");
+}

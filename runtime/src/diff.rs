@@ -1,0 +1,340 @@
+//! Hardware vs software: compare two sets of outputs bit for bit and say where they differ.
+//!
+//! Concordance is bit equality of the storage-format encodings (NaN canonicalised, so any two NaNs
+//! are equal). For elements that differ the report gives the distance in units in the last place
+//! of the storage format, and for the first few the output name, logical index, native tile and
+//! lane, and the firmware line of the `v_wr` that produced the element.
+
+use crate::host::{Outputs, ShapeDisplay, Tensor, storage_bits};
+use nnp_grammar::{ChainBody, DeclKind, Mem, Program};
+use nnp_numerics::FloatFormat;
+use serde::{Deserialize, Serialize};
+
+/// Why two output sets cannot be compared.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    #[error(
+        "the hardware dump has no tensor `{0}` (an `output` of the program); help: dump every \
+         output declared in the firmware, under its declared name"
+    )]
+    MissingOutput(String),
+    #[error(
+        "hardware tensor `{name}` has shape {found} but output `{name}` is {expected} (batch of \
+         {batch}); help: dump the output in logical layout with shape [batch, ...declared shape], \
+         or pass --batch to match the dump"
+    )]
+    Shape {
+        name: String,
+        expected: String,
+        found: String,
+        batch: usize,
+    },
+    #[error("the program's storage format `{0}` is not a float format")]
+    Storage(String),
+}
+
+/// Upper bounds of the ULP histogram buckets: 0, 1, 2, 4, 8, ... 2^15, then larger, then NaN.
+const ULP_BUCKETS: usize = 17;
+
+/// One element that differs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Mismatch {
+    pub output: String,
+    /// Logical index `[item, ...]` into the output (batch item first).
+    pub index: Vec<usize>,
+    /// Native tile of the element within its output row, and its lane in that tile.
+    pub tile: usize,
+    pub lane: usize,
+    pub hardware: f32,
+    pub software: f32,
+    pub hardware_bits: u32,
+    pub software_bits: u32,
+    /// Distance in storage-format ULPs (`None` when exactly one side is NaN).
+    pub ulps: Option<u64>,
+    /// The `v_wr` that produced the element: source line and its text.
+    pub line: Option<usize>,
+    pub source: Option<String>,
+}
+
+/// Comparison of one output tensor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutputDiff {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub elements: usize,
+    pub bit_exact: usize,
+    pub max_ulps: u64,
+    /// Elements where one side is NaN and the other is not.
+    pub nan_mismatches: usize,
+    pub max_abs_err: f64,
+    pub max_rel_err: f64,
+    /// QSNR of software against hardware in dB (infinite when equal).
+    pub qsnr_db: f64,
+}
+
+/// The whole comparison. Serialised as the `--json` output of `nnpc diff` (schema in
+/// `docs/diff.md`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DiffReport {
+    pub schema: String,
+    pub elements: usize,
+    pub bit_exact: usize,
+    pub concordant: bool,
+    pub max_ulps: u64,
+    /// `ulp_histogram[0]` counts equal elements, `[k]` (1 <= k <= 16) elements at distance in
+    /// `(2^(k-2), 2^(k-1)]`, i.e. 1, 2, 3-4, 5-8, ...; `[17]` larger, `[18]` NaN vs number.
+    pub ulp_histogram: Vec<u64>,
+    pub outputs: Vec<OutputDiff>,
+    /// The first mismatches in output order, at most the requested count.
+    pub mismatches: Vec<Mismatch>,
+}
+
+/// Position of a bit pattern on the number line of a sign-magnitude format (monotone).
+fn ordinal(bits: u32, width: u32) -> i64 {
+    let sign = 1u32 << (width - 1);
+    let mag = i64::from(bits & (sign - 1));
+    if bits & sign != 0 { -mag } else { mag }
+}
+
+fn histogram_bucket(ulps: Option<u64>) -> usize {
+    match ulps {
+        None => ULP_BUCKETS + 1,
+        Some(0) => 0,
+        Some(d) => {
+            // d in (2^(k-2), 2^(k-1)] -> k; d = 1 -> 1, 2 -> 2, 3..4 -> 3.
+            let k = 64 - (d - 1).leading_zeros() as usize + 1;
+            k.min(ULP_BUCKETS)
+        }
+    }
+}
+
+/// Compare `software` against `hardware` for every output of `program`.
+pub fn diff_outputs(
+    program: &Program,
+    hardware: &Outputs,
+    software: &Outputs,
+    first: usize,
+) -> Result<DiffReport, DiffError> {
+    let storage = *program
+        .target
+        .numerics
+        .storage
+        .as_float()
+        .ok_or_else(|| DiffError::Storage(program.target.numerics.storage.to_string()))?;
+    let width = storage.bits().min(32);
+    let n = program.native();
+    let mut report = DiffReport {
+        schema: "nnpc.diff/1".into(),
+        elements: 0,
+        bit_exact: 0,
+        concordant: true,
+        max_ulps: 0,
+        ulp_histogram: vec![0; ULP_BUCKETS + 2],
+        outputs: Vec::new(),
+        mismatches: Vec::new(),
+    };
+    for decl in program.outputs() {
+        let sw = software
+            .get(&decl.name)
+            .ok_or_else(|| DiffError::MissingOutput(decl.name.clone()))?;
+        let hw = hardware
+            .get(&decl.name)
+            .ok_or_else(|| DiffError::MissingOutput(decl.name.clone()))?;
+        let hw = batched_like(&decl.name, hw, sw)?;
+        let row_len = decl.row_len();
+        let rows = decl.rows();
+        let mut out = OutputDiff {
+            name: decl.name.clone(),
+            shape: sw.shape.clone(),
+            elements: sw.len(),
+            bit_exact: 0,
+            max_ulps: 0,
+            nan_mismatches: 0,
+            max_abs_err: 0.0,
+            max_rel_err: 0.0,
+            qsnr_db: f64::INFINITY,
+        };
+        for (flat, (&h, &s)) in hw.data.iter().zip(&sw.data).enumerate() {
+            let (hb, sb) = (storage_bits(&storage, h), storage_bits(&storage, s));
+            let ulps = if hb == sb {
+                Some(0)
+            } else if h.is_nan() || s.is_nan() {
+                None
+            } else {
+                Some(ordinal(hb, width).abs_diff(ordinal(sb, width)))
+            };
+            report.ulp_histogram[histogram_bucket(ulps)] += 1;
+            match ulps {
+                Some(0) => out.bit_exact += 1,
+                Some(d) => out.max_ulps = out.max_ulps.max(d),
+                None => out.nan_mismatches += 1,
+            }
+            if ulps != Some(0) && report.mismatches.len() < first {
+                let per_item = rows * row_len;
+                let (item, within) = (flat / per_item, flat % per_item);
+                let (row, col) = (within / row_len, within % row_len);
+                let mut index = vec![item];
+                index.extend(unflatten(within, &decl.shape));
+                let writer = writer_of(program, decl_index(program, &decl.name), row);
+                report.mismatches.push(Mismatch {
+                    output: decl.name.clone(),
+                    index,
+                    tile: col / n,
+                    lane: col % n,
+                    hardware: h,
+                    software: s,
+                    hardware_bits: hb,
+                    software_bits: sb,
+                    ulps,
+                    line: writer.map(|(l, _)| l),
+                    source: writer.map(|(_, t)| t.to_string()),
+                });
+            }
+        }
+        let (x, q): (Vec<f64>, Vec<f64>) = hw
+            .data
+            .iter()
+            .zip(&sw.data)
+            .map(|(&h, &s)| (f64::from(h), f64::from(s)))
+            .unzip();
+        let stats = nnp_numerics::error_stats(&x, &q);
+        out.max_abs_err = stats.max_abs_err;
+        out.max_rel_err = stats.max_rel_err;
+        out.qsnr_db = stats.qsnr_db;
+        report.elements += out.elements;
+        report.bit_exact += out.bit_exact;
+        report.max_ulps = report.max_ulps.max(out.max_ulps);
+        report.outputs.push(out);
+    }
+    report.concordant = report.bit_exact == report.elements;
+    Ok(report)
+}
+
+/// The hardware tensor with the software tensor's shape: a dump of one input set may omit the
+/// batch dimension.
+fn batched_like<'a>(
+    name: &str,
+    hw: &'a Tensor,
+    sw: &Tensor,
+) -> Result<std::borrow::Cow<'a, Tensor>, DiffError> {
+    if hw.shape == sw.shape {
+        return Ok(std::borrow::Cow::Borrowed(hw));
+    }
+    if sw.shape.first() == Some(&1) && hw.shape[..] == sw.shape[1..] {
+        let mut t = hw.clone();
+        t.shape = sw.shape.clone();
+        return Ok(std::borrow::Cow::Owned(t));
+    }
+    Err(DiffError::Shape {
+        name: name.to_string(),
+        expected: ShapeDisplay(&sw.shape).to_string(),
+        found: ShapeDisplay(&hw.shape).to_string(),
+        batch: sw.shape.first().copied().unwrap_or(1),
+    })
+}
+
+fn decl_index(program: &Program, name: &str) -> usize {
+    program
+        .decls
+        .iter()
+        .position(|d| d.name == name)
+        .unwrap_or(usize::MAX)
+}
+
+fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for (slot, &dim) in idx.iter_mut().zip(shape).rev() {
+        *slot = flat % dim.max(1);
+        flat /= dim.max(1);
+    }
+    idx
+}
+
+/// The source line (number and text) of the `v_wr` that produced row `row` of output `decl`:
+/// netq outputs through the push schedule, memory outputs through the last write of the row's
+/// first register.
+fn writer_of(program: &Program, decl: usize, row: usize) -> Option<(usize, &str)> {
+    let d = program.decls.get(decl)?;
+    let span = match d.place {
+        None => {
+            let slot = program
+                .pushes
+                .iter()
+                .find(|p| p.decl == decl && p.row == row)?;
+            let ChainBody::Vector(v) = &program.chains.get(slot.chain)?.body else {
+                return None;
+            };
+            v.writes.iter().find(|w| w.dst == Mem::Netq)?.span
+        }
+        Some(place) => {
+            let reg = place.addr + (row * d.row_tiles(program.native())) as u32;
+            last_write(program, place.mem, reg)?
+        }
+    };
+    debug_assert!(d.kind == DeclKind::Output);
+    Some((program.line(span), program.source.line_text(span.start)))
+}
+
+/// The span of the last `v_wr` (or `m_wr`) in program order that writes register `reg` of `mem`.
+fn last_write(program: &Program, mem: Mem, reg: u32) -> Option<nnp_grammar::Span> {
+    program
+        .chains
+        .iter()
+        .rev()
+        .find_map(|chain| match &chain.body {
+            ChainBody::Vector(v) => v.writes.iter().find_map(|w| {
+                let hit = w.dst == mem
+                    && (0..chain.iterations)
+                        .any(|t| (w.addr.at(t)..w.addr.at(t) + v.width).contains(&reg));
+                hit.then_some(w.span)
+            }),
+            ChainBody::Matrix(m) => {
+                let hit = m.dst == mem
+                    && (0..chain.iterations)
+                        .any(|t| (m.dst_addr.at(t)..m.dst_addr.at(t) + m.tiles).contains(&reg));
+                hit.then_some(m.dst_span)
+            }
+        })
+}
+
+/// Storage format of a program (its target's), for callers that encode bits.
+pub fn storage_format(program: &Program) -> Option<FloatFormat> {
+    program.target.numerics.storage.as_float().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinal_distance_counts_representable_steps() {
+        // fp16: 1.0 = 0x3C00 and its successor 0x3C01 are 1 ULP apart; +0 (0x0000) and the
+        // smallest negative subnormal (0x8001) are 1 apart; -0 and +0 are 0 apart.
+        assert_eq!(ordinal(0x3C01, 16) - ordinal(0x3C00, 16), 1);
+        assert_eq!(ordinal(0x0000, 16) - ordinal(0x8001, 16), 1);
+        assert_eq!(ordinal(0x8000, 16), ordinal(0x0000, 16));
+        // 1.0 vs -1.0: 2 * 0x3C00 steps.
+        assert_eq!(
+            ordinal(0x3C00, 16).abs_diff(ordinal(0xBC00, 16)),
+            2 * 0x3C00
+        );
+    }
+
+    #[test]
+    fn histogram_buckets_are_powers_of_two() {
+        assert_eq!(histogram_bucket(Some(0)), 0);
+        assert_eq!(histogram_bucket(Some(1)), 1);
+        assert_eq!(histogram_bucket(Some(2)), 2);
+        assert_eq!(histogram_bucket(Some(3)), 3);
+        assert_eq!(histogram_bucket(Some(4)), 3);
+        assert_eq!(histogram_bucket(Some(5)), 4);
+        assert_eq!(histogram_bucket(Some(1 << 40)), ULP_BUCKETS);
+        assert_eq!(histogram_bucket(None), ULP_BUCKETS + 1);
+    }
+
+    #[test]
+    fn unflatten_is_row_major() {
+        assert_eq!(unflatten(7, &[3, 4]), vec![1, 3]);
+        assert_eq!(unflatten(0, &[5]), vec![0]);
+    }
+}

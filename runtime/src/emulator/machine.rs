@@ -1,0 +1,734 @@
+//! Machine state and chain execution.
+//!
+//! State is sparse: a register exists once something wrote it. Vector registers hold the lanes
+//! of every batch item of the chunk (`[item][lane]`, storage-format values as f32); matrix tiles
+//! (`mrf`, matrix `dram`) are the same for every item (only the host writes matrix DRAM), so
+//! they are shared, with their `mvm.matrix` quantization cached per tile.
+
+use super::mfu::{self, TableFiles};
+use super::exact::ExactSum;
+use super::mvm::{self, QRun};
+use super::trace::TraceRecord;
+use super::{EmuError, Site};
+use crate::host::{HostData, storage_bits};
+use nnp_grammar::{
+    Addr, ChainBody, Decl, DeclKind, Init, MatrixChain, Mem, NonFinite, OpKind, Program, Span,
+    VectorChain,
+};
+use nnp_numerics::activation::Activation;
+use nnp_numerics::{FloatFormat, Format};
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Everything the chunks share: the program, host data, tables and the host-loaded weights.
+pub struct Shared<'a> {
+    p: &'a Program,
+    data: &'a HostData,
+    n: usize,
+    files: TableFiles,
+    /// Storage format the host rounds loaded values to.
+    load_fmt: FloatFormat,
+    nonfinite_error: bool,
+    /// Matrix tiles (`mrf`, matrix `dram`), `n * n` values each.
+    tiles: HashMap<(Mem, u32), Arc<[f32]>>,
+    /// Vector registers of weight declarations (one item's `n` lanes).
+    vregs: HashMap<(Mem, u32), Arc<[f32]>>,
+}
+
+/// What one chunk of batch items produced: outputs as `[item][elements]` per output name.
+pub struct ChunkResult {
+    pub outputs: Vec<(String, Vec<f32>)>,
+    pub trace: Option<Vec<TraceRecord>>,
+}
+
+fn float_of(f: &Format, what: &str, p: &Program, span: Span) -> Result<FloatFormat, EmuError> {
+    f.as_float().copied().ok_or_else(|| EmuError::Unsupported {
+        message: format!("{what} format `{f}` is not a float format"),
+        span,
+        line: p.line(span),
+    })
+}
+
+fn read_table(path: &std::path::Path) -> Result<Arc<[u16]>, EmuError> {
+    let err = |message: String| EmuError::Table {
+        path: path.to_path_buf(),
+        message,
+    };
+    let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    if bytes.len() != 2 * 65536 {
+        return Err(err(format!(
+            "has {} bytes; a table is 65,536 little-endian u16 (131,072 bytes)",
+            bytes.len()
+        )));
+    }
+    Ok(bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect())
+}
+
+impl<'a> Shared<'a> {
+    pub fn new(p: &'a Program, data: &'a HostData) -> Result<Shared<'a>, EmuError> {
+        for c in &p.chains {
+            if let ChainBody::Vector(vc) = &c.body {
+                let st = float_of(&vc.quant.storage, "storage", p, c.span)?;
+                if st.exp_bits > 8 || st.mant_bits > 23 {
+                    return Err(EmuError::Unsupported {
+                        message: format!("storage format `{}` is wider than fp32", vc.quant.storage),
+                        span: c.span,
+                        line: p.line(c.span),
+                    });
+                }
+                float_of(&vc.quant.mvm_output, "mvm.output", p, c.span)?;
+                float_of(&vc.quant.mfu_input, "mfu.input", p, c.span)?;
+            }
+        }
+        // The host rounds what it loads to the storage format in force at the first chain.
+        let load_fmt = p
+            .chains
+            .iter()
+            .find_map(|c| match &c.body {
+                ChainBody::Vector(vc) => vc.quant.storage.as_float().copied(),
+                ChainBody::Matrix(_) => None,
+            })
+            .or_else(|| p.target.numerics.storage.as_float().copied())
+            .unwrap_or(FloatFormat::FP16);
+        let t = &p.target.numerics.tables;
+        let load = |o: &Option<std::path::PathBuf>| {
+            o.as_ref()
+                .map(|path| read_table(&p.target.table_path(path)))
+                .transpose()
+        };
+        let files = TableFiles {
+            sigm: load(&t.sigm)?,
+            tanh: load(&t.tanh)?,
+            exp: load(&t.exp)?,
+        };
+        let mut sh = Shared {
+            p,
+            data,
+            n: p.native().max(1),
+            files,
+            load_fmt,
+            nonfinite_error: p.target.numerics.nonfinite == NonFinite::Error,
+            tiles: HashMap::new(),
+            vregs: HashMap::new(),
+        };
+        for d in &p.decls {
+            let Some(place) = d.place else { continue };
+            match d.kind {
+                DeclKind::Matrix => sh.load_matrix(d, place.mem, place.addr)?,
+                DeclKind::Vector => {
+                    let values = sh.weight_values(d)?;
+                    let rows = sh.host_rows(d, d.rows(), values.as_deref())?;
+                    for (k, reg) in rows.chunks(sh.n).enumerate() {
+                        sh.vregs.insert((place.mem, place.addr + k as u32), reg.into());
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(sh)
+    }
+
+    fn weight_values(&self, d: &Decl) -> Result<Option<Vec<f32>>, EmuError> {
+        if d.init == Init::Zero {
+            return Ok(None);
+        }
+        let t = self.data.weights.get(&d.name).ok_or_else(|| EmuError::Data {
+            name: d.name.clone(),
+            message: "no weights tensor of that name".into(),
+        })?;
+        if t.len() != d.elements() {
+            return Err(EmuError::Data {
+                name: d.name.clone(),
+                message: format!("{} values, the declaration needs {}", t.len(), d.elements()),
+            });
+        }
+        Ok(Some(t.data.clone()))
+    }
+
+    fn check_loaded(&self, d: &Decl, values: &[f32]) -> Result<(), EmuError> {
+        if !self.nonfinite_error {
+            return Ok(());
+        }
+        match values.iter().position(|v| !v.is_finite()) {
+            Some(lane) => Err(EmuError::NonFinite {
+                site: Site {
+                    item: 0,
+                    chain: 0,
+                    iteration: 0,
+                    span: d.span,
+                    line: self.p.line(d.span),
+                },
+                op: "host load (rounding to the storage format)",
+                value: f64::from(values[lane]),
+                lane,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// A vector-like declaration's registers: rows padded to whole tiles with `pad`, rounded to
+    /// storage, then the declaration's own format (per padded row). `values = None` is `= 0`.
+    fn host_rows(&self, d: &Decl, rows: usize, values: Option<&[f32]>) -> Result<Vec<f32>, EmuError> {
+        let (n, c) = (self.n, d.row_len());
+        let width = d.row_tiles(n) * n;
+        let pad = self.load_fmt.round(d.pad) as f32;
+        let mut out = vec![pad; rows * width];
+        let mut scratch = vec![0.0; width];
+        let mut q = vec![0.0; width];
+        for r in 0..rows {
+            let row = &mut out[r * width..(r + 1) * width];
+            for (k, lane) in row[..c].iter_mut().enumerate() {
+                let v = values.map_or(0.0, |v| v.get(r * c + k).copied().unwrap_or(0.0));
+                *lane = self.load_fmt.round(f64::from(v)) as f32;
+            }
+            if let Some(fmt) = &d.format {
+                for (s, v) in scratch.iter_mut().zip(row.iter()) {
+                    *s = f64::from(*v);
+                }
+                fmt.quantize(&scratch, n, &mut q);
+                for (lane, v) in row.iter_mut().zip(&q) {
+                    *lane = *v as f32;
+                }
+            }
+        }
+        self.check_loaded(d, &out)?;
+        Ok(out)
+    }
+
+    fn load_matrix(&mut self, d: &Decl, mem: Mem, base: u32) -> Result<(), EmuError> {
+        let n = self.n;
+        let values = self.weight_values(d)?;
+        let (r, c) = (d.shape.first().copied().unwrap_or(0), d.row_len());
+        let (tr, tc) = (r.div_ceil(n), c.div_ceil(n));
+        for ti in 0..tr {
+            for tj in 0..tc {
+                let mut tile = vec![0.0f32; n * n];
+                if let Some(v) = &values {
+                    for i in 0..n.min(r - ti * n) {
+                        for j in 0..n.min(c - tj * n) {
+                            let x = v[(ti * n + i) * c + tj * n + j];
+                            tile[i * n + j] = self.load_fmt.round(f64::from(x)) as f32;
+                        }
+                    }
+                }
+                self.check_loaded(d, &tile)?;
+                self.tiles
+                    .insert((mem, base + (ti * tc + tj) as u32), tile.into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The per-chunk machine.
+struct Machine<'s, 'a> {
+    sh: &'s Shared<'a>,
+    items: Range<usize>,
+    b: usize,
+    vregs: HashMap<(Mem, u32), Vec<f32>>,
+    tiles: HashMap<(Mem, u32), Arc<[f32]>>,
+    qcache: HashMap<u32, (Format, Arc<Vec<QRun>>)>,
+    /// Input rows still on netq: (declaration index, row).
+    netq_in: VecDeque<(usize, usize)>,
+    /// Output rows still to be pushed: (declaration index, row).
+    out_slots: VecDeque<(usize, usize)>,
+    /// Collected outputs per declaration index, `[item][elements]`.
+    outputs: HashMap<usize, Vec<f32>>,
+    pushes: u32,
+    trace: Option<Vec<Vec<TraceRecord>>>,
+}
+
+/// Where we are, for errors.
+#[derive(Clone, Copy)]
+struct At {
+    chain: usize,
+    iteration: u32,
+}
+
+pub fn run_chunk(
+    sh: &Shared<'_>,
+    items: Range<usize>,
+    trace: bool,
+) -> Result<ChunkResult, EmuError> {
+    let p = sh.p;
+    let b = items.len();
+    let mut m = Machine {
+        sh,
+        b,
+        vregs: sh
+            .vregs
+            .iter()
+            .map(|(k, v)| (*k, v.iter().copied().cycle().take(v.len() * b).collect()))
+            .collect(),
+        tiles: sh.tiles.clone(),
+        qcache: HashMap::new(),
+        netq_in: VecDeque::new(),
+        out_slots: VecDeque::new(),
+        outputs: HashMap::new(),
+        pushes: 0,
+        trace: trace.then(|| vec![Vec::new(); b]),
+        items,
+    };
+    for (i, d) in p.decls.iter().enumerate() {
+        match (d.kind, d.place) {
+            (DeclKind::Input, None) => m.netq_in.extend((0..d.rows()).map(|r| (i, r))),
+            (DeclKind::Input, Some(place)) => m.load_placed_input(d, place.mem, place.addr)?,
+            (DeclKind::Output, None) => {
+                m.out_slots.extend((0..d.rows()).map(|r| (i, r)));
+                m.outputs.insert(i, vec![0.0; b * d.elements()]);
+            }
+            _ => {}
+        }
+    }
+    for c in &p.chains {
+        for t in 0..c.iterations {
+            let at = At {
+                chain: c.index,
+                iteration: t,
+            };
+            match &c.body {
+                ChainBody::Vector(vc) => m.vector_chain(vc, at)?,
+                ChainBody::Matrix(mc) => m.matrix_chain(mc, at)?,
+            }
+        }
+    }
+    m.finish()
+}
+
+impl Machine<'_, '_> {
+    fn site(&self, at: At, span: Span) -> Site {
+        Site {
+            item: self.items.start,
+            chain: at.chain,
+            iteration: at.iteration,
+            span,
+            line: self.sh.p.line(span),
+        }
+    }
+
+    /// Register `base + t*inc + offset`, range-checked against the memory's size.
+    fn reg(&self, mem: Mem, addr: Addr, offset: u32, at: At, span: Span) -> Result<u32, EmuError> {
+        let a = addr.base as i64 + addr.inc as i64 * at.iteration as i64 + offset as i64;
+        let size = match mem {
+            Mem::Mrf => self.sh.p.target.memory.mrf,
+            _ => self.sh.p.target.mem_size(mem),
+        };
+        if a < 0 || a >= size as i64 {
+            return Err(EmuError::OutOfRange {
+                site: self.site(at, span),
+                mem: mem.to_string(),
+                addr: a.max(0) as u64,
+                size,
+            });
+        }
+        Ok(a as u32)
+    }
+
+    fn tile_reg(&self, mem: Mem, addr: Addr, offset: u32, at: At, span: Span) -> Result<u32, EmuError> {
+        let a = addr.base as i64 + addr.inc as i64 * at.iteration as i64 + offset as i64;
+        let size = match mem {
+            Mem::Dram => self.sh.p.target.memory.dram_tiles,
+            _ => self.sh.p.target.memory.mrf,
+        };
+        if a < 0 || a >= size as i64 {
+            return Err(EmuError::OutOfRange {
+                site: self.site(at, span),
+                mem: format!("{mem} (matrix tiles)"),
+                addr: a.max(0) as u64,
+                size,
+            });
+        }
+        Ok(a as u32)
+    }
+
+    fn uninit(&self, at: At, span: Span, mem: Mem, addr: u32) -> EmuError {
+        EmuError::Uninitialized {
+            site: self.site(at, span),
+            mem: mem.to_string(),
+            addr,
+        }
+    }
+
+    fn load_placed_input(&mut self, d: &Decl, mem: Mem, base: u32) -> Result<(), EmuError> {
+        let n = self.sh.n;
+        let per_item = d.tiles(n) * n;
+        let mut all = vec![0.0f32; self.b * per_item];
+        for (k, item) in self.items.clone().enumerate() {
+            let values = self.input_values(d, item)?;
+            let rows = self.sh.host_rows(d, d.rows(), Some(values))?;
+            all[k * per_item..(k + 1) * per_item].copy_from_slice(&rows);
+        }
+        for reg in 0..d.tiles(n) {
+            let mut v = vec![0.0f32; self.b * n];
+            for k in 0..self.b {
+                v[k * n..(k + 1) * n]
+                    .copy_from_slice(&all[k * per_item + reg * n..k * per_item + (reg + 1) * n]);
+            }
+            self.vregs.insert((mem, base + reg as u32), v);
+        }
+        Ok(())
+    }
+
+    fn input_values(&self, d: &Decl, item: usize) -> Result<&[f32], EmuError> {
+        self.sh
+            .data
+            .input_item(&d.name, item)
+            .filter(|v| v.len() == d.elements())
+            .ok_or_else(|| EmuError::Data {
+                name: d.name.clone(),
+                message: format!(
+                    "no input tensor of that name with {} values per batch item",
+                    d.elements()
+                ),
+            })
+    }
+
+    /// `v_rd`: the carried vector `[item][tile][lane]`.
+    fn read(&mut self, vc: &VectorChain, at: At) -> Result<Vec<f64>, EmuError> {
+        let n = self.sh.n;
+        let rd = &vc.read;
+        let tiles = rd.tiles as usize;
+        let mut x = vec![0.0f64; self.b * tiles * n];
+        if rd.src == Mem::Netq {
+            let Some((di, row)) = self.netq_in.pop_front() else {
+                return Err(EmuError::NetqUnderflow {
+                    site: self.site(at, rd.span),
+                });
+            };
+            let d = &self.sh.p.decls[di];
+            if d.row_tiles(n) != tiles {
+                return Err(EmuError::NetqWidth {
+                    site: self.site(at, rd.span),
+                    input: d.name.clone(),
+                    row,
+                    expected: rd.tiles,
+                    found: d.row_tiles(n),
+                });
+            }
+            let c = d.row_len();
+            for (k, item) in self.items.clone().enumerate() {
+                let values = self.input_values(d, item)?;
+                let lanes = self.sh.host_rows(d, 1, Some(&values[row * c..(row + 1) * c]))?;
+                for (o, v) in x[k * tiles * n..(k + 1) * tiles * n].iter_mut().zip(&lanes) {
+                    *o = f64::from(*v);
+                }
+            }
+            return Ok(x);
+        }
+        let offsets: Vec<u32> = match &rd.window {
+            Some(w) => w.offsets().collect(),
+            None => (0..rd.tiles).collect(),
+        };
+        for (j, off) in offsets.into_iter().enumerate() {
+            let a = self.reg(rd.src, rd.addr, off, at, rd.span)?;
+            let r = self
+                .vregs
+                .get(&(rd.src, a))
+                .ok_or_else(|| self.uninit(at, rd.span, rd.src, a))?;
+            for k in 0..self.b {
+                for (o, v) in x[(k * tiles + j) * n..(k * tiles + j + 1) * n]
+                    .iter_mut()
+                    .zip(&r[k * n..(k + 1) * n])
+                {
+                    *o = f64::from(*v);
+                }
+            }
+        }
+        Ok(x)
+    }
+
+    /// The `mvm.matrix` quantization of one `mrf` tile, one [`QRun`] per row (cached).
+    fn qtile(&mut self, a: u32, fmt: &Format, at: At, span: Span) -> Result<Arc<Vec<QRun>>, EmuError> {
+        if let Some((f, q)) = self.qcache.get(&a)
+            && f == fmt
+        {
+            return Ok(q.clone());
+        }
+        let n = self.sh.n;
+        let tile = self
+            .tiles
+            .get(&(Mem::Mrf, a))
+            .ok_or_else(|| self.uninit(at, span, Mem::Mrf, a))?;
+        let mut scratch = Vec::new();
+        let rows: Vec<QRun> = tile
+            .chunks(n)
+            .map(|row| {
+                let r: Vec<f64> = row.iter().map(|v| f64::from(*v)).collect();
+                QRun::quantize(fmt, &r, n, &mut scratch)
+            })
+            .collect();
+        let q = Arc::new(rows);
+        self.qcache.insert(a, (*fmt, q.clone()));
+        Ok(q)
+    }
+
+    /// `mv_mul`: `y = W x` over `rows x cols` tiles; returns `[item][rows * n]`.
+    fn mv_mul(&mut self, vc: &VectorChain, x: &[f64], at: At) -> Result<Vec<f64>, EmuError> {
+        let Some(mm) = &vc.mv_mul else {
+            return Ok(x.to_vec());
+        };
+        let n = self.sh.n;
+        let (rows, cols) = (vc.width as usize, vc.read.tiles as usize);
+        let q = &vc.quant;
+        let out_fmt = q.mvm_output.as_float().copied().unwrap_or(FloatFormat::FP16);
+        let mode = self.sh.p.target.numerics.accumulation;
+        let mut scratch = Vec::new();
+        // Input tiles quantized once: xq[item * cols + j].
+        let xq: Vec<QRun> = x
+            .chunks(n)
+            .map(|t| QRun::quantize(&q.mvm_vector, t, n, &mut scratch))
+            .collect();
+        let mut y = vec![0.0f64; self.b * rows * n];
+        let mut partials = vec![ExactSum::new(); self.b * n * cols];
+        for i in 0..rows {
+            for p in partials.iter_mut() {
+                p.clear();
+            }
+            for j in 0..cols {
+                let a = self.tile_reg(Mem::Mrf, mm.addr, (i * cols + j) as u32, at, mm.span)?;
+                let qt = self.qtile(a, &mm.matrix_format, at, mm.span)?;
+                for k in 0..self.b {
+                    for (r, wrow) in qt.iter().enumerate() {
+                        mvm::dot(wrow, &xq[k * cols + j], &mut partials[(k * n + r) * cols + j]);
+                    }
+                }
+            }
+            for k in 0..self.b {
+                for r in 0..n {
+                    let ps = &partials[(k * n + r) * cols..(k * n + r + 1) * cols];
+                    y[(k * rows + i) * n + r] = mvm::accumulate(mode, ps, &out_fmt);
+                }
+            }
+        }
+        self.check_finite(&y, rows * n, "mv_mul", at, mm.span)?;
+        Ok(y)
+    }
+
+    fn check_finite(&self, v: &[f64], per_item: usize, op: &'static str, at: At, span: Span) -> Result<(), EmuError> {
+        if !self.sh.nonfinite_error {
+            return Ok(());
+        }
+        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+            let mut site = self.site(at, span);
+            site.item = self.items.start + i / per_item.max(1);
+            return Err(EmuError::NonFinite {
+                site,
+                op,
+                value: v[i],
+                lane: i % per_item.max(1),
+            });
+        }
+        Ok(())
+    }
+
+    fn vector_chain(&mut self, vc: &VectorChain, at: At) -> Result<(), EmuError> {
+        let n = self.sh.n;
+        let x = self.read(vc, at)?;
+        let mut y = self.mv_mul(vc, &x, at)?;
+        let width = vc.width as usize;
+        let per_item = width * n;
+        let fmt = vc.quant.mfu_input.as_float().copied().unwrap_or(FloatFormat::FP16);
+        for op in &vc.ops {
+            for v in y.iter_mut() {
+                *v = fmt.round(*v);
+            }
+            match op.kind {
+                OpKind::Relu => y.iter_mut().for_each(|v| *v = mfu::relu(*v)),
+                OpKind::Pass => {}
+                OpKind::Sigm | OpKind::Tanh | OpKind::Exp => {
+                    let kind = match op.kind {
+                        OpKind::Sigm => Activation::Sigmoid,
+                        OpKind::Tanh => Activation::Tanh,
+                        _ => Activation::Exp,
+                    };
+                    for v in y.iter_mut() {
+                        *v = mfu::activate(kind, &fmt, &self.sh.files, *v);
+                    }
+                }
+                OpKind::Softmax => {
+                    for item in y.chunks_mut(per_item) {
+                        mfu::softmax(&fmt, &self.sh.files, item);
+                    }
+                }
+                kind => {
+                    let Some((mem, addr)) = op.operand else {
+                        return Err(EmuError::Unsupported {
+                            message: format!("`{}` without an operand", kind.mnemonic()),
+                            span: op.span,
+                            line: self.sh.p.line(op.span),
+                        });
+                    };
+                    for j in 0..width {
+                        let a = self.reg(mem, addr, j as u32, at, op.span)?;
+                        let r = self
+                            .vregs
+                            .get(&(mem, a))
+                            .ok_or_else(|| self.uninit(at, op.span, mem, a))?;
+                        for k in 0..self.b {
+                            let ys = &mut y[(k * width + j) * n..(k * width + j + 1) * n];
+                            for (v, m) in ys.iter_mut().zip(&r[k * n..(k + 1) * n]) {
+                                *v = mfu::binary(kind, &fmt, *v, fmt.round(f64::from(*m)));
+                            }
+                        }
+                    }
+                }
+            }
+            self.check_finite(&y, per_item, op.kind.mnemonic(), at, op.span)?;
+        }
+        // v_wr: round to storage once, write every destination.
+        let st = vc.quant.storage.as_float().copied().unwrap_or(FloatFormat::FP16);
+        let out: Vec<f32> = y.iter().map(|v| st.round(*v) as f32).collect();
+        for w in &vc.writes {
+            let first_addr = if w.dst == Mem::Netq {
+                self.push(&out, width, at, w.span)?
+            } else {
+                let mut first = 0;
+                for j in 0..width {
+                    let a = self.reg(w.dst, w.addr, j as u32, at, w.span)?;
+                    if j == 0 {
+                        first = a;
+                    }
+                    let reg = self
+                        .vregs
+                        .entry((w.dst, a))
+                        .or_insert_with(|| vec![0.0; self.b * n]);
+                    for k in 0..self.b {
+                        reg[k * n..(k + 1) * n]
+                            .copy_from_slice(&out[(k * width + j) * n..(k * width + j + 1) * n]);
+                    }
+                }
+                first
+            };
+            if let Some(trace) = self.trace.as_mut() {
+                let line = self.sh.p.line(w.span);
+                for (k, recs) in trace.iter_mut().enumerate() {
+                    recs.push(TraceRecord {
+                        item: self.items.start + k,
+                        chain: at.chain,
+                        iteration: at.iteration,
+                        dst: w.dst.to_string(),
+                        addr: first_addr,
+                        line,
+                        bits: out[k * per_item..(k + 1) * per_item]
+                            .iter()
+                            .map(|v| storage_bits(&st, *v))
+                            .collect(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `v_wr netq`: the next output row; returns the push's index.
+    fn push(&mut self, out: &[f32], width: usize, at: At, span: Span) -> Result<u32, EmuError> {
+        let n = self.sh.n;
+        let Some((di, row)) = self.out_slots.pop_front() else {
+            return Err(EmuError::NetqOverflow {
+                site: self.site(at, span),
+            });
+        };
+        let d = &self.sh.p.decls[di];
+        if d.row_tiles(n) != width {
+            return Err(EmuError::PushWidth {
+                site: self.site(at, span),
+                output: d.name.clone(),
+                row,
+                expected: d.row_tiles(n),
+                found: width as u32,
+            });
+        }
+        let (c, elements) = (d.row_len(), d.elements());
+        if let Some(dst) = self.outputs.get_mut(&di) {
+            for k in 0..self.b {
+                dst[k * elements + row * c..k * elements + (row + 1) * c]
+                    .copy_from_slice(&out[k * width * n..k * width * n + c]);
+            }
+        }
+        self.pushes += 1;
+        Ok(self.pushes - 1)
+    }
+
+    fn matrix_chain(&mut self, mc: &MatrixChain, at: At) -> Result<(), EmuError> {
+        for k in 0..mc.tiles {
+            let s = self.tile_reg(mc.src, mc.src_addr, k, at, mc.src_span)?;
+            let d = self.tile_reg(mc.dst, mc.dst_addr, k, at, mc.dst_span)?;
+            let tile = self
+                .tiles
+                .get(&(mc.src, s))
+                .cloned()
+                .ok_or_else(|| self.uninit(at, mc.src_span, mc.src, s))?;
+            self.tiles.insert((mc.dst, d), tile);
+            if mc.dst == Mem::Mrf {
+                self.qcache.remove(&d);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<ChunkResult, EmuError> {
+        let p = self.sh.p;
+        let n = self.sh.n;
+        if let Some(&(di, row)) = self.netq_in.front() {
+            let d = &p.decls[di];
+            return Err(EmuError::NetqLeftover {
+                left: self.netq_in.len(),
+                input: d.name.clone(),
+                row,
+                span: d.span,
+                line: p.line(d.span),
+            });
+        }
+        if let Some(&(di, row)) = self.out_slots.front() {
+            let d = &p.decls[di];
+            return Err(EmuError::OutputMissing {
+                output: d.name.clone(),
+                got: row,
+                expected: d.rows(),
+                span: d.span,
+                line: p.line(d.span),
+            });
+        }
+        let mut outputs = Vec::new();
+        for (i, d) in p.decls.iter().enumerate() {
+            if d.kind != DeclKind::Output {
+                continue;
+            }
+            let values = match d.place {
+                None => self.outputs.remove(&i).unwrap_or_default(),
+                Some(place) => {
+                    let (c, rt, elements) = (d.row_len(), d.row_tiles(n), d.elements());
+                    let mut v = vec![0.0f32; self.b * elements];
+                    let at = At {
+                        chain: p.chains.len(),
+                        iteration: 0,
+                    };
+                    for r in 0..d.rows() {
+                        for j in 0..rt {
+                            let a = self.reg(place.mem, Addr { base: place.addr, inc: 0 }, (r * rt + j) as u32, at, d.span)?;
+                            let reg = self
+                                .vregs
+                                .get(&(place.mem, a))
+                                .ok_or_else(|| self.uninit(at, d.span, place.mem, a))?;
+                            let lanes = n.min(c - j * n);
+                            for k in 0..self.b {
+                                let o = k * elements + r * c + j * n;
+                                v[o..o + lanes].copy_from_slice(&reg[k * n..k * n + lanes]);
+                            }
+                        }
+                    }
+                    v
+                }
+            };
+            outputs.push((d.name.clone(), values));
+        }
+        Ok(ChunkResult {
+            outputs,
+            trace: self.trace.map(|t| t.into_iter().flatten().collect()),
+        })
+    }
+}

@@ -1,0 +1,92 @@
+//! Multi-function unit arithmetic (docs/semantics.md "Numerics in the pipeline", step 3):
+//! inputs rounded to `mfu.input`, the exact result rounded once to `mfu.input`.
+
+use super::exact::{self, ExactSum};
+use nnp_grammar::OpKind;
+use nnp_numerics::FloatFormat;
+use nnp_numerics::activation::{self, Activation};
+use std::sync::Arc;
+
+/// Activation tables loaded from a target's table files (fp16/16-bit input bits -> output bits).
+#[derive(Clone, Debug, Default)]
+pub struct TableFiles {
+    pub sigm: Option<Arc<[u16]>>,
+    pub tanh: Option<Arc<[u16]>>,
+    pub exp: Option<Arc<[u16]>>,
+}
+
+impl TableFiles {
+    fn get(&self, kind: Activation) -> Option<&[u16]> {
+        match kind {
+            Activation::Sigmoid => self.sigm.as_deref(),
+            Activation::Tanh => self.tanh.as_deref(),
+            Activation::Exp => self.exp.as_deref(),
+        }
+    }
+}
+
+/// Apply an activation to one value of `fmt` (already rounded to it): a 65,536-entry table for
+/// 16-bit formats (the target's file, else the correctly rounded built-in), else the f64
+/// function rounded to `fmt`.
+pub fn activate(kind: Activation, fmt: &FloatFormat, files: &TableFiles, x: f64) -> f64 {
+    if fmt.bits() == 16 {
+        let table = files
+            .get(kind)
+            .or_else(|| activation::table_ref(kind, fmt));
+        if let Some(t) = table {
+            let i = fmt.encode(x) as usize;
+            if let Some(&out) = t.get(i) {
+                return fmt.decode(u64::from(out));
+            }
+        }
+    }
+    fmt.round(activation::eval(kind, x))
+}
+
+/// `v_relu`: `x > 0 ? x : +0.0`, NaN stays NaN.
+pub fn relu(x: f64) -> f64 {
+    if x.is_nan() || x > 0.0 { x } else { 0.0 }
+}
+
+/// `vv_max`: NaN if either side is NaN; `max(-0, +0) = +0`.
+pub fn max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        // Equal values: only the signs of zeros can differ; prefer +0.
+        if a.is_sign_positive() { a } else { b }
+    } else if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// An element-wise op of the add-class or multiply unit: `v` is the carried value, `m` the
+/// operand, both already rounded to `fmt`.
+pub fn binary(kind: OpKind, fmt: &FloatFormat, v: f64, m: f64) -> f64 {
+    match kind {
+        OpKind::Add => exact::add(fmt, v, m),
+        OpKind::ASubB => exact::add(fmt, v, -m),
+        OpKind::BSubA => exact::add(fmt, m, -v),
+        OpKind::Max => max(v, m),
+        _ => exact::mul(fmt, v, m),
+    }
+}
+
+/// `v_softmax` over one item's carried lanes (values already rounded to `fmt`), NUMERICS.md
+/// section 1: `m = max`; `e_i = exp(fmt(x_i - m))`; `s = f32(exact sum of e_i)`;
+/// `y_i = fmt(f32(e_i) / s)` with the division in f32.
+pub fn softmax(fmt: &FloatFormat, files: &TableFiles, x: &mut [f64]) {
+    let m = x.iter().copied().fold(f64::NEG_INFINITY, max);
+    let mut sum = ExactSum::new();
+    for v in x.iter_mut() {
+        let d = exact::add(fmt, *v, -m);
+        *v = activate(Activation::Exp, fmt, files, d);
+        sum.add_f64(*v);
+    }
+    let s = sum.round(&FloatFormat::FP32) as f32;
+    for v in x.iter_mut() {
+        *v = fmt.round(f64::from(*v as f32 / s));
+    }
+}

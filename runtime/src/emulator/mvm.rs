@@ -1,0 +1,159 @@
+//! The matrix-vector multiplier: quantized runs as integer mantissas, dot products in integers,
+//! and the accumulation modes of NUMERICS.md.
+
+use super::exact::{self, ExactSum, bitlen};
+use nnp_grammar::Accumulation;
+use nnp_numerics::{FloatFormat, Format};
+
+/// One quantized run (a native tile of the input vector, or one row of a matrix tile) as
+/// integers.
+#[derive(Clone, Debug)]
+pub enum QRun {
+    /// `value[k] = mant[k] * 2^exp`, every `|mant[k]| < 2^bits` (`bits <= 62`).
+    Fixed { mant: Vec<i64>, exp: i32, bits: u32 },
+    /// Finite values too far apart for one exponent: each term is decomposed on use.
+    Wide(Vec<f64>),
+    /// The run holds a NaN or an infinity.
+    NonFinite(Vec<f64>),
+}
+
+impl QRun {
+    /// Quantize `x` with `fmt` (blocks along the run, `native` = N) and decompose the result.
+    pub fn quantize(fmt: &Format, x: &[f64], native: usize, scratch: &mut Vec<f64>) -> QRun {
+        scratch.clear();
+        scratch.resize(x.len(), 0.0);
+        fmt.quantize(x, native, scratch);
+        QRun::from_values(scratch)
+    }
+
+    /// Integer form of exact values: each non-zero value is `m * 2^e` read from its bits.
+    pub fn from_values(v: &[f64]) -> QRun {
+        if v.iter().any(|x| !x.is_finite()) {
+            return QRun::NonFinite(v.to_vec());
+        }
+        let mut emin = i32::MAX;
+        let mut top = i32::MIN;
+        for &x in v.iter().filter(|x| **x != 0.0) {
+            let (m, e) = exact::decompose(x);
+            emin = emin.min(e);
+            top = top.max(e + bitlen(m as u128));
+        }
+        if emin == i32::MAX {
+            return QRun::Fixed {
+                mant: vec![0; v.len()],
+                exp: 0,
+                bits: 0,
+            };
+        }
+        if top - emin > 62 {
+            return QRun::Wide(v.to_vec());
+        }
+        let mant = v
+            .iter()
+            .map(|&x| {
+                if x == 0.0 {
+                    return 0;
+                }
+                let (m, e) = exact::decompose(x);
+                let m = (m << (e - emin)) as i64;
+                if x < 0.0 { -m } else { m }
+            })
+            .collect();
+        QRun::Fixed {
+            mant,
+            exp: emin,
+            bits: (top - emin) as u32,
+        }
+    }
+
+    fn values(&self) -> Vec<f64> {
+        match self {
+            QRun::Fixed { mant, exp, .. } => mant
+                .iter()
+                .map(|&m| m as f64 * 2f64.powi(*exp))
+                .collect(),
+            QRun::Wide(v) | QRun::NonFinite(v) => v.clone(),
+        }
+    }
+}
+
+/// Add the exact dot product `a . b` to `acc`.
+pub fn dot(a: &QRun, b: &QRun, acc: &mut ExactSum) {
+    match (a, b) {
+        (
+            QRun::Fixed {
+                mant: ma,
+                exp: ea,
+                bits: ba,
+            },
+            QRun::Fixed {
+                mant: mb,
+                exp: eb,
+                bits: bb,
+            },
+        ) => {
+            let n = ma.len().min(mb.len());
+            let headroom = bitlen(n as u128) as u32 + 1;
+            let e = ea + eb;
+            if ba + bb + headroom <= 63 {
+                let s: i64 = ma.iter().zip(mb).map(|(x, y)| x * y).sum();
+                acc.add(s as i128, e);
+            } else if ba + bb + headroom <= 127 {
+                let s: i128 = ma
+                    .iter()
+                    .zip(mb)
+                    .map(|(&x, &y)| x as i128 * y as i128)
+                    .sum();
+                acc.add(s, e);
+            } else {
+                for (&x, &y) in ma.iter().zip(mb) {
+                    acc.add(x as i128 * y as i128, e);
+                }
+            }
+        }
+        (QRun::NonFinite(_), _) | (_, QRun::NonFinite(_)) => {
+            // IEEE: finite products cannot overflow here, so the non-finite terms decide.
+            let s: f64 = a.values().iter().zip(b.values()).map(|(x, y)| x * y).sum();
+            if s.is_finite() {
+                // Only possible when every non-finite value met a zero... which is NaN in IEEE.
+                acc.add_special(f64::NAN);
+            } else {
+                acc.add_special(s);
+            }
+        }
+        _ => {
+            for (x, y) in a.values().into_iter().zip(b.values()) {
+                if x != 0.0 && y != 0.0 {
+                    let (mx, ex) = exact::decompose(x);
+                    let (my, ey) = exact::decompose(y);
+                    let p = mx as i128 * my as i128;
+                    acc.add(if (x < 0.0) != (y < 0.0) { -p } else { p }, ex + ey);
+                }
+            }
+        }
+    }
+}
+
+/// Sum the per-tile partials of one output row and round to `out` per the accumulation mode.
+///
+/// - `exact`: every partial summed exactly, one rounding.
+/// - `fp32-seq` / `fp16-seq`: each partial rounded to fp32 / fp16, added in increasing tile
+///   order in that format (each addition correctly rounded), the result rounded to `out`.
+pub fn accumulate(mode: Accumulation, partials: &[ExactSum], out: &FloatFormat) -> f64 {
+    let seq = |f: &FloatFormat| {
+        let mut it = partials.iter().map(|p| p.round(f));
+        let first = it.next().unwrap_or(0.0);
+        it.fold(first, |acc, p| exact::add(f, acc, p))
+    };
+    match mode {
+        Accumulation::Exact => {
+            let mut total = ExactSum::new();
+            for p in partials {
+                total.merge(p);
+            }
+            total.round(out)
+        }
+        Accumulation::Fp32Seq => out.round(seq(&FloatFormat::FP32)),
+        Accumulation::Fp16Seq => out.round(seq(&FloatFormat::FP16)),
+    }
+}

@@ -1,0 +1,363 @@
+//! The exact tiled matrix-vector product.
+//!
+//! **Why a plain f64 matmul is exact per tile.** With BFP blocks that cover a whole native tile
+//! (the default), every element of the vector tile `j` is `qx * 2^ex` and every element of row
+//! `r` of matrix tile `(i, j)` is `qw * 2^ew`, with one shared `ex` and `ew` and integer
+//! mantissas `|q| < 2^(m-1)`. Each product is an integer multiple of `2^(ex + ew)` below
+//! `2^(2m-2)` of it, and so is every partial sum of N of them, below `N * 2^(2m-2)` units. While
+//! that bound fits 53 bits every f64 addition on the way is exact, in any order, with or
+//! without FMA: the per-tile partials a BLAS returns are the exact integer sums. The partials of
+//! different tiles have unrelated exponents, so they are summed with an error-free expansion
+//! ([`ExactSum`]) and rounded once.
+//!
+//! The same argument holds for any format whose values, inside aligned chunks of `k` lanes, are
+//! integer multiples of one power of two with a bounded integer ([`Grid`]): [`exact_chunk`]
+//! finds the largest such `k` for a pair of formats, the BLAS computes per-chunk partials, and
+//! the expansion sums them. When no chunk of at least [`MIN_CHUNK`] lanes is exact (float
+//! formats, fine MX blocks) the slow path forms every product exactly with [`two_prod`].
+
+use super::exact::ExactSum;
+use nnp_grammar::Accumulation;
+use nnp_numerics::{FloatFormat, Format, IntScale};
+use rayon::prelude::*;
+
+/// Chunks smaller than this are not worth a BLAS call; the slow path runs instead.
+pub const MIN_CHUNK: usize = 4;
+
+/// What a format's quantized values look like inside one run of N: every aligned block of
+/// `block` lanes holds integer multiples of one power of two `2^e` with magnitude below
+/// `2^bits * 2^e`, where `min_exp <= e` and all magnitudes are below `2^max_exp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grid {
+    pub block: usize,
+    pub bits: u32,
+    pub min_exp: i32,
+    pub max_exp: i32,
+}
+
+/// The [`Grid`] of a format at native dimension `n`, when one is known.
+pub fn grid(fmt: &Format, n: usize) -> Option<Grid> {
+    match fmt {
+        Format::Bfp(b) => {
+            let (lo, hi) = b.exp_range();
+            let m = b.mant as i32;
+            Some(Grid {
+                block: b.block.len(n),
+                // |q| <= 2^(m-1) - 1, or 2^(m-1) with the full two's complement range.
+                bits: if b.full_range { b.mant } else { b.mant - 1 },
+                min_exp: lo - (m - 2),
+                max_exp: hi + 2,
+            })
+        }
+        Format::Mx(mx) => {
+            let e = mx.elem.mini();
+            // Element grid: multiples of 2^(emin - mant_bits) up to max_sig * 2^(emax - mant_bits),
+            // scaled by the E8M0 scale 2^s, s in [-127, 127].
+            let sig_bits = 64 - e.max_sig.leading_zeros();
+            Some(Grid {
+                block: mx.block.len(n),
+                bits: (e.emax - e.emin) as u32 + sig_bits,
+                min_exp: -127 + e.emin - e.mant_bits as i32,
+                max_exp: 127 + e.emax + 1,
+            })
+        }
+        Format::Int(f) if f.scale == IntScale::Pow2 => Some(Grid {
+            block: n,
+            bits: f.bits - 1,
+            min_exp: -200,
+            max_exp: 200,
+        }),
+        Format::Fixed(f) => Some(Grid {
+            block: n,
+            bits: f.int + f.frac,
+            min_exp: -(f.frac as i32),
+            max_exp: f.int as i32,
+        }),
+        // A single float value is always one integer significand times a power of two.
+        Format::Float(f) => Some(float_grid(f)),
+        _ => None,
+    }
+}
+
+fn float_grid(f: &FloatFormat) -> Grid {
+    let bias = f.bias();
+    Grid {
+        block: 1,
+        bits: f.mant_bits + 1,
+        min_exp: 1 - bias - f.mant_bits as i32,
+        max_exp: bias + 1,
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// The largest chunk `k` (dividing N, aligned with both formats' blocks) whose partial dot
+/// products are exact in f64 whatever the data, or `None` when not even one product is.
+pub fn exact_chunk(vec_fmt: &Format, mat_fmt: &Format, n: usize) -> Option<usize> {
+    let (gx, gw) = (grid(vec_fmt, n)?, grid(mat_fmt, n)?);
+    // Products (and their sums) must stay clear of f64 underflow and overflow.
+    if gx.min_exp + gw.min_exp < -1074 + 2 || gx.max_exp + gw.max_exp > 1000 {
+        return None;
+    }
+    let mut k = gcd(gcd(gx.block, n), gcd(gw.block, n));
+    // Largest power-of-two fraction of k whose sum bound fits: bits_x + bits_w + ceil(log2 k).
+    loop {
+        let log = usize::BITS - (k - 1).leading_zeros();
+        if gx.bits + gw.bits + log <= 53 {
+            return Some(k);
+        }
+        if k == 1 || k % 2 == 1 {
+            return None;
+        }
+        k /= 2;
+    }
+}
+
+/// True when a plain f64 dot product of one N-lane tile of `vec_fmt` values with one tile row
+/// of `mat_fmt` values is exact for every input (NUMERICS.md section 4).
+pub fn tile_partial_is_exact(vec_fmt: &Format, mat_fmt: &Format, n: usize) -> bool {
+    exact_chunk(vec_fmt, mat_fmt, n) == Some(n)
+}
+
+/// The shape and numerics of one `TiledMatVec`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatVec {
+    pub rows: usize,
+    pub cols: usize,
+    pub n: usize,
+    pub accumulation: Accumulation,
+    pub output: FloatFormat,
+}
+
+/// Rounds a row's terms per the accumulation mode: `exact` sums everything once; the `-seq`
+/// modes round each tile partial (exact) to f32/fp16 and add partials in tile order in that
+/// format, then round to `mvm.output`.
+struct RowAcc {
+    seq: Option<FloatFormat>,
+    output: FloatFormat,
+    sum: ExactSum,
+    acc: Option<f64>,
+}
+
+impl RowAcc {
+    fn new(spec: &MatVec) -> Self {
+        RowAcc {
+            seq: match spec.accumulation {
+                Accumulation::Exact => None,
+                Accumulation::Fp32Seq => Some(FloatFormat::FP32),
+                Accumulation::Fp16Seq => Some(FloatFormat::FP16),
+            },
+            output: spec.output,
+            sum: ExactSum::new(),
+            acc: None,
+        }
+    }
+    #[inline]
+    fn add(&mut self, x: f64) {
+        self.sum.add(x);
+    }
+    #[inline]
+    fn add_product(&mut self, a: f64, b: f64) {
+        self.sum.add_product(a, b);
+    }
+    /// End of one tile's terms.
+    fn end_tile(&mut self) {
+        if let Some(f) = self.seq {
+            let p = self.sum.round_to(&f);
+            self.sum.clear();
+            // Two values of a <= 25-bit format: one f64 addition and one rounding is correct.
+            self.acc = Some(match self.acc {
+                None => p,
+                Some(a) => f.round(a + p),
+            });
+        }
+    }
+    fn finish(&mut self) -> f64 {
+        let v = match self.seq {
+            None => self.sum.round_to(&self.output),
+            Some(_) => self.output.round(self.acc.unwrap_or(0.0)),
+        };
+        self.sum.clear();
+        self.acc = None;
+        v
+    }
+}
+
+/// Sum per-chunk partials: `partials` is `[chunks, rows * n, b]` (chunk-major, `chunks =
+/// cols * n / k`), the result `[b, rows * n]`.
+pub fn sum_partials(spec: &MatVec, k: usize, partials: &[f64], b: usize) -> Vec<f64> {
+    let rn = spec.rows * spec.n;
+    let per_tile = spec.n / k;
+    let chunks = spec.cols * per_tile;
+    let mut out = vec![0.0; b * rn];
+    out.par_chunks_mut(rn).enumerate().for_each(|(bi, orow)| {
+        let mut acc = RowAcc::new(spec);
+        for (r, o) in orow.iter_mut().enumerate() {
+            for c in 0..chunks {
+                acc.add(partials[(c * rn + r) * b + bi]);
+                if (c + 1) % per_tile == 0 {
+                    acc.end_tile();
+                }
+            }
+            *o = acc.finish();
+        }
+    });
+    out
+}
+
+/// The slow exact path: every product exact ([`two_prod`](super::exact::two_prod)), summed in
+/// an expansion. `x` is `[b, cols * n]`, `w` the stack `[rows * cols, n, n]`; returns
+/// `[b, rows * n]`.
+pub fn matvec_exact(spec: &MatVec, x: &[f64], b: usize, w: &[f64]) -> Vec<f64> {
+    let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
+    let rn = rows * n;
+    let mut out = vec![0.0; b * rn];
+    out.par_chunks_mut(n).enumerate().for_each(|(idx, otile)| {
+        let (bi, i) = (idx / rows, idx % rows);
+        let xb = &x[bi * cols * n..(bi + 1) * cols * n];
+        let mut acc = RowAcc::new(spec);
+        for (r, o) in otile.iter_mut().enumerate() {
+            for j in 0..cols {
+                let tile = &w[((i * cols + j) * n + r) * n..][..n];
+                let xt = &xb[j * n..(j + 1) * n];
+                for (a, v) in tile.iter().zip(xt) {
+                    acc.add_product(*a, *v);
+                }
+                acc.end_tile();
+            }
+            *o = acc.finish();
+        }
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(lit: &str) -> Format {
+        lit.parse().expect("valid format")
+    }
+
+    #[test]
+    fn exactness_from_format_parameters() {
+        let bfp8 = f("bfp(mant = 8, exp_bits = 5)");
+        // 7 + 7 bits of mantissa magnitude, + 7 bits of sum growth at N = 128: 21 <= 53.
+        assert!(tile_partial_is_exact(&bfp8, &bfp8, 128));
+        assert!(tile_partial_is_exact(&bfp8, &bfp8, 4096));
+        // 24-bit mantissas: 23 + 23 + 7 = 53 fits at N = 128, not at 256.
+        let bfp24 = f("bfp(mant = 24, exp_bits = 5)");
+        assert!(tile_partial_is_exact(&bfp24, &bfp24, 128));
+        assert!(!tile_partial_is_exact(&bfp24, &bfp24, 256));
+        assert_eq!(exact_chunk(&bfp24, &bfp24, 256), Some(128));
+        // Sub-tile blocks: exact only per block.
+        let bfp_b16 = f("bfp(mant = 8, block = 16, exp_bits = 8)");
+        assert!(!tile_partial_is_exact(&bfp_b16, &bfp8, 128));
+        assert_eq!(exact_chunk(&bfp_b16, &bfp8, 128), Some(16));
+        // fp16 values span 40 bits: no tile sum is exact, a single product is.
+        assert!(!tile_partial_is_exact(&Format::FP16, &Format::FP16, 8));
+        assert_eq!(exact_chunk(&Format::FP16, &Format::FP16, 8), Some(1));
+        // MX fp8 e4m3 (18-bit element grid) blocks of 32: 18 + 18 + 5 = 41 bits.
+        let mx = f("mx(fp8e4m3, 32)");
+        assert_eq!(exact_chunk(&mx, &mx, 128), Some(32));
+    }
+
+    fn spec(rows: usize, cols: usize, n: usize, accumulation: Accumulation) -> MatVec {
+        MatVec {
+            rows,
+            cols,
+            n,
+            accumulation,
+            output: FloatFormat::FP16,
+        }
+    }
+
+    /// `w` as `[rows * cols, n, n]` from a dense row-major `[rows * n, cols * n]` matrix.
+    fn tiles(dense: &[f64], rows: usize, cols: usize, n: usize) -> Vec<f64> {
+        let mut w = vec![0.0; dense.len()];
+        for i in 0..rows {
+            for j in 0..cols {
+                for r in 0..n {
+                    for c in 0..n {
+                        w[((i * cols + j) * n + r) * n + c] = dense[(i * n + r) * cols * n + j * n + c];
+                    }
+                }
+            }
+        }
+        w
+    }
+
+    #[test]
+    fn tiles_fifty_seven_binades_apart_sum_exactly() {
+        // N = 4, one output row, two column tiles; every value is a fixed point of
+        // bfp(mant = 8, exp_bits = 5) (x tile 0: E = 15, q = [64, 1]; x tile 1: E clamps to -15,
+        // lsb 2^-21, q = 1; w tile 0 row 0: E = 0, q = [64, 2]).
+        // Tile 0 partial: 2^15 * 1 + 2^9 * 2^-5 = 32784, exactly the fp16 tie between 32768 and
+        // 32800 (spacing 32). Tile 1 partial: 2^-21 * 2^-21 = 2^-42, 57 binades below 2^15.
+        // Exact sum 32784 + 2^-42 is above the tie: 32800. A plain f64 sum gives 32784 (the
+        // 2^-42 is lost), which rounds to the even 32768.
+        let n = 4;
+        let t = 2f64.powi(-21);
+        let x = [2f64.powi(15), 2f64.powi(9), 0.0, 0.0, t, 0.0, 0.0, 0.0];
+        let mut dense = vec![0.0; n * 2 * n];
+        dense[0] = 1.0;
+        dense[1] = 2f64.powi(-5);
+        dense[4] = t;
+        let w = tiles(&dense, 1, 2, n);
+        assert_eq!(FloatFormat::FP16.round(32784.0 + t * t), 32768.0, "f64 loses the tail");
+        for (sign, want) in [(1.0, 32800.0), (-1.0, -32800.0)] {
+            let xs: Vec<f64> = x.iter().map(|v| v * sign).collect();
+            let s = spec(1, 2, n, Accumulation::Exact);
+            let y = matvec_exact(&s, &xs, 1, &w);
+            assert_eq!(y[0], want);
+            // Rows 1..3 have zero weights: +0.
+            assert_eq!(y[1].to_bits(), 0);
+            // The fast path (per-tile partials, then the expansion) agrees.
+            // Partials are [chunks = 2, rows * n = 4, b = 1]; only output row 0 is non-zero.
+            let mut p = vec![0.0; 2 * 4];
+            p[0] = sign * 32784.0;
+            p[4] = sign * t * t;
+            assert_eq!(sum_partials(&s, n, &p, 1)[0], want);
+        }
+    }
+
+    #[test]
+    fn the_small_tile_decides_a_tie() {
+        // Tile 0 partial: 2048 + 1 = 2049 (a tie in fp16: 2048 or 2050). Tile 1 adds 2^-20:
+        // the exact sum is above the tie, so the answer is 2050. Rounding tile 0 first (fp16-seq)
+        // gives 2048, and 2048 + 2^-20 -> 2048.
+        let p = [2049.0, 2f64.powi(-20)];
+        let mut partials = vec![0.0; 2];
+        partials[0] = p[0];
+        partials[1] = p[1];
+        let exact = sum_partials(&spec(1, 2, 1, Accumulation::Exact), 1, &partials, 1);
+        assert_eq!(exact[0], 2050.0);
+        let seq16 = sum_partials(&spec(1, 2, 1, Accumulation::Fp16Seq), 1, &partials, 1);
+        assert_eq!(seq16[0], 2048.0);
+        // fp32-seq: 2049 and 2^-20 are f32 values; 2049 + 2^-20 in f32 (spacing 2^-12 at
+        // 2^11) gives 2049, then fp16: the tie -> 2048.
+        let seq32 = sum_partials(&spec(1, 2, 1, Accumulation::Fp32Seq), 1, &partials, 1);
+        assert_eq!(seq32[0], 2048.0);
+        // Without the tiny tile the exact answer is the tie itself: 2048.
+        let exact = sum_partials(&spec(1, 2, 1, Accumulation::Exact), 1, &[2049.0, 0.0], 1);
+        assert_eq!(exact[0], 2048.0);
+    }
+
+    #[test]
+    fn saturation_zero_and_nan() {
+        let s = spec(1, 1, 2, Accumulation::Exact);
+        // 65504 + 16 = 65520: the overflow tie, -> inf. Zero products give +0 even from -0.
+        let w = tiles(&[1.0, 1.0, 0.0, 0.0], 1, 1, 2);
+        assert_eq!(matvec_exact(&s, &[65504.0, 16.0], 1, &w)[0], f64::INFINITY);
+        let y = matvec_exact(&s, &[-0.0, -0.0], 1, &w);
+        assert_eq!(y[0].to_bits(), 0);
+        assert_eq!(y[1].to_bits(), 0);
+        assert!(matvec_exact(&s, &[f64::NAN, 1.0], 1, &w)[0].is_nan());
+        // inf * 0 is NaN (row 1 has zero weights), inf * 1 stays inf.
+        let y = matvec_exact(&s, &[f64::INFINITY, 1.0], 1, &w);
+        assert_eq!(y[0], f64::INFINITY);
+        assert!(y[1].is_nan());
+    }
+}

@@ -1,0 +1,342 @@
+//! MFU kernels over slices: element-wise ops with one rounding, table activations, softmax
+//! (NUMERICS.md section 1, semantics.md "Numerics in the pipeline").
+
+use super::exact::{ExactSum, two_prod, two_sum};
+use super::quant::FastRound;
+use nnp_lowering::swgraph::{BinOp, TableFn};
+use nnp_numerics::{Activation, FloatFormat, activation};
+use rayon::prelude::*;
+use std::sync::Arc;
+
+const PAR_MIN: usize = 1 << 14;
+
+/// Rounding to an MFU format, with the fast path where it applies.
+#[derive(Clone, Copy)]
+pub(crate) struct Rounder {
+    fmt: FloatFormat,
+    fast: Option<FastRound>,
+}
+
+impl Rounder {
+    pub(crate) fn new(fmt: &FloatFormat) -> Self {
+        Rounder {
+            fmt: *fmt,
+            fast: FastRound::new(fmt),
+        }
+    }
+    #[inline]
+    pub(crate) fn round(&self, x: f64) -> f64 {
+        match &self.fast {
+            Some(f) => f.round(x),
+            None => self.fmt.round(x),
+        }
+    }
+}
+
+/// Sum, difference and product of two values of a format with at most 25 significand bits are
+/// correctly rounded by one f64 operation and one rounding (53 >= 2p + 2); wider formats go
+/// through the error-free transformations.
+fn narrow(fmt: &FloatFormat) -> bool {
+    fmt.mant_bits < 25
+}
+
+/// `fmt(op(fmt(a), fmt(b)))` element-wise; `a` and `b` have equal lengths.
+pub fn binary(op: BinOp, fmt: &FloatFormat, a: &[f64], b: &[f64], out: &mut [f64]) {
+    let r = Rounder::new(fmt);
+    let narrow = narrow(fmt);
+    let f = move |x: f64, y: f64| -> f64 {
+        let (x, y) = (r.round(x), r.round(y));
+        match op {
+            BinOp::Max => max(x, y),
+            _ if narrow => r.round(match op {
+                BinOp::Add => x + y,
+                BinOp::Sub => x - y,
+                _ => x * y,
+            }),
+            _ => {
+                let (hi, lo) = match op {
+                    BinOp::Add => two_sum(x, y),
+                    BinOp::Sub => two_sum(x, -y),
+                    _ => two_prod(x, y),
+                };
+                if !hi.is_finite() || lo == 0.0 {
+                    return r.round(hi);
+                }
+                let mut s = ExactSum::new();
+                s.add(hi);
+                s.add(lo);
+                s.round_to(fmt)
+            }
+        }
+    };
+    let run = |(a, b, o): (&[f64], &[f64], &mut [f64])| {
+        for ((x, y), z) in a.iter().zip(b).zip(o.iter_mut()) {
+            *z = f(*x, *y);
+        }
+    };
+    if a.len() >= PAR_MIN {
+        a.par_chunks(4096)
+            .zip(b.par_chunks(4096))
+            .zip(out.par_chunks_mut(4096))
+            .for_each(|((a, b), o)| run((a, b, o)));
+    } else {
+        run((a, b, out));
+    }
+}
+
+/// NaN-propagating maximum with `max(-0, +0) = +0`.
+#[inline]
+pub fn max(x: f64, y: f64) -> f64 {
+    if x.is_nan() || y.is_nan() {
+        f64::NAN
+    } else if x > y {
+        x
+    } else if y > x {
+        y
+    } else if x.is_sign_negative() {
+        // Equal: only the zeros differ, and -0 wins only against -0.
+        y
+    } else {
+        x
+    }
+}
+
+/// An activation function as a lookup: 65,536-entry table for 16-bit formats, else the f64
+/// function rounded once.
+#[derive(Clone)]
+pub struct ActTable {
+    fmt: FloatFormat,
+    kind: Activation,
+    /// Output value for every input bit pattern (16-bit formats).
+    values: Option<Arc<Vec<f64>>>,
+}
+
+/// A table file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("cannot read activation table `{path}`: {message}")]
+    Read { path: String, message: String },
+    #[error(
+        "activation table `{path}` has {len} bytes; a table is 65,536 little-endian u16 entries \
+         (131,072 bytes)"
+    )]
+    Size { path: String, len: usize },
+    #[error(
+        "activation table `{path}` is for 16-bit MFU formats but mfu.input is `{format}`; \
+         help: use fp16 or bf16 for mfu.input, or drop the table from the target"
+    )]
+    Width { path: String, format: String },
+}
+
+pub fn activation_kind(f: TableFn) -> Activation {
+    match f {
+        TableFn::Sigm => Activation::Sigmoid,
+        TableFn::Tanh => Activation::Tanh,
+        TableFn::Exp => Activation::Exp,
+    }
+}
+
+impl ActTable {
+    /// The built-in table (correctly rounded function) or a target's table file.
+    pub fn load(f: TableFn, fmt: &FloatFormat, file: Option<&str>) -> Result<ActTable, TableError> {
+        let kind = activation_kind(f);
+        let bits: Option<Vec<u16>> = match file {
+            Some(path) => {
+                let bytes = std::fs::read(path).map_err(|e| TableError::Read {
+                    path: path.to_string(),
+                    message: e.to_string(),
+                })?;
+                if bytes.len() != 2 * 65536 {
+                    return Err(TableError::Size {
+                        path: path.to_string(),
+                        len: bytes.len(),
+                    });
+                }
+                if fmt.bits() != 16 {
+                    return Err(TableError::Width {
+                        path: path.to_string(),
+                        format: format!("fp({}, {})", fmt.exp_bits, fmt.mant_bits),
+                    });
+                }
+                Some(
+                    bytes
+                        .chunks_exact(2)
+                        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                        .collect(),
+                )
+            }
+            None => activation::table_ref(kind, fmt).map(<[u16]>::to_vec),
+        };
+        let values = bits.map(|t| Arc::new(t.iter().map(|&b| fmt.decode(u64::from(b))).collect()));
+        Ok(ActTable {
+            fmt: *fmt,
+            kind,
+            values,
+        })
+    }
+
+    /// The activation of a value already rounded to the format.
+    #[inline]
+    pub fn apply(&self, x: f64) -> f64 {
+        match &self.values {
+            Some(v) => v[bits16(&self.fmt, x) as usize],
+            None => self.fmt.round(activation::eval(self.kind, x)),
+        }
+    }
+}
+
+/// The 16-bit pattern of a value of a 16-bit format (exact: the value is representable).
+#[inline]
+fn bits16(fmt: &FloatFormat, x: f64) -> u16 {
+    match (fmt.exp_bits, fmt.mant_bits) {
+        // f64 -> f32 is exact for these values, so half's conversions cannot double-round.
+        (5, 10) => half::f16::from_f64(x).to_bits(),
+        (8, 7) => half::bf16::from_f64(x).to_bits(),
+        _ => fmt.encode(x) as u16,
+    }
+}
+
+/// `v_relu`: `x > 0 ? x : +0`, NaN stays NaN (on the rounded input).
+pub fn relu(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
+    let r = Rounder::new(fmt);
+    map(x, out, |v| {
+        let v = r.round(v);
+        if v > 0.0 || v.is_nan() { v } else { 0.0 }
+    });
+}
+
+/// `v_pass`: the rounding to the MFU format only.
+pub fn pass(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
+    let r = Rounder::new(fmt);
+    map(x, out, |v| r.round(v));
+}
+
+/// `v_sigm`, `v_tanh`, `v_exp`.
+pub fn activate(t: &ActTable, x: &[f64], out: &mut [f64]) {
+    let r = Rounder::new(&t.fmt);
+    map(x, out, |v| t.apply(r.round(v)));
+}
+
+/// `v_softmax` over each row of `lanes` values: m = max (NaN-propagating) over the row;
+/// e_i = exp_table(fmt(x_i - m)); s = the exact sum of the e_i rounded to f32;
+/// y_i = fmt(f32(e_i) / s) with the division in f32.
+pub fn softmax(exp: &ActTable, x: &[f64], lanes: usize, out: &mut [f64]) {
+    let fmt = exp.fmt;
+    let r = Rounder::new(&fmt);
+    let row = |(xs, os): (&[f64], &mut [f64])| {
+        let mut m = f64::NEG_INFINITY;
+        for (v, o) in xs.iter().zip(os.iter_mut()) {
+            *o = r.round(*v);
+            m = max(m, *o);
+        }
+        let mut s = ExactSum::new();
+        for o in os.iter_mut() {
+            *o = exp.apply(r.round(*o - m));
+            s.add(*o);
+        }
+        let s = s.round_to(&FloatFormat::FP32) as f32;
+        for o in os.iter_mut() {
+            *o = r.round(f64::from(*o as f32 / s));
+        }
+    };
+    let lanes = lanes.max(1);
+    if x.len() >= PAR_MIN {
+        x.par_chunks(lanes).zip(out.par_chunks_mut(lanes)).for_each(row);
+    } else {
+        x.chunks(lanes).zip(out.chunks_mut(lanes)).for_each(row);
+    }
+}
+
+fn map(x: &[f64], out: &mut [f64], f: impl Fn(f64) -> f64 + Sync) {
+    if x.len() >= PAR_MIN {
+        x.par_chunks(4096)
+            .zip(out.par_chunks_mut(4096))
+            .for_each(|(xs, os)| xs.iter().zip(os.iter_mut()).for_each(|(v, o)| *o = f(*v)));
+    } else {
+        x.iter().zip(out.iter_mut()).for_each(|(v, o)| *o = f(*v));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FP16: FloatFormat = FloatFormat::FP16;
+
+    fn bin(op: BinOp, a: f64, b: f64) -> f64 {
+        let mut o = [0.0];
+        binary(op, &FP16, &[a], &[b], &mut o);
+        o[0]
+    }
+
+    #[test]
+    fn binary_ops_round_once() {
+        // 2048 + 1 = 2049 is a tie between 2048 and 2050 in fp16 (spacing 2): even -> 2048.
+        assert_eq!(bin(BinOp::Add, 2048.0, 1.0), 2048.0);
+        // 2050 + 1 = 2051 ties to 2052 (even mantissa).
+        assert_eq!(bin(BinOp::Add, 2050.0, 1.0), 2052.0);
+        // Inputs are rounded first: 1 + 2^-12 becomes 1.
+        assert_eq!(bin(BinOp::Sub, 1.0 + 2f64.powi(-12), 1.0).to_bits(), 0);
+        // (1 + 2^-10)^2 = 1 + 2^-9 + 2^-20 -> 1 + 2^-9.
+        let a = 1.0 + 2f64.powi(-10);
+        assert_eq!(bin(BinOp::Mul, a, a), 1.0 + 2f64.powi(-9));
+        // Overflow: 256 * 256 = 65536 -> inf.
+        assert_eq!(bin(BinOp::Mul, 256.0, 256.0), f64::INFINITY);
+        // x - x = +0; -0 + -0 = -0.
+        assert_eq!(bin(BinOp::Sub, 3.0, 3.0).to_bits(), 0);
+        assert_eq!(bin(BinOp::Add, -0.0, -0.0).to_bits(), (-0.0f64).to_bits());
+    }
+
+    #[test]
+    fn max_rules() {
+        assert!(bin(BinOp::Max, f64::NAN, 1.0).is_nan());
+        assert!(bin(BinOp::Max, 1.0, f64::NAN).is_nan());
+        assert_eq!(bin(BinOp::Max, -0.0, 0.0).to_bits(), 0);
+        assert_eq!(bin(BinOp::Max, 0.0, -0.0).to_bits(), 0);
+        assert_eq!(bin(BinOp::Max, -0.0, -0.0).to_bits(), (-0.0f64).to_bits());
+        assert_eq!(bin(BinOp::Max, -3.0, -2.0), -2.0);
+    }
+
+    #[test]
+    fn relu_rules() {
+        let mut o = [9.0; 5];
+        relu(&FP16, &[-0.0, -1.0, 2.5, f64::NAN, 1e-9], &mut o);
+        assert_eq!(o[0].to_bits(), 0);
+        assert_eq!(o[1].to_bits(), 0);
+        assert_eq!(o[2], 2.5);
+        assert!(o[3].is_nan());
+        // 1e-9 rounds to fp16 +0 first (below half of 2^-24), so relu gives +0.
+        assert_eq!(o[4].to_bits(), 0);
+    }
+
+    #[test]
+    fn tables_by_hand() {
+        let sigm = ActTable::load(TableFn::Sigm, &FP16, None).expect("built-in");
+        let exp = ActTable::load(TableFn::Exp, &FP16, None).expect("built-in");
+        assert_eq!(sigm.apply(0.0), 0.5);
+        assert_eq!(exp.apply(0.0), 1.0);
+        // exp(12) = 162754.8 > 65504: inf. exp(-20) = 2.06e-9 < 2^-25: 0.
+        assert_eq!(exp.apply(12.0), f64::INFINITY);
+        assert_eq!(exp.apply(-20.0), 0.0);
+        assert!(exp.apply(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn softmax_by_hand() {
+        let exp = ActTable::load(TableFn::Exp, &FP16, None).expect("built-in");
+        // Two equal lanes: each e = 1, s = 2, y = 0.5. A pad lane of -65504 gives
+        // exp(-inf...) = exp(fp16(-65504 - 0)) = 0 and does not change the others.
+        let mut o = [0.0; 3];
+        softmax(&exp, &[0.0, 0.0, -65504.0], 3, &mut o);
+        assert_eq!(o, [0.5, 0.5, 0.0]);
+        // A zero pad lane takes its share: three lanes of 0 -> 1/3 each, fp16(f32(1/3)).
+        let mut o = [0.0; 3];
+        softmax(&exp, &[0.0, 0.0, 0.0], 3, &mut o);
+        let third = FP16.round(f64::from(1.0f32 / 3.0f32));
+        assert_eq!(o, [third; 3]);
+        // A NaN lane makes the row NaN.
+        let mut o = [0.0; 2];
+        softmax(&exp, &[f64::NAN, 1.0], 2, &mut o);
+        assert!(o.iter().all(|v| v.is_nan()));
+    }
+}

@@ -1,0 +1,595 @@
+//! Execution of a [`SwGraph`] with candle-core, batched.
+//!
+//! Every value is an f64 candle tensor with a leading batch dimension (B for values that depend
+//! on inputs, 1 for weights and constants; binary ops broadcast). f64 holds every value of
+//! every supported format exactly. Plain candle ops move data (pad, slice, concatenate,
+//! permute) and compute the per-chunk dot products (f64 matmul, exact by the argument in
+//! [`matmul`]); everything that rounds runs as a custom op whose kernel is in [`quant`],
+//! [`mfu`], [`matmul`] and [`exact`] (candle's own `round` rounds half away from zero, and it
+//! has no exact accumulation).
+//!
+//! With the `cuda` feature the same graph runs on `Device::new_cuda(0)`: data movement and the
+//! matmul on the GPU, the custom kernels on their CPU path (copied to the host and back).
+
+pub mod exact;
+pub mod matmul;
+pub mod mfu;
+pub mod quant;
+
+use crate::host::{HostData, Outputs, Tensor as HostTensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor};
+use matmul::{MIN_CHUNK, MatVec};
+use mfu::ActTable;
+use nnp_lowering::swgraph::{
+    BinOp, GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId,
+};
+use nnp_numerics::{FloatFormat, Format};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Where the graph runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DeviceKind {
+    #[default]
+    Cpu,
+    /// The first CUDA device (needs the `cuda` feature).
+    Cuda,
+}
+
+/// Options of [`execute`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExecOptions {
+    pub device: DeviceKind,
+    /// Keep the value of every `v_wr` (the graph's write records) for traces.
+    pub keep_writes: bool,
+}
+
+/// The value a `v_wr` wrote, on the host: `[batch, lanes]` storage values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WrittenValue {
+    pub batch: usize,
+    pub lanes: usize,
+    pub data: Vec<f64>,
+}
+
+impl WrittenValue {
+    /// Lanes of batch item `b` (items beyond a batch-1 value's single item repeat it).
+    pub fn item(&self, b: usize) -> &[f64] {
+        let b = if self.batch == 1 { 0 } else { b };
+        &self.data[b * self.lanes..(b + 1) * self.lanes]
+    }
+}
+
+/// What a run produced.
+#[derive(Clone, Debug)]
+pub struct Execution {
+    pub outputs: Outputs,
+    /// With `keep_writes`: the value of every written value id.
+    pub written: HashMap<ValueId, WrittenValue>,
+}
+
+/// Why a graph could not be executed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(
+        "no host tensor `{name}` for the graph's {kind}; help: pass a weights/inputs file that \
+         holds it, or run without files for seeded random data"
+    )]
+    Missing { name: String, kind: &'static str },
+    #[error("host tensor `{name}` has shape {found:?}, the graph expects {expected:?}")]
+    Shape {
+        name: String,
+        found: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    #[error(transparent)]
+    Table(#[from] mfu::TableError),
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error("{0}")]
+    Device(String),
+    #[error("tensor operation failed at node {node} ({op}): {message}")]
+    Tensor {
+        node: usize,
+        op: &'static str,
+        message: String,
+    },
+}
+
+/// A short message of a candle error (its Display may carry a backtrace after the first line).
+fn short(e: &candle_core::Error) -> String {
+    e.to_string().lines().next().unwrap_or("candle error").to_string()
+}
+
+/// The candle device for a kind.
+pub fn device(kind: DeviceKind) -> Result<Device, ExecError> {
+    match kind {
+        DeviceKind::Cpu => Ok(Device::Cpu),
+        DeviceKind::Cuda => cuda_device(),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_device() -> Result<Device, ExecError> {
+    Device::new_cuda(0).map_err(|e| ExecError::Device(format!("no usable CUDA device: {}", short(&e))))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_device() -> Result<Device, ExecError> {
+    Err(ExecError::Device(
+        "this nnpc was built without CUDA support; help: rebuild with `--features cuda` or run \
+         on the CPU"
+            .into(),
+    ))
+}
+
+/// Run `graph` on `data` (`data.batch` input sets in one pass).
+pub fn execute(graph: &SwGraph, data: &HostData, opts: &ExecOptions) -> Result<Execution, ExecError> {
+    graph.validate()?;
+    let dev = device(opts.device)?;
+    let mut ex = Executor {
+        g: graph,
+        data,
+        dev,
+        n: graph.native,
+        values: vec![None; graph.nodes.len()],
+        arranged: HashMap::new(),
+        tables: HashMap::new(),
+    };
+    // Last reader of every value, so tensors are freed as soon as possible.
+    let mut last_use = vec![0usize; graph.nodes.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for v in node.op.inputs() {
+            last_use[v.index()] = i;
+        }
+    }
+    let traced: std::collections::HashSet<ValueId> = if opts.keep_writes {
+        graph.writes.iter().map(|w| w.value).collect()
+    } else {
+        Default::default()
+    };
+    let mut rows: HashMap<String, Vec<Option<Tensor>>> = graph
+        .outputs
+        .iter()
+        .map(|o| (o.name.clone(), vec![None; o.rows]))
+        .collect();
+    let mut written = HashMap::new();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let fail = |e: candle_core::Error| ExecError::Tensor {
+            node: i,
+            op: node.op.name(),
+            message: short(&e),
+        };
+        if let Op::Output { name, row, src } = &node.op {
+            let t = ex.value(*src)?.clone();
+            if let Some(slot) = rows.get_mut(name).and_then(|r| r.get_mut(*row)) {
+                *slot = Some(t);
+            }
+        } else {
+            let t = ex.eval(i).map_err(|e| match e {
+                Failure::Candle(c) => fail(c),
+                Failure::Exec(x) => x,
+            })?;
+            let id = ValueId(i as u32);
+            if traced.contains(&id) {
+                written.insert(id, to_written(&t).map_err(fail)?);
+            }
+            ex.values[i] = Some(t);
+        }
+        for v in node.op.inputs() {
+            if last_use[v.index()] == i {
+                ex.values[v.index()] = None;
+            }
+        }
+    }
+    let mut outputs = Outputs::new();
+    for o in &graph.outputs {
+        let parts = rows.remove(&o.name).unwrap_or_default();
+        let mut shape = vec![data.batch];
+        shape.extend(&o.shape);
+        let mut out = vec![0f32; data.batch * o.rows * o.row_len];
+        for (r, part) in parts.into_iter().enumerate() {
+            let Some(t) = part else {
+                return Err(ExecError::Graph(GraphError::Other(format!(
+                    "output `{}` row {r} is never produced",
+                    o.name
+                ))));
+            };
+            let w = to_written(&t).map_err(|e| ExecError::Tensor {
+                node: 0,
+                op: "output",
+                message: short(&e),
+            })?;
+            for b in 0..data.batch {
+                let dst = &mut out[(b * o.rows + r) * o.row_len..][..o.row_len];
+                for (d, s) in dst.iter_mut().zip(w.item(b)) {
+                    *d = *s as f32;
+                }
+            }
+        }
+        outputs.insert(
+            o.name.clone(),
+            HostTensor {
+                shape,
+                data: out,
+            },
+        );
+    }
+    Ok(Execution { outputs, written })
+}
+
+fn to_written(t: &Tensor) -> candle_core::Result<WrittenValue> {
+    let dims = t.dims().to_vec();
+    let batch = dims.first().copied().unwrap_or(1);
+    let data: Vec<f64> = t.flatten_all()?.to_device(&Device::Cpu)?.to_vec1()?;
+    Ok(WrittenValue {
+        batch,
+        lanes: data.len() / batch.max(1),
+        data,
+    })
+}
+
+enum Failure {
+    Candle(candle_core::Error),
+    Exec(ExecError),
+}
+
+impl From<candle_core::Error> for Failure {
+    fn from(e: candle_core::Error) -> Self {
+        Failure::Candle(e)
+    }
+}
+
+impl From<ExecError> for Failure {
+    fn from(e: ExecError) -> Self {
+        Failure::Exec(e)
+    }
+}
+
+struct Executor<'a> {
+    g: &'a SwGraph,
+    data: &'a HostData,
+    dev: Device,
+    n: usize,
+    values: Vec<Option<Tensor>>,
+    /// Quantized weight stacks rearranged for the chunked matmul, by (stack, chunk).
+    arranged: HashMap<(ValueId, usize), Tensor>,
+    tables: HashMap<(UnOp, Option<String>, String), ActTable>,
+}
+
+impl Executor<'_> {
+    fn value(&self, v: ValueId) -> Result<&Tensor, ExecError> {
+        self.values
+            .get(v.index())
+            .and_then(Option::as_ref)
+            .ok_or_else(|| ExecError::Graph(GraphError::Other(format!("{v} is used after it was freed"))))
+    }
+
+    fn host(&self, t: &HostTensor, name: &str, batch: Option<usize>, shape: &[usize]) -> Result<Tensor, Failure> {
+        let mut want: Vec<usize> = batch.into_iter().collect();
+        want.extend(shape);
+        if t.shape != want {
+            return Err(ExecError::Shape {
+                name: name.to_string(),
+                found: t.shape.clone(),
+                expected: want,
+            }
+            .into());
+        }
+        let mut dims = vec![batch.unwrap_or(1)];
+        dims.extend(shape);
+        let v: Vec<f64> = t.data.iter().map(|&x| f64::from(x)).collect();
+        Ok(Tensor::from_vec(v, dims, &self.dev)?)
+    }
+
+    fn eval(&mut self, i: usize) -> Result<Tensor, Failure> {
+        let node = &self.g.nodes[i];
+        let n = self.n;
+        Ok(match &node.op {
+            Op::Input { name, shape } => {
+                let t = self.data.inputs.get(name).ok_or_else(|| ExecError::Missing {
+                    name: name.clone(),
+                    kind: "input",
+                })?;
+                self.host(t, name, Some(self.data.batch), shape)?
+            }
+            Op::Weight { name, shape } => {
+                let t = self.data.weights.get(name).ok_or_else(|| ExecError::Missing {
+                    name: name.clone(),
+                    kind: "weights",
+                })?;
+                self.host(t, name, None, shape)?
+            }
+            Op::Zero { shape } => {
+                let mut dims = vec![1];
+                dims.extend(shape);
+                Tensor::zeros(dims, DType::F64, &self.dev)?
+            }
+            Op::PadToTiles { src, layout, pad } => {
+                let t = self.value(*src)?;
+                let Ty::Logical { shape } = &self.g.node(*src).ty else {
+                    return Err(internal("pad_to_tiles of a non-logical value"));
+                };
+                let b = t.dims()[0];
+                let c = shape.last().copied().unwrap_or(1);
+                let rows: usize = shape[..shape.len() - 1].iter().product();
+                let ct = c.div_ceil(n);
+                match layout {
+                    TileLayout::Vector => {
+                        let t = t.reshape((b, rows, c))?;
+                        let t = pad_dim(&t, 2, ct * n, *pad)?;
+                        t.reshape((b, rows * ct * n))?
+                    }
+                    TileLayout::Matrix => {
+                        let r = shape[0];
+                        let rt = r.div_ceil(n);
+                        let t = pad_dim(&pad_dim(t, 2, ct * n, 0.0)?, 1, rt * n, 0.0)?;
+                        t.reshape((b, rt, n, ct, n))?
+                            .permute((0, 1, 3, 2, 4))?
+                            .contiguous()?
+                            .reshape((b, rt * ct, n, n))?
+                    }
+                }
+            }
+            Op::Unpad { src, len } => self.value(*src)?.narrow(1, 0, *len)?.contiguous()?,
+            Op::Round { src, format } => {
+                let f = *format;
+                map1(self.value(*src)?, "round", move |x, o| quant::round_slice(&f, x, o))?
+            }
+            Op::Quantize { src, format, axis } => {
+                let f: Format = *format;
+                let _ = axis; // both axes are runs of N along the last dimension
+                map1(self.value(*src)?, "quantize", move |x, o| quant::quantize_runs(&f, x, n, o))?
+            }
+            Op::Concat { parts } => {
+                let stack = matches!(node.ty, Ty::TileStack { .. });
+                let unit = if stack { 1 } else { n };
+                let mut ts = Vec::with_capacity(parts.len());
+                for p in parts {
+                    let t = self.value(p.value)?;
+                    ts.push(t.narrow(1, p.start as usize * unit, p.count as usize * unit)?);
+                }
+                let ts = broadcast_batch(&ts)?;
+                Tensor::cat(&ts, 1)?
+            }
+            Op::TiledMatVec {
+                x,
+                w,
+                rows,
+                cols,
+                accumulation,
+                vector_format,
+                matrix_format,
+                output,
+            } => {
+                let spec = MatVec {
+                    rows: *rows as usize,
+                    cols: *cols as usize,
+                    n,
+                    accumulation: *accumulation,
+                    output: *output,
+                };
+                let chunk = matmul::exact_chunk(vector_format, matrix_format, n)
+                    .filter(|k| *k >= MIN_CHUNK.min(n));
+                self.matvec(&spec, *x, *w, chunk)?
+            }
+            Op::Binary { op, a, b, format } => {
+                let ts = broadcast_batch(&[self.value(*a)?.clone(), self.value(*b)?.clone()])?;
+                let (op, f): (BinOp, FloatFormat) = (*op, *format);
+                let (ta, tb) = (ts[0].contiguous()?, ts[1].contiguous()?);
+                let on_cpu = |t: &Tensor| t.to_device(&Device::Cpu);
+                let r = on_cpu(&ta)?.apply_op2_no_bwd(&on_cpu(&tb)?, &Map2(move |x: &[f64], y: &[f64], o: &mut [f64]| {
+                    mfu::binary(op, &f, x, y, o)
+                }))?;
+                r.to_device(&self.dev)?
+            }
+            Op::Unary {
+                op,
+                src,
+                format,
+                table,
+            } => {
+                let f = *format;
+                let t = self.value(*src)?.clone();
+                match op {
+                    UnOp::Relu => map1(&t, "relu", move |x, o| mfu::relu(&f, x, o))?,
+                    UnOp::Pass => map1(&t, "pass", move |x, o| mfu::pass(&f, x, o))?,
+                    UnOp::Sigm | UnOp::Tanh | UnOp::Exp | UnOp::Softmax => {
+                        let tab = self.table(*op, &f, table.as_deref())?;
+                        if *op == UnOp::Softmax {
+                            let lanes = t.dims().get(1).copied().unwrap_or(1);
+                            map1(&t, "softmax", move |x, o| mfu::softmax(&tab, x, lanes, o))?
+                        } else {
+                            map1(&t, "activation", move |x, o| mfu::activate(&tab, x, o))?
+                        }
+                    }
+                }
+            }
+            Op::Output { .. } => return Err(internal("output evaluated as a value")),
+        })
+    }
+
+    fn table(&mut self, op: UnOp, f: &FloatFormat, file: Option<&str>) -> Result<ActTable, ExecError> {
+        let key = (op, file.map(str::to_string), format!("{f:?}"));
+        if let Some(t) = self.tables.get(&key) {
+            return Ok(t.clone());
+        }
+        let kind = op.table().ok_or_else(|| internal_exec("table for a table-less op"))?;
+        let t = ActTable::load(kind, f, file)?;
+        self.tables.insert(key, t.clone());
+        Ok(t)
+    }
+
+    /// `y = W x`: per-chunk partials by f64 matmul when `chunk` is exact, else the slow path.
+    fn matvec(&mut self, spec: &MatVec, x: ValueId, w: ValueId, chunk: Option<usize>) -> Result<Tensor, Failure> {
+        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
+        let xt = self.value(x)?.clone();
+        let b = xt.dims()[0];
+        let s = *spec;
+        let Some(k) = chunk else {
+            let wt = self.value(w)?.contiguous()?;
+            if wt.dims()[0] != 1 {
+                return Err(internal("a batched matrix").into());
+            }
+            let wv: Vec<f64> = wt.flatten_all()?.to_device(&Device::Cpu)?.to_vec1()?;
+            let wv = Arc::new(wv);
+            let xc = xt.contiguous()?.to_device(&Device::Cpu)?;
+            let y = xc.apply_op1_no_bwd(&Map1("matvec_exact", move |xs: &[f64]| {
+                let y = matmul::matvec_exact(&s, xs, b, &wv);
+                (y, Shape::from((b, rows * n)))
+            }))?;
+            return Ok(y.to_device(&self.dev)?);
+        };
+        let chunks = cols * n / k;
+        let wa = match self.arranged.get(&(w, k)) {
+            Some(t) => t.clone(),
+            None => {
+                // [1, rows*cols, n, n] -> [rows, cols, n, n/k, k] -> [cols, n/k, rows, n, k]
+                // -> [chunks, rows*n, k].
+                let t = self
+                    .value(w)?
+                    .reshape((rows, cols, n, n / k, k))?
+                    .permute((1, 3, 0, 2, 4))?
+                    .contiguous()?
+                    .reshape((chunks, rows * n, k))?;
+                self.arranged.insert((w, k), t.clone());
+                t
+            }
+        };
+        // [b, cols*n] -> [chunks, k, b]
+        let xa = xt.reshape((b, chunks, k))?.permute((1, 2, 0))?.contiguous()?;
+        let partials = wa.matmul(&xa)?; // [chunks, rows*n, b], exact per chunk
+        let p = partials.contiguous()?.to_device(&Device::Cpu)?;
+        let y = p.apply_op1_no_bwd(&Map1("sum_partials", move |ps: &[f64]| {
+            (matmul::sum_partials(&s, k, ps, b), Shape::from((b, rows * n)))
+        }))?;
+        Ok(y.to_device(&self.dev)?)
+    }
+}
+
+fn internal(msg: &str) -> ExecError {
+    internal_exec(msg)
+}
+
+fn internal_exec(msg: &str) -> ExecError {
+    ExecError::Graph(GraphError::Other(format!("internal: {msg}")))
+}
+
+/// Pad dimension `dim` of `t` to `len` with `value`.
+fn pad_dim(t: &Tensor, dim: usize, len: usize, value: f64) -> candle_core::Result<Tensor> {
+    let have = t.dims()[dim];
+    if have >= len {
+        return Ok(t.clone());
+    }
+    let mut dims = t.dims().to_vec();
+    dims[dim] = len - have;
+    let pad = Tensor::full(value, dims, t.device())?;
+    Tensor::cat(&[t, &pad], dim)
+}
+
+/// Broadcast the batch dimension of every tensor to the largest.
+fn broadcast_batch(ts: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
+    let b = ts.iter().map(|t| t.dims()[0]).max().unwrap_or(1);
+    ts.iter()
+        .map(|t| {
+            if t.dims()[0] == b {
+                Ok(t.clone())
+            } else {
+                let mut dims = t.dims().to_vec();
+                dims[0] = b;
+                t.broadcast_as(dims)?.contiguous()
+            }
+        })
+        .collect()
+}
+
+/// An element-wise kernel on a contiguous f64 tensor (CPU path on every device).
+fn map1(
+    t: &Tensor,
+    name: &'static str,
+    f: impl Fn(&[f64], &mut [f64]) + Send + Sync,
+) -> candle_core::Result<Tensor> {
+    let dev = t.device().clone();
+    let t = t.contiguous()?.to_device(&Device::Cpu)?;
+    let y = t.apply_op1_no_bwd(&Map1(name, move |x: &[f64]| {
+        let mut o = vec![0.0; x.len()];
+        f(x, &mut o);
+        (o, Shape::from(x.len()))
+    }))?;
+    y.reshape(t.dims())?.to_device(&dev)
+}
+
+/// A CPU custom op from a closure: contiguous f64 in, (values, shape) out.
+struct Map1<F>(&'static str, F);
+
+impl<F: Fn(&[f64]) -> (Vec<f64>, Shape) + Send + Sync> CustomOp1 for Map1<F> {
+    fn name(&self) -> &'static str {
+        self.0
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let CpuStorage::F64(v) = s else {
+            candle_core::bail!("{}: expected f64 data", self.0)
+        };
+        let Some((a, b)) = l.contiguous_offsets() else {
+            candle_core::bail!("{}: expected contiguous data", self.0)
+        };
+        let (out, shape) = (self.1)(&v[a..b]);
+        Ok((CpuStorage::F64(out), shape))
+    }
+}
+
+/// An element-wise CPU custom op on two contiguous f64 tensors of one shape.
+struct Map2<F>(F);
+
+impl<F: Fn(&[f64], &[f64], &mut [f64]) + Send + Sync> CustomOp2 for Map2<F> {
+    fn name(&self) -> &'static str {
+        "mfu_binary"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F64(v1), CpuStorage::F64(v2)) = (s1, s2) else {
+            candle_core::bail!("mfu_binary: expected f64 data")
+        };
+        let (Some((a1, b1)), Some((a2, b2))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
+            candle_core::bail!("mfu_binary: expected contiguous data")
+        };
+        if b1 - a1 != b2 - a2 {
+            candle_core::bail!("mfu_binary: operand sizes differ")
+        }
+        let mut out = vec![0.0; b1 - a1];
+        (self.0)(&v1[a1..b1], &v2[a2..b2], &mut out);
+        Ok((CpuStorage::F64(out), l1.shape().clone()))
+    }
+}
+
+/// Lower `program` and run it (the one-call path of `nnpc run`).
+pub fn run_program(
+    program: &nnp_grammar::Program,
+    data: &HostData,
+    opts: &ExecOptions,
+) -> Result<Execution, RunError> {
+    let g = nnp_lowering::swgraph::lower(program)?;
+    let roots = if opts.keep_writes {
+        nnp_lowering::swgraph::Roots::OutputsAndWrites
+    } else {
+        nnp_lowering::swgraph::Roots::Outputs
+    };
+    let g = nnp_lowering::swgraph::optimize(&g, roots);
+    Ok(execute(&g, data, opts)?)
+}
+
+/// Lowering or execution failure.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Lower(#[from] nnp_lowering::swgraph::LowerError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}

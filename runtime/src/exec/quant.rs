@@ -1,0 +1,381 @@
+//! Quantize and round kernels over slices.
+//!
+//! Fast paths (bit tricks on f64, branch-light loops) for the common cases: BFP with a
+//! deterministic rounding mode and an exponent range that fits f64 scaling, and nearest-even
+//! rounding to an IEEE-style float format. Everything else calls the scalar reference of
+//! `nnp_numerics` (per run for [`Format::quantize`], per element for [`FloatFormat::round`]).
+//! The fast paths are tested bit-equal against the reference on adversarial data.
+
+use nnp_numerics::format::{BfpFormat, Block};
+use nnp_numerics::{FloatFormat, Format, Overflow, Rounding};
+use rayon::prelude::*;
+
+/// Rows of at least this many elements are processed in parallel.
+const PAR_MIN: usize = 1 << 14;
+
+/// Round every element of `x` to `fmt` (as [`FloatFormat::round`]).
+pub fn round_slice(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
+    let fast = FastRound::new(fmt);
+    let run = |(xs, os): (&[f64], &mut [f64])| match &fast {
+        Some(f) => xs.iter().zip(os.iter_mut()).for_each(|(v, o)| *o = f.round(*v)),
+        None => xs.iter().zip(os.iter_mut()).for_each(|(v, o)| *o = fmt.round(*v)),
+    };
+    if x.len() >= PAR_MIN {
+        x.par_chunks(4096).zip(out.par_chunks_mut(4096)).for_each(run);
+    } else {
+        run((x, out));
+    }
+}
+
+/// Nearest-even rounding of an f64 to a float format with subnormals, from the bits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastRound {
+    /// Mantissa bits dropped from f64's 52 for a normal result.
+    shift: u32,
+    /// Smallest normal exponent of the format (unbiased).
+    emin: i32,
+    /// `2^(emin - mant_bits + 52)`: adding and subtracting it rounds a subnormal-range value to
+    /// the format's subnormal quantum with the FPU's own nearest-even.
+    magic: f64,
+    max: f64,
+    saturate: bool,
+}
+
+impl FastRound {
+    /// The fast rounder for `fmt`, when its mode and range allow one.
+    pub(crate) fn new(fmt: &FloatFormat) -> Option<FastRound> {
+        let ok = fmt.rounding == Rounding::NearestEven
+            && fmt.subnormals
+            && (2..=10).contains(&fmt.exp_bits)
+            && fmt.mant_bits <= 50;
+        if !ok {
+            return None;
+        }
+        let emin = 1 - fmt.bias();
+        Some(FastRound {
+            shift: 52 - fmt.mant_bits,
+            emin,
+            magic: pow2(emin - fmt.mant_bits as i32 + 52),
+            max: fmt.max_value(),
+            saturate: fmt.overflow == Overflow::Saturate,
+        })
+    }
+
+    #[inline]
+    pub(crate) fn round(&self, x: f64) -> f64 {
+        if x.is_nan() {
+            return x;
+        }
+        let bits = x.to_bits();
+        let sign = bits & (1u64 << 63);
+        let mag = bits & !(1u64 << 63);
+        let exp = ((mag >> 52) as i32) - 1023;
+        let r = if exp >= self.emin {
+            if x.is_infinite() {
+                return if self.saturate {
+                    self.max.copysign(x)
+                } else {
+                    x
+                };
+            }
+            // Round the significand to nearest-even at bit `shift`; a carry moves the exponent.
+            let half = (1u64 << (self.shift - 1)) - 1;
+            let odd = (mag >> self.shift) & 1;
+            let rounded = (mag + half + odd) & !((1u64 << self.shift) - 1);
+            f64::from_bits(rounded)
+        } else {
+            // Subnormal range of the format: round to its fixed quantum.
+            let m = self.magic.copysign(x);
+            let r = (x + m) - m;
+            r.abs()
+        };
+        let r = if r > self.max {
+            if self.saturate { self.max } else { f64::INFINITY }
+        } else {
+            r
+        };
+        f64::from_bits(r.to_bits() | sign)
+    }
+}
+
+/// `2^e` for `-1022 <= e <= 1023`.
+fn pow2(e: i32) -> f64 {
+    f64::from_bits(((e + 1023) as u64) << 52)
+}
+
+/// Fake-quantize `x` in runs of `n` along it (each run as [`Format::quantize`] sees it).
+pub fn quantize_runs(fmt: &Format, x: &[f64], n: usize, out: &mut [f64]) {
+    let n = n.max(1);
+    let fast = match fmt {
+        Format::Bfp(b) => FastBfp::new(b, n),
+        _ => None,
+    };
+    let run = |(xs, os): (&[f64], &mut [f64])| {
+        for (xr, or) in xs.chunks(n).zip(os.chunks_mut(n)) {
+            match &fast {
+                Some(f) => f.run(xr, or),
+                None => fmt.quantize(xr, n, or),
+            }
+        }
+    };
+    if x.len() >= PAR_MIN && x.len() % n == 0 {
+        let chunk = n * (4096 / n).max(1);
+        x.par_chunks(chunk).zip(out.par_chunks_mut(chunk)).for_each(run);
+    } else {
+        run((x, out));
+    }
+}
+
+/// BFP with nearest-even, nearest-away or toward-zero and a shared exponent range whose scale
+/// factors are normal f64 powers of two: `x * 2^-lsb` is then exact (or far below 1/2, where
+/// every mode gives 0), so the integer mantissa is one f64 rounding away.
+#[derive(Clone, Copy, Debug)]
+struct FastBfp {
+    block: usize,
+    lo: i32,
+    hi: i32,
+    mant: i32,
+    max: f64,
+    /// Most negative mantissa (`-max` or `-max - 1` with `range = full`).
+    min: f64,
+    rounding: Rounding,
+}
+
+impl FastBfp {
+    fn new(b: &BfpFormat, n: usize) -> Option<FastBfp> {
+        let (lo, hi) = b.exp_range();
+        let mant = b.mant as i32;
+        let ok = !matches!(b.rounding, Rounding::Stochastic { .. })
+            && (2..=32).contains(&mant)
+            && lo - mant >= -1000
+            && hi + mant <= 1000;
+        if !ok {
+            return None;
+        }
+        let max = b.max_mant() as f64;
+        Some(FastBfp {
+            block: match b.block {
+                Block::Native => n,
+                Block::Size(s) => s.max(1),
+            },
+            lo,
+            hi,
+            mant,
+            max,
+            min: if b.full_range { -max - 1.0 } else { -max },
+            rounding: b.rounding,
+        })
+    }
+
+    fn run(&self, x: &[f64], out: &mut [f64]) {
+        for (xb, ob) in x.chunks(self.block).zip(out.chunks_mut(self.block)) {
+            self.block(xb, ob);
+        }
+    }
+
+    #[inline]
+    fn block(&self, x: &[f64], out: &mut [f64]) {
+        // The largest magnitude gives the shared exponent (floor(log2) is monotone in |x|);
+        // a non-finite element makes the whole block NaN.
+        let mut amax = 0.0f64;
+        let mut finite = true;
+        for v in x {
+            finite &= v.is_finite();
+            amax = amax.max(v.abs());
+        }
+        if !finite {
+            out.fill(f64::NAN);
+            return;
+        }
+        let e = if amax == 0.0 {
+            self.lo
+        } else {
+            floor_log2(amax).clamp(self.lo, self.hi)
+        };
+        let lsb = e - (self.mant - 2);
+        let (down, up) = (pow2(-lsb), pow2(lsb));
+        let bound = self.max + 1.0;
+        for (v, o) in x.iter().zip(out.iter_mut()) {
+            // Clamp first (keeps the rounding trick in range), round, clamp to the mantissa range.
+            let y = (v * down).clamp(-bound, bound);
+            let q = match self.rounding {
+                Rounding::NearestEven => round_even(y),
+                Rounding::NearestAway => y.round(),
+                _ => y.trunc(),
+            };
+            // `+ 0.0` turns a -0 mantissa into +0, as the integer mantissa has no sign.
+            *o = q.clamp(self.min, self.max) * up + 0.0;
+        }
+    }
+}
+
+/// Nearest-even to an integer for `|y| <= 2^51` (the FPU rounds the addition).
+#[inline]
+fn round_even(y: f64) -> f64 {
+    const MAGIC: f64 = 6755399441055744.0; // 1.5 * 2^52
+    (y + MAGIC) - MAGIC
+}
+
+/// `floor(log2 |x|)` of a finite non-zero f64, from its bits.
+#[inline]
+fn floor_log2(x: f64) -> i32 {
+    let bits = x.to_bits() & !(1u64 << 63);
+    let field = (bits >> 52) as i32;
+    if field == 0 {
+        // Subnormal: the leading one of the fraction.
+        -1074 + 63 - bits.leading_zeros() as i32
+    } else {
+        field - 1023
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Adversarial f64 values around the fp16/bf16/fp32 decision points: ties, one ulp either
+    /// side, subnormal boundaries, overflow threshold, zeros, non-finite.
+    fn adversarial() -> Vec<f64> {
+        let mut v = vec![
+            0.0,
+            -0.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            f64::MIN_POSITIVE,
+            5e-324,
+            1e300,
+            -1e300,
+        ];
+        for e in -160..140 {
+            for m in [1.0, 1.5, 1.0 + 2f64.powi(-10), 1.0 + 2f64.powi(-11), 1.0 + 3.0 * 2f64.powi(-11)]
+            {
+                let x = m * 2f64.powi(e);
+                for d in [-2i64, -1, 0, 1, 2] {
+                    let y = f64::from_bits((x.to_bits() as i64 + d) as u64);
+                    v.push(y);
+                    v.push(-y);
+                }
+            }
+        }
+        // A deterministic pseudo-random sweep (xorshift) over many binades.
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..20000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let e = (s % 120) as i32 - 70;
+            let frac = (s >> 11) as f64 / (1u64 << 53) as f64;
+            v.push((1.0 + frac) * 2f64.powi(e) * if s & 1 == 1 { -1.0 } else { 1.0 });
+        }
+        v
+    }
+
+    fn same(a: f64, b: f64) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    #[test]
+    fn fast_round_matches_reference() {
+        let mut sat = FloatFormat::FP16;
+        sat.overflow = Overflow::Saturate;
+        for fmt in [
+            FloatFormat::FP16,
+            FloatFormat::BF16,
+            FloatFormat::FP32,
+            FloatFormat::ieee(5, 2),
+            FloatFormat::ieee(4, 3),
+            sat,
+        ] {
+            let fast = FastRound::new(&fmt).expect("eligible");
+            for x in adversarial() {
+                let (a, b) = (fast.round(x), fmt.round(x));
+                assert!(same(a, b), "{fmt:?} x = {x:e}: fast {a:e} reference {b:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn fp16_rounding_by_hand() {
+        let f = FastRound::new(&FloatFormat::FP16).expect("fp16");
+        // 1 + 2^-11 is the tie between 1 and 1 + 2^-10: even is 1.
+        assert_eq!(f.round(1.0 + 2f64.powi(-11)), 1.0);
+        // 1 + 3 * 2^-11 ties to the even 1 + 2^-9.
+        assert_eq!(f.round(1.0 + 3.0 * 2f64.powi(-11)), 1.0 + 2f64.powi(-9));
+        // Half the smallest subnormal 2^-25 ties to 0; just above goes to 2^-24.
+        assert_eq!(f.round(2f64.powi(-25)).to_bits(), 0);
+        assert_eq!(f.round(2f64.powi(-25) * 1.0001), 2f64.powi(-24));
+        // -2^-26 rounds to -0.
+        assert_eq!(f.round(-(2f64.powi(-26))).to_bits(), (-0.0f64).to_bits());
+        // 65519.99 -> 65504, 65520 -> inf.
+        assert_eq!(f.round(65519.99), 65504.0);
+        assert_eq!(f.round(65520.0), f64::INFINITY);
+    }
+
+    fn bfp(lit: &str) -> Format {
+        lit.parse().expect("valid literal")
+    }
+
+    #[test]
+    fn fast_bfp_matches_reference() {
+        let data = adversarial();
+        let finite: Vec<f64> = data.iter().copied().filter(|v| v.is_finite()).collect();
+        for lit in [
+            "bfp(mant = 8, exp_bits = 5, round = even)",
+            "bfp(mant = 8, exp_bits = 5, round = away)",
+            "bfp(mant = 5, exp_bits = 5, round = zero)",
+            "bfp(mant = 4, block = 4, exp_bits = 8)",
+            "bfp(mant = 12, block = 3, exp_bits = 5)",
+            "msfp(8)",
+        ] {
+            let fmt = bfp(lit);
+            let Format::Bfp(b) = fmt else {
+                panic!("{lit} is not BFP")
+            };
+            for n in [4usize, 8, 16] {
+                let fast = FastBfp::new(&b, n).expect("eligible");
+                // Blocks mixing magnitudes (including huge and tiny) and with a NaN.
+                for src in [&finite, &data] {
+                    for window in src.chunks(n) {
+                        let mut a = vec![0.0; window.len()];
+                        let mut r = vec![0.0; window.len()];
+                        fast.run(window, &mut a);
+                        fmt.quantize(window, n, &mut r);
+                        for i in 0..window.len() {
+                            assert!(
+                                same(a[i], r[i]),
+                                "{lit} n={n} block {window:?}: lane {i} fast {} reference {}",
+                                a[i],
+                                r[i]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bfp_by_hand() {
+        // bfp(mant = 8, exp_bits = 5), N = 4: block [1.0, 0.75, -0.01, 3.0]: E = 1,
+        // lsb = 1 - 6 = -5, q = round(x * 32) = [32, 24, -0.32 -> -0 -> +0, 96].
+        let fmt = bfp("bfp(mant = 8, exp_bits = 5, round = even)");
+        let mut out = [9.0; 4];
+        quantize_runs(&fmt, &[1.0, 0.75, -0.01, 3.0], 4, &mut out);
+        assert_eq!(out, [1.0, 0.75, 0.0, 3.0]);
+        assert_eq!(out[2].to_bits(), 0);
+        // Saturation: [200, 1]: E = 7, lsb = 1, q = [100, 0.5 -> 0 (tie to even)].
+        let mut out = [9.0; 2];
+        quantize_runs(&fmt, &[200.0, 1.0], 2, &mut out);
+        assert_eq!(out, [200.0, 0.0]);
+        // E clamps at 16: 2^20 -> q = 2^20 / 2^10 = 1024, saturates at 127 -> 127 * 2^10.
+        let mut out = [9.0; 2];
+        quantize_runs(&fmt, &[2f64.powi(20), -(2f64.powi(20))], 2, &mut out);
+        assert_eq!(out, [127.0 * 1024.0, -127.0 * 1024.0]);
+        // A NaN or infinity poisons its block only.
+        let mut out = [9.0; 4];
+        quantize_runs(&fmt, &[1.0, f64::INFINITY, 1.0, 2.0], 2, &mut out);
+        assert!(out[0].is_nan() && out[1].is_nan());
+        assert_eq!(&out[2..], &[1.0, 2.0]);
+    }
+}

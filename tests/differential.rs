@@ -1,0 +1,288 @@
+//! Differential test: random valid programs (`nnpc::progen`), software graph vs emulator, bit
+//! for bit, on several adversarial input sets each.
+//!
+//! CI runs 200 programs. The long run (docs/testing.md):
+//! `NNPC_DIFF_PROGRAMS=10000 cargo test --release --test differential -- --nocapture`.
+//! `NNPC_DIFF_SEED=S` starts at seed S (to reproduce one program: `NNPC_DIFF_SEED=S
+//! NNPC_DIFF_PROGRAMS=1`). A failure prints the minimized program, its target and the first
+//! differing element.
+
+use nnp_grammar::{ChainBody, DeclKind, Init, Mem, OpKind, SourceFile, Target, check};
+use nnpc::progen::{
+    DataConfig, GenConfig, Outcome, generate, minimize, minimize_failure, run_differential,
+};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Input sets per program (the software graph runs them as one batch).
+const BATCH: usize = 3;
+/// Failures minimized and printed in full (the rest are listed by seed).
+const MINIMIZE: usize = 3;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+fn checked(source: &str, toml: &str) -> nnp_grammar::Program {
+    let target = Target::from_toml(toml, "gen.toml").expect("generated target parses");
+    match check(Arc::new(SourceFile::new("gen.nnp", source)), Some(target)) {
+        Ok(out) => out.program,
+        Err(diags) => {
+            let msgs: Vec<String> = diags.iter().map(|d| d.message.clone()).collect();
+            panic!("generated program rejected: {msgs:?}\n{source}\n{toml}")
+        }
+    }
+}
+
+#[test]
+fn software_graph_matches_emulator() {
+    let count = env_u64("NNPC_DIFF_PROGRAMS", 200);
+    let base = env_u64("NNPC_DIFF_SEED", 0);
+    let cfg = GenConfig::default();
+    let data = DataConfig::default();
+    let start = Instant::now();
+    let next = AtomicU64::new(base);
+    let failures: Mutex<Vec<(u64, Outcome)>> = Mutex::new(Vec::new());
+    let elements = AtomicU64::new(0);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= base + count {
+                        break;
+                    }
+                    let g = generate(seed, &cfg);
+                    // Every fourth program goes through the graph's JSON form.
+                    let out =
+                        run_differential(&g.source, &g.target_toml, seed, BATCH, &data, seed % 4 == 0);
+                    match out {
+                        Outcome::Concordant { elements: e } => {
+                            elements.fetch_add(e as u64, Ordering::Relaxed);
+                        }
+                        other => failures.lock().unwrap_or_else(|e| e.into_inner()).push((seed, other)),
+                    }
+                }
+            });
+        }
+    });
+    let mut failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    failures.sort_by_key(|f| f.0);
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "differential: {count} programs (seeds {base}..{}), {} output elements bit-exact, {} \
+         failing, {secs:.1} s",
+        base + count,
+        elements.load(Ordering::Relaxed),
+        failures.len()
+    );
+    if failures.is_empty() {
+        return;
+    }
+    let mut report = String::new();
+    for (i, (seed, out)) in failures.iter().enumerate() {
+        if i >= MINIMIZE {
+            report.push_str(&format!("seed {seed}: {out}\n"));
+            continue;
+        }
+        let g = generate(*seed, &cfg);
+        let (src, toml, min_out) =
+            minimize_failure(&g.source, &g.target_toml, *seed, BATCH, &data, seed % 4 == 0);
+        report.push_str(&format!(
+            "==== seed {seed}: {out}\n---- minimized ({}): {min_out}\n---- program\n{src}---- \
+             target (gen.toml)\n{toml}\n",
+            min_out.kind()
+        ));
+    }
+    panic!(
+        "{} of {count} programs failed (reproduce one with NNPC_DIFF_SEED=S \
+         NNPC_DIFF_PROGRAMS=1):\n{report}",
+        failures.len()
+    );
+}
+
+#[test]
+fn generation_is_deterministic() {
+    let cfg = GenConfig::default();
+    for seed in [0, 1, 77, u64::MAX] {
+        assert_eq!(generate(seed, &cfg), generate(seed, &cfg));
+    }
+    assert_ne!(generate(1, &cfg), generate(2, &cfg));
+}
+
+/// The generator is only useful if it reaches every corner of the language: check that the CI
+/// seeds, all of them valid, cover every instruction kind and feature the brief lists.
+#[test]
+fn generated_programs_are_valid_and_cover_the_language() {
+    let cfg = GenConfig::default();
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    for seed in 0..200 {
+        let g = generate(seed, &cfg);
+        let p = checked(&g.source, &g.target_toml);
+        let mut f = |s: String| {
+            seen.insert(s);
+        };
+        f(format!("native {}", p.target.native));
+        f(format!("mfus {}", p.target.mfus));
+        f(format!("accumulation {:?}", p.target.numerics.accumulation));
+        for d in &p.decls {
+            let at_mem = d.place.is_some();
+            f(format!("decl {:?} at {}", d.kind, at_mem));
+            if d.pad != 0.0 {
+                f(format!("pad {:?}", d.kind));
+            }
+            if d.init == Init::Zero {
+                f("= 0".into());
+            }
+            if d.format.is_some() {
+                f(format!("decl quant {:?}", d.kind));
+            }
+            if d.kind != DeclKind::Matrix && d.shape.len() > 1 {
+                f("multi-row decl".into());
+            }
+            if d.row_len() % p.native() != 0 {
+                f("partial tile".into());
+            }
+        }
+        for c in &p.chains {
+            if c.iterations > 1 {
+                f("iterations".into());
+            }
+            match &c.body {
+                ChainBody::Matrix(m) => {
+                    f("matrix chain".into());
+                    if c.iterations > 1 && m.src_addr.inc != 0 {
+                        f("matrix chain inc".into());
+                    }
+                }
+                ChainBody::Vector(v) => {
+                    let src = match v.read.src {
+                        Mem::AsVrf(_) => "asvrf".to_string(),
+                        Mem::MulVrf(_) => "mulvrf".to_string(),
+                        m => m.to_string(),
+                    };
+                    f(format!("read {src}"));
+                    if v.read.window.is_some() {
+                        f(format!("window mv_mul={}", v.mv_mul.is_some()));
+                    }
+                    if v.read.addr.inc != 0 {
+                        f("read inc".into());
+                    }
+                    if let Some(m) = &v.mv_mul {
+                        f("mv_mul".into());
+                        if c.rows > 1 {
+                            f("mv_mul rows>1".into());
+                        }
+                        if c.cols > 1 {
+                            f("mv_mul cols>1".into());
+                        }
+                        if m.addr.inc != 0 {
+                            f("mv_mul inc".into());
+                        }
+                    }
+                    for op in &v.ops {
+                        f(format!("op {:?}", op.kind));
+                        f(format!("mfu {}", op.mfu));
+                    }
+                    for w in &v.writes {
+                        let dst = match w.dst {
+                            Mem::AsVrf(_) => "asvrf".to_string(),
+                            Mem::MulVrf(_) => "mulvrf".to_string(),
+                            m => m.to_string(),
+                        };
+                        f(format!("write {dst}"));
+                        if w.addr.inc != 0 {
+                            f("write inc".into());
+                        }
+                    }
+                    if v.writes.len() > 1 {
+                        f("several writes".into());
+                    }
+                    if v.quant.mvm_vector != p.target.numerics.mvm_vector
+                        || v.quant.mfu_input != p.target.numerics.mfu_input
+                    {
+                        f("quant directive".into());
+                    }
+                }
+            }
+        }
+        for lit in ["bfp(", "msfp(", "mx(", "fp(", "round = ", "_inc ", "] + "] {
+            if g.source.contains(lit) || g.target_toml.contains(lit) {
+                f(format!("text {lit}"));
+            }
+        }
+    }
+    let mut want: Vec<String> = vec![
+        "native 4", "native 8", "native 16", "mfus 1", "mfus 2", "mfus 3",
+        "accumulation Exact", "accumulation Fp32Seq", "accumulation Fp16Seq",
+        "decl Matrix at true", "decl Vector at true", "decl Input at false",
+        "decl Output at false", "decl Output at true", "pad Vector", "pad Input", "= 0",
+        "decl quant Matrix", "decl quant Vector", "decl quant Input", "multi-row decl",
+        "partial tile", "iterations", "matrix chain", "matrix chain inc", "read netq",
+        "read dram", "read ivrf", "read asvrf", "read mulvrf", "window mv_mul=true",
+        "window mv_mul=false", "read inc", "mv_mul", "mv_mul rows>1", "mv_mul cols>1",
+        "mv_mul inc", "mfu 0", "mfu 1", "mfu 2", "write netq", "write dram", "write ivrf",
+        "write asvrf", "write mulvrf", "write inc", "several writes", "quant directive",
+        "text bfp(", "text msfp(", "text mx(", "text fp(", "text round = ", "text _inc ",
+        "text ] + ",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    for k in [
+        OpKind::Add,
+        OpKind::ASubB,
+        OpKind::BSubA,
+        OpKind::Max,
+        OpKind::Mul,
+        OpKind::Relu,
+        OpKind::Sigm,
+        OpKind::Tanh,
+        OpKind::Exp,
+        OpKind::Softmax,
+        OpKind::Pass,
+    ] {
+        want.push(format!("op {k:?}"));
+    }
+    let missing: Vec<&String> = want.iter().filter(|w| !seen.contains(*w)).collect();
+    assert!(missing.is_empty(), "not covered by seeds 0..200: {missing:?}");
+}
+
+/// The minimizer keeps what the predicate needs and drops the rest, and every step it keeps is
+/// a valid program: the predicate "valid and has a `v_tanh`" must end at one small chain.
+#[test]
+fn minimizer_shrinks_to_the_cause() {
+    let cfg = GenConfig::default();
+    let valid_with_tanh = |s: &str, t: &str| {
+        let Ok(target) = Target::from_toml(t, "gen.toml") else { return false };
+        match check(Arc::new(SourceFile::new("m.nnp", s)), Some(target)) {
+            Ok(out) => out.program.chains.iter().any(|c| match &c.body {
+                ChainBody::Vector(v) => v.ops.iter().any(|o| o.kind == OpKind::Tanh),
+                ChainBody::Matrix(_) => false,
+            }),
+            Err(_) => false,
+        }
+    };
+    let (seed, g) = (0..500)
+        .map(|s| (s, generate(s, &cfg)))
+        .find(|(_, g)| g.source.lines().count() > 25 && valid_with_tanh(&g.source, &g.target_toml))
+        .expect("some seed has a v_tanh in a long program");
+    let (src, toml) = minimize(&g.source, &g.target_toml, valid_with_tanh);
+    assert!(valid_with_tanh(&src, &toml), "seed {seed}: minimized program lost the property");
+    let p = checked(&src, &toml);
+    // One chain with the tanh (plus whatever feeds it cannot be removed: at most a few).
+    assert!(p.chains.len() <= 2, "seed {seed}: still {} chains:\n{src}", p.chains.len());
+    assert!(
+        src.lines().count() < g.source.lines().count() / 2,
+        "seed {seed}: {} of {} lines left:\n{src}",
+        src.lines().count(),
+        g.source.lines().count()
+    );
+    assert!(src.contains("v_tanh"));
+}
