@@ -592,7 +592,14 @@ impl<'p> Builder<'p> {
         debug_assert_eq!(added, id);
         if let Some(prev) = fifo {
             let at = Some(netq_access());
-            self.graph.add_edge(prev, id, Dep { kind: DepKind::Fifo, at });
+            self.graph.add_edge(
+                prev,
+                id,
+                Dep {
+                    kind: DepKind::Fifo,
+                    at,
+                },
+            );
         }
         self.flush(id);
         id

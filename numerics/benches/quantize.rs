@@ -22,7 +22,9 @@ fn data() -> Vec<f32> {
             s ^= s >> 7;
             s ^= s << 17;
             // Roughly normal-ish weights: sum of uniforms, scaled.
-            let u = ((s >> 40) as f32 / (1u64 << 24) as f32) + ((s & 0xFF_FFFF) as f32 / (1u64 << 24) as f32) - 1.0;
+            let u = ((s >> 40) as f32 / (1u64 << 24) as f32)
+                + ((s & 0xFF_FFFF) as f32 / (1u64 << 24) as f32)
+                - 1.0;
             u * 0.05
         })
         .collect()
@@ -48,7 +50,9 @@ fn bench(c: &mut Criterion) {
         })
     });
 
-    let bfp: Format = "bfp(mant = 8, block = native, exp_bits = 5, round = even)".parse().unwrap();
+    let bfp: Format = "bfp(mant = 8, block = native, exp_bits = 5, round = even)"
+        .parse()
+        .unwrap();
     let Format::Bfp(b8) = bfp else { unreachable!() };
     g.bench_function("bfp_fast_f32", |b| {
         b.iter(|| {

@@ -9,13 +9,23 @@ use crate::rounding::{decompose, floor_log2, make_f64, round_to_quantum};
 
 /// `floor(log2 |x|)` of the largest non-zero magnitude of a block, or `None` if all are zero.
 pub fn max_exponent(x: &[f64]) -> Option<i32> {
-    x.iter().filter(|v| **v != 0.0).map(|v| floor_log2(*v)).max()
+    x.iter()
+        .filter(|v| **v != 0.0)
+        .map(|v| floor_log2(*v))
+        .max()
 }
 
 /// Round `|x| / 2^q` to an integer with `rounding` (exact); `key` is the element position.
 pub(crate) fn round_mag(x: f64, q: i32, rounding: crate::Rounding, key: u64) -> u128 {
     let (_, mant, exp) = decompose(x);
-    round_to_quantum(u128::from(mant), exp, false, q, rounding, rand_for(rounding, x, key))
+    round_to_quantum(
+        u128::from(mant),
+        exp,
+        false,
+        q,
+        rounding,
+        rand_for(rounding, x, key),
+    )
 }
 
 impl BfpFormat {
@@ -40,7 +50,11 @@ impl BfpFormat {
         let lsb = e - (self.mant as i32 - 2);
         let max = self.max_mant();
         for (i, (v, qi)) in x.iter().zip(q.iter_mut()).enumerate() {
-            let limit = if *v < 0.0 && self.full_range { max + 1 } else { max };
+            let limit = if *v < 0.0 && self.full_range {
+                max + 1
+            } else {
+                max
+            };
             let mag = round_mag(*v, lsb, self.rounding, base + i as u64).min(limit as u128) as i64;
             *qi = if *v < 0.0 { -mag } else { mag };
         }
@@ -80,7 +94,9 @@ impl MxFormat {
         let elems = x
             .iter()
             .enumerate()
-            .map(|(i, v)| elem.round_scaled(*v, s, self.rounding, i as u64) * crate::rounding::pow2(-s))
+            .map(|(i, v)| {
+                elem.round_scaled(*v, s, self.rounding, i as u64) * crate::rounding::pow2(-s)
+            })
             .collect();
         Some((s, elems))
     }
@@ -131,7 +147,11 @@ impl HbfpFormat {
             .map(|i| x.get(i).filter(|v| **v != 0.0).map(|v| floor_log2(*v)))
             .collect();
         let h = 1i32 << (self.exp_bits - 1);
-        let top = exps.iter().flatten().max().map_or(1 - h, |e| (*e).clamp(1 - h, h));
+        let top = exps
+            .iter()
+            .flatten()
+            .max()
+            .map_or(1 - h, |e| (*e).clamp(1 - h, h));
         let levels = self.levels as usize;
         let cap = self.scale_cap as i32;
         let mut scales: Vec<Vec<u32>> = vec![Vec::new(); levels];
@@ -145,7 +165,10 @@ impl HbfpFormat {
             let mut sc = Vec::with_capacity(count);
             for j in 0..count {
                 let p = parent_eff[(j * size) / parent_size];
-                let own = exps[j * size..((j + 1) * size).min(len)].iter().flatten().max();
+                let own = exps[j * size..((j + 1) * size).min(len)]
+                    .iter()
+                    .flatten()
+                    .max();
                 let s = own.map_or(cap, |e| (p - e).clamp(0, cap));
                 sc.push(s as u32);
                 eff.push(p - s);

@@ -5,7 +5,7 @@
 use crate::block::round_mag;
 use crate::float::{exceeds, rand_for};
 use crate::format::{DynFixedFormat, FixedFormat, IntFormat, IntScale, PolicyKind};
-use crate::rounding::{decompose, floor_log2, make_f64, Rounding};
+use crate::rounding::{Rounding, decompose, floor_log2, make_f64};
 use std::collections::BTreeMap;
 
 // ---------------------------------------------------------------------------------------------
@@ -25,7 +25,11 @@ impl IntFormat {
         let qmax = u128::from(self.qmax());
         // qmax * 2^s0 is just below 2^(e+1) > amax's leading bit; one step up always suffices.
         let s0 = floor_log2(amax) - (self.bits as i32 - 2);
-        let s = if exceeds(u128::from(mant), exp, qmax, s0) { s0 + 1 } else { s0 };
+        let s = if exceeds(u128::from(mant), exp, qmax, s0) {
+            s0 + 1
+        } else {
+            s0
+        };
         s.clamp(-127, 127)
     }
 
@@ -117,7 +121,9 @@ impl IntFormat {
                 let q = x
                     .iter()
                     .enumerate()
-                    .map(|(i, v)| round_div(*v, f64::from(s), self.rounding, i as u64).clamp(-qmax, qmax))
+                    .map(|(i, v)| {
+                        round_div(*v, f64::from(s), self.rounding, i as u64).clamp(-qmax, qmax)
+                    })
                     .collect();
                 (ScaleValue::F32(s), q)
             }
@@ -154,21 +160,31 @@ impl FixedFormat {
         if x.is_infinite() {
             return Some(if x < 0.0 { lo } else { hi });
         }
-        let max = if x < 0.0 { lo.unsigned_abs() } else { hi as u64 };
+        let max = if x < 0.0 {
+            lo.unsigned_abs()
+        } else {
+            hi as u64
+        };
         let m = round_mag(x, -(self.frac as i32), self.rounding, key).min(u128::from(max)) as i64;
         Some(if x < 0.0 { -m } else { m })
     }
 
     /// The value of an integer code.
     pub fn value(&self, q: i64) -> f64 {
-        if q == 0 { 0.0 } else { make_f64(q < 0, u128::from(q.unsigned_abs()), -(self.frac as i32)) }
+        if q == 0 {
+            0.0
+        } else {
+            make_f64(q < 0, u128::from(q.unsigned_abs()), -(self.frac as i32))
+        }
     }
 }
 
 /// qX.Y fake-quant, elementwise: NaN stays NaN, infinities saturate.
 pub(crate) fn fixed_run(f: &FixedFormat, x: &[f64], out: &mut [f64]) {
     for (i, (v, o)) in x.iter().zip(out.iter_mut()).enumerate() {
-        *o = f.encode_value(*v, i as u64).map_or(f64::NAN, |q| f.value(q));
+        *o = f
+            .encode_value(*v, i as u64)
+            .map_or(f64::NAN, |q| f.value(q));
     }
 }
 
@@ -307,7 +323,12 @@ impl DynFixedFormat {
 
     /// Quantize finite values with the point position `policy` picks from their statistics;
     /// returns the fraction bits used (`None`: all zero, outputs 0).
-    pub fn quantize_with(&self, policy: &dyn PointPolicy, x: &[f64], out: &mut [f64]) -> Option<i32> {
+    pub fn quantize_with(
+        &self,
+        policy: &dyn PointPolicy,
+        x: &[f64],
+        out: &mut [f64],
+    ) -> Option<i32> {
         let (f, q) = self.encode_with(policy, x);
         for (o, qi) in out.iter_mut().zip(q) {
             *o = self.value(qi, f.unwrap_or(0));
@@ -330,7 +351,11 @@ impl DynFixedFormat {
         x.iter()
             .enumerate()
             .map(|(i, v)| {
-                let max = if *v < 0.0 { lo.unsigned_abs() } else { hi as u64 };
+                let max = if *v < 0.0 {
+                    lo.unsigned_abs()
+                } else {
+                    hi as u64
+                };
                 let m = round_mag(*v, -f, self.rounding, i as u64).min(u128::from(max)) as i64;
                 if *v < 0.0 { -m } else { m }
             })
@@ -339,7 +364,11 @@ impl DynFixedFormat {
 
     /// The value of integer `q` with `f` fraction bits.
     pub fn value(&self, q: i64, f: i32) -> f64 {
-        if q == 0 { 0.0 } else { make_f64(q < 0, u128::from(q.unsigned_abs()), -f) }
+        if q == 0 {
+            0.0
+        } else {
+            make_f64(q < 0, u128::from(q.unsigned_abs()), -f)
+        }
     }
 }
 
@@ -350,7 +379,11 @@ pub fn convert(v: i128, src_frac: i32, dst_frac: i32, bits: u32, rounding: Round
     let h = 1i128 << (bits - 1);
     let mag = round_to_quantum_i(v.unsigned_abs(), dst_frac - src_frac, rounding, v as u64);
     let mag = mag.min(if v < 0 { h as u128 } else { (h - 1) as u128 });
-    if v < 0 { -(mag as i128) as i64 } else { mag as i64 }
+    if v < 0 {
+        -(mag as i128) as i64
+    } else {
+        mag as i64
+    }
 }
 
 /// Round `m * 2^shift` to an integer.

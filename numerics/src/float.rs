@@ -71,8 +71,14 @@ pub enum Specials {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Rounded {
     /// `(-1)^neg * sig * 2^exp` (`sig` may be 0).
-    Finite { neg: bool, sig: u128, exp: i32 },
-    Inf { neg: bool },
+    Finite {
+        neg: bool,
+        sig: u128,
+        exp: i32,
+    },
+    Inf {
+        neg: bool,
+    },
     Nan,
 }
 
@@ -96,7 +102,11 @@ impl Rounded {
 impl MiniFloat {
     /// The largest finite value.
     pub fn max_value(&self) -> f64 {
-        make_f64(false, u128::from(self.max_sig), self.emax - self.mant_bits as i32)
+        make_f64(
+            false,
+            u128::from(self.max_sig),
+            self.emax - self.mant_bits as i32,
+        )
     }
 
     /// The smallest positive value (subnormal if the format has them).
@@ -163,7 +173,11 @@ impl MiniFloat {
         } else {
             let q = self.emin - m as i32;
             // On the subnormal grid: mant * 2^exp = frac * 2^q exactly.
-            let frac = if exp >= q { u128::from(mant) << (exp - q) } else { u128::from(mant) >> (q - exp) };
+            let frac = if exp >= q {
+                u128::from(mant) << (exp - q)
+            } else {
+                u128::from(mant) >> (q - exp)
+            };
             sign | frac as u64
         }
     }
@@ -187,7 +201,11 @@ impl MiniFloat {
                 0.0
             }
         } else {
-            make_f64(false, u128::from(frac | (1u64 << m)), field - self.bias() - m as i32)
+            make_f64(
+                false,
+                u128::from(frac | (1u64 << m)),
+                field - self.bias() - m as i32,
+            )
         };
         if neg { -mag } else { mag }
     }
@@ -203,7 +221,11 @@ impl MiniFloat {
         rand: u64,
     ) -> Rounded {
         if mant == 0 {
-            return Rounded::Finite { neg, sig: 0, exp: 0 };
+            return Rounded::Finite {
+                neg,
+                sig: 0,
+                exp: 0,
+            };
         }
         let m = self.mant_bits as i32;
         let lead = exp + bitlen(mant) - 1;

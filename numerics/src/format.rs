@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-pub use crate::float::{FloatFormat, MiniFloat, MiniOverflow, Overflow, Specials};
 use crate::Rounding;
+pub use crate::float::{FloatFormat, MiniFloat, MiniOverflow, Overflow, Specials};
 
 /// How many consecutive elements of a run share one scale.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -292,8 +292,13 @@ impl Format {
         let (data, out) = (&data[..n], &mut out[..n]);
         let tensor_wide = matches!(
             self,
-            Format::Int(IntFormat { per: Per::Tensor, .. })
-                | Format::DynFixed(DynFixedFormat { per: Per::Tensor, .. })
+            Format::Int(IntFormat {
+                per: Per::Tensor,
+                ..
+            }) | Format::DynFixed(DynFixedFormat {
+                per: Per::Tensor,
+                ..
+            })
         );
         if tensor_wide || row_len == 0 {
             self.quantize(data, native, out);
@@ -423,7 +428,11 @@ impl<'a> Bound<'a> {
                     seen_key = true;
                     let Some(idx) = params.iter().position(|p| *p == key) else {
                         let help = match nearest(key, params) {
-                            Some(s) => format!("did you mean `{s}`? `{}` takes: {}", call.name, params.join(", ")),
+                            Some(s) => format!(
+                                "did you mean `{s}`? `{}` takes: {}",
+                                call.name,
+                                params.join(", ")
+                            ),
                             None => format!("`{}` takes: {}", call.name, params.join(", ")),
                         };
                         return Err(err(
@@ -481,7 +490,13 @@ impl<'a> Bound<'a> {
         })
     }
 
-    fn int(&self, name: &str, default: Option<u64>, min: u64, max: u64) -> Result<u64, FormatError> {
+    fn int(
+        &self,
+        name: &str,
+        default: Option<u64>,
+        min: u64,
+        max: u64,
+    ) -> Result<u64, FormatError> {
         let arg = match (self.arg(name), default) {
             (Some(a), _) => a,
             (None, Some(d)) => return Ok(d),
@@ -490,11 +505,22 @@ impl<'a> Bound<'a> {
         int_value(arg, name, min, max)
     }
 
-    fn u32(&self, name: &str, default: Option<u32>, min: u32, max: u32) -> Result<u32, FormatError> {
+    fn u32(
+        &self,
+        name: &str,
+        default: Option<u32>,
+        min: u32,
+        max: u32,
+    ) -> Result<u32, FormatError> {
         Ok(self.int(name, default.map(u64::from), u64::from(min), u64::from(max))? as u32)
     }
 
-    fn ident(&self, name: &str, default: &'static str, choices: &[&'static str]) -> Result<&'static str, FormatError> {
+    fn ident(
+        &self,
+        name: &str,
+        default: &'static str,
+        choices: &[&'static str],
+    ) -> Result<&'static str, FormatError> {
         let Some(arg) = self.arg(name) else {
             return Ok(default);
         };
@@ -544,7 +570,11 @@ fn bad_choice(arg: &Arg, name: &str, choices: &[&str]) -> FormatError {
         Some(s) => format!("did you mean `{s}`? choices: {}", choices.join(", ")),
         None => format!("choices: {}", choices.join(", ")),
     };
-    err(format!("`{shown}` is not a valid `{name}`"), &arg.value_span, Some(help))
+    err(
+        format!("`{shown}` is not a valid `{name}`"),
+        &arg.value_span,
+        Some(help),
+    )
 }
 
 fn int_value(arg: &Arg, name: &str, min: u64, max: u64) -> Result<u64, FormatError> {
@@ -677,7 +707,17 @@ fn build(call: &Call) -> Result<Format, FormatError> {
         "hbfp" => {
             let b = Bound::new(
                 call,
-                &["mant", "levels", "scale_cap", "block", "sub", "scale_bits", "exp_bits", "flush", "round"],
+                &[
+                    "mant",
+                    "levels",
+                    "scale_cap",
+                    "block",
+                    "sub",
+                    "scale_bits",
+                    "exp_bits",
+                    "flush",
+                    "round",
+                ],
             )?;
             let mant = b.u32("mant", None, 2, 32)?;
             let levels = b.u32("levels", Some(1), 1, 16)?;
@@ -693,7 +733,9 @@ fn build(call: &Call) -> Result<Format, FormatError> {
                 let group = sub << (levels - 1);
                 if n % group != 0 || n < 2 * group {
                     return Err(err(
-                        format!("`block = {n}` must be a multiple of twice `sub * 2^(levels - 1)` = {group}"),
+                        format!(
+                            "`block = {n}` must be a multiple of twice `sub * 2^(levels - 1)` = {group}"
+                        ),
                         span,
                         Some("e.g. `block = 16, sub = 2, levels = 1`".into()),
                     ));
@@ -796,7 +838,11 @@ fn build(call: &Call) -> Result<Format, FormatError> {
                 Some(s) => format!("did you mean `{s}`? formats: {}", NAMES.join(", ")),
                 None => format!("formats: {}", NAMES.join(", ")),
             };
-            Err(err(format!("unknown format `{name}`"), &call.name_span, Some(help)))
+            Err(err(
+                format!("unknown format `{name}`"),
+                &call.name_span,
+                Some(help),
+            ))
         }
     }
 }

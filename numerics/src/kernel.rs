@@ -37,13 +37,19 @@ fn bfp_run(fmt: &BfpFormat, x: &[f32], native: usize, out: &mut [f32]) {
     let n = x.len().min(out.len());
     for (i, (xb, ob)) in x[..n].chunks(len).zip(out[..n].chunks_mut(len)).enumerate() {
         match fmt.rounding {
-            Rounding::NearestEven => block_f32(fmt, xb, ob, |y| {
-                const MAGIC: f64 = 6755399441055744.0; // 1.5 * 2^52
-                (y + MAGIC) - MAGIC
-            }, |y| {
-                const MAGIC: f32 = 12582912.0; // 1.5 * 2^23
-                (y + MAGIC) - MAGIC
-            }),
+            Rounding::NearestEven => block_f32(
+                fmt,
+                xb,
+                ob,
+                |y| {
+                    const MAGIC: f64 = 6755399441055744.0; // 1.5 * 2^52
+                    (y + MAGIC) - MAGIC
+                },
+                |y| {
+                    const MAGIC: f32 = 12582912.0; // 1.5 * 2^23
+                    (y + MAGIC) - MAGIC
+                },
+            ),
             Rounding::TowardZero => block_f32(fmt, xb, ob, f64::trunc, f32::trunc),
             Rounding::NearestAway => block_f32(
                 fmt,
@@ -68,7 +74,9 @@ fn block_f32(
     round32: impl Fn(f32) -> f32,
 ) {
     // Largest magnitude by its bits (non-negative floats order like their bit patterns).
-    let max_abs = x.iter().fold(0i32, |m, v| m.max((v.to_bits() & 0x7FFF_FFFF) as i32)) as u32;
+    let max_abs = x
+        .iter()
+        .fold(0i32, |m, v| m.max((v.to_bits() & 0x7FFF_FFFF) as i32)) as u32;
     if max_abs >= 0x7F80_0000 {
         out.fill(f32::NAN);
         return;

@@ -10,8 +10,8 @@
 use crate::float::{exceeds, rand_for};
 use crate::format::{PotFormat, TwoHotFormat};
 use crate::rounding::{Rounding, floor_log2, make_f64, pow2_mul};
-use std::sync::{Mutex, OnceLock};
 use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 /// One pot code: sign and shift code (0 = zero, else magnitude `2^(base + code - 1)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -134,7 +134,13 @@ fn round_on_grid(g: &Grid, v: f64, base: i32, rounding: Rounding, key: u64) -> u
 
 /// Codes of one block of finite values: `(base, codes)`; value of code `(t1, t2)` is
 /// `(t1 * 2^r + t2) * 2^base` (pot: `t2` unused).
-fn encode_block(n: u32, twohot: Option<u32>, x: &[f64], rounding: Rounding, key: u64) -> (i32, Vec<(PotCode, PotCode)>) {
+fn encode_block(
+    n: u32,
+    twohot: Option<u32>,
+    x: &[f64],
+    rounding: Rounding,
+    key: u64,
+) -> (i32, Vec<(PotCode, PotCode)>) {
     let g = grid(n, twohot);
     let amax = x.iter().fold(0.0f64, |a, v| a.max(v.abs()));
     if amax == 0.0 {
@@ -158,7 +164,11 @@ fn encode_block(n: u32, twohot: Option<u32>, x: &[f64], rounding: Rounding, key:
 
 fn code_value(t: (PotCode, PotCode), r: u32, base: i32) -> f64 {
     let v = (i128::from(t.0.units()) << r) + i128::from(t.1.units());
-    if v == 0 { 0.0 } else { make_f64(v < 0, v.unsigned_abs(), base) }
+    if v == 0 {
+        0.0
+    } else {
+        make_f64(v < 0, v.unsigned_abs(), base)
+    }
 }
 
 impl PotFormat {
@@ -310,15 +320,31 @@ impl ShiftUnit {
         let c = x.wrapping_shl(reg.e1);
         let a = x.wrapping_shl(reg.e2);
         let first = c.wrapping_shl(self.r);
-        let b = if reg.s1 { first.wrapping_sub(a) } else { first.wrapping_add(a) };
+        let b = if reg.s1 {
+            first.wrapping_sub(a)
+        } else {
+            first.wrapping_add(a)
+        };
         match self.mode {
             UnitMode::TwoHot => {
-                self.acc_a = if reg.s2 { self.acc_a.wrapping_sub(b) } else { self.acc_a.wrapping_add(b) };
+                self.acc_a = if reg.s2 {
+                    self.acc_a.wrapping_sub(b)
+                } else {
+                    self.acc_a.wrapping_add(b)
+                };
             }
             UnitMode::PowerOfTwo => {
                 // 35a takes A with the sign of the exponent feeding shifter 2, 35b takes C.
-                self.acc_a = if reg.s2 { self.acc_a.wrapping_sub(a) } else { self.acc_a.wrapping_add(a) };
-                self.acc_b = if reg.s1 { self.acc_b.wrapping_sub(c) } else { self.acc_b.wrapping_add(c) };
+                self.acc_a = if reg.s2 {
+                    self.acc_a.wrapping_sub(a)
+                } else {
+                    self.acc_a.wrapping_add(a)
+                };
+                self.acc_b = if reg.s1 {
+                    self.acc_b.wrapping_sub(c)
+                } else {
+                    self.acc_b.wrapping_add(c)
+                };
             }
         }
         UnitOutputs { a, b, c }

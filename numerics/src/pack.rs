@@ -116,7 +116,11 @@ impl Reader<'_> {
         }
         let mut v = 0u64;
         for i in 0..n as usize {
-            let bit = self.p.bytes.get((self.pos + i) / 8).map_or(0, |b| (b >> ((self.pos + i) % 8)) & 1);
+            let bit = self
+                .p
+                .bytes
+                .get((self.pos + i) / 8)
+                .map_or(0, |b| (b >> ((self.pos + i) % 8)) & 1);
             v |= u64::from(bit) << i;
         }
         self.pos = needed;
@@ -146,7 +150,10 @@ fn exp8(e: i32, index: usize) -> Result<i64, PackError> {
     if (-127..=127).contains(&e) {
         Ok(i64::from(e))
     } else {
-        Err(not_rep(index, format!("shared exponent {e} does not fit the 8-bit header")))
+        Err(not_rep(
+            index,
+            format!("shared exponent {e} does not fit the 8-bit header"),
+        ))
     }
 }
 
@@ -166,7 +173,9 @@ impl Format {
     /// Encode one run (as [`Format::quantize`] cuts it) to packed bits. Decoding gives the
     /// quantized values back.
     pub fn encode(&self, x: &[f64], native: usize) -> Result<Packed, PackError> {
-        let mut w = Writer { p: Packed::default() };
+        let mut w = Writer {
+            p: Packed::default(),
+        };
         if let Format::Float(ff) = self {
             for (i, v) in x.iter().enumerate() {
                 // Round with the element's position (stochastic draws), then take its bits.
@@ -176,7 +185,9 @@ impl Format {
         }
         if let Format::Fixed(fx) = self {
             for (i, v) in x.iter().enumerate() {
-                let q = fx.encode_value(*v, i as u64).ok_or_else(|| not_rep(i, "NaN has no fixed-point code"))?;
+                let q = fx
+                    .encode_value(*v, i as u64)
+                    .ok_or_else(|| not_rep(i, "NaN has no fixed-point code"))?;
                 w.put_signed(q, fx.int + fx.frac);
             }
             return Ok(w.p);
@@ -219,7 +230,13 @@ impl Format {
     }
 }
 
-fn encode_group(f: &Format, xb: &[f64], base: usize, finite: bool, w: &mut Writer) -> Result<(), PackError> {
+fn encode_group(
+    f: &Format,
+    xb: &[f64],
+    base: usize,
+    finite: bool,
+    w: &mut Writer,
+) -> Result<(), PackError> {
     match f {
         Format::Bfp(b) => encode_bfp(b, xb, base, finite, w),
         Format::Mx(m) => {
@@ -338,11 +355,20 @@ fn get_pot(r: &mut Reader, n: u32) -> Result<PotCode, PackError> {
     Ok(PotCode { neg, code })
 }
 
-fn encode_bfp(b: &BfpFormat, xb: &[f64], base: usize, finite: bool, w: &mut Writer) -> Result<(), PackError> {
+fn encode_bfp(
+    b: &BfpFormat,
+    xb: &[f64],
+    base: usize,
+    finite: bool,
+    w: &mut Writer,
+) -> Result<(), PackError> {
     let min_code = -(1i64 << (b.mant - 1));
     if !finite {
         if b.full_range {
-            return Err(not_rep(base, "a NaN/Inf block has no code with `range = full`"));
+            return Err(not_rep(
+                base,
+                "a NaN/Inf block has no code with `range = full`",
+            ));
         }
         w.put(mask(b.exp_bits), b.exp_bits);
         for _ in xb {
@@ -371,7 +397,11 @@ fn mx_elem_value(elem: MxElem, mini: &MiniFloat, code: u64) -> f64 {
     match elem {
         MxElem::Int8 => {
             let q = ((code as u8) as i8) as i64;
-            if q == 0 { 0.0 } else { make_f64(q < 0, u128::from(q.unsigned_abs()), -6) }
+            if q == 0 {
+                0.0
+            } else {
+                make_f64(q < 0, u128::from(q.unsigned_abs()), -6)
+            }
         }
         _ => mini.decode(code),
     }
@@ -383,7 +413,9 @@ fn decode_group(f: &Format, k: usize, r: &mut Reader, out: &mut Vec<f64>) -> Res
             let field = r.get(b.exp_bits)? as i32;
             let (lo, _) = b.exp_range();
             let lsb = field + lo - (b.mant as i32 - 2);
-            let q: Vec<i64> = (0..k).map(|_| r.get_signed(b.mant)).collect::<Result<_, _>>()?;
+            let q: Vec<i64> = (0..k)
+                .map(|_| r.get_signed(b.mant))
+                .collect::<Result<_, _>>()?;
             let nan = !b.full_range && q.iter().any(|v| *v == -(1i64 << (b.mant - 1)));
             out.extend(q.iter().map(|v| {
                 if nan {
@@ -426,7 +458,11 @@ fn decode_group(f: &Format, k: usize, r: &mut Reader, out: &mut Vec<f64>) -> Res
             let fb = r.get_signed(8)?;
             for _ in 0..k {
                 let q = r.get_signed(d.bits)?;
-                out.push(if fb == -128 { f64::NAN } else { d.value(q, fb as i32) });
+                out.push(if fb == -128 {
+                    f64::NAN
+                } else {
+                    d.value(q, fb as i32)
+                });
             }
         }
         Format::Pot(p) => {
@@ -434,7 +470,11 @@ fn decode_group(f: &Format, k: usize, r: &mut Reader, out: &mut Vec<f64>) -> Res
             let top = r.get_signed(8)?;
             for _ in 0..k {
                 let c = get_pot(r, n)?;
-                out.push(if top == -128 { f64::NAN } else { p.value(c, top as i32 - (1 << n) + 2) });
+                out.push(if top == -128 {
+                    f64::NAN
+                } else {
+                    p.value(c, top as i32 - (1 << n) + 2)
+                });
             }
         }
         Format::TwoHot(t) => {
@@ -443,7 +483,11 @@ fn decode_group(f: &Format, k: usize, r: &mut Reader, out: &mut Vec<f64>) -> Res
             for _ in 0..k {
                 let c1 = get_pot(r, n)?;
                 let c2 = get_pot(r, n)?;
-                out.push(if top == -128 { f64::NAN } else { t.value((c1, c2), top as i32 - (1 << n) + 2) });
+                out.push(if top == -128 {
+                    f64::NAN
+                } else {
+                    t.value((c1, c2), top as i32 - (1 << n) + 2)
+                });
             }
         }
         Format::Float(_) | Format::Fixed(_) => {}
@@ -451,13 +495,20 @@ fn decode_group(f: &Format, k: usize, r: &mut Reader, out: &mut Vec<f64>) -> Res
     Ok(())
 }
 
-fn decode_hbfp(h: &HbfpFormat, k: usize, r: &mut Reader, out: &mut Vec<f64>) -> Result<(), PackError> {
+fn decode_hbfp(
+    h: &HbfpFormat,
+    k: usize,
+    r: &mut Reader,
+    out: &mut Vec<f64>,
+) -> Result<(), PackError> {
     let bias = (1i32 << (h.exp_bits - 1)) - 1;
     let top = r.get(h.exp_bits)? as i32 - bias;
     let mut scales = Vec::with_capacity(h.levels as usize);
     for level in 0..h.levels as usize {
         let count = k.div_ceil(h.sub << level);
-        let s: Vec<i32> = (0..count).map(|_| r.get(h.scale_bits).map(|v| v as i32)).collect::<Result<_, _>>()?;
+        let s: Vec<i32> = (0..count)
+            .map(|_| r.get(h.scale_bits).map(|v| v as i32))
+            .collect::<Result<_, _>>()?;
         scales.push(s);
     }
     let kb = h.mag_bits();
@@ -477,8 +528,11 @@ fn decode_hbfp(h: &HbfpFormat, k: usize, r: &mut Reader, out: &mut Vec<f64>) -> 
                 .enumerate()
                 .map(|(level, s)| s.get(i / (h.sub << level)).copied().unwrap_or(0))
                 .sum::<i32>();
-        out.push(if m == 0 { 0.0 } else { make_f64(neg, u128::from(m), e - kb as i32 + 1) });
+        out.push(if m == 0 {
+            0.0
+        } else {
+            make_f64(neg, u128::from(m), e - kb as i32 + 1)
+        });
     }
     Ok(())
 }
-

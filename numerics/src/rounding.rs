@@ -67,7 +67,11 @@ pub(crate) fn round_to_quantum(
     } else {
         let shift = shift as u32;
         let int = if shift == 128 { 0 } else { mant >> shift };
-        let rem = if shift == 128 { mant } else { mant & ((1u128 << shift) - 1) };
+        let rem = if shift == 128 {
+            mant
+        } else {
+            mant & ((1u128 << shift) - 1)
+        };
         let half = 1u128 << (shift - 1);
         let cmp = rem.cmp(&half).then(if sticky {
             std::cmp::Ordering::Greater

@@ -39,7 +39,11 @@ pub fn qsnr_mean(x: &[f64], q: &[f64], len: usize) -> f64 {
             n += 1;
         }
     }
-    if n == 0 { f64::INFINITY } else { sum / n as f64 }
+    if n == 0 {
+        f64::INFINITY
+    } else {
+        sum / n as f64
+    }
 }
 
 pub fn error_stats(x: &[f64], q: &[f64]) -> ErrorStats {

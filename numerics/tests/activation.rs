@@ -3,8 +3,8 @@
 //! format, so rounding the f64 value (error ~2^-52) gives the same result as rounding the exact
 //! value. Also spot values computed by hand.
 
-use nnp_numerics::activation::{self, Activation};
 use nnp_numerics::FloatFormat;
+use nnp_numerics::activation::{self, Activation};
 
 /// Whether `y` is within `2^-40 |y|` of a midpoint between two neighbours of its rounding in
 /// `fmt` (including the overflow threshold `max + ulp/2`).
@@ -25,7 +25,11 @@ fn near_midpoint(fmt: &FloatFormat, y: f64) -> bool {
             mids.push((here + fmt.decode(code - 1)) / 2.0);
         }
         let next = fmt.decode(code + 1);
-        mids.push(if next.is_finite() { (here + next) / 2.0 } else { here + (here - fmt.decode(code - 1)) / 2.0 });
+        mids.push(if next.is_finite() {
+            (here + next) / 2.0
+        } else {
+            here + (here - fmt.decode(code - 1)) / 2.0
+        });
     }
     mids.iter().any(|m| (y.abs() - m).abs() <= tol)
 }
@@ -41,7 +45,10 @@ fn tables_are_provably_correctly_rounded() {
                     near += 1;
                 }
             }
-            assert_eq!(near, 0, "{kind:?} over {fmt:?}: {near} values too close to a midpoint");
+            assert_eq!(
+                near, 0,
+                "{kind:?} over {fmt:?}: {near} values too close to a midpoint"
+            );
         }
     }
 }

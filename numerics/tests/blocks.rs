@@ -40,8 +40,14 @@ fn bfp_section2_hand_example() {
     let got = q("bfp(mant = 8, range = full)", &[3.99, -3.99]);
     assert_eq!(got, vec![127.0 / 32.0, -4.0]);
     // Round away / toward zero on the 0.5-LSB tie.
-    assert_eq!(q("bfp(mant = 8, round = away)", &[3.0, 0.015625])[1], 1.0 / 32.0);
-    assert_eq!(q("bfp(mant = 8, round = zero)", &[3.0, 0.047])[1], 1.0 / 32.0);
+    assert_eq!(
+        q("bfp(mant = 8, round = away)", &[3.0, 0.015625])[1],
+        1.0 / 32.0
+    );
+    assert_eq!(
+        q("bfp(mant = 8, round = zero)", &[3.0, 0.047])[1],
+        1.0 / 32.0
+    );
 }
 
 #[test]
@@ -51,7 +57,10 @@ fn bfp_exponent_clamp() {
     assert_eq!(q("bfp(mant = 8)", &[2f64.powi(20)]), vec![127.0 * 1024.0]);
     // A block of tiny values, max 2^-20: E clamped up to -15, LSB 2^-21, 2^-20 -> 2 LSB exactly;
     // 2^-23 -> 0.25 LSB -> 0.
-    assert_eq!(q("bfp(mant = 8)", &[2f64.powi(-20), 2f64.powi(-23)]), vec![2f64.powi(-20), 0.0]);
+    assert_eq!(
+        q("bfp(mant = 8)", &[2f64.powi(-20), 2f64.powi(-23)]),
+        vec![2f64.powi(-20), 0.0]
+    );
 }
 
 #[test]
@@ -99,7 +108,10 @@ fn mx_e4m3_saturates_485_to_448() {
     // the max normal 448: saturates.
     let m = mx("mx(elem = fp8e4m3, block = 32)");
     assert_eq!(m.shared_exponent(&[485.0, 1.0]), Some(0));
-    assert_eq!(q("mx(elem = fp8e4m3, block = 32)", &[485.0, 1.0]), vec![448.0, 1.0]);
+    assert_eq!(
+        q("mx(elem = fp8e4m3, block = 32)", &[485.0, 1.0]),
+        vec![448.0, 1.0]
+    );
     assert_eq!(q("mx(elem = fp8e4m3)", &[-485.0]), vec![-448.0]);
 }
 
@@ -145,12 +157,18 @@ fn mx_other_elements() {
     // fp4 e2m1, emax 2: amax 5 -> floor(log2) = 2 -> scale 2^0; grid 0, .5, 1, 1.5, 2, 3, 4, 6.
     // 5 is a tie between 4 and 6: even mantissa -> 4; 2.5 tie between 2 and 3 -> 2;
     // 0.2 -> 0 (below 0.25).
-    assert_eq!(q("mx(elem = fp4e2m1)", &[5.0, 2.5, 0.2, -1.4]), vec![4.0, 2.0, 0.0, -1.5]);
+    assert_eq!(
+        q("mx(elem = fp4e2m1)", &[5.0, 2.5, 0.2, -1.4]),
+        vec![4.0, 2.0, 0.0, -1.5]
+    );
     // int8, emax 0: amax 3 -> scale 2^1; elements x/2 on the grid of 1/64: 1.0 -> 0.5 exact;
     // 3 -> 1.5 exact; 0.01 -> 0.005 * 64 = 0.32 -> 0.
     assert_eq!(q("mx(elem = int8)", &[1.0, 3.0, 0.01]), vec![1.0, 3.0, 0.0]);
     // int8 saturates symmetrically at 127/64: amax 3.99 -> scale 2 -> 1.995 * 64 = 127.68 -> 127.
-    assert_eq!(q("mx(elem = int8)", &[3.99, -3.99]), vec![127.0 / 32.0, -127.0 / 32.0]);
+    assert_eq!(
+        q("mx(elem = int8)", &[3.99, -3.99]),
+        vec![127.0 / 32.0, -127.0 / 32.0]
+    );
     // fp6 e3m2 (emax 4, max 28) and e2m3 (emax 2, max 7.5) saturate too.
     assert_eq!(q("mx(elem = fp6e3m2)", &[31.9])[0], 28.0);
     assert_eq!(q("mx(elem = fp6e2m3)", &[7.9])[0], 7.5);
@@ -158,11 +176,20 @@ fn mx_other_elements() {
 
 #[test]
 fn mx_nonfinite_and_zero_blocks() {
-    let got = q("mx(elem = fp8e4m3, block = 2)", &[1.0, f64::NAN, 0.0, 0.0, 2.0, 3.0]);
+    let got = q(
+        "mx(elem = fp8e4m3, block = 2)",
+        &[1.0, f64::NAN, 0.0, 0.0, 2.0, 3.0],
+    );
     assert!(got[0].is_nan() && got[1].is_nan());
     assert_eq!(&got[2..], &[0.0, 0.0, 2.0, 3.0]);
     // MXFP8: 8 + 8/32 bits per element.
-    assert_eq!("mx(elem = fp8e4m3)".parse::<Format>().unwrap().bits_per_element(128, 128), 8.25);
+    assert_eq!(
+        "mx(elem = fp8e4m3)"
+            .parse::<Format>()
+            .unwrap()
+            .bits_per_element(128, 128),
+        8.25
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -184,11 +211,25 @@ fn seed000_fig2_three_levels() {
     // Row 255: the third element (gap 1 >= 1 magnitude bit) is flushed, the others are the best
     // 1-bit approximation 1 * 2^q.
     assert_eq!(enc.mants, vec![1, -1, 0, 1]);
-    assert_eq!(q("hbfp(mant = 2, levels = 2, scale_cap = 1, block = 4, sub = 1)", &FIG_X), vec![
-        0.125, -0.125, 0.0, 0.25
-    ]);
+    assert_eq!(
+        q(
+            "hbfp(mant = 2, levels = 2, scale_cap = 1, block = 4, sub = 1)",
+            &FIG_X
+        ),
+        vec![0.125, -0.125, 0.0, 0.25]
+    );
     // Fig. 3: 4 x 2-bit mantissas + 4 x 1-bit + 2 x 1-bit scales + 8-bit exponent = 22 bits.
     assert_eq!(h.block_bits(4), 22);
+    // The packed block: exponent field 125, level-1 scales 0,0,1,0, level-2 scales 1,0, then
+    // sign-magnitude mantissas (magnitude bit first, then sign): +1, -1, +0, +1.
+    let f = Format::Hbfp(h);
+    let p = f.encode(&FIG_X, 4).unwrap();
+    assert_eq!(p.bits, 22);
+    let bit = |i: usize| (p.bytes[i / 8] >> (i % 8)) & 1;
+    let field = |from: usize, n: usize| (0..n).map(|i| u32::from(bit(from + i)) << i).sum::<u32>();
+    assert_eq!(field(0, 8), 125);
+    assert_eq!((8..14).map(bit).collect::<Vec<_>>(), vec![0, 0, 1, 0, 1, 0]);
+    assert_eq!((14..22).map(bit).collect::<Vec<_>>(), vec![1, 0, 1, 1, 0, 0, 1, 0]);
 }
 
 #[test]
@@ -207,7 +248,10 @@ fn seed000_fig4_two_levels() {
     // The text's "3-bit mantissa" reading (2 magnitude bits): flush rule gap >= 2 still
     // flushes the third element, the others gain a bit: 0.15 -> 1.0b * 2^-3 (0.15 / 0.0625 =
     // 2.4 -> 2 -> 0.125), -0.2 -> 3.2 -> 3 -> -0.1875, 0.3 -> 2.4 -> 2 -> 0.25.
-    let got = q("hbfp(mant = 3, levels = 1, scale_cap = 1, block = 4, sub = 2)", &FIG_X);
+    let got = q(
+        "hbfp(mant = 3, levels = 1, scale_cap = 1, block = 4, sub = 2)",
+        &FIG_X,
+    );
     assert_eq!(got, vec![0.125, -0.1875, 0.0, 0.25]);
 }
 

@@ -15,13 +15,22 @@ fn q(lit: &str, x: &[f64]) -> Vec<f64> {
 fn int_pow2_and_f32_scales() {
     // amax 1.0, int8: smallest s with 1 <= 127 * 2^s is s = -6 (127/64 = 1.98 >= 1, 127/128 < 1).
     // 0.3 * 64 = 19.2 -> 19 -> 0.296875; -1 -> -64/64.
-    assert_eq!(q("int(bits = 8, scale = pow2)", &[1.0, 0.3, -1.0]), vec![1.0, 19.0 / 64.0, -1.0]);
+    assert_eq!(
+        q("int(bits = 8, scale = pow2)", &[1.0, 0.3, -1.0]),
+        vec![1.0, 19.0 / 64.0, -1.0]
+    );
     // f32 scale: s = 1/127 in f32; 0.3 / s = 38.1 -> 38 -> 38 * s.
     let s = f64::from(1.0f32 / 127.0f32);
     assert_eq!(q("int(bits = 8)", &[1.0, 0.3]), vec![127.0 * s, 38.0 * s]);
     // int4: qmax 7, amax 7 -> s = 1 (pow2: 7 <= 7 * 2^0); 3.5 ties to even 4; 2.5 -> 2.
-    assert_eq!(q("int(bits = 4, scale = pow2)", &[7.0, 3.5, 2.5]), vec![7.0, 4.0, 2.0]);
-    assert_eq!(q("int(bits = 4, scale = pow2, round = away)", &[7.0, 2.5]), vec![7.0, 3.0]);
+    assert_eq!(
+        q("int(bits = 4, scale = pow2)", &[7.0, 3.5, 2.5]),
+        vec![7.0, 4.0, 2.0]
+    );
+    assert_eq!(
+        q("int(bits = 4, scale = pow2, round = away)", &[7.0, 2.5]),
+        vec![7.0, 3.0]
+    );
 }
 
 #[test]
@@ -42,12 +51,18 @@ fn int_per_tensor_vs_row() {
 fn fixed_q_format() {
     // fixed(int = 3, frac = 4): 7 bits, range [-4, 4 - 1/16], step 1/16.
     assert_eq!(
-        q("fixed(int = 3, frac = 4)", &[1.03125, 5.0, -5.0, -4.0, f64::INFINITY, 0.01]),
+        q(
+            "fixed(int = 3, frac = 4)",
+            &[1.03125, 5.0, -5.0, -4.0, f64::INFINITY, 0.01]
+        ),
         vec![1.0, 3.9375, -4.0, -4.0, 3.9375, 0.0]
     );
     assert!(q("fixed(int = 3, frac = 4)", &[f64::NAN])[0].is_nan());
     // q1.15 (seed 001's BFP short mantissa): [-1, 1 - 2^-15].
-    assert_eq!(q("fixed(1, 15)", &[1.0, -1.0]), vec![1.0 - 2f64.powi(-15), -1.0]);
+    assert_eq!(
+        q("fixed(1, 15)", &[1.0, -1.0]),
+        vec![1.0 - 2f64.powi(-15), -1.0]
+    );
 }
 
 #[test]
@@ -59,7 +74,10 @@ fn bit_statistics() {
     assert_eq!(s.zeros, 1);
     assert_eq!(s.max_msb, Some(2));
     assert_eq!(s.min_lsb, Some(-3));
-    assert_eq!(s.msb_hist.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>(), vec![(-2, 1), (1, 1), (2, 1)]);
+    assert_eq!(
+        s.msb_hist.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>(),
+        vec![(-2, 1), (1, 1), (2, 1)]
+    );
     let mut t = BitStats::of(&[1024.0]);
     t.merge(&s);
     assert_eq!((t.max_msb, t.min_lsb, t.nonzero), (Some(10), Some(-3), 4));
@@ -71,7 +89,10 @@ fn dynfixed_policies() {
     let s = BitStats::of(&[6.0, 0.375, -4.0]);
     // Max policy: f = min(8 - 2 - 2, 3) = 3 (all values exact: 6 = 48/8, 0.375 = 3/8).
     assert_eq!(MaxPolicy.frac_bits(&s, 8), Some(3));
-    assert_eq!(q("dynfixed(bits = 8)", &[6.0, 0.375, -4.0]), vec![6.0, 0.375, -4.0]);
+    assert_eq!(
+        q("dynfixed(bits = 8)", &[6.0, 0.375, -4.0]),
+        vec![6.0, 0.375, -4.0]
+    );
     // Values needing more fraction bits than the word has: 6 and 0.001 -> f = 4 (6 * 16 = 96
     // fits in 127); 0.001 * 16 = 0.016 -> 0.
     assert_eq!(q("dynfixed(bits = 8)", &[6.0, 0.001]), vec![6.0, 0.0]);
@@ -91,7 +112,10 @@ fn dynfixed_policies() {
     // Without the LSB cap (values of many LSBs): 1.4 has a long mantissa, f = 6.
     let mut y = vec![1.4; 99];
     y.push(1500.0);
-    assert_eq!(OverflowPolicy { ppm: 10_000 }.frac_bits(&BitStats::of(&y), 8), Some(6));
+    assert_eq!(
+        OverflowPolicy { ppm: 10_000 }.frac_bits(&BitStats::of(&y), 8),
+        Some(6)
+    );
     // A custom policy through the trait.
     struct Fixed3;
     impl PointPolicy for Fixed3 {
@@ -124,14 +148,26 @@ fn pot_quantization() {
     // is base = -3 (top 8). 5 -> nearest of 4, 8 (midpoint 6) -> 4; 3 is the tie between 2 and
     // 4: even index (sorted magnitudes 0, 1/8, ..., 2 is index 5, 4 is index 6) -> 4;
     // 0.1 -> between 1/16 (no: smallest is 2^-3 = 0.125) and 0: midpoint 1/16 -> 0.125.
-    assert_eq!(q("pot(bits = 4)", &[5.0, 3.0, -0.1, 0.0]), vec![4.0, 4.0, -0.125, 0.0]);
+    assert_eq!(
+        q("pot(bits = 4)", &[5.0, 3.0, -0.1, 0.0]),
+        vec![4.0, 4.0, -0.125, 0.0]
+    );
     // Seed 002's example: 64 is stored as exponent 6 (2^6).
     let Format::Pot(p) = "pot(bits = 4)".parse::<Format>().unwrap() else {
         panic!()
     };
     let (base, codes) = p.encode_block(&[64.0], 0);
     // Block top is 64 = 2^(base + code - 1) with code 7: base = 0, exponent base + 6 = 6.
-    assert_eq!((base, codes[0]), (0, PotCode { neg: false, code: 7 }));
+    assert_eq!(
+        (base, codes[0]),
+        (
+            0,
+            PotCode {
+                neg: false,
+                code: 7
+            }
+        )
+    );
     assert_eq!(p.value(codes[0], base), 64.0);
 }
 
@@ -141,7 +177,10 @@ fn twohot_quantization() {
     // 4 + 4 = 8 units. amax 7: base 0. 7 = 4 + 4 - 1? Terms: {0, 1, 2, 4} with signs:
     // 7 is not reachable (4 + 2 = 6, 4 + 4 = 8), a tie between 6 and 8: sorted magnitudes
     // 0,1,2,3,4,5,6,8: 6 is index 6 (even) -> 6. 3 = 4 - 1 (exact). 5 = 4 + 1.
-    assert_eq!(q("twohot(bits = 6)", &[7.0, 3.0, -5.0]), vec![6.0, 3.0, -5.0]);
+    assert_eq!(
+        q("twohot(bits = 6)", &[7.0, 3.0, -5.0]),
+        vec![6.0, 3.0, -5.0]
+    );
     // With r = 2 the first term is scaled by 4: magnitudes t1 * 4 + t2, max 16 + 4 = 20.
     // amax 20: base 0. Magnitudes 4 t1 + t2 (t in {0, +-1, +-2, +-4}): 0..=10, 12, 14..=18, 20
     // (11 and 13 and 19 are missing). 13 ties between 12 (sorted index 11) and 14 (index 12):
@@ -156,20 +195,56 @@ fn twohot_quantization() {
 fn shift_unit_seed002_vectors() {
     // Two-hot without R: x = 3, e1 = 2, e2 = 0 -> (3 << 2) + (3 << 0) = 15 = 3 * 5.
     let mut u = ShiftUnit::new(UnitMode::TwoHot, 0);
-    let out = u.step(3, UnitRegister { e1: 2, s1: false, e2: 0, s2: false });
+    let out = u.step(
+        3,
+        UnitRegister {
+            e1: 2,
+            s1: false,
+            e2: 0,
+            s2: false,
+        },
+    );
     assert_eq!(out.b, 15);
     assert_eq!(u.accumulators(), (15, 0));
     // Subtractive (s1): x = 3, e1 = 3, e2 = 0 -> 24 - 3 = 21; accumulated with s2 negative.
-    let out = u.step(3, UnitRegister { e1: 3, s1: true, e2: 0, s2: true });
+    let out = u.step(
+        3,
+        UnitRegister {
+            e1: 3,
+            s1: true,
+            e2: 0,
+            s2: true,
+        },
+    );
     assert_eq!(out.b, 21);
     assert_eq!(u.accumulators(), (15 - 21, 0));
     // Two-hot with R = 2: x = 3, e1 = 1, e2 = 0 -> ((3 << 1) << 2) + 3 = 27 = 3 * 9.
     let mut r = ShiftUnit::new(UnitMode::TwoHot, 2);
-    assert_eq!(r.step(3, UnitRegister { e1: 1, s1: false, e2: 0, s2: false }).b, 27);
+    assert_eq!(
+        r.step(
+            3,
+            UnitRegister {
+                e1: 1,
+                s1: false,
+                e2: 0,
+                s2: false
+            }
+        )
+        .b,
+        27
+    );
     // Dual power-of-two mode: x = 7, exponents (first 1, second 2), signs (+, -):
     // C = 14 into 35b (+), A = 28 into 35a (-): (-28, 14), the further adder gives -14.
     let mut d = ShiftUnit::new(UnitMode::PowerOfTwo, 0);
-    let out = d.step(7, UnitRegister { e1: 1, s1: false, e2: 2, s2: true });
+    let out = d.step(
+        7,
+        UnitRegister {
+            e1: 1,
+            s1: false,
+            e2: 2,
+            s2: true,
+        },
+    );
     assert_eq!((out.a, out.c), (28, 14));
     assert_eq!(d.accumulators(), (-28, 14));
     assert_eq!(d.total(), -14);

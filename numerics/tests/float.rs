@@ -25,7 +25,10 @@ fn fp16_hand_cases() {
     // Smallest subnormal 2^-24; half of it ties to 0 (even), just above rounds up.
     assert_eq!(f.round(2f64.powi(-25)), 0.0);
     assert_eq!(f.round(2f64.powi(-25) * 1.0000001), 2f64.powi(-24));
-    assert_eq!(fp(5, 10, Rounding::NearestAway).round(2f64.powi(-25)), 2f64.powi(-24));
+    assert_eq!(
+        fp(5, 10, Rounding::NearestAway).round(2f64.powi(-25)),
+        2f64.powi(-24)
+    );
     assert!(f.round(-2f64.powi(-26)).is_sign_negative());
     assert!(f.round(f64::NAN).is_nan());
     let sat = FloatFormat {
@@ -60,18 +63,32 @@ fn fp16_encode_decode_all_patterns() {
 fn f32_to_fp16_bf16_matches_half() {
     let mut s = 0x1234_5678_9abc_def0u64;
     for i in 0..400_000u32 {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let bits = if i % 2 == 0 { (s >> 32) as u32 } else { 0x3000_0000 + (s >> 35) as u32 };
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let bits = if i % 2 == 0 {
+            (s >> 32) as u32
+        } else {
+            0x3000_0000 + (s >> 35) as u32
+        };
         let x = f32::from_bits(bits);
         if x.is_nan() {
             continue;
         }
         let h = f16::from_f32(x);
         let r = FloatFormat::FP16.round(f64::from(x));
-        assert_eq!(r.to_bits(), f64::from(h).to_bits(), "fp16 of {x:e} ({bits:#010x})");
+        assert_eq!(
+            r.to_bits(),
+            f64::from(h).to_bits(),
+            "fp16 of {x:e} ({bits:#010x})"
+        );
         let b = bf16::from_f32(x);
         let r = FloatFormat::BF16.round(f64::from(x));
-        assert_eq!(r.to_bits(), f64::from(b).to_bits(), "bf16 of {x:e} ({bits:#010x})");
+        assert_eq!(
+            r.to_bits(),
+            f64::from(b).to_bits(),
+            "bf16 of {x:e} ({bits:#010x})"
+        );
     }
 }
 
@@ -80,12 +97,18 @@ fn f32_to_fp16_bf16_matches_half() {
 fn f64_to_fp32_matches_as_cast() {
     let mut s = 0x9e37_79b9_7f4a_7c15u64;
     for _ in 0..200_000 {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         // Exponents around the f32 range, including its subnormals and overflow.
         let e = ((s >> 52) % 320) as i64 - 170 + 1023;
         let x = f64::from_bits((s & 0x800F_FFFF_FFFF_FFFF) | ((e as u64) << 52));
         let want = f64::from(x as f32);
-        assert_eq!(FloatFormat::FP32.round(x).to_bits(), want.to_bits(), "{x:e}");
+        assert_eq!(
+            FloatFormat::FP32.round(x).to_bits(),
+            want.to_bits(),
+            "{x:e}"
+        );
     }
 }
 
@@ -93,8 +116,16 @@ fn f64_to_fp32_matches_as_cast() {
 /// and with `sticky` it breaks exact ties upward in magnitude.
 #[test]
 fn round_exact_matches_round() {
-    for fmt in [FloatFormat::FP16, FloatFormat::BF16, fp(4, 3, Rounding::NearestEven)] {
-        for r in [Rounding::NearestEven, Rounding::NearestAway, Rounding::TowardZero] {
+    for fmt in [
+        FloatFormat::FP16,
+        FloatFormat::BF16,
+        fp(4, 3, Rounding::NearestEven),
+    ] {
+        for r in [
+            Rounding::NearestEven,
+            Rounding::NearestAway,
+            Rounding::TowardZero,
+        ] {
             let f = FloatFormat { rounding: r, ..fmt };
             // Every 12-bit significand at every exponent that reaches the format's range.
             for exp in -40..20 {
@@ -111,7 +142,11 @@ fn round_exact_matches_round() {
                         if mant != 0 {
                             let got_s = f.round_exact(neg, mant << 1, exp - 1, true);
                             let want_s = f.round(x * (1.0 + 1e-12));
-                            assert_eq!(got_s.to_bits(), want_s.to_bits(), "sticky {f:?} {mant} 2^{exp}");
+                            assert_eq!(
+                                got_s.to_bits(),
+                                want_s.to_bits(),
+                                "sticky {f:?} {mant} 2^{exp}"
+                            );
                         }
                     }
                 }
@@ -126,11 +161,17 @@ fn wide_mantissa_round_exact() {
     // 65504, so scale down: value = mant * 2^-95 = 16 + 2^-7 + 2^-95; fp16 ulp at 16 is 2^-6,
     // so 2^-7 is exactly half an ulp plus 2^-95: rounds up to 16 + 2^-6.
     let mant = (1u128 << 99) | (1u128 << 88) | 1;
-    assert_eq!(FloatFormat::FP16.round_exact(false, mant, -95, false), 16.0 + 2f64.powi(-6));
+    assert_eq!(
+        FloatFormat::FP16.round_exact(false, mant, -95, false),
+        16.0 + 2f64.powi(-6)
+    );
     // Without the low bit it is an exact tie: even -> 16.
     let mant = (1u128 << 99) | (1u128 << 88);
     assert_eq!(FloatFormat::FP16.round_exact(false, mant, -95, false), 16.0);
-    assert_eq!(FloatFormat::FP16.round_exact(true, mant, -95, true), -(16.0 + 2f64.powi(-6)));
+    assert_eq!(
+        FloatFormat::FP16.round_exact(true, mant, -95, true),
+        -(16.0 + 2f64.powi(-6))
+    );
 }
 
 #[test]

@@ -18,9 +18,18 @@ fn ml_dtypes_small() -> [(&'static str, MiniFloat); 5] {
     [
         ("float8_e4m3fn", with(MxElem::Fp8E4M3, MiniOverflow::Nan)),
         ("float8_e5m2", with(MxElem::Fp8E5M2, MiniOverflow::Infinity)),
-        ("float6_e3m2fn", with(MxElem::Fp6E3M2, MiniOverflow::Saturate)),
-        ("float6_e2m3fn", with(MxElem::Fp6E2M3, MiniOverflow::Saturate)),
-        ("float4_e2m1fn", with(MxElem::Fp4E2M1, MiniOverflow::Saturate)),
+        (
+            "float6_e3m2fn",
+            with(MxElem::Fp6E3M2, MiniOverflow::Saturate),
+        ),
+        (
+            "float6_e2m3fn",
+            with(MxElem::Fp6E2M3, MiniOverflow::Saturate),
+        ),
+        (
+            "float4_e2m1fn",
+            with(MxElem::Fp4E2M1, MiniOverflow::Saturate),
+        ),
     ]
 }
 
@@ -35,7 +44,10 @@ fn check_small(name: &str, f: &MiniFloat, x: f64, want: u8, what: &str) {
     }
     let got = f.encode(x);
     if f.decode(u64::from(want)).is_nan() {
-        assert!(f.decode(got).is_nan(), "{name}({x:e}) [{what}]: want NaN, got {got:#04x}");
+        assert!(
+            f.decode(got).is_nan(),
+            "{name}({x:e}) [{what}]: want NaN, got {got:#04x}"
+        );
     } else {
         assert_eq!(got, u64::from(want), "{name}({x:e}) [{what}]");
     }
@@ -51,7 +63,11 @@ fn every_fp16_pattern() {
         if x.is_nan() {
             assert!(FloatFormat::BF16.decode(u64::from(bf)).is_nan());
         } else {
-            assert_eq!(FloatFormat::BF16.encode(x), u64::from(bf), "bf16 of fp16 {i:#06x}");
+            assert_eq!(
+                FloatFormat::BF16.encode(x),
+                u64::from(bf),
+                "bf16 of fp16 {i:#06x}"
+            );
         }
         for (k, (name, f)) in small.iter().enumerate() {
             check_small(name, f, x, rec[2 + k], &format!("fp16 {i:#06x}"));

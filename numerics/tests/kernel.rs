@@ -7,7 +7,9 @@ fn data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
     (0..n)
         .map(|i| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let r = (s >> 33) as u32;
             match i % 97 {
                 // Specials and extremes now and then.
@@ -69,7 +71,10 @@ fn bfp_kernel_bit_equal_to_reference() {
             f.quantize(xr, native, &mut rr);
             for (i, (g, w)) in gr.iter().zip(&rr).enumerate() {
                 let w = *w as f32;
-                assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{lit} run {r} at {i}");
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "{lit} run {r} at {i}"
+                );
             }
         }
     }

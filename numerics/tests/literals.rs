@@ -51,7 +51,11 @@ fn catalogue_roundtrips() {
         let printed = f.to_string();
         let back = parse(&printed);
         assert_eq!(back, f, "`{lit}` printed as `{printed}`");
-        assert_eq!(back.to_string(), printed, "printing is canonical for `{lit}`");
+        assert_eq!(
+            back.to_string(),
+            printed,
+            "printing is canonical for `{lit}`"
+        );
         let json = serde_json::to_string(&f).unwrap();
         assert_eq!(json, format!("\"{printed}\""));
         let de: Format = serde_json::from_str(&json).unwrap();
@@ -64,7 +68,10 @@ fn defaults() {
     let Format::Bfp(b) = parse("bfp(mant = 8)") else {
         panic!()
     };
-    assert_eq!((b.block, b.exp_bits, b.rounding), (Block::Native, 5, Rounding::NearestEven));
+    assert_eq!(
+        (b.block, b.exp_bits, b.rounding),
+        (Block::Native, 5, Rounding::NearestEven)
+    );
     assert_eq!(
         parse("bfp(mant = 8)"),
         parse("bfp(mant = 8, block = native, exp_bits = 5, round = even)")
@@ -91,9 +98,18 @@ fn error(s: &str) -> nnp_numerics::FormatError {
 fn errors_point_at_the_problem() {
     // Unknown keyword: suggests the nearest.
     let e = error("bfp(mant = 8, exp_bit = 5)");
-    assert!(e.message.contains("unknown keyword `exp_bit`"), "{}", e.message);
+    assert!(
+        e.message.contains("unknown keyword `exp_bit`"),
+        "{}",
+        e.message
+    );
     assert_eq!((e.offset, e.len), (14, 7));
-    assert!(e.help.as_deref().unwrap().contains("did you mean `exp_bits`"));
+    assert!(
+        e.help
+            .as_deref()
+            .unwrap()
+            .contains("did you mean `exp_bits`")
+    );
     // Unknown format name.
     let e = error("bpf(mant = 8)");
     assert_eq!((e.offset, e.len), (0, 3));
@@ -121,6 +137,10 @@ fn errors_point_at_the_problem() {
     assert!(error("fp16 fp32").message.contains("unexpected"));
     assert!(error("fp16(1)").message.contains("no arguments"));
     assert!(error("twohot(bits = 5)").message.contains("even"));
-    assert!(error("hbfp(mant = 4, block = 3)").message.contains("multiple"));
+    assert!(
+        error("hbfp(mant = 4, block = 3)")
+            .message
+            .contains("multiple")
+    );
     assert!(error("").message.contains("expected a format name"));
 }

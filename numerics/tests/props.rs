@@ -68,14 +68,18 @@ fn fp16_value() -> impl Strategy<Value = f64> {
 
 /// Values of similar magnitude (the common case inside a block).
 fn clustered() -> impl Strategy<Value = Vec<f64>> {
-    (-10i32..10, prop::collection::vec((any::<bool>(), 0u32..4096, 0i32..6), 1..70)).prop_map(|(e, v)| {
-        v.into_iter()
-            .map(|(neg, m, d)| {
-                let x = FloatFormat::FP16.round(f64::from(m) / 4096.0 * 2f64.powi(e - d));
-                if neg { -x } else { x }
-            })
-            .collect()
-    })
+    (
+        -10i32..10,
+        prop::collection::vec((any::<bool>(), 0u32..4096, 0i32..6), 1..70),
+    )
+        .prop_map(|(e, v)| {
+            v.into_iter()
+                .map(|(neg, m, d)| {
+                    let x = FloatFormat::FP16.round(f64::from(m) / 4096.0 * 2f64.powi(e - d));
+                    if neg { -x } else { x }
+                })
+                .collect()
+        })
 }
 
 fn same(a: f64, b: f64) -> bool {
@@ -91,7 +95,13 @@ fn check(lit: &str, x: &[f64]) -> Result<(), TestCaseError> {
         let mut qq = vec![0.0; x.len()];
         f.quantize(&q, native, &mut qq);
         for i in 0..x.len() {
-            prop_assert!(same(q[i], qq[i]), "{lit}: not idempotent at {i}: x = {} -> {} -> {}", x[i], q[i], qq[i]);
+            prop_assert!(
+                same(q[i], qq[i]),
+                "{lit}: not idempotent at {i}: x = {} -> {} -> {}",
+                x[i],
+                q[i],
+                qq[i]
+            );
         }
     }
     // Fixed point has no NaN code.
@@ -106,7 +116,13 @@ fn check(lit: &str, x: &[f64]) -> Result<(), TestCaseError> {
     };
     let d = f.decode(&p, x.len(), native).unwrap();
     for i in 0..x.len() {
-        prop_assert!(same(d[i], q[i]) || (q[i] == 0.0 && d[i] == 0.0), "{lit}: decode(encode) at {i}: x = {} q = {} d = {}", x[i], q[i], d[i]);
+        prop_assert!(
+            same(d[i], q[i]) || (q[i] == 0.0 && d[i] == 0.0),
+            "{lit}: decode(encode) at {i}: x = {} q = {} d = {}",
+            x[i],
+            q[i],
+            d[i]
+        );
     }
     // Identity on representable values: the code of q decodes to q.
     if NOT_IDEMPOTENT.contains(&lit) {
@@ -115,7 +131,12 @@ fn check(lit: &str, x: &[f64]) -> Result<(), TestCaseError> {
     let p2 = f.encode(&q, native).unwrap();
     let d2 = f.decode(&p2, x.len(), native).unwrap();
     for i in 0..x.len() {
-        prop_assert!(same(d2[i], q[i]) || (q[i] == 0.0 && d2[i] == 0.0), "{lit}: identity at {i}: q = {} d = {}", q[i], d2[i]);
+        prop_assert!(
+            same(d2[i], q[i]) || (q[i] == 0.0 && d2[i] == 0.0),
+            "{lit}: identity at {i}: q = {} d = {}",
+            q[i],
+            d2[i]
+        );
     }
     // The stream has the advertised size for whole blocks.
     if x.len() == native {

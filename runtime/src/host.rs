@@ -325,18 +325,17 @@ impl HostData {
             data.weights.insert(d.name.clone(), t);
         }
         for d in program.inputs() {
-            let batched: Vec<usize> = std::iter::once(batch).chain(d.shape.iter().copied()).collect();
+            let batched: Vec<usize> = std::iter::once(batch)
+                .chain(d.shape.iter().copied())
+                .collect();
             let t = match tensors.remove(&d.name) {
                 Some(t) => t,
                 None if d.init == Init::Zero || opts.random_missing => {
                     random_tensor(d, batch, opts.seed)
                 }
                 None => {
-                    let expected = format!(
-                        "{} or {}",
-                        ShapeDisplay(&d.shape),
-                        ShapeDisplay(&batched)
-                    );
+                    let expected =
+                        format!("{} or {}", ShapeDisplay(&d.shape), ShapeDisplay(&batched));
                     return Err(missing(d, expected));
                 }
             };
@@ -382,7 +381,9 @@ impl HostData {
 fn infer_batch(program: &Program, tensors: &BTreeMap<String, Tensor>) -> Result<usize, HostError> {
     let mut found: Option<(String, usize)> = None;
     for d in program.inputs() {
-        let Some(t) = tensors.get(&d.name) else { continue };
+        let Some(t) = tensors.get(&d.name) else {
+            continue;
+        };
         if t.shape.len() == d.shape.len() + 1 && t.shape[1..] == d.shape[..] {
             let b = t.shape[0];
             match &found {

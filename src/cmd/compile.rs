@@ -1,11 +1,86 @@
-//! `nnpc compile` (not implemented yet).
+//! `nnpc compile`: lower firmware to its software graph and write it as JSON.
 
+use nnp_lowering::swgraph::{self, Roots, SwGraph};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Not implemented yet.
+/// Compile a firmware file to its software graph (`.swg.json`): the SSA tensor graph that
+/// `nnpc run` executes bit-identically to the hardware. Schema: docs/swgraph.md.
+///
+/// Exit status: 0 ok, 1 firmware errors, 2 unreadable input or unwritable output.
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = "Examples:
+  nnpc compile samples/lstm.nnp                       # writes samples/lstm.swg.json
+  nnpc compile samples/lstm.nnp -o /tmp/lstm.swg.json --target samples/targets/fp32.toml
+  nnpc run /tmp/lstm.swg.json --batch 64
+  nnpc compile samples/gru.nnp -o - | jq '.nodes | length'")]
+pub struct Args {
+    /// The firmware file (.nnp).
+    pub file: PathBuf,
+    /// Output file (`-` for stdout). Default: the input with `.swg.json` for `.nnp`.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
+    /// `target` statement.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub target: Option<String>,
+    /// Keep only what the outputs need (drops the values of `v_wr`s that reach no output, so
+    /// `run --trace` cannot report them).
+    #[arg(long)]
+    pub outputs_only: bool,
+}
 
-pub fn run(_args: Args) -> miette::Result<ExitCode> {
-    Err(miette::miette!("`nnpc compile` is not implemented yet"))
+/// The default output path: `x.nnp` -> `x.swg.json`.
+pub fn default_output(file: &Path) -> PathBuf {
+    file.with_extension("swg.json")
+}
+
+pub fn run(args: Args) -> miette::Result<ExitCode> {
+    let program = match crate::load_program(&args.file, args.target.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            let code = e.exit_code();
+            eprintln!("{:?}", miette::Report::new(e));
+            return Ok(code);
+        }
+    };
+    let graph = match swgraph::lower(&program) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("{}: cannot lower: {e}", program.source.name);
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let graph = if args.outputs_only {
+        swgraph::optimize(&graph, Roots::Outputs)
+    } else {
+        graph
+    };
+    let out = args.output.clone().unwrap_or_else(|| default_output(&args.file));
+    let json = graph.to_json();
+    if out.as_os_str() == "-" {
+        println!("{json}");
+    } else {
+        std::fs::write(&out, json + "\n")
+            .map_err(|e| miette::miette!("cannot write `{}`: {e}", out.display()))?;
+        print_summary(&graph, &out);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_summary(g: &SwGraph, out: &Path) {
+    let ops: Vec<String> = g
+        .op_counts()
+        .iter()
+        .map(|(name, n)| format!("{n} {name}"))
+        .collect();
+    println!(
+        "{}: compiled for `{}` (N = {}) to {}",
+        g.source,
+        g.target,
+        g.native,
+        out.display()
+    );
+    println!("  {} nodes: {}", g.nodes.len(), ops.join(", "));
+    println!("  {} traced writes, {} outputs", g.writes.len(), g.outputs.len());
 }

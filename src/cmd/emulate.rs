@@ -99,14 +99,23 @@ fn render(src: &SourceFile, e: &EmuError) -> miette::Report {
 
 fn host_data(args: &Args, program: &Program) -> Result<HostData, nnp_runtime::host::HostError> {
     if args.weights.is_none() && args.inputs.is_none() {
-        return Ok(HostData::random(program, args.batch.unwrap_or(1).max(1), args.seed));
+        return Ok(HostData::random(
+            program,
+            args.batch.unwrap_or(1).max(1),
+            args.seed,
+        ));
     }
     let opts = LoadOptions {
         batch: args.batch,
         random_missing: args.random_missing,
         seed: args.seed,
     };
-    HostData::load_with(program, args.weights.as_deref(), args.inputs.as_deref(), &opts)
+    HostData::load_with(
+        program,
+        args.weights.as_deref(),
+        args.inputs.as_deref(),
+        &opts,
+    )
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {

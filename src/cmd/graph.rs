@@ -107,7 +107,11 @@ fn describe(program: &Program, lines: &LineIndex, graph: &DepGraph, id: NodeId) 
     } else {
         String::new()
     };
-    format!("line {line} (chain {}{it}): {}   [{text}]", n.chain, n.resolved())
+    format!(
+        "line {line} (chain {}{it}): {}   [{text}]",
+        n.chain,
+        n.resolved()
+    )
 }
 
 /// Producers (or consumers) of every node at `line`.
@@ -162,7 +166,12 @@ fn independent(program: &Program, graph: &DepGraph) -> String {
         if pairs.len() == 1 { "" } else { "s" }
     );
     for (a, b) in pairs {
-        let _ = writeln!(s, "  chain {a} (line {}) || chain {b} (line {})", line(a), line(b));
+        let _ = writeln!(
+            s,
+            "  chain {a} (line {}) || chain {b} (line {})",
+            line(a),
+            line(b)
+        );
     }
     s
 }

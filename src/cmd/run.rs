@@ -1,11 +1,273 @@
-//! `nnpc run` (not implemented yet).
+//! `nnpc run`: execute firmware (or a compiled graph) as a software graph on candle-core.
 
+use nnp_grammar::{DeclKind, Program, SourceFile, Target};
+use nnp_lowering::swgraph::{self, Roots, SwGraph};
+use nnp_runtime::exec::{self, DeviceKind, ExecOptions};
+use nnp_runtime::host::{HostData, LoadOptions, Outputs, ShapeDisplay};
+use nnp_runtime::io::{self, Dtype};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
 
-/// Not implemented yet.
+/// Run firmware as its software graph (candle-core, bit-identical to the hardware) and write
+/// its outputs. Accepts a firmware file (.nnp) or a graph written by `nnpc compile`
+/// (.swg.json).
+///
+/// Without `--weights`/`--inputs`, seeded random data of the declared shapes is used (the same
+/// data `nnpc emulate` uses for the same seed and batch). Exit status: 0 ok, 1 firmware errors,
+/// 2 unreadable or unusable input.
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = "Examples:
+  nnpc run samples/lstm.nnp
+  nnpc run samples/lstm.nnp --batch 64 --seed 7 -o sw.safetensors --trace sw.trace.jsonl
+  nnpc compile samples/lstm.nnp -o lstm.swg.json && nnpc run lstm.swg.json --batch 256
+  nnpc run prog.nnp --target samples/targets/fp32.toml --weights w.safetensors --inputs x.npy
+  nnpc run prog.nnp -o out_dir --layout tiles --dtype f32 --json")]
+pub struct Args {
+    /// The firmware file (.nnp) or compiled graph (.swg.json).
+    pub file: PathBuf,
+    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
+    /// `target` statement (firmware only: a compiled graph keeps its target).
+    #[arg(long, value_name = "NAME|FILE")]
+    pub target: Option<String>,
+    /// Weights: a .safetensors file, a .npy file, or a directory of .npy files.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub weights: Option<PathBuf>,
+    /// Inputs, same kinds of file; each input is its declared shape or [batch, ...shape].
+    #[arg(long, value_name = "FILE|DIR")]
+    pub inputs: Option<PathBuf>,
+    /// Batch size: independent input sets run in one pass (default: from batched inputs, else
+    /// 1).
+    #[arg(long, value_name = "B")]
+    pub batch: Option<usize>,
+    /// Seed of the random data used when no files are given (or with --random-missing).
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub seed: u64,
+    /// Fill tensors missing from --weights/--inputs with seeded random data.
+    #[arg(long)]
+    pub random_missing: bool,
+    /// Write the outputs: `*.safetensors`, `*.npy` (one output), or a directory of .npy files.
+    #[arg(short = 'o', long = "output", value_name = "FILE|DIR")]
+    pub output: Option<PathBuf>,
+    /// Layout of the written outputs.
+    #[arg(long, value_enum, default_value_t = LayoutArg::Logical)]
+    pub layout: LayoutArg,
+    /// Element type of the written outputs (default: f16 when the storage format fits, else
+    /// f32; both are exact then).
+    #[arg(long, value_enum)]
+    pub dtype: Option<DtypeArg>,
+    /// Write the trace of every `v_wr` as JSON lines (the emulator's format: docs/emulator.md).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Where the graph runs (`cuda` needs a build with `--features cuda`).
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> miette::Result<ExitCode> {
-    Err(miette::miette!("`nnpc run` is not implemented yet"))
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum LayoutArg {
+    /// The declarations' logical shapes.
+    Logical,
+    /// Native tiles: rows padded to whole N-lane tiles, shape [..., tiles, N].
+    Tiles,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum DtypeArg {
+    F16,
+    F32,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum DeviceArg {
+    Cpu,
+    Cuda,
+}
+
+/// True for a compiled graph file.
+fn is_graph(path: &Path) -> bool {
+    path.to_string_lossy().ends_with(".json")
+}
+
+/// A program holding only a graph's declarations: what host data loading needs.
+fn host_program(g: &SwGraph) -> Program {
+    let mut target = Target::bw_default();
+    target.name = g.target.clone();
+    target.native = g.native;
+    target.numerics.storage = nnp_numerics::Format::Float(g.storage);
+    Program {
+        source: Arc::new(SourceFile::new(g.source.clone(), String::new())),
+        target,
+        decls: g.decls.clone(),
+        chains: Vec::new(),
+        pops: Vec::new(),
+        pushes: Vec::new(),
+    }
+}
+
+pub fn run(args: Args) -> miette::Result<ExitCode> {
+    let roots = if args.trace.is_some() {
+        Roots::OutputsAndWrites
+    } else {
+        Roots::Outputs
+    };
+    let (graph, program) = if is_graph(&args.file) {
+        if args.target.is_some() {
+            return Err(miette::miette!(
+                help = "recompile the firmware with `nnpc compile FILE --target T`",
+                "`{}` is a compiled graph; its target is fixed at compile time",
+                args.file.display()
+            ));
+        }
+        let text = std::fs::read_to_string(&args.file)
+            .map_err(|e| miette::miette!("cannot read `{}`: {e}", args.file.display()))?;
+        let g = SwGraph::from_json(&text)
+            .map_err(|e| miette::miette!("`{}`: {e}", args.file.display()))?;
+        if roots == Roots::OutputsAndWrites && g.writes.is_empty() {
+            return Err(miette::miette!(
+                help = "compile without --outputs-only, or run the firmware file",
+                "`{}` keeps no write records, so --trace has nothing to report",
+                args.file.display()
+            ));
+        }
+        let p = host_program(&g);
+        (swgraph::optimize(&g, roots), p)
+    } else {
+        let program = match crate::load_program(&args.file, args.target.as_deref()) {
+            Ok(p) => p,
+            Err(e) => {
+                let code = e.exit_code();
+                eprintln!("{:?}", miette::Report::new(e));
+                return Ok(code);
+            }
+        };
+        let g = match swgraph::lower(&program) {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("{}: cannot lower: {e}", program.source.name);
+                return Ok(ExitCode::from(1));
+            }
+        };
+        (swgraph::optimize(&g, roots), program)
+    };
+    let data = host_data(&args, &program).map_err(|e| miette::miette!("{e}"))?;
+    let opts = ExecOptions {
+        device: match args.device {
+            DeviceArg::Cpu => DeviceKind::Cpu,
+            DeviceArg::Cuda => DeviceKind::Cuda,
+        },
+        keep_writes: args.trace.is_some(),
+    };
+    let start = Instant::now();
+    let result = exec::execute(&graph, &data, &opts).map_err(|e| miette::miette!("{e}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    if let Some(path) = &args.trace {
+        let records = exec::trace::records(&graph, &result, data.batch)
+            .ok_or_else(|| miette::miette!("internal: the run kept no written values"))?;
+        exec::trace::write(path, &records)
+            .map_err(|e| miette::miette!("cannot write trace `{}`: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.output {
+        write_outputs(&args, &program, &result.outputs, path)?;
+    }
+    print_summary(&args, &program, &graph, &result.outputs, data.batch, secs);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn host_data(args: &Args, program: &Program) -> Result<HostData, nnp_runtime::host::HostError> {
+    if args.weights.is_none() && args.inputs.is_none() {
+        return Ok(HostData::random(program, args.batch.unwrap_or(1).max(1), args.seed));
+    }
+    let opts = LoadOptions {
+        batch: args.batch,
+        random_missing: args.random_missing,
+        seed: args.seed,
+    };
+    HostData::load_with(program, args.weights.as_deref(), args.inputs.as_deref(), &opts)
+}
+
+fn write_outputs(args: &Args, program: &Program, outputs: &Outputs, path: &Path) -> miette::Result<()> {
+    let mut tensors = BTreeMap::new();
+    for (name, t) in outputs {
+        let t = match args.layout {
+            LayoutArg::Logical => t.clone(),
+            LayoutArg::Tiles => {
+                io::to_tiles(name, t, program.native(), false).map_err(|e| miette::miette!("{e}"))?
+            }
+        };
+        tensors.insert(name.clone(), t);
+    }
+    let dtype = match args.dtype {
+        Some(DtypeArg::F16) => Dtype::F16,
+        Some(DtypeArg::F32) => Dtype::F32,
+        None => match program.target.numerics.storage.as_float() {
+            Some(f) if f.exp_bits <= 5 && f.mant_bits <= 10 => Dtype::F16,
+            _ => Dtype::F32,
+        },
+    };
+    io::write_tensors(path, &tensors, dtype).map_err(|e| miette::miette!("{e}"))
+}
+
+/// Input vectors per second: batch items times input rows pushed on netq (at least one).
+fn print_summary(
+    args: &Args,
+    program: &Program,
+    graph: &SwGraph,
+    outputs: &Outputs,
+    batch: usize,
+    secs: f64,
+) {
+    let rows: usize = program
+        .decls
+        .iter()
+        .filter(|d| d.kind == DeclKind::Input && d.place.is_none())
+        .map(|d| d.rows())
+        .sum();
+    let vectors = batch * rows.max(1);
+    let per_s = vectors as f64 / secs.max(1e-9);
+    if args.json {
+        let outs: Vec<serde_json::Value> = outputs
+            .iter()
+            .map(|(n, t)| serde_json::json!({ "name": n, "shape": t.shape }))
+            .collect();
+        let v = serde_json::json!({
+            "file": args.file,
+            "target": graph.target,
+            "batch": batch,
+            "nodes": graph.nodes.len(),
+            "outputs": outs,
+            "seconds": secs,
+            "vectors": vectors,
+            "vectors_per_second": per_s,
+            "output_file": args.output,
+            "trace_file": args.trace,
+        });
+        println!("{v}");
+        return;
+    }
+    println!(
+        "{}: software graph on `{}` (N = {}), {} nodes, batch {batch}",
+        args.file.display(),
+        graph.target,
+        graph.native,
+        graph.nodes.len()
+    );
+    for (name, t) in outputs {
+        println!("  output {name}: {}", ShapeDisplay(&t.shape));
+    }
+    println!(
+        "  {:.3} ms, {vectors} input vectors, {per_s:.0} vectors/s",
+        secs * 1e3
+    );
+    if let Some(p) = &args.output {
+        println!("  outputs written to {}", p.display());
+    }
+    if let Some(p) = &args.trace {
+        println!("  trace written to {}", p.display());
+    }
 }

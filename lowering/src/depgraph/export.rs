@@ -27,7 +27,9 @@ pub struct LineIndex {
 impl LineIndex {
     pub fn new(text: &str) -> Self {
         let nl = text.bytes().enumerate().filter(|&(_, b)| b == b'\n');
-        let starts = std::iter::once(0).chain(nl.map(|(i, _)| i as u32 + 1)).collect();
+        let starts = std::iter::once(0)
+            .chain(nl.map(|(i, _)| i as u32 + 1))
+            .collect();
         LineIndex { starts }
     }
     /// 1-based line holding byte `offset`.
@@ -38,7 +40,9 @@ impl LineIndex {
 
 /// The trimmed first line of the text a span covers ("" when the span is outside the text).
 fn span_text(text: &str, span: Span) -> &str {
-    let s = text.get(span.start as usize..span.end as usize).unwrap_or("");
+    let s = text
+        .get(span.start as usize..span.end as usize)
+        .unwrap_or("");
     s.lines().next().unwrap_or("").trim()
 }
 
@@ -133,8 +137,13 @@ impl DepGraph {
     pub fn write_dot(&self, program: &Program, out: &mut dyn Write) -> Result<(), ExportError> {
         let text = program.source.text.as_str();
         let lines = LineIndex::new(text);
-        let node_label =
-            |n: &Node| format!("{}\\nline {}", escape(&n.resolved()), lines.line(n.span.start));
+        let node_label = |n: &Node| {
+            format!(
+                "{}\\nline {}",
+                escape(&n.resolved()),
+                lines.line(n.span.start)
+            )
+        };
         writeln!(out, "digraph depgraph {{")?;
         writeln!(
             out,
@@ -144,7 +153,10 @@ impl DepGraph {
                 program.source.name, program.target.name
             ))
         )?;
-        writeln!(out, "  node [shape=box, fontname=\"monospace\", fontsize=10];")?;
+        writeln!(
+            out,
+            "  node [shape=box, fontname=\"monospace\", fontsize=10];"
+        )?;
         writeln!(out, "  edge [fontname=\"monospace\", fontsize=9];")?;
         for (c, chain) in self.chains.iter().enumerate() {
             let line = lines.line(chain.span.start);
@@ -154,7 +166,10 @@ impl DepGraph {
                 String::new()
             };
             writeln!(out, "  subgraph cluster_c{c} {{")?;
-            writeln!(out, "    label=\"chain {c} (line {line}){times}\"; style=rounded;")?;
+            writeln!(
+                out,
+                "    label=\"chain {c} (line {line}){times}\"; style=rounded;"
+            )?;
             for t in 0..chain.iterations {
                 let nested = chain.iterations > 1;
                 if nested {

@@ -96,8 +96,14 @@ fn dense_chain_pipeline_and_raw() {
     assert_eq!(g.producers(n(2))[0].0, n(1));
     assert_eq!(g.consumers(n(1))[0].0, n(2));
     assert!(g.producers(n(3)).is_empty());
-    assert_eq!(g.node(n(0)).netq.map(|q| p.decls[q.decl].name.as_str()), Some("x"));
-    assert_eq!(g.node(n(5)).netq.map(|q| p.decls[q.decl].name.as_str()), Some("y"));
+    assert_eq!(
+        g.node(n(0)).netq.map(|q| p.decls[q.decl].name.as_str()),
+        Some("x")
+    );
+    assert_eq!(
+        g.node(n(5)).netq.map(|q| p.decls[q.decl].name.as_str()),
+        Some("y")
+    );
     assert_eq!(g.chain_deps(), vec![vec![], vec![0]]);
     assert!(g.independent_pairs().is_empty());
 }
@@ -152,7 +158,10 @@ fn war_waw_and_iterations() {
     assert_eq!(it1, [2, 3]);
     assert_eq!(g.node(NodeIndex::new(3)).iteration, 1);
     // Chain 1 and chain 2 are ordered (WAR); every chain is connected to every other.
-    assert_eq!(g.chain_deps(), vec![vec![], vec![0], vec![0, 1], vec![1, 2]]);
+    assert_eq!(
+        g.chain_deps(),
+        vec![vec![], vec![0], vec![0, 1], vec![1, 2]]
+    );
     assert!(g.independent_pairs().is_empty());
 }
 
@@ -319,19 +328,30 @@ fn samples_check_and_build() {
         .unwrap_or_default();
     files.retain(|p| p.extension().is_some_and(|e| e == "nnp"));
     files.sort();
-    assert!(files.len() >= 7, "expected at least 7 samples, found {files:?}");
+    assert!(
+        files.len() >= 7,
+        "expected at least 7 samples, found {files:?}"
+    );
     let mut failures = Vec::new();
     for path in &files {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let targets = declared_targets(&text);
-        assert!(!targets.is_empty(), "{}: no `// nnpc: targets =` line", path.display());
+        assert!(
+            !targets.is_empty(),
+            "{}: no `// nnpc: targets =` line",
+            path.display()
+        );
         for t in &targets {
             let src = Arc::new(SourceFile::new(path.display().to_string(), text.clone()));
             match check(src, Some(load_target(t))) {
                 Ok(out) => {
                     let g = DepGraph::build(&out.program);
                     for e in g.graph.edge_references() {
-                        assert!(e.source() < e.target(), "backward edge in {}", path.display());
+                        assert!(
+                            e.source() < e.target(),
+                            "backward edge in {}",
+                            path.display()
+                        );
                     }
                     assert!(g.node_count() > 0);
                 }
@@ -357,8 +377,17 @@ fn print_sample_warnings() {
             match out {
                 Ok(o) => {
                     let g = DepGraph::build(&o.program);
-                    eprintln!("{} [{t}]: {} chains, {} nodes, {} edges, {} warnings", path.display(), o.program.chains.len(), g.node_count(), g.edge_count(), o.warnings.len());
-                    for w in &o.warnings { eprintln!("   {:?}", w); }
+                    eprintln!(
+                        "{} [{t}]: {} chains, {} nodes, {} edges, {} warnings",
+                        path.display(),
+                        o.program.chains.len(),
+                        g.node_count(),
+                        g.edge_count(),
+                        o.warnings.len()
+                    );
+                    for w in &o.warnings {
+                        eprintln!("   {:?}", w);
+                    }
                 }
                 Err(d) => eprintln!("{} [{t}]: ERR {d:#?}", path.display()),
             }

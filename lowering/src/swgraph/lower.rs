@@ -116,6 +116,7 @@ pub fn lower_raw(program: &Program) -> Result<SwGraph, LowerError> {
         storage,
         nodes: lw.nodes,
         outputs,
+        decls: program.decls.clone(),
         writes: lw.writes,
     })
 }
@@ -486,6 +487,7 @@ impl Lowering<'_> {
                 addr,
                 tiles: width,
                 value,
+                storage,
                 line,
                 span: w.span,
             });

@@ -21,7 +21,7 @@ mod passes;
 pub use lower::{LowerError, lower};
 pub use passes::{Roots, optimize};
 
-use nnp_grammar::{Accumulation, Mem, Span};
+use nnp_grammar::{Accumulation, Decl, Mem, Span};
 use nnp_numerics::{FloatFormat, Format};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -296,12 +296,14 @@ pub struct WriteRecord {
     pub chain: usize,
     pub iteration: u32,
     pub dst: Mem,
-    /// First register written (for `netq`: 0).
+    /// First register written; for `netq`, the 0-based index of the push in the run.
     pub addr: u32,
     /// Registers written (the chain's width).
     pub tiles: u32,
     /// The vector value written (`[batch, tiles * N]`, storage format).
     pub value: ValueId,
+    /// The chain's storage format (what the trace's bit patterns encode).
+    pub storage: FloatFormat,
     /// 1-based source line and span of the `v_wr`.
     pub line: usize,
     pub span: Span,
@@ -332,6 +334,9 @@ pub struct SwGraph {
     pub nodes: Vec<Node>,
     /// Every output declaration, in declaration order.
     pub outputs: Vec<OutputInfo>,
+    /// The program's declarations (what host data a run of the graph needs, and how seeded
+    /// random data is drawn for it).
+    pub decls: Vec<Decl>,
     /// One record per executed `v_wr` (per iteration), in execution order.
     pub writes: Vec<WriteRecord>,
 }

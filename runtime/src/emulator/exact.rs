@@ -140,7 +140,7 @@ fn wide_sum(terms: &[(i128, i32)]) -> (bool, u128, i32, bool) {
     let emin = terms.iter().map(|t| t.1).min().unwrap_or(0);
     let top = terms
         .iter()
-        .map(|&(m, e)| (e - emin) as i64 + 128)
+        .map(|&(_, e)| (e - emin) as i64 + 128)
         .max()
         .unwrap_or(0);
     let limbs = (top as usize + 64) / 64 + 1;
@@ -171,7 +171,11 @@ fn add_shifted(acc: &mut [u64], m: u128, shift: usize) {
     // m << bit spans at most three limbs.
     let lo = (m << bit) as u64;
     let mid = ((m << bit) >> 64) as u64;
-    let hi = if bit == 0 { 0 } else { (m >> (128 - bit)) as u64 };
+    let hi = if bit == 0 {
+        0
+    } else {
+        (m >> (128 - bit)) as u64
+    };
     let mut carry = 0u64;
     for (k, part) in [lo, mid, hi].into_iter().enumerate() {
         let (s1, c1) = acc[limb + k].overflowing_add(part);

@@ -5,8 +5,8 @@
 //! (`mrf`, matrix `dram`) are the same for every item (only the host writes matrix DRAM), so
 //! they are shared, with their `mvm.matrix` quantization cached per tile.
 
-use super::mfu::{self, TableFiles};
 use super::exact::ExactSum;
+use super::mfu::{self, TableFiles};
 use super::mvm::{self, QRun};
 use super::trace::TraceRecord;
 use super::{EmuError, Site};
@@ -75,7 +75,10 @@ impl<'a> Shared<'a> {
                 let st = float_of(&vc.quant.storage, "storage", p, c.span)?;
                 if st.exp_bits > 8 || st.mant_bits > 23 {
                     return Err(EmuError::Unsupported {
-                        message: format!("storage format `{}` is wider than fp32", vc.quant.storage),
+                        message: format!(
+                            "storage format `{}` is wider than fp32",
+                            vc.quant.storage
+                        ),
                         span: c.span,
                         line: p.line(c.span),
                     });
@@ -123,7 +126,8 @@ impl<'a> Shared<'a> {
                     let values = sh.weight_values(d)?;
                     let rows = sh.host_rows(d, d.rows(), values.as_deref())?;
                     for (k, reg) in rows.chunks(sh.n).enumerate() {
-                        sh.vregs.insert((place.mem, place.addr + k as u32), reg.into());
+                        sh.vregs
+                            .insert((place.mem, place.addr + k as u32), reg.into());
                     }
                 }
                 _ => {}
@@ -136,10 +140,14 @@ impl<'a> Shared<'a> {
         if d.init == Init::Zero {
             return Ok(None);
         }
-        let t = self.data.weights.get(&d.name).ok_or_else(|| EmuError::Data {
-            name: d.name.clone(),
-            message: "no weights tensor of that name".into(),
-        })?;
+        let t = self
+            .data
+            .weights
+            .get(&d.name)
+            .ok_or_else(|| EmuError::Data {
+                name: d.name.clone(),
+                message: "no weights tensor of that name".into(),
+            })?;
         if t.len() != d.elements() {
             return Err(EmuError::Data {
                 name: d.name.clone(),
@@ -172,7 +180,12 @@ impl<'a> Shared<'a> {
 
     /// A vector-like declaration's registers: rows padded to whole tiles with `pad`, rounded to
     /// storage, then the declaration's own format (per padded row). `values = None` is `= 0`.
-    fn host_rows(&self, d: &Decl, rows: usize, values: Option<&[f32]>) -> Result<Vec<f32>, EmuError> {
+    fn host_rows(
+        &self,
+        d: &Decl,
+        rows: usize,
+        values: Option<&[f32]>,
+    ) -> Result<Vec<f32>, EmuError> {
         let (n, c) = (self.n, d.row_len());
         let width = d.row_tiles(n) * n;
         let pad = self.load_fmt.round(d.pad) as f32;
@@ -328,7 +341,14 @@ impl Machine<'_, '_> {
         Ok(a as u32)
     }
 
-    fn tile_reg(&self, mem: Mem, addr: Addr, offset: u32, at: At, span: Span) -> Result<u32, EmuError> {
+    fn tile_reg(
+        &self,
+        mem: Mem,
+        addr: Addr,
+        offset: u32,
+        at: At,
+        span: Span,
+    ) -> Result<u32, EmuError> {
         let a = addr.base as i64 + addr.inc as i64 * at.iteration as i64 + offset as i64;
         let size = match mem {
             Mem::Dram => self.sh.p.target.memory.dram_tiles,
@@ -412,7 +432,9 @@ impl Machine<'_, '_> {
             let c = d.row_len();
             for (k, item) in self.items.clone().enumerate() {
                 let values = self.input_values(d, item)?;
-                let lanes = self.sh.host_rows(d, 1, Some(&values[row * c..(row + 1) * c]))?;
+                let lanes = self
+                    .sh
+                    .host_rows(d, 1, Some(&values[row * c..(row + 1) * c]))?;
                 for (o, v) in x[k * tiles * n..(k + 1) * tiles * n].iter_mut().zip(&lanes) {
                     *o = f64::from(*v);
                 }
@@ -442,7 +464,13 @@ impl Machine<'_, '_> {
     }
 
     /// The `mvm.matrix` quantization of one `mrf` tile, one [`QRun`] per row (cached).
-    fn qtile(&mut self, a: u32, fmt: &Format, at: At, span: Span) -> Result<Arc<Vec<QRun>>, EmuError> {
+    fn qtile(
+        &mut self,
+        a: u32,
+        fmt: &Format,
+        at: At,
+        span: Span,
+    ) -> Result<Arc<Vec<QRun>>, EmuError> {
         if let Some((f, q)) = self.qcache.get(&a)
             && f == fmt
         {
@@ -474,7 +502,11 @@ impl Machine<'_, '_> {
         let n = self.sh.n;
         let (rows, cols) = (vc.width as usize, vc.read.tiles as usize);
         let q = &vc.quant;
-        let out_fmt = q.mvm_output.as_float().copied().unwrap_or(FloatFormat::FP16);
+        let out_fmt = q
+            .mvm_output
+            .as_float()
+            .copied()
+            .unwrap_or(FloatFormat::FP16);
         let mode = self.sh.p.target.numerics.accumulation;
         let mut scratch = Vec::new();
         // Input tiles quantized once: xq[item * cols + j].
@@ -493,7 +525,11 @@ impl Machine<'_, '_> {
                 let qt = self.qtile(a, &mm.matrix_format, at, mm.span)?;
                 for k in 0..self.b {
                     for (r, wrow) in qt.iter().enumerate() {
-                        mvm::dot(wrow, &xq[k * cols + j], &mut partials[(k * n + r) * cols + j]);
+                        mvm::dot(
+                            wrow,
+                            &xq[k * cols + j],
+                            &mut partials[(k * n + r) * cols + j],
+                        );
                     }
                 }
             }
@@ -508,7 +544,14 @@ impl Machine<'_, '_> {
         Ok(y)
     }
 
-    fn check_finite(&self, v: &[f64], per_item: usize, op: &'static str, at: At, span: Span) -> Result<(), EmuError> {
+    fn check_finite(
+        &self,
+        v: &[f64],
+        per_item: usize,
+        op: &'static str,
+        at: At,
+        span: Span,
+    ) -> Result<(), EmuError> {
         if !self.sh.nonfinite_error {
             return Ok(());
         }
@@ -531,7 +574,12 @@ impl Machine<'_, '_> {
         let mut y = self.mv_mul(vc, &x, at)?;
         let width = vc.width as usize;
         let per_item = width * n;
-        let fmt = vc.quant.mfu_input.as_float().copied().unwrap_or(FloatFormat::FP16);
+        let fmt = vc
+            .quant
+            .mfu_input
+            .as_float()
+            .copied()
+            .unwrap_or(FloatFormat::FP16);
         for op in &vc.ops {
             for v in y.iter_mut() {
                 *v = fmt.round(*v);
@@ -580,7 +628,12 @@ impl Machine<'_, '_> {
             self.check_finite(&y, per_item, op.kind.mnemonic(), at, op.span)?;
         }
         // v_wr: round to storage once, write every destination.
-        let st = vc.quant.storage.as_float().copied().unwrap_or(FloatFormat::FP16);
+        let st = vc
+            .quant
+            .storage
+            .as_float()
+            .copied()
+            .unwrap_or(FloatFormat::FP16);
         let out: Vec<f32> = y.iter().map(|v| st.round(*v) as f32).collect();
         for w in &vc.writes {
             let first_addr = if w.dst == Mem::Netq {
@@ -709,7 +762,16 @@ impl Machine<'_, '_> {
                     };
                     for r in 0..d.rows() {
                         for j in 0..rt {
-                            let a = self.reg(place.mem, Addr { base: place.addr, inc: 0 }, (r * rt + j) as u32, at, d.span)?;
+                            let a = self.reg(
+                                place.mem,
+                                Addr {
+                                    base: place.addr,
+                                    inc: 0,
+                                },
+                                (r * rt + j) as u32,
+                                at,
+                                d.span,
+                            )?;
                             let reg = self
                                 .vregs
                                 .get(&(place.mem, a))

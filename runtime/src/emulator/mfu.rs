@@ -30,9 +30,7 @@ impl TableFiles {
 /// function rounded to `fmt`.
 pub fn activate(kind: Activation, fmt: &FloatFormat, files: &TableFiles, x: f64) -> f64 {
     if fmt.bits() == 16 {
-        let table = files
-            .get(kind)
-            .or_else(|| activation::table_ref(kind, fmt));
+        let table = files.get(kind).or_else(|| activation::table_ref(kind, fmt));
         if let Some(t) = table {
             let i = fmt.encode(x) as usize;
             if let Some(&out) = t.get(i) {

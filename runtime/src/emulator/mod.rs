@@ -83,9 +83,7 @@ pub enum EmuError {
         expected: u32,
         found: usize,
     },
-    #[error(
-        "{left} input row(s) left on netq after the program ended (next: `{input}` row {row})"
-    )]
+    #[error("{left} input row(s) left on netq after the program ended (next: `{input}` row {row})")]
     NetqLeftover {
         left: usize,
         input: String,
@@ -95,9 +93,7 @@ pub enum EmuError {
     },
     #[error("`v_wr netq` pushes a row but every `output` row is already produced ({site})")]
     NetqOverflow { site: Site },
-    #[error(
-        "`v_wr netq` pushes {found} tile(s) but `{output}` row {row} has {expected} ({site})"
-    )]
+    #[error("`v_wr netq` pushes {found} tile(s) but `{output}` row {row} has {expected} ({site})")]
     PushWidth {
         site: Site,
         output: String,
@@ -187,7 +183,11 @@ impl EmuError {
 }
 
 /// Run `program` on every batch item of `data`.
-pub fn emulate(program: &Program, data: &HostData, opts: &EmuOptions) -> Result<Emulation, EmuError> {
+pub fn emulate(
+    program: &Program,
+    data: &HostData,
+    opts: &EmuOptions,
+) -> Result<Emulation, EmuError> {
     let shared = machine::Shared::new(program, data)?;
     let batch = data.batch.max(1);
     let chunk = opts

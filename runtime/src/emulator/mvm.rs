@@ -68,10 +68,9 @@ impl QRun {
 
     fn values(&self) -> Vec<f64> {
         match self {
-            QRun::Fixed { mant, exp, .. } => mant
-                .iter()
-                .map(|&m| m as f64 * 2f64.powi(*exp))
-                .collect(),
+            QRun::Fixed { mant, exp, .. } => {
+                mant.iter().map(|&m| m as f64 * 2f64.powi(*exp)).collect()
+            }
             QRun::Wide(v) | QRun::NonFinite(v) => v.clone(),
         }
     }

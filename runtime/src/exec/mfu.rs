@@ -121,11 +121,6 @@ pub enum TableError {
          (131,072 bytes)"
     )]
     Size { path: String, len: usize },
-    #[error(
-        "activation table `{path}` is for 16-bit MFU formats but mfu.input is `{format}`; \
-         help: use fp16 or bf16 for mfu.input, or drop the table from the target"
-    )]
-    Width { path: String, format: String },
 }
 
 pub fn activation_kind(f: TableFn) -> Activation {
@@ -137,9 +132,11 @@ pub fn activation_kind(f: TableFn) -> Activation {
 }
 
 impl ActTable {
-    /// The built-in table (correctly rounded function) or a target's table file.
+    /// The built-in table (correctly rounded function) or a target's table file. Tables are
+    /// for 16-bit formats; other formats compute the function (a file is then unused).
     pub fn load(f: TableFn, fmt: &FloatFormat, file: Option<&str>) -> Result<ActTable, TableError> {
         let kind = activation_kind(f);
+        let file = file.filter(|_| fmt.bits() == 16);
         let bits: Option<Vec<u16>> = match file {
             Some(path) => {
                 let bytes = std::fs::read(path).map_err(|e| TableError::Read {
@@ -150,12 +147,6 @@ impl ActTable {
                     return Err(TableError::Size {
                         path: path.to_string(),
                         len: bytes.len(),
-                    });
-                }
-                if fmt.bits() != 16 {
-                    return Err(TableError::Width {
-                        path: path.to_string(),
-                        format: format!("fp({}, {})", fmt.exp_bits, fmt.mant_bits),
                     });
                 }
                 Some(

@@ -15,6 +15,7 @@ pub mod exact;
 pub mod matmul;
 pub mod mfu;
 pub mod quant;
+pub mod trace;
 
 use crate::host::{HostData, Outputs, Tensor as HostTensor};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor};
@@ -308,7 +309,7 @@ impl Executor<'_> {
             Op::PadToTiles { src, layout, pad } => {
                 let t = self.value(*src)?;
                 let Ty::Logical { shape } = &self.g.node(*src).ty else {
-                    return Err(internal("pad_to_tiles of a non-logical value"));
+                    return Err(internal("pad_to_tiles of a non-logical value").into());
                 };
                 let b = t.dims()[0];
                 let c = shape.last().copied().unwrap_or(1);
@@ -338,8 +339,10 @@ impl Executor<'_> {
             }
             Op::Quantize { src, format, axis } => {
                 let f: Format = *format;
-                let _ = axis; // both axes are runs of N along the last dimension
-                map1(self.value(*src)?, "quantize", move |x, o| quant::quantize_runs(&f, x, n, o))?
+                let run = axis.run(n);
+                map1(self.value(*src)?, "quantize", move |x, o| {
+                    quant::quantize_runs(&f, x, run, n, o)
+                })?
             }
             Op::Concat { parts } => {
                 let stack = matches!(node.ty, Ty::TileStack { .. });
@@ -405,7 +408,7 @@ impl Executor<'_> {
                     }
                 }
             }
-            Op::Output { .. } => return Err(internal("output evaluated as a value")),
+            Op::Output { .. } => return Err(internal("output evaluated as a value").into()),
         })
     }
 
@@ -414,7 +417,7 @@ impl Executor<'_> {
         if let Some(t) = self.tables.get(&key) {
             return Ok(t.clone());
         }
-        let kind = op.table().ok_or_else(|| internal_exec("table for a table-less op"))?;
+        let kind = op.table().ok_or_else(|| internal("table for a table-less op"))?;
         let t = ActTable::load(kind, f, file)?;
         self.tables.insert(key, t.clone());
         Ok(t)
@@ -468,10 +471,6 @@ impl Executor<'_> {
 }
 
 fn internal(msg: &str) -> ExecError {
-    internal_exec(msg)
-}
-
-fn internal_exec(msg: &str) -> ExecError {
     ExecError::Graph(GraphError::Other(format!("internal: {msg}")))
 }
 

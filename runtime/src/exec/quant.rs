@@ -103,23 +103,24 @@ fn pow2(e: i32) -> f64 {
     f64::from_bits(((e + 1023) as u64) << 52)
 }
 
-/// Fake-quantize `x` in runs of `n` along it (each run as [`Format::quantize`] sees it).
-pub fn quantize_runs(fmt: &Format, x: &[f64], n: usize, out: &mut [f64]) {
-    let n = n.max(1);
+/// Fake-quantize `x` in runs of `len` lanes along it, each run as [`Format::quantize`] sees it
+/// at native dimension `native`.
+pub fn quantize_runs(fmt: &Format, x: &[f64], len: usize, native: usize, out: &mut [f64]) {
+    let len = len.max(1);
     let fast = match fmt {
-        Format::Bfp(b) => FastBfp::new(b, n),
+        Format::Bfp(b) => FastBfp::new(b, native),
         _ => None,
     };
     let run = |(xs, os): (&[f64], &mut [f64])| {
-        for (xr, or) in xs.chunks(n).zip(os.chunks_mut(n)) {
+        for (xr, or) in xs.chunks(len).zip(os.chunks_mut(len)) {
             match &fast {
                 Some(f) => f.run(xr, or),
-                None => fmt.quantize(xr, n, or),
+                None => fmt.quantize(xr, native, or),
             }
         }
     };
-    if x.len() >= PAR_MIN && x.len() % n == 0 {
-        let chunk = n * (4096 / n).max(1);
+    if x.len() >= PAR_MIN && x.len() % len == 0 {
+        let chunk = len * (4096 / len).max(1);
         x.par_chunks(chunk).zip(out.par_chunks_mut(chunk)).for_each(run);
     } else {
         run((x, out));
@@ -361,20 +362,20 @@ mod tests {
         // lsb = 1 - 6 = -5, q = round(x * 32) = [32, 24, -0.32 -> -0 -> +0, 96].
         let fmt = bfp("bfp(mant = 8, exp_bits = 5, round = even)");
         let mut out = [9.0; 4];
-        quantize_runs(&fmt, &[1.0, 0.75, -0.01, 3.0], 4, &mut out);
+        quantize_runs(&fmt, &[1.0, 0.75, -0.01, 3.0], 4, 4, &mut out);
         assert_eq!(out, [1.0, 0.75, 0.0, 3.0]);
         assert_eq!(out[2].to_bits(), 0);
         // Saturation: [200, 1]: E = 7, lsb = 1, q = [100, 0.5 -> 0 (tie to even)].
         let mut out = [9.0; 2];
-        quantize_runs(&fmt, &[200.0, 1.0], 2, &mut out);
+        quantize_runs(&fmt, &[200.0, 1.0], 2, 2, &mut out);
         assert_eq!(out, [200.0, 0.0]);
         // E clamps at 16: 2^20 -> q = 2^20 / 2^10 = 1024, saturates at 127 -> 127 * 2^10.
         let mut out = [9.0; 2];
-        quantize_runs(&fmt, &[2f64.powi(20), -(2f64.powi(20))], 2, &mut out);
+        quantize_runs(&fmt, &[2f64.powi(20), -(2f64.powi(20))], 2, 2, &mut out);
         assert_eq!(out, [127.0 * 1024.0, -127.0 * 1024.0]);
         // A NaN or infinity poisons its block only.
         let mut out = [9.0; 4];
-        quantize_runs(&fmt, &[1.0, f64::INFINITY, 1.0, 2.0], 2, &mut out);
+        quantize_runs(&fmt, &[1.0, f64::INFINITY, 1.0, 2.0], 2, 2, &mut out);
         assert!(out[0].is_nan() && out[1].is_nan());
         assert_eq!(&out[2..], &[1.0, 2.0]);
     }

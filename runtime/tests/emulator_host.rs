@@ -1,0 +1,189 @@
+//! Host data and tensor files: loading rules, error messages, file round trips.
+
+mod emulator_util;
+use emulator_util::*;
+use nnp_runtime::host::{HostData, HostError, LoadOptions, Tensor};
+use nnp_runtime::io::{self, Dtype};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+const SRC: &str = "\
+matrix W : [4, 6] at mrf[0]
+vector b : [4] at asvrf0[0]
+vector z : [4] at asvrf0[1] = 0
+input x : [2, 6]
+output y : [2, 4]
+s_wr iterations, 2
+s_wr rows, 2
+v_rd netq
+v_wr ivrf[0]
+end_chain
+s_wr iterations, 2
+s_wr rows, 1
+s_wr cols, 2
+v_rd ivrf[0]
+mv_mul mrf[W]
+vv_add asvrf0[b]
+v_wr netq
+end_chain
+";
+
+/// A fresh path inside a per-test temporary directory.
+fn tmp(test: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nnp-emu-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn random_data_is_deterministic_and_shaped() {
+    let p = program(SRC, target(""));
+    let a = HostData::random(&p, 3, 9);
+    assert_eq!(a, HostData::random(&p, 3, 9));
+    assert_ne!(a, HostData::random(&p, 3, 10));
+    // `= 0` declarations are not weights; inputs carry the batch.
+    assert_eq!(a.weights.keys().collect::<Vec<_>>(), vec!["W", "b"]);
+    assert_eq!(a.weights["W"].shape, vec![4, 6]);
+    assert_eq!(a.inputs["x"].shape, vec![3, 2, 6]);
+    // Ranges: W in [-1, 1) / sqrt(6), b in [-0.5, 0.5), x in [-1, 1).
+    assert!(
+        a.weights["W"]
+            .data
+            .iter()
+            .all(|v| v.abs() <= 1.0 / 6f32.sqrt())
+    );
+    assert!(a.weights["b"].data.iter().all(|v| (-0.5..0.5).contains(v)));
+    assert!(a.inputs["x"].data.iter().all(|v| (-1.0..1.0).contains(v)));
+    // Item 0 does not depend on the batch size.
+    let one = HostData::random(&p, 1, 9);
+    assert_eq!(one.inputs["x"].data, a.inputs["x"].data[..12]);
+}
+
+#[test]
+fn load_errors_name_the_tensor_and_the_fix() {
+    let p = program(SRC, target(""));
+    let mut m = BTreeMap::new();
+    m.insert("W".to_string(), Tensor::zeros(vec![4, 6]));
+    // Missing b.
+    let e = HostData::from_tensors(&p, m.clone(), &LoadOptions::default(), "`w.safetensors`")
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, HostError::Missing { .. }), "{msg}");
+    assert!(
+        msg.contains("`b`") && msg.contains("[4]") && msg.contains("w.safetensors"),
+        "{msg}"
+    );
+    assert!(msg.contains("--random-missing"), "{msg}");
+    // With the fallback flag, b (and x) come from the seeded random data.
+    let opts = LoadOptions {
+        random_missing: true,
+        seed: 9,
+        ..LoadOptions::default()
+    };
+    let d = HostData::from_tensors(&p, m.clone(), &opts, "f").unwrap();
+    assert_eq!(d.weights["b"], HostData::random(&p, 1, 9).weights["b"]);
+    // Wrong shape.
+    m.insert("b".to_string(), Tensor::zeros(vec![5]));
+    let msg = HostData::from_tensors(&p, m.clone(), &LoadOptions::default(), "f")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("`b`") && msg.contains("[5]") && msg.contains("[4]"),
+        "{msg}"
+    );
+    // NaN entries.
+    m.insert("b".to_string(), t(&[4], &[0.0, f32::NAN, 0.0, 0.0]));
+    m.insert("x".to_string(), Tensor::zeros(vec![2, 6]));
+    let msg = HostData::from_tensors(&p, m.clone(), &LoadOptions::default(), "f")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("`b`") && msg.contains("NaN") && msg.contains("index 1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn inputs_broadcast_or_carry_the_batch() {
+    let p = program(SRC, target(""));
+    let mut m = BTreeMap::new();
+    m.insert("W".to_string(), Tensor::zeros(vec![4, 6]));
+    m.insert("b".to_string(), Tensor::zeros(vec![4]));
+    // Declared shape: one set broadcast to the requested batch.
+    m.insert("x".to_string(), t(&[2, 6], &[1.0; 12]));
+    let opts = LoadOptions {
+        batch: Some(3),
+        ..LoadOptions::default()
+    };
+    let d = HostData::from_tensors(&p, m.clone(), &opts, "f").unwrap();
+    assert_eq!(d.inputs["x"].shape, vec![3, 2, 6]);
+    // [B, ...shape] sets the batch when none is given.
+    m.insert("x".to_string(), Tensor::zeros(vec![5, 2, 6]));
+    let d = HostData::from_tensors(&p, m.clone(), &LoadOptions::default(), "f").unwrap();
+    assert_eq!(d.batch, 5);
+    // ... and must agree with an explicit batch.
+    let msg = HostData::from_tensors(&p, m, &opts, "f")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("[2, 6] or [3, 2, 6]") && msg.contains("[5, 2, 6]"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn files_round_trip_and_load_by_name() {
+    let p = program(SRC, target(""));
+    let data = HostData::random(&p, 2, 3);
+    // Weights as safetensors (f32), inputs as a directory of .npy (f32): exact round trip.
+    let wpath = tmp("files", "w.safetensors");
+    io::write_tensors(&wpath, &data.weights, Dtype::F32).unwrap();
+    let xdir = tmp("files", "inputs");
+    io::write_tensors(&xdir, &data.inputs, Dtype::F32).unwrap();
+    let back = HostData::load(&p, Some(&wpath), Some(&xdir), None).unwrap();
+    assert_eq!(back, data);
+    // f16 files hold the fp16 rounding of every value (half's conversion is nearest-even).
+    let hpath = tmp("files", "w16.safetensors");
+    io::write_tensors(&hpath, &data.weights, Dtype::F16).unwrap();
+    let w16 = io::read_tensors(&hpath).unwrap();
+    for (name, t) in &data.weights {
+        let want: Vec<f32> = t
+            .data
+            .iter()
+            .map(|v| half::f16::from_f32(*v).to_f32())
+            .collect();
+        assert_eq!(w16[name].data, want, "{name}");
+    }
+    // A single .npy file is one tensor named by its stem.
+    let one = tmp("files", "b.npy");
+    let only_b: BTreeMap<String, Tensor> = [("b".to_string(), data.weights["b"].clone())]
+        .into_iter()
+        .collect();
+    io::write_tensors(&one, &only_b, Dtype::F32).unwrap();
+    assert_eq!(io::read_tensors(&one).unwrap(), only_b);
+    // Emulating from files gives the same outputs as from memory.
+    let opts = nnp_runtime::emulator::EmuOptions::default();
+    let a = nnp_runtime::emulator::emulate(&p, &data, &opts).unwrap();
+    let b = nnp_runtime::emulator::emulate(&p, &back, &opts).unwrap();
+    assert_eq!(a.outputs, b.outputs);
+    let _ = std::fs::remove_dir_all(wpath.parent().unwrap());
+}
+
+#[test]
+fn trace_round_trips_through_json_lines() {
+    let p = program(SRC, target(""));
+    let data = HostData::random(&p, 2, 3);
+    let opts = nnp_runtime::emulator::EmuOptions {
+        trace: true,
+        chunk: Some(1),
+    };
+    let emu = nnp_runtime::emulator::emulate(&p, &data, &opts).unwrap();
+    let trace = emu.trace.unwrap();
+    // 2 items x (2 iterations of the pop chain + 2 of the multiply chain).
+    assert_eq!(trace.len(), 8);
+    assert_eq!(trace.iter().filter(|r| r.item == 1).count(), 4);
+    let path = tmp("trace", "t.jsonl");
+    nnp_runtime::emulator::write_trace(&path, &trace).unwrap();
+    assert_eq!(nnp_runtime::emulator::read_trace(&path).unwrap(), trace);
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}

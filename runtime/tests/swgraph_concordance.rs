@@ -1,0 +1,132 @@
+//! Concordance: the software graph (`exec::run_program`) equals the emulator
+//! (`emulator::emulate`, the hardware oracle) bit for bit, on every sample in `samples/` and every
+//! target its `// nnpc: targets = ...` header names, on 64 seeded input sets each. Also: the
+//! software graph's `--trace` records equal the emulator's, record for record.
+
+use nnp_grammar::{Program, SourceFile, Target};
+use nnp_runtime::emulator::{self, EmuOptions};
+use nnp_runtime::exec::{self, ExecOptions};
+use nnp_runtime::host::{HostData, Outputs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn samples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples")
+}
+
+/// `(sample path, target name)` for every sample and every target it declares.
+fn cases() -> Vec<(PathBuf, String)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(samples_dir())
+        .expect("samples/ exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "nnp"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("readable sample");
+        let line = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("// nnpc: targets ="))
+            .unwrap_or_else(|| panic!("{} has no `// nnpc: targets =` line", f.display()));
+        for t in line.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            out.push((f.clone(), t.to_string()));
+        }
+    }
+    assert!(out.len() >= 10, "expected many (sample, target) cases, found {}", out.len());
+    out
+}
+
+fn load(path: &Path, target: &str) -> Program {
+    let t = if target == "bw-default" {
+        Target::bw_default()
+    } else {
+        let p = samples_dir().join("targets").join(format!("{target}.toml"));
+        Target::load(p.to_str().expect("utf-8 path")).expect("sample target loads")
+    };
+    let text = std::fs::read_to_string(path).expect("readable sample");
+    let src = Arc::new(SourceFile::new(path.display().to_string(), text));
+    match nnp_grammar::check(src, Some(t)) {
+        Ok(out) => out.program,
+        Err(diags) => panic!("{} does not check for {target}: {diags:?}", path.display()),
+    }
+}
+
+/// Bit patterns of f32 storage values, NaN canonical (every NaN is the same pattern).
+fn bits(v: f32) -> u32 {
+    if v.is_nan() { 0x7FC0_0000 } else { v.to_bits() }
+}
+
+fn assert_same(case: &str, hw: &Outputs, sw: &Outputs) {
+    assert_eq!(
+        hw.keys().collect::<Vec<_>>(),
+        sw.keys().collect::<Vec<_>>(),
+        "{case}: output names"
+    );
+    for (name, h) in hw {
+        let s = &sw[name];
+        assert_eq!(h.shape, s.shape, "{case}: shape of `{name}`");
+        let diff = h
+            .data
+            .iter()
+            .zip(&s.data)
+            .enumerate()
+            .filter(|(_, (a, b))| bits(**a) != bits(**b))
+            .map(|(i, (a, b))| (i, *a, *b))
+            .collect::<Vec<_>>();
+        assert!(
+            diff.is_empty(),
+            "{case}: `{name}` differs in {} of {} elements; first (index, emulator, graph): {:?}",
+            diff.len(),
+            h.data.len(),
+            &diff[..diff.len().min(5)]
+        );
+    }
+}
+
+#[test]
+fn every_sample_on_every_declared_target_matches_the_emulator() {
+    for (path, target) in cases() {
+        let program = load(&path, &target);
+        let case = format!("{} on {target}", path.display());
+        let data = HostData::random(&program, 64, 0x5eed);
+        let hw = emulator::emulate(&program, &data, &EmuOptions::default())
+            .unwrap_or_else(|e| panic!("{case}: emulator: {e}"));
+        let sw = exec::run_program(&program, &data, &ExecOptions::default())
+            .unwrap_or_else(|e| panic!("{case}: software graph: {e}"));
+        assert_same(&case, &hw.outputs, &sw.outputs);
+    }
+}
+
+#[test]
+fn traces_match_the_emulator_record_for_record() {
+    for sample in ["mixed_precision.nnp", "gru.nnp", "conv1x1.nnp"] {
+        let path = samples_dir().join(sample);
+        let program = load(&path, "bw-default");
+        let data = HostData::random(&program, 3, 11);
+        let hw = emulator::emulate(
+            &program,
+            &data,
+            &EmuOptions {
+                trace: true,
+                ..EmuOptions::default()
+            },
+        )
+        .expect("emulates");
+        let opts = ExecOptions {
+            keep_writes: true,
+            ..ExecOptions::default()
+        };
+        let graph = nnp_lowering::swgraph::lower(&program).expect("lowers");
+        let run = exec::execute(&graph, &data, &opts).expect("runs");
+        let sw = exec::trace::records(&graph, &run, data.batch).expect("kept writes");
+        let hw = hw.trace.expect("trace asked for");
+        assert_eq!(hw.len(), sw.len(), "{sample}: record count");
+        for (h, s) in hw.iter().zip(&sw) {
+            // Same JSON, field for field.
+            let hj = serde_json::to_value(h).expect("json");
+            let sj = serde_json::to_value(s).expect("json");
+            assert_eq!(hj, sj, "{sample}: first differing record");
+        }
+    }
+}
