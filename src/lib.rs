@@ -24,7 +24,7 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum LoadError {
     /// The firmware file cannot be read.
-    #[error("cannot read firmware file `{path}`: {source}")]
+    #[error("cannot read firmware file `{path}`")]
     #[diagnostic(code(nnp::io))]
     Read {
         path: String,

@@ -5,6 +5,9 @@ use std::process::ExitCode;
 
 mod cmd;
 
+// The facade's loaders, as `crate::load_program` / `crate::check_file` for the subcommands.
+use nnpc::{check_file, load_program};
+
 /// Bit-exact software execution of NNP (Brainwave-style) firmware.
 ///
 /// Write firmware, check it, inspect its dependency graph, run it as a software graph that is

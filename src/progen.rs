@@ -33,6 +33,9 @@ pub struct GenConfig {
     pub quant_prob: f64,
     /// Allow `mfu.input` formats other than fp16/bf16 (activations computed in f64 and rounded).
     pub wide_mfu_formats: bool,
+    /// Draw MVM formats from the whole catalogue (HBFP, int, fixed, dynamic fixed, power-of-two,
+    /// two-hot too), not only BFP/MSFP/MX/floats.
+    pub all_formats: bool,
 }
 
 impl Default for GenConfig {
@@ -45,7 +48,21 @@ impl Default for GenConfig {
             max_iterations: 3,
             max_ops: 4,
             quant_prob: 0.3,
-            wide_mfu_formats: false,
+            wide_mfu_formats: true,
+            all_formats: true,
+        }
+    }
+}
+
+impl GenConfig {
+    /// Bigger programs: more and wider chains, more iterations and MFU ops.
+    pub fn large() -> Self {
+        GenConfig {
+            max_chains: 14,
+            max_tiles: 4,
+            max_iterations: 5,
+            max_ops: 6,
+            ..GenConfig::default()
         }
     }
 }
@@ -119,49 +136,130 @@ impl Rng {
 // ---------------------------------------------------------------------------------------------
 // Format literals the generator draws from.
 
-const ROUNDINGS: &[&str] = &["even", "away", "zero"];
-const MX_ELEMS: &[&str] = &["fp8e4m3", "fp8e5m2", "fp6e3m2", "fp6e2m3", "fp4e2m1", "int8"];
+const MX_ELEMS: &[&str] = &[
+    "fp8e4m3", "fp8e5m2", "fp6e3m2", "fp6e2m3", "fp4e2m1", "int8",
+];
 
-/// A random MVM-input format (BFP, MSFP, MX, reduced float, fp16).
-fn mvm_format(r: &mut Rng, n: usize) -> String {
-    match r.below(10) {
-        0..=3 => {
-            let mut s = format!("bfp(mant = {}", r.range(3, 8));
+/// `, round = ...` (nearest-even by default, so often nothing).
+fn round_arg(r: &mut Rng) -> String {
+    match r.below(8) {
+        0 => ", round = away".into(),
+        1 => ", round = zero".into(),
+        2 => ", round = even".into(),
+        3 => format!(", round = stochastic(seed = {})", r.below(1000)),
+        _ => String::new(),
+    }
+}
+
+/// Block sizes: divisors of N, sometimes more than a tile.
+fn block_size(r: &mut Rng, n: usize) -> usize {
+    let mut blocks: Vec<usize> = (2..=n).filter(|b| n % b == 0).collect();
+    if blocks.is_empty() || r.chance(0.1) {
+        blocks = vec![32];
+    }
+    *r.pick(&blocks)
+}
+
+/// A random MVM-input format. With `all`, the whole catalogue of NUMERICS.md section 3;
+/// otherwise BFP, MSFP, MX, reduced floats, bf16 and fp16.
+fn mvm_format(r: &mut Rng, n: usize, all: bool) -> String {
+    let pick = r.below(if all { 22 } else { 16 });
+    match pick {
+        0..=6 => {
+            let mut s = format!("bfp(mant = {}", r.range(2, 8));
             if r.chance(0.3) {
-                let _ = write!(s, ", exp_bits = {}", r.pick(&[4, 5, 6, 8]));
+                let _ = write!(s, ", exp_bits = {}", r.pick(&[3, 4, 5, 6, 8]));
             }
-            if r.chance(0.4) {
-                let _ = write!(s, ", round = {}", r.pick(ROUNDINGS));
-            }
+            s.push_str(&round_arg(r));
             if r.chance(0.2) {
-                // Blocks that divide the native tile.
-                let blocks: Vec<usize> = (1..=n).filter(|b| n % b == 0 && *b >= 2).collect();
-                let _ = write!(s, ", block = {}", r.pick(&blocks));
+                let _ = write!(s, ", block = {}", block_size(r, n));
+            }
+            if r.chance(0.1) {
+                s.push_str(", range = full");
             }
             s.push(')');
             s
         }
-        4 => format!("msfp(mant = {})", r.pick(&[4, 5, 8])),
-        5 | 6 => {
-            let blocks: Vec<usize> = (1..=n).filter(|b| n % b == 0 && *b >= 2).collect();
-            format!("mx(elem = {}, block = {})", r.pick(MX_ELEMS), r.pick(&blocks))
+        7 => format!("msfp(mant = {}{})", r.pick(&[4, 5, 8]), round_arg(r)),
+        8..=10 => format!(
+            "mx(elem = {}, block = {}{})",
+            r.pick(MX_ELEMS),
+            block_size(r, n),
+            round_arg(r)
+        ),
+        11 | 12 => {
+            let (e, m) = *r.pick(&[(5, 2), (4, 3), (5, 3), (3, 2), (6, 5)]);
+            let mut s = format!("fp({e}, {m}");
+            if r.chance(0.2) {
+                s.push_str(", overflow = sat");
+            }
+            if r.chance(0.2) {
+                s.push_str(", subnormals = false");
+            }
+            s.push_str(&round_arg(r));
+            s.push(')');
+            s
         }
-        7 => r.pick(&["fp(5, 2)", "fp(4, 3)", "fp(5, 3)"]).to_string(),
-        8 => "bf16".into(),
-        _ => "fp16".into(),
+        13 => "bf16".into(),
+        14 | 15 => "fp16".into(),
+        16 => r
+            .pick(&[
+                "mx9",
+                "mx6",
+                "mx4",
+                "hbfp(mant = 4, levels = 1, scale_cap = 1, block = 16)",
+            ])
+            .to_string(),
+        17 => format!(
+            "int(bits = {}, scale = {}, per = {}{})",
+            r.range(3, 8),
+            r.pick(&["f32", "pow2"]),
+            r.pick(&["tensor", "row"]),
+            round_arg(r)
+        ),
+        18 => format!(
+            "fixed(int = {}, frac = {}{})",
+            r.range(2, 6),
+            r.range(2, 10),
+            round_arg(r)
+        ),
+        19 => format!(
+            "dynfixed(bits = {}, policy = {})",
+            r.range(4, 8),
+            r.pick(&["max", "overflow(ppm = 10000)"])
+        ),
+        20 => format!("pot(bits = {})", r.range(3, 6)),
+        _ => format!("twohot(bits = {})", r.pick(&[4, 6, 8])),
     }
 }
 
 /// A random float format for `mvm.output`.
 fn output_format(r: &mut Rng) -> String {
-    r.pick(&["fp16", "fp16", "fp16", "bf16", "fp32", "fp(5, 3)"])
-        .to_string()
+    r.pick(&[
+        "fp16",
+        "fp16",
+        "fp16",
+        "bf16",
+        "fp32",
+        "fp(5, 3)",
+        "fp(5, 10, overflow = sat)",
+        "fp(5, 10, round = zero)",
+        "fp(8, 10)",
+    ])
+    .to_string()
 }
 
 /// A random float format for `mfu.input`.
 fn mfu_format(r: &mut Rng, wide: bool) -> String {
-    if wide && r.chance(0.3) {
-        r.pick(&["fp32", "fp(5, 3)", "fp(4, 3)"]).to_string()
+    if wide && r.chance(0.25) {
+        r.pick(&[
+            "fp32",
+            "fp(5, 3)",
+            "fp(4, 3)",
+            "fp(5, 10, overflow = sat)",
+            "fp(8, 10)",
+        ])
+        .to_string()
     } else {
         r.pick(&["fp16", "fp16", "fp16", "bf16"]).to_string()
     }
@@ -177,6 +275,8 @@ struct Space {
     /// Declared or written at some point: new declarations only go where nothing was.
     touched: Vec<bool>,
     decl: Vec<Option<usize>>,
+    /// Written by a chain (reading it makes chains depend on each other).
+    fresh: Vec<bool>,
 }
 
 impl Space {
@@ -185,6 +285,7 @@ impl Space {
             init: vec![false; size as usize],
             touched: vec![false; size as usize],
             decl: vec![None; size as usize],
+            fresh: vec![false; size as usize],
         }
     }
     fn size(&self) -> u32 {
@@ -193,7 +294,9 @@ impl Space {
     /// A random base of `len` untouched registers.
     fn alloc(&self, r: &mut Rng, len: u32) -> Option<u32> {
         let free: Vec<u32> = (0..=self.size().saturating_sub(len))
-            .filter(|&a| (a..a + len).all(|i| !self.touched.get(i as usize).copied().unwrap_or(true)))
+            .filter(|&a| {
+                (a..a + len).all(|i| !self.touched.get(i as usize).copied().unwrap_or(true))
+            })
             .collect();
         if free.is_empty() || len == 0 || len > self.size() {
             None
@@ -214,6 +317,8 @@ impl Space {
             self.touched[i as usize] = true;
             if decl.is_some() {
                 self.decl[i as usize] = decl;
+            } else {
+                self.fresh[i as usize] = true;
             }
         }
     }
@@ -282,8 +387,8 @@ struct VChainM {
 enum Item {
     Quant(&'static str, String),
     Swr(&'static str, u32),
-    Vector { iterations: u32, chain: VChainM },
-    Matrix { iterations: u32, src: AddrM, dst: AddrM },
+    Vector(VChainM),
+    Matrix { src: AddrM, dst: AddrM },
 }
 
 /// A region of mrf tiles that holds a matrix usable by `mv_mul`.
@@ -301,7 +406,6 @@ struct MatRegion {
 #[derive(Clone, Debug)]
 struct Written {
     mem: Mem,
-    regs: Vec<u32>,
     width: u32,
     iterations: u32,
     inc: i32,
@@ -345,8 +449,8 @@ impl<'c> Gen<'c> {
         let sizes = [sz(4, 8), sz(3, 6), sz(3, 6), sz(4, 8), sz(6, 12), sz(3, 6)];
         let accumulation = *r.pick(&["exact", "fp32-seq", "fp16-seq"]);
         let defaults = [
-            mvm_format(&mut r, n),
-            mvm_format(&mut r, n),
+            mvm_format(&mut r, n, cfg.all_formats),
+            mvm_format(&mut r, n, cfg.all_formats),
             output_format(&mut r),
             mfu_format(&mut r, cfg.wide_mfu_formats),
         ];
@@ -382,22 +486,24 @@ impl<'c> Gen<'c> {
         }
     }
 
+    /// Index of a space (every space the target has exists; placement never asks for others).
+    fn space_index(&self, id: SpaceId) -> usize {
+        self.spaces.iter().position(|(s, _)| *s == id).unwrap_or(0)
+    }
+
     fn space(&mut self, id: SpaceId) -> &mut Space {
-        let i = self
-            .spaces
-            .iter()
-            .position(|(s, _)| *s == id)
-            .unwrap_or(0);
+        let i = self.space_index(id);
         &mut self.spaces[i].1
     }
 
     fn space_ref(&self, id: SpaceId) -> &Space {
-        let i = self
-            .spaces
-            .iter()
-            .position(|(s, _)| *s == id)
-            .unwrap_or(0);
-        &self.spaces[i].1
+        &self.spaces[self.space_index(id)].1
+    }
+
+    /// A random base of `len` untouched registers of a space.
+    fn alloc(&mut self, id: SpaceId, len: u32) -> Option<u32> {
+        let i = self.space_index(id);
+        self.spaces[i].1.alloc(&mut self.r, len)
     }
 
     fn fresh(&mut self, prefix: &str) -> String {
@@ -443,18 +549,13 @@ impl<'c> Gen<'c> {
     /// Returns the base register.
     fn declare_vector(&mut self, mem: Mem, w: u32, rows: u32) -> Option<u32> {
         let total = w * rows;
-        let base = {
-            let mut r = self.r.clone();
-            let b = self.space_ref(SpaceId::Vec(mem)).alloc(&mut r, total);
-            self.r = r;
-            b?
-        };
+        let base = self.alloc(SpaceId::Vec(mem), total)?;
         let len = self.row_len(w);
         let shape = self.shape(rows, len);
         let zero = self.r.chance(0.15);
         let pad = if zero { None } else { self.pad_literal() };
         let quant = if !zero && self.r.chance(0.2) {
-            Some(mvm_format(&mut self.r, self.n))
+            Some(mvm_format(&mut self.r, self.n, self.cfg.all_formats))
         } else {
             None
         };
@@ -483,25 +584,21 @@ impl<'c> Gen<'c> {
         } else {
             SpaceId::MrfTiles
         };
-        let base = {
-            let mut r = self.r.clone();
-            let b = self.space_ref(id).alloc(&mut r, rt * ct);
-            self.r = r;
-            match b {
-                Some(b) => b,
-                None => return false,
-            }
+        let Some(base) = self.alloc(id, rt * ct) else {
+            return false;
         };
         let n = self.n;
         let rows = if self.r.chance(0.5) {
             rt as usize * n
         } else {
-            self.r.range(((rt as usize - 1) * n + 1) as i64, (rt as usize * n) as i64) as usize
+            self.r
+                .range(((rt as usize - 1) * n + 1) as i64, (rt as usize * n) as i64)
+                as usize
         };
         let cols = self.row_len(ct);
         // Per-matrix precision only where it is unambiguous (declared at mrf, never copied).
         let quant = if !at_dram && self.r.chance(0.25) {
-            Some(mvm_format(&mut self.r, n))
+            Some(mvm_format(&mut self.r, n, self.cfg.all_formats))
         } else {
             None
         };
@@ -550,14 +647,8 @@ impl<'c> Gen<'c> {
             return false;
         };
         let total = rt * ct;
-        let dst = {
-            let mut r = self.r.clone();
-            let b = self.space_ref(SpaceId::MrfTiles).alloc(&mut r, total);
-            self.r = r;
-            match b {
-                Some(b) => b,
-                None => return false,
-            }
+        let Some(dst) = self.alloc(SpaceId::MrfTiles, total) else {
+            return false;
         };
         // Whole matrix at once, or one tile row per iteration.
         let (iterations, piece_rows) = if rt > 1 && self.r.chance(0.5) {
@@ -572,7 +663,6 @@ impl<'c> Gen<'c> {
         }
         let inc = if iterations > 1 { ct as i32 } else { 0 };
         self.items.push(Item::Matrix {
-            iterations,
             src: AddrM { base: src, inc },
             dst: AddrM { base: dst, inc },
         });
@@ -627,6 +717,20 @@ impl<'c> Gen<'c> {
                     sp.in_range(&regs) && sp.all_init(&regs)
                 })
                 .collect();
+            // Prefer what earlier chains wrote: chains then feed each other.
+            let fresh: Vec<u32> = cands
+                .iter()
+                .copied()
+                .filter(|&a| {
+                    Self::read_regs(AddrM { base: a, inc }, width, None, iterations)
+                        .iter()
+                        .all(|&i| sp.fresh[i as usize])
+                })
+                .collect();
+            if !fresh.is_empty() && self.r.chance(0.7) {
+                let base = *self.r.pick(&fresh);
+                return Some(AddrM { base, inc });
+            }
             if !cands.is_empty() {
                 let base = *self.r.pick(&cands);
                 return Some(AddrM { base, inc });
@@ -714,10 +818,19 @@ impl<'c> Gen<'c> {
         let count = self.r.range(1, 2);
         for _ in 0..count {
             let (point, fmt) = match self.r.below(4) {
-                0 => ("mvm.vector", mvm_format(&mut self.r, self.n)),
-                1 => ("mvm.matrix", mvm_format(&mut self.r, self.n)),
+                0 => (
+                    "mvm.vector",
+                    mvm_format(&mut self.r, self.n, self.cfg.all_formats),
+                ),
+                1 => (
+                    "mvm.matrix",
+                    mvm_format(&mut self.r, self.n, self.cfg.all_formats),
+                ),
                 2 => ("mvm.output", output_format(&mut self.r)),
-                _ => ("mfu.input", mfu_format(&mut self.r, self.cfg.wide_mfu_formats)),
+                _ => (
+                    "mfu.input",
+                    mfu_format(&mut self.r, self.cfg.wide_mfu_formats),
+                ),
             };
             self.items.push(Item::Quant(point, fmt));
         }
@@ -725,18 +838,35 @@ impl<'c> Gen<'c> {
 
     /// A fresh netq row group: `input` when `out` is false, `output` otherwise.
     fn netq_decl(&mut self, out: bool, width: u32, iterations: u32) {
+        let kind = if out { DKind::Output } else { DKind::Input };
+        // Now and then continue the previous row group of the same width: one declaration then
+        // feeds (or collects) several chains.
+        let n = self.n;
+        if let Some(last) = self
+            .decls
+            .iter_mut()
+            .rev()
+            .find(|d| d.kind == kind && d.at.is_none())
+            && last.shape.last().map_or(0, |c| c.div_ceil(n)) == width as usize
+            && self.r.chance(0.3)
+        {
+            let len = last.shape.last().copied().unwrap_or(1);
+            let rows: usize = last.shape[..last.shape.len() - 1].iter().product();
+            last.shape = vec![rows + iterations as usize, len];
+            return;
+        }
         let len = self.row_len(width);
         let shape = self.shape(iterations, len);
         let pad = if out { None } else { self.pad_literal() };
         let quant = if !out && self.r.chance(0.15) {
-            Some(mvm_format(&mut self.r, self.n))
+            Some(mvm_format(&mut self.r, self.n, self.cfg.all_formats))
         } else {
             None
         };
         let name = self.fresh(if out { "y" } else { "x" });
         self.decls.push(DeclM {
             name,
-            kind: if out { DKind::Output } else { DKind::Input },
+            kind,
             shape,
             at: None,
             zero: false,
@@ -912,6 +1042,26 @@ impl<'c> Gen<'c> {
             self.netq_decl(true, width, iterations);
             writes.push((Mem::Netq, AddrM { base: 0, inc: 0 }));
         }
+        // A recurrence: an iterated chain writing where its next iteration reads (inc != 0), or
+        // where every iteration reads (inc = 0): iteration t + 1 sees what t wrote.
+        if iterations > 1 && src != Mem::Netq && window.is_none() && self.r.chance(0.3) {
+            let base = src_addr.base as i64 + src_addr.inc as i64;
+            if base >= 0 {
+                let a = AddrM {
+                    base: base as u32,
+                    inc: src_addr.inc,
+                };
+                let regs = Self::read_regs(a, width, None, iterations);
+                let fits = regs.iter().all(|&r| !operand_regs.contains(&(src, r)))
+                    && self.space_ref(SpaceId::Vec(src)).in_range(&regs);
+                if fits {
+                    for &r in &regs {
+                        taken.insert((src, r));
+                    }
+                    writes.push((src, a));
+                }
+            }
+        }
         for _ in 0..count {
             if !writes.is_empty() && self.r.chance(0.3) {
                 break;
@@ -941,7 +1091,6 @@ impl<'c> Gen<'c> {
             self.space(SpaceId::Vec(*mem)).mark(&regs, None);
             self.written.push(Written {
                 mem: *mem,
-                regs,
                 width,
                 iterations,
                 inc: a.inc,
@@ -952,17 +1101,14 @@ impl<'c> Gen<'c> {
         if iterations > 1 || self.r.chance(0.05) {
             self.items.push(Item::Swr("iterations", iterations));
         }
-        self.items.push(Item::Vector {
-            iterations,
-            chain: VChainM {
-                src,
-                src_addr,
-                window,
-                mv_mul,
-                ops,
-                writes,
-            },
-        });
+        self.items.push(Item::Vector(VChainM {
+            src,
+            src_addr,
+            window,
+            mv_mul,
+            ops,
+            writes,
+        }));
     }
 
     fn win_regs(&mut self, w: u32, h: u32, pitch: u32) {
@@ -983,7 +1129,7 @@ impl<'c> Gen<'c> {
 
     /// `output ... at mem[a]` declarations over written, undeclared registers.
     fn mem_outputs(&mut self) {
-        let want = self.r.range(0, 2);
+        let want = self.r.range(2, 5);
         let mut got = 0;
         let mut cands = self.written.clone();
         // Later writes first: a region written last is the interesting one.
@@ -1009,7 +1155,6 @@ impl<'c> Gen<'c> {
             {
                 continue;
             }
-            let _ = &wr.regs;
             for &r in &regs {
                 claimed.insert((wr.mem, r));
             }
@@ -1137,7 +1282,8 @@ impl<'c> Gen<'c> {
         let _ = writeln!(out, "// generated by nnpc::progen, seed {}", self.seed);
         // Declarations: inputs and netq outputs keep their order (it is the netq order); the
         // others are shuffled in between.
-        let netq = |d: &DeclM| d.kind == DKind::Input || (d.kind == DKind::Output && d.at.is_none());
+        let netq =
+            |d: &DeclM| d.kind == DKind::Input || (d.kind == DKind::Output && d.at.is_none());
         let (mut rest, mut queue): (Vec<usize>, Vec<usize>) =
             (0..self.decls.len()).partition(|&i| !netq(&self.decls[i]));
         let mut order = Vec::new();
@@ -1169,7 +1315,7 @@ impl<'c> Gen<'c> {
                     let b = self.instr("m_wr", Mem::Mrf, dst);
                     let _ = writeln!(out, "{a}\n{b}\nend_chain");
                 }
-                Item::Vector { chain, .. } => {
+                Item::Vector(chain) => {
                     let rd = if chain.window.is_some() {
                         "v_rd_2d"
                     } else {
@@ -1227,6 +1373,9 @@ pub struct DataConfig {
     pub spread: i32,
     /// Probability that a tile holds one NaN or infinity.
     pub nonfinite: f64,
+    /// Probability that a declaration's tiles use a spread of only 3 (neighbouring magnitudes,
+    /// where accumulation order and rounding show most, and activations do not saturate).
+    pub mild: f64,
 }
 
 impl Default for DataConfig {
@@ -1234,6 +1383,7 @@ impl Default for DataConfig {
         DataConfig {
             spread: 20,
             nonfinite: 0.01,
+            mild: 0.4,
         }
     }
 }
@@ -1254,8 +1404,13 @@ pub fn host_data(
     let n = program.native().max(1);
     let mut weights = std::collections::BTreeMap::new();
     let mut inputs = std::collections::BTreeMap::new();
+    let mild = DataConfig {
+        spread: cfg.spread.min(3),
+        ..cfg.clone()
+    };
     for d in &program.decls {
         let mut r = Rng::keyed(seed, &d.name);
+        let cfg = if r.chance(cfg.mild) { &mild } else { cfg };
         match d.kind {
             DeclKind::Matrix | DeclKind::Vector if d.init == Init::Load => {
                 let data = if d.kind == DeclKind::Matrix {
@@ -1294,95 +1449,110 @@ fn rows_values(r: &mut Rng, rows: usize, len: usize, n: usize, cfg: &DataConfig)
         let mut c = 0;
         while c < len {
             let k = n.min(len - c);
-            out.extend(tile_values(r, k, cfg));
+            let p = Pattern::draw(r, cfg);
+            out.extend(p.fill(r, k, cfg));
             c += k;
         }
     }
     out
 }
 
-/// A `rows x cols` matrix, each N x N tile with its own pattern and scale.
+/// A `rows x cols` matrix, each N x N tile with its own pattern and scale, filled row by row
+/// (the MVM quantizes matrix tiles per row).
 fn matrix_values(r: &mut Rng, rows: usize, cols: usize, n: usize, cfg: &DataConfig) -> Vec<f32> {
     let mut out = vec![0f32; rows * cols];
     for ti in 0..rows.div_ceil(n) {
         for tj in 0..cols.div_ceil(n) {
             let (h, w) = (n.min(rows - ti * n), n.min(cols - tj * n));
-            let v = tile_values(r, h * w, cfg);
+            let p = Pattern::draw(r, cfg);
             for i in 0..h {
-                for j in 0..w {
-                    out[(ti * n + i) * cols + tj * n + j] = v[i * w + j];
-                }
+                let v = p.fill(r, w, cfg);
+                let at = (ti * n + i) * cols + tj * n;
+                out[at..at + w].copy_from_slice(&v);
             }
         }
     }
     out
 }
 
-/// One tile of `len` values in a random pattern.
-fn tile_values(r: &mut Rng, len: usize, cfg: &DataConfig) -> Vec<f32> {
-    let k = r.range(-cfg.spread as i64, cfg.spread as i64).min(14) as i32;
-    let scale = 2f64.powi(k);
-    let sign = |r: &mut Rng| if r.chance(0.5) { -1.0 } else { 1.0 };
-    let mut v: Vec<f64> = match r.below(100) {
-        // Uniform in (-2, 2) times the tile scale.
-        0..=37 => (0..len).map(|_| (r.unit() * 4.0 - 2.0) * scale).collect(),
-        // Exact ties of a BFP grid with an `m`-bit mantissa (incl. sign) and shared exponent k:
-        // one element on the grid in [2^k, 2^(k+1)) fixes the exponent, the others sit halfway
-        // between two grid points.
-        38..=54 => {
-            let m = r.range(3, 8) as i32;
-            let step = scale * 2f64.powi(-(m - 2));
-            let top = 1i64 << (m - 2);
-            (0..len)
-                .map(|i| {
-                    if i == 0 {
-                        sign(r) * (top + r.range(0, top - 1)) as f64 * step
+/// The pattern of one tile: its kind, scale exponent and (for ties) grid mantissa width.
+struct Pattern {
+    kind: u64,
+    k: i32,
+    m: i32,
+}
+
+impl Pattern {
+    fn draw(r: &mut Rng, cfg: &DataConfig) -> Pattern {
+        Pattern {
+            kind: r.below(100),
+            k: r.range(-cfg.spread as i64, cfg.spread as i64).min(14) as i32,
+            m: r.range(3, 8) as i32,
+        }
+    }
+
+    /// `len` values of this pattern.
+    fn fill(&self, r: &mut Rng, len: usize, cfg: &DataConfig) -> Vec<f32> {
+        let scale = 2f64.powi(self.k);
+        let sign = |r: &mut Rng| if r.chance(0.5) { -1.0 } else { 1.0 };
+        let mut v: Vec<f64> = match self.kind {
+            // Uniform in (-2, 2) times the tile scale.
+            0..=37 => (0..len).map(|_| (r.unit() * 4.0 - 2.0) * scale).collect(),
+            // Exact ties of a BFP grid with an `m`-bit mantissa (incl. sign) and shared exponent
+            // k: even lanes sit on the grid in [2^k, 2^(k+1)) and fix the exponent of every
+            // block of two or more lanes, odd lanes sit halfway between two grid points.
+            38..=54 => {
+                let step = scale * 2f64.powi(-(self.m - 2));
+                let top = 1i64 << (self.m - 2);
+                (0..len)
+                    .map(|i| {
+                        if i % 2 == 0 {
+                            sign(r) * (top + r.range(0, top - 1)) as f64 * step
+                        } else {
+                            sign(r) * (r.range(0, 2 * top - 2) as f64 + 0.5) * step
+                        }
+                    })
+                    .collect()
+            }
+            // Saturation: BFP mantissas that round up past the largest code, and values near
+            // fp16's largest finite value (products and sums overflow).
+            55..=64 => {
+                if self.m != 3 {
+                    (0..len)
+                        .map(|_| sign(r) * (2.0 - 2f64.powi(-(r.range(1, 11) as i32))) * scale)
+                        .collect()
+                } else {
+                    let big = [65504.0, 65519.0, 61440.0, 32768.0, 49152.0, 40000.0];
+                    (0..len).map(|_| sign(r) * *r.pick(&big)).collect()
+                }
+            }
+            // Zeros of both signs, with a stray value now and then.
+            65..=72 => (0..len)
+                .map(|_| match r.below(5) {
+                    0 => -0.0,
+                    1 => (r.unit() * 4.0 - 2.0) * scale,
+                    _ => 0.0,
+                })
+                .collect(),
+            // fp16 subnormals (multiples of 2^-24 below 2^-14), some normals near the boundary.
+            73..=82 => (0..len)
+                .map(|_| {
+                    if r.chance(0.2) {
+                        sign(r) * 2f64.powi(-14) * (1.0 + r.unit())
                     } else {
-                        sign(r) * (r.range(0, 2 * top - 2) as f64 + 0.5) * step
+                        sign(r) * r.range(1, 1023) as f64 * 2f64.powi(-24)
                     }
                 })
-                .collect()
+                .collect(),
+            // Small integers times the scale: exact sums, cancellation, ties in accumulation.
+            _ => (0..len).map(|_| r.range(-8, 8) as f64 * scale).collect(),
+        };
+        if !v.is_empty() && r.chance(cfg.nonfinite) {
+            let i = r.below(v.len() as u64) as usize;
+            v[i] = *r.pick(&[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 65520.0, -1e6]);
         }
-        // Saturation: BFP mantissas that round up past the largest code, and values near
-        // fp16's largest finite value (products and sums overflow).
-        55..=64 => {
-            if r.chance(0.5) {
-                (0..len)
-                    .map(|_| sign(r) * (2.0 - 2f64.powi(-(r.range(1, 11) as i32))) * scale)
-                    .collect()
-            } else {
-                let big = [65504.0, 65519.0, 61440.0, 32768.0, 49152.0, 40000.0];
-                (0..len).map(|_| sign(r) * *r.pick(&big)).collect()
-            }
-        }
-        // Zeros of both signs, with a stray value now and then.
-        65..=72 => (0..len)
-            .map(|_| match r.below(5) {
-                0 => -0.0,
-                1 => (r.unit() * 4.0 - 2.0) * scale,
-                _ => 0.0,
-            })
-            .collect(),
-        // fp16 subnormals (multiples of 2^-24 below 2^-14), some normals near the boundary.
-        73..=82 => (0..len)
-            .map(|_| {
-                if r.chance(0.2) {
-                    sign(r) * 2f64.powi(-14) * (1.0 + r.unit())
-                } else {
-                    sign(r) * r.range(1, 1023) as f64 * 2f64.powi(-24)
-                }
-            })
-            .collect(),
-        // Small integers times the scale: exact sums, cancellation, ties in accumulation.
-        _ => (0..len)
-            .map(|_| r.range(-8, 8) as f64 * scale)
-            .collect(),
-    };
-    if !v.is_empty() && r.chance(cfg.nonfinite) {
-        let i = r.below(v.len() as u64) as usize;
-        v[i] = *r.pick(&[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 65520.0, -1e6]);
+        v.into_iter().map(|x| x as f32).collect()
     }
-    v.into_iter().map(|x| x as f32).collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1459,13 +1629,20 @@ fn line_variants(line: &str) -> Vec<String> {
             }
         }
         // `[a, b, C]` -> leading dimensions lowered to 1.
-        if let (Some(l), Some(r)) = (line.find('['), line.find(']')) {
+        if let (Some(l), Some(r)) = (line.find('['), line.find(']'))
+            && l < r
+        {
             let dims: Vec<&str> = line[l + 1..r].split(',').map(str::trim).collect();
             for i in 0..dims.len().saturating_sub(1) {
                 if dims[i] != "1" {
                     let mut d = dims.clone();
                     d[i] = "1";
-                    out.push(format!("{}[{}]{}", &line[..l], d.join(", "), &line[r + 1..]));
+                    out.push(format!(
+                        "{}[{}]{}",
+                        &line[..l],
+                        d.join(", "),
+                        &line[r + 1..]
+                    ));
                 }
             }
         }
@@ -1509,7 +1686,9 @@ pub fn minimize(
                 break;
             }
             // The chain popped or pushed a netq row group: drop its declaration too.
-            let netq: Vec<usize> = (0..cand.len()).filter(|&i| is_netq_decl(&cand[i])).collect();
+            let netq: Vec<usize> = (0..cand.len())
+                .filter(|&i| is_netq_decl(&cand[i]))
+                .collect();
             let mut done = false;
             for &j in netq.iter().rev() {
                 let mut c2 = cand.clone();
@@ -1554,7 +1733,9 @@ pub fn minimize(
             .filter(|&i| lines[i].trim_start().starts_with("s_wr iterations"))
             .collect();
         for &i in &iters {
-            let netq: Vec<usize> = (0..lines.len()).filter(|&j| is_netq_decl(&lines[j])).collect();
+            let netq: Vec<usize> = (0..lines.len())
+                .filter(|&j| is_netq_decl(&lines[j]))
+                .collect();
             for j in netq {
                 for v in line_variants(&lines[j]) {
                     let mut cand = lines.clone();
@@ -1571,7 +1752,10 @@ pub fn minimize(
         while k > 0 {
             k -= 1;
             let key = first_word(&target[k]);
-            if matches!(key, "mvm_vector" | "mvm_matrix" | "mvm_output" | "mfu_input") {
+            if matches!(
+                key,
+                "mvm_vector" | "mvm_matrix" | "mvm_output" | "mfu_input"
+            ) {
                 let mut cand = target.clone();
                 cand.remove(k);
                 if still_fails(&join(&lines), &join(&cand)) {
@@ -1690,7 +1874,6 @@ pub fn run_differential(
     use nnp_grammar::{SourceFile, Target, check};
     use nnp_runtime::emulator::{EmuOptions, emulate};
     use nnp_runtime::exec::{ExecOptions, execute, run_program};
-    use nnp_runtime::host::storage_bits;
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::sync::Arc;
 
@@ -1713,9 +1896,6 @@ pub fn run_differential(
             });
             return Outcome::Invalid(text);
         }
-    };
-    let Some(storage) = program.target.numerics.storage.as_float().copied() else {
-        return Outcome::Invalid("storage format is not a float format".into());
     };
     let data = host_data(&program, batch, data_seed, data_cfg);
     let emu = match catch_unwind(AssertUnwindSafe(|| {
@@ -1742,6 +1922,20 @@ pub fn run_differential(
         Err(p) => return Outcome::GraphError(panic_text(p)),
     };
 
+    compare_outputs(&program, &emu, &sw)
+}
+
+/// Compare two engines' outputs element by element on their storage bit patterns
+/// ([`nnp_runtime::host::storage_bits`]: every NaN is the canonical NaN).
+pub fn compare_outputs(
+    program: &nnp_grammar::Program,
+    emu: &nnp_runtime::host::Outputs,
+    sw: &nnp_runtime::host::Outputs,
+) -> Outcome {
+    use nnp_runtime::host::storage_bits;
+    let Some(storage) = program.target.numerics.storage.as_float().copied() else {
+        return Outcome::Invalid("storage format is not a float format".into());
+    };
     let mut first: Option<Mismatch> = None;
     let (mut differing, mut elements) = (0, 0);
     for d in program.outputs() {
@@ -1818,4 +2012,115 @@ pub fn minimize_failure(
     });
     let out = run_differential(&s, &t, data_seed, batch, data_cfg, json);
     (s, t, out)
+}
+
+#[cfg(test)]
+mod scratch_tests {
+    use super::*;
+    #[test]
+    fn scratch() {
+        let cfg = GenConfig::default();
+        let n: u64 = std::env::var("SCRATCH_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20);
+        let mut kinds = std::collections::BTreeMap::new();
+        for seed in 0..n {
+            let g = generate(seed, &cfg);
+            let out = run_differential(
+                &g.source,
+                &g.target_toml,
+                seed,
+                3,
+                &DataConfig::default(),
+                false,
+            );
+            if out.is_failure() && std::env::var("SCRATCH_SHOW").is_ok() {
+                eprintln!("=== seed {seed}: {out}\n{}\n{}", g.source, g.target_toml);
+            } else if out.is_failure() {
+                eprintln!("=== seed {seed}: {out}");
+            }
+            *kinds.entry(out.kind()).or_insert(0) += 1;
+        }
+        eprintln!("{kinds:?}");
+    }
+    #[test]
+    fn stats() {
+        use nnp_grammar::{SourceFile, Target, check};
+        let cfg = GenConfig::default();
+        let mut hist = std::collections::BTreeMap::new();
+        for seed in 0..300u64 {
+            let g = generate(seed, &cfg);
+            let t = Target::from_toml(&g.target_toml, "g").unwrap();
+            let p = check(
+                std::sync::Arc::new(SourceFile::new("g", g.source.clone())),
+                Some(t),
+            )
+            .unwrap()
+            .program;
+            let d = host_data(&p, 3, seed, &DataConfig::default());
+            let e = nnp_runtime::emulator::emulate(&p, &d, &Default::default()).unwrap();
+            for (_, t) in e.outputs {
+                for x in t.data {
+                    let c = if x.is_nan() {
+                        "nan"
+                    } else if x.is_infinite() {
+                        "inf"
+                    } else if x == 0.0 {
+                        "zero"
+                    } else if x.abs() < 6.1e-5 {
+                        "subnormal"
+                    } else if x.abs() >= 32768.0 {
+                        "huge"
+                    } else {
+                        "normal"
+                    };
+                    *hist.entry(c).or_insert(0) += 1;
+                }
+            }
+        }
+        eprintln!("{hist:?}");
+    }
+    #[test]
+    fn showmin() {
+        use nnp_grammar::{ChainBody, OpKind, SourceFile, Target, check};
+        let g = generate(5, &GenConfig::large());
+        let pred = |s: &str, t: &str| {
+            let Ok(target) = Target::from_toml(t, "g") else {
+                return false;
+            };
+            match check(std::sync::Arc::new(SourceFile::new("m", s)), Some(target)) {
+                Ok(out) => out.program.chains.iter().any(|c| match &c.body {
+                    ChainBody::Vector(v) => {
+                        v.ops.iter().any(|o| o.kind == OpKind::Mul) && v.read.window.is_some()
+                    }
+                    _ => false,
+                }),
+                Err(_) => false,
+            }
+        };
+        eprintln!("{}", g.source);
+        let (a, b) = minimize(&g.source, &g.target_toml, pred);
+        eprintln!("----\n{a}\n{b}");
+    }
+    #[test]
+    fn show() {
+        let seed: u64 = std::env::var("SHOW_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3);
+        let g = generate(seed, &GenConfig::default());
+        eprintln!("{}\n{}", g.source, g.target_toml);
+        eprintln!(
+            "{}",
+            run_differential(
+                &g.source,
+                &g.target_toml,
+                seed,
+                3,
+                &DataConfig::default(),
+                false
+            )
+        );
+    }
 }

@@ -9,7 +9,8 @@
 
 use nnp_grammar::{ChainBody, DeclKind, Init, Mem, OpKind, SourceFile, Target, check};
 use nnpc::progen::{
-    DataConfig, GenConfig, Outcome, generate, minimize, minimize_failure, run_differential,
+    DataConfig, GenConfig, Outcome, compare_outputs, generate, minimize, minimize_failure,
+    run_differential,
 };
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +29,19 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// The value of fp16 bits (IEEE binary16: 1 sign, 5 exponent bits with bias 15, 10 fraction
+/// bits; exponent 0 is subnormal, 31 is Inf/NaN).
+fn fp16_value(bits: u32) -> f32 {
+    let sign = if bits & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let (e, m) = ((bits >> 10) & 0x1f, (bits & 0x3ff) as f32);
+    sign * match e {
+        0 => m * 2f32.powi(-24),
+        31 if m == 0.0 => f32::INFINITY,
+        31 => f32::NAN,
+        _ => (1.0 + m / 1024.0) * 2f32.powi(e as i32 - 15),
+    }
+}
+
 fn checked(source: &str, toml: &str) -> nnp_grammar::Program {
     let target = Target::from_toml(toml, "gen.toml").expect("generated target parses");
     match check(Arc::new(SourceFile::new("gen.nnp", source)), Some(target)) {
@@ -39,11 +53,8 @@ fn checked(source: &str, toml: &str) -> nnp_grammar::Program {
     }
 }
 
-#[test]
-fn software_graph_matches_emulator() {
-    let count = env_u64("NNPC_DIFF_PROGRAMS", 200);
-    let base = env_u64("NNPC_DIFF_SEED", 0);
-    let cfg = GenConfig::default();
+/// Run `count` programs from seed `base` on every core; minimize and print failures.
+fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) {
     let data = DataConfig::default();
     let start = Instant::now();
     let next = AtomicU64::new(base);
@@ -58,15 +69,17 @@ fn software_graph_matches_emulator() {
                     if seed >= base + count {
                         break;
                     }
-                    let g = generate(seed, &cfg);
+                    let g = generate(seed, cfg);
                     // Every fourth program goes through the graph's JSON form.
-                    let out =
-                        run_differential(&g.source, &g.target_toml, seed, BATCH, &data, seed % 4 == 0);
-                    match out {
+                    let json = seed % 4 == 0;
+                    match run_differential(&g.source, &g.target_toml, seed, BATCH, &data, json) {
                         Outcome::Concordant { elements: e } => {
                             elements.fetch_add(e as u64, Ordering::Relaxed);
                         }
-                        other => failures.lock().unwrap_or_else(|e| e.into_inner()).push((seed, other)),
+                        other => failures
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((seed, other)),
                     }
                 }
             });
@@ -76,8 +89,8 @@ fn software_graph_matches_emulator() {
     failures.sort_by_key(|f| f.0);
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
-        "differential: {count} programs (seeds {base}..{}), {} output elements bit-exact, {} \
-         failing, {secs:.1} s",
+        "differential ({label}): {count} programs (seeds {base}..{}), {} output elements \
+         bit-exact, {} failing, {secs:.1} s",
         base + count,
         elements.load(Ordering::Relaxed),
         failures.len()
@@ -91,9 +104,15 @@ fn software_graph_matches_emulator() {
             report.push_str(&format!("seed {seed}: {out}\n"));
             continue;
         }
-        let g = generate(*seed, &cfg);
-        let (src, toml, min_out) =
-            minimize_failure(&g.source, &g.target_toml, *seed, BATCH, &data, seed % 4 == 0);
+        let g = generate(*seed, cfg);
+        let (src, toml, min_out) = minimize_failure(
+            &g.source,
+            &g.target_toml,
+            *seed,
+            BATCH,
+            &data,
+            seed % 4 == 0,
+        );
         report.push_str(&format!(
             "==== seed {seed}: {out}\n---- minimized ({}): {min_out}\n---- program\n{src}---- \
              target (gen.toml)\n{toml}\n",
@@ -101,10 +120,124 @@ fn software_graph_matches_emulator() {
         ));
     }
     panic!(
-        "{} of {count} programs failed (reproduce one with NNPC_DIFF_SEED=S \
+        "{label}: {} of {count} programs failed (reproduce one with NNPC_DIFF_SEED=S \
          NNPC_DIFF_PROGRAMS=1):\n{report}",
         failures.len()
     );
+}
+
+#[test]
+fn software_graph_matches_emulator() {
+    let count = env_u64("NNPC_DIFF_PROGRAMS", 200);
+    let base = env_u64("NNPC_DIFF_SEED", 0);
+    differential("small", &GenConfig::default(), base, count);
+}
+
+/// Fewer, bigger programs (`GenConfig::large`): longer dataflow, wider vectors.
+#[test]
+fn software_graph_matches_emulator_on_large_programs() {
+    let count = env_u64("NNPC_DIFF_LARGE", 20);
+    let base = env_u64("NNPC_DIFF_SEED", 0);
+    differential("large", &GenConfig::large(), base, count);
+}
+
+/// The comparison itself: one flipped bit is found at exactly its element; NaNs with different
+/// payloads or signs are the same storage value (`storage_bits` canonicalises NaN).
+#[test]
+fn comparison_finds_one_flipped_bit() {
+    let cfg = GenConfig::default();
+    let (seed, g, p) = (0..100)
+        .map(|s| {
+            let g = generate(s, &cfg);
+            let p = checked(&g.source, &g.target_toml);
+            (s, g, p)
+        })
+        .find(|(_, _, p)| p.outputs().any(|d| d.shape.len() == 2 && d.shape[0] > 1))
+        .expect("a program with a two-row output");
+    let data = nnpc::progen::host_data(&p, BATCH, seed, &DataConfig::default());
+    let emu = nnp_runtime::emulator::emulate(&p, &data, &Default::default())
+        .expect("emulator runs")
+        .outputs;
+    assert!(matches!(
+        compare_outputs(&p, &emu, &emu),
+        Outcome::Concordant { .. }
+    ));
+    let d = p
+        .outputs()
+        .find(|d| d.shape.len() == 2 && d.shape[0] > 1)
+        .expect("found above");
+    let (rows, cols) = (d.shape[0], d.shape[1]);
+    // Batch item 1, row 1, last column; fp16 storage: flip the lowest mantissa bit.
+    let flat = rows * cols + cols + (cols - 1);
+    let mut bad = emu.clone();
+    let t = bad.get_mut(&d.name).expect("output present");
+    let bits = nnp_runtime::host::storage_bits(&nnp_numerics::FloatFormat::FP16, t.data[flat]);
+    t.data[flat] = if t.data[flat].is_nan() {
+        1.0
+    } else {
+        fp16_value(bits ^ 1)
+    };
+    match compare_outputs(&p, &emu, &bad) {
+        Outcome::Mismatch(m) => {
+            assert_eq!(
+                (m.output.as_str(), m.item, m.index.clone()),
+                (d.name.as_str(), 1, vec![1, cols - 1])
+            );
+            assert_eq!(m.differing, 1);
+        }
+        other => panic!(
+            "seed {seed}: expected a mismatch, got {other}\n{}",
+            g.source
+        ),
+    }
+    // A NaN of another sign and payload is the same storage value.
+    let mut nan = emu.clone();
+    let t = nan.get_mut(&d.name).expect("output present");
+    t.data[flat] = f32::NAN;
+    let mut nan2 = nan.clone();
+    nan2.get_mut(&d.name).expect("output present").data[flat] = f32::from_bits(0xFFC0_1234);
+    assert!(matches!(
+        compare_outputs(&p, &nan, &nan2),
+        Outcome::Concordant { .. }
+    ));
+}
+
+/// The test can fail: the emulator of one machine against the software graph of a machine that
+/// differs only in its accumulation mode must disagree on many programs (the data's exponent
+/// spreads make `fp16-seq` round differently from `exact`).
+#[test]
+fn a_different_machine_is_caught() {
+    use nnp_runtime::exec::{ExecOptions, run_program};
+    let cfg = GenConfig::default();
+    let (mut tried, mut caught) = (0, 0);
+    for seed in 0..150 {
+        let g = generate(seed, &cfg);
+        if !g.target_toml.contains("accumulation = \"exact\"") || !g.source.contains("mv_mul") {
+            continue;
+        }
+        let other = g
+            .target_toml
+            .replace("accumulation = \"exact\"", "accumulation = \"fp16-seq\"");
+        let (a, b) = (
+            checked(&g.source, &g.target_toml),
+            checked(&g.source, &other),
+        );
+        let data = nnpc::progen::host_data(&a, BATCH, seed, &DataConfig::default());
+        let emu = nnp_runtime::emulator::emulate(&a, &data, &Default::default())
+            .expect("emulator runs")
+            .outputs;
+        let sw = run_program(&b, &data, &ExecOptions::default())
+            .expect("graph runs")
+            .outputs;
+        tried += 1;
+        if matches!(compare_outputs(&a, &emu, &sw), Outcome::Mismatch(_)) {
+            caught += 1;
+        }
+    }
+    // Programs whose multiplies span one tile or do not reach an output cannot tell the modes
+    // apart; the others must.
+    eprintln!("different accumulation: caught {caught} of {tried}");
+    assert!(caught >= 3, "caught {caught} of {tried}");
 }
 
 #[test]
@@ -219,17 +352,60 @@ fn generated_programs_are_valid_and_cover_the_language() {
         }
     }
     let mut want: Vec<String> = vec![
-        "native 4", "native 8", "native 16", "mfus 1", "mfus 2", "mfus 3",
-        "accumulation Exact", "accumulation Fp32Seq", "accumulation Fp16Seq",
-        "decl Matrix at true", "decl Vector at true", "decl Input at false",
-        "decl Output at false", "decl Output at true", "pad Vector", "pad Input", "= 0",
-        "decl quant Matrix", "decl quant Vector", "decl quant Input", "multi-row decl",
-        "partial tile", "iterations", "matrix chain", "matrix chain inc", "read netq",
-        "read dram", "read ivrf", "read asvrf", "read mulvrf", "window mv_mul=true",
-        "window mv_mul=false", "read inc", "mv_mul", "mv_mul rows>1", "mv_mul cols>1",
-        "mv_mul inc", "mfu 0", "mfu 1", "mfu 2", "write netq", "write dram", "write ivrf",
-        "write asvrf", "write mulvrf", "write inc", "several writes", "quant directive",
-        "text bfp(", "text msfp(", "text mx(", "text fp(", "text round = ", "text _inc ",
+        "native 4",
+        "native 8",
+        "native 16",
+        "mfus 1",
+        "mfus 2",
+        "mfus 3",
+        "accumulation Exact",
+        "accumulation Fp32Seq",
+        "accumulation Fp16Seq",
+        "decl Matrix at true",
+        "decl Vector at true",
+        "decl Input at false",
+        "decl Output at false",
+        "decl Output at true",
+        "pad Vector",
+        "pad Input",
+        "= 0",
+        "decl quant Matrix",
+        "decl quant Vector",
+        "decl quant Input",
+        "multi-row decl",
+        "partial tile",
+        "iterations",
+        "matrix chain",
+        "matrix chain inc",
+        "read netq",
+        "read dram",
+        "read ivrf",
+        "read asvrf",
+        "read mulvrf",
+        "window mv_mul=true",
+        "window mv_mul=false",
+        "read inc",
+        "mv_mul",
+        "mv_mul rows>1",
+        "mv_mul cols>1",
+        "mv_mul inc",
+        "mfu 0",
+        "mfu 1",
+        "mfu 2",
+        "write netq",
+        "write dram",
+        "write ivrf",
+        "write asvrf",
+        "write mulvrf",
+        "write inc",
+        "several writes",
+        "quant directive",
+        "text bfp(",
+        "text msfp(",
+        "text mx(",
+        "text fp(",
+        "text round = ",
+        "text _inc ",
         "text ] + ",
     ]
     .into_iter()
@@ -251,7 +427,10 @@ fn generated_programs_are_valid_and_cover_the_language() {
         want.push(format!("op {k:?}"));
     }
     let missing: Vec<&String> = want.iter().filter(|w| !seen.contains(*w)).collect();
-    assert!(missing.is_empty(), "not covered by seeds 0..200: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "not covered by seeds 0..200: {missing:?}"
+    );
 }
 
 /// The minimizer keeps what the predicate needs and drops the rest, and every step it keeps is
@@ -260,7 +439,9 @@ fn generated_programs_are_valid_and_cover_the_language() {
 fn minimizer_shrinks_to_the_cause() {
     let cfg = GenConfig::default();
     let valid_with_tanh = |s: &str, t: &str| {
-        let Ok(target) = Target::from_toml(t, "gen.toml") else { return false };
+        let Ok(target) = Target::from_toml(t, "gen.toml") else {
+            return false;
+        };
         match check(Arc::new(SourceFile::new("m.nnp", s)), Some(target)) {
             Ok(out) => out.program.chains.iter().any(|c| match &c.body {
                 ChainBody::Vector(v) => v.ops.iter().any(|o| o.kind == OpKind::Tanh),
@@ -274,10 +455,17 @@ fn minimizer_shrinks_to_the_cause() {
         .find(|(_, g)| g.source.lines().count() > 25 && valid_with_tanh(&g.source, &g.target_toml))
         .expect("some seed has a v_tanh in a long program");
     let (src, toml) = minimize(&g.source, &g.target_toml, valid_with_tanh);
-    assert!(valid_with_tanh(&src, &toml), "seed {seed}: minimized program lost the property");
+    assert!(
+        valid_with_tanh(&src, &toml),
+        "seed {seed}: minimized program lost the property"
+    );
     let p = checked(&src, &toml);
     // One chain with the tanh (plus whatever feeds it cannot be removed: at most a few).
-    assert!(p.chains.len() <= 2, "seed {seed}: still {} chains:\n{src}", p.chains.len());
+    assert!(
+        p.chains.len() <= 2,
+        "seed {seed}: still {} chains:\n{src}",
+        p.chains.len()
+    );
     assert!(
         src.lines().count() < g.source.lines().count() / 2,
         "seed {seed}: {} of {} lines left:\n{src}",

@@ -134,8 +134,14 @@ mod tests {
         assert_eq!(lookup("v_relu_inc"), None);
         assert_eq!(lookup("end_chain_inc"), None);
         assert_eq!(all_mnemonics().count(), 19 + 11);
-        assert_eq!(nearest("v_sigmoid", all_mnemonics()).as_deref(), Some("v_sigm"));
-        assert_eq!(nearest("mv_mull", all_mnemonics()).as_deref(), Some("mv_mul"));
+        assert_eq!(
+            nearest("v_sigmoid", all_mnemonics()).as_deref(),
+            Some("v_sigm")
+        );
+        assert_eq!(
+            nearest("mv_mull", all_mnemonics()).as_deref(),
+            Some("mv_mul")
+        );
         assert_eq!(nearest("zzzzzz", all_mnemonics()), None);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
     }

@@ -196,7 +196,9 @@ mod tests {
     use super::*;
 
     fn toks(s: &str) -> Vec<Tok<'_>> {
-        Lexer::new(s).map(|r| r.map(|(_, t, _)| t).unwrap_or(Tok::Error)).collect()
+        Lexer::new(s)
+            .map(|r| r.map(|(_, t, _)| t).unwrap_or(Tok::Error))
+            .collect()
     }
 
     #[test]

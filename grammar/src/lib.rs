@@ -18,10 +18,12 @@ pub mod isa;
 pub mod lexer;
 pub mod parse;
 pub mod program;
+pub mod synth;
 pub mod target;
 
 pub use check::{CheckOutput, check, check_file};
 pub use diagnostics::{Diagnostic, Diagnostics, Severity, codes};
 pub use parse::parse;
 pub use program::*;
+pub use synth::synthetic_program;
 pub use target::{Accumulation, NonFinite, Target, TargetError};

@@ -9,7 +9,13 @@ use crate::program::{SourceFile, Span};
 use lalrpop_util::ParseError;
 
 lalrpop_util::lalrpop_mod!(
-    #[allow(clippy::all, clippy::pedantic, unused_qualifications, unused_parens, dead_code)]
+    #[allow(
+        clippy::all,
+        clippy::pedantic,
+        unused_qualifications,
+        unused_parens,
+        dead_code
+    )]
     grammar
 );
 
@@ -28,9 +34,14 @@ impl ParseCtx {
                 format!("unknown mnemonic `{}`", name.name),
             )
             .label(name.span, "not an instruction of the NNP ISA");
-            let base = name.name.strip_suffix("_inc").filter(|b| isa::lookup(b).is_some());
+            let base = name
+                .name
+                .strip_suffix("_inc")
+                .filter(|b| isa::lookup(b).is_some());
             d = match (base, isa::nearest(&name.name, isa::all_mnemonics())) {
-                (Some(b), _) => d.help(format!("`{b}` takes no address, so it has no `_inc` spelling")),
+                (Some(b), _) => d.help(format!(
+                    "`{b}` takes no address, so it has no `_inc` spelling"
+                )),
                 (None, Some(s)) => d.help(format!("did you mean `{s}`?")),
                 (None, None) => d.help(
                     "instructions are v_rd, v_rd_2d, mv_mul, vv_add, vv_a_sub_b, vv_b_sub_a, \
@@ -67,20 +78,14 @@ pub fn parse(src: &SourceFile) -> Result<File, Vec<Diagnostic>> {
     let mut lexer = Lexer::new(text);
     let mut ctx = ParseCtx::default();
     let mut recovered = Vec::new();
-    let result =
-        grammar::FileParser::new().parse(text, &mut ctx, &mut recovered, lexer.by_ref());
+    let result = grammar::FileParser::new().parse(text, &mut ctx, &mut recovered, lexer.by_ref());
 
     let mut diags: Vec<Diagnostic> = lexer
         .errors
         .iter()
         .map(|e| lex_diagnostic(text, *e))
         .collect();
-    let lexed = |span: Span| {
-        lexer
-            .errors
-            .iter()
-            .any(|e| e.start == span.start as usize)
-    };
+    let lexed = |span: Span| lexer.errors.iter().any(|e| e.start == span.start as usize);
     let mut push = |d: Diagnostic| {
         // The parser also trips over the error token of a lexical error: say it once.
         if !lexed(d.span()) {
@@ -183,9 +188,7 @@ fn syntax_diagnostic(e: ParseError<usize, Tok<'_>, LexError>) -> Diagnostic {
             Diagnostic::error(codes::INVALID_CHARACTER, "invalid token")
                 .label(Span::new(location, location + 1), "here")
         }
-        ParseError::User { error } => {
-            Diagnostic::error(codes::INVALID_CHARACTER, "invalid token")
-                .label(Span::new(error.start, error.end), "here")
-        }
+        ParseError::User { error } => Diagnostic::error(codes::INVALID_CHARACTER, "invalid token")
+            .label(Span::new(error.start, error.end), "here"),
     }
 }

@@ -358,6 +358,7 @@ pub struct MatrixChain {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[allow(clippy::large_enum_variant)] // chains are few; boxing would only add indirection
 pub enum ChainBody {
     Vector(VectorChain),
     Matrix(MatrixChain),
@@ -416,7 +417,11 @@ impl Program {
     /// Declarations the host loads from files (matrices, vectors and inputs not `= 0`).
     pub fn loaded(&self) -> impl Iterator<Item = &Decl> {
         self.decls.iter().filter(|d| {
-            d.init == Init::Load && matches!(d.kind, DeclKind::Matrix | DeclKind::Vector | DeclKind::Input)
+            d.init == Init::Load
+                && matches!(
+                    d.kind,
+                    DeclKind::Matrix | DeclKind::Vector | DeclKind::Input
+                )
         })
     }
     /// 1-based source line of a span.

@@ -153,7 +153,7 @@ impl Target {
             memory: MemorySizes::default(),
             numerics: TargetNumerics {
                 storage: Format::FP16,
-                mvm_vector: bfp.clone(),
+                mvm_vector: bfp,
                 mvm_matrix: bfp,
                 mvm_output: Format::FP16,
                 mfu_input: Format::FP16,
@@ -178,7 +178,8 @@ impl Target {
             path: path.to_string(),
             message,
         };
-        let file: TargetFile = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
+        let file: TargetFile =
+            toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
         let mut t = Target::bw_default();
         t.name = file.name.unwrap_or_else(|| {
             Path::new(path)
@@ -196,20 +197,27 @@ impl Target {
             t.memory = mem;
         }
         if !(1..=4096).contains(&t.native) {
-            return Err(invalid(format!("native = {} must be between 1 and 4096", t.native)));
+            return Err(invalid(format!(
+                "native = {} must be between 1 and 4096",
+                t.native
+            )));
         }
         if !(1..=8).contains(&t.mfus) {
-            return Err(invalid(format!("mfus = {} must be between 1 and 8", t.mfus)));
+            return Err(invalid(format!(
+                "mfus = {} must be between 1 and 8",
+                t.mfus
+            )));
         }
         if let Some(n) = file.numerics {
-            let parse = |key: &str, v: Option<String>, slot: &mut Format| -> Result<(), TargetError> {
-                if let Some(lit) = v {
-                    *slot = lit
-                        .parse()
-                        .map_err(|e| invalid(format!("numerics.{key} = \"{lit}\": {e}")))?;
-                }
-                Ok(())
-            };
+            let parse =
+                |key: &str, v: Option<String>, slot: &mut Format| -> Result<(), TargetError> {
+                    if let Some(lit) = v {
+                        *slot = lit
+                            .parse()
+                            .map_err(|e| invalid(format!("numerics.{key} = \"{lit}\": {e}")))?;
+                    }
+                    Ok(())
+                };
             let num = &mut t.numerics;
             parse("storage", n.storage, &mut num.storage)?;
             parse("mvm_vector", n.mvm_vector, &mut num.mvm_vector)?;

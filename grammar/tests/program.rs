@@ -9,6 +9,9 @@ use nnp_grammar::{
 use nnp_numerics::Format;
 use std::sync::Arc;
 
+/// An MFU op as (kind, operand, MFU).
+type OpRow = (OpKind, Option<(Mem, Addr)>, u8);
+
 fn program(src: &str) -> Program {
     match check(Arc::new(SourceFile::new("t.nnp", src)), None) {
         Ok(out) => out.program,
@@ -17,7 +20,9 @@ fn program(src: &str) -> Program {
 }
 
 fn at(src: &str, needle: &str) -> Span {
-    let s = src.find(needle).unwrap_or_else(|| panic!("`{needle}` not in source"));
+    let s = src
+        .find(needle)
+        .unwrap_or_else(|| panic!("`{needle}` not in source"));
     Span::new(s, s + needle.len())
 }
 
@@ -63,14 +68,29 @@ fn declarations_resolve() {
     let w = &p.decls[0];
     assert_eq!(w.kind, DeclKind::Matrix);
     assert_eq!(w.shape, [256, 300]);
-    assert_eq!(w.place, Some(Place { mem: Mem::Mrf, addr: 4 }));
+    assert_eq!(
+        w.place,
+        Some(Place {
+            mem: Mem::Mrf,
+            addr: 4
+        })
+    );
     // [256, 300] with N = 128: ceil(256/128) * ceil(300/128) = 2 * 3 tiles.
     assert_eq!(w.tiles(128), 6);
     assert_eq!(w.format, Some(fmt("bfp(mant = 5)")));
-    assert_eq!(w.span, at(DENSE, "matrix W : [256, 300] at mrf[4] quant bfp(mant = 5)"));
+    assert_eq!(
+        w.span,
+        at(DENSE, "matrix W : [256, 300] at mrf[4] quant bfp(mant = 5)")
+    );
     assert_eq!(p.decls[2].init, Init::Zero);
     assert_eq!(p.decls[3].pad, -65504.0);
-    assert_eq!(p.decls[3].place, Some(Place { mem: Mem::MulVrf(1), addr: 0 }));
+    assert_eq!(
+        p.decls[3].place,
+        Some(Place {
+            mem: Mem::MulVrf(1),
+            addr: 0
+        })
+    );
     assert_eq!(p.decls[4].kind, DeclKind::Input);
     assert_eq!(p.decls[4].place, None);
     assert_eq!(p.decls[4].init, Init::Load);
@@ -84,7 +104,9 @@ fn chains_unrolled_with_widths_and_placement() {
     // Chain 0: netq -> ivrf, 2 iterations of 3 tiles, increment 3.
     let c0 = &p.chains[0];
     assert_eq!((c0.index, c0.iterations, c0.rows, c0.cols), (0, 2, 3, 1));
-    let ChainBody::Vector(v0) = &c0.body else { panic!("vector chain") };
+    let ChainBody::Vector(v0) = &c0.body else {
+        panic!("vector chain")
+    };
     assert_eq!(v0.read.src, Mem::Netq);
     assert_eq!(v0.read.tiles, 3);
     assert_eq!(v0.width, 3);
@@ -96,9 +118,17 @@ fn chains_unrolled_with_widths_and_placement() {
     // Chains 1 and 2: the unrolled repeat, t = 0 and t = 1; iterations reset to 1.
     for (t, c) in p.chains[1..].iter().enumerate() {
         assert_eq!((c.index, c.iterations, c.rows, c.cols), (t + 1, 1, 2, 3));
-        let ChainBody::Vector(v) = &c.body else { panic!("vector chain") };
+        let ChainBody::Vector(v) = &c.body else {
+            panic!("vector chain")
+        };
         assert_eq!(v.read.src, Mem::Ivrf);
-        assert_eq!(v.read.addr, Addr { base: 3 * t as u32, inc: 0 });
+        assert_eq!(
+            v.read.addr,
+            Addr {
+                base: 3 * t as u32,
+                inc: 0
+            }
+        );
         // With mv_mul the read is `cols` tiles, the carried vector `rows` tiles.
         assert_eq!(v.read.tiles, 3);
         assert_eq!(v.width, 2);
@@ -108,15 +138,30 @@ fn chains_unrolled_with_widths_and_placement() {
         assert_eq!(mm.matrix_format, fmt("bfp(mant = 5)"));
         assert_eq!(v.quant.mvm_matrix, Target::bw_default().numerics.mvm_matrix);
         // add (MFU0 add/sub), relu (MFU0 activation), max (add/sub again: MFU1), mul (MFU1).
-        let ops: Vec<(OpKind, Option<(Mem, Addr)>, u8)> =
-            v.ops.iter().map(|o: &MfuOp| (o.kind, o.operand, o.mfu)).collect();
+        let ops: Vec<OpRow> = v
+            .ops
+            .iter()
+            .map(|o: &MfuOp| (o.kind, o.operand, o.mfu))
+            .collect();
         assert_eq!(
             ops,
             [
-                (OpKind::Add, Some((Mem::AsVrf(0), Addr { base: 10, inc: 0 })), 0),
+                (
+                    OpKind::Add,
+                    Some((Mem::AsVrf(0), Addr { base: 10, inc: 0 })),
+                    0
+                ),
                 (OpKind::Relu, None, 0),
-                (OpKind::Max, Some((Mem::AsVrf(1), Addr { base: 0, inc: 0 })), 1),
-                (OpKind::Mul, Some((Mem::MulVrf(1), Addr { base: 0, inc: 0 })), 1),
+                (
+                    OpKind::Max,
+                    Some((Mem::AsVrf(1), Addr { base: 0, inc: 0 })),
+                    1
+                ),
+                (
+                    OpKind::Mul,
+                    Some((Mem::MulVrf(1), Addr { base: 0, inc: 0 })),
+                    1
+                ),
             ]
         );
         assert_eq!(v.writes[0].dst, Mem::Netq);
@@ -126,7 +171,12 @@ fn chains_unrolled_with_widths_and_placement() {
 #[test]
 fn netq_slots() {
     let p = program(DENSE);
-    let slot = |chain, iteration, decl, row| NetqSlot { chain, iteration, decl, row };
+    let slot = |chain, iteration, decl, row| NetqSlot {
+        chain,
+        iteration,
+        decl,
+        row,
+    };
     // Input x (decl 4): row 0 and 1 popped by the two iterations of chain 0.
     assert_eq!(p.pops, [slot(0, 0, 4, 0), slot(0, 1, 4, 1)]);
     // Output y (decl 5): one row per unrolled chain.
@@ -140,7 +190,9 @@ fn inc_spellings_are_equivalent() {
     let b = a.replace("v_rd_inc ivrf[1], 2", "v_rd ivrf[1] + 2");
     for src in [a, b.as_str()] {
         let p = program(src);
-        let ChainBody::Vector(v) = &p.chains[0].body else { panic!() };
+        let ChainBody::Vector(v) = &p.chains[0].body else {
+            panic!()
+        };
         assert_eq!(v.read.addr, Addr { base: 1, inc: 2 });
         // Iteration 3 reads ivrf[1 + 3 * 2].
         assert_eq!(v.read.registers(3), [7]);
@@ -166,8 +218,17 @@ v_wr netq
 end_chain
 ";
     let p = program(src);
-    let ChainBody::Vector(v) = &p.chains[0].body else { panic!() };
-    assert_eq!(v.read.window, Some(Window { w: 3, h: 3, pitch: 6 }));
+    let ChainBody::Vector(v) = &p.chains[0].body else {
+        panic!()
+    };
+    assert_eq!(
+        v.read.window,
+        Some(Window {
+            w: 3,
+            h: 3,
+            pitch: 6
+        })
+    );
     assert_eq!(v.read.tiles, 9);
     assert_eq!(v.read.addr, Addr { base: 6, inc: 1 });
     // Iteration 2 starts at 6 + 2 = 8: rows at 8, 14, 20, three tiles each.
@@ -192,14 +253,21 @@ v_wr netq
 end_chain
 ";
     let p = program(src);
-    let ChainBody::Matrix(m) = &p.chains[0].body else { panic!("matrix chain") };
+    let ChainBody::Matrix(m) = &p.chains[0].body else {
+        panic!("matrix chain")
+    };
     assert_eq!((m.src, m.dst, m.tiles), (Mem::Dram, Mem::Mrf, 4));
     assert_eq!(m.src_addr, Addr { base: 0, inc: 0 });
     assert_eq!(m.dst_addr, Addr { base: 8, inc: 0 });
     assert_eq!(m.src_span, at(src, "m_rd dram[D]"));
-    let ChainBody::Vector(v) = &p.chains[1].body else { panic!() };
+    let ChainBody::Vector(v) = &p.chains[1].body else {
+        panic!()
+    };
     // The tiles in mrf[8..12] hold D's data, so D's own format applies.
-    assert_eq!(v.mv_mul.as_ref().map(|m| m.matrix_format.clone()), Some(fmt("bfp(mant = 4)")));
+    assert_eq!(
+        v.mv_mul.as_ref().map(|m| m.matrix_format),
+        Some(fmt("bfp(mant = 4)"))
+    );
 }
 
 #[test]
@@ -288,12 +356,19 @@ fn target_statement_and_override() {
     // A target file beside the firmware (relative path) with N = 16.
     let dir = std::env::temp_dir().join(format!("nnpc-grammar-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    std::fs::write(dir.join("n16.toml"), "name = \"n16\"\nnative = 16\nmfus = 3\n").expect("write");
+    std::fs::write(
+        dir.join("n16.toml"),
+        "name = \"n16\"\nnative = 16\nmfus = 3\n",
+    )
+    .expect("write");
     let fw = dir.join("prog.nnp");
     let text = "target \"n16.toml\"\ninput x : [32]\noutput y : [32]\ns_wr rows, 2\nv_rd netq\nv_wr netq\nend_chain\n";
     let src = Arc::new(SourceFile::new(fw.to_string_lossy(), text));
     let out = check(src.clone(), None).expect("valid on n16");
-    assert_eq!((out.program.target.name.as_str(), out.program.native()), ("n16", 16));
+    assert_eq!(
+        (out.program.target.name.as_str(), out.program.native()),
+        ("n16", 16)
+    );
     // --target bw-default overrides: [32] is then 1 tile, rows = 2 pops 2: error.
     assert!(check(src, Some(Target::bw_default())).is_err());
     let _ = std::fs::remove_dir_all(&dir);
@@ -303,14 +378,23 @@ fn target_statement_and_override() {
 fn ast_spans() {
     let text = "let A = 1 + 2 * 3\nrepeat t in 0..A {\n  v_rd ivrf[t] + 1\n}\n";
     let file = parse(&SourceFile::new("t.nnp", text)).expect("parses");
-    let Item::Let(l) = &file.items[0] else { panic!() };
+    let Item::Let(l) = &file.items[0] else {
+        panic!()
+    };
     assert_eq!(l.span, at(text, "let A = 1 + 2 * 3"));
     assert_eq!(l.name.span, at(text, "A"));
     assert_eq!(l.value.span, at(text, "1 + 2 * 3"));
-    let ExprKind::Bin(_, lhs, rhs) = &l.value.kind else { panic!() };
+    let ExprKind::Bin(_, lhs, rhs) = &l.value.kind else {
+        panic!()
+    };
     assert_eq!((lhs.span, rhs.span), (at(text, "1"), at(text, "2 * 3")));
-    let Item::Repeat(r) = &file.items[1] else { panic!() };
-    assert_eq!(r.span, at(text, "repeat t in 0..A {\n  v_rd ivrf[t] + 1\n}"));
+    let Item::Repeat(r) = &file.items[1] else {
+        panic!()
+    };
+    assert_eq!(
+        r.span,
+        at(text, "repeat t in 0..A {\n  v_rd ivrf[t] + 1\n}")
+    );
     let Item::Instr(i) = &r.body[0] else { panic!() };
     assert_eq!(i.span, at(text, "v_rd ivrf[t] + 1"));
     assert_eq!(i.operands[0].span(), at(text, "ivrf[t] + 1"));

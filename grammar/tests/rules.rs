@@ -58,7 +58,12 @@ const IO: &str = "input x : [128]\noutput y : [128]\n";
 #[test]
 fn unknown_mnemonic_suggests_nearest() {
     let src = format!("{IO}v_rd netq\nv_sigmoid\nv_wr netq\nend_chain\n");
-    let d = expect(&src, codes::UNKNOWN_MNEMONIC, "unknown mnemonic `v_sigmoid`", at(&src, "v_sigmoid"));
+    let d = expect(
+        &src,
+        codes::UNKNOWN_MNEMONIC,
+        "unknown mnemonic `v_sigmoid`",
+        at(&src, "v_sigmoid"),
+    );
     assert_eq!(d.help.as_deref(), Some("did you mean `v_sigm`?"));
 }
 
@@ -66,28 +71,51 @@ fn unknown_mnemonic_suggests_nearest() {
 fn unknown_mnemonic_inc_spelling() {
     // `v_relu` takes no address, so it has no `_inc` spelling.
     let src = format!("{IO}v_rd netq\nv_relu_inc\nv_wr netq\nend_chain\n");
-    let d = expect(&src, codes::UNKNOWN_MNEMONIC, "`v_relu_inc`", at(&src, "v_relu_inc"));
-    assert_eq!(d.help.as_deref(), Some("`v_relu` takes no address, so it has no `_inc` spelling"));
+    let d = expect(
+        &src,
+        codes::UNKNOWN_MNEMONIC,
+        "`v_relu_inc`",
+        at(&src, "v_relu_inc"),
+    );
+    assert_eq!(
+        d.help.as_deref(),
+        Some("`v_relu` takes no address, so it has no `_inc` spelling")
+    );
 }
 
 #[test]
 fn chain_must_start_with_v_rd() {
     let src = format!("{IO}v_relu\nv_wr netq\nend_chain\nv_rd netq\nv_wr netq\nend_chain\n");
-    expect(&src, codes::CHAIN_START, "`v_relu` outside a chain", at(&src, "v_relu"));
+    expect(
+        &src,
+        codes::CHAIN_START,
+        "`v_relu` outside a chain",
+        at(&src, "v_relu"),
+    );
 }
 
 #[test]
 fn missing_end_chain_at_end_of_file() {
     let src = format!("{IO}v_rd netq\nv_relu\nv_wr netq\n");
     // The primary label is the chain's last instruction.
-    expect(&src, codes::MISSING_END_CHAIN, "chain without `end_chain`", at(&src, "v_wr netq"));
+    expect(
+        &src,
+        codes::MISSING_END_CHAIN,
+        "chain without `end_chain`",
+        at(&src, "v_wr netq"),
+    );
 }
 
 #[test]
 fn missing_end_chain_before_next_chain() {
     let src = "input x : [2, 128]\noutput y : [2, 128]\n\
                v_rd netq\nv_wr netq\nv_rd netq\nv_wr netq\nend_chain\n";
-    let d = expect(src, codes::MISSING_END_CHAIN, "without `end_chain`", nth(src, "v_wr netq", 0));
+    let d = expect(
+        src,
+        codes::MISSING_END_CHAIN,
+        "without `end_chain`",
+        nth(src, "v_wr netq", 0),
+    );
     // Second label: where the next chain starts.
     assert_eq!(d.labels[1].span, nth(src, "v_rd", 1));
 }
@@ -95,19 +123,35 @@ fn missing_end_chain_before_next_chain() {
 #[test]
 fn chain_without_write() {
     let src = format!("{IO}v_rd netq\nv_relu\nend_chain\nv_rd netq\nv_wr netq\nend_chain\n");
-    expect(&src, codes::MISSING_WRITE, "chain without `v_wr`", nth(&src, "end_chain", 0));
+    expect(
+        &src,
+        codes::MISSING_WRITE,
+        "chain without `v_wr`",
+        nth(&src, "end_chain", 0),
+    );
 }
 
 #[test]
 fn end_chain_without_chain() {
     let src = format!("{IO}v_rd netq\nv_wr netq\nend_chain\nend_chain\n");
-    expect(&src, codes::END_CHAIN, "without a chain", nth(&src, "end_chain", 1));
+    expect(
+        &src,
+        codes::END_CHAIN,
+        "without a chain",
+        nth(&src, "end_chain", 1),
+    );
 }
 
 #[test]
 fn second_read_in_a_chain() {
-    let src = format!("{IO}vector v : [128] at ivrf[0]\nv_rd netq\nv_rd ivrf[0]\nv_wr netq\nend_chain\n");
-    expect(&src, codes::CHAIN_READ, "exactly one read", at(&src, "v_rd ivrf[0]"));
+    let src =
+        format!("{IO}vector v : [128] at ivrf[0]\nv_rd netq\nv_rd ivrf[0]\nv_wr netq\nend_chain\n");
+    expect(
+        &src,
+        codes::CHAIN_READ,
+        "exactly one read",
+        at(&src, "v_rd ivrf[0]"),
+    );
 }
 
 #[test]
@@ -116,45 +160,79 @@ fn mv_mul_only_right_after_read() {
         "{IO}matrix W : [128, 128] at mrf[0]\nvector v : [128] at ivrf[0]\n\
          v_rd ivrf[0]\nv_relu\nmv_mul mrf[W]\nv_wr netq\nend_chain\n"
     );
-    expect(&src, codes::CHAIN_ORDER, "right after `v_rd`", at(&src, "mv_mul mrf[W]"));
+    expect(
+        &src,
+        codes::CHAIN_ORDER,
+        "right after `v_rd`",
+        at(&src, "mv_mul mrf[W]"),
+    );
 }
 
 #[test]
 fn mv_mul_needs_ivrf_source() {
-    let src = format!("{IO}matrix W : [128, 128] at mrf[0]\nv_rd netq\nmv_mul mrf[W]\nv_wr netq\nend_chain\n");
+    let src = format!(
+        "{IO}matrix W : [128, 128] at mrf[0]\nv_rd netq\nmv_mul mrf[W]\nv_wr netq\nend_chain\n"
+    );
     let d = expect(&src, codes::MV_MUL_SOURCE, "reads netq", at(&src, "mv_mul"));
     assert_eq!(d.labels[1].span, nth(&src, "netq", 0));
 }
 
 #[test]
 fn mv_mul_reads_mrf_only() {
-    let src = format!("{IO}vector v : [128] at ivrf[0]\nv_rd ivrf[0]\nmv_mul ivrf[0]\nv_wr netq\nend_chain\n");
+    let src = format!(
+        "{IO}vector v : [128] at ivrf[0]\nv_rd ivrf[0]\nmv_mul ivrf[0]\nv_wr netq\nend_chain\n"
+    );
     let src = src.replace("input x : [128]\n", "");
-    expect(&src, codes::WRONG_MEMORY, "`mv_mul` cannot read ivrf", nth(&src, "ivrf", 2));
+    expect(
+        &src,
+        codes::WRONG_MEMORY,
+        "`mv_mul` cannot read ivrf",
+        nth(&src, "ivrf", 2),
+    );
 }
 
 #[test]
 fn mfu_op_after_write() {
     let src = format!("{IO}v_rd netq\nv_wr netq\nv_relu\nend_chain\n");
-    expect(&src, codes::CHAIN_ORDER, "`v_relu` after `v_wr`", at(&src, "v_relu"));
+    expect(
+        &src,
+        codes::CHAIN_ORDER,
+        "`v_relu` after `v_wr`",
+        at(&src, "v_relu"),
+    );
 }
 
 #[test]
 fn matrix_chain_reads_dram_only() {
     let src = "vector v : [128] at ivrf[0]\nm_rd ivrf[0]\nm_wr mrf[0]\nend_chain\n";
-    expect(src, codes::WRONG_MEMORY, "`m_rd` cannot read ivrf", nth(src, "ivrf", 1));
+    expect(
+        src,
+        codes::WRONG_MEMORY,
+        "`m_rd` cannot read ivrf",
+        nth(src, "ivrf", 1),
+    );
 }
 
 #[test]
 fn matrix_chain_needs_m_wr() {
     let src = "matrix W : [128, 128] at dram[0]\nm_rd dram[0]\nend_chain\n";
-    expect(src, codes::MATRIX_CHAIN, "without `m_wr`", at(src, "end_chain"));
+    expect(
+        src,
+        codes::MATRIX_CHAIN,
+        "without `m_wr`",
+        at(src, "end_chain"),
+    );
 }
 
 #[test]
 fn matrix_chain_has_no_v_wr() {
     let src = "matrix W : [128, 128] at dram[0]\nm_rd dram[0]\nv_wr ivrf[0]\nend_chain\n";
-    expect(src, codes::MATRIX_CHAIN, "`v_wr` does not fit", at(src, "v_wr"));
+    expect(
+        src,
+        codes::MATRIX_CHAIN,
+        "`v_wr` does not fit",
+        at(src, "v_wr"),
+    );
 }
 
 // ---- section 2: MFU placement ----
@@ -167,7 +245,12 @@ fn operand_vrf_must_match_mfu_position() {
         "{IO}vector b : [128] at asvrf0[0]\nvector c : [128] at asvrf0[1]\n\
          v_rd netq\nvv_add asvrf0[b]\nvv_add asvrf0[c]\nv_wr netq\nend_chain\n"
     );
-    let d = expect(&src, codes::MFU_OPERAND, "`vv_add` runs on MFU1 but reads asvrf0", nth(&src, "asvrf0", 3));
+    let d = expect(
+        &src,
+        codes::MFU_OPERAND,
+        "`vv_add` runs on MFU1 but reads asvrf0",
+        nth(&src, "asvrf0", 3),
+    );
     // The second label shows the op that already uses MFU0's add/sub unit.
     assert_eq!(d.labels[1].span, at(&src, "vv_add asvrf0[b]"));
     assert!(d.labels[1].text.contains("MFU0's add/sub unit"));
@@ -175,28 +258,52 @@ fn operand_vrf_must_match_mfu_position() {
 
 #[test]
 fn operand_on_mfu0_cannot_use_mfu1_vrf() {
-    let src = format!("{IO}vector b : [128] at mulvrf1[0]\nv_rd netq\nvv_mul mulvrf1[b]\nv_wr netq\nend_chain\n");
-    expect(&src, codes::MFU_OPERAND, "`vv_mul` runs on MFU0 but reads mulvrf1", nth(&src, "mulvrf1", 1));
+    let src = format!(
+        "{IO}vector b : [128] at mulvrf1[0]\nv_rd netq\nvv_mul mulvrf1[b]\nv_wr netq\nend_chain\n"
+    );
+    expect(
+        &src,
+        codes::MFU_OPERAND,
+        "`vv_mul` runs on MFU0 but reads mulvrf1",
+        nth(&src, "mulvrf1", 1),
+    );
 }
 
 #[test]
 fn operand_class_must_match_unit() {
-    let src = format!("{IO}vector b : [128] at asvrf0[0]\nv_rd netq\nvv_mul asvrf0[b]\nv_wr netq\nend_chain\n");
-    expect(&src, codes::WRONG_MEMORY, "`vv_mul` cannot read its operand from asvrf0", nth(&src, "asvrf0", 1));
+    let src = format!(
+        "{IO}vector b : [128] at asvrf0[0]\nv_rd netq\nvv_mul asvrf0[b]\nv_wr netq\nend_chain\n"
+    );
+    expect(
+        &src,
+        codes::WRONG_MEMORY,
+        "`vv_mul` cannot read its operand from asvrf0",
+        nth(&src, "asvrf0", 1),
+    );
 }
 
 #[test]
 fn chain_needs_more_mfus_than_target_has() {
     // Three activations: MFU0, MFU1, then MFU2 on a 2-MFU target.
     let src = format!("{IO}v_rd netq\nv_relu\nv_sigm\nv_tanh\nv_wr netq\nend_chain\n");
-    let d = expect(&src, codes::TOO_MANY_MFUS, "needs MFU2 but target `bw-default` has 2 MFUs", at(&src, "v_tanh"));
+    let d = expect(
+        &src,
+        codes::TOO_MANY_MFUS,
+        "needs MFU2 but target `bw-default` has 2 MFUs",
+        at(&src, "v_tanh"),
+    );
     assert_eq!(d.labels[1].span, at(&src, "v_sigm"));
 }
 
 #[test]
 fn asvrf_beyond_target_mfus() {
     let src = format!("{IO}vector b : [128] at asvrf2[0]\nv_rd netq\nv_wr netq\nend_chain\n");
-    expect(&src, codes::UNKNOWN_MEMORY, "`asvrf2` does not exist", at(&src, "asvrf2"));
+    expect(
+        &src,
+        codes::UNKNOWN_MEMORY,
+        "`asvrf2` does not exist",
+        at(&src, "asvrf2"),
+    );
 }
 
 #[test]
@@ -204,7 +311,12 @@ fn read_modify_write_of_operand_vrf() {
     let src = format!(
         "{IO}vector b : [128] at asvrf0[0]\nv_rd netq\nvv_add asvrf0[0]\nv_wr asvrf0[0]\nv_wr netq\nend_chain\n"
     );
-    let d = expect(&src, codes::READ_MODIFY_WRITE, "writes asvrf0[0]", nth(&src, "asvrf0[0]", 2));
+    let d = expect(
+        &src,
+        codes::READ_MODIFY_WRITE,
+        "writes asvrf0[0]",
+        nth(&src, "asvrf0[0]", 2),
+    );
     assert_eq!(d.labels[1].span, nth(&src, "asvrf0[0]", 1));
 }
 
@@ -213,7 +325,12 @@ fn read_modify_write_across_iterations() {
     // Iteration 0 writes asvrf0[1], iteration 1 reads it as an operand.
     let src = "input x : [2, 128]\noutput y : [2, 128]\nvector b : [3, 128] at asvrf0[0]\n\
                s_wr iterations, 2\nv_rd netq\nvv_add asvrf0[0] + 1\nv_wr asvrf0[1] + 1\nv_wr netq\nend_chain\n";
-    expect(src, codes::READ_MODIFY_WRITE, "asvrf0[", at(src, "asvrf0[1] + 1"));
+    expect(
+        src,
+        codes::READ_MODIFY_WRITE,
+        "asvrf0[",
+        at(src, "asvrf0[1] + 1"),
+    );
 }
 
 // ---- section 1-2: widths, addresses, iterations ----
@@ -221,7 +338,12 @@ fn read_modify_write_across_iterations() {
 #[test]
 fn address_out_of_range() {
     let src = format!("{IO}v_rd netq\nv_wr ivrf[2048]\nv_wr netq\nend_chain\n");
-    expect(&src, codes::ADDRESS_RANGE, "ivrf[2048..2049] is out of range: ivrf has 2048 registers", at(&src, "ivrf[2048]"));
+    expect(
+        &src,
+        codes::ADDRESS_RANGE,
+        "ivrf[2048..2049] is out of range: ivrf has 2048 registers",
+        at(&src, "ivrf[2048]"),
+    );
 }
 
 #[test]
@@ -229,14 +351,24 @@ fn address_out_of_range_at_last_iteration() {
     // Iteration t writes ivrf[2045 + t]; t = 3 writes ivrf[2048], one past the end.
     let src = "input x : [4, 128]\noutput y : [4, 128]\ns_wr iterations, 4\n\
                v_rd netq\nv_wr_inc ivrf[2045], 1\nv_wr netq\nend_chain\n";
-    expect(src, codes::ADDRESS_RANGE, "ivrf[2048..2049] is out of range at iteration 3", at(src, "ivrf[2045]"));
+    expect(
+        src,
+        codes::ADDRESS_RANGE,
+        "ivrf[2048..2049] is out of range at iteration 3",
+        at(src, "ivrf[2045]"),
+    );
 }
 
 #[test]
 fn address_negative_through_increment() {
     let src = "vector v : [2, 128] at ivrf[0]\noutput y : [3, 128]\ns_wr iterations, 3\n\
                v_rd ivrf[1] + -1\nv_wr netq\nend_chain\n";
-    expect(src, codes::ADDRESS_RANGE, "address -1 at iteration 2 is negative", at(src, "ivrf[1] + -1"));
+    expect(
+        src,
+        codes::ADDRESS_RANGE,
+        "address -1 at iteration 2 is negative",
+        at(src, "ivrf[1] + -1"),
+    );
 }
 
 #[test]
@@ -244,7 +376,12 @@ fn mv_mul_width_must_match_matrix() {
     // W is [256, 384]: 2 x 3 tiles. cols = 2 would read it with the wrong layout.
     let src = "matrix W : [256, 384] at mrf[0]\nvector v : [256] at ivrf[0]\noutput y : [256]\n\
                s_wr rows, 2\ns_wr cols, 2\nv_rd ivrf[0]\nmv_mul mrf[W]\nv_wr netq\nend_chain\n";
-    expect(src, codes::WIDTH, "rows x cols = 2 x 2 tiles but matrix `W` [256, 384] is 2 x 3 tiles", at(src, "mrf[W]"));
+    expect(
+        src,
+        codes::WIDTH,
+        "rows x cols = 2 x 2 tiles but matrix `W` [256, 384] is 2 x 3 tiles",
+        at(src, "mrf[W]"),
+    );
 }
 
 #[test]
@@ -252,39 +389,69 @@ fn window_width_must_match_cols() {
     let src = "matrix W : [128, 512] at mrf[0]\nvector f : [36, 128] at ivrf[0]\noutput y : [128]\n\
                s_wr win_w, 3\ns_wr win_h, 3\ns_wr pitch, 6\ns_wr cols, 4\n\
                v_rd_2d ivrf[0]\nmv_mul mrf[W]\nv_wr netq\nend_chain\n";
-    expect(src, codes::WIDTH, "the window is 3 x 3 = 9 tiles but the chain reads cols = 4", at(src, "v_rd_2d ivrf[0]"));
+    expect(
+        src,
+        codes::WIDTH,
+        "the window is 3 x 3 = 9 tiles but the chain reads cols = 4",
+        at(src, "v_rd_2d ivrf[0]"),
+    );
 }
 
 #[test]
 fn netq_pops_must_match_input_rows() {
     // x has 3 rows; the program pops one.
     let src = "input x : [3, 128]\noutput y : [128]\nv_rd netq\nv_wr netq\nend_chain\n";
-    expect(src, codes::NETQ_COUNT, "input `x` has 3 rows but only 1 is popped", at(src, "x"));
+    expect(
+        src,
+        codes::NETQ_COUNT,
+        "input `x` has 3 rows but only 1 is popped",
+        at(src, "x"),
+    );
 }
 
 #[test]
 fn netq_pop_width_must_match_input_row() {
     // A row of x is 256 lanes = 2 tiles; rows = 1 pops 1 tile.
     let src = "input x : [256]\noutput y : [128]\nv_rd netq\nv_wr netq\nend_chain\n";
-    expect(src, codes::NETQ_WIDTH, "pops 1 tile but row 0 of input `x` is 2 tiles", at(src, "netq"));
+    expect(
+        src,
+        codes::NETQ_WIDTH,
+        "pops 1 tile but row 0 of input `x` is 2 tiles",
+        at(src, "netq"),
+    );
 }
 
 #[test]
 fn netq_pops_more_than_declared() {
     let src = "input x : [128]\noutput y : [2, 128]\ns_wr iterations, 2\nv_rd netq\nv_wr netq\nend_chain\n";
-    expect(src, codes::NETQ_COUNT, "pops more rows than the inputs declare (1)", at(src, "netq"));
+    expect(
+        src,
+        codes::NETQ_COUNT,
+        "pops more rows than the inputs declare (1)",
+        at(src, "netq"),
+    );
 }
 
 #[test]
 fn netq_pushes_must_match_output_rows() {
     let src = "input x : [128]\noutput y : [2, 128]\nv_rd netq\nv_wr netq\nend_chain\n";
-    expect(src, codes::NETQ_COUNT, "output `y` has 2 rows but only 1 is pushed", at(src, "y"));
+    expect(
+        src,
+        codes::NETQ_COUNT,
+        "output `y` has 2 rows but only 1 is pushed",
+        at(src, "y"),
+    );
 }
 
 #[test]
 fn netq_has_no_address() {
     let src = format!("{IO}v_rd netq[0]\nv_wr netq\nend_chain\n");
-    expect(&src, codes::NETQ_ADDRESS, "netq has no address", at(&src, "netq[0]"));
+    expect(
+        &src,
+        codes::NETQ_ADDRESS,
+        "netq has no address",
+        at(&src, "netq[0]"),
+    );
 }
 
 #[test]
@@ -292,13 +459,23 @@ fn increment_given_twice() {
     let src = "vector v : [4, 128] at ivrf[0]\noutput y : [128]\nv_rd_inc ivrf[0] + 1, 2\nv_wr netq\nend_chain\n";
     // Primary span: the `+ INC` expression (`1`).
     let plus = at(src, "+ 1");
-    expect(src, codes::INCREMENT, "increment given twice", Span::new(plus.start as usize + 2, plus.end as usize));
+    expect(
+        src,
+        codes::INCREMENT,
+        "increment given twice",
+        Span::new(plus.start as usize + 2, plus.end as usize),
+    );
 }
 
 #[test]
 fn uninitialised_read() {
     let src = "output y : [128]\nv_rd ivrf[4]\nv_wr netq\nend_chain\n";
-    expect(src, codes::UNINIT_READ, "ivrf[4] is read before anything writes it", at(src, "ivrf[4]"));
+    expect(
+        src,
+        codes::UNINIT_READ,
+        "ivrf[4] is read before anything writes it",
+        at(src, "ivrf[4]"),
+    );
 }
 
 #[test]
@@ -306,7 +483,12 @@ fn uninitialised_read_in_later_iteration() {
     // v covers ivrf[0..2]; iteration 2 reads ivrf[2].
     let src = "vector v : [2, 128] at ivrf[0]\noutput y : [3, 128]\ns_wr iterations, 3\n\
                v_rd ivrf[0] + 1\nv_wr netq\nend_chain\n";
-    expect(src, codes::UNINIT_READ, "ivrf[2] is read before anything writes it (iteration 2)", at(src, "ivrf[0] + 1"));
+    expect(
+        src,
+        codes::UNINIT_READ,
+        "ivrf[2] is read before anything writes it (iteration 2)",
+        at(src, "ivrf[0] + 1"),
+    );
 }
 
 #[test]
@@ -323,35 +505,61 @@ fn uninitialised_operand_register() {
 fn overlapping_declarations() {
     let src = "vector a : [256] at ivrf[0]\nvector b : [128] at ivrf[1]\noutput y : [256]\n\
                s_wr rows, 2\nv_rd ivrf[a]\nv_wr netq\nend_chain\n";
-    let d = expect(src, codes::DECL_OVERLAP, "`b` overlaps `a` in ivrf: registers 1..2 are in both", at(src, "b"));
+    let d = expect(
+        src,
+        codes::DECL_OVERLAP,
+        "`b` overlaps `a` in ivrf: registers 1..2 are in both",
+        at(src, "b"),
+    );
     assert_eq!(d.labels[1].span, at(src, "a"));
 }
 
 #[test]
 fn declaration_must_fit_memory() {
     // 2048 registers; [3, 256] needs 6 registers from 2044.
-    let src = "vector v : [3, 256] at ivrf[2044]\noutput y : [128]\nv_rd ivrf[v]\nv_wr netq\nend_chain\n";
-    expect(src, codes::ADDRESS_RANGE, "`v` does not fit in ivrf: it needs registers 2044..2050", at(src, "at ivrf[2044]"));
+    let src =
+        "vector v : [3, 256] at ivrf[2044]\noutput y : [128]\nv_rd ivrf[v]\nv_wr netq\nend_chain\n";
+    expect(
+        src,
+        codes::ADDRESS_RANGE,
+        "`v` does not fit in ivrf: it needs registers 2044..2050",
+        at(src, "at ivrf[2044]"),
+    );
 }
 
 #[test]
 fn duplicate_names() {
     let src = "let H = 2\nlet H = 3\n";
-    let d = expect(src, codes::DUPLICATE_NAME, "`H` is defined twice", nth(src, "H", 1));
+    let d = expect(
+        src,
+        codes::DUPLICATE_NAME,
+        "`H` is defined twice",
+        nth(src, "H", 1),
+    );
     assert_eq!(d.labels[1].span, nth(src, "H", 0));
 }
 
 #[test]
 fn unknown_name_suggests() {
     let src = "let rows_of_w = 2\nvector v : [128] at ivrf[0]\noutput y : [128]\nv_rd ivrf[rows_of_x]\nv_wr netq\nend_chain\n";
-    let d = expect(src, codes::UNKNOWN_NAME, "unknown name `rows_of_x`", at(src, "rows_of_x"));
+    let d = expect(
+        src,
+        codes::UNKNOWN_NAME,
+        "unknown name `rows_of_x`",
+        at(src, "rows_of_x"),
+    );
     assert_eq!(d.help.as_deref(), Some("did you mean `rows_of_w`?"));
 }
 
 #[test]
 fn reserved_names() {
     let src = "let ivrf = 2\n";
-    expect(src, codes::DUPLICATE_NAME, "`ivrf` is a reserved name", at(src, "ivrf"));
+    expect(
+        src,
+        codes::DUPLICATE_NAME,
+        "`ivrf` is a reserved name",
+        at(src, "ivrf"),
+    );
 }
 
 #[test]
@@ -369,13 +577,23 @@ fn matrix_needs_a_place() {
 #[test]
 fn matrix_has_two_dimensions() {
     let src = "matrix W : [128, 128, 2] at mrf[0]\n";
-    expect(src, codes::DECL, "a matrix has 2 dimensions", at(src, "[128, 128, 2]"));
+    expect(
+        src,
+        codes::DECL,
+        "a matrix has 2 dimensions",
+        at(src, "[128, 128, 2]"),
+    );
 }
 
 #[test]
 fn input_has_no_place() {
     let src = "input x : [128] at ivrf[0]\n";
-    expect(src, codes::DECL, "input `x` cannot have `at`", at(src, "ivrf[0]"));
+    expect(
+        src,
+        codes::DECL,
+        "input `x` cannot have `at`",
+        at(src, "ivrf[0]"),
+    );
 }
 
 #[test]
@@ -387,7 +605,12 @@ fn pad_not_on_matrix() {
 #[test]
 fn declaration_inside_repeat() {
     let src = "repeat t in 0..2 {\n  vector v : [128] at ivrf[0]\n}\n";
-    expect(src, codes::DECL, "declaration inside a `repeat` block", at(src, "vector v : [128] at ivrf[0]"));
+    expect(
+        src,
+        codes::DECL,
+        "declaration inside a `repeat` block",
+        at(src, "vector v : [128] at ivrf[0]"),
+    );
 }
 
 #[test]
@@ -399,39 +622,77 @@ fn empty_repeat_range() {
 #[test]
 fn unknown_scalar_register_suggests() {
     let src = "s_wr row, 2\n";
-    let d = expect(src, codes::UNKNOWN_REGISTER, "`row` is not a scalar register", at(src, "row"));
-    assert!(d.help.as_deref().is_some_and(|h| h.starts_with("did you mean `rows`?")));
+    let d = expect(
+        src,
+        codes::UNKNOWN_REGISTER,
+        "`row` is not a scalar register",
+        at(src, "row"),
+    );
+    assert!(
+        d.help
+            .as_deref()
+            .is_some_and(|h| h.starts_with("did you mean `rows`?"))
+    );
 }
 
 #[test]
 fn scalar_register_value_range() {
     let src = "s_wr rows, 0\n";
-    expect(src, codes::SCALAR_VALUE, "`rows` = 0 is out of range", at(src, "0"));
+    expect(
+        src,
+        codes::SCALAR_VALUE,
+        "`rows` = 0 is out of range",
+        at(src, "0"),
+    );
 }
 
 #[test]
 fn s_wr_inside_chain() {
     let src = format!("{IO}v_rd netq\ns_wr rows, 1\nv_wr netq\nend_chain\n");
-    expect(&src, codes::INSIDE_CHAIN, "`s_wr` inside a chain", at(&src, "s_wr rows, 1"));
+    expect(
+        &src,
+        codes::INSIDE_CHAIN,
+        "`s_wr` inside a chain",
+        at(&src, "s_wr rows, 1"),
+    );
 }
 
 #[test]
 fn iterations_without_chain() {
     let src = "s_wr iterations, 3\n";
-    expect(src, codes::SCALAR_VALUE, "no chain after it", at(src, "s_wr iterations, 3"));
+    expect(
+        src,
+        codes::SCALAR_VALUE,
+        "no chain after it",
+        at(src, "s_wr iterations, 3"),
+    );
 }
 
 #[test]
 fn unknown_quant_point() {
     let src = "quant mvm.vectr = fp16\n";
-    let d = expect(src, codes::QUANT_POINT, "unknown quantization point `mvm.vectr`", at(src, "mvm.vectr"));
-    assert!(d.help.as_deref().is_some_and(|h| h.starts_with("did you mean `mvm.vector`?")));
+    let d = expect(
+        src,
+        codes::QUANT_POINT,
+        "unknown quantization point `mvm.vectr`",
+        at(src, "mvm.vectr"),
+    );
+    assert!(
+        d.help
+            .as_deref()
+            .is_some_and(|h| h.starts_with("did you mean `mvm.vector`?"))
+    );
 }
 
 #[test]
 fn quant_point_needs_float_format() {
     let src = "quant mfu.input = bfp(mant = 5)\n";
-    expect(src, codes::FORMAT, "`mfu.input` needs a float format", at(src, "bfp(mant = 5)"));
+    expect(
+        src,
+        codes::FORMAT,
+        "`mfu.input` needs a float format",
+        at(src, "bfp(mant = 5)"),
+    );
 }
 
 #[test]
@@ -441,15 +702,26 @@ fn bad_format_literal_points_inside_it() {
     let src = "quant mvm.vector = bfp(mantissa = 5)\n";
     let lit = at(src, "bfp(mantissa = 5)");
     let all = diags(src);
-    let d = all.iter().find(|d| d.code == codes::FORMAT).expect("a format error");
+    let d = all
+        .iter()
+        .find(|d| d.code == codes::FORMAT)
+        .expect("a format error");
     let s = d.span();
-    assert!(s.start >= lit.start && s.end <= lit.end && s.end > s.start, "{d:#?}");
+    assert!(
+        s.start >= lit.start && s.end <= lit.end && s.end > s.start,
+        "{d:#?}"
+    );
 }
 
 #[test]
 fn target_must_exist() {
     let src = "target \"bw-nonexistent\"\n";
-    expect(src, codes::TARGET, "cannot use target `bw-nonexistent`", at(src, "\"bw-nonexistent\""));
+    expect(
+        src,
+        codes::TARGET,
+        "cannot use target `bw-nonexistent`",
+        at(src, "\"bw-nonexistent\""),
+    );
 }
 
 #[test]
@@ -457,9 +729,14 @@ fn target_override_changes_sizes() {
     // With N = 16 a [128] input row is 8 tiles, so rows = 1 pops the wrong width.
     let mut t = Target::bw_default();
     t.native = 16;
-    let src = "input x : [128]\noutput y : [128]\nv_rd netq\nv_wr netq\nend_chain\n";
+    let src = "input x : [128]\noutput y : [16]\nv_rd netq\nv_wr netq\nend_chain\n";
     let all = diags_on(src, Some(t));
-    expect_in(all, codes::NETQ_WIDTH, "row 0 of input `x` is 8 tiles", at(src, "netq"));
+    expect_in(
+        all,
+        codes::NETQ_WIDTH,
+        "row 0 of input `x` is 8 tiles",
+        at(src, "netq"),
+    );
 }
 
 // ---- section 4: syntax, several errors per run, warnings ----
@@ -473,7 +750,12 @@ fn syntax_error() {
 #[test]
 fn invalid_character() {
     let src = "let A = 3 $\n";
-    expect(src, codes::INVALID_CHARACTER, "unexpected character `$`", at(src, "$"));
+    expect(
+        src,
+        codes::INVALID_CHARACTER,
+        "unexpected character `$`",
+        at(src, "$"),
+    );
 }
 
 #[test]
@@ -482,14 +764,21 @@ fn several_syntax_errors_in_one_run() {
     let all = diags(src);
     let syntax = all.iter().filter(|d| d.code == codes::SYNTAX).count();
     assert_eq!(syntax, 2, "{all:#?}");
-    assert!(all.iter().any(|d| d.code == codes::UNKNOWN_MNEMONIC && d.span() == at(src, "v_frob")));
+    assert!(
+        all.iter()
+            .any(|d| d.code == codes::UNKNOWN_MNEMONIC && d.span() == at(src, "v_frob"))
+    );
 }
 
 #[test]
 fn several_check_errors_in_one_run() {
     let src = "output y : [128]\nlet A = 1\nlet A = 2\nv_rd ivrf[4]\nv_wr ivrf[9999]\nv_wr netq\nend_chain\nend_chain\n";
     let all = diags(src);
-    for code in [codes::DUPLICATE_NAME, codes::ADDRESS_RANGE, codes::END_CHAIN] {
+    for code in [
+        codes::DUPLICATE_NAME,
+        codes::ADDRESS_RANGE,
+        codes::END_CHAIN,
+    ] {
         assert!(all.iter().any(|d| d.code == code), "no {code} in {all:#?}");
     }
     assert!(all.iter().filter(|d| d.severity == Severity::Error).count() >= 3);
@@ -503,7 +792,11 @@ fn warns_on_dead_write() {
                v_rd netq\nv_wr ivrf[0]\nend_chain\n\
                v_rd ivrf[0]\nv_wr netq\nend_chain\n";
     let out = check(Arc::new(SourceFile::new("t.nnp", src)), None).expect("valid");
-    let w: Vec<_> = out.warnings.iter().filter(|d| d.code == codes::DEAD_WRITE).collect();
+    let w: Vec<_> = out
+        .warnings
+        .iter()
+        .filter(|d| d.code == codes::DEAD_WRITE)
+        .collect();
     assert_eq!(w.len(), 1, "{:#?}", out.warnings);
     assert_eq!(w[0].severity, Severity::Warning);
     assert_eq!(w[0].span(), nth(src, "v_wr ivrf[0]", 0));
@@ -538,7 +831,13 @@ fn warns_on_declaration_never_read() {
 
 #[test]
 fn error_inside_repeat_reported_once() {
-    let src = "output y : [3, 128]\nrepeat t in 0..3 {\n  v_rd ivrf[t]\n  v_wr netq\n  end_chain\n}\n";
+    let src =
+        "output y : [3, 128]\nrepeat t in 0..3 {\n  v_rd ivrf[t]\n  v_wr netq\n  end_chain\n}\n";
     // Each unrolled copy reads an uninitialised register; one diagnostic for the line.
-    expect(src, codes::UNINIT_READ, "ivrf[0] is read before", at(src, "ivrf[t]"));
+    expect(
+        src,
+        codes::UNINIT_READ,
+        "ivrf[0] is read before",
+        at(src, "ivrf[t]"),
+    );
 }

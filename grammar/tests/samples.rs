@@ -1,12 +1,40 @@
-//! Every sample program in `samples/` passes the checker (warnings allowed).
+//! Every sample program in `samples/` passes the checker (warnings allowed) on each target its
+//! `// nnpc: targets = A, B` line names (built-in names or `samples/targets/NAME.toml`), or on
+//! `bw-default` when it names none.
 
-use nnp_grammar::{SourceFile, check};
+use nnp_grammar::{SourceFile, Target, check};
+use std::path::Path;
 use std::sync::Arc;
+
+fn targets_of(text: &str, dir: &Path) -> Vec<Target> {
+    let Some(line) = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("// nnpc: targets ="))
+    else {
+        return vec![Target::bw_default()];
+    };
+    line.split(',')
+        .map(|n| {
+            let n = n.trim();
+            Target::builtin(n)
+                .or_else(|_| {
+                    Target::load(
+                        &dir.join("targets")
+                            .join(format!("{n}.toml"))
+                            .to_string_lossy(),
+                    )
+                })
+                .unwrap_or_else(|e| panic!("target `{n}`: {e}"))
+        })
+        .collect()
+}
 
 #[test]
 fn samples_pass() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../samples");
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples"));
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     let mut failures = Vec::new();
     let mut checked = 0;
     for e in entries.flatten() {
@@ -15,17 +43,25 @@ fn samples_pass() {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let src = Arc::new(SourceFile::new(path.to_string_lossy(), text));
-        checked += 1;
-        match check(src, None) {
-            Ok(out) => {
-                for w in &out.warnings {
-                    eprintln!("{}: warning {}: {}", path.display(), w.code, w.message);
+        let src = Arc::new(SourceFile::new(path.to_string_lossy(), text.as_str()));
+        for target in targets_of(&text, dir) {
+            checked += 1;
+            let name = target.name.clone();
+            match check(src.clone(), Some(target)) {
+                Ok(out) => {
+                    for w in &out.warnings {
+                        eprintln!(
+                            "{} [{name}]: warning {}: {}",
+                            path.display(),
+                            w.code,
+                            w.message
+                        );
+                    }
                 }
+                Err(diags) => failures.push(format!("{} [{name}]: {diags:#?}", path.display())),
             }
-            Err(diags) => failures.push(format!("{}: {diags:#?}", path.display())),
         }
     }
-    eprintln!("checked {checked} samples");
+    eprintln!("checked {checked} sample/target pairs");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -382,6 +382,7 @@ impl DepGraph {
                 }
             }
         }
+        pairs.sort_unstable();
         pairs
     }
 

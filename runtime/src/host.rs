@@ -132,8 +132,9 @@ pub enum HostError {
     ZeroBatch,
 }
 
-/// How [`HostData::load_with`] treats what the files lack.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How [`HostData::load_with`] treats what the files lack. The default: batch inferred, no
+/// random fallback, seed 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct LoadOptions {
     /// Batch size; `None` infers it from batched inputs (`[B, ...shape]`), else 1.
     pub batch: Option<usize>,
@@ -141,16 +142,6 @@ pub struct LoadOptions {
     pub random_missing: bool,
     /// Seed of that random data.
     pub seed: u64,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions {
-            batch: None,
-            random_missing: false,
-            seed: 0,
-        }
-    }
 }
 
 fn kind_name(d: &Decl) -> &'static str {

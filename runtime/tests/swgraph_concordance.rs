@@ -90,10 +90,17 @@ fn every_sample_on_every_declared_target_matches_the_emulator() {
         let program = load(&path, &target);
         let case = format!("{} on {target}", path.display());
         let data = HostData::random(&program, 64, 0x5eed);
+        let t0 = std::time::Instant::now();
         let hw = emulator::emulate(&program, &data, &EmuOptions::default())
             .unwrap_or_else(|e| panic!("{case}: emulator: {e}"));
+        let t1 = std::time::Instant::now();
         let sw = exec::run_program(&program, &data, &ExecOptions::default())
             .unwrap_or_else(|e| panic!("{case}: software graph: {e}"));
+        eprintln!(
+            "{case}: emulator {:.2} s, software graph {:.2} s",
+            (t1 - t0).as_secs_f64(),
+            t1.elapsed().as_secs_f64()
+        );
         assert_same(&case, &hw.outputs, &sw.outputs);
     }
 }

@@ -2,6 +2,7 @@
 
 use nnp_grammar::diagnostics::line_col;
 use nnp_grammar::{Diagnostic, Diagnostics, Severity, SourceFile};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -38,7 +39,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         let v: Vec<serde_json::Value> = diags.items.iter().map(|d| to_json(&src, d)).collect();
         let text = serde_json::to_string_pretty(&v)
             .map_err(|e| miette::miette!("cannot write JSON: {e}"))?;
-        println!("{text}");
+        // A closed pipe (`| head`) is not an error of the check.
+        let _ = writeln!(std::io::stdout().lock(), "{text}");
     } else {
         for d in &diags.items {
             eprintln!("{:?}", miette::Report::new(d.clone()));
@@ -46,7 +48,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         if errors {
             eprintln!("{diags}");
         } else {
-            eprintln!("{}: ok ({} warning{})", src.name, diags.warnings(), plural(diags.warnings()));
+            eprintln!(
+                "{}: ok ({} warning{})",
+                src.name,
+                diags.warnings(),
+                plural(diags.warnings())
+            );
         }
     }
     Ok(ExitCode::from(u8::from(errors)))

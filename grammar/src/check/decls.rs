@@ -57,8 +57,11 @@ impl Checker {
                 Some(v) if (1..=1 << 32).contains(&v) => shape.push(v as usize),
                 Some(v) => {
                     self.emit(
-                        Diagnostic::error(codes::DECL, format!("dimension {v} of `{name}` is not positive"))
-                            .label(e.span, "must be at least 1"),
+                        Diagnostic::error(
+                            codes::DECL,
+                            format!("dimension {v} of `{name}` is not positive"),
+                        )
+                        .label(e.span, "must be at least 1"),
                     );
                     ok = false;
                 }
@@ -149,18 +152,27 @@ impl Checker {
                             ),
                         };
                         self.emit(
-                            Diagnostic::error(codes::WRONG_MEMORY, format!("{kw} `{name}` cannot live in {mem}"))
-                                .label(m.mem.span, what)
-                                .help(help),
+                            Diagnostic::error(
+                                codes::WRONG_MEMORY,
+                                format!("{kw} `{name}` cannot live in {mem}"),
+                            )
+                            .label(m.mem.span, what)
+                            .help(help),
                         );
                         ok = false;
                     } else if let Some(a) = self.eval(&m.addr) {
                         if (0..=i64::from(u32::MAX)).contains(&a) {
-                            place = Some(Place { mem, addr: a as u32 });
+                            place = Some(Place {
+                                mem,
+                                addr: a as u32,
+                            });
                         } else {
                             self.emit(
-                                Diagnostic::error(codes::ADDRESS_RANGE, format!("address {a} is out of range"))
-                                    .label(m.addr.span, "must not be negative"),
+                                Diagnostic::error(
+                                    codes::ADDRESS_RANGE,
+                                    format!("address {a} is out of range"),
+                                )
+                                .label(m.addr.span, "must not be negative"),
                             );
                             ok = false;
                         }
@@ -180,9 +192,12 @@ impl Checker {
             let on_netq = kind == DeclKind::Input || (kind == DeclKind::Output && place.is_none());
             if on_netq {
                 self.emit(
-                    Diagnostic::error(codes::DECL, format!("`{name}` is on netq: it cannot be `= 0`"))
-                        .label(e.span, "no memory to initialise")
-                        .help("`= 0` is for data placed in memory with `at`"),
+                    Diagnostic::error(
+                        codes::DECL,
+                        format!("`{name}` is on netq: it cannot be `= 0`"),
+                    )
+                    .label(e.span, "no memory to initialise")
+                    .help("`= 0` is for data placed in memory with `at`"),
                 );
                 ok = false;
             } else {
@@ -190,9 +205,12 @@ impl Checker {
                     Some(0) => zero = true,
                     Some(v) => {
                         self.emit(
-                            Diagnostic::error(codes::DECL, format!("`= {v}`: only `= 0` is supported"))
-                                .label(e.span, "must be 0")
-                                .help("load other values from the weights file (drop the `=`)"),
+                            Diagnostic::error(
+                                codes::DECL,
+                                format!("`= {v}`: only `= 0` is supported"),
+                            )
+                            .label(e.span, "must be 0")
+                            .help("load other values from the weights file (drop the `=`)"),
                         );
                         ok = false;
                     }
@@ -276,7 +294,11 @@ impl Checker {
             } else {
                 self.target.mem_size(p.mem)
             };
-            let unit = if kind == DeclKind::Matrix { "tiles" } else { "registers" };
+            let unit = if kind == DeclKind::Matrix {
+                "tiles"
+            } else {
+                "registers"
+            };
             if u64::from(p.addr) + tiles > u64::from(size) {
                 let at_span = d
                     .attrs
@@ -294,7 +316,10 @@ impl Checker {
                             p.mem
                         ),
                     )
-                    .label(at_span, format!("{tiles} {unit} from here (N = {})", self.n))
+                    .label(
+                        at_span,
+                        format!("{tiles} {unit} from here (N = {})", self.n),
+                    )
                     .help(format!(
                         "the last {unit} start at {}",
                         u64::from(size).saturating_sub(tiles)
@@ -335,13 +360,20 @@ impl Checker {
                         "`{}` overlaps `{}` in {mem}: {} {start}..{} are in both",
                         b.name,
                         a.name,
-                        if b.kind == DeclKind::Matrix { "tiles" } else { "registers" },
+                        if b.kind == DeclKind::Matrix {
+                            "tiles"
+                        } else {
+                            "registers"
+                        },
                         end.min(pend)
                     ),
                 )
                 .label(self.decl_names[i], format!("{mem}[{start}..{end}]"))
                 .label(self.decl_names[pi], format!("occupies {mem} up to {pend}"))
-                .help(format!("move `{}` to start at {mem}[{pend}] or later", b.name));
+                .help(format!(
+                    "move `{}` to start at {mem}[{pend}] or later",
+                    b.name
+                ));
                 self.emit(d);
             }
             if prev.is_none_or(|(ps, pend, _)| ps != space || end > pend) {
@@ -373,8 +405,10 @@ impl Checker {
             if total > MAX_NETQ_ROWS {
                 let span = self.decl_names[i];
                 self.emit(
-                    Diagnostic::error(codes::TOO_LARGE, "too many netq rows")
-                        .label(span, format!("the inputs and outputs exceed {MAX_NETQ_ROWS} rows")),
+                    Diagnostic::error(codes::TOO_LARGE, "too many netq rows").label(
+                        span,
+                        format!("the inputs and outputs exceed {MAX_NETQ_ROWS} rows"),
+                    ),
                 );
                 self.stopped = true;
                 return;

@@ -17,7 +17,16 @@ pub enum Value {
 
 /// Names reserved by the language (memories and scalar registers); they cannot be redefined.
 pub const RESERVED: &[&str] = &[
-    "netq", "dram", "ivrf", "mrf", "rows", "cols", "iterations", "win_w", "win_h", "pitch",
+    "netq",
+    "dram",
+    "ivrf",
+    "mrf",
+    "rows",
+    "cols",
+    "iterations",
+    "win_w",
+    "win_h",
+    "pitch",
 ];
 
 fn is_reserved(name: &str) -> bool {

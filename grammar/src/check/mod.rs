@@ -17,9 +17,7 @@ use crate::ast::{self, Expr, File, Ident, Instr, Item, Operand};
 use crate::diagnostics::{Diagnostic, codes};
 use crate::isa::{self, Op};
 use crate::parse::parse;
-use crate::program::{
-    Addr, Chain, Decl, Mem, NetqSlot, Program, QuantConfig, SourceFile, Span,
-};
+use crate::program::{Addr, Chain, Decl, Mem, NetqSlot, Program, QuantConfig, SourceFile, Span};
 use crate::target::{BUILTIN_TARGETS, Target};
 use chain::OpenChain;
 use eval::{Env, Eval, Value};
@@ -163,6 +161,8 @@ pub(crate) struct Checker {
     pub work: u64,
     /// A size limit was hit: stop walking.
     pub stopped: bool,
+    /// Some chain was dropped or not simulated because of its errors.
+    pub incomplete: bool,
 }
 
 /// A resolved memory operand.
@@ -180,11 +180,11 @@ impl Checker {
     fn new(src: Arc<SourceFile>, target: Target) -> Self {
         let num = &target.numerics;
         let quant = QuantConfig {
-            storage: num.storage.clone(),
-            mvm_vector: num.mvm_vector.clone(),
-            mvm_matrix: num.mvm_matrix.clone(),
-            mvm_output: num.mvm_output.clone(),
-            mfu_input: num.mfu_input.clone(),
+            storage: num.storage,
+            mvm_vector: num.mvm_vector,
+            mvm_matrix: num.mvm_matrix,
+            mvm_output: num.mvm_output,
+            mfu_input: num.mfu_input,
         };
         Checker {
             src,
@@ -215,6 +215,7 @@ impl Checker {
             instructions: 0,
             work: 0,
             stopped: false,
+            incomplete: false,
         }
     }
 
@@ -281,11 +282,9 @@ impl Checker {
             match decl.place {
                 Some(p) => Ok(i64::from(p.addr)),
                 None => {
-                    let mut diag = Diagnostic::error(
-                        codes::EXPR,
-                        format!("`{}` has no address", decl.name),
-                    )
-                    .label(span, "used as an address");
+                    let mut diag =
+                        Diagnostic::error(codes::EXPR, format!("`{}` has no address", decl.name))
+                            .label(span, "used as an address");
                     if let Some(&s) = names.get(d) {
                         diag = diag.label(s, "declared without `at`: it lives on netq");
                     }
@@ -315,17 +314,26 @@ impl Checker {
     }
 
     fn quant(&mut self, q: &ast::Quant) {
+        self.drop_broken_chain();
         if let Some(open) = &self.open {
             let first = open.first;
             self.emit(
                 Diagnostic::error(codes::INSIDE_CHAIN, "`quant` inside a chain")
                     .label(q.span, "the chain starting above is not finished")
                     .label(first, "chain starts here")
-                    .help("`quant` applies to the chains after it: move it before the chain's `v_rd`"),
+                    .help(
+                        "`quant` applies to the chains after it: move it before the chain's `v_rd`",
+                    ),
             );
             return;
         }
-        const POINTS: [&str; 5] = ["mvm.vector", "mvm.matrix", "mvm.output", "mfu.input", "storage"];
+        const POINTS: [&str; 5] = [
+            "mvm.vector",
+            "mvm.matrix",
+            "mvm.output",
+            "mfu.input",
+            "storage",
+        ];
         let point = q.point.name.as_str();
         if !POINTS.contains(&point) {
             let d = Diagnostic::error(
@@ -469,6 +477,7 @@ impl Checker {
     }
 
     fn s_wr(&mut self, i: &Instr) {
+        self.drop_broken_chain();
         if let Some(open) = &self.open {
             let first = open.first;
             self.emit(
@@ -495,7 +504,7 @@ impl Checker {
             Operand::Expr(e) => e.as_name().map(|n| (n, e.span)),
             Operand::Mem(_) => None,
         };
-        let Some((name, name_span)) = name.filter(|(n, _)| REGS.contains(n)) else {
+        let Some((name, _)) = name.filter(|(n, _)| REGS.contains(n)) else {
             let written = name.map_or("this operand", |(n, _)| n);
             let help = match name.and_then(|(n, _)| isa::nearest(n, REGS)) {
                 Some(s) => format!("did you mean `{s}`? registers: {}", REGS.join(", ")),
@@ -519,14 +528,19 @@ impl Checker {
             );
             return;
         };
-        let Some(v) = self.eval(value_expr) else { return };
+        let Some(v) = self.eval(value_expr) else {
+            return;
+        };
         if !(1..=MAX_SCALAR).contains(&v) {
             self.emit(
                 Diagnostic::error(
                     codes::SCALAR_VALUE,
                     format!("`{name}` = {v} is out of range"),
                 )
-                .label(value_expr.span, format!("must be between 1 and {MAX_SCALAR}")),
+                .label(
+                    value_expr.span,
+                    format!("must be between 1 and {MAX_SCALAR}"),
+                ),
             );
             return;
         }
@@ -540,7 +554,6 @@ impl Checker {
             "pitch" => s.pitch = v,
             _ => s.iterations = Some((v, i.span)),
         }
-        let _ = name_span;
     }
 
     /// The memory a name refers to on this target.
@@ -570,7 +583,10 @@ impl Checker {
                 let d = Diagnostic::error(codes::UNKNOWN_MEMORY, format!("unknown memory `{s}`"))
                     .label(name.span, "not a memory of this target");
                 let d = match isa::nearest(s, &names) {
-                    Some(n) => d.help(format!("did you mean `{n}`? memories: {}", names.join(", "))),
+                    Some(n) => d.help(format!(
+                        "did you mean `{n}`? memories: {}",
+                        names.join(", ")
+                    )),
                     None => d.help(format!("memories: {}", names.join(", "))),
                 };
                 self.emit(d);
@@ -580,7 +596,10 @@ impl Checker {
         if usize::from(k) >= mfus {
             self.emit(
                 Diagnostic::error(codes::UNKNOWN_MEMORY, format!("`{s}` does not exist"))
-                    .label(name.span, format!("target `{}` has {mfus} MFUs", self.target.name))
+                    .label(
+                        name.span,
+                        format!("target `{}` has {mfus} MFUs", self.target.name),
+                    )
                     .help(format!(
                         "MFU k has asvrf{{k}} and mulvrf{{k}} for k = 0..{}",
                         mfus.saturating_sub(1)
@@ -683,7 +702,10 @@ impl Checker {
                     codes::ADDRESS_RANGE,
                     format!("address {base} is out of range: {mem} has {size} registers"),
                 )
-                .label(addr_expr.span, format!("must be between 0 and {}", size.saturating_sub(1))),
+                .label(
+                    addr_expr.span,
+                    format!("must be between 0 and {}", size.saturating_sub(1)),
+                ),
             );
             return None;
         }
@@ -692,7 +714,10 @@ impl Checker {
                 self.emit(
                     Diagnostic::error(codes::INCREMENT, "increment given twice")
                         .label(e.span, "`+ INC` here")
-                        .label(i.name.span, "and the `_inc` spelling takes it as the last operand")
+                        .label(
+                            i.name.span,
+                            "and the `_inc` spelling takes it as the last operand",
+                        )
                         .help(format!(
                             "write either `{} {mem}[A] + INC` or `{}_inc {mem}[A], INC`",
                             isa_base_name(i),
@@ -723,8 +748,11 @@ impl Checker {
                     Ok(v) => v,
                     Err(_) => {
                         self.emit(
-                            Diagnostic::error(codes::INCREMENT, format!("increment {v} is too large"))
-                                .label(e.span, "does not fit in 32 bits"),
+                            Diagnostic::error(
+                                codes::INCREMENT,
+                                format!("increment {v} is too large"),
+                            )
+                            .label(e.span, "does not fit in 32 bits"),
                         );
                         return None;
                     }

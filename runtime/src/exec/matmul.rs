@@ -35,8 +35,22 @@ pub struct Grid {
     pub max_exp: i32,
 }
 
-/// The [`Grid`] of a format at native dimension `n`, when one is known.
-pub fn grid(fmt: &Format, n: usize) -> Option<Grid> {
+/// Every [`Grid`] a format's values fit at native dimension `n` (a float format has two: each
+/// value on its own, and the whole run on the grid of its smallest subnormal).
+pub fn grids(fmt: &Format, n: usize) -> Vec<Grid> {
+    match fmt {
+        Format::Float(f) => {
+            let one = float_grid(f);
+            let mut run = one;
+            run.block = n;
+            run.bits = (one.max_exp - one.min_exp) as u32;
+            vec![one, run]
+        }
+        _ => grid(fmt, n).into_iter().collect(),
+    }
+}
+
+fn grid(fmt: &Format, n: usize) -> Option<Grid> {
     match fmt {
         Format::Bfp(b) => {
             let (lo, hi) = b.exp_range();
@@ -73,12 +87,12 @@ pub fn grid(fmt: &Format, n: usize) -> Option<Grid> {
             min_exp: -(f.frac as i32),
             max_exp: f.int as i32,
         }),
-        // A single float value is always one integer significand times a power of two.
         Format::Float(f) => Some(float_grid(f)),
         _ => None,
     }
 }
 
+/// A single float value: one integer significand times a power of two.
 fn float_grid(f: &FloatFormat) -> Grid {
     let bias = f.bias();
     Grid {
@@ -96,7 +110,16 @@ fn gcd(a: usize, b: usize) -> usize {
 /// The largest chunk `k` (dividing N, aligned with both formats' blocks) whose partial dot
 /// products are exact in f64 whatever the data, or `None` when not even one product is.
 pub fn exact_chunk(vec_fmt: &Format, mat_fmt: &Format, n: usize) -> Option<usize> {
-    let (gx, gw) = (grid(vec_fmt, n)?, grid(mat_fmt, n)?);
+    let mut best = None;
+    for gx in grids(vec_fmt, n) {
+        for gw in grids(mat_fmt, n) {
+            best = best.max(chunk_of(&gx, &gw, n));
+        }
+    }
+    best
+}
+
+fn chunk_of(gx: &Grid, gw: &Grid, n: usize) -> Option<usize> {
     // Products (and their sums) must stay clear of f64 underflow and overflow.
     if gx.min_exp + gw.min_exp < -1074 + 2 || gx.max_exp + gw.max_exp > 1000 {
         return None;
@@ -185,18 +208,21 @@ impl RowAcc {
     }
 }
 
-/// Sum per-chunk partials: `partials` is `[chunks, rows * n, b]` (chunk-major, `chunks =
-/// cols * n / k`), the result `[b, rows * n]`.
-pub fn sum_partials(spec: &MatVec, k: usize, partials: &[f64], b: usize) -> Vec<f64> {
+/// Sum per-chunk partials: `partials` is `[pairs, chunks, rows * n, b]` (`chunks =
+/// cols * n / k`; `pairs` slice products per chunk, see [`slices`]); the result `[b, rows * n]`.
+pub fn sum_partials(spec: &MatVec, k: usize, pairs: usize, partials: &[f64], b: usize) -> Vec<f64> {
     let rn = spec.rows * spec.n;
     let per_tile = spec.n / k;
     let chunks = spec.cols * per_tile;
+    let pair_len = chunks * rn * b;
     let mut out = vec![0.0; b * rn];
     out.par_chunks_mut(rn).enumerate().for_each(|(bi, orow)| {
         let mut acc = RowAcc::new(spec);
         for (r, o) in orow.iter_mut().enumerate() {
             for c in 0..chunks {
-                acc.add(partials[(c * rn + r) * b + bi]);
+                for p in 0..pairs {
+                    acc.add(partials[p * pair_len + (c * rn + r) * b + bi]);
+                }
                 if (c + 1) % per_tile == 0 {
                     acc.end_tile();
                 }
@@ -205,6 +231,64 @@ pub fn sum_partials(spec: &MatVec, k: usize, partials: &[f64], b: usize) -> Vec<
         }
     });
     out
+}
+
+/// Bits per slice for dot products of `n` terms: `2 beta + ceil(log2 n) <= 53`.
+pub fn slice_bits(n: usize) -> u32 {
+    let log = usize::BITS - (n.max(1) - 1).leading_zeros();
+    (53 - log.min(51)) / 2
+}
+
+/// Most slices [`slices`] makes before giving up (then the element-wise path runs).
+const MAX_SLICES: usize = 16;
+
+/// Split every run of `len` values into slices (an error-free splitting in the manner of
+/// Ozaki's scheme): with `E` the run's top exponent, slice `s` holds integer multiples of
+/// `2^(E + 1 - (s+1) beta)` of magnitude below `2^beta` such units, and the slices of a value
+/// add up to it exactly. A dot product of one x slice with one w slice over `len` lanes then
+/// stays within `2 beta + log2 len <= 53` bits: exact in f64 in any order. `None` when a value
+/// is not finite, or the data needs more than [`MAX_SLICES`] slices or units near f64
+/// underflow.
+pub fn slices(v: &[f64], len: usize, beta: u32) -> Option<Vec<Vec<f64>>> {
+    if v.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
+    let len = len.max(1);
+    // Top exponent + 1 of every run (None: an all-zero run).
+    let tops: Vec<Option<i32>> = v
+        .chunks(len)
+        .map(|run| {
+            let m = run.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+            (m != 0.0).then(|| nnp_numerics::floor_log2(m) + 1)
+        })
+        .collect();
+    let mut rem = v.to_vec();
+    let mut out = Vec::new();
+    while rem.iter().any(|x| *x != 0.0) {
+        let s = out.len() as i32 + 1;
+        if out.len() == MAX_SLICES {
+            return None;
+        }
+        let mut slice = vec![0.0; v.len()];
+        for ((run, sl), top) in rem.chunks_mut(len).zip(slice.chunks_mut(len)).zip(&tops) {
+            let Some(top) = top else { continue };
+            let unit = top - s * beta as i32;
+            if unit < -900 {
+                return None;
+            }
+            let (down, up) = (2f64.powi(-unit), 2f64.powi(unit));
+            for (r, o) in run.iter_mut().zip(sl.iter_mut()) {
+                // Scaling by powers of two and truncating are exact; so is the remainder.
+                *o = (*r * down).trunc() * up;
+                *r -= *o;
+            }
+        }
+        out.push(slice);
+    }
+    if out.is_empty() {
+        out.push(vec![0.0; v.len()]);
+    }
+    Some(out)
 }
 
 /// The slow exact path: every product exact ([`two_prod`](super::exact::two_prod)), summed in
@@ -256,9 +340,14 @@ mod tests {
         let bfp_b16 = f("bfp(mant = 8, block = 16, exp_bits = 8)");
         assert!(!tile_partial_is_exact(&bfp_b16, &bfp8, 128));
         assert_eq!(exact_chunk(&bfp_b16, &bfp8, 128), Some(16));
-        // fp16 values span 40 bits: no tile sum is exact, a single product is.
+        // fp16 values span 40 bits (2^-24 .. 2^16): no tile sum is exact, a single product is.
         assert!(!tile_partial_is_exact(&Format::FP16, &Format::FP16, 8));
         assert_eq!(exact_chunk(&Format::FP16, &Format::FP16, 8), Some(1));
+        // fp(4, 3) spans 2^-9 .. 2^8 (17 bits): 17 + 17 + 7 = 41 bits, whole tiles at N = 128.
+        let e4m3ish = f("fp(4, 3)");
+        assert!(tile_partial_is_exact(&e4m3ish, &e4m3ish, 128));
+        // fp(4, 3) vectors times BFP(8) matrices: 17 + 7 + 7 = 31 bits.
+        assert!(tile_partial_is_exact(&e4m3ish, &bfp8, 128));
         // MX fp8 e4m3 (18-bit element grid) blocks of 32: 18 + 18 + 5 = 41 bits.
         let mx = f("mx(fp8e4m3, 32)");
         assert_eq!(exact_chunk(&mx, &mx, 128), Some(32));
@@ -319,7 +408,7 @@ mod tests {
             let mut p = vec![0.0; 2 * 4];
             p[0] = sign * 32784.0;
             p[4] = sign * t * t;
-            assert_eq!(sum_partials(&s, n, &p, 1)[0], want);
+            assert_eq!(sum_partials(&s, n, 1, &p, 1)[0], want);
         }
     }
 
@@ -332,17 +421,44 @@ mod tests {
         let mut partials = vec![0.0; 2];
         partials[0] = p[0];
         partials[1] = p[1];
-        let exact = sum_partials(&spec(1, 2, 1, Accumulation::Exact), 1, &partials, 1);
+        let exact = sum_partials(&spec(1, 2, 1, Accumulation::Exact), 1, 1, &partials, 1);
         assert_eq!(exact[0], 2050.0);
-        let seq16 = sum_partials(&spec(1, 2, 1, Accumulation::Fp16Seq), 1, &partials, 1);
+        let seq16 = sum_partials(&spec(1, 2, 1, Accumulation::Fp16Seq), 1, 1, &partials, 1);
         assert_eq!(seq16[0], 2048.0);
         // fp32-seq: 2049 and 2^-20 are f32 values; 2049 + 2^-20 in f32 (spacing 2^-12 at
         // 2^11) gives 2049, then fp16: the tie -> 2048.
-        let seq32 = sum_partials(&spec(1, 2, 1, Accumulation::Fp32Seq), 1, &partials, 1);
+        let seq32 = sum_partials(&spec(1, 2, 1, Accumulation::Fp32Seq), 1, 1, &partials, 1);
         assert_eq!(seq32[0], 2048.0);
         // Without the tiny tile the exact answer is the tie itself: 2048.
-        let exact = sum_partials(&spec(1, 2, 1, Accumulation::Exact), 1, &[2049.0, 0.0], 1);
+        let exact = sum_partials(&spec(1, 2, 1, Accumulation::Exact), 1, 1, &[2049.0, 0.0], 1);
         assert_eq!(exact[0], 2048.0);
+    }
+
+    #[test]
+    fn slices_are_exact_and_bounded() {
+        // beta = 23 at N = 128 (46 + 7 = 53); 2 at N = 2^47.
+        assert_eq!(slice_bits(128), 23);
+        assert_eq!(slice_bits(4), 25);
+        // Run [1 + 2^-23 + 2^-40, 3, 0, -2^-30] with beta = 4: top = 2 (3 < 2^2), units
+        // 2^-2, 2^-6, ...: every slice value is a multiple of its unit below 16 units, and the
+        // slices add up to the values exactly.
+        let v = [1.0 + 2f64.powi(-23) + 2f64.powi(-40), 3.0, 0.0, -(2f64.powi(-30))];
+        let sl = slices(&v, 4, 4).expect("finite");
+        for (i, x) in v.iter().enumerate() {
+            let sum: f64 = sl.iter().rev().map(|s| s[i]).sum();
+            assert_eq!(sum, *x, "lane {i}");
+        }
+        for (s, slice) in sl.iter().enumerate() {
+            let unit = 2f64.powi(2 - 4 * (s as i32 + 1));
+            for x in slice {
+                assert_eq!((x / unit).fract(), 0.0);
+                assert!((x / unit).abs() < 16.0);
+            }
+        }
+        // 2^-40 needs slice 11 (unit 2^-42); 2^-30 lies in slice 8 (unit 2^-30).
+        assert_eq!(sl.len(), 11);
+        assert!(slices(&[f64::NAN, 1.0], 2, 4).is_none());
+        assert_eq!(slices(&[0.0, 0.0], 2, 4).expect("zeros").len(), 1);
     }
 
     #[test]

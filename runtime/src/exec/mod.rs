@@ -135,6 +135,7 @@ pub fn execute(graph: &SwGraph, data: &HostData, opts: &ExecOptions) -> Result<E
         n: graph.native,
         values: vec![None; graph.nodes.len()],
         arranged: HashMap::new(),
+        sliced: HashMap::new(),
         tables: HashMap::new(),
     };
     // Last reader of every value, so tensors are freed as soon as possible.
@@ -255,6 +256,8 @@ struct Executor<'a> {
     values: Vec<Option<Tensor>>,
     /// Quantized weight stacks rearranged for the chunked matmul, by (stack, chunk).
     arranged: HashMap<(ValueId, usize), Tensor>,
+    /// Weight stacks split into exact slices (rearranged), `None` when they cannot be.
+    sliced: HashMap<ValueId, Option<Vec<Tensor>>>,
     tables: HashMap<(UnOp, Option<String>, String), ActTable>,
 }
 
@@ -423,51 +426,95 @@ impl Executor<'_> {
         Ok(t)
     }
 
-    /// `y = W x`: per-chunk partials by f64 matmul when `chunk` is exact, else the slow path.
+    /// `y = W x`, exactly, by one of three paths:
+    /// 1. `chunk` proven exact from the formats (BFP tiles by default): one f64 matmul gives
+    ///    the exact per-chunk partials;
+    /// 2. otherwise the values are split into slices whose pairwise tile products are exact
+    ///    ([`matmul::slices`]), one matmul per slice pair;
+    /// 3. non-finite data (or data needing too many slices): every product exact, element-wise.
+    ///
+    /// The partials are then summed exactly and rounded once ([`matmul::sum_partials`]).
     fn matvec(&mut self, spec: &MatVec, x: ValueId, w: ValueId, chunk: Option<usize>) -> Result<Tensor, Failure> {
         let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
         let xt = self.value(x)?.clone();
         let b = xt.dims()[0];
         let s = *spec;
-        let Some(k) = chunk else {
-            let wt = self.value(w)?.contiguous()?;
-            if wt.dims()[0] != 1 {
-                return Err(internal("a batched matrix").into());
-            }
-            let wv: Vec<f64> = wt.flatten_all()?.to_device(&Device::Cpu)?.to_vec1()?;
-            let wv = Arc::new(wv);
-            let xc = xt.contiguous()?.to_device(&Device::Cpu)?;
-            let y = xc.apply_op1_no_bwd(&Map1("matvec_exact", move |xs: &[f64]| {
-                let y = matmul::matvec_exact(&s, xs, b, &wv);
-                (y, Shape::from((b, rows * n)))
+        let sum = |parts: Vec<Tensor>, k: usize| -> Result<Tensor, Failure> {
+            let pairs = parts.len();
+            let p = Tensor::cat(&parts, 0)?.contiguous()?.to_device(&Device::Cpu)?;
+            let y = p.apply_op1_no_bwd(&Map1("sum_partials", move |ps: &[f64]| {
+                (matmul::sum_partials(&s, k, pairs, ps, b), Shape::from((b, rows * n)))
             }))?;
+            Ok(y)
+        };
+        if let Some(k) = chunk {
+            let wa = match self.arranged.get(&(w, k)) {
+                Some(t) => t.clone(),
+                None => {
+                    let t = arrange_w(self.value(w)?, rows, cols, n, k)?;
+                    self.arranged.insert((w, k), t.clone());
+                    t
+                }
+            };
+            let xa = arrange_x(&xt, b, cols, n, k)?;
+            // [chunks, rows*n, b], exact per chunk.
+            let y = sum(vec![wa.matmul(&xa)?], k)?;
             return Ok(y.to_device(&self.dev)?);
-        };
-        let chunks = cols * n / k;
-        let wa = match self.arranged.get(&(w, k)) {
-            Some(t) => t.clone(),
-            None => {
-                // [1, rows*cols, n, n] -> [rows, cols, n, n/k, k] -> [cols, n/k, rows, n, k]
-                // -> [chunks, rows*n, k].
-                let t = self
-                    .value(w)?
-                    .reshape((rows, cols, n, n / k, k))?
-                    .permute((1, 3, 0, 2, 4))?
-                    .contiguous()?
-                    .reshape((chunks, rows * n, k))?;
-                self.arranged.insert((w, k), t.clone());
-                t
+        }
+        let beta = matmul::slice_bits(n);
+        if !self.sliced.contains_key(&w) {
+            let wv = host_vec(self.value(w)?)?;
+            let sl = match matmul::slices(&wv, n, beta) {
+                Some(sl) => Some(
+                    sl.into_iter()
+                        .map(|v| {
+                            let t = Tensor::from_vec(v, (1, rows * cols, n, n), &self.dev)?;
+                            arrange_w(&t, rows, cols, n, n)
+                        })
+                        .collect::<candle_core::Result<Vec<_>>>()?,
+                ),
+                None => None,
+            };
+            self.sliced.insert(w, sl);
+        }
+        let xv = host_vec(&xt)?;
+        let ws = self.sliced.get(&w).cloned().flatten();
+        if let (Some(ws), Some(xs)) = (ws, matmul::slices(&xv, n, beta)) {
+            let mut parts = Vec::with_capacity(ws.len() * xs.len());
+            for xsl in xs {
+                let xa = arrange_x(&Tensor::from_vec(xsl, (b, cols * n), &self.dev)?, b, cols, n, n)?;
+                for wsl in &ws {
+                    parts.push(wsl.matmul(&xa)?);
+                }
             }
-        };
-        // [b, cols*n] -> [chunks, k, b]
-        let xa = xt.reshape((b, chunks, k))?.permute((1, 2, 0))?.contiguous()?;
-        let partials = wa.matmul(&xa)?; // [chunks, rows*n, b], exact per chunk
-        let p = partials.contiguous()?.to_device(&Device::Cpu)?;
-        let y = p.apply_op1_no_bwd(&Map1("sum_partials", move |ps: &[f64]| {
-            (matmul::sum_partials(&s, k, ps, b), Shape::from((b, rows * n)))
+            return Ok(sum(parts, n)?.to_device(&self.dev)?);
+        }
+        let wv = Arc::new(host_vec(self.value(w)?)?);
+        let xc = xt.contiguous()?.to_device(&Device::Cpu)?;
+        let y = xc.apply_op1_no_bwd(&Map1("matvec_exact", move |xs: &[f64]| {
+            (matmul::matvec_exact(&s, xs, b, &wv), Shape::from((b, rows * n)))
         }))?;
         Ok(y.to_device(&self.dev)?)
     }
+}
+
+/// A tensor's values on the host, row-major.
+fn host_vec(t: &Tensor) -> candle_core::Result<Vec<f64>> {
+    t.flatten_all()?.to_device(&Device::Cpu)?.to_vec1()
+}
+
+/// A weight stack `[1, rows*cols, n, n]` as `[chunks, rows*n, k]` for the chunked matmul:
+/// `[rows, cols, n, n/k, k] -> [cols, n/k, rows, n, k]`.
+fn arrange_w(t: &Tensor, rows: usize, cols: usize, n: usize, k: usize) -> candle_core::Result<Tensor> {
+    t.reshape((rows, cols, n, n / k, k))?
+        .permute((1, 3, 0, 2, 4))?
+        .contiguous()?
+        .reshape((cols * n / k, rows * n, k))
+}
+
+/// A vector `[b, cols*n]` as `[chunks, k, b]`.
+fn arrange_x(t: &Tensor, b: usize, cols: usize, n: usize, k: usize) -> candle_core::Result<Tensor> {
+    t.reshape((b, cols * n / k, k))?.permute((1, 2, 0))?.contiguous()
 }
 
 fn internal(msg: &str) -> ExecError {
