@@ -186,7 +186,7 @@ fn syntax_diagnostic(e: ParseError<usize, Tok<'_>, LexError>) -> Diagnostic {
         }
         ParseError::InvalidToken { location } => {
             Diagnostic::error(codes::INVALID_CHARACTER, "invalid token")
-                .label(Span::new(location, location + 1), "here")
+                .label(Span::new(location, location), "here")
         }
         ParseError::User { error } => Diagnostic::error(codes::INVALID_CHARACTER, "invalid token")
             .label(Span::new(error.start, error.end), "here"),

@@ -1070,18 +1070,19 @@ impl Checker {
         for w in &c.writes {
             ok &= self.in_range(&w.op, false, width, k, "writes");
         }
-        if ok {
-            ok = self.read_modify_write(&c, width);
-        }
         let index = self.chains.len();
-        self.incomplete |= !ok;
         if ok {
+            // Register accesses over all iterations (the read-modify-write check and the
+            // simulation are both linear in it).
             let per_iter = u64::from(read_extent)
                 + u64::from(s.rows * s.cols) * u64::from(c.mv_mul.is_some())
                 + u64::from(width) * (c.ops.len() + c.writes.len()) as u64;
-            if self.count_work(per_iter * u64::from(k), c.span) {
-                self.simulate(&c, index, read_tiles, window, width);
-            }
+            ok = self.count_work(per_iter * u64::from(k), c.span)
+                && self.read_modify_write(&c, width);
+        }
+        self.incomplete |= !ok;
+        if ok {
+            self.simulate(&c, index, read_tiles, window, width);
         }
 
         // The matrix format: the declaration of the tiles' data, else the chain's.
@@ -1094,9 +1095,7 @@ impl Checker {
                 .filter(|d| d.kind == DeclKind::Matrix);
             MvMul {
                 addr: m.addr,
-                matrix_format: decl
-                    .and_then(|d| d.format)
-                    .unwrap_or(c.quant.mvm_matrix),
+                matrix_format: decl.and_then(|d| d.format).unwrap_or(c.quant.mvm_matrix),
                 span,
             }
         });

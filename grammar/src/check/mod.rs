@@ -36,11 +36,18 @@ pub struct CheckOutput {
 }
 
 /// Most instructions a program may unroll to.
-const MAX_INSTRUCTIONS: usize = 20_000_000;
+const MAX_INSTRUCTIONS: usize = 5_000_000;
 /// Most register accesses (over all iterations) the checker simulates.
 const MAX_WORK: u64 = 200_000_000;
-/// Largest value of a scalar register.
-const MAX_SCALAR: i64 = 1 << 20;
+/// Largest value of each scalar register. Widths in tiles stay small enough that products such
+/// as `rows * cols` and window extents fit in 32 bits.
+fn max_scalar(reg: &str) -> i64 {
+    match reg {
+        "iterations" => 1 << 20,
+        "pitch" => 1 << 16,
+        _ => 1 << 12,
+    }
+}
 
 /// Parse and check a firmware file. `target_override` (the `--target` option) wins over the
 /// file's `target` statement. On failure returns every error (and the warnings found so far).
@@ -386,9 +393,17 @@ impl Checker {
                 Some(f)
             }
             Err(e) => {
-                let len = lit.text.len();
-                let start = e.offset.min(len);
-                let end = (start + e.len.max(1)).min(len);
+                // Inside the literal, on character boundaries (miette slices the source there).
+                let text = lit.text.as_str();
+                let len = text.len();
+                let mut start = e.offset.min(len);
+                while !text.is_char_boundary(start) {
+                    start -= 1;
+                }
+                let mut end = (start + e.len.max(1)).min(len);
+                while !text.is_char_boundary(end) {
+                    end += 1;
+                }
                 let span = Span::new(
                     lit.span.start as usize + start,
                     lit.span.start as usize + end.max(start),
@@ -531,16 +546,14 @@ impl Checker {
         let Some(v) = self.eval(value_expr) else {
             return;
         };
-        if !(1..=MAX_SCALAR).contains(&v) {
+        let max = max_scalar(name);
+        if !(1..=max).contains(&v) {
             self.emit(
                 Diagnostic::error(
                     codes::SCALAR_VALUE,
                     format!("`{name}` = {v} is out of range"),
                 )
-                .label(
-                    value_expr.span,
-                    format!("must be between 1 and {MAX_SCALAR}"),
-                ),
+                .label(value_expr.span, format!("must be between 1 and {max}")),
             );
             return;
         }

@@ -138,11 +138,9 @@ impl DepGraph {
         let text = program.source.text.as_str();
         let lines = LineIndex::new(text);
         let node_label = |n: &Node| {
-            format!(
-                "{}\\nline {}",
-                escape(&n.resolved()),
-                lines.line(n.span.start)
-            )
+            let mfu = n.mfu.map(|k| format!(", MFU{k}")).unwrap_or_default();
+            let line = lines.line(n.span.start);
+            format!("{}\\nline {line}{mfu}", escape(&n.resolved()))
         };
         writeln!(out, "digraph depgraph {{")?;
         writeln!(

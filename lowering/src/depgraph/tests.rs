@@ -111,8 +111,8 @@ fn dense_chain_pipeline_and_raw() {
 #[test]
 fn war_waw_and_iterations() {
     // N = 4, every vector 1 tile. Chain 0 (2 iterations) pops x_t into ivrf[t]; chain 1 copies
-    // ivrf[0] to asvrf0[5]; chain 2 overwrites ivrf[0] (WAR after chain 1's read) from
-    // ivrf[1]; chain 3 overwrites asvrf0[5] with no read in between... it reads it first.
+    // ivrf[0] to asvrf0[5]; chain 2 overwrites ivrf[0] (which chain 1 read: WAR) with ivrf[1];
+    // chain 3 copies the new ivrf[0] to asvrf0[5] again (nothing read asvrf0[5] in between: WAW).
     let (_, g) = build(
         "input x : [2, 4]\n\
          output y : [4] at asvrf0[5]\n\
@@ -191,9 +191,9 @@ fn independent_chains_and_operands() {
     );
     // Nodes: 0 pop, 1 wr ivrf[0]; 2 pop, 3 wr ivrf[1]; 4 rd ivrf[0], 5 vv_mul, 6 wr ivrf[4];
     // 7 rd ivrf[1], 8 relu, 9 wr ivrf[5].
-    // Chain 2 depends on chain 0 only, chain 3 on chain 1 only; chains 0 and 1 are ordered by
-    // the fifo. So the independent pairs are (0, 3)? No: 0 -> 1 (fifo) -> 3. Independent:
-    // (1, 2) and (2, 3).
+    // Chain 2 depends on chain 0 only (RAW ivrf[0]), chain 3 on chain 1 only (RAW ivrf[1]);
+    // chain 1 comes after chain 0 through the fifo (second pop). Paths: 0 -> 1 -> 3 and 0 -> 2,
+    // so the pairs with no path are (1, 2) and (2, 3).
     assert_eq!(g.chain_deps(), vec![vec![], vec![0], vec![0], vec![1]]);
     assert_eq!(g.independent_pairs(), vec![(1, 2), (2, 3)]);
     assert_eq!(g.independent_of(2), vec![1, 3]);
@@ -264,13 +264,9 @@ fn window_reads_and_matrix_chain() {
 
 #[test]
 fn same_iteration_write_of_read_register_has_no_self_edge() {
-    // The chain reads ivrf[0] and writes ivrf[0] (allowed): the WAR is inside one chain
-    // iteration, already ordered by the pipeline, so no dependence edge. Across the two
-    // iterations of the second chain, iteration 1 reads what iteration 0 wrote (RAW 3 -> 4)
-    // and iteration 1's write comes after iteration 0's... read of ivrf[0] (node 2): WAR is
-    // implied? No: node 2 read ivrf[0], node 4 reads ivrf[0] after node 3 wrote it, so the
-    // readers since node 3's write are {4}; node 5 overwrites: WAR 4->5 is same iteration:
-    // skipped. So only RAW 1 -> 2 and RAW 3 -> 4.
+    // The second chain (2 iterations) reads ivrf[0] and writes ivrf[0] (allowed). Inside one
+    // iteration the WAR is already ordered by the pipeline: no edge. Iteration 1 reads what
+    // iteration 0 wrote: RAW 3 -> 4. Nodes: 0 pop, 1 wr; it 0: 2 rd, 3 wr; it 1: 4 rd, 5 wr.
     let (_, g) = build(
         "input x : [4]\n\
          output y : [4] at ivrf[0]\n\
@@ -292,6 +288,76 @@ fn same_iteration_write_of_read_register_has_no_self_edge() {
             e(4, 5, Pipe, ""),
         ]
     );
+}
+
+#[test]
+fn dot_and_json_exports() {
+    // The program of `war_waw_and_iterations`.
+    let (p, g) = build(
+        "input x : [2, 4]\n\
+         output y : [4] at asvrf0[5]\n\
+         s_wr iterations, 2\n\
+         v_rd netq\n\
+         v_wr_inc ivrf[0], 1\n\
+         end_chain\n\
+         v_rd ivrf[0]\n\
+         v_wr asvrf0[5]\n\
+         end_chain\n\
+         v_rd ivrf[1]\n\
+         v_wr ivrf[0]\n\
+         end_chain\n\
+         v_rd ivrf[0]\n\
+         v_wr asvrf0[5]\n\
+         end_chain\n",
+    );
+    let dot = g.to_dot(&p);
+    // One cluster per chain; chain 0 (iterated) nests one cluster per iteration.
+    for c in 0..4 {
+        assert!(dot.contains(&format!("subgraph cluster_c{c} {{")), "{dot}");
+    }
+    assert!(dot.contains("subgraph cluster_c0_i0 {") && dot.contains("subgraph cluster_c0_i1 {"));
+    assert!(!dot.contains("cluster_c1_i0"));
+    assert!(
+        dot.contains("n1 [label=\"v_wr ivrf[0]\\nline 5\"];"),
+        "{dot}"
+    );
+    assert!(dot.contains("n0 -> n1 [color=black];"));
+    assert!(dot.contains("n1 -> n4 [color=blue, fontcolor=blue, label=\"ivrf[0]\"];"));
+    assert!(dot.contains("n4 -> n7 [color=orange, fontcolor=orange, label=\"ivrf[0]\"];"));
+    assert!(dot.contains("n5 -> n9 [color=red, fontcolor=red, label=\"asvrf0[5]\"];"));
+    assert!(dot.contains("n0 -> n2 [color=darkgreen"));
+
+    let v: serde_json::Value = serde_json::from_str(&g.to_json(&p)).expect("valid JSON");
+    assert_eq!(v["schema"], "nnpc-depgraph");
+    assert_eq!(v["version"], JSON_SCHEMA_VERSION);
+    assert_eq!(v["nodes"].as_array().map(Vec::len), Some(10));
+    assert_eq!(v["nodes"][3]["iteration"], 1);
+    assert_eq!(v["nodes"][3]["text"], "v_wr_inc ivrf[0], 1");
+    assert_eq!(v["nodes"][3]["writes"][0]["addr"], 1);
+    assert_eq!(v["nodes"][2]["netq"]["decl"], "x");
+    assert_eq!(v["nodes"][2]["netq"]["row"], 1);
+    assert_eq!(v["chains"][3]["depends_on"], serde_json::json!([1, 2]));
+    let raw = v["edges"]
+        .as_array()
+        .and_then(|es| es.iter().find(|e| e["from"] == 7 && e["to"] == 8))
+        .expect("RAW 7 -> 8");
+    // Node 7 is `v_wr ivrf[0]` on line 11, node 8 `v_rd ivrf[0]` on line 13.
+    assert_eq!(raw["kind"], "raw");
+    assert_eq!(raw["mem"], "ivrf");
+    assert_eq!(raw["addr"], 0);
+    assert_eq!(raw["tiles"], 1);
+    assert_eq!(raw["from_line"], 11);
+    assert_eq!(raw["to_line"], 13);
+    assert_eq!(raw["from_text"], "v_wr ivrf[0]");
+    assert_eq!(raw["to_text"], "v_rd ivrf[0]");
+    let war = v["edges"]
+        .as_array()
+        .and_then(|es| es.iter().find(|e| e["kind"] == "war"))
+        .expect("a WAR edge");
+    assert!(war.get("from_text").is_none() && war["from_line"] == 7);
+    let pipe = &v["edges"][0];
+    assert_eq!(pipe["kind"], "pipeline");
+    assert!(pipe.get("mem").is_none());
 }
 
 // ---- samples ----
@@ -362,15 +428,21 @@ fn samples_check_and_build() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// `cargo test -p nnp-lowering print_sample_graphs -- --ignored --nocapture`: sizes and
+/// warnings of every sample under every target it declares.
 #[test]
 #[ignore]
-fn print_sample_warnings() {
-    for entry in std::fs::read_dir(samples_dir()).unwrap() {
-        let path = entry.unwrap().path();
+fn print_sample_graphs() {
+    for entry in std::fs::read_dir(samples_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let path = entry.path();
         if path.extension().is_none_or(|e| e != "nnp") {
             continue;
         }
-        let text = std::fs::read_to_string(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
         for t in declared_targets(&text) {
             let src = Arc::new(SourceFile::new(path.display().to_string(), text.clone()));
             let out = check(src, Some(load_target(&t)));
