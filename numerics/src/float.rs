@@ -287,7 +287,7 @@ pub(crate) fn exceeds(a: u128, ea: i32, b: u128, eb: i32) -> bool {
     if d >= 0 {
         bitlen(a) + d > 127 || (a << d) > b
     } else {
-        !(bitlen(b) - d > 127) && a > (b << -d)
+        bitlen(b) - d <= 127 && a > (b << -d)
     }
 }
 

@@ -83,13 +83,14 @@ struct Writer {
 impl Writer {
     fn put(&mut self, v: u64, n: u32) {
         for i in 0..n {
-            if self.p.bits % 8 == 0 {
+            if self.p.bits.is_multiple_of(8) {
                 self.p.bytes.push(0);
             }
-            if i < 64 && (v >> i) & 1 == 1 {
-                if let Some(b) = self.p.bytes.last_mut() {
-                    *b |= 1 << (self.p.bits % 8);
-                }
+            if i < 64
+                && (v >> i) & 1 == 1
+                && let Some(b) = self.p.bytes.last_mut()
+            {
+                *b |= 1 << (self.p.bits % 8);
             }
             self.p.bits += 1;
         }

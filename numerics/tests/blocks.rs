@@ -229,7 +229,10 @@ fn seed000_fig2_three_levels() {
     let field = |from: usize, n: usize| (0..n).map(|i| u32::from(bit(from + i)) << i).sum::<u32>();
     assert_eq!(field(0, 8), 125);
     assert_eq!((8..14).map(bit).collect::<Vec<_>>(), vec![0, 0, 1, 0, 1, 0]);
-    assert_eq!((14..22).map(bit).collect::<Vec<_>>(), vec![1, 0, 1, 1, 0, 0, 1, 0]);
+    assert_eq!(
+        (14..22).map(bit).collect::<Vec<_>>(),
+        vec![1, 0, 1, 1, 0, 0, 1, 0]
+    );
 }
 
 #[test]

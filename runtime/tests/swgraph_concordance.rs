@@ -33,7 +33,11 @@ fn cases() -> Vec<(PathBuf, String)> {
             out.push((f.clone(), t.to_string()));
         }
     }
-    assert!(out.len() >= 10, "expected many (sample, target) cases, found {}", out.len());
+    assert!(
+        out.len() >= 10,
+        "expected many (sample, target) cases, found {}",
+        out.len()
+    );
     out
 }
 

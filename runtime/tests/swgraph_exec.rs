@@ -78,7 +78,13 @@ fn chain(index: usize, rows: u32, cols: u32, body: VectorChain) -> Chain {
     }
 }
 
-fn program(t: Target, decls: Vec<Decl>, chains: Vec<Chain>, pops: Vec<NetqSlot>, pushes: Vec<NetqSlot>) -> Program {
+fn program(
+    t: Target,
+    decls: Vec<Decl>,
+    chains: Vec<Chain>,
+    pops: Vec<NetqSlot>,
+    pushes: Vec<NetqSlot>,
+) -> Program {
     Program {
         source: Arc::new(SourceFile::new("hand.nnp", "")),
         target: t,
@@ -136,10 +142,19 @@ fn matvec_program(acc: Accumulation) -> Program {
     )
 }
 
-fn data(weights: &[(&str, Vec<usize>, Vec<f32>)], inputs: &[(&str, Vec<usize>, Vec<f32>)], batch: usize) -> HostData {
+fn data(
+    weights: &[(&str, Vec<usize>, Vec<f32>)],
+    inputs: &[(&str, Vec<usize>, Vec<f32>)],
+    batch: usize,
+) -> HostData {
     let map = |v: &[(&str, Vec<usize>, Vec<f32>)]| -> BTreeMap<String, Tensor> {
         v.iter()
-            .map(|(n, s, d)| (n.to_string(), Tensor::new(s.clone(), d.clone()).expect("shape")))
+            .map(|(n, s, d)| {
+                (
+                    n.to_string(),
+                    Tensor::new(s.clone(), d.clone()).expect("shape"),
+                )
+            })
             .collect()
     };
     HostData {
@@ -267,13 +282,25 @@ fn json_round_trip_and_validation() {
     assert_eq!(g, back);
     assert_eq!(back.version, SWGRAPH_VERSION);
     // A future version is refused with a clear error.
-    let v2 = text.replacen(&format!("\"version\": {SWGRAPH_VERSION}"), "\"version\": 99", 1);
-    assert!(matches!(SwGraph::from_json(&v2), Err(GraphError::Version { found: 99, .. })));
+    let v2 = text.replacen(
+        &format!("\"version\": {SWGRAPH_VERSION}"),
+        "\"version\": 99",
+        1,
+    );
+    assert!(matches!(
+        SwGraph::from_json(&v2),
+        Err(GraphError::Version { found: 99, .. })
+    ));
     // A node reading a later node is refused.
     let mut bad = g.clone();
     let last = ValueId(bad.nodes.len() as u32 - 1);
-    if let Some(Node { op: Op::Round { src, .. }, .. }) =
-        bad.nodes.iter_mut().find(|n| matches!(n.op, Op::Round { .. }))
+    if let Some(Node {
+        op: Op::Round { src, .. },
+        ..
+    }) = bad
+        .nodes
+        .iter_mut()
+        .find(|n| matches!(n.op, Op::Round { .. }))
     {
         *src = last;
     }
@@ -305,28 +332,58 @@ fn matvec_graph(rows: usize, cols: usize, fmt: Format, acc: Accumulation) -> SwG
         ValueId(nodes.len() as u32 - 1)
     };
     let x = push(
-        Op::Input { name: "x".into(), shape: vec![cols * N] },
-        Ty::Logical { shape: vec![cols * N] },
+        Op::Input {
+            name: "x".into(),
+            shape: vec![cols * N],
+        },
+        Ty::Logical {
+            shape: vec![cols * N],
+        },
     );
     let x = push(
-        Op::PadToTiles { src: x, layout: TileLayout::Vector, pad: 0.0 },
+        Op::PadToTiles {
+            src: x,
+            layout: TileLayout::Vector,
+            pad: 0.0,
+        },
         Ty::Vector { tiles: cols as u32 },
     );
     let x = push(
-        Op::Quantize { src: x, format: fmt, axis: BlockAxis::VectorTile },
+        Op::Quantize {
+            src: x,
+            format: fmt,
+            axis: BlockAxis::VectorTile,
+        },
         Ty::Vector { tiles: cols as u32 },
     );
     let w = push(
-        Op::Weight { name: "W".into(), shape: vec![rows * N, cols * N] },
-        Ty::Logical { shape: vec![rows * N, cols * N] },
+        Op::Weight {
+            name: "W".into(),
+            shape: vec![rows * N, cols * N],
+        },
+        Ty::Logical {
+            shape: vec![rows * N, cols * N],
+        },
     );
     let w = push(
-        Op::PadToTiles { src: w, layout: TileLayout::Matrix, pad: 0.0 },
-        Ty::TileStack { tiles: (rows * cols) as u32 },
+        Op::PadToTiles {
+            src: w,
+            layout: TileLayout::Matrix,
+            pad: 0.0,
+        },
+        Ty::TileStack {
+            tiles: (rows * cols) as u32,
+        },
     );
     let w = push(
-        Op::Quantize { src: w, format: fmt, axis: BlockAxis::TileRow },
-        Ty::TileStack { tiles: (rows * cols) as u32 },
+        Op::Quantize {
+            src: w,
+            format: fmt,
+            axis: BlockAxis::TileRow,
+        },
+        Ty::TileStack {
+            tiles: (rows * cols) as u32,
+        },
     );
     let y = push(
         Op::TiledMatVec {
@@ -341,8 +398,23 @@ fn matvec_graph(rows: usize, cols: usize, fmt: Format, acc: Accumulation) -> SwG
         },
         Ty::Vector { tiles: rows as u32 },
     );
-    let y = push(Op::Unpad { src: y, len: rows * N }, Ty::Logical { shape: vec![rows * N] });
-    push(Op::Output { name: "y".into(), row: 0, src: y }, Ty::None);
+    let y = push(
+        Op::Unpad {
+            src: y,
+            len: rows * N,
+        },
+        Ty::Logical {
+            shape: vec![rows * N],
+        },
+    );
+    push(
+        Op::Output {
+            name: "y".into(),
+            row: 0,
+            src: y,
+        },
+        Ty::None,
+    );
     SwGraph {
         version: SWGRAPH_VERSION,
         source: "hand".into(),
@@ -397,8 +469,16 @@ fn fast_path_equals_element_wise_exact_path() {
         ("fp16", false),
     ] {
         let fmt: Format = lit.parse().expect("format");
-        assert_eq!(matmul::exact_chunk(&fmt, &fmt, N).is_some_and(|k| k >= 2), fast, "{lit}");
-        for acc in [Accumulation::Exact, Accumulation::Fp32Seq, Accumulation::Fp16Seq] {
+        assert_eq!(
+            matmul::exact_chunk(&fmt, &fmt, N).is_some_and(|k| k >= 2),
+            fast,
+            "{lit}"
+        );
+        for acc in [
+            Accumulation::Exact,
+            Accumulation::Fp32Seq,
+            Accumulation::Fp16Seq,
+        ] {
             let g = matvec_graph(rows, cols, fmt, acc);
             let x = spread(1, b * cols * N);
             let w = spread(2, rows * N * cols * N);
@@ -407,7 +487,9 @@ fn fast_path_equals_element_wise_exact_path() {
                 &[("x", vec![b, cols * N], x.clone())],
                 b,
             );
-            let got = exec::execute(&g, &d, &ExecOptions::default()).expect("runs").outputs["y"]
+            let got = exec::execute(&g, &d, &ExecOptions::default())
+                .expect("runs")
+                .outputs["y"]
                 .data
                 .clone();
             // Reference: the numerics quantizer on the host values (no fp16 load rounding in

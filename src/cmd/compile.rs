@@ -56,7 +56,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     } else {
         graph
     };
-    let out = args.output.clone().unwrap_or_else(|| default_output(&args.file));
+    let out = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&args.file));
     let json = graph.to_json();
     if out.as_os_str() == "-" {
         println!("{json}");
@@ -82,5 +85,9 @@ fn print_summary(g: &SwGraph, out: &Path) {
         out.display()
     );
     println!("  {} nodes: {}", g.nodes.len(), ops.join(", "));
-    println!("  {} traced writes, {} outputs", g.writes.len(), g.outputs.len());
+    println!(
+        "  {} traced writes, {} outputs",
+        g.writes.len(),
+        g.outputs.len()
+    );
 }

@@ -181,24 +181,37 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
 
 fn host_data(args: &Args, program: &Program) -> Result<HostData, nnp_runtime::host::HostError> {
     if args.weights.is_none() && args.inputs.is_none() {
-        return Ok(HostData::random(program, args.batch.unwrap_or(1).max(1), args.seed));
+        return Ok(HostData::random(
+            program,
+            args.batch.unwrap_or(1).max(1),
+            args.seed,
+        ));
     }
     let opts = LoadOptions {
         batch: args.batch,
         random_missing: args.random_missing,
         seed: args.seed,
     };
-    HostData::load_with(program, args.weights.as_deref(), args.inputs.as_deref(), &opts)
+    HostData::load_with(
+        program,
+        args.weights.as_deref(),
+        args.inputs.as_deref(),
+        &opts,
+    )
 }
 
-fn write_outputs(args: &Args, program: &Program, outputs: &Outputs, path: &Path) -> miette::Result<()> {
+fn write_outputs(
+    args: &Args,
+    program: &Program,
+    outputs: &Outputs,
+    path: &Path,
+) -> miette::Result<()> {
     let mut tensors = BTreeMap::new();
     for (name, t) in outputs {
         let t = match args.layout {
             LayoutArg::Logical => t.clone(),
-            LayoutArg::Tiles => {
-                io::to_tiles(name, t, program.native(), false).map_err(|e| miette::miette!("{e}"))?
-            }
+            LayoutArg::Tiles => io::to_tiles(name, t, program.native(), false)
+                .map_err(|e| miette::miette!("{e}"))?,
         };
         tensors.insert(name.clone(), t);
     }

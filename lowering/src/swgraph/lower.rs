@@ -5,7 +5,9 @@ use super::{
     BinOp, BlockAxis, Node, Op, OutputInfo, Roots, SWGRAPH_VERSION, SwGraph, TableFn, TileLayout,
     TileSlice, UnOp, ValueId, WriteRecord, infer_ty, optimize,
 };
-use nnp_grammar::{ChainBody, DeclKind, Init, Mem, OpKind, Program, QuantConfig, Span, VectorChain};
+use nnp_grammar::{
+    ChainBody, DeclKind, Init, Mem, OpKind, Program, QuantConfig, Span, VectorChain,
+};
 use nnp_numerics::{FloatFormat, Format};
 use std::collections::HashMap;
 
@@ -13,7 +15,9 @@ use std::collections::HashMap;
 /// they surface only for programs built by hand.
 #[derive(Debug, thiserror::Error)]
 pub enum LowerError {
-    #[error("line {line}: chain {chain} (iteration {iteration}) reads {mem}[{addr}], which nothing has written")]
+    #[error(
+        "line {line}: chain {chain} (iteration {iteration}) reads {mem}[{addr}], which nothing has written"
+    )]
     Uninitialized {
         line: usize,
         chain: usize,
@@ -28,7 +32,9 @@ pub enum LowerError {
         iteration: u32,
         message: String,
     },
-    #[error("line {line}: {point} format `{format}` must be a float format (fp16, bf16, fp32 or fp(e, m))")]
+    #[error(
+        "line {line}: {point} format `{format}` must be a float format (fp16, bf16, fp32 or fp(e, m))"
+    )]
     NotFloat {
         line: usize,
         point: &'static str,
@@ -82,19 +88,22 @@ pub fn lower_raw(program: &Program) -> Result<SwGraph, LowerError> {
                 ChainBody::Matrix(m) => {
                     for k in 0..m.tiles {
                         let src = m.src_addr.at(t) + k;
-                        let tile = *lw.mtiles.get(&(m.src, src)).ok_or(
-                            LowerError::Uninitialized {
-                                line: program.line(m.src_span),
-                                chain: chain.index,
-                                iteration: t,
-                                mem: m.src,
-                                addr: src,
-                            },
-                        )?;
+                        let tile =
+                            *lw.mtiles
+                                .get(&(m.src, src))
+                                .ok_or(LowerError::Uninitialized {
+                                    line: program.line(m.src_span),
+                                    chain: chain.index,
+                                    iteration: t,
+                                    mem: m.src,
+                                    addr: src,
+                                })?;
                         lw.mtiles.insert((m.dst, m.dst_addr.at(t) + k), tile);
                     }
                 }
-                ChainBody::Vector(v) => lw.vector_chain(chain.index, chain.rows, chain.cols, t, v)?,
+                ChainBody::Vector(v) => {
+                    lw.vector_chain(chain.index, chain.rows, chain.cols, t, v)?
+                }
             }
         }
     }
@@ -316,67 +325,68 @@ impl Lowering<'_> {
         };
 
         // mv_mul
-        let mut carried = match &v.mv_mul {
-            None => read,
-            Some(mv) => {
-                let line = line_of(mv.span);
-                let output = float(&q.mvm_output, "mvm.output", line)?;
-                if self.tiles_of(read) != cols {
-                    return Err(LowerError::Shape {
-                        line,
-                        chain,
-                        message: format!(
-                            "mv_mul reads {} tiles but cols = {cols}",
-                            self.tiles_of(read)
-                        ),
-                    });
-                }
-                let x = self.push(Op::Quantize {
-                    src: read,
-                    format: q.mvm_vector,
-                    axis: BlockAxis::VectorTile,
-                })?;
-                let a = mv.addr.at(t);
-                let mut quantized: HashMap<ValueId, ValueId> = HashMap::new();
-                let mut refs = Vec::with_capacity((rows * cols) as usize);
-                for k in 0..rows * cols {
-                    let (stack, tile) = *self.mtiles.get(&(Mem::Mrf, a + k)).ok_or(
-                        LowerError::Uninitialized {
+        let mut carried =
+            match &v.mv_mul {
+                None => read,
+                Some(mv) => {
+                    let line = line_of(mv.span);
+                    let output = float(&q.mvm_output, "mvm.output", line)?;
+                    if self.tiles_of(read) != cols {
+                        return Err(LowerError::Shape {
                             line,
                             chain,
-                            iteration: t,
-                            mem: Mem::Mrf,
-                            addr: a + k,
-                        },
-                    )?;
-                    // Quantize whole source stacks once; the merge pass shares them across chains.
-                    let qs = match quantized.get(&stack) {
-                        Some(&qs) => qs,
-                        None => {
-                            let qs = self.push(Op::Quantize {
-                                src: stack,
-                                format: mv.matrix_format,
-                                axis: BlockAxis::TileRow,
-                            })?;
-                            quantized.insert(stack, qs);
-                            qs
-                        }
-                    };
-                    refs.push((qs, tile));
+                            message: format!(
+                                "mv_mul reads {} tiles but cols = {cols}",
+                                self.tiles_of(read)
+                            ),
+                        });
+                    }
+                    let x = self.push(Op::Quantize {
+                        src: read,
+                        format: q.mvm_vector,
+                        axis: BlockAxis::VectorTile,
+                    })?;
+                    let a = mv.addr.at(t);
+                    let mut quantized: HashMap<ValueId, ValueId> = HashMap::new();
+                    let mut refs = Vec::with_capacity((rows * cols) as usize);
+                    for k in 0..rows * cols {
+                        let (stack, tile) = *self.mtiles.get(&(Mem::Mrf, a + k)).ok_or(
+                            LowerError::Uninitialized {
+                                line,
+                                chain,
+                                iteration: t,
+                                mem: Mem::Mrf,
+                                addr: a + k,
+                            },
+                        )?;
+                        // Quantize whole source stacks once; the merge pass shares them across chains.
+                        let qs = match quantized.get(&stack) {
+                            Some(&qs) => qs,
+                            None => {
+                                let qs = self.push(Op::Quantize {
+                                    src: stack,
+                                    format: mv.matrix_format,
+                                    axis: BlockAxis::TileRow,
+                                })?;
+                                quantized.insert(stack, qs);
+                                qs
+                            }
+                        };
+                        refs.push((qs, tile));
+                    }
+                    let w = self.gather(&refs)?;
+                    self.push(Op::TiledMatVec {
+                        x,
+                        w,
+                        rows,
+                        cols,
+                        accumulation: self.p.target.numerics.accumulation,
+                        vector_format: q.mvm_vector,
+                        matrix_format: mv.matrix_format,
+                        output,
+                    })?
                 }
-                let w = self.gather(&refs)?;
-                self.push(Op::TiledMatVec {
-                    x,
-                    w,
-                    rows,
-                    cols,
-                    accumulation: self.p.target.numerics.accumulation,
-                    vector_format: q.mvm_vector,
-                    matrix_format: mv.matrix_format,
-                    output,
-                })?
-            }
-        };
+            };
         if self.tiles_of(carried) != width {
             return Err(LowerError::Shape {
                 line: line_of(v.read.span),
@@ -454,7 +464,9 @@ impl Lowering<'_> {
                 };
                 let slot = slot
                     .filter(|s| s.chain == chain && s.iteration == t)
-                    .ok_or_else(|| netq_err("this push has no output row (Program::pushes)".into()))?;
+                    .ok_or_else(|| {
+                        netq_err("this push has no output row (Program::pushes)".into())
+                    })?;
                 let d = &self.p.decls[slot.decl];
                 if d.row_tiles(self.n) as u32 != width {
                     return Err(netq_err(format!(

@@ -436,10 +436,15 @@ impl SwGraph {
 
     /// Values with no remaining readers are sinks; this lists the `Output` nodes.
     pub fn output_nodes(&self) -> impl Iterator<Item = (ValueId, &str, usize, ValueId)> {
-        self.nodes.iter().enumerate().filter_map(|(i, n)| match &n.op {
-            Op::Output { name, row, src } => Some((ValueId(i as u32), name.as_str(), *row, *src)),
-            _ => None,
-        })
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match &n.op {
+                Op::Output { name, row, src } => {
+                    Some((ValueId(i as u32), name.as_str(), *row, *src))
+                }
+                _ => None,
+            })
     }
 
     /// Counts of nodes per op name, for summaries.
@@ -472,7 +477,9 @@ pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String
     match op {
         Op::Input { shape, .. } | Op::Weight { shape, .. } | Op::Zero { shape } => {
             if shape.is_empty() || shape.contains(&0) {
-                return Err(format!("shape {shape:?} must be non-empty with no zero extent"));
+                return Err(format!(
+                    "shape {shape:?} must be non-empty with no zero extent"
+                ));
             }
             Ok(Ty::Logical {
                 shape: shape.clone(),
@@ -576,7 +583,9 @@ pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String
         }),
         Op::Output { src, .. } => match ty(*src)? {
             Ty::Logical { shape } if shape.len() == 1 => Ok(Ty::None),
-            other => Err(format!("an output row must be an unpadded row, is {other:?}")),
+            other => Err(format!(
+                "an output row must be an unpadded row, is {other:?}"
+            )),
         },
     }
 }

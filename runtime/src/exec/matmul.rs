@@ -370,7 +370,8 @@ mod tests {
             for j in 0..cols {
                 for r in 0..n {
                     for c in 0..n {
-                        w[((i * cols + j) * n + r) * n + c] = dense[(i * n + r) * cols * n + j * n + c];
+                        w[((i * cols + j) * n + r) * n + c] =
+                            dense[(i * n + r) * cols * n + j * n + c];
                     }
                 }
             }
@@ -395,7 +396,11 @@ mod tests {
         dense[1] = 2f64.powi(-5);
         dense[4] = t;
         let w = tiles(&dense, 1, 2, n);
-        assert_eq!(FloatFormat::FP16.round(32784.0 + t * t), 32768.0, "f64 loses the tail");
+        assert_eq!(
+            FloatFormat::FP16.round(32784.0 + t * t),
+            32768.0,
+            "f64 loses the tail"
+        );
         for (sign, want) in [(1.0, 32800.0), (-1.0, -32800.0)] {
             let xs: Vec<f64> = x.iter().map(|v| v * sign).collect();
             let s = spec(1, 2, n, Accumulation::Exact);
@@ -442,7 +447,12 @@ mod tests {
         // Run [1 + 2^-23 + 2^-40, 3, 0, -2^-30] with beta = 4: top = 2 (3 < 2^2), units
         // 2^-2, 2^-6, ...: every slice value is a multiple of its unit below 16 units, and the
         // slices add up to the values exactly.
-        let v = [1.0 + 2f64.powi(-23) + 2f64.powi(-40), 3.0, 0.0, -(2f64.powi(-30))];
+        let v = [
+            1.0 + 2f64.powi(-23) + 2f64.powi(-40),
+            3.0,
+            0.0,
+            -(2f64.powi(-30)),
+        ];
         let sl = slices(&v, 4, 4).expect("finite");
         for (i, x) in v.iter().enumerate() {
             let sum: f64 = sl.iter().rev().map(|s| s[i]).sum();

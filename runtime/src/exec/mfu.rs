@@ -232,7 +232,9 @@ pub fn softmax(exp: &ActTable, x: &[f64], lanes: usize, out: &mut [f64]) {
     };
     let lanes = lanes.max(1);
     if x.len() >= PAR_MIN {
-        x.par_chunks(lanes).zip(out.par_chunks_mut(lanes)).for_each(row);
+        x.par_chunks(lanes)
+            .zip(out.par_chunks_mut(lanes))
+            .for_each(row);
     } else {
         x.chunks(lanes).zip(out.chunks_mut(lanes)).for_each(row);
     }

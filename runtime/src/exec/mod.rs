@@ -21,9 +21,7 @@ use crate::host::{HostData, Outputs, Tensor as HostTensor};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor};
 use matmul::{MIN_CHUNK, MatVec};
 use mfu::ActTable;
-use nnp_lowering::swgraph::{
-    BinOp, GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId,
-};
+use nnp_lowering::swgraph::{BinOp, GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
 use nnp_numerics::{FloatFormat, Format};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -99,7 +97,11 @@ pub enum ExecError {
 
 /// A short message of a candle error (its Display may carry a backtrace after the first line).
 fn short(e: &candle_core::Error) -> String {
-    e.to_string().lines().next().unwrap_or("candle error").to_string()
+    e.to_string()
+        .lines()
+        .next()
+        .unwrap_or("candle error")
+        .to_string()
 }
 
 /// The candle device for a kind.
@@ -112,7 +114,8 @@ pub fn device(kind: DeviceKind) -> Result<Device, ExecError> {
 
 #[cfg(feature = "cuda")]
 fn cuda_device() -> Result<Device, ExecError> {
-    Device::new_cuda(0).map_err(|e| ExecError::Device(format!("no usable CUDA device: {}", short(&e))))
+    Device::new_cuda(0)
+        .map_err(|e| ExecError::Device(format!("no usable CUDA device: {}", short(&e))))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -125,7 +128,11 @@ fn cuda_device() -> Result<Device, ExecError> {
 }
 
 /// Run `graph` on `data` (`data.batch` input sets in one pass).
-pub fn execute(graph: &SwGraph, data: &HostData, opts: &ExecOptions) -> Result<Execution, ExecError> {
+pub fn execute(
+    graph: &SwGraph,
+    data: &HostData,
+    opts: &ExecOptions,
+) -> Result<Execution, ExecError> {
     graph.validate()?;
     let dev = device(opts.device)?;
     let mut ex = Executor {
@@ -209,13 +216,7 @@ pub fn execute(graph: &SwGraph, data: &HostData, opts: &ExecOptions) -> Result<E
                 }
             }
         }
-        outputs.insert(
-            o.name.clone(),
-            HostTensor {
-                shape,
-                data: out,
-            },
-        );
+        outputs.insert(o.name.clone(), HostTensor { shape, data: out });
     }
     Ok(Execution { outputs, written })
 }
@@ -266,10 +267,18 @@ impl Executor<'_> {
         self.values
             .get(v.index())
             .and_then(Option::as_ref)
-            .ok_or_else(|| ExecError::Graph(GraphError::Other(format!("{v} is used after it was freed"))))
+            .ok_or_else(|| {
+                ExecError::Graph(GraphError::Other(format!("{v} is used after it was freed")))
+            })
     }
 
-    fn host(&self, t: &HostTensor, name: &str, batch: Option<usize>, shape: &[usize]) -> Result<Tensor, Failure> {
+    fn host(
+        &self,
+        t: &HostTensor,
+        name: &str,
+        batch: Option<usize>,
+        shape: &[usize],
+    ) -> Result<Tensor, Failure> {
         let mut want: Vec<usize> = batch.into_iter().collect();
         want.extend(shape);
         if t.shape != want {
@@ -291,17 +300,25 @@ impl Executor<'_> {
         let n = self.n;
         Ok(match &node.op {
             Op::Input { name, shape } => {
-                let t = self.data.inputs.get(name).ok_or_else(|| ExecError::Missing {
-                    name: name.clone(),
-                    kind: "input",
-                })?;
+                let t = self
+                    .data
+                    .inputs
+                    .get(name)
+                    .ok_or_else(|| ExecError::Missing {
+                        name: name.clone(),
+                        kind: "input",
+                    })?;
                 self.host(t, name, Some(self.data.batch), shape)?
             }
             Op::Weight { name, shape } => {
-                let t = self.data.weights.get(name).ok_or_else(|| ExecError::Missing {
-                    name: name.clone(),
-                    kind: "weights",
-                })?;
+                let t = self
+                    .data
+                    .weights
+                    .get(name)
+                    .ok_or_else(|| ExecError::Missing {
+                        name: name.clone(),
+                        kind: "weights",
+                    })?;
                 self.host(t, name, None, shape)?
             }
             Op::Zero { shape } => {
@@ -338,7 +355,9 @@ impl Executor<'_> {
             Op::Unpad { src, len } => self.value(*src)?.narrow(1, 0, *len)?.contiguous()?,
             Op::Round { src, format } => {
                 let f = *format;
-                map1(self.value(*src)?, "round", move |x, o| quant::round_slice(&f, x, o))?
+                map1(self.value(*src)?, "round", move |x, o| {
+                    quant::round_slice(&f, x, o)
+                })?
             }
             Op::Quantize { src, format, axis } => {
                 let f: Format = *format;
@@ -384,9 +403,10 @@ impl Executor<'_> {
                 let (op, f): (BinOp, FloatFormat) = (*op, *format);
                 let (ta, tb) = (ts[0].contiguous()?, ts[1].contiguous()?);
                 let on_cpu = |t: &Tensor| t.to_device(&Device::Cpu);
-                let r = on_cpu(&ta)?.apply_op2_no_bwd(&on_cpu(&tb)?, &Map2(move |x: &[f64], y: &[f64], o: &mut [f64]| {
-                    mfu::binary(op, &f, x, y, o)
-                }))?;
+                let r = on_cpu(&ta)?.apply_op2_no_bwd(
+                    &on_cpu(&tb)?,
+                    &Map2(move |x: &[f64], y: &[f64], o: &mut [f64]| mfu::binary(op, &f, x, y, o)),
+                )?;
                 r.to_device(&self.dev)?
             }
             Op::Unary {
@@ -415,12 +435,19 @@ impl Executor<'_> {
         })
     }
 
-    fn table(&mut self, op: UnOp, f: &FloatFormat, file: Option<&str>) -> Result<ActTable, ExecError> {
+    fn table(
+        &mut self,
+        op: UnOp,
+        f: &FloatFormat,
+        file: Option<&str>,
+    ) -> Result<ActTable, ExecError> {
         let key = (op, file.map(str::to_string), format!("{f:?}"));
         if let Some(t) = self.tables.get(&key) {
             return Ok(t.clone());
         }
-        let kind = op.table().ok_or_else(|| internal("table for a table-less op"))?;
+        let kind = op
+            .table()
+            .ok_or_else(|| internal("table for a table-less op"))?;
         let t = ActTable::load(kind, f, file)?;
         self.tables.insert(key, t.clone());
         Ok(t)
@@ -434,16 +461,27 @@ impl Executor<'_> {
     /// 3. non-finite data (or data needing too many slices): every product exact, element-wise.
     ///
     /// The partials are then summed exactly and rounded once ([`matmul::sum_partials`]).
-    fn matvec(&mut self, spec: &MatVec, x: ValueId, w: ValueId, chunk: Option<usize>) -> Result<Tensor, Failure> {
+    fn matvec(
+        &mut self,
+        spec: &MatVec,
+        x: ValueId,
+        w: ValueId,
+        chunk: Option<usize>,
+    ) -> Result<Tensor, Failure> {
         let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
         let xt = self.value(x)?.clone();
         let b = xt.dims()[0];
         let s = *spec;
         let sum = |parts: Vec<Tensor>, k: usize| -> Result<Tensor, Failure> {
             let pairs = parts.len();
-            let p = Tensor::cat(&parts, 0)?.contiguous()?.to_device(&Device::Cpu)?;
+            let p = Tensor::cat(&parts, 0)?
+                .contiguous()?
+                .to_device(&Device::Cpu)?;
             let y = p.apply_op1_no_bwd(&Map1("sum_partials", move |ps: &[f64]| {
-                (matmul::sum_partials(&s, k, pairs, ps, b), Shape::from((b, rows * n)))
+                (
+                    matmul::sum_partials(&s, k, pairs, ps, b),
+                    Shape::from((b, rows * n)),
+                )
             }))?;
             Ok(y)
         };
@@ -482,7 +520,13 @@ impl Executor<'_> {
         if let (Some(ws), Some(xs)) = (ws, matmul::slices(&xv, n, beta)) {
             let mut parts = Vec::with_capacity(ws.len() * xs.len());
             for xsl in xs {
-                let xa = arrange_x(&Tensor::from_vec(xsl, (b, cols * n), &self.dev)?, b, cols, n, n)?;
+                let xa = arrange_x(
+                    &Tensor::from_vec(xsl, (b, cols * n), &self.dev)?,
+                    b,
+                    cols,
+                    n,
+                    n,
+                )?;
                 for wsl in &ws {
                     parts.push(wsl.matmul(&xa)?);
                 }
@@ -492,7 +536,10 @@ impl Executor<'_> {
         let wv = Arc::new(host_vec(self.value(w)?)?);
         let xc = xt.contiguous()?.to_device(&Device::Cpu)?;
         let y = xc.apply_op1_no_bwd(&Map1("matvec_exact", move |xs: &[f64]| {
-            (matmul::matvec_exact(&s, xs, b, &wv), Shape::from((b, rows * n)))
+            (
+                matmul::matvec_exact(&s, xs, b, &wv),
+                Shape::from((b, rows * n)),
+            )
         }))?;
         Ok(y.to_device(&self.dev)?)
     }
@@ -505,7 +552,13 @@ fn host_vec(t: &Tensor) -> candle_core::Result<Vec<f64>> {
 
 /// A weight stack `[1, rows*cols, n, n]` as `[chunks, rows*n, k]` for the chunked matmul:
 /// `[rows, cols, n, n/k, k] -> [cols, n/k, rows, n, k]`.
-fn arrange_w(t: &Tensor, rows: usize, cols: usize, n: usize, k: usize) -> candle_core::Result<Tensor> {
+fn arrange_w(
+    t: &Tensor,
+    rows: usize,
+    cols: usize,
+    n: usize,
+    k: usize,
+) -> candle_core::Result<Tensor> {
     t.reshape((rows, cols, n, n / k, k))?
         .permute((1, 3, 0, 2, 4))?
         .contiguous()?
@@ -514,7 +567,9 @@ fn arrange_w(t: &Tensor, rows: usize, cols: usize, n: usize, k: usize) -> candle
 
 /// A vector `[b, cols*n]` as `[chunks, k, b]`.
 fn arrange_x(t: &Tensor, b: usize, cols: usize, n: usize, k: usize) -> candle_core::Result<Tensor> {
-    t.reshape((b, cols * n / k, k))?.permute((1, 2, 0))?.contiguous()
+    t.reshape((b, cols * n / k, k))?
+        .permute((1, 2, 0))?
+        .contiguous()
 }
 
 fn internal(msg: &str) -> ExecError {
@@ -603,7 +658,8 @@ impl<F: Fn(&[f64], &[f64], &mut [f64]) + Send + Sync> CustomOp2 for Map2<F> {
         let (CpuStorage::F64(v1), CpuStorage::F64(v2)) = (s1, s2) else {
             candle_core::bail!("mfu_binary: expected f64 data")
         };
-        let (Some((a1, b1)), Some((a2, b2))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
+        let (Some((a1, b1)), Some((a2, b2))) = (l1.contiguous_offsets(), l2.contiguous_offsets())
+        else {
             candle_core::bail!("mfu_binary: expected contiguous data")
         };
         if b1 - a1 != b2 - a2 {

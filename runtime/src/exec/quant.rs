@@ -17,11 +17,19 @@ const PAR_MIN: usize = 1 << 14;
 pub fn round_slice(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
     let fast = FastRound::new(fmt);
     let run = |(xs, os): (&[f64], &mut [f64])| match &fast {
-        Some(f) => xs.iter().zip(os.iter_mut()).for_each(|(v, o)| *o = f.round(*v)),
-        None => xs.iter().zip(os.iter_mut()).for_each(|(v, o)| *o = fmt.round(*v)),
+        Some(f) => xs
+            .iter()
+            .zip(os.iter_mut())
+            .for_each(|(v, o)| *o = f.round(*v)),
+        None => xs
+            .iter()
+            .zip(os.iter_mut())
+            .for_each(|(v, o)| *o = fmt.round(*v)),
     };
     if x.len() >= PAR_MIN {
-        x.par_chunks(4096).zip(out.par_chunks_mut(4096)).for_each(run);
+        x.par_chunks(4096)
+            .zip(out.par_chunks_mut(4096))
+            .for_each(run);
     } else {
         run((x, out));
     }
@@ -90,7 +98,11 @@ impl FastRound {
             r.abs()
         };
         let r = if r > self.max {
-            if self.saturate { self.max } else { f64::INFINITY }
+            if self.saturate {
+                self.max
+            } else {
+                f64::INFINITY
+            }
         } else {
             r
         };
@@ -121,7 +133,9 @@ pub fn quantize_runs(fmt: &Format, x: &[f64], len: usize, native: usize, out: &m
     };
     if x.len() >= PAR_MIN && x.len() % len == 0 {
         let chunk = len * (4096 / len).max(1);
-        x.par_chunks(chunk).zip(out.par_chunks_mut(chunk)).for_each(run);
+        x.par_chunks(chunk)
+            .zip(out.par_chunks_mut(chunk))
+            .for_each(run);
     } else {
         run((x, out));
     }
@@ -249,8 +263,13 @@ mod tests {
             -1e300,
         ];
         for e in -160..140 {
-            for m in [1.0, 1.5, 1.0 + 2f64.powi(-10), 1.0 + 2f64.powi(-11), 1.0 + 3.0 * 2f64.powi(-11)]
-            {
+            for m in [
+                1.0,
+                1.5,
+                1.0 + 2f64.powi(-10),
+                1.0 + 2f64.powi(-11),
+                1.0 + 3.0 * 2f64.powi(-11),
+            ] {
                 let x = m * 2f64.powi(e);
                 for d in [-2i64, -1, 0, 1, 2] {
                     let y = f64::from_bits((x.to_bits() as i64 + d) as u64);

@@ -39,7 +39,11 @@ pub fn records(graph: &SwGraph, exec: &Execution, batch: usize) -> Option<Vec<Sw
                 dst: w.dst.to_string(),
                 addr: w.addr,
                 line: w.line,
-                bits: v.item(item).iter().map(|x| storage_bits(&w.storage, *x as f32)).collect(),
+                bits: v
+                    .item(item)
+                    .iter()
+                    .map(|x| storage_bits(&w.storage, *x as f32))
+                    .collect(),
             });
         }
     }
