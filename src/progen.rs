@@ -153,7 +153,7 @@ fn round_arg(r: &mut Rng) -> String {
 
 /// Block sizes: divisors of N, sometimes more than a tile.
 fn block_size(r: &mut Rng, n: usize) -> usize {
-    let mut blocks: Vec<usize> = (2..=n).filter(|b| n % b == 0).collect();
+    let mut blocks: Vec<usize> = (2..=n).filter(|&b| n.is_multiple_of(b)).collect();
     if blocks.is_empty() || r.chance(0.1) {
         blocks = vec![32];
     }
@@ -360,24 +360,12 @@ struct AddrM {
     inc: i32,
 }
 
-impl AddrM {
-    fn at(&self, t: u32) -> u32 {
-        (self.base as i64 + self.inc as i64 * t as i64) as u32
-    }
-}
-
-#[derive(Clone, Debug)]
-struct WindowM {
-    w: u32,
-    h: u32,
-    pitch: u32,
-}
-
 #[derive(Clone, Debug)]
 struct VChainM {
     src: Mem,
     src_addr: AddrM,
-    window: Option<WindowM>,
+    /// Read through a `v_rd_2d` window (its registers are set by a preceding `s_wr`).
+    windowed: bool,
     mv_mul: Option<AddrM>,
     ops: Vec<(OpKind, Option<(Mem, AddrM)>)>,
     writes: Vec<(Mem, AddrM)>,
@@ -527,7 +515,7 @@ impl<'c> Gen<'c> {
         let rows = rows as usize;
         if rows == 1 && self.r.chance(0.7) {
             vec![len]
-        } else if rows % 2 == 0 && rows > 2 && self.r.chance(0.3) {
+        } else if rows.is_multiple_of(2) && rows > 2 && self.r.chance(0.3) {
             vec![2, rows / 2, len]
         } else {
             vec![rows, len]
@@ -677,21 +665,13 @@ impl<'c> Gen<'c> {
         true
     }
 
-    /// Registers a (possibly windowed) read touches, over all iterations.
-    fn read_regs(addr: AddrM, width: u32, window: Option<&WindowM>, iterations: u32) -> Vec<u32> {
+    /// Registers `width` consecutive registers from `addr` cover over all iterations. An
+    /// address below 0 or beyond u32 shows as `u32::MAX`, which no memory holds.
+    fn read_regs(addr: AddrM, width: u32, iterations: u32) -> Vec<u32> {
         let mut v = Vec::new();
         for t in 0..iterations {
-            let a = addr.at(t);
-            match window {
-                Some(w) => {
-                    for dy in 0..w.h {
-                        for dx in 0..w.w {
-                            v.push(a + dy * w.pitch + dx);
-                        }
-                    }
-                }
-                None => v.extend(a..a + width),
-            }
+            let a = addr.base as i64 + addr.inc as i64 * t as i64;
+            v.extend((a..a + width as i64).map(|r| u32::try_from(r).unwrap_or(u32::MAX)));
         }
         v
     }
@@ -713,7 +693,7 @@ impl<'c> Gen<'c> {
                     if inc < 0 && (a as i64) + (inc as i64) * (iterations as i64 - 1) < 0 {
                         return false;
                     }
-                    let regs = Self::read_regs(addr, width, None, iterations);
+                    let regs = Self::read_regs(addr, width, iterations);
                     sp.in_range(&regs) && sp.all_init(&regs)
                 })
                 .collect();
@@ -722,7 +702,7 @@ impl<'c> Gen<'c> {
                 .iter()
                 .copied()
                 .filter(|&a| {
-                    Self::read_regs(AddrM { base: a, inc }, width, None, iterations)
+                    Self::read_regs(AddrM { base: a, inc }, width, iterations)
                         .iter()
                         .all(|&i| sp.fresh[i as usize])
                 })
@@ -767,7 +747,7 @@ impl<'c> Gen<'c> {
         let sp = self.space_ref(SpaceId::Vec(mem));
         let cands: Vec<u32> = (0..sp.size())
             .filter(|&a| {
-                let regs = Self::read_regs(AddrM { base: a, inc }, width, None, iterations);
+                let regs = Self::read_regs(AddrM { base: a, inc }, width, iterations);
                 sp.in_range(&regs)
                     && regs
                         .iter()
@@ -952,7 +932,7 @@ impl<'c> Gen<'c> {
         }
 
         // The read.
-        let mut window = None;
+        let mut windowed = false;
         let src;
         let src_addr;
         let try_window = read_tiles > 1 && self.r.chance(0.3);
@@ -975,7 +955,7 @@ impl<'c> Gen<'c> {
             match self.declare_vector(mem, 1, img_rows * pitch) {
                 Some(base) => {
                     self.win_regs(w, h, pitch);
-                    window = Some(WindowM { w, h, pitch });
+                    windowed = true;
                     src = mem;
                     src_addr = AddrM { base, inc };
                 }
@@ -1016,7 +996,7 @@ impl<'c> Gen<'c> {
                 };
                 match self.source_addr(mem, width, iterations) {
                     Some(a) => {
-                        for r in Self::read_regs(a, width, None, iterations) {
+                        for r in Self::read_regs(a, width, iterations) {
                             operand_regs.insert((mem, r));
                         }
                         Some((mem, a))
@@ -1044,14 +1024,14 @@ impl<'c> Gen<'c> {
         }
         // A recurrence: an iterated chain writing where its next iteration reads (inc != 0), or
         // where every iteration reads (inc = 0): iteration t + 1 sees what t wrote.
-        if iterations > 1 && src != Mem::Netq && window.is_none() && self.r.chance(0.3) {
+        if iterations > 1 && src != Mem::Netq && !windowed && self.r.chance(0.3) {
             let base = src_addr.base as i64 + src_addr.inc as i64;
             if base >= 0 {
                 let a = AddrM {
                     base: base as u32,
                     inc: src_addr.inc,
                 };
-                let regs = Self::read_regs(a, width, None, iterations);
+                let regs = Self::read_regs(a, width, iterations);
                 let fits = regs.iter().all(|&r| !operand_regs.contains(&(src, r)))
                     && self.space_ref(SpaceId::Vec(src)).in_range(&regs);
                 if fits {
@@ -1069,7 +1049,7 @@ impl<'c> Gen<'c> {
             let mems = self.vector_mems();
             let mem = *self.r.pick(&mems);
             if let Some(a) = self.dest_addr(mem, width, iterations, &operand_regs, &taken) {
-                let regs = Self::read_regs(a, width, None, iterations);
+                let regs = Self::read_regs(a, width, iterations);
                 for &r in &regs {
                     taken.insert((mem, r));
                 }
@@ -1087,7 +1067,7 @@ impl<'c> Gen<'c> {
             if *mem == Mem::Netq {
                 continue;
             }
-            let regs = Self::read_regs(*a, width, None, iterations);
+            let regs = Self::read_regs(*a, width, iterations);
             self.space(SpaceId::Vec(*mem)).mark(&regs, None);
             self.written.push(Written {
                 mem: *mem,
@@ -1104,7 +1084,7 @@ impl<'c> Gen<'c> {
         self.items.push(Item::Vector(VChainM {
             src,
             src_addr,
-            window,
+            windowed,
             mv_mul,
             ops,
             writes,
@@ -1222,16 +1202,16 @@ impl<'c> Gen<'c> {
             }
             _ => false,
         });
-        if let Some(d) = owner {
-            if self.r.chance(0.6) {
-                let (_, b) = d.at.unwrap_or((mem, 0));
-                let name = d.name.clone();
-                return if base == b {
-                    format!("{mem}[{name}]")
-                } else {
-                    format!("{mem}[{name} + {}]", base - b)
-                };
-            }
+        if let Some(d) = owner
+            && self.r.chance(0.6)
+        {
+            let (_, b) = d.at.unwrap_or((mem, 0));
+            let name = d.name.clone();
+            return if base == b {
+                format!("{mem}[{name}]")
+            } else {
+                format!("{mem}[{name} + {}]", base - b)
+            };
         }
         if base > 2 && self.r.chance(0.1) {
             let a = self.r.range(1, base as i64 - 1);
@@ -1316,11 +1296,7 @@ impl<'c> Gen<'c> {
                     let _ = writeln!(out, "{a}\n{b}\nend_chain");
                 }
                 Item::Vector(chain) => {
-                    let rd = if chain.window.is_some() {
-                        "v_rd_2d"
-                    } else {
-                        "v_rd"
-                    };
+                    let rd = if chain.windowed { "v_rd_2d" } else { "v_rd" };
                     let line = self.instr(rd, chain.src, chain.src_addr);
                     let _ = writeln!(out, "{line}");
                     if let Some(a) = chain.mv_mul {
@@ -1646,10 +1622,10 @@ fn line_variants(line: &str) -> Vec<String> {
                 }
             }
         }
-    } else if let Some(k) = line.trim().strip_prefix("s_wr iterations,") {
-        if k.trim() != "1" {
-            out.push("s_wr iterations, 1".into());
-        }
+    } else if let Some(k) = line.trim().strip_prefix("s_wr iterations,")
+        && k.trim() != "1"
+    {
+        out.push("s_wr iterations, 1".into());
     }
     out
 }
@@ -1781,6 +1757,8 @@ pub enum Outcome {
     Concordant {
         /// Output elements compared (over the batch).
         elements: usize,
+        /// Lanes of `v_wr` values compared (over the trace and the batch).
+        written: usize,
     },
     /// The target or the program was rejected (a generator bug when it came from [`generate`]).
     Invalid(String),
@@ -1788,8 +1766,29 @@ pub enum Outcome {
     EmulatorError(String),
     /// Lowering or executing the software graph failed (error or panic) on a valid program.
     GraphError(String),
-    /// The engines disagree: the first differing element.
+    /// The engines disagree on an output: the first differing element.
     Mismatch(Mismatch),
+    /// The engines disagree on a `v_wr` (emulator trace vs the graph's write records): the
+    /// first divergent write in execution order.
+    TraceMismatch(TraceMismatch),
+}
+
+/// The first `v_wr` whose value differs between the emulator's trace and the software graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceMismatch {
+    pub chain: usize,
+    pub iteration: u32,
+    /// Destination as written in source (`ivrf`, `asvrf1`, `netq`, ...) and first register
+    /// (for netq: the push index).
+    pub dst: String,
+    pub addr: u32,
+    /// 1-based source line of the `v_wr`.
+    pub line: usize,
+    pub item: usize,
+    /// Lane within the written tiles (tile-major).
+    pub lane: usize,
+    pub emulator_bits: u32,
+    pub graph_bits: u32,
 }
 
 /// The first output element where the two engines differ.
@@ -1817,6 +1816,7 @@ impl Outcome {
             Outcome::EmulatorError(_) => "emulator error",
             Outcome::GraphError(_) => "graph error",
             Outcome::Mismatch(_) => "mismatch",
+            Outcome::TraceMismatch(_) => "trace mismatch",
         }
     }
     pub fn is_failure(&self) -> bool {
@@ -1827,7 +1827,10 @@ impl Outcome {
 impl std::fmt::Display for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Outcome::Concordant { elements } => write!(f, "concordant ({elements} elements)"),
+            Outcome::Concordant { elements, written } => write!(
+                f,
+                "concordant ({elements} output elements, {written} written lanes)"
+            ),
             Outcome::Invalid(m) => write!(f, "invalid program: {m}"),
             Outcome::EmulatorError(m) => write!(f, "emulator failed: {m}"),
             Outcome::GraphError(m) => write!(f, "software graph failed: {m}"),
@@ -1845,6 +1848,20 @@ impl std::fmt::Display for Outcome {
                 m.graph,
                 m.graph_bits
             ),
+            Outcome::TraceMismatch(t) => write!(
+                f,
+                "first divergent write: chain {} iteration {} `v_wr {}` (register/push {}, line \
+                 {}), batch item {} lane {}: emulator bits {:#06x}, software graph bits {:#06x}",
+                t.chain,
+                t.iteration,
+                t.dst,
+                t.addr,
+                t.line,
+                t.item,
+                t.lane,
+                t.emulator_bits,
+                t.graph_bits
+            ),
         }
     }
 }
@@ -1859,10 +1876,12 @@ fn panic_text(e: Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Check `source` for the target in `target_toml`, build [`host_data`] (`batch` input sets from
-/// `data_seed`), run the emulator and the software graph (`nnp_runtime::exec::run_program`;
-/// through a JSON round trip of the graph when `json` is set) and compare every output element's
-/// storage bit pattern ([`nnp_runtime::host::storage_bits`]: every NaN is the canonical NaN).
-/// Panics in either engine are caught and reported as that engine's failure.
+/// `data_seed`), run the emulator (with its trace) and the software graph, and compare storage
+/// bit patterns ([`nnp_runtime::host::storage_bits`]: every NaN is the canonical NaN): first
+/// every `v_wr` (the emulator's trace against the graph's write records, so writes no output
+/// reads are checked too), then every output element of `nnp_runtime::exec::run_program` (the
+/// `nnpc run` path; through a JSON round trip of the graph when `json` is set). Panics in either
+/// engine are caught and reported as that engine's failure.
 pub fn run_differential(
     source: &str,
     target_toml: &str,
@@ -1898,31 +1917,126 @@ pub fn run_differential(
         }
     };
     let data = host_data(&program, batch, data_seed, data_cfg);
-    let emu = match catch_unwind(AssertUnwindSafe(|| {
-        emulate(&program, &data, &EmuOptions::default())
-    })) {
-        Ok(Ok(e)) => e.outputs,
+    let emu_opts = EmuOptions {
+        trace: true,
+        ..EmuOptions::default()
+    };
+    let emu = match catch_unwind(AssertUnwindSafe(|| emulate(&program, &data, &emu_opts))) {
+        Ok(Ok(e)) => e,
         Ok(Err(e)) => return Outcome::EmulatorError(e.to_string()),
         Err(p) => return Outcome::EmulatorError(panic_text(p)),
     };
+    // The graph twice: with every write kept (traces), and as `nnpc run` runs it (outputs
+    // only, pruned), or through its JSON form.
     let sw = catch_unwind(AssertUnwindSafe(|| -> Result<_, String> {
-        let opts = ExecOptions::default();
-        if json {
-            let g = nnp_lowering::swgraph::lower(&program).map_err(|e| e.to_string())?;
+        let g = nnp_lowering::swgraph::lower(&program).map_err(|e| e.to_string())?;
+        let keep = ExecOptions {
+            keep_writes: true,
+            ..ExecOptions::default()
+        };
+        let traced = execute(&g, &data, &keep).map_err(|e| e.to_string())?;
+        let plain = if json {
             let g = nnp_lowering::swgraph::SwGraph::from_json(&g.to_json())
                 .map_err(|e| format!("JSON round trip: {e}"))?;
-            execute(&g, &data, &opts).map_err(|e| e.to_string())
+            execute(&g, &data, &ExecOptions::default()).map_err(|e| e.to_string())?
         } else {
-            run_program(&program, &data, &opts).map_err(|e| e.to_string())
-        }
+            run_program(&program, &data, &ExecOptions::default()).map_err(|e| e.to_string())?
+        };
+        Ok((g, traced, plain))
     }));
-    let sw = match sw {
-        Ok(Ok(x)) => x.outputs,
+    let (graph, traced, plain) = match sw {
+        Ok(Ok(x)) => x,
         Ok(Err(e)) => return Outcome::GraphError(e),
         Err(p) => return Outcome::GraphError(panic_text(p)),
     };
+    let trace = emu.trace.unwrap_or_default();
+    let lanes = match compare_traces(&graph, &traced.written, &trace, data.batch) {
+        Ok(lanes) => lanes,
+        Err(out) => return out,
+    };
+    match compare_outputs(&program, &emu.outputs, &plain.outputs) {
+        Outcome::Concordant { elements, .. } => Outcome::Concordant {
+            elements,
+            written: lanes,
+        },
+        other => other,
+    }
+}
 
-    compare_outputs(&program, &emu, &sw)
+/// Compare every `v_wr` of the emulator's trace with the graph's write records, in execution
+/// order: the lanes compared when they agree, else the first divergence.
+pub fn compare_traces(
+    graph: &nnp_lowering::swgraph::SwGraph,
+    written: &std::collections::HashMap<
+        nnp_lowering::swgraph::ValueId,
+        nnp_runtime::exec::WrittenValue,
+    >,
+    trace: &[nnp_runtime::emulator::TraceRecord],
+    batch: usize,
+) -> Result<usize, Outcome> {
+    use nnp_runtime::host::storage_bits;
+    let mut lanes_compared = 0;
+    let emu: std::collections::HashMap<(usize, usize, u32, &str, u32), &[u32]> = trace
+        .iter()
+        .map(|t| {
+            (
+                (t.item, t.chain, t.iteration, t.dst.as_str(), t.addr),
+                t.bits.as_slice(),
+            )
+        })
+        .collect();
+    let graph_count = graph.writes.len() * batch;
+    if emu.len() != graph_count {
+        return Err(Outcome::GraphError(format!(
+            "trace: the emulator recorded {} writes, the graph {graph_count}",
+            emu.len()
+        )));
+    }
+    for item in 0..batch {
+        for w in &graph.writes {
+            let dst = w.dst.to_string();
+            let Some(bits) = emu.get(&(item, w.chain, w.iteration, dst.as_str(), w.addr)) else {
+                return Err(Outcome::GraphError(format!(
+                    "trace: the emulator has no write `v_wr {dst}` at {} in chain {} iteration {}",
+                    w.addr, w.chain, w.iteration
+                )));
+            };
+            let Some(value) = written.get(&w.value) else {
+                return Err(Outcome::GraphError(format!(
+                    "trace: the graph kept no value for `v_wr {dst}` in chain {} iteration {}",
+                    w.chain, w.iteration
+                )));
+            };
+            let lanes = value.item(item);
+            if lanes.len() != bits.len() {
+                return Err(Outcome::GraphError(format!(
+                    "trace: `v_wr {dst}` in chain {} writes {} lanes in the graph, {} in the \
+                     emulator",
+                    w.chain,
+                    lanes.len(),
+                    bits.len()
+                )));
+            }
+            lanes_compared += lanes.len();
+            for (lane, (&x, &b)) in lanes.iter().zip(bits.iter()).enumerate() {
+                let g = storage_bits(&w.storage, x as f32);
+                if g != b {
+                    return Err(Outcome::TraceMismatch(TraceMismatch {
+                        chain: w.chain,
+                        iteration: w.iteration,
+                        dst,
+                        addr: w.addr,
+                        line: w.line,
+                        item,
+                        lane,
+                        emulator_bits: b,
+                        graph_bits: g,
+                    }));
+                }
+            }
+        }
+    }
+    Ok(lanes_compared)
 }
 
 /// Compare two engines' outputs element by element on their storage bit patterns
@@ -1988,7 +2102,10 @@ pub fn compare_outputs(
             m.elements = elements;
             Outcome::Mismatch(m)
         }
-        None => Outcome::Concordant { elements },
+        None => Outcome::Concordant {
+            elements,
+            written: 0,
+        },
     }
 }
 
@@ -2102,6 +2219,23 @@ mod scratch_tests {
         eprintln!("{}", g.source);
         let (a, b) = minimize(&g.source, &g.target_toml, pred);
         eprintln!("----\n{a}\n{b}");
+    }
+    #[test]
+    fn file() {
+        let (Ok(src), Ok(toml)) = (
+            std::fs::read_to_string("/tmp/p.nnp"),
+            std::fs::read_to_string("/tmp/p.toml"),
+        ) else {
+            return;
+        };
+        let seed: u64 = std::env::var("SHOW_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        eprintln!(
+            "{}",
+            run_differential(&src, &toml, seed, 3, &DataConfig::default(), false)
+        );
     }
     #[test]
     fn show() {

@@ -60,6 +60,7 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) {
     let next = AtomicU64::new(base);
     let failures: Mutex<Vec<(u64, Outcome)>> = Mutex::new(Vec::new());
     let elements = AtomicU64::new(0);
+    let lanes = AtomicU64::new(0);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -71,10 +72,14 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) {
                     }
                     let g = generate(seed, cfg);
                     // Every fourth program goes through the graph's JSON form.
-                    let json = seed % 4 == 0;
+                    let json = seed.is_multiple_of(4);
                     match run_differential(&g.source, &g.target_toml, seed, BATCH, &data, json) {
-                        Outcome::Concordant { elements: e } => {
+                        Outcome::Concordant {
+                            elements: e,
+                            written: w,
+                        } => {
                             elements.fetch_add(e as u64, Ordering::Relaxed);
+                            lanes.fetch_add(w as u64, Ordering::Relaxed);
                         }
                         other => failures
                             .lock()
@@ -89,10 +94,11 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) {
     failures.sort_by_key(|f| f.0);
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
-        "differential ({label}): {count} programs (seeds {base}..{}), {} output elements \
-         bit-exact, {} failing, {secs:.1} s",
+        "differential ({label}): {count} programs (seeds {base}..{}), {} output elements and {} \
+         written lanes bit-exact, {} failing, {secs:.1} s",
         base + count,
         elements.load(Ordering::Relaxed),
+        lanes.load(Ordering::Relaxed),
         failures.len()
     );
     if failures.is_empty() {
@@ -111,7 +117,7 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) {
             *seed,
             BATCH,
             &data,
-            seed % 4 == 0,
+            seed.is_multiple_of(4),
         );
         report.push_str(&format!(
             "==== seed {seed}: {out}\n---- minimized ({}): {min_out}\n---- program\n{src}---- \
@@ -136,7 +142,7 @@ fn software_graph_matches_emulator() {
 /// Fewer, bigger programs (`GenConfig::large`): longer dataflow, wider vectors.
 #[test]
 fn software_graph_matches_emulator_on_large_programs() {
-    let count = env_u64("NNPC_DIFF_LARGE", 20);
+    let count = env_u64("NNPC_DIFF_LARGE", 50);
     let base = env_u64("NNPC_DIFF_SEED", 0);
     differential("large", &GenConfig::large(), base, count);
 }

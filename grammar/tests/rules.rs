@@ -841,3 +841,142 @@ fn error_inside_repeat_reported_once() {
         at(src, "ivrf[t]"),
     );
 }
+
+// ---- more rules: operands, memories, declarations ----
+
+#[test]
+fn unknown_memory_suggests() {
+    let src = "output y : [128]\nv_rd ivfr[0]\nv_wr netq\nend_chain\n";
+    let d = expect(
+        src,
+        codes::UNKNOWN_MEMORY,
+        "unknown memory `ivfr`",
+        at(src, "ivfr"),
+    );
+    assert!(
+        d.help
+            .as_deref()
+            .is_some_and(|h| h.starts_with("did you mean `ivrf`?"))
+    );
+}
+
+#[test]
+fn v_wr_cannot_write_mrf() {
+    let src = format!("{IO}v_rd netq\nv_wr mrf[0]\nv_wr netq\nend_chain\n");
+    expect(
+        &src,
+        codes::WRONG_MEMORY,
+        "`v_wr` cannot write mrf",
+        at(&src, "mrf"),
+    );
+}
+
+#[test]
+fn two_mv_muls() {
+    let src = "matrix W : [128, 128] at mrf[0]\nvector v : [128] at ivrf[0]\noutput y : [128]\n\
+               v_rd ivrf[0]\nmv_mul mrf[W]\nmv_mul mrf[W]\nv_wr netq\nend_chain\n";
+    expect(
+        src,
+        codes::CHAIN_ORDER,
+        "at most one `mv_mul`",
+        nth(src, "mv_mul mrf[W]", 1),
+    );
+}
+
+#[test]
+fn quant_inside_chain() {
+    let src = format!("{IO}v_rd netq\nquant mfu.input = fp16\nv_wr netq\nend_chain\n");
+    expect(
+        &src,
+        codes::INSIDE_CHAIN,
+        "`quant` inside a chain",
+        at(&src, "quant mfu.input = fp16"),
+    );
+}
+
+#[test]
+fn only_zero_initialisation() {
+    let src = "vector v : [128] at ivrf[0] = 5\n";
+    expect(src, codes::DECL, "only `= 0` is supported", at(src, "5"));
+}
+
+#[test]
+fn one_target_statement() {
+    let src = "target \"bw-default\"\ntarget \"bw-default\"\n";
+    expect(
+        src,
+        codes::TARGET,
+        "more than one `target`",
+        nth(src, "target \"bw-default\"", 1),
+    );
+}
+
+#[test]
+fn window_pitch_must_cover_width() {
+    let src = "vector f : [16, 128] at ivrf[0]\noutput y : [9, 128]\n\
+               s_wr win_w, 3\ns_wr win_h, 3\ns_wr pitch, 2\ns_wr rows, 9\nv_rd_2d ivrf[0]\nv_wr netq\nend_chain\n";
+    expect(
+        src,
+        codes::SCALAR_VALUE,
+        "pitch = 2 is smaller than win_w = 3",
+        at(src, "v_rd_2d ivrf[0]"),
+    );
+}
+
+#[test]
+fn mv_mul_past_end_of_matrix() {
+    // W is 2 x 1 tiles; starting at its second tile row, rows = 2 runs past its end.
+    let src = "matrix W : [256, 128] at mrf[0]\nmatrix U : [128, 128] at mrf[2]\nvector v : [128] at ivrf[0]\n\
+               output y : [256]\ns_wr rows, 2\nv_rd ivrf[v]\nmv_mul mrf[W + 1]\nv_wr netq\nend_chain\n";
+    expect(
+        src,
+        codes::WIDTH,
+        "reads past the end of `W`",
+        at(src, "mrf[W + 1]"),
+    );
+}
+
+#[test]
+fn operand_count() {
+    let src = format!("{IO}v_rd\nv_wr netq\nend_chain\n");
+    expect(
+        &src,
+        codes::OPERANDS,
+        "`v_rd` takes 1 operand, found 0",
+        at(&src, "v_rd"),
+    );
+}
+
+#[test]
+fn inc_spelling_needs_increment() {
+    let src =
+        "vector v : [128] at ivrf[0]\noutput y : [128]\nv_rd_inc ivrf[0]\nv_wr netq\nend_chain\n";
+    expect(
+        src,
+        codes::OPERANDS,
+        "`v_rd_inc` takes 2 operands, found 1",
+        at(src, "v_rd_inc ivrf[0]"),
+    );
+}
+
+#[test]
+fn netq_push_width_must_match_output_row() {
+    let src = "input x : [128]\noutput y : [256]\nv_rd netq\nv_wr netq\nend_chain\n";
+    expect(
+        src,
+        codes::NETQ_WIDTH,
+        "pushes 1 tile but row 0 of output `y` is 2 tiles",
+        nth(src, "netq", 1),
+    );
+}
+
+#[test]
+fn activation_takes_no_operand() {
+    let src = format!("{IO}v_rd netq\nv_relu ivrf[0]\nv_wr netq\nend_chain\n");
+    expect(
+        &src,
+        codes::OPERANDS,
+        "`v_relu` takes no operand",
+        at(&src, "v_relu ivrf[0]"),
+    );
+}

@@ -4,11 +4,12 @@
 //! - `elementwise`: y = x * a + b over f32 (the memory-bound floor).
 //! - `bfp_fast_f32`: `kernel::bfp_quantize_f32`, bfp(mant = 8), block = native = 128.
 //! - `bfp_reference_f64`: `Format::quantize` (the scalar reference) on f64 data, runs of 128.
-//! - `mx_fp8e4m3_reference_f64`: `Format::quantize` with mx(elem = fp8e4m3, block = 32).
+//! - `mx_fp8e4m3_fast_f32`: `kernel::mx_quantize_f32`, mx(elem = fp8e4m3, block = 32).
+//! - `mx_fp8e4m3_reference_f64`: `Format::quantize` with the same format.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use nnp_numerics::Format;
-use nnp_numerics::kernel::bfp_quantize_f32;
+use nnp_numerics::kernel::{bfp_quantize_f32, mx_quantize_f32};
 use std::hint::black_box;
 
 const N: usize = 4 << 20;
@@ -71,6 +72,15 @@ fn bench(c: &mut Criterion) {
         })
     });
     let mx: Format = "mx(elem = fp8e4m3, block = 32)".parse().unwrap();
+    let Format::Mx(m8) = mx else { unreachable!() };
+    g.bench_function("mx_fp8e4m3_fast_f32", |b| {
+        b.iter(|| {
+            for (xr, or) in black_box(&x).chunks(NATIVE).zip(out.chunks_mut(NATIVE)) {
+                mx_quantize_f32(&m8, xr, NATIVE, or);
+            }
+            black_box(&out);
+        })
+    });
     g.bench_function("mx_fp8e4m3_reference_f64", |b| {
         b.iter(|| {
             for (xr, or) in black_box(&xd).chunks(NATIVE).zip(outd.chunks_mut(NATIVE)) {

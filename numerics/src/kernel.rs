@@ -7,7 +7,7 @@
 //! step is exact).
 
 use crate::block::bfp_block;
-use crate::format::{BfpFormat, Format};
+use crate::format::{BfpFormat, Format, MxFormat};
 use crate::rounding::{Rounding, floor_log2, pow2};
 
 /// Fake-quantize one run of f32 data with a BFP format, blocks laid consecutively along `x` as
@@ -55,8 +55,16 @@ fn bfp_run(fmt: &BfpFormat, x: &[f32], native: usize, out: &mut [f32]) {
                 fmt,
                 xb,
                 ob,
-                |y| (y.abs() + 0.5).trunc().copysign(y),
-                |y| (y.abs() + 0.5).trunc().copysign(y),
+                |y| {
+                    // y - trunc(y) is exact; `|y| + 0.5` would round for small y.
+                    let t = y.trunc();
+                    if (y - t).abs() >= 0.5 {
+                        t + 1.0f64.copysign(y)
+                    } else {
+                        t
+                    }
+                },
+                |y| round32(y, Rounding::NearestAway),
             ),
             Rounding::Stochastic { .. } => reference_block(fmt, xb, ob, (i * len) as u64),
         }
@@ -120,6 +128,25 @@ fn block_f32(
     }
 }
 
+/// Round an f32 of magnitude below 2^22 to an integer (exact).
+#[inline(always)]
+fn round32(y: f32, rounding: Rounding) -> f32 {
+    const MAGIC: f32 = 12582912.0; // 1.5 * 2^23
+    match rounding {
+        Rounding::TowardZero => y.trunc(),
+        Rounding::NearestAway => {
+            // y - trunc(y) is exact; `|y| + 0.5` would round for small y (0.49999997 -> 1).
+            let t = y.trunc();
+            if (y - t).abs() >= 0.5 {
+                t + 1.0f32.copysign(y)
+            } else {
+                t
+            }
+        }
+        _ => (y + MAGIC) - MAGIC,
+    }
+}
+
 #[inline(always)]
 fn clamp32(v: f32, lo: f32, hi: f32) -> f32 {
     let v = if v < lo { lo } else { v };
@@ -139,6 +166,72 @@ fn reference_block(fmt: &BfpFormat, x: &[f32], out: &mut [f32], base: u64) {
     }
 }
 
+/// Fake-quantize one run of f32 data with an MX format (blocks along `x`), bit-equal to the
+/// reference rounded to f32. Per element: `y = x * 2^-s` (exact, or below every element
+/// subnormal), quantum `2^(max(floor_log2 y, emin) - m)` from y's exponent bits, magic-number
+/// rounding, saturation, `* 2^s` (one rounding, like the reference's f64 -> f32 cast).
+/// Stochastic rounding takes the reference path.
+pub fn mx_quantize_f32(fmt: &MxFormat, x: &[f32], native: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { mx_run_avx2(fmt, x, native, out) };
+        return;
+    }
+    mx_run(fmt, x, native, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn mx_run_avx2(fmt: &MxFormat, x: &[f32], native: usize, out: &mut [f32]) {
+    mx_run(fmt, x, native, out);
+}
+
+#[inline(always)]
+fn mx_run(fmt: &MxFormat, x: &[f32], native: usize, out: &mut [f32]) {
+    let len = fmt.block.len(native);
+    let n = x.len().min(out.len());
+    if let Rounding::Stochastic { .. } = fmt.rounding {
+        // Draws depend on positions in the run: the reference over the whole run.
+        let xs: Vec<f64> = x[..n].iter().map(|v| f64::from(*v)).collect();
+        let mut q = vec![0.0; n];
+        Format::Mx(*fmt).quantize(&xs, native, &mut q);
+        for (o, v) in out.iter_mut().zip(q) {
+            *o = v as f32;
+        }
+        return;
+    }
+    let elem = fmt.elem.mini();
+    let m = elem.mant_bits as i32;
+    let max = elem.max_value() as f32;
+    for (xb, ob) in x[..n].chunks(len).zip(out[..n].chunks_mut(len)) {
+        let max_abs =
+            xb.iter()
+                .fold(0i32, |a, v| a.max((v.to_bits() & 0x7FFF_FFFF) as i32)) as u32;
+        if max_abs >= 0x7F80_0000 {
+            ob.fill(f32::NAN);
+            continue;
+        }
+        let s = if max_abs == 0 {
+            -127
+        } else {
+            (floor_log2(f64::from(f32::from_bits(max_abs))) - fmt.elem.emax()).max(-127)
+        };
+        let down = pow2(-s) as f32;
+        let up = pow2(s) as f32;
+        for (o, v) in ob.iter_mut().zip(xb) {
+            let y = v * down;
+            let e = ((y.to_bits() >> 23) & 0xFF) as i32 - 127;
+            let q = if e > elem.emin { e } else { elem.emin } - m;
+            let inv = f32::from_bits(((127 - q) as u32) << 23);
+            let unit = f32::from_bits(((127 + q) as u32) << 23);
+            let r = round32(y * inv, fmt.rounding) * unit;
+            let r = clamp32(r, -max, max).copysign(y);
+            *o = r * up;
+        }
+    }
+}
+
 /// Fake-quantize f32 data in runs of `run` with any format: the BFP fast path where it
 /// applies, the f64 reference otherwise (results rounded to f32).
 pub fn quantize_f32(fmt: &Format, x: &[f32], run: usize, native: usize, out: &mut [f32]) {
@@ -147,6 +240,12 @@ pub fn quantize_f32(fmt: &Format, x: &[f32], run: usize, native: usize, out: &mu
     if let Format::Bfp(b) = fmt {
         for (xr, or) in x[..n].chunks(run).zip(out[..n].chunks_mut(run)) {
             bfp_quantize_f32(b, xr, native, or);
+        }
+        return;
+    }
+    if let Format::Mx(m) = fmt {
+        for (xr, or) in x[..n].chunks(run).zip(out[..n].chunks_mut(run)) {
+            mx_quantize_f32(m, xr, native, or);
         }
         return;
     }

@@ -81,8 +81,8 @@ fn build_grid(n: u32, twohot: Option<u32>) -> Grid {
 
 /// Grids are built once per (code width, r) and shared.
 fn grid(n: u32, twohot: Option<u32>) -> &'static Grid {
-    type GridCache = Mutex<HashMap<(u32, Option<u32>), &'static Grid>>;
-    static GRIDS: OnceLock<GridCache> = OnceLock::new();
+    type Grids = Mutex<HashMap<(u32, Option<u32>), &'static Grid>>;
+    static GRIDS: OnceLock<Grids> = OnceLock::new();
     let map = GRIDS.get_or_init(|| Mutex::new(HashMap::new()));
     let mut guard = match map.lock() {
         Ok(g) => g,

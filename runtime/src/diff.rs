@@ -87,6 +87,9 @@ pub struct DiffReport {
     pub outputs: Vec<OutputDiff>,
     /// The first mismatches in output order, at most the requested count.
     pub mismatches: Vec<Mismatch>,
+    /// The per-`v_wr` trace comparison, when a hardware trace was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::trace::TraceComparison>,
 }
 
 /// Position of a bit pattern on the number line of a sign-magnitude format (monotone).
@@ -132,6 +135,7 @@ pub fn diff_outputs(
         ulp_histogram: vec![0; ULP_BUCKETS + 2],
         outputs: Vec::new(),
         mismatches: Vec::new(),
+        trace: None,
     };
     for decl in program.outputs() {
         let sw = software

@@ -185,6 +185,26 @@ pub fn to_tiles(name: &str, t: &Tensor, native: usize, matrix: bool) -> Result<T
     Ok(Tensor { shape, data })
 }
 
+/// Every tensor in `layout`: unchanged for [`Layout::Logical`], [`to_tiles`] for
+/// [`Layout::Tiles`] (`is_matrix(name)` picks the matrix layout).
+pub fn to_layout(
+    tensors: &BTreeMap<String, Tensor>,
+    layout: Layout,
+    native: usize,
+    is_matrix: impl Fn(&str) -> bool,
+) -> Result<BTreeMap<String, Tensor>, IoError> {
+    tensors
+        .iter()
+        .map(|(name, t)| {
+            let t = match layout {
+                Layout::Logical => t.clone(),
+                Layout::Tiles => to_tiles(name, t, native, is_matrix(name))?,
+            };
+            Ok((name.clone(), t))
+        })
+        .collect()
+}
+
 /// The logical tensor of shape `logical` from its native-tile layout (pad lanes dropped).
 pub fn from_tiles(
     name: &str,

@@ -1,5 +1,10 @@
-//! Execution: the software graph on candle-core, the emulator, tensor I/O and diff.
+//! Execution: the software graph on candle-core, the emulator, tensor I/O, traces and diff.
+//!
+//! `emulator` and `exec` are independent models of the same hardware; they share only the
+//! host data, the tensor I/O and the trace format, never kernels.
+pub mod diff;
 pub mod emulator;
 pub mod exec;
 pub mod host;
 pub mod io;
+pub mod trace;

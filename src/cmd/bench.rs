@@ -1,11 +1,461 @@
-//! `nnpc bench` (not implemented yet).
+//! `nnpc bench`: throughput of the software graph measured against its baselines, in one run.
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use nnp_grammar::Program;
+use nnp_lowering::swgraph::{self, Roots, SwGraph};
+use nnp_runtime::emulator::{self, EmuOptions};
+use nnp_runtime::exec::baseline::{self, Floor};
+use nnp_runtime::exec::{ExecOptions, Session};
+use nnp_runtime::host::{HostData, Outputs};
+use serde_json::{Value, json};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-/// Not implemented yet.
+/// Measure the software graph of a firmware file against its baselines, all in one run:
+///
+/// - software graph: vectors/s at --batch (median of --reps runs after a first run that also
+///   prepares the weights; that first run is reported as the cold time);
+/// - emulator: vectors/s on the first --emu-batch items of the same data (the emulator is slow;
+///   its rate is per vector), and whether its outputs equal the graph's bit for bit;
+/// - floor: the graph's products as plain f32 candle matmuls (no quantization) at --batch;
+/// - quantize kernel: the graph's vector quantizer against a plain element-wise candle op
+///   (`x * 1.5 + 0.25`) over the same 4M-element tensor;
+/// - peak memory (VmHWM) after the first run (what `nnpc run` needs) and at the end.
+///
+/// Exit status: 0 measured (targets met or not), 1 firmware errors or outputs of the graph
+/// and the emulator that differ, 2 unusable input.
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = "Examples:
+  nnpc bench samples/bench/lstm_1024.nnp --batch 64
+  nnpc bench samples/bench/mlp_4096.nnp --batch 256 --json
+  nnpc bench samples/mlp2_relu.nnp --batch 2 --skip-emulator")]
+pub struct Args {
+    /// The firmware file (.nnp).
+    pub file: PathBuf,
+    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
+    /// `target` statement.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub target: Option<String>,
+    /// Input sets per software-graph run.
+    #[arg(long, value_name = "B", default_value_t = 64)]
+    pub batch: usize,
+    /// Seed of the random weights and inputs.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub seed: u64,
+    /// Timed repetitions of each measurement (the median is reported).
+    #[arg(long, value_name = "R", default_value_t = 3)]
+    pub reps: usize,
+    /// Batch items the emulator runs (default: min(batch, 4)); its rate is per vector.
+    #[arg(long, value_name = "E")]
+    pub emu_batch: Option<usize>,
+    /// Do not run the emulator (no speed-up ratio, no concordance check).
+    #[arg(long)]
+    pub skip_emulator: bool,
+    /// Elements of the quantize-kernel tensor.
+    #[arg(long, value_name = "LEN", default_value_t = 4 << 20, hide = true)]
+    pub kernel_len: usize,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> miette::Result<ExitCode> {
-    Err(miette::miette!("`nnpc bench` is not implemented yet"))
+/// The targets of issue 6: (name, what is compared, target, higher is better).
+const EMU_TARGET: f64 = 50.0;
+const FLOOR_TARGET: f64 = 3.0;
+const KERNEL_TARGET: f64 = 0.25;
+
+pub fn run(args: Args) -> miette::Result<ExitCode> {
+    let program = match crate::load_program(&args.file, args.target.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            let code = e.exit_code();
+            eprintln!("{:?}", miette::Report::new(e));
+            return Ok(code);
+        }
+    };
+    let graph = match swgraph::lower(&program) {
+        Ok(g) => swgraph::optimize(&g, Roots::Outputs),
+        Err(e) => {
+            eprintln!("{}: cannot lower: {e}", program.source.name);
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let progress = Progress::new();
+    let report = measure(&args, &program, &graph, &progress);
+    progress.finish();
+    let report = report?;
+    if args.json {
+        println!("{report}");
+    } else {
+        print_table(&report);
+    }
+    Ok(if report["concordant"] == Value::Bool(false) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// A spinner on stderr, drawn only when stderr is a terminal.
+struct Progress(ProgressBar);
+
+impl Progress {
+    fn new() -> Progress {
+        let pb = if std::io::stderr().is_terminal() {
+            let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            pb.set_style(
+                ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            pb.enable_steady_tick(Duration::from_millis(120));
+            pb
+        } else {
+            ProgressBar::hidden()
+        };
+        Progress(pb)
+    }
+    fn phase(&self, msg: &str) {
+        self.0.set_message(msg.to_string());
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// Input vectors of one batch item: the rows pushed on netq (at least one).
+fn input_rows(program: &Program) -> usize {
+    program
+        .inputs()
+        .filter(|d| d.place.is_none())
+        .map(|d| d.rows())
+        .sum::<usize>()
+        .max(1)
+}
+
+/// Every measurement, as the JSON report.
+fn measure(
+    args: &Args,
+    program: &Program,
+    graph: &SwGraph,
+    progress: &Progress,
+) -> miette::Result<Value> {
+    let fail = |e: &dyn std::fmt::Display| miette::miette!("{e}");
+    let batch = args.batch.max(1);
+    let reps = args.reps.max(1);
+    let rows = input_rows(program);
+    let vectors = batch * rows;
+
+    // 1. The software graph: first run (what `nnpc run` does, weights prepared on the way),
+    //    then warm runs of the same session.
+    progress.phase("software graph: first run");
+    let data = HostData::random(program, batch, args.seed);
+    let mut session = Session::new(graph, &ExecOptions::default()).map_err(|e| fail(&e))?;
+    let t = Instant::now();
+    let sw = session.run(&data).map_err(|e| fail(&e))?;
+    let cold_s = t.elapsed().as_secs_f64();
+    let peak_run_kib = vm_hwm_kib();
+    progress.phase("software graph: timed runs");
+    let sw_s =
+        baseline::median_time(reps, || session.run(&data).map(drop)).map_err(|e| fail(&e))?;
+    drop(session);
+
+    // 2. The emulator on the first items of the same data (item i does not depend on the batch
+    //    size), compared bit for bit with the graph's.
+    let emu = if args.skip_emulator {
+        None
+    } else {
+        let eb = args.emu_batch.unwrap_or(batch.min(4)).clamp(1, batch);
+        progress.phase(&format!("emulator: {eb} items"));
+        let edata = HostData::random(program, eb, args.seed);
+        let t = Instant::now();
+        let e = emulator::emulate(program, &edata, &EmuOptions::default()).map_err(|e| fail(&e))?;
+        let secs = t.elapsed().as_secs_f64();
+        let same = same_bits(&sw.outputs, &e.outputs, eb);
+        Some((eb, secs, same))
+    };
+    drop(sw);
+
+    // 3. The floor: the same products as plain f32 matmuls.
+    progress.phase("floor: plain f32 matmuls");
+    let floor = Floor::new(graph, batch).map_err(|e| fail(&e))?;
+    let floor_s = baseline::median_time(reps, || floor.run()).map_err(|e| fail(&e))?;
+    let (floor_calls, floor_macs) = (floor.calls(), floor.macs());
+    drop(floor);
+
+    // 4. The quantize kernel against a plain element-wise op.
+    progress.phase("quantize kernel");
+    let fmt = program.target.numerics.mvm_vector;
+    let k = baseline::quantize_vs_elementwise(&fmt, program.native(), args.kernel_len, reps)
+        .map_err(|e| fail(&e))?;
+    let peak_all_kib = vm_hwm_kib();
+
+    let sw_vps = vectors as f64 / sw_s.max(1e-12);
+    let emu_json = emu.map(|(eb, secs, _)| {
+        json!({
+            "batch": eb,
+            "vectors": eb * rows,
+            "seconds": secs,
+            "vectors_per_second": (eb * rows) as f64 / secs.max(1e-12),
+        })
+    });
+    let concordant = emu.map(|(_, _, same)| same);
+    let mut ratios = Vec::new();
+    if let Some(e) = &emu_json {
+        let emu_vps = e["vectors_per_second"].as_f64().unwrap_or(0.0);
+        ratios.push(ratio(
+            "software graph vs emulator (vectors/s)",
+            sw_vps / emu_vps.max(1e-12),
+            ">=",
+            EMU_TARGET,
+        ));
+    }
+    ratios.push(ratio(
+        "software graph time / plain f32 matmuls",
+        sw_s / floor_s.max(1e-12),
+        "<=",
+        FLOOR_TARGET,
+    ));
+    let kernel_ratio = k.elementwise_s / k.quantize_s.max(1e-12);
+    ratios.push(ratio(
+        "quantize kernel / element-wise op (elements/s)",
+        kernel_ratio,
+        ">=",
+        KERNEL_TARGET,
+    ));
+    Ok(json!({
+        "file": program.source.name,
+        "target": program.target.name,
+        "native": program.native(),
+        "batch": batch,
+        "seed": args.seed,
+        "reps": reps,
+        "vectors_per_batch_item": rows,
+        "machine": machine(),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "software_graph": {
+            "nodes": graph.nodes.len(),
+            "vectors": vectors,
+            "first_run_seconds": cold_s,
+            "seconds": sw_s,
+            "vectors_per_second": sw_vps,
+        },
+        "emulator": emu_json,
+        "floor": {
+            "matmuls": floor_calls,
+            "macs": floor_macs,
+            "seconds": floor_s,
+            "gflops": 2.0 * floor_macs as f64 / floor_s.max(1e-12) / 1e9,
+        },
+        "quantize": {
+            "format": fmt.to_string(),
+            "elements": k.len,
+            "quantize_seconds": k.quantize_s,
+            "elementwise_seconds": k.elementwise_s,
+            "quantize_elements_per_second": k.len as f64 / k.quantize_s.max(1e-12),
+            "elementwise_elements_per_second": k.len as f64 / k.elementwise_s.max(1e-12),
+        },
+        "peak_rss_kib": {
+            "after_first_run": peak_run_kib,
+            "end": peak_all_kib,
+        },
+        "concordant": concordant,
+        "ratios": ratios,
+    }))
+}
+
+fn ratio(name: &str, value: f64, cmp: &str, target: f64) -> Value {
+    let pass = if cmp == ">=" {
+        value >= target
+    } else {
+        value <= target
+    };
+    json!({ "name": name, "value": value, "target": format!("{cmp} {target}"), "pass": pass })
+}
+
+/// Outputs of the first `items` batch items equal bit for bit (as the f32 the engines return).
+fn same_bits(sw: &Outputs, emu: &Outputs, items: usize) -> bool {
+    sw.len() == emu.len()
+        && sw.iter().all(|(name, s)| {
+            let Some(e) = emu.get(name) else {
+                return false;
+            };
+            let per = e.len() / items.max(1);
+            let n = per * items;
+            s.data.len() >= n
+                && e.data.len() == n
+                && s.data[..n]
+                    .iter()
+                    .zip(&e.data)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+        })
+}
+
+/// Peak resident set size of this process (VmHWM, KiB), where /proc has it.
+fn vm_hwm_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The CPU model and thread count.
+fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    json!({ "cpu": cpu, "threads": threads, "os": std::env::consts::OS })
+}
+
+fn print_table(r: &Value) {
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let sw = &r["software_graph"];
+    println!(
+        "{}: `{}` (N = {}), batch {}, {} vector(s) per item, median of {} run(s)",
+        r["file"].as_str().unwrap_or("?"),
+        r["target"].as_str().unwrap_or("?"),
+        r["native"],
+        r["batch"],
+        r["vectors_per_batch_item"],
+        r["reps"]
+    );
+    println!(
+        "machine: {}, {} threads",
+        r["machine"]["cpu"].as_str().unwrap_or("?"),
+        r["machine"]["threads"]
+    );
+    println!();
+    println!("{:<44} {:>12} {:>16}", "measurement", "seconds", "rate");
+    let row = |name: &str, secs: f64, rate: String| {
+        println!("{name:<44} {secs:>12.4} {rate:>16}");
+    };
+    row(
+        "software graph (first run, weights prepared)",
+        f(&sw["first_run_seconds"]),
+        String::new(),
+    );
+    row(
+        "software graph",
+        f(&sw["seconds"]),
+        format!("{:.1} vec/s", f(&sw["vectors_per_second"])),
+    );
+    let e = &r["emulator"];
+    if !e.is_null() {
+        row(
+            &format!("emulator ({} items, rate per vector)", e["batch"]),
+            f(&e["seconds"]),
+            format!("{:.2} vec/s", f(&e["vectors_per_second"])),
+        );
+    }
+    let fl = &r["floor"];
+    row(
+        &format!("plain f32 matmuls ({} calls)", fl["matmuls"]),
+        f(&fl["seconds"]),
+        format!("{:.1} GFLOP/s", f(&fl["gflops"])),
+    );
+    let q = &r["quantize"];
+    row(
+        &format!(
+            "quantize {} ({} elements)",
+            q["format"].as_str().unwrap_or("?"),
+            q["elements"]
+        ),
+        f(&q["quantize_seconds"]),
+        format!("{:.0} M/s", f(&q["quantize_elements_per_second"]) / 1e6),
+    );
+    row(
+        "element-wise x * 1.5 + 0.25 (same tensor)",
+        f(&q["elementwise_seconds"]),
+        format!("{:.0} M/s", f(&q["elementwise_elements_per_second"]) / 1e6),
+    );
+    println!();
+    let mib = |v: &Value| match v.as_u64() {
+        Some(k) => format!("{:.1} MiB", k as f64 / 1024.0),
+        None => "n/a".into(),
+    };
+    println!(
+        "peak RSS (VmHWM): {} after the first run (= `nnpc run`), {} at the end",
+        mib(&r["peak_rss_kib"]["after_first_run"]),
+        mib(&r["peak_rss_kib"]["end"])
+    );
+    match r["concordant"].as_bool() {
+        Some(true) => println!("concordance: outputs of graph and emulator bit-identical"),
+        Some(false) => println!("concordance: OUTPUTS DIFFER between graph and emulator"),
+        None => println!("concordance: not checked (--skip-emulator)"),
+    }
+    println!();
+    println!("{:<48} {:>10} {:>8} {:>6}", "ratio", "value", "target", "");
+    for x in r["ratios"].as_array().into_iter().flatten() {
+        println!(
+            "{:<48} {:>10.2} {:>8} {:>6}",
+            x["name"].as_str().unwrap_or("?"),
+            f(&x["value"]),
+            x["target"].as_str().unwrap_or("?"),
+            if x["pass"] == Value::Bool(true) {
+                "PASS"
+            } else {
+                "MISS"
+            }
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bench runs end to end on a small sample in debug: every field is there and the
+    /// graph and the emulator agree bit for bit.
+    #[test]
+    fn bench_reports_every_field_on_a_small_sample() {
+        let args = Args {
+            file: PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/samples/mlp2_relu.nnp"
+            )),
+            target: None,
+            batch: 2,
+            seed: 1,
+            reps: 1,
+            emu_batch: None,
+            skip_emulator: false,
+            kernel_len: 1 << 14,
+            json: true,
+        };
+        let program = crate::load_program(&args.file, None).expect("sample checks");
+        let graph = swgraph::optimize(&swgraph::lower(&program).expect("lowers"), Roots::Outputs);
+        let r =
+            measure(&args, &program, &graph, &Progress(ProgressBar::hidden())).expect("bench runs");
+        assert_eq!(r["concordant"], Value::Bool(true));
+        assert_eq!(r["batch"], 2);
+        // mlp2_relu pushes T = 4 input rows per item.
+        assert_eq!(r["software_graph"]["vectors"], 8);
+        assert_eq!(r["emulator"]["batch"], 2);
+        // Two layers of T = 4 iterations each: 8 products.
+        assert_eq!(r["floor"]["matmuls"], 8);
+        assert!(
+            r["software_graph"]["vectors_per_second"]
+                .as_f64()
+                .unwrap_or(0.0)
+                > 0.0
+        );
+        assert!(r["quantize"]["quantize_seconds"].as_f64().is_some());
+        let names: Vec<&str> = r["ratios"]
+            .as_array()
+            .expect("ratios")
+            .iter()
+            .filter_map(|x| x["name"].as_str())
+            .collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        for x in r["ratios"].as_array().into_iter().flatten() {
+            assert!(x["pass"].is_boolean() && x["value"].is_number());
+        }
+    }
 }

@@ -1,10 +1,9 @@
 //! `nnpc emulate`: run firmware on the instruction-level hardware model.
 
+use super::host_args::{DataArgs, OutputArgs};
 use nnp_grammar::{Program, SourceFile};
 use nnp_runtime::emulator::{self, EmuError, EmuOptions};
-use nnp_runtime::host::{HostData, LoadOptions, ShapeDisplay};
-use nnp_runtime::io::{self, Dtype};
-use std::collections::BTreeMap;
+use nnp_runtime::host::ShapeDisplay;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -27,51 +26,16 @@ pub struct Args {
     /// `target` statement.
     #[arg(long, value_name = "NAME|FILE")]
     pub target: Option<String>,
-    /// Weights: a .safetensors file, a .npy file, or a directory of .npy files.
-    #[arg(long, value_name = "FILE|DIR")]
-    pub weights: Option<PathBuf>,
-    /// Inputs, same kinds of file; each input is its declared shape or [batch, ...shape].
-    #[arg(long, value_name = "FILE|DIR")]
-    pub inputs: Option<PathBuf>,
-    /// Batch size (default: from batched inputs, else 1).
-    #[arg(long, value_name = "B")]
-    pub batch: Option<usize>,
-    /// Seed of the random data used when no files are given (or with --random-missing).
-    #[arg(long, value_name = "S", default_value_t = 0)]
-    pub seed: u64,
-    /// Fill tensors missing from --weights/--inputs with seeded random data.
-    #[arg(long)]
-    pub random_missing: bool,
-    /// Write the outputs: `*.safetensors`, `*.npy` (one output), or a directory of .npy files.
-    #[arg(short = 'o', long = "output", value_name = "FILE|DIR")]
-    pub output: Option<PathBuf>,
-    /// Layout of the written outputs.
-    #[arg(long, value_enum, default_value_t = LayoutArg::Logical)]
-    pub layout: LayoutArg,
-    /// Element type of the written outputs (default: f16 when the storage format fits, else
-    /// f32; both are exact then).
-    #[arg(long, value_enum)]
-    pub dtype: Option<DtypeArg>,
+    #[command(flatten)]
+    pub data: DataArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
     /// Write the trace of every `v_wr` as JSON lines (format: docs/emulator.md).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum LayoutArg {
-    /// The declarations' logical shapes.
-    Logical,
-    /// Native tiles: rows padded to whole N-lane tiles, shape [..., tiles, N].
-    Tiles,
-}
-
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum DtypeArg {
-    F16,
-    F32,
 }
 
 /// A runtime error rendered with its source line.
@@ -97,27 +61,6 @@ fn render(src: &SourceFile, e: &EmuError) -> miette::Report {
     })
 }
 
-fn host_data(args: &Args, program: &Program) -> Result<HostData, nnp_runtime::host::HostError> {
-    if args.weights.is_none() && args.inputs.is_none() {
-        return Ok(HostData::random(
-            program,
-            args.batch.unwrap_or(1).max(1),
-            args.seed,
-        ));
-    }
-    let opts = LoadOptions {
-        batch: args.batch,
-        random_missing: args.random_missing,
-        seed: args.seed,
-    };
-    HostData::load_with(
-        program,
-        args.weights.as_deref(),
-        args.inputs.as_deref(),
-        &opts,
-    )
-}
-
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let program = match crate::load_program(&args.file, args.target.as_deref()) {
         Ok(p) => p,
@@ -127,7 +70,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             return Ok(code);
         }
     };
-    let data = host_data(&args, &program).map_err(|e| miette::miette!("{e}"))?;
+    let data = args
+        .data
+        .host_data(&program, None)
+        .map_err(|e| miette::miette!("{e}"))?;
     let opts = EmuOptions {
         trace: args.trace.is_some(),
         chunk: None,
@@ -147,33 +93,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     if let (Some(path), Some(trace)) = (&args.trace, &emu.trace) {
         emulator::write_trace(path, trace).map_err(|e| miette::miette!("{e}"))?;
     }
-    if let Some(path) = &args.output {
-        let mut tensors = BTreeMap::new();
-        for (name, t) in &emu.outputs {
-            let t = match args.layout {
-                LayoutArg::Logical => t.clone(),
-                LayoutArg::Tiles => io::to_tiles(name, t, program.native(), false)
-                    .map_err(|e| miette::miette!("{e}"))?,
-            };
-            tensors.insert(name.clone(), t);
-        }
-        io::write_tensors(path, &tensors, dtype(&args, &program))
-            .map_err(|e| miette::miette!("{e}"))?;
-    }
+    args.out.write(&program, &emu.outputs)?;
     print_summary(&args, &program, &emu.outputs, data.batch, secs);
     Ok(ExitCode::SUCCESS)
-}
-
-/// f16 when the storage format's values all fit f16 exactly, else f32.
-fn dtype(args: &Args, program: &Program) -> Dtype {
-    match args.dtype {
-        Some(DtypeArg::F16) => Dtype::F16,
-        Some(DtypeArg::F32) => Dtype::F32,
-        None => match program.target.numerics.storage.as_float() {
-            Some(f) if f.exp_bits <= 5 && f.mant_bits <= 10 => Dtype::F16,
-            _ => Dtype::F32,
-        },
-    }
 }
 
 /// Input vectors per second: batch items times input rows pushed on netq (at least one per
@@ -205,7 +127,7 @@ fn print_summary(
             "seconds": secs,
             "vectors": vectors,
             "vectors_per_second": per_s,
-            "output_file": args.output,
+            "output_file": args.out.output,
             "trace_file": args.trace,
         });
         println!("{v}");
@@ -224,7 +146,7 @@ fn print_summary(
         "  {:.3} ms, {vectors} input vectors, {per_s:.0} vectors/s",
         secs * 1e3
     );
-    if let Some(p) = &args.output {
+    if let Some(p) = &args.out.output {
         println!("  outputs written to {}", p.display());
     }
     if let Some(p) = &args.trace {

@@ -7,5 +7,6 @@ pub mod compile;
 pub mod diff;
 pub mod emulate;
 pub mod graph;
+pub mod host_args;
 pub mod quantize;
 pub mod run;

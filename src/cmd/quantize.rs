@@ -154,7 +154,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         };
         let x: Vec<f64> = t.data.iter().map(|v| f64::from(*v)).collect();
         let y: Vec<f64> = written.iter().map(|v| f64::from(*v)).collect();
-        let run_len = t.shape.get(axis).copied().unwrap_or(1);
+        // Per-tensor scales are stored once per tensor, others once per run (or block).
+        let run_len = if per_tensor(&format) {
+            t.data.len()
+        } else {
+            t.shape.get(axis).copied().unwrap_or(1)
+        };
         reports.push(Report {
             name: name.clone(),
             shape: t.shape.clone(),
@@ -181,9 +186,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     if args.json {
         let text = serde_json::to_string_pretty(&reports)
             .map_err(|e| miette::miette!("cannot write JSON: {e}"))?;
-        println!("{text}");
+        emit(&format!("{text}\n"))?;
     } else {
-        print_table(&reports, &format);
+        print_table(&reports, &format)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -215,17 +220,7 @@ pub fn quantize_along(format: &Format, t: &Tensor, axis: usize, native: usize) -
         }
     }
     let mut q = vec![0.0f32; n];
-    let per_run = !matches!(
-        format,
-        Format::Int(nnp_numerics::IntFormat {
-            per: nnp_numerics::Per::Tensor,
-            ..
-        }) | Format::DynFixed(nnp_numerics::DynFixedFormat {
-            per: nnp_numerics::Per::Tensor,
-            ..
-        })
-    );
-    if per_run {
+    if !per_tensor(format) {
         quantize_f32(format, &gathered, len, native, &mut q);
     } else {
         let xd: Vec<f64> = gathered.iter().map(|v| f64::from(*v)).collect();
@@ -247,15 +242,43 @@ pub fn quantize_along(format: &Format, t: &Tensor, axis: usize, native: usize) -
     out
 }
 
-fn print_table(reports: &[Report], format: &Format) {
-    println!("format: {format}");
-    println!(
+/// Formats with one scale for the whole tensor.
+fn per_tensor(format: &Format) -> bool {
+    matches!(
+        format,
+        Format::Int(nnp_numerics::IntFormat {
+            per: nnp_numerics::Per::Tensor,
+            ..
+        }) | Format::DynFixed(nnp_numerics::DynFixedFormat {
+            per: nnp_numerics::Per::Tensor,
+            ..
+        })
+    )
+}
+
+/// Print to stdout; a closed pipe (`| head`) is not an error.
+fn emit(text: &str) -> miette::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(miette::miette!("cannot write to stdout: {e}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn print_table(reports: &[Report], format: &Format) -> miette::Result<()> {
+    use std::fmt::Write;
+    let mut text = format!("format: {format}\n");
+    let _ = writeln!(
+        text,
         "{:<32} {:>16} {:>5} {:>10} {:>10} {:>12} {:>9} {:>9}",
         "tensor", "shape", "axis", "bits/elem", "QSNR dB", "max |err|", "flushed", "nonfinite"
     );
     for r in reports {
         let shape = format!("{:?}", r.shape);
-        println!(
+        let _ = writeln!(
+            text,
             "{:<32} {:>16} {:>5} {:>10.3} {:>10.2} {:>12.4e} {:>9} {:>9}",
             r.name,
             shape,
@@ -266,5 +289,45 @@ fn print_table(reports: &[Report], format: &Format) {
             r.stats.flushed,
             r.stats.nonfinite
         );
+    }
+    emit(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_along_any_axis() {
+        // A [2, 3] tensor quantized along axis 0 with bfp(mant = 3, block = 2): runs are the
+        // columns (1, 0.3), (2, 0.2), (4, 3). mant 3 -> LSB 2^(E - 1).
+        // (1, 0.3): E = 0, LSB 0.5: 0.3 -> 0.5. (2, 0.2): E = 1, LSB 1: 0.2 -> 0.
+        // (4, 3): E = 2, LSB 2: 3 -> 1.5 ties to even 2 -> 4.
+        let f = parse_literal("bfp(mant = 3, block = 2)").unwrap();
+        let t = Tensor {
+            shape: vec![2, 3],
+            data: vec![1.0, 2.0, 4.0, 0.3, 0.2, 3.0],
+        };
+        assert_eq!(
+            quantize_along(&f, &t, 0, 128),
+            vec![1.0, 2.0, 4.0, 0.5, 0.0, 4.0]
+        );
+        // Along axis 1 (rows (1, 2, 4) and (0.3, 0.2, 3)), blocks of 2 then 1:
+        // (1, 2): E = 1, LSB 1 -> (1, 2); (4) -> 4; (0.3, 0.2): E = -2, LSB 2^-3: 0.3 -> 2.4
+        // -> 2 -> 0.25, 0.2 -> 1.6 -> 2 -> 0.25; (3): E = 1, LSB 1 -> 3.
+        assert_eq!(
+            quantize_along(&f, &t, 1, 128),
+            vec![1.0, 2.0, 4.0, 0.25, 0.25, 3.0]
+        );
+        assert_eq!(resolve_axis(-1, 2), Some(1));
+        assert_eq!(resolve_axis(2, 2), None);
+        assert_eq!(resolve_axis(-3, 2), None);
+    }
+
+    #[test]
+    fn literal_errors_point_into_the_literal() {
+        let e = parse_literal("mx(elem = fp8e4m4)").unwrap_err();
+        let text = format!("{e:?}");
+        assert!(text.contains("fp8e4m3"), "{text}");
     }
 }

@@ -8,9 +8,9 @@
 use super::exact::ExactSum;
 use super::mfu::{self, TableFiles};
 use super::mvm::{self, QRun};
-use super::trace::TraceRecord;
 use super::{EmuError, Site};
 use crate::host::{HostData, storage_bits};
+use crate::trace::TraceRecord;
 use nnp_grammar::{
     Addr, ChainBody, Decl, DeclKind, Init, MatrixChain, Mem, NonFinite, OpKind, Program, Span,
     VectorChain,
@@ -19,7 +19,7 @@ use nnp_numerics::activation::Activation;
 use nnp_numerics::{FloatFormat, Format};
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Everything the chunks share: the program, host data, tables and the host-loaded weights.
 pub struct Shared<'a> {
@@ -34,6 +34,15 @@ pub struct Shared<'a> {
     tiles: HashMap<(Mem, u32), Arc<[f32]>>,
     /// Vector registers of weight declarations (one item's `n` lanes).
     vregs: HashMap<(Mem, u32), Arc<[f32]>>,
+    /// `mvm.matrix` quantizations shared by the chunks, keyed by tile identity (the address of
+    /// its data, which lives as long as `tiles`) and format.
+    qtiles: Mutex<QCache>,
+}
+
+type QCache = HashMap<(usize, Format), Arc<Vec<QRun>>>;
+
+fn lock(m: &Mutex<QCache>) -> MutexGuard<'_, QCache> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// What one chunk of batch items produced: outputs as `[item][elements]` per output name.
@@ -117,6 +126,7 @@ impl<'a> Shared<'a> {
             nonfinite_error: p.target.numerics.nonfinite == NonFinite::Error,
             tiles: HashMap::new(),
             vregs: HashMap::new(),
+            qtiles: Mutex::new(HashMap::new()),
         };
         for d in &p.decls {
             let Some(place) = d.place else { continue };
@@ -481,15 +491,24 @@ impl Machine<'_, '_> {
             .tiles
             .get(&(Mem::Mrf, a))
             .ok_or_else(|| self.uninit(at, span, Mem::Mrf, a))?;
-        let mut scratch = Vec::new();
-        let rows: Vec<QRun> = tile
-            .chunks(n)
-            .map(|row| {
-                let r: Vec<f64> = row.iter().map(|v| f64::from(*v)).collect();
-                QRun::quantize(fmt, &r, n, &mut scratch)
-            })
-            .collect();
-        let q = Arc::new(rows);
+        let key = (tile.as_ptr() as usize, *fmt);
+        let cached = lock(&self.sh.qtiles).get(&key).cloned();
+        let q = match cached {
+            Some(q) => q,
+            None => {
+                let mut scratch = Vec::new();
+                let rows: Vec<QRun> = tile
+                    .chunks(n)
+                    .map(|row| {
+                        let r: Vec<f64> = row.iter().map(|v| f64::from(*v)).collect();
+                        QRun::quantize(fmt, &r, n, &mut scratch)
+                    })
+                    .collect();
+                let q = Arc::new(rows);
+                lock(&self.sh.qtiles).insert(key, q.clone());
+                q
+            }
+        };
         self.qcache.insert(a, (*fmt, q.clone()));
         Ok(q)
     }
@@ -580,10 +599,19 @@ impl Machine<'_, '_> {
             .as_float()
             .copied()
             .unwrap_or(FloatFormat::FP16);
+        // The format the carried values are known to be in (rounding to it again is the
+        // identity, so it is skipped): none after a read, `mvm.output` after the multiply.
+        let mut carried = vc
+            .mv_mul
+            .as_ref()
+            .and_then(|_| vc.quant.mvm_output.as_float().copied());
         for op in &vc.ops {
-            for v in y.iter_mut() {
-                *v = fmt.round(*v);
+            if carried != Some(fmt) {
+                for v in y.iter_mut() {
+                    *v = fmt.round(*v);
+                }
             }
+            carried = Some(fmt);
             match op.kind {
                 OpKind::Relu => y.iter_mut().for_each(|v| *v = mfu::relu(*v)),
                 OpKind::Pass => {}
@@ -593,8 +621,9 @@ impl Machine<'_, '_> {
                         OpKind::Tanh => Activation::Tanh,
                         _ => Activation::Exp,
                     };
+                    let act = mfu::Act::new(kind, &fmt, &self.sh.files);
                     for v in y.iter_mut() {
-                        *v = mfu::activate(kind, &fmt, &self.sh.files, *v);
+                        *v = act.apply(*v);
                     }
                 }
                 OpKind::Softmax => {
@@ -634,7 +663,11 @@ impl Machine<'_, '_> {
             .as_float()
             .copied()
             .unwrap_or(FloatFormat::FP16);
-        let out: Vec<f32> = y.iter().map(|v| st.round(*v) as f32).collect();
+        let out: Vec<f32> = if carried == Some(st) {
+            y.iter().map(|v| *v as f32).collect()
+        } else {
+            y.iter().map(|v| st.round(*v) as f32).collect()
+        };
         for w in &vc.writes {
             let first_addr = if w.dst == Mem::Netq {
                 self.push(&out, width, at, w.span)?

@@ -25,20 +25,35 @@ impl TableFiles {
     }
 }
 
-/// Apply an activation to one value of `fmt` (already rounded to it): a 65,536-entry table for
-/// 16-bit formats (the target's file, else the correctly rounded built-in), else the f64
+/// An activation ready to apply to values of `fmt` (already rounded to it): a 65,536-entry table
+/// for 16-bit formats (the target's file, else the correctly rounded built-in), else the f64
 /// function rounded to `fmt`.
-pub fn activate(kind: Activation, fmt: &FloatFormat, files: &TableFiles, x: f64) -> f64 {
-    if fmt.bits() == 16 {
-        let table = files.get(kind).or_else(|| activation::table_ref(kind, fmt));
-        if let Some(t) = table {
-            let i = fmt.encode(x) as usize;
-            if let Some(&out) = t.get(i) {
-                return fmt.decode(u64::from(out));
-            }
+pub struct Act<'t> {
+    kind: Activation,
+    fmt: FloatFormat,
+    table: Option<&'t [u16]>,
+}
+
+impl<'t> Act<'t> {
+    pub fn new(kind: Activation, fmt: &FloatFormat, files: &'t TableFiles) -> Act<'t> {
+        let table = if fmt.bits() == 16 {
+            files.get(kind).or_else(|| activation::table_ref(kind, fmt))
+        } else {
+            None
+        };
+        Act {
+            kind,
+            fmt: *fmt,
+            table,
         }
     }
-    fmt.round(activation::eval(kind, x))
+
+    pub fn apply(&self, x: f64) -> f64 {
+        if let Some(&out) = self.table.and_then(|t| t.get(self.fmt.encode(x) as usize)) {
+            return self.fmt.decode(u64::from(out));
+        }
+        self.fmt.round(activation::eval(self.kind, x))
+    }
 }
 
 /// `v_relu`: `x > 0 ? x : +0.0`, NaN stays NaN.
@@ -77,10 +92,11 @@ pub fn binary(kind: OpKind, fmt: &FloatFormat, v: f64, m: f64) -> f64 {
 /// `y_i = fmt(f32(e_i) / s)` with the division in f32.
 pub fn softmax(fmt: &FloatFormat, files: &TableFiles, x: &mut [f64]) {
     let m = x.iter().copied().fold(f64::NEG_INFINITY, max);
+    let exp = Act::new(Activation::Exp, fmt, files);
     let mut sum = ExactSum::new();
     for v in x.iter_mut() {
         let d = exact::add(fmt, *v, -m);
-        *v = activate(Activation::Exp, fmt, files, d);
+        *v = exp.apply(d);
         sum.add_f64(*v);
     }
     let s = sum.round(&FloatFormat::FP32) as f32;

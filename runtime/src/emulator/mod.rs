@@ -13,10 +13,9 @@ mod exact;
 mod machine;
 pub mod mfu;
 pub mod mvm;
-pub mod trace;
 
+pub use crate::trace::{TraceError, TraceRecord, read_trace, write_trace};
 pub use exact::ExactSum;
-pub use trace::{TraceError, TraceRecord, read_trace, write_trace};
 
 use crate::host::{HostData, Outputs, Tensor};
 use nnp_grammar::{Program, Span};

@@ -9,8 +9,14 @@ use nnp_numerics::{FloatFormat, Format};
 /// integers.
 #[derive(Clone, Debug)]
 pub enum QRun {
-    /// `value[k] = mant[k] * 2^exp`, every `|mant[k]| < 2^bits` (`bits <= 62`).
-    Fixed { mant: Vec<i64>, exp: i32, bits: u32 },
+    /// `value[k] = mant[k] * 2^exp`, every `|mant[k]| < 2^bits` (`bits <= 62`); `m32` holds
+    /// the same mantissas as i32 when `bits <= 31` (empty otherwise), for the fast dot product.
+    Fixed {
+        mant: Vec<i64>,
+        m32: Vec<i32>,
+        exp: i32,
+        bits: u32,
+    },
     /// Finite values too far apart for one exponent: each term is decomposed on use.
     Wide(Vec<f64>),
     /// The run holds a NaN or an infinity.
@@ -41,6 +47,7 @@ impl QRun {
         if emin == i32::MAX {
             return QRun::Fixed {
                 mant: vec![0; v.len()],
+                m32: vec![0; v.len()],
                 exp: 0,
                 bits: 0,
             };
@@ -58,11 +65,18 @@ impl QRun {
                 let m = (m << (e - emin)) as i64;
                 if x < 0.0 { -m } else { m }
             })
-            .collect();
+            .collect::<Vec<i64>>();
+        let bits = (top - emin) as u32;
+        let m32 = if bits <= 31 {
+            mant.iter().map(|&m| m as i32).collect()
+        } else {
+            Vec::new()
+        };
         QRun::Fixed {
             mant,
+            m32,
             exp: emin,
-            bits: (top - emin) as u32,
+            bits,
         }
     }
 
@@ -82,19 +96,25 @@ pub fn dot(a: &QRun, b: &QRun, acc: &mut ExactSum) {
         (
             QRun::Fixed {
                 mant: ma,
+                m32: ma32,
                 exp: ea,
                 bits: ba,
             },
             QRun::Fixed {
                 mant: mb,
+                m32: mb32,
                 exp: eb,
                 bits: bb,
             },
         ) => {
             let n = ma.len().min(mb.len());
+            // |sum| < n * 2^(ba + bb): `headroom` bits for the count and one for the sign.
             let headroom = bitlen(n as u128) as u32 + 1;
             let e = ea + eb;
-            if ba + bb + headroom <= 63 {
+            if ba + bb + headroom <= 31 && !ma32.is_empty() && !mb32.is_empty() {
+                let s: i32 = ma32.iter().zip(mb32).map(|(x, y)| x * y).sum();
+                acc.add(s as i128, e);
+            } else if ba + bb + headroom <= 63 {
                 let s: i64 = ma.iter().zip(mb).map(|(x, y)| x * y).sum();
                 acc.add(s as i128, e);
             } else if ba + bb + headroom <= 127 {
@@ -114,7 +134,7 @@ pub fn dot(a: &QRun, b: &QRun, acc: &mut ExactSum) {
             // IEEE: finite products cannot overflow here, so the non-finite terms decide.
             let s: f64 = a.values().iter().zip(b.values()).map(|(x, y)| x * y).sum();
             if s.is_finite() {
-                // Only possible when every non-finite value met a zero... which is NaN in IEEE.
+                // Unreachable in IEEE (inf * 0 and NaN * x are NaN); keep the NaN rule anyway.
                 acc.add_special(f64::NAN);
             } else {
                 acc.add_special(s);
@@ -154,5 +174,67 @@ pub fn accumulate(mode: Accumulation, partials: &[ExactSum], out: &FloatFormat) 
         }
         Accumulation::Fp32Seq => out.round(seq(&FloatFormat::FP32)),
         Accumulation::Fp16Seq => out.round(seq(&FloatFormat::FP16)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Splitmix64: a tiny deterministic generator for test data.
+    fn next(s: &mut u64) -> u64 {
+        *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Values `m * 2^e` with `|m| < 2^mbits` and `e` spread over `span` binades.
+    fn run(s: &mut u64, n: usize, mbits: u32, span: i32) -> Vec<f64> {
+        (0..n)
+            .map(|_| {
+                let m = (next(s) % (1u64 << mbits)) as f64;
+                let e = (next(s) % (span as u64 + 1)) as i32 - span / 2;
+                let sign = if next(s) & 1 == 1 { -1.0 } else { 1.0 };
+                sign * m * 2f64.powi(e)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_dot_path_gives_the_term_by_term_sum() {
+        // The i32, i64, i128 and term-by-term paths (chosen by the bit widths) must all equal
+        // the sum of individually decomposed products (the `Wide` path), rounded to fp64 and
+        // to fp16.
+        let mut s = 7u64;
+        for (mbits, span) in [(7, 0), (7, 6), (11, 20), (24, 30), (24, 120), (40, 60)] {
+            for _ in 0..20 {
+                let a = run(&mut s, 16, mbits, span);
+                let b = run(&mut s, 16, mbits, span);
+                let mut fast = ExactSum::new();
+                dot(&QRun::from_values(&a), &QRun::from_values(&b), &mut fast);
+                let mut slow = ExactSum::new();
+                dot(&QRun::Wide(a.clone()), &QRun::Wide(b.clone()), &mut slow);
+                for f in [FloatFormat::FP64, FloatFormat::FP16, FloatFormat::FP32] {
+                    assert_eq!(
+                        fast.round(&f).to_bits(),
+                        slow.round(&f).to_bits(),
+                        "mbits {mbits} span {span}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn non_finite_runs_give_ieee_results() {
+        let a = QRun::from_values(&[f64::INFINITY, 1.0]);
+        let mut acc = ExactSum::new();
+        dot(&a, &QRun::from_values(&[2.0, 3.0]), &mut acc);
+        assert_eq!(acc.round(&FloatFormat::FP16), f64::INFINITY);
+        let mut acc = ExactSum::new();
+        dot(&a, &QRun::from_values(&[0.0, 3.0]), &mut acc);
+        assert!(acc.round(&FloatFormat::FP16).is_nan());
     }
 }

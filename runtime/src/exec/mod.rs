@@ -11,6 +11,7 @@
 //! With the `cuda` feature the same graph runs on `Device::new_cuda(0)`: data movement and the
 //! matmul on the GPU, the custom kernels on their CPU path (copied to the host and back).
 
+pub mod baseline;
 pub mod exact;
 pub mod matmul;
 pub mod mfu;
@@ -133,70 +134,182 @@ pub fn execute(
     data: &HostData,
     opts: &ExecOptions,
 ) -> Result<Execution, ExecError> {
-    graph.validate()?;
-    let dev = device(opts.device)?;
-    let mut ex = Executor {
-        g: graph,
-        data,
-        dev,
-        n: graph.native,
-        values: vec![None; graph.nodes.len()],
-        arranged: HashMap::new(),
-        sliced: HashMap::new(),
-        tables: HashMap::new(),
-    };
-    // Last reader of every value, so tensors are freed as soon as possible.
-    let mut last_use = vec![0usize; graph.nodes.len()];
-    for (i, node) in graph.nodes.iter().enumerate() {
-        for v in node.op.inputs() {
-            last_use[v.index()] = i;
+    Session::new(graph, opts)?.run(data)
+}
+
+/// Weight-side work kept between runs: quantized weight stacks rearranged for the matmul,
+/// exact slices of weights, activation tables.
+#[derive(Default)]
+struct Caches {
+    /// Quantized weight stacks rearranged for the chunked matmul, by (stack, chunk).
+    arranged: HashMap<(ValueId, usize), Tensor>,
+    /// Weight stacks split into exact slices (rearranged), `None` when they cannot be.
+    sliced: HashMap<ValueId, Option<Vec<Tensor>>>,
+    tables: HashMap<(UnOp, Option<String>, String), ActTable>,
+}
+
+/// A graph prepared for repeated runs: everything that depends only on the weights (padding,
+/// rounding and quantizing them, rearranging tile stacks for the matmul, activation tables) is
+/// computed by the first [`Session::run`] and reused by the next ones. Every run must use the
+/// weights of the first (only the inputs and the batch size may change); [`execute`] is one
+/// run of a fresh session.
+pub struct Session<'g> {
+    graph: &'g SwGraph,
+    opts: ExecOptions,
+    dev: Device,
+    /// Nodes whose value depends on no input (batch 1, the same in every run).
+    constant: Vec<bool>,
+    /// Constant values a non-constant node, an output or a trace reads: what a warm run needs.
+    keep: Vec<bool>,
+    /// The kept constant values, once computed.
+    consts: Vec<Option<Tensor>>,
+    warm: bool,
+    caches: Caches,
+}
+
+impl<'g> Session<'g> {
+    /// Validate `graph` and open its device.
+    pub fn new(graph: &'g SwGraph, opts: &ExecOptions) -> Result<Session<'g>, ExecError> {
+        graph.validate()?;
+        let dev = device(opts.device)?;
+        let len = graph.nodes.len();
+        let mut constant = vec![false; len];
+        let mut keep = vec![false; len];
+        for (i, node) in graph.nodes.iter().enumerate() {
+            let inputs = node.op.inputs();
+            constant[i] = match &node.op {
+                Op::Input { .. } | Op::Output { .. } => false,
+                _ => inputs.iter().all(|v| constant[v.index()]),
+            };
+            if !constant[i] {
+                for v in inputs {
+                    keep[v.index()] |= constant[v.index()];
+                }
+            }
         }
+        if opts.keep_writes {
+            for w in &graph.writes {
+                keep[w.value.index()] |= constant[w.value.index()];
+            }
+        }
+        Ok(Session {
+            graph,
+            opts: *opts,
+            dev,
+            constant,
+            keep,
+            consts: vec![None; len],
+            warm: false,
+            caches: Caches::default(),
+        })
     }
-    let traced: std::collections::HashSet<ValueId> = if opts.keep_writes {
-        graph.writes.iter().map(|w| w.value).collect()
-    } else {
-        Default::default()
-    };
-    let mut rows: HashMap<String, Vec<Option<Tensor>>> = graph
-        .outputs
-        .iter()
-        .map(|o| (o.name.clone(), vec![None; o.rows]))
-        .collect();
-    let mut written = HashMap::new();
-    for (i, node) in graph.nodes.iter().enumerate() {
-        let fail = |e: candle_core::Error| ExecError::Tensor {
-            node: i,
-            op: node.op.name(),
-            message: short(&e),
+
+    /// Run the graph on `data` (`data.batch` input sets in one pass).
+    pub fn run(&mut self, data: &HostData) -> Result<Execution, ExecError> {
+        let graph = self.graph;
+        let warm = self.warm;
+        let mut ex = Executor {
+            g: graph,
+            data,
+            dev: self.dev.clone(),
+            n: graph.native,
+            values: self.consts.clone(),
+            constant: &self.constant,
+            caches: &mut self.caches,
         };
-        if let Op::Output { name, row, src } = &node.op {
-            let t = ex.value(*src)?.clone();
-            if let Some(slot) = rows.get_mut(name).and_then(|r| r.get_mut(*row)) {
-                *slot = Some(t);
+        // Last reader of every value, so tensors are freed as soon as possible.
+        let mut last_use = vec![0usize; graph.nodes.len()];
+        for (i, node) in graph.nodes.iter().enumerate() {
+            for v in node.op.inputs() {
+                last_use[v.index()] = i;
             }
+        }
+        let traced: std::collections::HashSet<ValueId> = if self.opts.keep_writes {
+            graph.writes.iter().map(|w| w.value).collect()
         } else {
-            let t = ex.eval(i).map_err(|e| match e {
-                Failure::Candle(c) => fail(c),
-                Failure::Exec(x) => x,
-            })?;
+            Default::default()
+        };
+        let mut rows: HashMap<String, Vec<Option<Tensor>>> = graph
+            .outputs
+            .iter()
+            .map(|o| (o.name.clone(), vec![None; o.rows]))
+            .collect();
+        let mut written = HashMap::new();
+        let profile = std::env::var_os("NNPC_EXEC_PROFILE").is_some();
+        let mut prof: Vec<(&'static str, f64, usize)> = Vec::new();
+        for (i, node) in graph.nodes.iter().enumerate() {
+            let t0 = std::time::Instant::now();
+            let fail = |e: candle_core::Error| ExecError::Tensor {
+                node: i,
+                op: node.op.name(),
+                message: short(&e),
+            };
             let id = ValueId(i as u32);
-            if traced.contains(&id) {
-                written.insert(id, to_written(&t).map_err(fail)?);
+            if warm && self.constant[i] {
+                // Computed by an earlier run; kept when anything of this run reads it.
+                if let (true, Some(t)) = (traced.contains(&id), &self.consts[i]) {
+                    written.insert(id, to_written(t).map_err(fail)?);
+                }
+                continue;
             }
-            ex.values[i] = Some(t);
-        }
-        for v in node.op.inputs() {
-            if last_use[v.index()] == i {
-                ex.values[v.index()] = None;
+            if let Op::Output { name, row, src } = &node.op {
+                let t = ex.value(*src)?.clone();
+                if let Some(slot) = rows.get_mut(name).and_then(|r| r.get_mut(*row)) {
+                    *slot = Some(t);
+                }
+            } else {
+                let t = ex.eval(i).map_err(|e| match e {
+                    Failure::Candle(c) => fail(c),
+                    Failure::Exec(x) => x,
+                })?;
+                if traced.contains(&id) {
+                    written.insert(id, to_written(&t).map_err(fail)?);
+                }
+                if self.keep[i] && self.constant[i] {
+                    self.consts[i] = Some(t.clone());
+                }
+                ex.values[i] = Some(t);
+            }
+            for v in node.op.inputs() {
+                if last_use[v.index()] == i {
+                    ex.values[v.index()] = None;
+                }
+            }
+            if profile {
+                let dt = t0.elapsed().as_secs_f64();
+                match prof.iter_mut().find(|p| p.0 == node.op.name()) {
+                    Some(p) => {
+                        p.1 += dt;
+                        p.2 += 1;
+                    }
+                    None => prof.push((node.op.name(), dt, 1)),
+                }
             }
         }
+        self.warm = true;
+        for (name, secs, count) in &prof {
+            eprintln!(
+                "profile: {name:>14} {count:>6} nodes {:>10.3} ms",
+                secs * 1e3
+            );
+        }
+        collect_outputs(graph, data.batch, rows, written)
     }
+}
+
+/// Assemble the output tensors from their rows.
+fn collect_outputs(
+    graph: &SwGraph,
+    batch: usize,
+    mut rows: HashMap<String, Vec<Option<Tensor>>>,
+    written: HashMap<ValueId, WrittenValue>,
+) -> Result<Execution, ExecError> {
     let mut outputs = Outputs::new();
     for o in &graph.outputs {
         let parts = rows.remove(&o.name).unwrap_or_default();
-        let mut shape = vec![data.batch];
+        let mut shape = vec![batch];
         shape.extend(&o.shape);
-        let mut out = vec![0f32; data.batch * o.rows * o.row_len];
+        let mut out = vec![0f32; batch * o.rows * o.row_len];
         for (r, part) in parts.into_iter().enumerate() {
             let Some(t) = part else {
                 return Err(ExecError::Graph(GraphError::Other(format!(
@@ -209,7 +322,7 @@ pub fn execute(
                 op: "output",
                 message: short(&e),
             })?;
-            for b in 0..data.batch {
+            for b in 0..batch {
                 let dst = &mut out[(b * o.rows + r) * o.row_len..][..o.row_len];
                 for (d, s) in dst.iter_mut().zip(w.item(b)) {
                     *d = *s as f32;
@@ -255,11 +368,8 @@ struct Executor<'a> {
     dev: Device,
     n: usize,
     values: Vec<Option<Tensor>>,
-    /// Quantized weight stacks rearranged for the chunked matmul, by (stack, chunk).
-    arranged: HashMap<(ValueId, usize), Tensor>,
-    /// Weight stacks split into exact slices (rearranged), `None` when they cannot be.
-    sliced: HashMap<ValueId, Option<Vec<Tensor>>>,
-    tables: HashMap<(UnOp, Option<String>, String), ActTable>,
+    constant: &'a [bool],
+    caches: &'a mut Caches,
 }
 
 impl Executor<'_> {
@@ -396,7 +506,16 @@ impl Executor<'_> {
                 };
                 let chunk = matmul::exact_chunk(vector_format, matrix_format, n)
                     .filter(|k| *k >= MIN_CHUNK.min(n));
-                self.matvec(&spec, *x, *w, chunk)?
+                // f32 when it proves the same chunk exact: twice the BLAS speed.
+                let dtype = match chunk {
+                    Some(k)
+                        if matmul::exact_chunk_f32(vector_format, matrix_format, n) == Some(k) =>
+                    {
+                        DType::F32
+                    }
+                    _ => DType::F64,
+                };
+                self.matvec(&spec, *x, *w, chunk, dtype)?
             }
             Op::Binary { op, a, b, format } => {
                 let ts = broadcast_batch(&[self.value(*a)?.clone(), self.value(*b)?.clone()])?;
@@ -442,14 +561,14 @@ impl Executor<'_> {
         file: Option<&str>,
     ) -> Result<ActTable, ExecError> {
         let key = (op, file.map(str::to_string), format!("{f:?}"));
-        if let Some(t) = self.tables.get(&key) {
+        if let Some(t) = self.caches.tables.get(&key) {
             return Ok(t.clone());
         }
         let kind = op
             .table()
             .ok_or_else(|| internal("table for a table-less op"))?;
         let t = ActTable::load(kind, f, file)?;
-        self.tables.insert(key, t.clone());
+        self.caches.tables.insert(key, t.clone());
         Ok(t)
     }
 
@@ -467,6 +586,7 @@ impl Executor<'_> {
         x: ValueId,
         w: ValueId,
         chunk: Option<usize>,
+        dtype: DType,
     ) -> Result<Tensor, Failure> {
         let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
         let xt = self.value(x)?.clone();
@@ -474,33 +594,38 @@ impl Executor<'_> {
         let s = *spec;
         let sum = |parts: Vec<Tensor>, k: usize| -> Result<Tensor, Failure> {
             let pairs = parts.len();
-            let p = Tensor::cat(&parts, 0)?
-                .contiguous()?
-                .to_device(&Device::Cpu)?;
-            let y = p.apply_op1_no_bwd(&Map1("sum_partials", move |ps: &[f64]| {
-                (
-                    matmul::sum_partials(&s, k, pairs, ps, b),
-                    Shape::from((b, rows * n)),
-                )
-            }))?;
-            Ok(y)
+            let p = match parts.as_slice() {
+                [one] => one.clone(),
+                _ => Tensor::cat(&parts, 0)?,
+            };
+            let p = p.contiguous()?.to_device(&Device::Cpu)?;
+            Ok(p.apply_op1_no_bwd(&SumPartials {
+                spec: s,
+                k,
+                pairs,
+                b,
+            })?)
         };
+        // Weight-side work is cached for the session when the stack is a constant.
+        let cacheable = self.constant.get(w.index()).copied().unwrap_or(false);
         if let Some(k) = chunk {
-            let wa = match self.arranged.get(&(w, k)) {
-                Some(t) => t.clone(),
-                None => {
-                    let t = arrange_w(self.value(w)?, rows, cols, n, k)?;
-                    self.arranged.insert((w, k), t.clone());
+            let wa = match self.caches.arranged.get(&(w, k)) {
+                Some(t) if cacheable => t.clone(),
+                _ => {
+                    let t = arrange_w(self.value(w)?, rows, cols, n, k)?.to_dtype(dtype)?;
+                    if cacheable {
+                        self.caches.arranged.insert((w, k), t.clone());
+                    }
                     t
                 }
             };
-            let xa = arrange_x(&xt, b, cols, n, k)?;
+            let xa = arrange_x(&xt.to_dtype(dtype)?, b, cols, n, k)?;
             // [chunks, rows*n, b], exact per chunk.
             let y = sum(vec![wa.matmul(&xa)?], k)?;
             return Ok(y.to_device(&self.dev)?);
         }
         let beta = matmul::slice_bits(n);
-        if !self.sliced.contains_key(&w) {
+        if !cacheable || !self.caches.sliced.contains_key(&w) {
             let wv = host_vec(self.value(w)?)?;
             let sl = match matmul::slices(&wv, n, beta) {
                 Some(sl) => Some(
@@ -513,10 +638,11 @@ impl Executor<'_> {
                 ),
                 None => None,
             };
-            self.sliced.insert(w, sl);
+            // A non-constant stack is replaced by the next run's (or call's) value.
+            self.caches.sliced.insert(w, sl);
         }
         let xv = host_vec(&xt)?;
-        let ws = self.sliced.get(&w).cloned().flatten();
+        let ws = self.caches.sliced.get(&w).cloned().flatten();
         if let (Some(ws), Some(xs)) = (ws, matmul::slices(&xv, n, beta)) {
             let mut parts = Vec::with_capacity(ws.len() * xs.len());
             for xsl in xs {
@@ -637,6 +763,33 @@ impl<F: Fn(&[f64]) -> (Vec<f64>, Shape) + Send + Sync> CustomOp1 for Map1<F> {
         };
         let (out, shape) = (self.1)(&v[a..b]);
         Ok((CpuStorage::F64(out), shape))
+    }
+}
+
+/// [`matmul::sum_partials`] as a CPU custom op on f32 or f64 partials.
+struct SumPartials {
+    spec: MatVec,
+    k: usize,
+    pairs: usize,
+    b: usize,
+}
+
+impl CustomOp1 for SumPartials {
+    fn name(&self) -> &'static str {
+        "sum_partials"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let Some((a, e)) = l.contiguous_offsets() else {
+            candle_core::bail!("sum_partials: expected contiguous data")
+        };
+        let (spec, k, pairs, b) = (&self.spec, self.k, self.pairs, self.b);
+        let out = match s {
+            CpuStorage::F32(v) => matmul::sum_partials(spec, k, pairs, &v[a..e], b),
+            CpuStorage::F64(v) => matmul::sum_partials(spec, k, pairs, &v[a..e], b),
+            _ => candle_core::bail!("sum_partials: expected f32 or f64 data"),
+        };
+        Ok((CpuStorage::F64(out), Shape::from((b, spec.rows * spec.n))))
     }
 }
 

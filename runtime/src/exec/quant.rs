@@ -131,7 +131,7 @@ pub fn quantize_runs(fmt: &Format, x: &[f64], len: usize, native: usize, out: &m
             }
         }
     };
-    if x.len() >= PAR_MIN && x.len() % len == 0 {
+    if x.len() >= PAR_MIN && x.len().is_multiple_of(len) {
         let chunk = len * (4096 / len).max(1);
         x.par_chunks(chunk)
             .zip(out.par_chunks_mut(chunk))

@@ -1,0 +1,64 @@
+//! Shapes of one LSTM-1024 product at batch 64 (`samples/bench/lstm_1024.nnp`, N = 128):
+//! the chunked f32/f64 matmul the software graph runs (`[8, 1024, 128] x [8, 128, 64]`, one
+//! exact partial per tile), the exact summation of its partials, and the plain f32 matmul
+//! `[1024, 1024] x [1024, 64]` that is the floor (`cargo bench -p nnp-runtime --bench matvec`).
+
+use candle_core::{DType, Device, Tensor};
+use criterion::{Criterion, criterion_group, criterion_main};
+use nnp_grammar::Accumulation;
+use nnp_numerics::FloatFormat;
+use nnp_runtime::exec::matmul::{MatVec, sum_partials};
+use std::hint::black_box;
+
+const N: usize = 128;
+const TILES: usize = 8;
+const B: usize = 64;
+
+fn bench(c: &mut Criterion) {
+    let dev = Device::Cpu;
+    let k = TILES * N;
+    let mut g = c.benchmark_group("lstm1024_matvec_b64");
+    g.sample_size(20);
+    g.warm_up_time(std::time::Duration::from_millis(500));
+    g.measurement_time(std::time::Duration::from_secs(2));
+    let w = Tensor::rand(-1f32, 1f32, (k, k), &dev).expect("w");
+    let x = Tensor::rand(-1f32, 1f32, (k, B), &dev).expect("x");
+    g.bench_function("floor_f32_matmul", |b| {
+        b.iter(|| black_box(w.matmul(&x).expect("mm")))
+    });
+    for dt in [DType::F32, DType::F64] {
+        let wa = Tensor::rand(-1f32, 1f32, (TILES, k, N), &dev)
+            .and_then(|t| t.to_dtype(dt))
+            .expect("wa");
+        let xa = Tensor::rand(-1f32, 1f32, (TILES, N, B), &dev)
+            .and_then(|t| t.to_dtype(dt))
+            .expect("xa");
+        g.bench_function(format!("chunked_{dt:?}"), |b| {
+            b.iter(|| black_box(wa.matmul(&xa).expect("mm")))
+        });
+        let xt = Tensor::rand(-1f32, 1f32, (TILES, B, N), &dev)
+            .and_then(|t| t.to_dtype(dt))
+            .expect("xt");
+        let wt = Tensor::rand(-1f32, 1f32, (TILES, N, k), &dev)
+            .and_then(|t| t.to_dtype(dt))
+            .expect("wt");
+        g.bench_function(format!("chunked_transposed_{dt:?}"), |b| {
+            b.iter(|| black_box(xt.matmul(&wt).expect("mm")))
+        });
+    }
+    let spec = MatVec {
+        rows: TILES,
+        cols: TILES,
+        n: N,
+        accumulation: Accumulation::Exact,
+        output: FloatFormat::FP16,
+    };
+    let parts: Vec<f32> = (0..TILES * k * B).map(|i| (i % 977) as f32 - 488.0).collect();
+    g.bench_function("sum_partials_f32", |b| {
+        b.iter(|| black_box(sum_partials(&spec, N, 1, black_box(&parts), B)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,117 @@
+//! Flags shared by the commands that execute firmware (`run`, `emulate`, `diff`, `bench`): where
+//! the host data comes from and how outputs are written. One definition, so the emulator and
+//! the software graph always see the same data for the same flags.
+
+use nnp_grammar::Program;
+use nnp_runtime::host::{HostData, HostError, LoadOptions, Outputs};
+use nnp_runtime::io::{self, Dtype, Layout};
+use std::path::PathBuf;
+
+/// Host data: weight and input files, or seeded random data of the declared shapes.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DataArgs {
+    /// Weights: a .safetensors file, a .npy file, or a directory of .npy files.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub weights: Option<PathBuf>,
+    /// Inputs, same kinds of file; each input is its declared shape or [batch, ...shape].
+    #[arg(long, value_name = "FILE|DIR")]
+    pub inputs: Option<PathBuf>,
+    /// Batch size: independent input sets run in one pass (default: from batched inputs, else
+    /// 1).
+    #[arg(long, value_name = "B")]
+    pub batch: Option<usize>,
+    /// Seed of the random data used when no files are given (or with --random-missing).
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub seed: u64,
+    /// Fill tensors missing from --weights/--inputs with seeded random data.
+    #[arg(long)]
+    pub random_missing: bool,
+}
+
+impl DataArgs {
+    /// The host data these flags describe; `fallback_batch` is used when neither `--batch`
+    /// nor batched input files say how many input sets there are.
+    pub fn host_data(
+        &self,
+        program: &Program,
+        fallback_batch: Option<usize>,
+    ) -> Result<HostData, HostError> {
+        if self.weights.is_none() && self.inputs.is_none() {
+            let batch = self.batch.or(fallback_batch).unwrap_or(1).max(1);
+            return Ok(HostData::random(program, batch, self.seed));
+        }
+        let opts = LoadOptions {
+            batch: self.batch.or(fallback_batch),
+            random_missing: self.random_missing,
+            seed: self.seed,
+        };
+        HostData::load_with(
+            program,
+            self.weights.as_deref(),
+            self.inputs.as_deref(),
+            &opts,
+        )
+    }
+}
+
+/// Where and how to write outputs.
+#[derive(clap::Args, Clone, Debug)]
+pub struct OutputArgs {
+    /// Write the outputs: `*.safetensors`, `*.npy` (one output), or a directory of .npy files.
+    #[arg(short = 'o', long = "output", value_name = "FILE|DIR")]
+    pub output: Option<PathBuf>,
+    /// Layout of the written outputs.
+    #[arg(long, value_enum, default_value_t = LayoutArg::Logical)]
+    pub layout: LayoutArg,
+    /// Element type of the written outputs (default: f16 when the storage format fits, else
+    /// f32; both are exact then).
+    #[arg(long, value_enum)]
+    pub dtype: Option<DtypeArg>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LayoutArg {
+    /// The declarations' logical shapes.
+    Logical,
+    /// Native tiles: rows padded to whole N-lane tiles, shape [..., tiles, N].
+    Tiles,
+}
+
+impl From<LayoutArg> for Layout {
+    fn from(l: LayoutArg) -> Layout {
+        match l {
+            LayoutArg::Logical => Layout::Logical,
+            LayoutArg::Tiles => Layout::Tiles,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum DtypeArg {
+    F16,
+    F32,
+}
+
+impl OutputArgs {
+    /// Write `outputs` if `-o` was given.
+    pub fn write(&self, program: &Program, outputs: &Outputs) -> miette::Result<()> {
+        let Some(path) = &self.output else {
+            return Ok(());
+        };
+        let tensors = io::to_layout(outputs, self.layout.into(), program.native(), |_| false)
+            .map_err(|e| miette::miette!("{e}"))?;
+        io::write_tensors(path, &tensors, self.dtype(program)).map_err(|e| miette::miette!("{e}"))
+    }
+
+    /// f16 when every value of the storage format is an f16, else f32 (exact either way).
+    fn dtype(&self, program: &Program) -> Dtype {
+        match self.dtype {
+            Some(DtypeArg::F16) => Dtype::F16,
+            Some(DtypeArg::F32) => Dtype::F32,
+            None => match program.target.numerics.storage.as_float() {
+                Some(f) if f.exp_bits <= 5 && f.mant_bits <= 10 => Dtype::F16,
+                _ => Dtype::F32,
+            },
+        }
+    }
+}

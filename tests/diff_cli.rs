@@ -1,0 +1,333 @@
+//! `nnpc diff` end to end: a dump of the emulator is concordant; one flipped bit is reported as
+//! exactly that element with the `v_wr` line that wrote it; bad dumps give exit 2 and a message
+//! naming the tensor; traces name the first divergent `v_wr`.
+
+use half::f16;
+use nnp_runtime::io::{Dtype, read_tensors, write_tensors};
+use nnp_runtime::trace::{read_trace, write_trace};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn nnpc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nnpc"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("nnpc runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Stderr with miette's wrapping undone: one line, single spaces.
+fn message(o: &Output) -> String {
+    text(&o.stderr)
+        .replace('│', " ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nnpc-diff-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+/// 1-based line numbers of `sample` lines containing `needle`.
+fn lines_with(sample: &str, needle: &str) -> Vec<usize> {
+    let src = std::fs::read_to_string(root().join(sample)).expect("sample");
+    src.lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(needle) && !l.trim_start().starts_with("//"))
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+/// Emulate `sample` at batch 3 into `dir/hw.safetensors` (and a trace).
+fn emulate(sample: &str, dir: &Path) -> (PathBuf, PathBuf) {
+    let (hw, tr) = (dir.join("hw.safetensors"), dir.join("hw.jsonl"));
+    let o = nnpc(&[
+        "emulate",
+        sample,
+        "--batch",
+        "3",
+        "--seed",
+        "5",
+        "-o",
+        s(&hw),
+        "--trace",
+        s(&tr),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    (hw, tr)
+}
+
+#[test]
+fn emulator_dump_is_concordant() {
+    let dir = scratch("concordant");
+    let (hw, tr) = emulate("samples/mlp2_relu.nnp", &dir);
+    let o = nnpc(&[
+        "diff",
+        "samples/mlp2_relu.nnp",
+        "--hardware",
+        s(&hw),
+        "--seed",
+        "5",
+        "--trace",
+        s(&tr),
+    ]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    // y : [T = 4, 100] per item, batch 3 (read from the dump): 1200 elements.
+    assert!(out.contains("batch 3"), "{out}");
+    assert!(
+        out.contains("bit-exact: 1200 of 1200 (concordant)"),
+        "{out}"
+    );
+    assert!(out.contains("v_wr records identical"), "{out}");
+}
+
+#[test]
+fn one_flipped_bit_is_reported_with_its_element_and_line() {
+    let dir = scratch("flip");
+    let (hw, _) = emulate("samples/mlp2_relu.nnp", &dir);
+    let mut dump = read_tensors(&hw).expect("dump");
+    let y = dump.get_mut("y").expect("output y");
+    assert_eq!(y.shape, vec![3, 4, 100]);
+    // Item 2, step 1, element 37 of y: flat index 2*400 + 1*100 + 37; lane 37 of tile 0.
+    let flat = 2 * 400 + 100 + 37;
+    let bits = f16::from_f32(y.data[flat]).to_bits();
+    let flipped = bits ^ 1; // lowest mantissa bit: one ULP away
+    y.data[flat] = f16::from_bits(flipped).to_f32();
+    let bad = dir.join("bad.safetensors");
+    write_tensors(&bad, &dump, Dtype::F16).expect("write");
+
+    let o = nnpc(&[
+        "diff",
+        "samples/mlp2_relu.nnp",
+        "--hardware",
+        s(&bad),
+        "--seed",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(r["schema"], "nnpc.diff/1");
+    assert_eq!(r["elements"], 1200);
+    assert_eq!(r["bit_exact"], 1199);
+    assert_eq!(r["concordant"], false);
+    assert_eq!(r["max_ulps"], 1);
+    assert_eq!(r["ulp_histogram"][0], 1199);
+    assert_eq!(r["ulp_histogram"][1], 1);
+    let m = &r["mismatches"].as_array().expect("mismatches")[..];
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0]["output"], "y");
+    assert_eq!(m[0]["index"], serde_json::json!([2, 1, 37]));
+    assert_eq!(
+        (m[0]["tile"].clone(), m[0]["lane"].clone()),
+        (0.into(), 37.into())
+    );
+    assert_eq!(m[0]["hardware_bits"], u64::from(flipped));
+    assert_eq!(m[0]["software_bits"], u64::from(bits));
+    assert_eq!(m[0]["ulps"], 1);
+    // The only `v_wr netq` of the sample writes every row of y.
+    let netq = lines_with("samples/mlp2_relu.nnp", "v_wr netq");
+    assert_eq!(netq.len(), 1);
+    assert_eq!(m[0]["line"], netq[0]);
+
+    // The human report names the same element and line.
+    let o = nnpc(&[
+        "diff",
+        "samples/mlp2_relu.nnp",
+        "--hardware",
+        s(&bad),
+        "--seed",
+        "5",
+    ]);
+    let out = text(&o.stdout);
+    assert!(out.contains("y[2, 1, 37] tile 0 lane 37"), "{out}");
+    assert!(
+        out.contains(&format!("line {}: v_wr netq", netq[0])),
+        "{out}"
+    );
+    assert!(
+        out.contains("bit-exact: 1199 of 1200 (NOT concordant)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn wrong_data_is_not_concordant() {
+    // Same dump, different seed: the software graph sees other data, so outputs differ.
+    let dir = scratch("seed");
+    let (hw, _) = emulate("samples/mlp2_relu.nnp", &dir);
+    let o = nnpc(&[
+        "diff",
+        "samples/mlp2_relu.nnp",
+        "--hardware",
+        s(&hw),
+        "--seed",
+        "6",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+}
+
+#[test]
+fn a_dump_of_the_wrong_shape_is_a_clear_error() {
+    let dir = scratch("shape");
+    let (hw, _) = emulate("samples/mlp2_relu.nnp", &dir);
+    let mut dump = read_tensors(&hw).expect("dump");
+    let y = dump.get_mut("y").expect("y");
+    y.shape = vec![3, 4, 10, 10];
+    let bad = dir.join("bad.safetensors");
+    write_tensors(&bad, &dump, Dtype::F16).expect("write");
+    let o = nnpc(&[
+        "diff",
+        "samples/mlp2_relu.nnp",
+        "--hardware",
+        s(&bad),
+        "--seed",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("`y`") && err.contains("[3, 4, 10, 10]"),
+        "{err}"
+    );
+    assert!(err.contains("[3, 4, 100]"), "{err}");
+    assert!(!err.contains("stack backtrace"), "{err}");
+
+    // A dump without the output at all.
+    dump.remove("y");
+    dump.insert(
+        "z".into(),
+        nnp_runtime::host::Tensor::zeros(vec![3, 4, 100]),
+    );
+    write_tensors(&bad, &dump, Dtype::F16).expect("write");
+    let o = nnpc(&[
+        "diff",
+        "samples/mlp2_relu.nnp",
+        "--hardware",
+        s(&bad),
+        "--seed",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(message(&o).contains("no tensor `y`"), "{}", message(&o));
+
+    // An unreadable dump.
+    let o = nnpc(&[
+        "diff",
+        "samples/mlp2_relu.nnp",
+        "--hardware",
+        s(&dir.join("nope.safetensors")),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn a_tile_layout_dump_is_read_back() {
+    let dir = scratch("tiles");
+    let hw = dir.join("hw_tiles.safetensors");
+    let o = nnpc(&[
+        "emulate",
+        "samples/dense_300x200.nnp",
+        "--batch",
+        "2",
+        "--layout",
+        "tiles",
+        "-o",
+        s(&hw),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = nnpc(&[
+        "diff",
+        "samples/dense_300x200.nnp",
+        "--hardware",
+        s(&hw),
+        "--layout",
+        "tiles",
+    ]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    assert!(
+        out.contains("batch 2") && out.contains("(concordant)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_first_divergent_v_wr_is_named() {
+    let dir = scratch("trace");
+    let (hw, tr) = emulate("samples/mlp2_relu.nnp", &dir);
+    let mut records = read_trace(&tr).expect("trace");
+    // Perturb one lane of item 1's third record: the earliest divergence in execution order.
+    let pos = records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.item == 1)
+        .nth(2)
+        .map(|(i, _)| i)
+        .expect("item 1 has three records");
+    records[pos].bits[5] ^= 1;
+    let expected_line = records[pos].line;
+    let bad = dir.join("bad.jsonl");
+    write_trace(&bad, &records).expect("write");
+    let o = nnpc(&[
+        "diff",
+        "samples/mlp2_relu.nnp",
+        "--hardware",
+        s(&hw),
+        "--seed",
+        "5",
+        "--trace",
+        s(&bad),
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    // Outputs agree; only the trace differs.
+    assert_eq!(r["concordant"], true);
+    let f = &r["trace"]["first"];
+    assert_eq!(f["item"], 1);
+    assert_eq!(f["position"], 2);
+    assert_eq!(f["line"], expected_line);
+    assert_eq!(f["first_lane"], 5);
+    assert_eq!(f["lanes_differing"], 1);
+    assert_eq!(
+        r["trace"]["identical"],
+        r["trace"]["records"].as_u64().expect("n") - 1
+    );
+
+    // A trace of a different program is out of step: bad input.
+    records.truncate(records.len() - 1);
+    write_trace(&bad, &records).expect("write");
+    let o = nnpc(&[
+        "diff",
+        "samples/mlp2_relu.nnp",
+        "--hardware",
+        s(&hw),
+        "--seed",
+        "5",
+        "--trace",
+        s(&bad),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = message(&o);
+    assert!(err.contains("has 11 records for batch item 2"), "{err}");
+    assert!(err.contains("software graph wrote 12"), "{err}");
+}
