@@ -11,6 +11,8 @@
 //! reproduced from its seed alone.
 
 use nnp_grammar::{Mem, OpKind, Unit};
+use nnp_runtime::diff::DiffReport;
+use nnp_runtime::trace::TraceDivergence;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -858,19 +860,7 @@ impl<'c> Gen<'c> {
 
     /// A random MFU op sequence.
     fn op_kinds(&mut self) -> Vec<OpKind> {
-        const ALL: &[OpKind] = &[
-            OpKind::Add,
-            OpKind::ASubB,
-            OpKind::BSubA,
-            OpKind::Max,
-            OpKind::Mul,
-            OpKind::Relu,
-            OpKind::Sigm,
-            OpKind::Tanh,
-            OpKind::Exp,
-            OpKind::Softmax,
-            OpKind::Pass,
-        ];
+        const ALL: &[OpKind] = &OpKind::ALL;
         let count = self.r.range(0, self.cfg.max_ops as i64) as usize;
         (0..count).map(|_| *self.r.pick(ALL)).collect()
     }
@@ -1766,45 +1756,12 @@ pub enum Outcome {
     EmulatorError(String),
     /// Lowering or executing the software graph failed (error or panic) on a valid program.
     GraphError(String),
-    /// The engines disagree on an output: the first differing element.
-    Mismatch(Mismatch),
+    /// The engines disagree on an output: `nnpc diff`'s report, the emulator as the hardware
+    /// (its first mismatch is the first differing element).
+    Mismatch(Box<DiffReport>),
     /// The engines disagree on a `v_wr` (emulator trace vs the graph's write records): the
     /// first divergent write in execution order.
-    TraceMismatch(TraceMismatch),
-}
-
-/// The first `v_wr` whose value differs between the emulator's trace and the software graph.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TraceMismatch {
-    pub chain: usize,
-    pub iteration: u32,
-    /// Destination as written in source (`ivrf`, `asvrf1`, `netq`, ...) and first register
-    /// (for netq: the push index).
-    pub dst: String,
-    pub addr: u32,
-    /// 1-based source line of the `v_wr`.
-    pub line: usize,
-    pub item: usize,
-    /// Lane within the written tiles (tile-major).
-    pub lane: usize,
-    pub emulator_bits: u32,
-    pub graph_bits: u32,
-}
-
-/// The first output element where the two engines differ.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Mismatch {
-    pub output: String,
-    pub item: usize,
-    /// Logical index inside the output declaration's shape.
-    pub index: Vec<usize>,
-    pub emulator: f32,
-    pub emulator_bits: u32,
-    pub graph: f32,
-    pub graph_bits: u32,
-    /// Differing elements over all outputs, and elements compared.
-    pub differing: usize,
-    pub elements: usize,
+    TraceMismatch(TraceDivergence),
 }
 
 impl Outcome {
@@ -1834,20 +1791,23 @@ impl std::fmt::Display for Outcome {
             Outcome::Invalid(m) => write!(f, "invalid program: {m}"),
             Outcome::EmulatorError(m) => write!(f, "emulator failed: {m}"),
             Outcome::GraphError(m) => write!(f, "software graph failed: {m}"),
-            Outcome::Mismatch(m) => write!(
-                f,
-                "mismatch in {} of {} elements; first: output `{}` batch item {} index {:?}: \
-                 emulator {:e} (bits {:#06x}), software graph {:e} (bits {:#06x})",
-                m.differing,
-                m.elements,
-                m.output,
-                m.item,
-                m.index,
-                m.emulator,
-                m.emulator_bits,
-                m.graph,
-                m.graph_bits
-            ),
+            Outcome::Mismatch(r) => {
+                write!(
+                    f,
+                    "mismatch in {} of {} elements",
+                    r.elements - r.bit_exact,
+                    r.elements
+                )?;
+                if let Some(m) = r.mismatches.first() {
+                    write!(
+                        f,
+                        "; first: output `{}` index {:?} (batch item first): emulator {:e} \
+                         (bits {:#06x}), software graph {:e} (bits {:#06x})",
+                        m.output, m.index, m.hardware, m.hardware_bits, m.software, m.software_bits
+                    )?;
+                }
+                Ok(())
+            }
             Outcome::TraceMismatch(t) => write!(
                 f,
                 "first divergent write: chain {} iteration {} `v_wr {}` (register/push {}, line \
@@ -1858,9 +1818,9 @@ impl std::fmt::Display for Outcome {
                 t.addr,
                 t.line,
                 t.item,
-                t.lane,
-                t.emulator_bits,
-                t.graph_bits
+                t.first_lane,
+                t.hardware_bits,
+                t.software_bits
             ),
         }
     }
@@ -1950,7 +1910,7 @@ pub fn run_differential(
         Err(p) => return Outcome::GraphError(panic_text(p)),
     };
     let trace = emu.trace.unwrap_or_default();
-    let lanes = match compare_traces(&graph, &traced.written, &trace, data.batch) {
+    let lanes = match compare_traces(&graph, &traced, &trace, data.batch) {
         Ok(lanes) => lanes,
         Err(out) => return out,
     };
@@ -1964,148 +1924,38 @@ pub fn run_differential(
 }
 
 /// Compare every `v_wr` of the emulator's trace with the graph's write records, in execution
-/// order: the lanes compared when they agree, else the first divergence.
+/// order (`nnpc diff --trace`'s comparison): the lanes compared when they agree, else the first
+/// divergence.
 pub fn compare_traces(
     graph: &nnp_lowering::swgraph::SwGraph,
-    written: &std::collections::HashMap<
-        nnp_lowering::swgraph::ValueId,
-        nnp_runtime::exec::WrittenValue,
-    >,
-    trace: &[nnp_runtime::emulator::TraceRecord],
+    traced: &nnp_runtime::exec::Execution,
+    trace: &[nnp_runtime::trace::TraceRecord],
     batch: usize,
 ) -> Result<usize, Outcome> {
-    use nnp_runtime::host::storage_bits;
-    let mut lanes_compared = 0;
-    let emu: std::collections::HashMap<(usize, usize, u32, &str, u32), &[u32]> = trace
-        .iter()
-        .map(|t| {
-            (
-                (t.item, t.chain, t.iteration, t.dst.as_str(), t.addr),
-                t.bits.as_slice(),
-            )
-        })
-        .collect();
-    let graph_count = graph.writes.len() * batch;
-    if emu.len() != graph_count {
-        return Err(Outcome::GraphError(format!(
-            "trace: the emulator recorded {} writes, the graph {graph_count}",
-            emu.len()
-        )));
+    let records = nnp_runtime::exec::trace::records(graph, traced, batch)
+        .ok_or_else(|| Outcome::GraphError("trace: the graph kept no written values".into()))?;
+    let cmp = nnp_runtime::trace::compare_traces(trace, &records)
+        .map_err(|e| Outcome::GraphError(format!("trace: {e}")))?;
+    match cmp.first {
+        Some(d) => Err(Outcome::TraceMismatch(d)),
+        None => Ok(records.iter().map(|r| r.bits.len()).sum()),
     }
-    for item in 0..batch {
-        for w in &graph.writes {
-            let dst = w.dst.to_string();
-            let Some(bits) = emu.get(&(item, w.chain, w.iteration, dst.as_str(), w.addr)) else {
-                return Err(Outcome::GraphError(format!(
-                    "trace: the emulator has no write `v_wr {dst}` at {} in chain {} iteration {}",
-                    w.addr, w.chain, w.iteration
-                )));
-            };
-            let Some(value) = written.get(&w.value) else {
-                return Err(Outcome::GraphError(format!(
-                    "trace: the graph kept no value for `v_wr {dst}` in chain {} iteration {}",
-                    w.chain, w.iteration
-                )));
-            };
-            let lanes = value.item(item);
-            if lanes.len() != bits.len() {
-                return Err(Outcome::GraphError(format!(
-                    "trace: `v_wr {dst}` in chain {} writes {} lanes in the graph, {} in the \
-                     emulator",
-                    w.chain,
-                    lanes.len(),
-                    bits.len()
-                )));
-            }
-            lanes_compared += lanes.len();
-            for (lane, (&x, &b)) in lanes.iter().zip(bits.iter()).enumerate() {
-                let g = storage_bits(&w.storage, x as f32);
-                if g != b {
-                    return Err(Outcome::TraceMismatch(TraceMismatch {
-                        chain: w.chain,
-                        iteration: w.iteration,
-                        dst,
-                        addr: w.addr,
-                        line: w.line,
-                        item,
-                        lane,
-                        emulator_bits: b,
-                        graph_bits: g,
-                    }));
-                }
-            }
-        }
-    }
-    Ok(lanes_compared)
 }
 
-/// Compare two engines' outputs element by element on their storage bit patterns
-/// ([`nnp_runtime::host::storage_bits`]: every NaN is the canonical NaN).
+/// Compare two engines' outputs element by element on their storage bit patterns (`nnpc
+/// diff`'s comparison: every NaN is the canonical NaN).
 pub fn compare_outputs(
     program: &nnp_grammar::Program,
     emu: &nnp_runtime::host::Outputs,
     sw: &nnp_runtime::host::Outputs,
 ) -> Outcome {
-    use nnp_runtime::host::storage_bits;
-    let Some(storage) = program.target.numerics.storage.as_float().copied() else {
-        return Outcome::Invalid("storage format is not a float format".into());
-    };
-    let mut first: Option<Mismatch> = None;
-    let (mut differing, mut elements) = (0, 0);
-    for d in program.outputs() {
-        let (Some(a), Some(b)) = (emu.get(&d.name), sw.get(&d.name)) else {
-            return Outcome::GraphError(format!(
-                "output `{}` missing (emulator: {}, software graph: {})",
-                d.name,
-                emu.contains_key(&d.name),
-                sw.contains_key(&d.name)
-            ));
-        };
-        if a.shape != b.shape {
-            return Outcome::GraphError(format!(
-                "output `{}`: emulator shape {:?}, software graph shape {:?}",
-                d.name, a.shape, b.shape
-            ));
-        }
-        let per = d.elements().max(1);
-        for (i, (&x, &y)) in a.data.iter().zip(&b.data).enumerate() {
-            elements += 1;
-            let (bx, by) = (storage_bits(&storage, x), storage_bits(&storage, y));
-            if bx != by {
-                differing += 1;
-                if first.is_none() {
-                    // Flat index -> (batch item, logical index).
-                    let mut rest = i % per;
-                    let mut index = vec![0; d.shape.len()];
-                    for (k, &dim) in d.shape.iter().enumerate().rev() {
-                        index[k] = rest % dim.max(1);
-                        rest /= dim.max(1);
-                    }
-                    first = Some(Mismatch {
-                        output: d.name.clone(),
-                        item: i / per,
-                        index,
-                        emulator: x,
-                        emulator_bits: bx,
-                        graph: y,
-                        graph_bits: by,
-                        differing: 0,
-                        elements: 0,
-                    });
-                }
-            }
-        }
-    }
-    match first {
-        Some(mut m) => {
-            m.differing = differing;
-            m.elements = elements;
-            Outcome::Mismatch(m)
-        }
-        None => Outcome::Concordant {
-            elements,
+    match nnp_runtime::diff::diff_outputs(program, emu, sw, 1) {
+        Err(e) => Outcome::GraphError(e.to_string()),
+        Ok(r) if r.concordant => Outcome::Concordant {
+            elements: r.elements,
             written: 0,
         },
+        Ok(r) => Outcome::Mismatch(Box::new(r)),
     }
 }
 

@@ -6,44 +6,11 @@ use half::f16;
 use nnp_runtime::io::{Dtype, read_tensors, write_tensors};
 use nnp_runtime::trace::{read_trace, write_trace};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+mod common;
 
-fn nnpc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nnpc"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("nnpc runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Stderr with miette's wrapping undone: one line, single spaces.
-fn message(o: &Output) -> String {
-    text(&o.stderr)
-        .replace('│', " ")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("nnpc-diff-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 temp path")
-}
+use common::{arg as s, message, nnpc, root, scratch, stderr, stdout};
 
 /// 1-based line numbers of `sample` lines containing `needle`.
 fn lines_with(sample: &str, needle: &str) -> Vec<usize> {
@@ -70,26 +37,32 @@ fn emulate(sample: &str, dir: &Path) -> (PathBuf, PathBuf) {
         "--trace",
         s(&tr),
     ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     (hw, tr)
+}
+
+/// `nnpc diff samples/mlp2_relu.nnp --hardware HW --seed SEED EXTRA...`
+fn diff_mlp(hw: &Path, seed: u64, extra: &[&str]) -> Output {
+    let seed = seed.to_string();
+    let mut args = vec![
+        "diff",
+        "samples/mlp2_relu.nnp",
+        "--hardware",
+        s(hw),
+        "--seed",
+        &seed,
+    ];
+    args.extend(extra);
+    nnpc(&args)
 }
 
 #[test]
 fn emulator_dump_is_concordant() {
     let dir = scratch("concordant");
     let (hw, tr) = emulate("samples/mlp2_relu.nnp", &dir);
-    let o = nnpc(&[
-        "diff",
-        "samples/mlp2_relu.nnp",
-        "--hardware",
-        s(&hw),
-        "--seed",
-        "5",
-        "--trace",
-        s(&tr),
-    ]);
-    let out = text(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    let o = diff_mlp(&hw, 5, &["--trace", s(&tr)]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
     // y : [T = 4, 100] per item, batch 3 (read from the dump): 1200 elements.
     assert!(out.contains("batch 3"), "{out}");
     assert!(
@@ -114,16 +87,8 @@ fn one_flipped_bit_is_reported_with_its_element_and_line() {
     let bad = dir.join("bad.safetensors");
     write_tensors(&bad, &dump, Dtype::F16).expect("write");
 
-    let o = nnpc(&[
-        "diff",
-        "samples/mlp2_relu.nnp",
-        "--hardware",
-        s(&bad),
-        "--seed",
-        "5",
-        "--json",
-    ]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let o = diff_mlp(&bad, 5, &["--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(r["schema"], "nnpc.diff/1");
     assert_eq!(r["elements"], 1200);
@@ -149,15 +114,8 @@ fn one_flipped_bit_is_reported_with_its_element_and_line() {
     assert_eq!(m[0]["line"], netq[0]);
 
     // The human report names the same element and line.
-    let o = nnpc(&[
-        "diff",
-        "samples/mlp2_relu.nnp",
-        "--hardware",
-        s(&bad),
-        "--seed",
-        "5",
-    ]);
-    let out = text(&o.stdout);
+    let o = diff_mlp(&bad, 5, &[]);
+    let out = stdout(&o);
     assert!(out.contains("y[2, 1, 37] tile 0 lane 37"), "{out}");
     assert!(
         out.contains(&format!("line {}: v_wr netq", netq[0])),
@@ -174,15 +132,8 @@ fn wrong_data_is_not_concordant() {
     // Same dump, different seed: the software graph sees other data, so outputs differ.
     let dir = scratch("seed");
     let (hw, _) = emulate("samples/mlp2_relu.nnp", &dir);
-    let o = nnpc(&[
-        "diff",
-        "samples/mlp2_relu.nnp",
-        "--hardware",
-        s(&hw),
-        "--seed",
-        "6",
-    ]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let o = diff_mlp(&hw, 6, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 }
 
 #[test]
@@ -194,21 +145,11 @@ fn a_dump_of_the_wrong_shape_is_a_clear_error() {
     y.shape = vec![3, 4, 10, 10];
     let bad = dir.join("bad.safetensors");
     write_tensors(&bad, &dump, Dtype::F16).expect("write");
-    let o = nnpc(&[
-        "diff",
-        "samples/mlp2_relu.nnp",
-        "--hardware",
-        s(&bad),
-        "--seed",
-        "5",
-    ]);
+    let o = diff_mlp(&bad, 5, &[]);
     assert_eq!(o.status.code(), Some(2));
-    let err = text(&o.stderr);
-    assert!(
-        err.contains("`y`") && err.contains("[3, 4, 10, 10]"),
-        "{err}"
-    );
-    assert!(err.contains("[3, 4, 100]"), "{err}");
+    let err = message(&o);
+    assert!(err.contains("tensor `y` has shape [3, 4, 10, 10]"), "{err}");
+    assert!(err.contains("output `y` is [3, 4, 100]"), "{err}");
     assert!(!err.contains("stack backtrace"), "{err}");
 
     // A dump without the output at all.
@@ -218,14 +159,7 @@ fn a_dump_of_the_wrong_shape_is_a_clear_error() {
         nnp_runtime::host::Tensor::zeros(vec![3, 4, 100]),
     );
     write_tensors(&bad, &dump, Dtype::F16).expect("write");
-    let o = nnpc(&[
-        "diff",
-        "samples/mlp2_relu.nnp",
-        "--hardware",
-        s(&bad),
-        "--seed",
-        "5",
-    ]);
+    let o = diff_mlp(&bad, 5, &[]);
     assert_eq!(o.status.code(), Some(2));
     assert!(message(&o).contains("no tensor `y`"), "{}", message(&o));
 
@@ -253,7 +187,7 @@ fn a_tile_layout_dump_is_read_back() {
         "-o",
         s(&hw),
     ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let o = nnpc(&[
         "diff",
         "samples/dense_300x200.nnp",
@@ -262,8 +196,8 @@ fn a_tile_layout_dump_is_read_back() {
         "--layout",
         "tiles",
     ]);
-    let out = text(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
     assert!(
         out.contains("batch 2") && out.contains("(concordant)"),
         "{out}"
@@ -287,18 +221,8 @@ fn the_first_divergent_v_wr_is_named() {
     let expected_line = records[pos].line;
     let bad = dir.join("bad.jsonl");
     write_trace(&bad, &records).expect("write");
-    let o = nnpc(&[
-        "diff",
-        "samples/mlp2_relu.nnp",
-        "--hardware",
-        s(&hw),
-        "--seed",
-        "5",
-        "--trace",
-        s(&bad),
-        "--json",
-    ]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let o = diff_mlp(&hw, 5, &["--trace", s(&bad), "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     // Outputs agree; only the trace differs.
     assert_eq!(r["concordant"], true);
@@ -316,16 +240,7 @@ fn the_first_divergent_v_wr_is_named() {
     // A trace of a different program is out of step: bad input.
     records.truncate(records.len() - 1);
     write_trace(&bad, &records).expect("write");
-    let o = nnpc(&[
-        "diff",
-        "samples/mlp2_relu.nnp",
-        "--hardware",
-        s(&hw),
-        "--seed",
-        "5",
-        "--trace",
-        s(&bad),
-    ]);
+    let o = diff_mlp(&hw, 5, &["--trace", s(&bad)]);
     assert_eq!(o.status.code(), Some(2));
     let err = message(&o);
     assert!(err.contains("has 11 records for batch item 2"), "{err}");

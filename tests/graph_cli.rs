@@ -1,25 +1,12 @@
 //! `nnpc graph` end to end: DOT accepted by Graphviz, JSON with the fields docs/depgraph.md
 //! promises, queries, and exit codes.
 
+mod common;
+
+use common::{nnpc, root, stdout};
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn nnpc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nnpc"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("nnpc runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 /// 1-based line of the first line of `text` at or after line `from` that contains `needle`.
 fn line_of(text: &str, needle: &str, from: usize) -> usize {

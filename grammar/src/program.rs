@@ -227,6 +227,23 @@ pub enum OpKind {
     Pass,
 }
 
+impl OpKind {
+    /// Every MFU operation, in declaration order.
+    pub const ALL: [OpKind; 11] = [
+        OpKind::Add,
+        OpKind::ASubB,
+        OpKind::BSubA,
+        OpKind::Max,
+        OpKind::Mul,
+        OpKind::Relu,
+        OpKind::Sigm,
+        OpKind::Tanh,
+        OpKind::Exp,
+        OpKind::Softmax,
+        OpKind::Pass,
+    ];
+}
+
 /// The unit class an op occupies inside one MFU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Unit {

@@ -53,7 +53,9 @@ fn bench(c: &mut Criterion) {
         accumulation: Accumulation::Exact,
         output: FloatFormat::FP16,
     };
-    let parts: Vec<f32> = (0..TILES * k * B).map(|i| (i % 977) as f32 - 488.0).collect();
+    let parts: Vec<f32> = (0..TILES * k * B)
+        .map(|i| (i % 977) as f32 - 488.0)
+        .collect();
     g.bench_function("sum_partials_f32", |b| {
         b.iter(|| black_box(sum_partials(&spec, N, 1, black_box(&parts), B)))
     });

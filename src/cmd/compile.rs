@@ -36,20 +36,13 @@ pub fn default_output(file: &Path) -> PathBuf {
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match crate::load_program(&args.file, args.target.as_deref()) {
+    let program = match super::load(&args.file, args.target.as_deref()) {
         Ok(p) => p,
-        Err(e) => {
-            let code = e.exit_code();
-            eprintln!("{:?}", miette::Report::new(e));
-            return Ok(code);
-        }
+        Err(code) => return Ok(code),
     };
-    let graph = match swgraph::lower(&program) {
+    let graph = match super::lower(&program) {
         Ok(g) => g,
-        Err(e) => {
-            eprintln!("{}: cannot lower: {e}", program.source.name);
-            return Ok(ExitCode::from(1));
-        }
+        Err(code) => return Ok(code),
     };
     let graph = if args.outputs_only {
         swgraph::optimize(&graph, Roots::Outputs)

@@ -55,13 +55,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match crate::load_program(&args.file, args.target.as_deref()) {
+    let program = match super::load(&args.file, args.target.as_deref()) {
         Ok(p) => p,
-        Err(e) => {
-            let code = e.exit_code();
-            eprintln!("{:?}", miette::Report::new(e));
-            return Ok(code);
-        }
+        Err(code) => return Ok(code),
     };
     let dump = io::read_tensors(&args.hardware).map_err(|e| miette::miette!("{e}"))?;
     let batch = dump_batch(&program, &dump, args.layout);
@@ -79,9 +75,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     } else {
         Roots::Outputs
     };
-    let graph = swgraph::lower(&program)
-        .map_err(|e| miette::miette!("{}: cannot lower: {e}", program.source.name))?;
-    let graph = swgraph::optimize(&graph, roots);
+    let graph = match super::lower(&program) {
+        Ok(g) => swgraph::optimize(&g, roots),
+        Err(code) => return Ok(code),
+    };
     let opts = ExecOptions {
         keep_writes: args.trace.is_some(),
         ..ExecOptions::default()

@@ -62,13 +62,9 @@ fn render(src: &SourceFile, e: &EmuError) -> miette::Report {
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match crate::load_program(&args.file, args.target.as_deref()) {
+    let program = match super::load(&args.file, args.target.as_deref()) {
         Ok(p) => p,
-        Err(e) => {
-            let code = e.exit_code();
-            eprintln!("{:?}", miette::Report::new(e));
-            return Ok(code);
-        }
+        Err(code) => return Ok(code),
     };
     let data = args
         .data

@@ -10,3 +10,26 @@ pub mod graph;
 pub mod host_args;
 pub mod quantize;
 pub mod run;
+
+use nnp_grammar::Program;
+use nnp_lowering::swgraph::SwGraph;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// Load and check a firmware file; on failure print the diagnostics and return the exit status
+/// (1 for firmware errors, 2 for unreadable input).
+pub fn load(file: &Path, target: Option<&str>) -> Result<Program, ExitCode> {
+    nnpc::load_program(file, target).map_err(|e| {
+        let code = e.exit_code();
+        eprintln!("{:?}", miette::Report::new(e));
+        code
+    })
+}
+
+/// Lower a checked program to its software graph; on failure print why and return status 1.
+pub fn lower(program: &Program) -> Result<SwGraph, ExitCode> {
+    nnp_lowering::swgraph::lower(program).map_err(|e| {
+        eprintln!("{}: cannot lower: {e}", program.source.name);
+        ExitCode::from(1)
+    })
+}

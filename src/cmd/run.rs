@@ -101,20 +101,13 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         let p = host_program(&g);
         (swgraph::optimize(&g, roots), p)
     } else {
-        let program = match crate::load_program(&args.file, args.target.as_deref()) {
+        let program = match super::load(&args.file, args.target.as_deref()) {
             Ok(p) => p,
-            Err(e) => {
-                let code = e.exit_code();
-                eprintln!("{:?}", miette::Report::new(e));
-                return Ok(code);
-            }
+            Err(code) => return Ok(code),
         };
-        let g = match swgraph::lower(&program) {
+        let g = match super::lower(&program) {
             Ok(g) => g,
-            Err(e) => {
-                eprintln!("{}: cannot lower: {e}", program.source.name);
-                return Ok(ExitCode::from(1));
-            }
+            Err(code) => return Ok(code),
         };
         (swgraph::optimize(&g, roots), program)
     };

@@ -1,0 +1,82 @@
+//! The command line as users meet it: exit codes of `nnpc check` (0 clean, 1 firmware errors,
+//! 2 unreadable input), `--help` with an example on every command, and clear errors (never a
+//! panic or a backtrace) for bad files.
+
+mod common;
+
+use common::{nnpc, stderr};
+use std::path::PathBuf;
+
+fn scratch_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nnpc-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+#[test]
+fn check_exit_codes() {
+    // Every sample is clean.
+    let o = nnpc(&["check", "samples/lstm.nnp"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    // A typo in a mnemonic: a firmware error (1), with a suggestion and the line.
+    let bad = scratch_file(
+        "typo.nnp",
+        "input x : [128]\noutput y : [128]\nv_rd netq\nv_sigmm\nv_wr netq\nend_chain\n",
+    );
+    let o = nnpc(&["check", bad.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("v_sigmm") && err.contains("v_sigm"), "{err}");
+    assert!(err.contains("typo.nnp:4"), "{err}");
+
+    // A file that does not exist, and a target that does not exist: unreadable input (2).
+    let o = nnpc(&["check", "samples/no_such_file.nnp"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no_such_file.nnp"), "{}", stderr(&o));
+    let o = nnpc(&[
+        "check",
+        "samples/lstm.nnp",
+        "--target",
+        "no_such_target.toml",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no_such_target"), "{}", stderr(&o));
+}
+
+#[test]
+fn every_command_has_help_with_an_example() {
+    for cmd in [
+        "check", "graph", "compile", "run", "emulate", "diff", "quantize", "bench",
+    ] {
+        let o = nnpc(&[cmd, "--help"]);
+        assert!(o.status.success(), "{cmd} --help");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("Examples:") && out.contains(&format!("nnpc {cmd}")),
+            "{cmd} --help has no example:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn bad_files_are_clear_errors_not_panics() {
+    let garbage = scratch_file("garbage.safetensors", "this is not a safetensors file");
+    let g = garbage.to_str().expect("utf-8");
+    for args in [
+        vec!["run", "samples/mlp2_relu.nnp", "--weights", g],
+        vec!["emulate", "samples/mlp2_relu.nnp", "--inputs", g],
+        vec!["diff", "samples/mlp2_relu.nnp", "--hardware", g],
+    ] {
+        let o = nnpc(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("garbage.safetensors"), "{args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("stack backtrace"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -1,0 +1,49 @@
+//! Helpers shared by the end-to-end tests that run the `nnpc` binary.
+#![allow(dead_code)] // each test crate uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root (samples are found relative to it).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Run `nnpc ARGS` in the repository root.
+pub fn nnpc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nnpc"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("nnpc runs")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Stderr with miette's line wrapping undone: one line, single spaces.
+pub fn message(o: &Output) -> String {
+    stderr(o)
+        .replace('│', " ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A fresh scratch directory for one test (per process, so parallel runs do not collide).
+pub fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nnpc-test-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// A path as the `&str` a command line takes.
+pub fn arg(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
