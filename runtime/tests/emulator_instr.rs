@@ -614,8 +614,8 @@ fn batch_items_are_independent_of_chunking() {
             &p,
             &data,
             &EmuOptions {
-                trace: false,
                 chunk,
+                ..EmuOptions::default()
             },
         )
         .unwrap()
@@ -634,4 +634,30 @@ fn batch_items_are_independent_of_chunking() {
         let y = emulate(&p, &one, &EmuOptions::default()).unwrap().outputs["y"].clone();
         assert_eq!(y.data, whole.data[item * 8..(item + 1) * 8]);
     }
+}
+
+#[test]
+fn progress_counts_every_batch_item_once() {
+    use nnp_runtime::emulator::{EmuOptions, PROGRESS_CHUNK, Progress, emulate};
+    use nnp_runtime::host::HostData;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let p = program(&mvm_src(1, 1), target(BFP8));
+    // Three and a half chunks: the reports must add up to the batch, in at least 4 calls.
+    let batch = 3 * PROGRESS_CHUNK + PROGRESS_CHUNK / 2;
+    let data = HostData::random(&p, batch, 3);
+    let (items, calls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (i2, c2) = (items.clone(), calls.clone());
+    let opts = EmuOptions {
+        progress: Some(Progress(Arc::new(move |n| {
+            i2.fetch_add(n, Ordering::Relaxed);
+            c2.fetch_add(1, Ordering::Relaxed);
+        }))),
+        ..EmuOptions::default()
+    };
+    let with = emulate(&p, &data, &opts).unwrap().outputs;
+    assert_eq!(items.load(Ordering::Relaxed), batch);
+    assert!(calls.load(Ordering::Relaxed) >= 4);
+    // Reporting progress (smaller chunks) changes no bit.
+    assert_eq!(with, emulate(&p, &data, &EmuOptions::default()).unwrap().outputs);
 }

@@ -2,7 +2,9 @@
 
 use super::host_args::{DataArgs, OutputArgs};
 use nnp_grammar::{Program, SourceFile};
-use nnp_runtime::emulator::{self, EmuError, EmuOptions};
+use indicatif::{ProgressBar, ProgressStyle};
+use nnp_runtime::emulator::{self, EmuError, EmuOptions, PROGRESS_CHUNK, Progress};
+use std::sync::Arc;
 use nnp_runtime::host::ShapeDisplay;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,12 +72,22 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         .data
         .host_data(&program, None)
         .map_err(|e| miette::miette!("{e}"))?;
+    // A bar on a terminal (indicatif draws nothing when stderr is not one).
+    let bar = ProgressBar::new(data.batch as u64).with_style(
+        ProgressStyle::with_template("emulating {bar:30} {pos}/{len} input sets, {eta} left")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let tick = bar.clone();
     let opts = EmuOptions {
         trace: args.trace.is_some(),
         chunk: None,
+        progress: (data.batch >= 2 * PROGRESS_CHUNK)
+            .then(|| Progress(Arc::new(move |n| tick.inc(n as u64)))),
     };
     let start = Instant::now();
-    let emu = match emulator::emulate(&program, &data, &opts) {
+    let result = emulator::emulate(&program, &data, &opts);
+    bar.finish_and_clear();
+    let emu = match result {
         Ok(e) => e,
         Err(e @ (EmuError::Data { .. } | EmuError::Table { .. })) => {
             return Err(miette::miette!("{e}"));

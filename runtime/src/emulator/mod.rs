@@ -29,8 +29,23 @@ pub struct EmuOptions {
     /// Record every `v_wr` (see [`TraceRecord`]).
     pub trace: bool,
     /// Batch items per machine (lockstep chunk); `None` splits the batch evenly over the
-    /// threads.
+    /// threads (in chunks of at most [`PROGRESS_CHUNK`] items when `progress` is set).
     pub chunk: Option<usize>,
+    /// Told how many batch items finished, chunk by chunk (from worker threads).
+    pub progress: Option<Progress>,
+}
+
+/// Largest chunk when progress is reported, so a long run reports often.
+pub const PROGRESS_CHUNK: usize = 32;
+
+/// A progress callback: called with the number of batch items just finished.
+#[derive(Clone)]
+pub struct Progress(pub std::sync::Arc<dyn Fn(usize) + Send + Sync>);
+
+impl fmt::Debug for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Progress(..)")
+    }
 }
 
 /// What a run produced.
@@ -189,14 +204,25 @@ pub fn emulate(
 ) -> Result<Emulation, EmuError> {
     let shared = machine::Shared::new(program, data)?;
     let batch = data.batch.max(1);
-    let chunk = opts
-        .chunk
-        .unwrap_or_else(|| batch.div_ceil(rayon::current_num_threads().max(1)))
-        .max(1);
+    let even = batch.div_ceil(rayon::current_num_threads().max(1));
+    let chunk = match (&opts.chunk, &opts.progress) {
+        (Some(c), _) => *c,
+        (None, Some(_)) => even.min(PROGRESS_CHUNK),
+        (None, None) => even,
+    }
+    .max(1);
     let starts: Vec<usize> = (0..batch).step_by(chunk).collect();
     let results: Vec<Result<machine::ChunkResult, EmuError>> = starts
         .par_iter()
-        .map(|&s| machine::run_chunk(&shared, s..(s + chunk).min(batch), opts.trace))
+        .map(|&s| {
+            let items = s..(s + chunk).min(batch);
+            let done = items.len();
+            let r = machine::run_chunk(&shared, items, opts.trace);
+            if let Some(Progress(report)) = &opts.progress {
+                report(done);
+            }
+            r
+        })
         .collect();
     let mut outputs: Outputs = program
         .outputs()
