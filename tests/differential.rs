@@ -469,3 +469,45 @@ fn minimizer_shrinks_to_the_cause() {
     );
     assert!(src.contains("v_tanh"));
 }
+
+/// Minimized failures of the 10,000-program long run, kept as regressions (program, target,
+/// data seed). Both ran the software graph wrong before their fixes:
+/// - a vector declared `quant int(..., scale = f32)`: `k * s` is not an fp16 value, and the
+///   graph fed it unrounded to the MVM while the machine stores (rounds) it first;
+/// - one weight stack multiplied in an f32 matmul by one chain and in an f64 one by the next
+///   (the rearranged-weight cache was keyed without the dtype).
+#[test]
+fn long_run_regressions() {
+    let cases = [
+        (
+            "output y3 : [2, 4]\n\
+             vector v6 : [16] at ivrf[35] quant int(bits = 5, scale = f32, per = row, round = zero)\n\
+             matrix W4 : [16, 16] at mrf[26]\n\
+             vector v2 : [48] at ivrf[24]\n\
+             v_rd ivrf[24]\nv_wr netq\nend_chain\n\
+             v_rd ivrf[v6]\nmv_mul mrf[W4]\nv_wr netq\nend_chain\n",
+            "name = \"gen-8598\"\nnative = 16\nmfus = 1\n\n[memory]\nivrf = 48\nasvrf = 48\n\
+             mulvrf = 40\nmrf = 40\ndram = 88\ndram_tiles = 24\n\n[numerics]\nstorage = \"fp16\"\n\
+             mvm_vector = \"bf16\"\naccumulation = \"fp32-seq\"\n",
+            8598,
+        ),
+        (
+            "matrix W1 : [1, 3] at mrf[34]\n\
+             vector v6 : [3, 8] at ivrf[10]\n\
+             v_rd_inc ivrf[v6], 1\nmv_mul mrf[W1]\nv_wr_inc dram[20 + 5], 1\nend_chain\n\
+             quant mvm.vector = fixed(int = 2, frac = 3, round = stochastic(seed = 764))\n\
+             v_rd ivrf[v6 + 1] + -1\nmv_mul mrf[W1]\nv_wr ivrf[10] + -1\nend_chain\n",
+            "name = \"gen-1052\"\nnative = 8\nmfus = 3\n\n[memory]\nivrf = 40\nasvrf = 32\n\
+             mulvrf = 40\nmrf = 48\ndram = 88\ndram_tiles = 40\n\n[numerics]\nstorage = \"fp16\"\n\
+             mvm_vector = \"msfp(mant = 5)\"\naccumulation = \"fp32-seq\"\n",
+            1052,
+        ),
+    ];
+    for (source, toml, seed) in cases {
+        let out = run_differential(source, toml, seed, BATCH, &DataConfig::default(), false);
+        assert!(
+            matches!(out, Outcome::Concordant { .. }),
+            "seed {seed}: {out}\n{source}"
+        );
+    }
+}

@@ -6,8 +6,10 @@
 use candle_core::{DType, Device, Tensor};
 use criterion::{Criterion, criterion_group, criterion_main};
 use nnp_grammar::Accumulation;
+use nnp_lowering::swgraph::BinOp;
 use nnp_numerics::FloatFormat;
 use nnp_runtime::exec::matmul::{MatVec, sum_partials};
+use nnp_runtime::exec::mfu;
 use std::hint::black_box;
 
 const N: usize = 128;
@@ -27,6 +29,19 @@ fn bench(c: &mut Criterion) {
         b.iter(|| black_box(w.matmul(&x).expect("mm")))
     });
     for dt in [DType::F32, DType::F64] {
+        let xb = Tensor::rand(-1f32, 1f32, (B, k), &dev)
+            .and_then(|t| t.to_dtype(dt))
+            .expect("xb");
+        let wt = Tensor::rand(-1f32, 1f32, (k, k), &dev)
+            .and_then(|t| t.to_dtype(dt))
+            .expect("wt");
+        g.bench_function(format!("wide_xw_{dt:?}"), |b| {
+            b.iter(|| black_box(xb.matmul(&wt).expect("mm")))
+        });
+        let xc = xb.t().and_then(|t| t.contiguous()).expect("xc");
+        g.bench_function(format!("wide_wx_{dt:?}"), |b| {
+            b.iter(|| black_box(wt.matmul(&xc).expect("mm")))
+        });
         let wa = Tensor::rand(-1f32, 1f32, (TILES, k, N), &dev)
             .and_then(|t| t.to_dtype(dt))
             .expect("wa");
@@ -58,6 +73,30 @@ fn bench(c: &mut Criterion) {
         .collect();
     g.bench_function("sum_partials_f32", |b| {
         b.iter(|| black_box(sum_partials(&spec, N, 1, black_box(&parts), B)))
+    });
+    g.finish();
+    let mut g = c.benchmark_group("lstm1024_mfu_b64");
+    g.sample_size(20);
+    g.warm_up_time(std::time::Duration::from_millis(300));
+    g.measurement_time(std::time::Duration::from_secs(1));
+    let a: Vec<f64> = (0..B * k)
+        .map(|i| ((i % 2001) as f64 - 1000.0) / 512.0)
+        .collect();
+    let bv: Vec<f64> = (0..B * k)
+        .map(|i| ((i % 1999) as f64 - 999.0) / 256.0)
+        .collect();
+    let mut out = vec![0.0; B * k];
+    g.bench_function("binary_add_fp16", |b| {
+        b.iter(|| {
+            mfu::binary(BinOp::Add, &FloatFormat::FP16, &a, &bv, &mut out);
+            black_box(&out);
+        })
+    });
+    g.bench_function("relu_fp16", |b| {
+        b.iter(|| {
+            mfu::relu(&FloatFormat::FP16, &a, &mut out);
+            black_box(&out);
+        })
     });
     g.finish();
 }

@@ -659,5 +659,8 @@ fn progress_counts_every_batch_item_once() {
     assert_eq!(items.load(Ordering::Relaxed), batch);
     assert!(calls.load(Ordering::Relaxed) >= 4);
     // Reporting progress (smaller chunks) changes no bit.
-    assert_eq!(with, emulate(&p, &data, &EmuOptions::default()).unwrap().outputs);
+    assert_eq!(
+        with,
+        emulate(&p, &data, &EmuOptions::default()).unwrap().outputs
+    );
 }

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 ///
 /// - software graph: vectors/s at --batch (median of --reps runs after a first run that also
 ///   prepares the weights; that first run is reported as the cold time);
-/// - emulator: vectors/s on the first --emu-batch items of the same data (the emulator is slow;
-///   its rate is per vector), and whether its outputs equal the graph's bit for bit;
+/// - emulator: vectors/s on the same data (or its first --emu-batch items), and whether its
+///   outputs equal the graph's bit for bit;
 /// - floor: the graph's products as plain f32 candle matmuls (no quantization) at --batch;
 /// - quantize kernel: the graph's vector quantizer against a plain element-wise candle op
 ///   (`x * 1.5 + 0.25`) over the same 4M-element tensor;
@@ -47,7 +47,8 @@ pub struct Args {
     /// Timed repetitions of each measurement (the median is reported).
     #[arg(long, value_name = "R", default_value_t = 3)]
     pub reps: usize,
-    /// Batch items the emulator runs (default: min(batch, 4)); its rate is per vector.
+    /// Batch items the emulator runs (default: the whole batch). Fewer is faster, but the
+    /// emulator runs items in lockstep and is slower per vector on small batches.
     #[arg(long, value_name = "E")]
     pub emu_batch: Option<usize>,
     /// Do not run the emulator (no speed-up ratio, no concordance check).
@@ -166,7 +167,7 @@ fn measure(
     let emu = if args.skip_emulator {
         None
     } else {
-        let eb = args.emu_batch.unwrap_or(batch.min(4)).clamp(1, batch);
+        let eb = args.emu_batch.unwrap_or(batch).clamp(1, batch);
         progress.phase(&format!("emulator: {eb} items"));
         let edata = HostData::random(program, eb, args.seed);
         let t = Instant::now();
@@ -362,11 +363,7 @@ fn print_table(r: &Value) {
     );
     let q = &r["quantize"];
     row(
-        &format!(
-            "quantize {} ({} elements)",
-            q["format"].as_str().unwrap_or("?"),
-            q["elements"]
-        ),
+        &format!("quantize kernel ({} elements)", q["elements"]),
         f(&q["quantize_seconds"]),
         format!("{:.0} M/s", f(&q["quantize_elements_per_second"]) / 1e6),
     );
@@ -374,6 +371,10 @@ fn print_table(r: &Value) {
         "element-wise x * 1.5 + 0.25 (same tensor)",
         f(&q["elementwise_seconds"]),
         format!("{:.0} M/s", f(&q["elementwise_elements_per_second"]) / 1e6),
+    );
+    println!(
+        "(quantize kernel: the graph's vector quantizer, {})",
+        q["format"].as_str().unwrap_or("?")
     );
     println!();
     let mib = |v: &Value| match v.as_u64() {

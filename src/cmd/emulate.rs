@@ -1,13 +1,13 @@
 //! `nnpc emulate`: run firmware on the instruction-level hardware model.
 
 use super::host_args::{DataArgs, OutputArgs};
-use nnp_grammar::{Program, SourceFile};
 use indicatif::{ProgressBar, ProgressStyle};
+use nnp_grammar::{Program, SourceFile};
 use nnp_runtime::emulator::{self, EmuError, EmuOptions, PROGRESS_CHUNK, Progress};
-use std::sync::Arc;
 use nnp_runtime::host::ShapeDisplay;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Execute a checked program on the emulator (the hardware model) and write its outputs.

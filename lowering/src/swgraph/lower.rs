@@ -256,6 +256,13 @@ impl Lowering<'_> {
                                 tiles: d.row_tiles(self.n) as u32,
                             },
                         })?;
+                        // Memory holds storage values: a quantized value that is not one (an
+                        // int with an f32 scale has up to 24 + bits significant bits) is
+                        // rounded again when stored.
+                        v = self.push(Op::Round {
+                            src: v,
+                            format: self.storage,
+                        })?;
                     }
                     match d.place {
                         Some(place) => {

@@ -288,8 +288,8 @@ pub fn sum_partials<T: Copy + Into<f64> + Send + Sync>(
     out
 }
 
-/// Elements per parallel block of [`sum_exact`] (fits in L1/L2 with its error sums).
-const SUM_BLOCK: usize = 2048;
+/// Elements per parallel block of [`sum_exact`] (its running sums and errors stay in L1).
+const SUM_BLOCK: usize = 1024;
 
 /// `exact` accumulation of `partials` (`[terms, rows * n, b]`) into `[b, rows * n]`.
 ///
@@ -298,7 +298,8 @@ const SUM_BLOCK: usize = 2048;
 /// the exact sum (the common case: the partials of one row rarely span more than 53 bits), and
 /// one rounding finishes it, as [`ExactSum::round_to`] does for a one-component expansion. An
 /// element with any non-zero (or NaN) error is summed again with [`ExactSum`]. The loops run
-/// over contiguous elements term by term, so they vectorise.
+/// over contiguous elements term by term, so they vectorise; a blocked transpose puts the
+/// results in batch-major order.
 fn sum_exact<T: Copy + Into<f64> + Send + Sync>(
     spec: &MatVec,
     partials: &[T],
@@ -307,47 +308,66 @@ fn sum_exact<T: Copy + Into<f64> + Send + Sync>(
     let rn = spec.rows * spec.n;
     let m = rn * b;
     let terms = partials.len() / m.max(1);
-    let mut acc = vec![0.0f64; m];
-    let mut err = vec![0.0f64; m];
-    acc.par_chunks_mut(SUM_BLOCK)
-        .zip(err.par_chunks_mut(SUM_BLOCK))
-        .enumerate()
-        .for_each(|(blk, (acc, err))| {
-            let base = blk * SUM_BLOCK;
-            for t in 0..terms {
-                let ps = &partials[t * m + base..][..acc.len()];
-                for ((s, e), p) in acc.iter_mut().zip(err.iter_mut()).zip(ps) {
-                    let (a, p): (f64, f64) = (*s, (*p).into());
-                    let sum = a + p;
-                    let bb = sum - a;
-                    *e += ((a - (sum - bb)) + (p - bb)).abs();
-                    *s = sum;
-                }
-            }
-        });
     let out_fmt = spec.output;
     let fast = super::quant::FastRound::new(&out_fmt);
-    let mut out = vec![0.0; m];
-    out.par_chunks_mut(rn).enumerate().for_each(|(bi, orow)| {
+    // Rounded sums in the partials' order, [rows * n, b].
+    let mut sums = vec![0.0f64; m];
+    let block = |(blk, acc): (usize, &mut [f64])| {
+        let base = blk * SUM_BLOCK;
+        let mut err = [0.0f64; SUM_BLOCK];
+        let err = &mut err[..acc.len()];
+        for t in 0..terms {
+            let ps = &partials[t * m + base..][..acc.len()];
+            for ((s, e), p) in acc.iter_mut().zip(err.iter_mut()).zip(ps) {
+                let (a, p): (f64, f64) = (*s, (*p).into());
+                let sum = a + p;
+                let bb = sum - a;
+                *e += ((a - (sum - bb)) + (p - bb)).abs();
+                *s = sum;
+            }
+        }
+        // Round every running sum (branch-free, vectorises; an exact zero is +0, as the
+        // integer accumulator has no signed zero), then redo the rare inexact ones.
+        match &fast {
+            Some(f) => acc
+                .iter_mut()
+                .for_each(|s| *s = if *s == 0.0 { 0.0 } else { f.round(*s) }),
+            None => acc
+                .iter_mut()
+                .for_each(|s| *s = if *s == 0.0 { 0.0 } else { out_fmt.round(*s) }),
+        }
         let mut slow = ExactSum::new();
-        for (r, o) in orow.iter_mut().enumerate() {
-            let j = r * b + bi;
-            *o = if err[j] == 0.0 {
-                // An exact zero is +0 (the integer accumulator has no signed zero).
-                match (acc[j], &fast) {
-                    (v, _) if v == 0.0 => 0.0,
-                    (v, Some(f)) => f.round(v),
-                    (v, None) => out_fmt.round(v),
-                }
-            } else {
+        for (i, (s, e)) in acc.iter_mut().zip(err.iter()).enumerate() {
+            if *e != 0.0 {
                 slow.clear();
                 for t in 0..terms {
-                    slow.add(partials[t * m + j].into());
+                    slow.add(partials[t * m + base + i].into());
                 }
-                slow.round_to(&out_fmt)
-            };
+                *s = slow.round_to(&out_fmt);
+            }
         }
-    });
+    };
+    if m >= 4 * SUM_BLOCK {
+        sums.par_chunks_mut(SUM_BLOCK).enumerate().for_each(block);
+    } else {
+        sums.chunks_mut(SUM_BLOCK).enumerate().for_each(block);
+    }
+    transpose(&sums, rn, b)
+}
+
+/// `[rows, cols]` row-major to `[cols, rows]`, in cache-sized tiles.
+fn transpose(v: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    const T: usize = 32;
+    let mut out = vec![0.0; v.len()];
+    for r0 in (0..rows).step_by(T) {
+        for c0 in (0..cols).step_by(T) {
+            for r in r0..(r0 + T).min(rows) {
+                for c in c0..(c0 + T).min(cols) {
+                    out[c * rows + r] = v[r * cols + c];
+                }
+            }
+        }
+    }
     out
 }
 
@@ -587,6 +607,50 @@ mod tests {
         assert_eq!(sl.len(), 11);
         assert!(slices(&[f64::NAN, 1.0], 2, 4).is_none());
         assert_eq!(slices(&[0.0, 0.0], 2, 4).expect("zeros").len(), 1);
+    }
+
+    /// The fast running-sum path of `exact` accumulation against hand-derived results, where
+    /// a plain f64 sum would be wrong. Layout `[terms = 3, rows * n = 2, b = 2]`, element
+    /// `j = r * 2 + bi`.
+    #[test]
+    fn exact_sums_of_partials_by_hand() {
+        let s = spec(1, 3, 2, Accumulation::Exact);
+        let big = 2f64.powi(60);
+        // Per element (r, bi): its three partials.
+        let cols: [[f64; 3]; 4] = [
+            // (0, 0): 2^60 + 1 - 2^60 = 1 (a plain f64 sum gives 0).
+            [big, 1.0, -big],
+            // (0, 1): 65504 + 8 + 8 = 65520, the fp16 overflow tie -> inf.
+            [65504.0, 8.0, 8.0],
+            // (1, 0): -0 + -0 + -0: an exact zero is +0.
+            [-0.0, -0.0, -0.0],
+            // (1, 1): 1 + 2^-11 + 2^-60: just above the tie of 1 and 1 + 2^-10 -> 1 + 2^-10
+            // (a plain f64 sum drops 2^-60 and ties to 1).
+            [1.0, 2f64.powi(-11), 2f64.powi(-60)],
+        ];
+        let mut parts = vec![0.0f64; 12];
+        for (j, c) in cols.iter().enumerate() {
+            for (t, v) in c.iter().enumerate() {
+                parts[t * 4 + j] = *v;
+            }
+        }
+        let y = sum_partials(&s, 2, 1, &parts, 2);
+        // Output [b, rows * n]: y[bi * 2 + r].
+        assert_eq!(y[0], 1.0);
+        assert_eq!(y[2], f64::INFINITY);
+        assert_eq!(y[1].to_bits(), 0);
+        assert_eq!(y[3], 1.0 + 2f64.powi(-10));
+        // f32 partials take the same path: 3 + 4 + 5 = 12 in every element.
+        let p32 = vec![
+            3.0f32, 3.0, 3.0, 3.0, 4.0, 4.0, 4.0, 4.0, 5.0, 5.0, 5.0, 5.0,
+        ];
+        assert_eq!(sum_partials(&s, 2, 1, &p32, 2), vec![12.0; 4]);
+        // NaN poisons its element only.
+        let mut pn = parts.clone();
+        pn[4] = f64::NAN;
+        let y = sum_partials(&s, 2, 1, &pn, 2);
+        assert!(y[0].is_nan());
+        assert_eq!(y[3], 1.0 + 2f64.powi(-10));
     }
 
     #[test]

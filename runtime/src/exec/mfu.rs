@@ -42,36 +42,19 @@ fn narrow(fmt: &FloatFormat) -> bool {
 
 /// `fmt(op(fmt(a), fmt(b)))` element-wise; `a` and `b` have equal lengths.
 pub fn binary(op: BinOp, fmt: &FloatFormat, a: &[f64], b: &[f64], out: &mut [f64]) {
-    let r = Rounder::new(fmt);
-    let narrow = narrow(fmt);
-    let f = move |x: f64, y: f64| -> f64 {
-        let (x, y) = (r.round(x), r.round(y));
-        match op {
-            BinOp::Max => max(x, y),
-            _ if narrow => r.round(match op {
-                BinOp::Add => x + y,
-                BinOp::Sub => x - y,
-                _ => x * y,
-            }),
-            _ => {
-                let (hi, lo) = match op {
-                    BinOp::Add => two_sum(x, y),
-                    BinOp::Sub => two_sum(x, -y),
-                    _ => two_prod(x, y),
-                };
-                if !hi.is_finite() || lo == 0.0 {
-                    return r.round(hi);
-                }
-                let mut s = ExactSum::new();
-                s.add(hi);
-                s.add(lo);
-                s.round_to(fmt)
+    let run = |(a, b, o): (&[f64], &[f64], &mut [f64])| match (FastRound::new(fmt), op) {
+        // The common case, one tight loop per op (they vectorise): a narrow format with the
+        // fast rounder.
+        (Some(r), BinOp::Add | BinOp::Sub | BinOp::Mul) if narrow(fmt) => match op {
+            BinOp::Add => zip_round(&r, a, b, o, |x, y| x + y),
+            BinOp::Sub => zip_round(&r, a, b, o, |x, y| x - y),
+            _ => zip_round(&r, a, b, o, |x, y| x * y),
+        },
+        _ => {
+            let r = Rounder::new(fmt);
+            for ((x, y), z) in a.iter().zip(b).zip(o.iter_mut()) {
+                *z = binary1(op, fmt, &r, *x, *y);
             }
-        }
-    };
-    let run = |(a, b, o): (&[f64], &[f64], &mut [f64])| {
-        for ((x, y), z) in a.iter().zip(b).zip(o.iter_mut()) {
-            *z = f(*x, *y);
         }
     };
     if a.len() >= PAR_MIN {
@@ -81,6 +64,42 @@ pub fn binary(op: BinOp, fmt: &FloatFormat, a: &[f64], b: &[f64], out: &mut [f64
             .for_each(|((a, b), o)| run((a, b, o)));
     } else {
         run((a, b, out));
+    }
+}
+
+/// `r(f(r(x), r(y)))` element-wise: one f64 operation of two narrow-format values, one
+/// rounding.
+#[inline]
+fn zip_round(r: &FastRound, a: &[f64], b: &[f64], o: &mut [f64], f: impl Fn(f64, f64) -> f64) {
+    for ((x, y), z) in a.iter().zip(b).zip(o.iter_mut()) {
+        *z = r.round(f(r.round(*x), r.round(*y)));
+    }
+}
+
+/// One element of [`binary`], any format.
+fn binary1(op: BinOp, fmt: &FloatFormat, r: &Rounder, x: f64, y: f64) -> f64 {
+    let (x, y) = (r.round(x), r.round(y));
+    match op {
+        BinOp::Max => max(x, y),
+        _ if narrow(fmt) => r.round(match op {
+            BinOp::Add => x + y,
+            BinOp::Sub => x - y,
+            _ => x * y,
+        }),
+        _ => {
+            let (hi, lo) = match op {
+                BinOp::Add => two_sum(x, y),
+                BinOp::Sub => two_sum(x, -y),
+                _ => two_prod(x, y),
+            };
+            if !hi.is_finite() || lo == 0.0 {
+                return r.round(hi);
+            }
+            let mut s = ExactSum::new();
+            s.add(hi);
+            s.add(lo);
+            s.round_to(fmt)
+        }
     }
 }
 

@@ -24,6 +24,7 @@ use matmul::{MIN_CHUNK, MatVec};
 use mfu::ActTable;
 use nnp_lowering::swgraph::{BinOp, GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
 use nnp_numerics::{FloatFormat, Format};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -141,8 +142,9 @@ pub fn execute(
 /// exact slices of weights, activation tables.
 #[derive(Default)]
 struct Caches {
-    /// Quantized weight stacks rearranged for the chunked matmul, by (stack, chunk).
-    arranged: HashMap<(ValueId, usize), Tensor>,
+    /// Quantized weight stacks rearranged for the chunked matmul, by (stack, chunk, dtype): one
+    /// stack may feed an f32 matmul in one chain and an f64 one in another.
+    arranged: HashMap<(ValueId, usize, DType), Tensor>,
     /// Weight stacks split into exact slices (rearranged), `None` when they cannot be.
     sliced: HashMap<ValueId, Option<Vec<Tensor>>>,
     tables: HashMap<(UnOp, Option<String>, String), ActTable>,
@@ -152,7 +154,8 @@ struct Caches {
 /// rounding and quantizing them, rearranging tile stacks for the matmul, activation tables) is
 /// computed by the first [`Session::run`] and reused by the next ones. Every run must use the
 /// weights of the first (only the inputs and the batch size may change); [`execute`] is one
-/// run of a fresh session.
+/// run of a fresh session. With the environment variable `NNPC_EXEC_PROFILE` set, every run
+/// prints the time spent per kind of op on stderr.
 pub struct Session<'g> {
     graph: &'g SwGraph,
     opts: ExecOptions,
@@ -518,12 +521,11 @@ impl Executor<'_> {
                 self.matvec(&spec, *x, *w, chunk, dtype)?
             }
             Op::Binary { op, a, b, format } => {
-                let ts = broadcast_batch(&[self.value(*a)?.clone(), self.value(*b)?.clone()])?;
+                // A batch-1 operand (weights, constants) is broadcast inside the kernel.
                 let (op, f): (BinOp, FloatFormat) = (*op, *format);
-                let (ta, tb) = (ts[0].contiguous()?, ts[1].contiguous()?);
-                let on_cpu = |t: &Tensor| t.to_device(&Device::Cpu);
-                let r = on_cpu(&ta)?.apply_op2_no_bwd(
-                    &on_cpu(&tb)?,
+                let on_cpu = |t: &Tensor| t.contiguous()?.to_device(&Device::Cpu);
+                let r = on_cpu(self.value(*a)?)?.apply_op2_no_bwd(
+                    &on_cpu(self.value(*b)?)?,
                     &Map2(move |x: &[f64], y: &[f64], o: &mut [f64]| mfu::binary(op, &f, x, y, o)),
                 )?;
                 r.to_device(&self.dev)?
@@ -609,12 +611,12 @@ impl Executor<'_> {
         // Weight-side work is cached for the session when the stack is a constant.
         let cacheable = self.constant.get(w.index()).copied().unwrap_or(false);
         if let Some(k) = chunk {
-            let wa = match self.caches.arranged.get(&(w, k)) {
+            let wa = match self.caches.arranged.get(&(w, k, dtype)) {
                 Some(t) if cacheable => t.clone(),
                 _ => {
                     let t = arrange_w(self.value(w)?, rows, cols, n, k)?.to_dtype(dtype)?;
                     if cacheable {
-                        self.caches.arranged.insert((w, k), t.clone());
+                        self.caches.arranged.insert((w, k, dtype), t.clone());
                     }
                     t
                 }
@@ -793,7 +795,9 @@ impl CustomOp1 for SumPartials {
     }
 }
 
-/// An element-wise CPU custom op on two contiguous f64 tensors of one shape.
+/// An element-wise CPU custom op on two contiguous f64 tensors of one shape, or of shapes
+/// `[B, ...]` and `[1, ...]` (the batch-1 operand repeats for every item; rows of items run in
+/// parallel).
 struct Map2<F>(F);
 
 impl<F: Fn(&[f64], &[f64], &mut [f64]) + Send + Sync> CustomOp2 for Map2<F> {
@@ -815,12 +819,37 @@ impl<F: Fn(&[f64], &[f64], &mut [f64]) + Send + Sync> CustomOp2 for Map2<F> {
         else {
             candle_core::bail!("mfu_binary: expected contiguous data")
         };
-        if b1 - a1 != b2 - a2 {
-            candle_core::bail!("mfu_binary: operand sizes differ")
+        let (x, y) = (&v1[a1..b1], &v2[a2..b2]);
+        let len = x.len().max(y.len());
+        let period = x.len().min(y.len());
+        if period == 0 || !len.is_multiple_of(period) {
+            candle_core::bail!(
+                "mfu_binary: operand sizes {} and {} differ",
+                x.len(),
+                y.len()
+            )
         }
-        let mut out = vec![0.0; b1 - a1];
-        (self.0)(&v1[a1..b1], &v2[a2..b2], &mut out);
-        Ok((CpuStorage::F64(out), l1.shape().clone()))
+        let mut out = vec![0.0; len];
+        if x.len() == y.len() {
+            (self.0)(x, y, &mut out);
+        } else {
+            let part = |s: &'_ [f64], i: usize| -> std::ops::Range<usize> {
+                if s.len() == len {
+                    i * period..(i + 1) * period
+                } else {
+                    0..period
+                }
+            };
+            out.par_chunks_mut(period).enumerate().for_each(|(i, o)| {
+                (self.0)(&x[part(x, i)], &y[part(y, i)], o);
+            });
+        }
+        let shape = if x.len() == len {
+            l1.shape()
+        } else {
+            l2.shape()
+        };
+        Ok((CpuStorage::F64(out), shape.clone()))
     }
 }
 
@@ -847,4 +876,51 @@ pub enum RunError {
     Lower(#[from] nnp_lowering::swgraph::LowerError),
     #[error(transparent)]
     Exec(#[from] ExecError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::emulator::{self, EmuOptions};
+    use nnp_grammar::SourceFile;
+    use nnp_lowering::swgraph::{Roots, lower, optimize};
+
+    fn bits(o: &Outputs) -> Vec<(String, Vec<u32>)> {
+        o.iter()
+            .map(|(k, t)| (k.clone(), t.data.iter().map(|v| v.to_bits()).collect()))
+            .collect()
+    }
+
+    /// A session's warm runs (weights prepared by the first run, new inputs and batch sizes)
+    /// give the bits of a fresh `execute` and of the emulator (the oracle).
+    #[test]
+    fn warm_session_runs_equal_fresh_runs_and_the_emulator() {
+        let text = include_str!("../../../samples/lstm.nnp");
+        let src = Arc::new(SourceFile::new("lstm.nnp", text));
+        let program = nnp_grammar::check(src, None)
+            .expect("sample checks")
+            .program;
+        let g = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
+        let opts = ExecOptions::default();
+        let mut session = Session::new(&g, &opts).expect("session");
+        for (batch, seed) in [(3, 1), (2, 2), (3, 1)] {
+            let data = HostData::random(&program, batch, seed);
+            // Seeded weights differ by seed: a session keeps its first run's, so feed those.
+            let mut fed = HostData::random(&program, batch, 1);
+            fed.inputs = data.inputs.clone();
+            let warm = session.run(&fed).expect("warm run");
+            let fresh = execute(&g, &fed, &opts).expect("fresh run");
+            let emu = emulator::emulate(&program, &fed, &EmuOptions::default()).expect("emulates");
+            assert_eq!(
+                bits(&warm.outputs),
+                bits(&fresh.outputs),
+                "batch {batch} seed {seed}"
+            );
+            assert_eq!(
+                bits(&warm.outputs),
+                bits(&emu.outputs),
+                "batch {batch} seed {seed}"
+            );
+        }
+    }
 }

@@ -36,17 +36,24 @@ pub fn round_slice(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
 }
 
 /// Nearest-even rounding of an f64 to a float format with subnormals, from the bits.
+/// Branch-free (both paths computed, then selected), so loops over it vectorise.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FastRound {
     /// Mantissa bits dropped from f64's 52 for a normal result.
     shift: u32,
-    /// Smallest normal exponent of the format (unbiased).
-    emin: i32,
+    /// `2^(shift - 1) - 1`: added with the kept lsb, rounds the dropped bits to nearest-even.
+    half: u64,
+    /// The dropped bits.
+    mask: u64,
+    /// Bits of `2^emin`, the smallest normal of the format: magnitudes below take the
+    /// subnormal path.
+    emin_bits: u64,
     /// `2^(emin - mant_bits + 52)`: adding and subtracting it rounds a subnormal-range value to
     /// the format's subnormal quantum with the FPU's own nearest-even.
     magic: f64,
     max: f64,
-    saturate: bool,
+    /// What a magnitude above `max` becomes: `max` (saturating) or infinity.
+    over: f64,
 }
 
 impl FastRound {
@@ -60,53 +67,39 @@ impl FastRound {
             return None;
         }
         let emin = 1 - fmt.bias();
+        let shift = 52 - fmt.mant_bits;
+        let max = fmt.max_value();
         Some(FastRound {
-            shift: 52 - fmt.mant_bits,
-            emin,
+            shift,
+            half: (1u64 << (shift - 1)) - 1,
+            mask: (1u64 << shift) - 1,
+            emin_bits: pow2(emin).to_bits(),
             magic: pow2(emin - fmt.mant_bits as i32 + 52),
-            max: fmt.max_value(),
-            saturate: fmt.overflow == Overflow::Saturate,
+            max,
+            over: if fmt.overflow == Overflow::Saturate {
+                max
+            } else {
+                f64::INFINITY
+            },
         })
     }
 
     #[inline]
     pub(crate) fn round(&self, x: f64) -> f64 {
-        if x.is_nan() {
-            return x;
-        }
         let bits = x.to_bits();
         let sign = bits & (1u64 << 63);
         let mag = bits & !(1u64 << 63);
-        let exp = ((mag >> 52) as i32) - 1023;
-        let r = if exp >= self.emin {
-            if x.is_infinite() {
-                return if self.saturate {
-                    self.max.copysign(x)
-                } else {
-                    x
-                };
-            }
-            // Round the significand to nearest-even at bit `shift`; a carry moves the exponent.
-            let half = (1u64 << (self.shift - 1)) - 1;
-            let odd = (mag >> self.shift) & 1;
-            let rounded = (mag + half + odd) & !((1u64 << self.shift) - 1);
-            f64::from_bits(rounded)
-        } else {
-            // Subnormal range of the format: round to its fixed quantum.
-            let m = self.magic.copysign(x);
-            let r = (x + m) - m;
-            r.abs()
-        };
-        let r = if r > self.max {
-            if self.saturate {
-                self.max
-            } else {
-                f64::INFINITY
-            }
-        } else {
-            r
-        };
-        f64::from_bits(r.to_bits() | sign)
+        // Normal range: round the significand to nearest-even at bit `shift`; a carry moves
+        // the exponent (infinity stays infinity; a NaN's garbage is not selected).
+        let odd = (mag >> self.shift) & 1;
+        let normal = f64::from_bits(mag.wrapping_add(self.half + odd) & !self.mask);
+        // Subnormal range of the format: round to its fixed quantum.
+        let ax = f64::from_bits(mag);
+        let sub = (ax + self.magic) - self.magic;
+        let r = if mag >= self.emin_bits { normal } else { sub };
+        let r = if r > self.max { self.over } else { r };
+        let r = f64::from_bits(r.to_bits() | sign);
+        if x.is_nan() { x } else { r }
     }
 }
 
