@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 ///   prepares the weights; that first run is reported as the cold time);
 /// - emulator: vectors/s on the same data (or its first --emu-batch items), and whether its
 ///   outputs equal the graph's bit for bit;
-/// - floor: the graph's products as plain f32 candle matmuls (no quantization) at --batch;
+/// - floor: the graph's products as plain f32 candle matmuls (no quantization) at --batch,
+///   timed alternately with the graph's runs (both see the same machine load);
 /// - quantize kernel: the graph's vector quantizer against a plain element-wise candle op
 ///   (`x * 1.5 + 0.25`) over the same 4M-element tensor;
 /// - peak memory (VmHWM) after the first run (what `nnpc run` needs) and at the end.
@@ -45,7 +46,7 @@ pub struct Args {
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
     /// Timed repetitions of each measurement (the median is reported).
-    #[arg(long, value_name = "R", default_value_t = 3)]
+    #[arg(long, value_name = "R", default_value_t = 5)]
     pub reps: usize,
     /// Batch items the emulator runs (default: the whole batch). Fewer is faster, but the
     /// emulator runs items in lockstep and is slower per vector on small batches.
@@ -157,9 +158,24 @@ fn measure(
     let sw = session.run(&data).map_err(|e| fail(&e))?;
     let cold_s = t.elapsed().as_secs_f64();
     let peak_run_kib = vm_hwm_kib();
-    progress.phase("software graph: timed runs");
-    let sw_s =
-        baseline::median_time(reps, || session.run(&data).map(drop)).map_err(|e| fail(&e))?;
+    // Warm graph runs and the floor (the same products as plain f32 matmuls) alternate, so
+    // both see the same machine load; medians of each.
+    progress.phase("software graph and floor: timed runs");
+    let floor = Floor::new(graph, batch).map_err(|e| fail(&e))?;
+    floor.run().map_err(|e| fail(&e))?;
+    let (mut sw_times, mut floor_times) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let t = Instant::now();
+        session.run(&data).map_err(|e| fail(&e))?;
+        sw_times.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        floor.run().map_err(|e| fail(&e))?;
+        floor_times.push(t.elapsed().as_secs_f64());
+    }
+    let sw_s = baseline::median(&mut sw_times);
+    let floor_s = baseline::median(&mut floor_times);
+    let (floor_calls, floor_macs) = (floor.calls(), floor.macs());
+    drop(floor);
     drop(session);
 
     // 2. The emulator on the first items of the same data (item i does not depend on the batch
@@ -178,14 +194,7 @@ fn measure(
     };
     drop(sw);
 
-    // 3. The floor: the same products as plain f32 matmuls.
-    progress.phase("floor: plain f32 matmuls");
-    let floor = Floor::new(graph, batch).map_err(|e| fail(&e))?;
-    let floor_s = baseline::median_time(reps, || floor.run()).map_err(|e| fail(&e))?;
-    let (floor_calls, floor_macs) = (floor.calls(), floor.macs());
-    drop(floor);
-
-    // 4. The quantize kernel against a plain element-wise op.
+    // 3. The quantize kernel against a plain element-wise op.
     progress.phase("quantize kernel");
     let fmt = program.target.numerics.mvm_vector;
     let k = baseline::quantize_vs_elementwise(&fmt, program.native(), args.kernel_len, reps)

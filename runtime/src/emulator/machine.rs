@@ -189,7 +189,8 @@ impl<'a> Shared<'a> {
     }
 
     /// A vector-like declaration's registers: rows padded to whole tiles with `pad`, rounded to
-    /// storage, then the declaration's own format (per padded row). `values = None` is `= 0`.
+    /// storage, then the declaration's own format (per padded row) and storage again.
+    /// `values = None` is `= 0`.
     fn host_rows(
         &self,
         d: &Decl,
@@ -213,8 +214,9 @@ impl<'a> Shared<'a> {
                     *s = f64::from(*v);
                 }
                 fmt.quantize(&scratch, n, &mut q);
+                // Registers hold storage values: the quantized value is stored (rounded) again.
                 for (lane, v) in row.iter_mut().zip(&q) {
-                    *lane = *v as f32;
+                    *lane = self.load_fmt.round(*v) as f32;
                 }
             }
         }

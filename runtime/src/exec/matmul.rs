@@ -357,13 +357,24 @@ fn sum_exact<T: Copy + Into<f64> + Send + Sync>(
 
 /// `[rows, cols]` row-major to `[cols, rows]`, in cache-sized tiles.
 fn transpose(v: &[f64], rows: usize, cols: usize) -> Vec<f64> {
-    const T: usize = 32;
-    let mut out = vec![0.0; v.len()];
-    for r0 in (0..rows).step_by(T) {
-        for c0 in (0..cols).step_by(T) {
-            for r in r0..(r0 + T).min(rows) {
-                for c in c0..(c0 + T).min(cols) {
-                    out[c * rows + r] = v[r * cols + c];
+    transpose_map(v, rows, cols, |x| x)
+}
+
+/// `[rows, cols]` row-major to `[cols, rows]` with `f` applied to every value, in cache-sized
+/// tiles.
+pub fn transpose_map<T: Copy + Default>(
+    v: &[f64],
+    rows: usize,
+    cols: usize,
+    f: impl Fn(f64) -> T,
+) -> Vec<T> {
+    const B: usize = 32;
+    let mut out = vec![T::default(); v.len()];
+    for r0 in (0..rows).step_by(B) {
+        for c0 in (0..cols).step_by(B) {
+            for r in r0..(r0 + B).min(rows) {
+                for c in c0..(c0 + B).min(cols) {
+                    out[c * rows + r] = f(v[r * cols + c]);
                 }
             }
         }

@@ -199,10 +199,32 @@ impl ActTable {
 #[inline]
 fn bits16(fmt: &FloatFormat, x: f64) -> u16 {
     match (fmt.exp_bits, fmt.mant_bits) {
+        (5, 10) => fp16_bits(x),
         // f64 -> f32 is exact for these values, so half's conversions cannot double-round.
-        (5, 10) => half::f16::from_f64(x).to_bits(),
         (8, 7) => half::bf16::from_f64(x).to_bits(),
         _ => fmt.encode(x) as u16,
+    }
+}
+
+/// The fp16 bit pattern of an f64 holding an fp16 value, from its bits (NaN payloads as
+/// `half` gives them).
+#[inline]
+fn fp16_bits(x: f64) -> u16 {
+    if x.is_nan() {
+        return half::f16::from_f64(x).to_bits();
+    }
+    let b = x.to_bits();
+    let sign = ((b >> 48) as u16) & 0x8000;
+    let a = x.abs();
+    if a.is_infinite() {
+        sign | 0x7C00
+    } else if a >= 2f64.powi(-14) {
+        // Normal: rebias the exponent, keep the top 10 fraction bits (the rest are zero).
+        let e = (((b >> 52) & 0x7FF) as i32 - 1023 + 15) as u16;
+        sign | (e << 10) | ((b >> 42) & 0x3FF) as u16
+    } else {
+        // Subnormal (or zero): an exact multiple of 2^-24.
+        sign | (a * 2f64.powi(24)) as u16
     }
 }
 
@@ -297,6 +319,20 @@ mod tests {
         // x - x = +0; -0 + -0 = -0.
         assert_eq!(bin(BinOp::Sub, 3.0, 3.0).to_bits(), 0);
         assert_eq!(bin(BinOp::Add, -0.0, -0.0).to_bits(), (-0.0f64).to_bits());
+    }
+
+    #[test]
+    fn fp16_bits_match_half() {
+        // Every fp16 value (all 65,536 patterns but NaNs) back to its own bits.
+        for bits in 0..=u16::MAX {
+            let v = half::f16::from_bits(bits);
+            if v.is_nan() {
+                continue;
+            }
+            assert_eq!(fp16_bits(v.to_f64()), bits, "pattern {bits:#06x}");
+        }
+        let nan = half::f16::from_f64(f64::NAN).to_bits();
+        assert_eq!(fp16_bits(f64::NAN), nan);
     }
 
     #[test]

@@ -219,6 +219,7 @@ impl<'g> Session<'g> {
             values: self.consts.clone(),
             constant: &self.constant,
             caches: &mut self.caches,
+            arranged_x: HashMap::new(),
         };
         // Last reader of every value, so tensors are freed as soon as possible.
         let mut last_use = vec![0usize; graph.nodes.len()];
@@ -373,6 +374,8 @@ struct Executor<'a> {
     values: Vec<Option<Tensor>>,
     constant: &'a [bool],
     caches: &'a mut Caches,
+    /// Vectors rearranged for the chunked matmul in this run, by (value, chunk).
+    arranged_x: HashMap<(ValueId, usize), Tensor>,
 }
 
 impl Executor<'_> {
@@ -621,7 +624,21 @@ impl Executor<'_> {
                     t
                 }
             };
-            let xa = arrange_x(&xt.to_dtype(dtype)?, b, cols, n, k)?;
+            // The vector side, once per run for every product that reads it (the four gates
+            // of an LSTM step share x_t and h_t): transposed and converted in one pass.
+            let xa = match self.arranged_x.get(&(x, k)) {
+                Some(t) if t.dtype() == dtype => t.clone(),
+                _ => {
+                    let t = xt
+                        .contiguous()?
+                        .to_device(&Device::Cpu)?
+                        .apply_op1_no_bwd(&TransposeTo(dtype))?
+                        .reshape((cols * n / k, k, b))?
+                        .to_device(&self.dev)?;
+                    self.arranged_x.insert((x, k), t.clone());
+                    t
+                }
+            };
             // [chunks, rows*n, b], exact per chunk.
             let y = sum(vec![wa.matmul(&xa)?], k)?;
             return Ok(y.to_device(&self.dev)?);
@@ -698,6 +715,30 @@ fn arrange_x(t: &Tensor, b: usize, cols: usize, n: usize, k: usize) -> candle_co
     t.reshape((b, cols * n / k, k))?
         .permute((1, 2, 0))?
         .contiguous()
+}
+
+/// A contiguous f64 matrix `[r, c]` transposed to `[c, r]` and converted to f32 (exact for
+/// values [`matmul::exact_chunk_f32`] admits) or kept f64, in cache-sized tiles.
+struct TransposeTo(DType);
+
+impl CustomOp1 for TransposeTo {
+    fn name(&self) -> &'static str {
+        "transpose_to"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F64(v), Some((a, e))) = (s, l.contiguous_offsets()) else {
+            candle_core::bail!("transpose_to: expected contiguous f64 data")
+        };
+        let (r, c) = l.shape().dims2()?;
+        let v = &v[a..e];
+        let storage = match self.0 {
+            DType::F32 => CpuStorage::F32(matmul::transpose_map(v, r, c, |x| x as f32)),
+            DType::F64 => CpuStorage::F64(matmul::transpose_map(v, r, c, |x| x)),
+            other => candle_core::bail!("transpose_to: unsupported dtype {other:?}"),
+        };
+        Ok((storage, Shape::from((c, r))))
+    }
 }
 
 fn internal(msg: &str) -> ExecError {
