@@ -471,11 +471,12 @@ fn minimizer_shrinks_to_the_cause() {
 }
 
 /// Minimized failures of the 10,000-program long run, kept as regressions (program, target,
-/// data seed). Both ran the software graph wrong before their fixes:
+/// data seed). Each failed before its fix:
 /// - a vector declared `quant int(..., scale = f32)`: `k * s` is not an fp16 value, and the
 ///   graph fed it unrounded to the MVM while the machine stores (rounds) it first;
 /// - one weight stack multiplied in an f32 matmul by one chain and in an f64 one by the next
-///   (the rearranged-weight cache was keyed without the dtype).
+///   (the rearranged-weight cache was keyed without the dtype);
+/// - a declaration quantized to values beyond fp16 (the emulator kept them as f32).
 #[test]
 fn long_run_regressions() {
     let cases = [
@@ -501,6 +502,17 @@ fn long_run_regressions() {
              mulvrf = 40\nmrf = 48\ndram = 88\ndram_tiles = 40\n\n[numerics]\nstorage = \"fp16\"\n\
              mvm_vector = \"msfp(mant = 5)\"\naccumulation = \"fp32-seq\"\n",
             1052,
+        ),
+        (
+            // dynfixed picks a point position that rounds 65519 up to 65536: stored as fp16 it
+            // is infinity on both engines (the emulator used to keep it as an f32).
+            "vector v7 : [48] at ivrf[23] quant dynfixed(bits = 7, policy = overflow(ppm = 10000))\n\
+             matrix W1 : [64, 44] at mrf[3]\n\
+             s_wr cols, 3\nv_rd ivrf[23]\nmv_mul mrf[W1 + 3]\nv_wr ivrf[23]\nend_chain\n",
+            "name = \"gen-188\"\nnative = 16\nmfus = 1\n\n[memory]\nivrf = 56\nasvrf = 24\n\
+             mulvrf = 24\nmrf = 56\ndram = 88\ndram_tiles = 32\n\n[numerics]\nstorage = \"fp16\"\n\
+             accumulation = \"exact\"\n",
+            188,
         ),
     ];
     for (source, toml, seed) in cases {

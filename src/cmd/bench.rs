@@ -3,6 +3,7 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
+use nnp_numerics::Format;
 use nnp_runtime::emulator::{self, EmuOptions};
 use nnp_runtime::exec::baseline::{self, Floor};
 use nnp_runtime::exec::{ExecOptions, Session};
@@ -21,7 +22,8 @@ use std::time::{Duration, Instant};
 ///   outputs equal the graph's bit for bit;
 /// - floor: the graph's products as plain f32 candle matmuls (no quantization) at --batch,
 ///   timed alternately with the graph's runs (both see the same machine load);
-/// - quantize kernel: the graph's vector quantizer against a plain element-wise candle op
+/// - quantize kernel: the graph's BFP vector quantizer (the target's, or bw-default's when the
+///   target's vector format is not BFP) against a plain element-wise candle op
 ///   (`x * 1.5 + 0.25`) over the same 4M-element tensor;
 /// - peak memory (VmHWM) after the first run (what `nnpc run` needs) and at the end.
 ///
@@ -196,8 +198,12 @@ fn measure(
 
     // 3. The quantize kernel against a plain element-wise op.
     progress.phase("quantize kernel");
-    let fmt = program.target.numerics.mvm_vector;
-    let k = baseline::quantize_vs_elementwise(&fmt, program.native(), args.kernel_len, reps)
+    // The BFP kernel: the target's vector format when it is BFP, else bw-default's.
+    let fmt = match program.target.numerics.mvm_vector {
+        f @ Format::Bfp(_) => f,
+        _ => nnp_grammar::Target::bw_default().numerics.mvm_vector,
+    };
+    let k = baseline::quantize_vs_elementwise(&fmt, program.native(), args.kernel_len, 3 * reps)
         .map_err(|e| fail(&e))?;
     let peak_all_kib = vm_hwm_kib();
 
@@ -382,7 +388,7 @@ fn print_table(r: &Value) {
         format!("{:.0} M/s", f(&q["elementwise_elements_per_second"]) / 1e6),
     );
     println!(
-        "(quantize kernel: the graph's vector quantizer, {})",
+        "(quantize kernel: the graph's BFP vector quantizer, {})",
         q["format"].as_str().unwrap_or("?")
     );
     println!();

@@ -89,7 +89,8 @@ impl Floor {
 }
 
 /// Seconds of the quantize kernel and of a plain element-wise candle op over the same
-/// `len`-element f64 tensor (medians of `reps` timed passes after one warm-up pass each).
+/// `len`-element f64 tensor (medians of `reps` alternating timed passes after one warm-up pass
+/// each).
 #[derive(Clone, Copy, Debug)]
 pub struct KernelTimes {
     pub len: usize,
@@ -116,18 +117,32 @@ pub fn quantize_vs_elementwise(
         })
         .collect();
     let mut out = vec![0.0f64; len];
-    let quantize_s = median_time(reps, || {
+    let t = Tensor::from_vec(x.clone(), len, &Device::Cpu).map_err(err)?;
+    // The kernel writes into one output buffer (its throughput); candle's op allocates its
+    // output, as candle ops do.
+    let mut quantize = || {
         quant::quantize_runs(fmt, &x, n, n, &mut out);
         std::hint::black_box(&out);
-        Ok(())
-    })?;
-    let t = Tensor::from_vec(x, len, &Device::Cpu).map_err(err)?;
-    let elementwise_s = median_time(reps, || {
+    };
+    let elementwise = || -> Result<(), ExecError> {
         let y = t.affine(1.5, 0.25).map_err(err)?;
         debug_assert_eq!(y.dtype(), DType::F64);
         std::hint::black_box(y);
         Ok(())
-    })?;
+    };
+    // Warm both, then alternate so both see the same machine load.
+    quantize();
+    elementwise()?;
+    let (mut qs, mut es) = (Vec::new(), Vec::new());
+    for _ in 0..reps.max(1) {
+        let s = Instant::now();
+        quantize();
+        qs.push(s.elapsed().as_secs_f64());
+        let s = Instant::now();
+        elementwise()?;
+        es.push(s.elapsed().as_secs_f64());
+    }
+    let (quantize_s, elementwise_s) = (median(&mut qs), median(&mut es));
     Ok(KernelTimes {
         len,
         quantize_s,

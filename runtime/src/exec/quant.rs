@@ -183,18 +183,18 @@ impl FastBfp {
 
     #[inline]
     fn block(&self, x: &[f64], out: &mut [f64]) {
-        // The largest magnitude gives the shared exponent (floor(log2) is monotone in |x|);
-        // a non-finite element makes the whole block NaN.
-        let mut amax = 0.0f64;
-        let mut finite = true;
-        for v in x {
-            finite &= v.is_finite();
-            amax = amax.max(v.abs());
-        }
-        if !finite {
+        // The largest magnitude gives the shared exponent (floor(log2) is monotone in |x|).
+        // For non-negative f64 the bit patterns order as the values, and every non-finite
+        // pattern is above every finite one: one branch-free integer max finds both.
+        let top = x
+            .iter()
+            .fold(0u64, |m, v| m.max(v.to_bits() & !(1u64 << 63)));
+        if top >= f64::INFINITY.to_bits() {
+            // A non-finite element makes the whole block NaN.
             out.fill(f64::NAN);
             return;
         }
+        let amax = f64::from_bits(top);
         let e = if amax == 0.0 {
             self.lo
         } else {
@@ -203,16 +203,41 @@ impl FastBfp {
         let lsb = e - (self.mant - 2);
         let (down, up) = (pow2(-lsb), pow2(lsb));
         let bound = self.max + 1.0;
+        let (lo, hi) = (self.min, self.max);
+        // Clamp first (keeps the rounding trick in range), round, clamp to the mantissa range;
+        // `+ 0.0` turns a -0 mantissa into +0, as the integer mantissa has no sign. One loop
+        // per rounding mode, so each vectorises.
+        let s = Scale {
+            down,
+            up,
+            bound,
+            lo,
+            hi,
+        };
+        match self.rounding {
+            Rounding::NearestEven => s.apply(x, out, round_even),
+            Rounding::NearestAway => s.apply(x, out, f64::round),
+            _ => s.apply(x, out, f64::trunc),
+        }
+    }
+}
+
+/// One BFP block's scaling: `x * down`, clamped to `±bound`, rounded, clamped to `[lo, hi]`,
+/// times `up`.
+struct Scale {
+    down: f64,
+    up: f64,
+    bound: f64,
+    lo: f64,
+    hi: f64,
+}
+
+impl Scale {
+    #[inline]
+    fn apply(&self, x: &[f64], out: &mut [f64], round: impl Fn(f64) -> f64) {
         for (v, o) in x.iter().zip(out.iter_mut()) {
-            // Clamp first (keeps the rounding trick in range), round, clamp to the mantissa range.
-            let y = (v * down).clamp(-bound, bound);
-            let q = match self.rounding {
-                Rounding::NearestEven => round_even(y),
-                Rounding::NearestAway => y.round(),
-                _ => y.trunc(),
-            };
-            // `+ 0.0` turns a -0 mantissa into +0, as the integer mantissa has no sign.
-            *o = q.clamp(self.min, self.max) * up + 0.0;
+            let y = (v * self.down).clamp(-self.bound, self.bound);
+            *o = round(y).clamp(self.lo, self.hi) * self.up + 0.0;
         }
     }
 }
