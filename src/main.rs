@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 mod cmd;
 
-// The facade's loaders, as `crate::load_program` / `crate::check_file` for the subcommands.
-use nnpc::{check_file, load_program};
+// The facade's loader, as `crate::check_file` for `nnpc check`.
+use nnpc::check_file;
 
 /// Bit-exact software execution of NNP (Brainwave-style) firmware.
 ///

@@ -176,6 +176,7 @@ fn trace_round_trips_through_json_lines() {
     let opts = nnp_runtime::emulator::EmuOptions {
         trace: true,
         chunk: Some(1),
+        ..Default::default()
     };
     let emu = nnp_runtime::emulator::emulate(&p, &data, &opts).unwrap();
     let trace = emu.trace.unwrap();

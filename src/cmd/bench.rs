@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 /// Exit status: 0 measured (targets met or not), 1 firmware errors or outputs of the graph
 /// and the emulator that differ, 2 unusable input.
 #[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
 #[command(after_help = "Examples:
   nnpc bench samples/bench/lstm_1024.nnp --batch 64
   nnpc bench samples/bench/mlp_4096.nnp --batch 256 --json
@@ -71,20 +72,13 @@ const FLOOR_TARGET: f64 = 3.0;
 const KERNEL_TARGET: f64 = 0.25;
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match crate::load_program(&args.file, args.target.as_deref()) {
+    let program = match super::load(&args.file, args.target.as_deref()) {
         Ok(p) => p,
-        Err(e) => {
-            let code = e.exit_code();
-            eprintln!("{:?}", miette::Report::new(e));
-            return Ok(code);
-        }
+        Err(code) => return Ok(code),
     };
-    let graph = match swgraph::lower(&program) {
+    let graph = match super::lower(&program) {
         Ok(g) => swgraph::optimize(&g, Roots::Outputs),
-        Err(e) => {
-            eprintln!("{}: cannot lower: {e}", program.source.name);
-            return Ok(ExitCode::from(1));
-        }
+        Err(code) => return Ok(code),
     };
     let progress = Progress::new();
     let report = measure(&args, &program, &graph, &progress);
@@ -445,7 +439,7 @@ mod tests {
             kernel_len: 1 << 14,
             json: true,
         };
-        let program = crate::load_program(&args.file, None).expect("sample checks");
+        let program = nnpc::load_program(&args.file, None).expect("sample checks");
         let graph = swgraph::optimize(&swgraph::lower(&program).expect("lowers"), Roots::Outputs);
         let r =
             measure(&args, &program, &graph, &Progress(ProgressBar::hidden())).expect("bench runs");

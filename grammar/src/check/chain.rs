@@ -1318,92 +1318,110 @@ impl Checker {
     }
 
     fn pop(&mut self, tiles: u32, chain: usize, iteration: u32, span: Span) {
-        match self.inputs.take() {
+        self.netq_slot(
+            Netq::Pop,
+            tiles,
+            NetqSlot {
+                chain,
+                iteration,
+                decl: 0,
+                row: 0,
+            },
+            span,
+        );
+    }
+
+    fn push(&mut self, tiles: u32, chain: usize, iteration: u32, span: Span) {
+        self.netq_slot(
+            Netq::Push,
+            tiles,
+            NetqSlot {
+                chain,
+                iteration,
+                decl: 0,
+                row: 0,
+            },
+            span,
+        );
+    }
+
+    /// Take the next input row (pop) or output row (push) for `slot`'s chain and iteration:
+    /// record it, or report a width or count that does not match the declarations.
+    fn netq_slot(&mut self, dir: Netq, tiles: u32, mut slot: NetqSlot, span: Span) {
+        let pop = dir == Netq::Pop;
+        let queue = if pop {
+            &mut self.inputs
+        } else {
+            &mut self.outputs
+        };
+        match queue.take() {
             Some((decl, row, row_tiles)) => {
                 if row_tiles != tiles && !self.incomplete && !self.reported(codes::NETQ_WIDTH, span)
                 {
                     let d = &self.decls[decl];
                     let shape = format!("{:?}", d.shape);
+                    let (what, verb, kind) = if pop {
+                        ("v_rd", "pops", "input")
+                    } else {
+                        ("v_wr", "pushes", "output")
+                    };
+                    let help = if pop {
+                        format!(
+                            "a pop reads `rows` tiles (`cols` with mv_mul): set it to {row_tiles} before the chain"
+                        )
+                    } else {
+                        format!("the carried vector is `rows` tiles: set `s_wr rows, {row_tiles}`")
+                    };
                     self.emit(
                         Diagnostic::error(
                             codes::NETQ_WIDTH,
                             format!(
-                                "`v_rd netq` pops {tiles} tile{} but row {row} of input `{}` is {row_tiles} tile{}",
+                                "`{what} netq` {verb} {tiles} tile{} but row {row} of {kind} `{}` is {row_tiles} tile{}",
                                 if tiles == 1 { "" } else { "s" },
                                 d.name,
                                 if row_tiles == 1 { "" } else { "s" }
                             ),
                         )
-                        .label(span, format!("pops {tiles} tiles"))
+                        .label(span, format!("{verb} {tiles} tiles"))
                         .label(self.decl_names[decl], format!("{shape}: {row_tiles} tiles per row (N = {})", self.n))
-                        .help(format!(
-                            "a pop reads `rows` tiles (`cols` with mv_mul): set it to {row_tiles} before the chain"
-                        )),
+                        .help(help),
                     );
                 }
-                self.pops.push(NetqSlot {
-                    chain,
-                    iteration,
-                    decl,
-                    row,
-                });
+                slot.decl = decl;
+                slot.row = row;
+                if pop {
+                    self.pops.push(slot);
+                } else {
+                    self.pushes.push(slot);
+                }
             }
             None if self.incomplete => {}
             None => {
-                let total = self.inputs.rows.len();
-                self.emit(
+                let total = queue.rows.len();
+                let diag = if pop {
                     Diagnostic::error(
                         codes::NETQ_COUNT,
                         format!("`v_rd netq` pops more rows than the inputs declare ({total})"),
                     )
                     .label(span, "nothing left on netq here")
-                    .help("declare every vector the host pushes with `input NAME : [ROWS, LEN]`"),
-                );
-            }
-        }
-    }
-
-    fn push(&mut self, tiles: u32, chain: usize, iteration: u32, span: Span) {
-        match self.outputs.take() {
-            Some((decl, row, row_tiles)) => {
-                if row_tiles != tiles && !self.incomplete && !self.reported(codes::NETQ_WIDTH, span)
-                {
-                    let d = &self.decls[decl];
-                    let shape = format!("{:?}", d.shape);
-                    self.emit(
-                        Diagnostic::error(
-                            codes::NETQ_WIDTH,
-                            format!(
-                                "`v_wr netq` pushes {tiles} tile{} but row {row} of output `{}` is {row_tiles} tile{}",
-                                if tiles == 1 { "" } else { "s" },
-                                d.name,
-                                if row_tiles == 1 { "" } else { "s" }
-                            ),
-                        )
-                        .label(span, format!("pushes {tiles} tiles"))
-                        .label(self.decl_names[decl], format!("{shape}: {row_tiles} tiles per row (N = {})", self.n))
-                        .help(format!("the carried vector is `rows` tiles: set `s_wr rows, {row_tiles}`")),
-                    );
-                }
-                self.pushes.push(NetqSlot {
-                    chain,
-                    iteration,
-                    decl,
-                    row,
-                });
-            }
-            None if self.incomplete => {}
-            None => {
-                let total = self.outputs.rows.len();
-                self.emit(
+                    .help("declare every vector the host pushes with `input NAME : [ROWS, LEN]`")
+                } else {
                     Diagnostic::error(
                         codes::NETQ_COUNT,
                         format!("`v_wr netq` pushes more rows than the outputs declare ({total})"),
                     )
                     .label(span, "no output row left to fill")
-                    .help("declare what the host collects with `output NAME : [ROWS, LEN]` (without `at`)"),
-                );
+                    .help("declare what the host collects with `output NAME : [ROWS, LEN]` (without `at`)")
+                };
+                self.emit(diag);
             }
         }
     }
+}
+
+/// Direction of a netq access.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Netq {
+    Pop,
+    Push,
 }

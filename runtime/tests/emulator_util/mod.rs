@@ -61,7 +61,7 @@ pub fn try_run(p: &Program, tensors: &[(&str, Tensor)]) -> Result<Emulation, Emu
         &data(p, tensors),
         &EmuOptions {
             trace: true,
-            chunk: None,
+            ..EmuOptions::default()
         },
     )
 }
