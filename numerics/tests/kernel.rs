@@ -50,20 +50,9 @@ fn bfp_kernel_bit_equal_to_reference() {
         let mut fast = vec![0.0f32; x.len()];
         bfp_quantize_f32(&b, &x, native, &mut fast);
         // The reference on the same run (f64), rounded to f32.
-        let xs: Vec<f64> = x.iter().map(|v| f64::from(*v)).collect();
-        let mut reference = vec![0.0f64; x.len()];
-        f.quantize(&xs, native, &mut reference);
-        for i in 0..x.len() {
-            let want = reference[i] as f32;
-            assert!(
-                fast[i].to_bits() == want.to_bits() || (fast[i].is_nan() && want.is_nan()),
-                "{lit} at {i}: x = {:e} fast {:e} reference {:e}",
-                x[i],
-                fast[i],
-                want
-            );
-        }
+        assert_matches_reference(&f, lit, &x, native, &fast);
         // Runs of 256: each run its own reference call.
+        let xs: Vec<f64> = x.iter().map(|v| f64::from(*v)).collect();
         let mut generic = vec![0.0f32; x.len()];
         quantize_f32(&f, &x, 256, native, &mut generic);
         for (r, (xr, gr)) in xs.chunks(256).zip(generic.chunks(256)).enumerate() {
@@ -100,19 +89,7 @@ fn mx_kernel_bit_equal_to_reference() {
         x[70] = 485.0;
         let mut fast = vec![0.0f32; x.len()];
         mx_quantize_f32(&m, &x, 128, &mut fast);
-        let xs: Vec<f64> = x.iter().map(|v| f64::from(*v)).collect();
-        let mut reference = vec![0.0f64; x.len()];
-        f.quantize(&xs, 128, &mut reference);
-        for i in 0..x.len() {
-            let want = reference[i] as f32;
-            assert!(
-                fast[i].to_bits() == want.to_bits() || (fast[i].is_nan() && want.is_nan()),
-                "{lit} at {i}: x = {:e} fast {:e} reference {:e}",
-                x[i],
-                fast[i],
-                want
-            );
-        }
+        assert_matches_reference(&f, lit, &x, 128, &fast);
     }
 }
 
@@ -189,5 +166,23 @@ fn sweep_against_reference() {
                 pair[1]
             );
         }
+    }
+}
+
+/// `fast` equals the f64 reference quantizer on the same run, rounded to f32, bit for bit (any
+/// NaN equal to any NaN).
+fn assert_matches_reference(f: &Format, lit: &str, x: &[f32], native: usize, fast: &[f32]) {
+    let xs: Vec<f64> = x.iter().map(|v| f64::from(*v)).collect();
+    let mut reference = vec![0.0f64; x.len()];
+    f.quantize(&xs, native, &mut reference);
+    for i in 0..x.len() {
+        let want = reference[i] as f32;
+        assert!(
+            fast[i].to_bits() == want.to_bits() || (fast[i].is_nan() && want.is_nan()),
+            "{lit} at {i}: x = {:e} fast {:e} reference {:e}",
+            x[i],
+            fast[i],
+            want
+        );
     }
 }

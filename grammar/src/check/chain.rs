@@ -1268,7 +1268,7 @@ impl Checker {
             // Reads: v_rd, then the matrix, then the operands.
             let r = &c.read.op;
             if r.mem == Mem::Netq {
-                self.pop(read_tiles, index, t, r.span);
+                self.netq_slot(Netq::Pop, read_tiles, index, t, r.span);
             } else if let Some(space) = Space::of(r.mem, false) {
                 let a = r.addr.at(t);
                 match window {
@@ -1311,43 +1311,15 @@ impl Checker {
                             self.regs.write(space, reg, *writer);
                         }
                     }
-                    _ => self.push(width, index, t, w.op.span),
+                    _ => self.netq_slot(Netq::Push, width, index, t, w.op.span),
                 }
             }
         }
     }
 
-    fn pop(&mut self, tiles: u32, chain: usize, iteration: u32, span: Span) {
-        self.netq_slot(
-            Netq::Pop,
-            tiles,
-            NetqSlot {
-                chain,
-                iteration,
-                decl: 0,
-                row: 0,
-            },
-            span,
-        );
-    }
-
-    fn push(&mut self, tiles: u32, chain: usize, iteration: u32, span: Span) {
-        self.netq_slot(
-            Netq::Push,
-            tiles,
-            NetqSlot {
-                chain,
-                iteration,
-                decl: 0,
-                row: 0,
-            },
-            span,
-        );
-    }
-
-    /// Take the next input row (pop) or output row (push) for `slot`'s chain and iteration:
+    /// Take the next input row (pop) or output row (push) for a chain's iteration:
     /// record it, or report a width or count that does not match the declarations.
-    fn netq_slot(&mut self, dir: Netq, tiles: u32, mut slot: NetqSlot, span: Span) {
+    fn netq_slot(&mut self, dir: Netq, tiles: u32, chain: usize, iteration: u32, span: Span) {
         let pop = dir == Netq::Pop;
         let queue = if pop {
             &mut self.inputs
@@ -1387,8 +1359,12 @@ impl Checker {
                         .help(help),
                     );
                 }
-                slot.decl = decl;
-                slot.row = row;
+                let slot = NetqSlot {
+                    chain,
+                    iteration,
+                    decl,
+                    row,
+                };
                 if pop {
                     self.pops.push(slot);
                 } else {
