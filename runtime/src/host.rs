@@ -263,10 +263,10 @@ impl HostData {
             tensors.extend(io::read_tensors(path)?);
             searched.push(format!("`{}`", path.display()));
         }
-        let searched = if searched.is_empty() {
-            "no file (none was given)".to_string()
-        } else {
-            searched.join(" and ")
+        let searched = match (searched.is_empty(), weights.is_none()) {
+            (true, _) => "no file (none was given)".to_string(),
+            (false, true) => format!("{} (no weights file was given)", searched.join(" and ")),
+            (false, false) => searched.join(" and "),
         };
         HostData::from_tensors(program, tensors, opts, &searched)
     }
