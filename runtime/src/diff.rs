@@ -7,7 +7,6 @@
 
 use crate::host::{Outputs, ShapeDisplay, Tensor, storage_bits};
 use nnp_grammar::{ChainBody, DeclKind, Mem, Program};
-use nnp_numerics::FloatFormat;
 use serde::{Deserialize, Serialize};
 
 /// Why two output sets cannot be compared.
@@ -137,7 +136,8 @@ pub fn diff_outputs(
         mismatches: Vec::new(),
         trace: None,
     };
-    for decl in program.outputs() {
+    let outputs = program.decls.iter().enumerate();
+    for (decl_idx, decl) in outputs.filter(|(_, d)| d.kind == DeclKind::Output) {
         let sw = software
             .get(&decl.name)
             .ok_or_else(|| DiffError::MissingOutput(decl.name.clone()))?;
@@ -174,12 +174,12 @@ pub fn diff_outputs(
                 None => out.nan_mismatches += 1,
             }
             if ulps != Some(0) && report.mismatches.len() < first {
-                let per_item = rows * row_len;
+                let per_item = (rows * row_len).max(1);
                 let (item, within) = (flat / per_item, flat % per_item);
-                let (row, col) = (within / row_len, within % row_len);
+                let (row, col) = (within / row_len.max(1), within % row_len.max(1));
                 let mut index = vec![item];
                 index.extend(unflatten(within, &decl.shape));
-                let writer = writer_of(program, decl_index(program, &decl.name), row);
+                let writer = writer_of(program, decl_idx, row);
                 report.mismatches.push(Mismatch {
                     output: decl.name.clone(),
                     index,
@@ -237,14 +237,6 @@ fn batched_like<'a>(
     })
 }
 
-fn decl_index(program: &Program, name: &str) -> usize {
-    program
-        .decls
-        .iter()
-        .position(|d| d.name == name)
-        .unwrap_or(usize::MAX)
-}
-
 fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {
     let mut idx = vec![0; shape.len()];
     for (slot, &dim) in idx.iter_mut().zip(shape).rev() {
@@ -275,7 +267,6 @@ fn writer_of(program: &Program, decl: usize, row: usize) -> Option<(usize, &str)
             last_write(program, place.mem, reg)?
         }
     };
-    debug_assert!(d.kind == DeclKind::Output);
     Some((program.line(span), program.source.line_text(span.start)))
 }
 
@@ -299,11 +290,6 @@ fn last_write(program: &Program, mem: Mem, reg: u32) -> Option<nnp_grammar::Span
                 hit.then_some(m.dst_span)
             }
         })
-}
-
-/// Storage format of a program (its target's), for callers that encode bits.
-pub fn storage_format(program: &Program) -> Option<FloatFormat> {
-    program.target.numerics.storage.as_float().copied()
 }
 
 #[cfg(test)]

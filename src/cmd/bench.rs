@@ -1,5 +1,6 @@
 //! `nnpc bench`: throughput of the software graph measured against its baselines, in one run.
 
+use super::host_args::input_rows;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
@@ -120,16 +121,6 @@ impl Progress {
     fn finish(&self) {
         self.0.finish_and_clear();
     }
-}
-
-/// Input vectors of one batch item: the rows pushed on netq (at least one).
-fn input_rows(program: &Program) -> usize {
-    program
-        .inputs()
-        .filter(|d| d.place.is_none())
-        .map(|d| d.rows())
-        .sum::<usize>()
-        .max(1)
 }
 
 /// Every measurement, as the JSON report.

@@ -1,10 +1,9 @@
 //! `nnpc emulate`: run firmware on the instruction-level hardware model.
 
-use super::host_args::{DataArgs, OutputArgs};
+use super::host_args::{DataArgs, OutputArgs, RunSummary};
 use indicatif::{ProgressBar, ProgressStyle};
-use nnp_grammar::{Program, SourceFile};
+use nnp_grammar::SourceFile;
 use nnp_runtime::emulator::{self, EmuError, EmuOptions, PROGRESS_CHUNK, Progress};
-use nnp_runtime::host::ShapeDisplay;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -102,62 +101,17 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         emulator::write_trace(path, trace).map_err(|e| miette::miette!("{e}"))?;
     }
     args.out.write(&program, &emu.outputs)?;
-    print_summary(&args, &program, &emu.outputs, data.batch, secs);
+    RunSummary {
+        engine: "emulated on",
+        file: &args.file,
+        program: &program,
+        nodes: None,
+        outputs: &emu.outputs,
+        batch: data.batch,
+        secs,
+        output_file: args.out.output.as_deref(),
+        trace_file: args.trace.as_deref(),
+    }
+    .print(args.json);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Input vectors per second: batch items times input rows pushed on netq (at least one per
-/// item).
-fn print_summary(
-    args: &Args,
-    program: &Program,
-    outputs: &nnp_runtime::host::Outputs,
-    batch: usize,
-    secs: f64,
-) {
-    let rows: usize = program
-        .inputs()
-        .filter(|d| d.place.is_none())
-        .map(|d| d.rows())
-        .sum();
-    let vectors = batch * rows.max(1);
-    let per_s = vectors as f64 / secs.max(1e-9);
-    if args.json {
-        let outs: Vec<serde_json::Value> = outputs
-            .iter()
-            .map(|(n, t)| serde_json::json!({ "name": n, "shape": t.shape }))
-            .collect();
-        let v = serde_json::json!({
-            "file": program.source.name,
-            "target": program.target.name,
-            "batch": batch,
-            "outputs": outs,
-            "seconds": secs,
-            "vectors": vectors,
-            "vectors_per_second": per_s,
-            "output_file": args.out.output,
-            "trace_file": args.trace,
-        });
-        println!("{v}");
-        return;
-    }
-    println!(
-        "{}: emulated on `{}` (N = {}), batch {batch}",
-        program.source.name,
-        program.target.name,
-        program.native()
-    );
-    for (name, t) in outputs {
-        println!("  output {name}: {}", ShapeDisplay(&t.shape));
-    }
-    println!(
-        "  {:.3} ms, {vectors} input vectors, {per_s:.0} vectors/s",
-        secs * 1e3
-    );
-    if let Some(p) = &args.out.output {
-        println!("  outputs written to {}", p.display());
-    }
-    if let Some(p) = &args.trace {
-        println!("  trace written to {}", p.display());
-    }
 }

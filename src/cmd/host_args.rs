@@ -3,9 +3,9 @@
 //! the software graph always see the same data for the same flags.
 
 use nnp_grammar::Program;
-use nnp_runtime::host::{HostData, HostError, LoadOptions, Outputs};
+use nnp_runtime::host::{HostData, HostError, LoadOptions, Outputs, ShapeDisplay};
 use nnp_runtime::io::{self, Dtype, Layout};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Host data: weight and input files, or seeded random data of the declared shapes.
 #[derive(clap::Args, Clone, Debug)]
@@ -112,6 +112,87 @@ impl OutputArgs {
                 Some(f) if f.exp_bits <= 5 && f.mant_bits <= 10 => Dtype::F16,
                 _ => Dtype::F32,
             },
+        }
+    }
+}
+
+/// Input vectors of one batch item: the rows the host pushes on netq (at least one).
+pub fn input_rows(program: &Program) -> usize {
+    program
+        .inputs()
+        .filter(|d| d.place.is_none())
+        .map(|d| d.rows())
+        .sum::<usize>()
+        .max(1)
+}
+
+/// What `nnpc run` and `nnpc emulate` report about one execution.
+pub struct RunSummary<'a> {
+    /// How it ran, e.g. "software graph on" or "emulated on".
+    pub engine: &'a str,
+    /// The file the user ran (firmware or compiled graph).
+    pub file: &'a Path,
+    pub program: &'a Program,
+    /// Graph nodes, for the software graph.
+    pub nodes: Option<usize>,
+    pub outputs: &'a Outputs,
+    pub batch: usize,
+    pub secs: f64,
+    pub output_file: Option<&'a Path>,
+    pub trace_file: Option<&'a Path>,
+}
+
+impl RunSummary<'_> {
+    /// Print the summary as text, or as one JSON object. Rates count input vectors: batch
+    /// items times the rows each pushes on netq.
+    pub fn print(&self, json: bool) {
+        let p = self.program;
+        let vectors = self.batch * input_rows(p);
+        let per_s = vectors as f64 / self.secs.max(1e-9);
+        if json {
+            let outs: Vec<serde_json::Value> = self
+                .outputs
+                .iter()
+                .map(|(n, t)| serde_json::json!({ "name": n, "shape": t.shape }))
+                .collect();
+            let mut v = serde_json::json!({
+                "file": self.file,
+                "target": p.target.name,
+                "batch": self.batch,
+                "outputs": outs,
+                "seconds": self.secs,
+                "vectors": vectors,
+                "vectors_per_second": per_s,
+                "output_file": self.output_file,
+                "trace_file": self.trace_file,
+            });
+            if let Some(n) = self.nodes {
+                v["nodes"] = n.into();
+            }
+            println!("{v}");
+            return;
+        }
+        let nodes = self.nodes.map_or(String::new(), |n| format!(", {n} nodes"));
+        println!(
+            "{}: {} `{}` (N = {}){nodes}, batch {}",
+            self.file.display(),
+            self.engine,
+            p.target.name,
+            p.native(),
+            self.batch
+        );
+        for (name, t) in self.outputs {
+            println!("  output {name}: {}", ShapeDisplay(&t.shape));
+        }
+        println!(
+            "  {:.3} ms, {vectors} input vectors, {per_s:.0} vectors/s",
+            self.secs * 1e3
+        );
+        if let Some(f) = self.output_file {
+            println!("  outputs written to {}", f.display());
+        }
+        if let Some(f) = self.trace_file {
+            println!("  trace written to {}", f.display());
         }
     }
 }

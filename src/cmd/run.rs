@@ -1,10 +1,9 @@
 //! `nnpc run`: execute firmware (or a compiled graph) as a software graph on candle-core.
 
-use super::host_args::{DataArgs, OutputArgs};
-use nnp_grammar::{DeclKind, Program, SourceFile, Target};
+use super::host_args::{DataArgs, OutputArgs, RunSummary};
+use nnp_grammar::{Program, SourceFile, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::exec::{self, DeviceKind, ExecOptions};
-use nnp_runtime::host::{Outputs, ShapeDisplay};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -131,65 +130,17 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         nnp_runtime::trace::write_trace(path, &records).map_err(|e| miette::miette!("{e}"))?;
     }
     args.out.write(&program, &result.outputs)?;
-    print_summary(&args, &program, &graph, &result.outputs, data.batch, secs);
+    RunSummary {
+        engine: "software graph on",
+        file: &args.file,
+        program: &program,
+        nodes: Some(graph.nodes.len()),
+        outputs: &result.outputs,
+        batch: data.batch,
+        secs,
+        output_file: args.out.output.as_deref(),
+        trace_file: args.trace.as_deref(),
+    }
+    .print(args.json);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Input vectors per second: batch items times input rows pushed on netq (at least one).
-fn print_summary(
-    args: &Args,
-    program: &Program,
-    graph: &SwGraph,
-    outputs: &Outputs,
-    batch: usize,
-    secs: f64,
-) {
-    let rows: usize = program
-        .decls
-        .iter()
-        .filter(|d| d.kind == DeclKind::Input && d.place.is_none())
-        .map(|d| d.rows())
-        .sum();
-    let vectors = batch * rows.max(1);
-    let per_s = vectors as f64 / secs.max(1e-9);
-    if args.json {
-        let outs: Vec<serde_json::Value> = outputs
-            .iter()
-            .map(|(n, t)| serde_json::json!({ "name": n, "shape": t.shape }))
-            .collect();
-        let v = serde_json::json!({
-            "file": args.file,
-            "target": graph.target,
-            "batch": batch,
-            "nodes": graph.nodes.len(),
-            "outputs": outs,
-            "seconds": secs,
-            "vectors": vectors,
-            "vectors_per_second": per_s,
-            "output_file": args.out.output,
-            "trace_file": args.trace,
-        });
-        println!("{v}");
-        return;
-    }
-    println!(
-        "{}: software graph on `{}` (N = {}), {} nodes, batch {batch}",
-        args.file.display(),
-        graph.target,
-        graph.native,
-        graph.nodes.len()
-    );
-    for (name, t) in outputs {
-        println!("  output {name}: {}", ShapeDisplay(&t.shape));
-    }
-    println!(
-        "  {:.3} ms, {vectors} input vectors, {per_s:.0} vectors/s",
-        secs * 1e3
-    );
-    if let Some(p) = &args.out.output {
-        println!("  outputs written to {}", p.display());
-    }
-    if let Some(p) = &args.trace {
-        println!("  trace written to {}", p.display());
-    }
 }
