@@ -114,9 +114,16 @@ pub(crate) fn decompose(x: f64) -> (bool, u64, i32) {
 }
 
 /// `floor(log2 |x|)` of a finite non-zero f64, from its bits (subnormals by their leading one).
+#[inline]
 pub fn floor_log2(x: f64) -> i32 {
-    let (_, mant, exp) = decompose(x);
-    exp + bitlen(u128::from(mant)) - 1
+    let bits = x.to_bits() & !(1u64 << 63);
+    let field = (bits >> 52) as i32;
+    if field == 0 {
+        // Subnormal: the leading one of the fraction.
+        -1074 + 63 - bits.leading_zeros() as i32
+    } else {
+        field - 1023
+    }
 }
 
 /// `(-1)^neg * q * 2^e` as an f64, exactly (the caller guarantees it is representable).
@@ -153,7 +160,7 @@ pub(crate) fn pow2_mul(v: f64, e: i32) -> f64 {
 }
 
 /// `2^e` for `-1074 <= e <= 1023` (0 or inf outside).
-pub(crate) fn pow2(e: i32) -> f64 {
+pub fn pow2(e: i32) -> f64 {
     if e > 1023 {
         f64::INFINITY
     } else if e >= -1022 {

@@ -498,9 +498,51 @@ fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
     None
 }
 
+// ---------------------------------------------------------------------------------------------
+// Activation table files
+
+/// Read an activation table file: 65,536 little-endian u16 (input bits -> output bits). The
+/// error is a sentence to follow the file's name.
+pub fn read_table(path: &Path) -> Result<Vec<u16>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot be read: {e}"))?;
+    if bytes.len() != 2 * 65536 {
+        return Err(format!(
+            "has {} bytes; a table is 65,536 little-endian u16 (131,072 bytes)",
+            bytes.len()
+        ));
+    }
+    Ok(bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_files_are_little_endian_and_sized() {
+        let dir = std::env::temp_dir().join(format!("nnpc-io-table-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Entry i = i + 1 (wrapping): bytes [1, 0] then [2, 0], ...
+        let good: Vec<u8> = (0..=u16::MAX)
+            .flat_map(|i| i.wrapping_add(1).to_le_bytes())
+            .collect();
+        std::fs::write(dir.join("good.bin"), &good).unwrap();
+        let t = read_table(&dir.join("good.bin")).unwrap();
+        assert_eq!((t.len(), t[0], t[0x3C00], t[0xFFFF]), (65536, 1, 0x3C01, 0));
+        std::fs::write(dir.join("short.bin"), [0u8; 10]).unwrap();
+        assert_eq!(
+            read_table(&dir.join("short.bin")).unwrap_err(),
+            "has 10 bytes; a table is 65,536 little-endian u16 (131,072 bytes)"
+        );
+        assert!(
+            read_table(&dir.join("none.bin"))
+                .unwrap_err()
+                .starts_with("cannot be read")
+        );
+    }
 
     #[test]
     fn npy_round_trip_and_header_alignment() {

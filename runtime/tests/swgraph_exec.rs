@@ -199,7 +199,7 @@ fn cross_tile_sum_is_exact_then_rounded_once() {
 }
 
 #[test]
-fn saturation_ties_nan_and_batch() {
+fn saturation_ties_overflow_and_batch() {
     // Batch item 0: x = [1, 1, 1, 1 | 0...]; W row 0 = [100, 100, 100, 100 | 0...]: BFP(8, 5)
     // of the W row: E = 6, lsb 2^0, q = 100 each; partial 400 exactly: y0 = 400.
     // W row 1 = [1, 0.00390625 (2^-8), 0, 0 | ...]: E = 0, lsb 2^-6: 2^-8 -> q = 0.25 -> 0;
@@ -306,6 +306,17 @@ fn json_round_trip_and_validation() {
     }
     assert!(SwGraph::from_json(&bad.to_json()).is_err());
     assert!(SwGraph::from_json("{\"version\": 1}").is_err());
+    // Outputs the graph's list cannot hold are refused, not dropped or truncated.
+    let mut few_rows = g.clone();
+    few_rows.outputs[0].rows = 0;
+    few_rows.outputs[0].shape = vec![0, few_rows.outputs[0].row_len];
+    assert!(SwGraph::from_json(&few_rows.to_json()).is_err());
+    let mut bad_shape = g.clone();
+    bad_shape.outputs[0].shape.push(3);
+    assert!(SwGraph::from_json(&bad_shape.to_json()).is_err());
+    let mut renamed = g.clone();
+    renamed.outputs[0].name = "other".into();
+    assert!(SwGraph::from_json(&renamed.to_json()).is_err());
 }
 
 #[test]
@@ -522,6 +533,7 @@ fn fast_path_equals_element_wise_exact_path() {
                 output: FloatFormat::FP16,
             };
             let want = matmul::matvec_exact(&spec, &xq, b, &tiles);
+            assert_eq!(got.len(), want.len(), "{lit} {acc:?}: output length");
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(
                     g.to_bits(),

@@ -150,17 +150,11 @@ fn measure(
     progress.phase("software graph and floor: timed runs");
     let floor = Floor::new(graph, batch).map_err(|e| fail(&e))?;
     floor.run().map_err(|e| fail(&e))?;
-    let (mut sw_times, mut floor_times) = (Vec::new(), Vec::new());
-    for _ in 0..reps {
-        let t = Instant::now();
-        session.run(&data).map_err(|e| fail(&e))?;
-        sw_times.push(t.elapsed().as_secs_f64());
-        let t = Instant::now();
-        floor.run().map_err(|e| fail(&e))?;
-        floor_times.push(t.elapsed().as_secs_f64());
-    }
-    let sw_s = baseline::median(&mut sw_times);
-    let floor_s = baseline::median(&mut floor_times);
+    let (sw_s, floor_s) = baseline::alternate(
+        reps,
+        || session.run(&data).map(drop).map_err(|e| fail(&e)),
+        || floor.run().map_err(|e| fail(&e)),
+    )?;
     let (floor_calls, floor_macs) = (floor.calls(), floor.macs());
     drop(floor);
     drop(session);

@@ -419,6 +419,30 @@ impl SwGraph {
                 )));
             }
         }
+        for o in &self.outputs {
+            if o.shape.iter().product::<usize>() != o.rows * o.row_len {
+                return Err(GraphError::Other(format!(
+                    "output `{}` has shape {:?} but {} rows of {} values",
+                    o.name, o.shape, o.rows, o.row_len
+                )));
+            }
+        }
+        for (id, name, row, src) in self.output_nodes() {
+            let info = self.outputs.iter().find(|o| o.name == name);
+            let fits = info.is_some_and(|o| {
+                row < o.rows
+                    && self.nodes[src.index()].ty
+                        == (Ty::Logical {
+                            shape: vec![o.row_len],
+                        })
+            });
+            if !fits {
+                return Err(GraphError::Other(format!(
+                    "{id} writes row {row} of output `{name}`, which the graph's outputs list \
+                     has no room for (or the row has the wrong length)"
+                )));
+            }
+        }
         for w in &self.writes {
             match self.nodes.get(w.value.index()) {
                 Some(n) if n.ty == (Ty::Vector { tiles: w.tiles }) => {}

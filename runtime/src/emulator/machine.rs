@@ -59,22 +59,14 @@ fn float_of(f: &Format, what: &str, p: &Program, span: Span) -> Result<FloatForm
     })
 }
 
+/// A target's table file, shared by every machine of the run.
 fn read_table(path: &std::path::Path) -> Result<Arc<[u16]>, EmuError> {
-    let err = |message: String| EmuError::Table {
-        path: path.to_path_buf(),
-        message,
-    };
-    let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-    if bytes.len() != 2 * 65536 {
-        return Err(err(format!(
-            "has {} bytes; a table is 65,536 little-endian u16 (131,072 bytes)",
-            bytes.len()
-        )));
-    }
-    Ok(bytes
-        .chunks_exact(2)
-        .map(|c| u16::from_le_bytes([c[0], c[1]]))
-        .collect())
+    crate::io::read_table(path)
+        .map(Arc::from)
+        .map_err(|message| EmuError::Table {
+            path: path.to_path_buf(),
+            message,
+        })
 }
 
 impl<'a> Shared<'a> {

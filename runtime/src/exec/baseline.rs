@@ -133,16 +133,14 @@ pub fn quantize_vs_elementwise(
     // Warm both, then alternate so both see the same machine load.
     quantize();
     elementwise()?;
-    let (mut qs, mut es) = (Vec::new(), Vec::new());
-    for _ in 0..reps.max(1) {
-        let s = Instant::now();
-        quantize();
-        qs.push(s.elapsed().as_secs_f64());
-        let s = Instant::now();
-        elementwise()?;
-        es.push(s.elapsed().as_secs_f64());
-    }
-    let (quantize_s, elementwise_s) = (median(&mut qs), median(&mut es));
+    let (quantize_s, elementwise_s) = alternate(
+        reps,
+        || {
+            quantize();
+            Ok(())
+        },
+        elementwise,
+    )?;
     Ok(KernelTimes {
         len,
         quantize_s,
@@ -150,19 +148,23 @@ pub fn quantize_vs_elementwise(
     })
 }
 
-/// Median seconds of `reps` (at least 1) calls of `f`, after one untimed call.
-pub fn median_time(
+/// Median seconds of `reps` (at least 1) timed calls of `a` and of `b`, alternating so both
+/// see the same machine load (the caller warms them first).
+pub fn alternate<E>(
     reps: usize,
-    mut f: impl FnMut() -> Result<(), ExecError>,
-) -> Result<f64, ExecError> {
-    f()?;
-    let mut times = Vec::with_capacity(reps.max(1));
+    mut a: impl FnMut() -> Result<(), E>,
+    mut b: impl FnMut() -> Result<(), E>,
+) -> Result<(f64, f64), E> {
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
     for _ in 0..reps.max(1) {
-        let t = Instant::now();
-        f()?;
-        times.push(t.elapsed().as_secs_f64());
+        let s = Instant::now();
+        a()?;
+        ta.push(s.elapsed().as_secs_f64());
+        let s = Instant::now();
+        b()?;
+        tb.push(s.elapsed().as_secs_f64());
     }
-    Ok(median(&mut times))
+    Ok((median(&mut ta), median(&mut tb)))
 }
 
 /// The median (mean of the middle two for an even count); 0 for no values.

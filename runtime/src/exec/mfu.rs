@@ -133,13 +133,8 @@ pub struct ActTable {
 /// A table file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
-    #[error("cannot read activation table `{path}`: {message}")]
-    Read { path: String, message: String },
-    #[error(
-        "activation table `{path}` has {len} bytes; a table is 65,536 little-endian u16 entries \
-         (131,072 bytes)"
-    )]
-    Size { path: String, len: usize },
+    #[error("activation table `{path}` {message}")]
+    File { path: String, message: String },
 }
 
 pub fn activation_kind(f: TableFn) -> Activation {
@@ -157,24 +152,12 @@ impl ActTable {
         let kind = activation_kind(f);
         let file = file.filter(|_| fmt.bits() == 16);
         let bits: Option<Vec<u16>> = match file {
-            Some(path) => {
-                let bytes = std::fs::read(path).map_err(|e| TableError::Read {
+            Some(path) => Some(crate::io::read_table(std::path::Path::new(path)).map_err(
+                |message| TableError::File {
                     path: path.to_string(),
-                    message: e.to_string(),
-                })?;
-                if bytes.len() != 2 * 65536 {
-                    return Err(TableError::Size {
-                        path: path.to_string(),
-                        len: bytes.len(),
-                    });
-                }
-                Some(
-                    bytes
-                        .chunks_exact(2)
-                        .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                        .collect(),
-                )
-            }
+                    message,
+                },
+            )?),
             None => activation::table_ref(kind, fmt).map(<[u16]>::to_vec),
         };
         let values = bits.map(|t| Arc::new(t.iter().map(|&b| fmt.decode(u64::from(b))).collect()));
@@ -198,6 +181,11 @@ impl ActTable {
 /// The 16-bit pattern of a value of a 16-bit format (exact: the value is representable).
 #[inline]
 fn bits16(fmt: &FloatFormat, x: f64) -> u16 {
+    if x.is_nan() {
+        // Every NaN indexes the table at the canonical quiet NaN, as the machine encodes it
+        // (x86 produces NaNs with the sign bit set: inf - inf, 0 * inf).
+        return fmt.encode(x) as u16;
+    }
     match (fmt.exp_bits, fmt.mant_bits) {
         (5, 10) => fp16_bits(x),
         // f64 -> f32 is exact for these values, so half's conversions cannot double-round.
@@ -206,13 +194,9 @@ fn bits16(fmt: &FloatFormat, x: f64) -> u16 {
     }
 }
 
-/// The fp16 bit pattern of an f64 holding an fp16 value, from its bits (NaN payloads as
-/// `half` gives them).
+/// The fp16 bit pattern of an f64 holding a non-NaN fp16 value, from its bits.
 #[inline]
 fn fp16_bits(x: f64) -> u16 {
-    if x.is_nan() {
-        return half::f16::from_f64(x).to_bits();
-    }
     let b = x.to_bits();
     let sign = ((b >> 48) as u16) & 0x8000;
     let a = x.abs();
@@ -331,8 +315,15 @@ mod tests {
             }
             assert_eq!(fp16_bits(v.to_f64()), bits, "pattern {bits:#06x}");
         }
-        let nan = half::f16::from_f64(f64::NAN).to_bits();
-        assert_eq!(fp16_bits(f64::NAN), nan);
+        // Any NaN, whatever its sign and payload, indexes the canonical quiet NaN 0x7E00
+        // (docs/emulator.md), as the emulator's `encode` does.
+        for nan in [f64::NAN, -f64::NAN, f64::from_bits(0xFFF8_0000_0000_1234)] {
+            assert_eq!(bits16(&FloatFormat::FP16, nan), 0x7E00);
+            assert_eq!(
+                bits16(&FloatFormat::BF16, nan),
+                FloatFormat::BF16.encode(nan) as u16
+            );
+        }
     }
 
     #[test]

@@ -147,7 +147,7 @@ struct Caches {
     arranged: HashMap<(ValueId, usize, DType), Tensor>,
     /// Weight stacks split into exact slices (rearranged), `None` when they cannot be.
     sliced: HashMap<ValueId, Option<Vec<Tensor>>>,
-    tables: HashMap<(UnOp, Option<String>, String), ActTable>,
+    tables: HashMap<(UnOp, Option<String>, FloatFormat), ActTable>,
 }
 
 /// A graph prepared for repeated runs: everything that depends only on the weights (padding,
@@ -565,7 +565,7 @@ impl Executor<'_> {
         f: &FloatFormat,
         file: Option<&str>,
     ) -> Result<ActTable, ExecError> {
-        let key = (op, file.map(str::to_string), format!("{f:?}"));
+        let key = (op, file.map(str::to_string), *f);
         if let Some(t) = self.caches.tables.get(&key) {
             return Ok(t.clone());
         }

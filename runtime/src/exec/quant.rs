@@ -6,8 +6,8 @@
 //! `nnp_numerics` (per run for [`Format::quantize`], per element for [`FloatFormat::round`]).
 //! The fast paths are tested bit-equal against the reference on adversarial data.
 
-use nnp_numerics::format::{BfpFormat, Block};
-use nnp_numerics::{FloatFormat, Format, Overflow, Rounding};
+use nnp_numerics::format::BfpFormat;
+use nnp_numerics::{FloatFormat, Format, Overflow, Rounding, floor_log2, pow2};
 use rayon::prelude::*;
 
 /// Rows of at least this many elements are processed in parallel.
@@ -103,11 +103,6 @@ impl FastRound {
     }
 }
 
-/// `2^e` for `-1022 <= e <= 1023`.
-fn pow2(e: i32) -> f64 {
-    f64::from_bits(((e + 1023) as u64) << 52)
-}
-
 /// Fake-quantize `x` in runs of `len` lanes along it, each run as [`Format::quantize`] sees it
 /// at native dimension `native`.
 pub fn quantize_runs(fmt: &Format, x: &[f64], len: usize, native: usize, out: &mut [f64]) {
@@ -162,10 +157,7 @@ impl FastBfp {
         }
         let max = b.max_mant() as f64;
         Some(FastBfp {
-            block: match b.block {
-                Block::Native => n,
-                Block::Size(s) => s.max(1),
-            },
+            block: b.block.len(n),
             lo,
             hi,
             mant,
@@ -247,19 +239,6 @@ impl Scale {
 fn round_even(y: f64) -> f64 {
     const MAGIC: f64 = 6755399441055744.0; // 1.5 * 2^52
     (y + MAGIC) - MAGIC
-}
-
-/// `floor(log2 |x|)` of a finite non-zero f64, from its bits.
-#[inline]
-fn floor_log2(x: f64) -> i32 {
-    let bits = x.to_bits() & !(1u64 << 63);
-    let field = (bits >> 52) as i32;
-    if field == 0 {
-        // Subnormal: the leading one of the fraction.
-        -1074 + 63 - bits.leading_zeros() as i32
-    } else {
-        field - 1023
-    }
 }
 
 #[cfg(test)]
