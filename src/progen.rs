@@ -1886,12 +1886,14 @@ pub fn run_differential(
         Ok(Err(e)) => return Outcome::EmulatorError(e.to_string()),
         Err(p) => return Outcome::EmulatorError(panic_text(p)),
     };
-    // The graph twice: with every write kept (traces), and as `nnpc run` runs it (outputs
-    // only, pruned), or through its JSON form.
+    // The graph twice: with every write kept (traces) on the float BLAS path of products, and
+    // as `nnpc run` runs it (outputs only, pruned; the integer kernel where the CPU has AVX2),
+    // or through its JSON form.
     let sw = catch_unwind(AssertUnwindSafe(|| -> Result<_, String> {
         let g = nnp_lowering::swgraph::lower(&program).map_err(|e| e.to_string())?;
         let keep = ExecOptions {
             keep_writes: true,
+            float_matmul: true,
             ..ExecOptions::default()
         };
         let traced = execute(&g, &data, &keep).map_err(|e| e.to_string())?;

@@ -9,7 +9,7 @@ use nnp_grammar::Accumulation;
 use nnp_lowering::swgraph::BinOp;
 use nnp_numerics::FloatFormat;
 use nnp_runtime::exec::matmul::{MatVec, sum_partials};
-use nnp_runtime::exec::mfu;
+use nnp_runtime::exec::{intdot, mfu};
 use std::hint::black_box;
 
 const N: usize = 128;
@@ -73,6 +73,24 @@ fn bench(c: &mut Criterion) {
         .collect();
     g.bench_function("sum_partials_f32", |b| {
         b.iter(|| black_box(sum_partials(&spec, N, 1, black_box(&parts), B)))
+    });
+    // The integer path, whole product (kernel, scaling, exact sums): BFP-8-like data.
+    let grid = |i: usize, len: usize| -> Vec<f64> {
+        (0..len)
+            .map(|j| ((j * 37 + i) % 255) as f64 - 127.0)
+            .map(|q| q * 2f64.powi((i % 7) as i32 - 10))
+            .collect()
+    };
+    let wi = intdot::IntWeights::new(&grid(1, k * k), TILES, TILES, N).expect("w fits");
+    let xv = grid(2, B * k);
+    g.bench_function("int_vector", |b| {
+        b.iter(|| black_box(intdot::IntVector::new(black_box(&xv), B, TILES, N)))
+    });
+    g.bench_function("int_matvec", |b| {
+        b.iter(|| {
+            let xi = intdot::IntVector::new(black_box(&xv), B, TILES, N).expect("x fits");
+            black_box(intdot::matvec(&spec, &wi, &xi, true))
+        })
     });
     g.finish();
     let mut g = c.benchmark_group("lstm1024_mfu_b64");

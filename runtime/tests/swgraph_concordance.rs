@@ -106,6 +106,14 @@ fn every_sample_on_every_declared_target_matches_the_emulator() {
             t1.elapsed().as_secs_f64()
         );
         assert_same(&case, &hw.outputs, &sw.outputs);
+        // The float BLAS path, which the integer kernel replaces where the CPU has AVX2.
+        let float = ExecOptions {
+            float_matmul: true,
+            ..ExecOptions::default()
+        };
+        let sw = exec::run_program(&program, &data, &float)
+            .unwrap_or_else(|e| panic!("{case}: software graph (float path): {e}"));
+        assert_same(&format!("{case} (float path)"), &hw.outputs, &sw.outputs);
     }
 }
 

@@ -7,7 +7,7 @@ use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_numerics::Format;
 use nnp_runtime::emulator::{self, EmuOptions};
 use nnp_runtime::exec::baseline::{self, Floor};
-use nnp_runtime::exec::{ExecOptions, Session};
+use nnp_runtime::exec::{ExecOptions, Session, intdot};
 use nnp_runtime::host::{HostData, Outputs};
 use serde_json::{Value, json};
 use std::io::IsTerminal;
@@ -59,6 +59,10 @@ pub struct Args {
     /// Do not run the emulator (no speed-up ratio, no concordance check).
     #[arg(long)]
     pub skip_emulator: bool,
+    /// Measure the graph with the float BLAS path for every product (as before the integer
+    /// kernel; see `nnpc run --float-matmul`).
+    #[arg(long)]
+    pub float_matmul: bool,
     /// Elements of the quantize-kernel tensor.
     #[arg(long, value_name = "LEN", default_value_t = 4 << 20, hide = true)]
     pub kernel_len: usize,
@@ -140,7 +144,11 @@ fn measure(
     //    then warm runs of the same session.
     progress.phase("software graph: first run");
     let data = HostData::random(program, batch, args.seed);
-    let mut session = Session::new(graph, &ExecOptions::default()).map_err(|e| fail(&e))?;
+    let opts = ExecOptions {
+        float_matmul: args.float_matmul,
+        ..ExecOptions::default()
+    };
+    let mut session = Session::new(graph, &opts).map_err(|e| fail(&e))?;
     let t = Instant::now();
     let sw = session.run(&data).map_err(|e| fail(&e))?;
     let cold_s = t.elapsed().as_secs_f64();
@@ -230,6 +238,11 @@ fn measure(
         "machine": machine(),
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "software_graph": {
+            "products": if args.float_matmul || !intdot::simd() {
+                "float BLAS (exact f32/f64 chunks)"
+            } else {
+                "integer kernel (AVX2 vpmaddwd)"
+            },
             "nodes": graph.nodes.len(),
             "vectors": vectors,
             "first_run_seconds": cold_s,
@@ -326,6 +339,7 @@ fn print_table(r: &Value) {
         r["machine"]["cpu"].as_str().unwrap_or("?"),
         r["machine"]["threads"]
     );
+    println!("products: {}", sw["products"].as_str().unwrap_or("?"));
     println!();
     println!("{:<44} {:>12} {:>16}", "measurement", "seconds", "rate");
     let row = |name: &str, secs: f64, rate: String| {
@@ -421,6 +435,7 @@ mod tests {
             reps: 1,
             emu_batch: None,
             skip_emulator: false,
+            float_matmul: false,
             kernel_len: 1 << 14,
             json: true,
         };

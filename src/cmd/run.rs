@@ -40,6 +40,10 @@ pub struct Args {
     /// Where the graph runs (`cuda` needs a build with `--features cuda`).
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
+    /// Compute every product with the float BLAS path, even where the integer kernel applies
+    /// (CPUs with AVX2). The same bits, more slowly: for comparisons.
+    #[arg(long)]
+    pub float_matmul: bool,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -120,6 +124,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             DeviceArg::Cuda => DeviceKind::Cuda,
         },
         keep_writes: args.trace.is_some(),
+        float_matmul: args.float_matmul,
     };
     let start = Instant::now();
     let result = exec::execute(&graph, &data, &opts).map_err(|e| miette::miette!("{e}"))?;

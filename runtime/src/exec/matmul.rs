@@ -201,7 +201,7 @@ pub struct MatVec {
 /// Rounds a row's terms per the accumulation mode: `exact` sums everything once; the `-seq`
 /// modes round each tile partial (exact) to f32/fp16 and add partials in tile order in that
 /// format, then round to `mvm.output`.
-struct RowAcc {
+pub(crate) struct RowAcc {
     seq: Option<FloatFormat>,
     output: FloatFormat,
     sum: ExactSum,
@@ -209,7 +209,7 @@ struct RowAcc {
 }
 
 impl RowAcc {
-    fn new(spec: &MatVec) -> Self {
+    pub(crate) fn new(spec: &MatVec) -> Self {
         RowAcc {
             seq: match spec.accumulation {
                 Accumulation::Exact => None,
@@ -222,7 +222,7 @@ impl RowAcc {
         }
     }
     #[inline]
-    fn add(&mut self, x: f64) {
+    pub(crate) fn add(&mut self, x: f64) {
         self.sum.add(x);
     }
     #[inline]
@@ -230,7 +230,7 @@ impl RowAcc {
         self.sum.add_product(a, b);
     }
     /// End of one tile's terms.
-    fn end_tile(&mut self) {
+    pub(crate) fn end_tile(&mut self) {
         if let Some(f) = self.seq {
             let p = self.sum.round_to(&f);
             self.sum.clear();
@@ -241,7 +241,7 @@ impl RowAcc {
             });
         }
     }
-    fn finish(&mut self) -> f64 {
+    pub(crate) fn finish(&mut self) -> f64 {
         let v = match self.seq {
             None => self.sum.round_to(&self.output),
             Some(_) => self.output.round(self.acc.unwrap_or(0.0)),
@@ -291,15 +291,8 @@ pub fn sum_partials<T: Copy + Into<f64> + Send + Sync>(
 /// Elements per parallel block of [`sum_exact`] (its running sums and errors stay in L1).
 const SUM_BLOCK: usize = 1024;
 
-/// `exact` accumulation of `partials` (`[terms, rows * n, b]`) into `[b, rows * n]`.
-///
-/// Fast path: a plain f64 running sum per element, with Knuth's two-sum error of every
-/// addition summed in absolute value alongside. When every error is zero the running sum *is*
-/// the exact sum (the common case: the partials of one row rarely span more than 53 bits), and
-/// one rounding finishes it, as [`ExactSum::round_to`] does for a one-component expansion. An
-/// element with any non-zero (or NaN) error is summed again with [`ExactSum`]. The loops run
-/// over contiguous elements term by term, so they vectorise; a blocked transpose puts the
-/// results in batch-major order.
+/// `exact` accumulation of `partials` (`[terms, rows * n, b]`) into `[b, rows * n]`
+/// ([`ExactSums`] in blocks, then a blocked transpose puts the results in batch-major order).
 fn sum_exact<T: Copy + Into<f64> + Send + Sync>(
     spec: &MatVec,
     partials: &[T],
@@ -308,51 +301,111 @@ fn sum_exact<T: Copy + Into<f64> + Send + Sync>(
     let rn = spec.rows * spec.n;
     let m = rn * b;
     let terms = partials.len() / m.max(1);
-    let out_fmt = spec.output;
-    let fast = super::quant::FastRound::new(&out_fmt);
+    let sums_of = ExactSums::new(&spec.output);
     // Rounded sums in the partials' order, [rows * n, b].
     let mut sums = vec![0.0f64; m];
-    let block = |(blk, acc): (usize, &mut [f64])| {
-        let base = blk * SUM_BLOCK;
-        let mut err = [0.0f64; SUM_BLOCK];
-        let err = &mut err[..acc.len()];
-        for t in 0..terms {
-            let ps = &partials[t * m + base..][..acc.len()];
-            for ((s, e), p) in acc.iter_mut().zip(err.iter_mut()).zip(ps) {
-                let (a, p): (f64, f64) = (*s, (*p).into());
-                let sum = a + p;
-                let bb = sum - a;
-                *e += ((a - (sum - bb)) + (p - bb)).abs();
-                *s = sum;
-            }
-        }
-        // Round every running sum (branch-free, vectorises; an exact zero is +0, as the
-        // integer accumulator has no signed zero), then redo the rare inexact ones.
-        match &fast {
-            Some(f) => acc
-                .iter_mut()
-                .for_each(|s| *s = if *s == 0.0 { 0.0 } else { f.round(*s) }),
-            None => acc
-                .iter_mut()
-                .for_each(|s| *s = if *s == 0.0 { 0.0 } else { out_fmt.round(*s) }),
-        }
-        let mut slow = ExactSum::new();
-        for (i, (s, e)) in acc.iter_mut().zip(err.iter()).enumerate() {
-            if *e != 0.0 {
-                slow.clear();
-                for t in 0..terms {
-                    slow.add(partials[t * m + base + i].into());
-                }
-                *s = slow.round_to(&out_fmt);
-            }
-        }
-    };
+    let block =
+        |(blk, acc): (usize, &mut [f64])| sums_of.run(&partials[blk * SUM_BLOCK..], m, terms, acc);
     if m >= 4 * SUM_BLOCK {
         sums.par_chunks_mut(SUM_BLOCK).enumerate().for_each(block);
     } else {
         sums.chunks_mut(SUM_BLOCK).enumerate().for_each(block);
     }
     transpose(&sums, rn, b)
+}
+
+/// `exact` accumulation of up to [`SUM_BLOCK`] elements at a time, rounded to one format.
+///
+/// Fast path: a plain f64 running sum per element, with Knuth's two-sum error of every
+/// addition summed in absolute value alongside. When every error is zero the running sum *is*
+/// the exact sum (the common case: the partials of one row rarely span more than 53 bits), and
+/// one rounding finishes it, as [`ExactSum::round_to`] does for a one-component expansion. An
+/// element with any non-zero (or NaN) error is summed again with [`ExactSum`]. The loops run
+/// over contiguous elements term by term, so they vectorise.
+pub(crate) struct ExactSums {
+    out_fmt: FloatFormat,
+    fast: Option<super::quant::FastRound>,
+}
+
+impl ExactSums {
+    pub(crate) fn new(out_fmt: &FloatFormat) -> Self {
+        ExactSums {
+            out_fmt: *out_fmt,
+            fast: super::quant::FastRound::new(out_fmt),
+        }
+    }
+
+    /// `out[i]` = the rounded exact sum of `partials[t * stride + i]` over `t < terms`.
+    pub(crate) fn run<T: Copy + Into<f64>>(
+        &self,
+        partials: &[T],
+        stride: usize,
+        terms: usize,
+        out: &mut [f64],
+    ) {
+        let mut err = [0.0f64; SUM_BLOCK];
+        let err = &mut err[..out.len()];
+        out.fill(0.0);
+        for t in 0..terms {
+            Self::add(out, err, &partials[t * stride..][..out.len()]);
+        }
+        self.finish(out, err, |i, slow| {
+            for t in 0..terms {
+                slow.add(partials[t * stride + i].into());
+            }
+        });
+    }
+
+    /// Add one term to every running sum (`s[i] += terms[i]`), and the two-sum error of that
+    /// addition to `err[i]` in absolute value.
+    #[inline]
+    pub(crate) fn add<T: Copy + Into<f64>>(s: &mut [f64], err: &mut [f64], terms: &[T]) {
+        for ((s, e), p) in s.iter_mut().zip(err.iter_mut()).zip(terms) {
+            let (a, p): (f64, f64) = (*s, (*p).into());
+            let sum = a + p;
+            let bb = sum - a;
+            *e += ((a - (sum - bb)) + (p - bb)).abs();
+            *s = sum;
+        }
+    }
+
+    /// Round exact sums in place (branch-free, vectorises; an exact zero is +0, as the integer
+    /// accumulator has no signed zero).
+    pub(crate) fn round(&self, s: &mut [f64]) {
+        match &self.fast {
+            Some(f) => s
+                .iter_mut()
+                .for_each(|s| *s = if *s == 0.0 { 0.0 } else { f.round(*s) }),
+            None => s.iter_mut().for_each(|s| {
+                *s = if *s == 0.0 {
+                    0.0
+                } else {
+                    self.out_fmt.round(*s)
+                }
+            }),
+        }
+    }
+
+    /// Round every running sum in place; an element whose error is non-zero is summed again:
+    /// `terms(i, slow)` adds its terms to the empty `slow`.
+    pub(crate) fn finish(
+        &self,
+        s: &mut [f64],
+        err: &[f64],
+        mut terms: impl FnMut(usize, &mut ExactSum),
+    ) {
+        // Round every running sum, then redo the rare inexact ones.
+        self.round(s);
+        let out_fmt = &self.out_fmt;
+        let mut slow = ExactSum::new();
+        for (i, (s, e)) in s.iter_mut().zip(err).enumerate() {
+            if *e != 0.0 {
+                slow.clear();
+                terms(i, &mut slow);
+                *s = slow.round_to(out_fmt);
+            }
+        }
+    }
 }
 
 /// `[rows, cols]` row-major to `[cols, rows]`, in cache-sized tiles.

@@ -2,7 +2,7 @@
 //! (NUMERICS.md section 1, semantics.md "Numerics in the pipeline").
 
 use super::exact::{ExactSum, two_prod, two_sum};
-use super::quant::FastRound;
+use super::quant::{FastRound, vectorized};
 use nnp_lowering::swgraph::{BinOp, TableFn};
 use nnp_numerics::{Activation, FloatFormat, activation};
 use rayon::prelude::*;
@@ -42,20 +42,22 @@ fn narrow(fmt: &FloatFormat) -> bool {
 
 /// `fmt(op(fmt(a), fmt(b)))` element-wise; `a` and `b` have equal lengths.
 pub fn binary(op: BinOp, fmt: &FloatFormat, a: &[f64], b: &[f64], out: &mut [f64]) {
-    let run = |(a, b, o): (&[f64], &[f64], &mut [f64])| match (FastRound::new(fmt), op) {
-        // The common case, one tight loop per op (they vectorise): a narrow format with the
-        // fast rounder.
-        (Some(r), BinOp::Add | BinOp::Sub | BinOp::Mul) if narrow(fmt) => match op {
-            BinOp::Add => zip_round(&r, a, b, o, |x, y| x + y),
-            BinOp::Sub => zip_round(&r, a, b, o, |x, y| x - y),
-            _ => zip_round(&r, a, b, o, |x, y| x * y),
-        },
-        _ => {
-            let r = Rounder::new(fmt);
-            for ((x, y), z) in a.iter().zip(b).zip(o.iter_mut()) {
-                *z = binary1(op, fmt, &r, *x, *y);
+    let run = |(a, b, o): (&[f64], &[f64], &mut [f64])| {
+        vectorized(|| match (FastRound::new(fmt), op) {
+            // The common case, one tight loop per op (they vectorise): a narrow format with
+            // the fast rounder.
+            (Some(r), BinOp::Add | BinOp::Sub | BinOp::Mul) if narrow(fmt) => match op {
+                BinOp::Add => zip_round(&r, a, b, o, |x, y| x + y),
+                BinOp::Sub => zip_round(&r, a, b, o, |x, y| x - y),
+                _ => zip_round(&r, a, b, o, |x, y| x * y),
+            },
+            _ => {
+                let r = Rounder::new(fmt);
+                for ((x, y), z) in a.iter().zip(b).zip(o.iter_mut()) {
+                    *z = binary1(op, fmt, &r, *x, *y);
+                }
             }
-        }
+        })
     };
     if a.len() >= PAR_MIN {
         a.par_chunks(4096)
@@ -194,22 +196,25 @@ fn bits16(fmt: &FloatFormat, x: f64) -> u16 {
     }
 }
 
-/// The fp16 bit pattern of an f64 holding a non-NaN fp16 value, from its bits.
+/// The fp16 bit pattern of an f64 holding a non-NaN fp16 value, from its bits. Branch-free
+/// (both forms computed, then selected), so table lookups over slices vectorise.
 #[inline]
 fn fp16_bits(x: f64) -> u16 {
     let b = x.to_bits();
     let sign = ((b >> 48) as u16) & 0x8000;
     let a = x.abs();
-    if a.is_infinite() {
-        sign | 0x7C00
-    } else if a >= 2f64.powi(-14) {
-        // Normal: rebias the exponent, keep the top 10 fraction bits (the rest are zero).
-        let e = (((b >> 52) & 0x7FF) as i32 - 1023 + 15) as u16;
-        sign | (e << 10) | ((b >> 42) & 0x3FF) as u16
+    // Normal: rebias the exponent, keep the top 10 fraction bits (the rest are zero); an
+    // infinity's rebiased exponent is 0x7F0 and takes the same form after the clamp below.
+    let e = (((b >> 52) & 0x7FF) as i64 - 1023 + 15).clamp(0, 31) as u16;
+    let frac = if a.is_infinite() {
+        0
     } else {
-        // Subnormal (or zero): an exact multiple of 2^-24.
-        sign | (a * 2f64.powi(24)) as u16
-    }
+        ((b >> 42) & 0x3FF) as u16
+    };
+    let normal = (e << 10) | frac;
+    // Subnormal (or zero): an exact multiple of 2^-24 (the product is < 2^10 here).
+    let sub = (a.min(1.0) * 2f64.powi(24)) as u16;
+    sign | if a >= 2f64.powi(-14) { normal } else { sub }
 }
 
 /// `v_relu`: `x > 0 ? x : +0`, NaN stays NaN (on the rounded input).
@@ -269,9 +274,11 @@ fn map(x: &[f64], out: &mut [f64], f: impl Fn(f64) -> f64 + Sync) {
     if x.len() >= PAR_MIN {
         x.par_chunks(4096)
             .zip(out.par_chunks_mut(4096))
-            .for_each(|(xs, os)| xs.iter().zip(os.iter_mut()).for_each(|(v, o)| *o = f(*v)));
+            .for_each(|(xs, os)| {
+                vectorized(|| xs.iter().zip(os.iter_mut()).for_each(|(v, o)| *o = f(*v)))
+            });
     } else {
-        x.iter().zip(out.iter_mut()).for_each(|(v, o)| *o = f(*v));
+        vectorized(|| x.iter().zip(out.iter_mut()).for_each(|(v, o)| *o = f(*v)));
     }
 }
 

@@ -13,6 +13,7 @@
 
 pub mod baseline;
 pub mod exact;
+pub mod intdot;
 pub mod matmul;
 pub mod mfu;
 pub mod quant;
@@ -43,6 +44,9 @@ pub struct ExecOptions {
     pub device: DeviceKind,
     /// Keep the value of every `v_wr` (the graph's write records) for traces.
     pub keep_writes: bool,
+    /// Take the float BLAS path for every product even where the integer kernel ([`intdot`])
+    /// applies (for comparisons and tests: the results are the same bits).
+    pub float_matmul: bool,
 }
 
 /// The value a `v_wr` wrote, on the host: `[batch, lanes]` storage values.
@@ -147,6 +151,8 @@ struct Caches {
     arranged: HashMap<(ValueId, usize, DType), Tensor>,
     /// Weight stacks split into exact slices (rearranged), `None` when they cannot be.
     sliced: HashMap<ValueId, Option<Vec<Tensor>>>,
+    /// Weight stacks as integer mantissas, `None` when they do not fit.
+    int: HashMap<ValueId, Option<Arc<intdot::IntWeights>>>,
     tables: HashMap<(UnOp, Option<String>, FloatFormat), ActTable>,
 }
 
@@ -220,6 +226,8 @@ impl<'g> Session<'g> {
             constant: &self.constant,
             caches: &mut self.caches,
             arranged_x: HashMap::new(),
+            int_x: HashMap::new(),
+            int: !self.opts.float_matmul && self.dev.is_cpu() && intdot::simd(),
         };
         // Last reader of every value, so tensors are freed as soon as possible.
         let mut last_use = vec![0usize; graph.nodes.len()];
@@ -376,6 +384,10 @@ struct Executor<'a> {
     caches: &'a mut Caches,
     /// Vectors rearranged for the chunked matmul in this run, by (value, chunk).
     arranged_x: HashMap<(ValueId, usize), Tensor>,
+    /// Vectors as integer mantissas in this run (`None`: they do not fit).
+    int_x: HashMap<ValueId, Option<Arc<intdot::IntVector>>>,
+    /// Whether products may take the integer kernel.
+    int: bool,
 }
 
 impl Executor<'_> {
@@ -613,6 +625,11 @@ impl Executor<'_> {
         };
         // Weight-side work is cached for the session when the stack is a constant.
         let cacheable = self.constant.get(w.index()).copied().unwrap_or(false);
+        if self.int && intdot::supports(n) {
+            if let Some(y) = self.matvec_int(spec, x, w, b, cacheable)? {
+                return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
+            }
+        }
         if let Some(k) = chunk {
             let wa = match self.caches.arranged.get(&(w, k, dtype)) {
                 Some(t) if cacheable => t.clone(),
@@ -687,6 +704,45 @@ impl Executor<'_> {
             )
         }))?;
         Ok(y.to_device(&self.dev)?)
+    }
+}
+
+impl Executor<'_> {
+    /// The integer path of [`Executor::matvec`] ([`intdot`]), when the weights and this run's
+    /// vector fit it.
+    fn matvec_int(
+        &mut self,
+        spec: &MatVec,
+        x: ValueId,
+        w: ValueId,
+        b: usize,
+        cacheable: bool,
+    ) -> Result<Option<Vec<f64>>, Failure> {
+        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
+        let wi = match self.caches.int.get(&w) {
+            Some(wi) if cacheable => wi.clone(),
+            _ => {
+                let wi = intdot::IntWeights::new(&host_vec(self.value(w)?)?, rows, cols, n)
+                    .map(Arc::new);
+                if cacheable {
+                    self.caches.int.insert(w, wi.clone());
+                }
+                wi
+            }
+        };
+        let Some(wi) = wi else { return Ok(None) };
+        let xi = match self.int_x.get(&x) {
+            Some(xi) => xi.clone(),
+            None => {
+                let xi =
+                    intdot::IntVector::new(&host_vec(self.value(x)?)?, b, cols, n).map(Arc::new);
+                self.int_x.insert(x, xi.clone());
+                xi
+            }
+        };
+        Ok(xi
+            .filter(|xi| intdot::fits(&wi, xi))
+            .map(|xi| intdot::matvec(spec, &wi, &xi, true)))
     }
 }
 

@@ -13,18 +13,38 @@ use rayon::prelude::*;
 /// Rows of at least this many elements are processed in parallel.
 const PAR_MIN: usize = 1 << 14;
 
+/// Runs `f` compiled for AVX2 where the CPU has it, so that the element loops it inlines
+/// (rounding, quantizing, MFU ops: branch-free bit tricks on f64) vectorise 4 lanes wide
+/// instead of SSE2's 2; elsewhere `f` runs as built. Bits are unchanged: Rust never contracts
+/// `a * b + c` into an FMA, and every instruction computes the same IEEE result at any width.
+#[inline(always)]
+pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { avx2(f) };
+    }
+    f()
+}
+
 /// Round every element of `x` to `fmt` (as [`FloatFormat::round`]).
 pub fn round_slice(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
     let fast = FastRound::new(fmt);
-    let run = |(xs, os): (&[f64], &mut [f64])| match &fast {
-        Some(f) => xs
-            .iter()
-            .zip(os.iter_mut())
-            .for_each(|(v, o)| *o = f.round(*v)),
-        None => xs
-            .iter()
-            .zip(os.iter_mut())
-            .for_each(|(v, o)| *o = fmt.round(*v)),
+    let run = |(xs, os): (&[f64], &mut [f64])| {
+        vectorized(|| match &fast {
+            Some(f) => xs
+                .iter()
+                .zip(os.iter_mut())
+                .for_each(|(v, o)| *o = f.round(*v)),
+            None => xs
+                .iter()
+                .zip(os.iter_mut())
+                .for_each(|(v, o)| *o = fmt.round(*v)),
+        })
     };
     if x.len() >= PAR_MIN {
         x.par_chunks(4096)
@@ -112,12 +132,14 @@ pub fn quantize_runs(fmt: &Format, x: &[f64], len: usize, native: usize, out: &m
         _ => None,
     };
     let run = |(xs, os): (&[f64], &mut [f64])| {
-        for (xr, or) in xs.chunks(len).zip(os.chunks_mut(len)) {
-            match &fast {
-                Some(f) => f.run(xr, or),
-                None => fmt.quantize(xr, native, or),
+        vectorized(|| {
+            for (xr, or) in xs.chunks(len).zip(os.chunks_mut(len)) {
+                match &fast {
+                    Some(f) => f.run(xr, or),
+                    None => fmt.quantize(xr, native, or),
+                }
             }
-        }
+        })
     };
     if x.len() >= PAR_MIN && x.len().is_multiple_of(len) {
         let chunk = len * (4096 / len).max(1);
@@ -167,13 +189,14 @@ impl FastBfp {
         })
     }
 
+    #[inline(always)]
     fn run(&self, x: &[f64], out: &mut [f64]) {
         for (xb, ob) in x.chunks(self.block).zip(out.chunks_mut(self.block)) {
             self.block(xb, ob);
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn block(&self, x: &[f64], out: &mut [f64]) {
         // The largest magnitude gives the shared exponent (floor(log2) is monotone in |x|).
         // For non-negative f64 the bit patterns order as the values, and every non-finite

@@ -1,0 +1,833 @@
+//! Exact tile products on integer mantissas with SIMD integer multiply-adds (AVX2 `vpmaddwd`).
+//!
+//! **Why this is exact.** A run of N values (one vector tile, or one row of a matrix tile)
+//! that are all `q * 2^u` with one unit `u` and integers `|q| <= qmax` is held as those
+//! integers and `u`. [`to_ints`] finds `u` from the data and *checks* every value, so the path
+//! needs no proof from the format: BFP with mantissas of up to 12 bits (at N = 128) fits,
+//! anything else that happens to fit does too, and data that does not fit takes the float
+//! path. `qmax` ([`qmax`]) is chosen so that N products of two such integers sum in `i32`
+//! without overflow whatever their signs, so the dot product of two runs is `P * 2^(u_w +
+//! u_x)` with `P` an exact `i32`, and exact as an f64 once scaled by a power of two that
+//! [`fits`] checks to be normal with room for the sums. The partials of one output row are
+//! then summed exactly and rounded once (running two-sums, [`ExactSums`]; a row whose sums
+//! were inexact is summed again exactly from recomputed partials), or per the `-seq`
+//! accumulation modes ([`RowAcc`]), exactly as the float path sums its partials.
+//!
+//! The integers are `i16`; `vpmaddwd` multiplies 16 pairs and adds adjacent products into 8
+//! `i32` lanes (twice the multiply-adds per instruction of an f32 FMA, half the bytes). The
+//! scalar kernel computes the same integers from the same layout: it is the reference the SIMD
+//! kernel is tested against. The session takes this path only where the CPU has AVX2
+//! ([`simd`]); elsewhere the f32/f64 BLAS path runs.
+
+use super::matmul::{ExactSums, MatVec, RowAcc};
+use super::quant::vectorized;
+use nnp_grammar::Accumulation;
+use nnp_numerics::{floor_log2, pow2};
+use rayon::prelude::*;
+
+/// Rows of one register block of the SIMD kernel (2 x 8 `i32` lanes); N must be a multiple.
+pub const ROW_BLOCK: usize = 16;
+
+/// Batch items per task: the running sums of one task (`2 * ITEMS * N` f64) stay in L2, and
+/// every weight tile is read once per this many items.
+const ITEMS: usize = 64;
+
+/// Whether the session should take this path: the CPU has AVX2.
+pub fn simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether the kernel handles native dimension `n` at all.
+pub fn supports(n: usize) -> bool {
+    n > 0 && n.is_multiple_of(ROW_BLOCK)
+}
+
+/// The largest mantissa magnitude at native dimension `n`: `n * qmax^2 <= i32::MAX`, so every
+/// partial sum of a tile's products fits `i32`, and `qmax` fits `i16`. 4095 at N = 128.
+pub fn qmax(n: usize) -> i32 {
+    let cap = i32::MAX as u64 / n.max(1) as u64;
+    let mut q = (cap as f64).sqrt() as u64;
+    while q * q > cap {
+        q -= 1;
+    }
+    while (q + 1) * (q + 1) <= cap {
+        q += 1;
+    }
+    q.min(i16::MAX as u64) as i32
+}
+
+/// The unit of an all-zero run: far below any real unit, so spans skip it and [`scale`] clamps
+/// it (its partials are zero).
+const ZERO_RUN: i32 = -(1 << 29);
+
+/// The integers and unit of one run: `v[i] = q[i] * 2^u` with every `|q| <= qmax`, or `None`
+/// when the run has no such form (non-finite values, more significant bits across the run than
+/// `qmax` holds, units outside f64's normal scaling range). An all-zero run has the unit
+/// [`ZERO_RUN`].
+///
+/// The unit is the coarsest that holds every value: first `2^(top + 1 - bits)` for the largest
+/// magnitude `m < 2^(top + 1)`, with `2^bits - 1 <= qmax` (so every `|q| < 2^bits`; a value
+/// that is not a whole number of such units refuses the run), then coarser by the trailing zero
+/// bits all the integers share (BFP 8 mantissas come out as they are, `|q| <= 127`).
+pub fn to_ints(v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32> {
+    let m = v.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+    if v.iter().any(|x| x.is_nan()) || !m.is_finite() {
+        return None;
+    }
+    if m == 0.0 {
+        // All zeros (-0.0 included: a product with it is an exact zero).
+        q.fill(0);
+        return Some(ZERO_RUN);
+    }
+    let bits = 31 - ((qmax + 1) as u32).leading_zeros() as i32;
+    let u = floor_log2(m) + 1 - bits;
+    if !(-1022..=1000).contains(&u) {
+        return None;
+    }
+    let down = pow2(-u);
+    let (mut ok, mut all) = (true, 0i32);
+    for (x, o) in v.iter().zip(q.iter_mut()) {
+        // |s| < 2^bits: the conversion is exact exactly when s is an integer.
+        let s = x * down;
+        let i = s as i32;
+        ok &= f64::from(i) == s;
+        all |= i;
+        *o = i as i16;
+    }
+    if !ok {
+        return None;
+    }
+    let tz = all.trailing_zeros();
+    if tz > 0 {
+        q.iter_mut().for_each(|x| *x >>= tz);
+    }
+    Some(u + tz as i32)
+}
+
+/// Bits of the largest magnitude of `q`.
+fn mag_bits(q: &[i16]) -> u32 {
+    let m = q.iter().map(|x| x.unsigned_abs()).max().unwrap_or(0);
+    u16::BITS - m.leading_zeros()
+}
+
+/// `ceil(log2 k)` for `k >= 1`.
+fn ceil_log2(k: usize) -> u32 {
+    usize::BITS - k.max(1).saturating_sub(1).leading_zeros()
+}
+
+/// The smallest and largest unit of a set of runs, all-zero runs left out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    lo: i32,
+    hi: i32,
+}
+
+impl Span {
+    const EMPTY: Span = Span {
+        lo: i32::MAX,
+        hi: i32::MIN,
+    };
+
+    fn of(units: impl IntoIterator<Item = i32>) -> Span {
+        units.into_iter().fold(Span::EMPTY, |s, u| {
+            if u == ZERO_RUN {
+                s
+            } else {
+                Span {
+                    lo: s.lo.min(u),
+                    hi: s.hi.max(u),
+                }
+            }
+        })
+    }
+
+    fn merge(self, o: Span) -> Span {
+        Span {
+            lo: self.lo.min(o.lo),
+            hi: self.hi.max(o.hi),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lo > self.hi
+    }
+
+    /// Binades between the smallest and largest unit (0 when empty).
+    fn width(&self) -> u32 {
+        if self.is_empty() {
+            0
+        } else {
+            (self.hi - self.lo) as u32
+        }
+    }
+}
+
+/// The offset of lane `l` of row `r` in a packed `n x n` tile: row blocks of [`ROW_BLOCK`]
+/// rows, inside one `[n / 2][ROW_BLOCK][2]`, so one 32-byte load is 2 consecutive lanes of 8
+/// rows and a row block's `n / 2` loads are contiguous.
+#[inline]
+fn packed_at(n: usize, r: usize, l: usize) -> usize {
+    (((r / ROW_BLOCK) * (n / 2) + l / 2) * ROW_BLOCK + r % ROW_BLOCK) * 2 + l % 2
+}
+
+/// A weight stack `[rows * cols, n, n]` as integers, packed for the kernel.
+pub struct IntWeights {
+    rows: usize,
+    cols: usize,
+    n: usize,
+    /// Tile `(i, j)` at `(i * cols + j) * n * n`, laid out by [`packed_at`].
+    packed: Vec<i16>,
+    /// `2^unit` of row `r` of tile `(i, j)` at `(i * cols + j) * n + r` (0 for a zero row).
+    scale: Vec<f64>,
+    /// Units of every row tile `i` (all its column tiles).
+    row_span: Vec<Span>,
+    /// Bits of the largest integer.
+    bits: u32,
+}
+
+impl IntWeights {
+    /// `w` is the stack `[rows * cols, n, n]` row-major; `None` when a row does not fit.
+    pub fn new(w: &[f64], rows: usize, cols: usize, n: usize) -> Option<IntWeights> {
+        if !supports(n) || w.len() != rows * cols * n * n {
+            return None;
+        }
+        let qm = qmax(n);
+        let mut packed = vec![0i16; w.len()];
+        let mut unit = vec![0i32; rows * cols * n];
+        let bits: Vec<Option<u32>> = packed
+            .par_chunks_mut(n * n)
+            .zip(unit.par_chunks_mut(n))
+            .zip(w.par_chunks(n * n))
+            .map(|((tile, units), src)| {
+                let mut q = vec![0i16; n];
+                let mut bits = 0;
+                for (r, (run, u)) in src.chunks(n).zip(units.iter_mut()).enumerate() {
+                    *u = vectorized(|| to_ints(run, &mut q, qm))?;
+                    bits = bits.max(mag_bits(&q));
+                    for (l, &x) in q.iter().enumerate() {
+                        tile[packed_at(n, r, l)] = x;
+                    }
+                }
+                Some(bits)
+            })
+            .collect();
+        let bits = bits.into_iter().try_fold(0, |a, b| b.map(|b| a.max(b)))?;
+        let row_span = unit
+            .chunks(cols * n)
+            .map(|u| Span::of(u.iter().copied()))
+            .collect();
+        Some(IntWeights {
+            rows,
+            cols,
+            n,
+            packed,
+            scale: scales(&unit),
+            row_span,
+            bits,
+        })
+    }
+
+    fn tile(&self, i: usize, j: usize) -> &[i16] {
+        let nn = self.n * self.n;
+        &self.packed[(i * self.cols + j) * nn..][..nn]
+    }
+
+    fn span(&self) -> Span {
+        self.row_span.iter().fold(Span::EMPTY, |a, s| a.merge(*s))
+    }
+
+    /// The row scales of tile `(i, j)`.
+    fn scales(&self, i: usize, j: usize) -> &[f64] {
+        &self.scale[(i * self.cols + j) * self.n..][..self.n]
+    }
+}
+
+/// `2^u` of every unit, 0 for all-zero runs (their partials are zero).
+fn scales(units: &[i32]) -> Vec<f64> {
+    units
+        .iter()
+        .map(|&u| if u == ZERO_RUN { 0.0 } else { pow2(u) })
+        .collect()
+}
+
+/// A vector `[b, cols * n]` as integers.
+pub struct IntVector {
+    b: usize,
+    /// Tile `j` of item `bi` at `(j * b + bi) * n`.
+    q: Vec<i16>,
+    /// Unit of tile `j` of item `bi` at `j * b + bi`, and its `2^unit`.
+    unit: Vec<i32>,
+    scale: Vec<f64>,
+    bits: u32,
+}
+
+impl IntVector {
+    /// `x` is `[b, cols * n]` row-major; `None` when a tile does not fit.
+    pub fn new(x: &[f64], b: usize, cols: usize, n: usize) -> Option<IntVector> {
+        if !supports(n) || x.len() != b * cols * n {
+            return None;
+        }
+        let qm = qmax(n);
+        let mut q = vec![0i16; x.len()];
+        let mut unit = vec![0i32; b * cols];
+        // Tile by tile in parallel (tile j of item bi: runs `j * b + bi` of `q` and `unit`).
+        q.par_chunks_mut(n)
+            .zip(unit.par_iter_mut())
+            .enumerate()
+            .try_for_each(|(t, (q, u))| {
+                let (j, bi) = (t / b, t % b);
+                *u = vectorized(|| to_ints(&x[(bi * cols + j) * n..][..n], q, qm))?;
+                Some(())
+            })?;
+        let bits = mag_bits(&q);
+        let scale = scales(&unit);
+        Some(IntVector {
+            b,
+            q,
+            unit,
+            scale,
+            bits,
+        })
+    }
+
+    /// Units of items `b0..b0 + items`, every tile.
+    fn span(&self, b0: usize, items: usize) -> Span {
+        Span::of(
+            self.unit
+                .chunks(self.b)
+                .flat_map(|u| u[b0..b0 + items].iter().copied()),
+        )
+    }
+}
+
+/// Whether every scaled partial `P * 2^u_w * 2^u_x` of `w` times `x` is exact with room for
+/// the sums: `P * 2^u_w` (below `2^31` units) far from overflow, the product at least f64's
+/// smallest normal and far from overflow too.
+pub fn fits(w: &IntWeights, x: &IntVector) -> bool {
+    let (ws, xs) = (w.span(), x.span(0, x.b));
+    // An all-zero side: every partial is zero.
+    ws.is_empty()
+        || xs.is_empty()
+        || (ws.hi <= 900 && ws.lo + xs.lo >= -1022 && ws.hi + xs.hi <= 900)
+}
+
+/// `y = W x` as [`super::matmul::matvec_exact`] defines it, on integer mantissas: `[b, rows *
+/// n]`. The caller checks [`fits`]; `simd` picks the AVX2 kernel (the caller checks [`simd`]).
+pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f64> {
+    let (n, rows, cols, b) = (w.n, w.rows, w.cols, x.b);
+    debug_assert_eq!((spec.n, spec.rows, spec.cols), (n, rows, cols));
+    let blocks = b.div_ceil(ITEMS);
+    let sums = ExactSums::new(&spec.output);
+    // Tasks: (row tile i, block of items), each its own [items, n] piece of the output.
+    let pieces: Vec<(usize, usize, Vec<f64>)> = (0..rows * blocks)
+        .into_par_iter()
+        .map(|task| {
+            let (i, b0) = (task / blocks, (task % blocks) * ITEMS);
+            let items = ITEMS.min(b - b0);
+            let xs = |j: usize| &x.q[(j * b + b0) * n..][..items * n];
+            let sx = |j: usize| &x.scale[j * b + b0..][..items];
+            // The scaled partials of tile column j, 16 rows of one item at a time: P * 2^u_w *
+            // 2^u_x, exact (fits).
+            let scaled = |j: usize, bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
+                let (sw, sx) = (&w.scales(i, j)[r0..][..ROW_BLOCK], sx(j)[bi]);
+                std::array::from_fn::<f64, ROW_BLOCK, _>(|k| f64::from(p[k]) * sw[k] * sx)
+            };
+            // Plain f64 sums are exact when every term is a multiple of 2^lo and the sum of
+            // cols terms stays below 2^53 of those units: |P| < 2^(log2 n + bits_w + bits_x)
+            // units of its own 2^(u_w + u_x), at most 2^(width) above 2^lo.
+            let plain = w.row_span[i].width()
+                + x.span(b0, items).width()
+                + ceil_log2(n)
+                + w.bits
+                + x.bits
+                + ceil_log2(cols)
+                <= 53;
+            let y = if spec.accumulation == Accumulation::Exact && plain {
+                let mut s = vec![0.0f64; items * n];
+                for j in 0..cols {
+                    let mut sink = PlainSums {
+                        s: &mut s,
+                        sw: w.scales(i, j),
+                        sx: sx(j),
+                        n,
+                    };
+                    kernel(simd, w.tile(i, j), xs(j), n, &mut sink);
+                }
+                sums.round(&mut s);
+                s
+            } else if spec.accumulation == Accumulation::Exact {
+                // Running two-sums over the tile columns, fed straight from the kernel.
+                let (mut s, mut err) = (vec![0.0f64; items * n], vec![0.0f64; items * n]);
+                for j in 0..cols {
+                    let mut sink = Emit(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
+                        let at = bi * n + r0..bi * n + r0 + ROW_BLOCK;
+                        ExactSums::add(&mut s[at.clone()], &mut err[at], &scaled(j, bi, r0, p));
+                    });
+                    kernel(simd, w.tile(i, j), xs(j), n, &mut sink);
+                }
+                // Inexact running sums (rare): the row's partials again, one by one.
+                sums.finish(&mut s, &err, |e, slow| {
+                    let (bi, r) = (e / n, e % n);
+                    for j in 0..cols {
+                        let p = dot_scalar(w.tile(i, j), &xs(j)[bi * n..][..n], n, r);
+                        slow.add(f64::from(p) * w.scales(i, j)[r] * sx(j)[bi]);
+                    }
+                });
+                s
+            } else {
+                // [cols][items * n] partials, then the per-tile rounding of the -seq modes.
+                let mut all = vec![0.0f64; cols * items * n];
+                for (j, t) in all.chunks_mut(items * n).enumerate() {
+                    let mut sink = Emit(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
+                        t[bi * n + r0..][..ROW_BLOCK].copy_from_slice(&scaled(j, bi, r0, p));
+                    });
+                    kernel(simd, w.tile(i, j), xs(j), n, &mut sink);
+                }
+                let mut acc = RowAcc::new(spec);
+                (0..items * n)
+                    .map(|e| {
+                        for j in 0..cols {
+                            acc.add(all[j * items * n + e]);
+                            acc.end_tile();
+                        }
+                        acc.finish()
+                    })
+                    .collect()
+            };
+            (i, b0, y)
+        })
+        .collect();
+    let rn = rows * n;
+    let mut out = vec![0.0f64; b * rn];
+    for (i, b0, y) in pieces {
+        for (bi, row) in y.chunks(n).enumerate() {
+            out[(b0 + bi) * rn + i * n..][..n].copy_from_slice(row);
+        }
+    }
+    out
+}
+
+/// What the kernel does with the partials of rows `r0..r0 + ROW_BLOCK` of one item, block by
+/// block, while they are in registers or L1.
+trait Sink {
+    fn take(&mut self, item: usize, r0: usize, p: &[i32; ROW_BLOCK]);
+
+    /// The buffers of [`PlainSums`] (`s`, `sw`, `sx`, `n`), for the SIMD kernel's own vector
+    /// epilogue; `None` for every other sink.
+    fn plain(&mut self) -> Option<(&mut [f64], &[f64], &[f64], usize)> {
+        None
+    }
+}
+
+/// Plain f64 sums of the scaled partials: `s[item * n + r] += P * sw[r] * sx[item]` (the
+/// common case of `exact` accumulation; the SIMD kernel does the same in vector registers).
+struct PlainSums<'a> {
+    s: &'a mut [f64],
+    sw: &'a [f64],
+    sx: &'a [f64],
+    n: usize,
+}
+
+impl Sink for PlainSums<'_> {
+    #[inline(always)]
+    fn take(&mut self, item: usize, r0: usize, p: &[i32; ROW_BLOCK]) {
+        let (sw, sx) = (&self.sw[r0..][..ROW_BLOCK], self.sx[item]);
+        let s = &mut self.s[item * self.n + r0..][..ROW_BLOCK];
+        for k in 0..ROW_BLOCK {
+            s[k] += f64::from(p[k]) * sw[k] * sx;
+        }
+    }
+
+    fn plain(&mut self) -> Option<(&mut [f64], &[f64], &[f64], usize)> {
+        Some((self.s, self.sw, self.sx, self.n))
+    }
+}
+
+/// A closure as a sink (the rarer accumulation paths, tests).
+struct Emit<F>(F);
+
+impl<F: FnMut(usize, usize, &[i32; ROW_BLOCK])> Sink for Emit<F> {
+    #[inline]
+    fn take(&mut self, item: usize, r0: usize, p: &[i32; ROW_BLOCK]) {
+        (self.0)(item, r0, p)
+    }
+}
+
+/// Integer partials of one packed matrix tile with the vector tiles `xs` (`[items][n]`),
+/// handed to `sink`.
+fn kernel(simd: bool, tile: &[i16], xs: &[i16], n: usize, sink: &mut impl Sink) {
+    assert!(supports(n) && tile.len() == n * n && xs.len().is_multiple_of(n));
+    #[cfg(target_arch = "x86_64")]
+    if simd && self::simd() {
+        // SAFETY: AVX2 is present (checked just above), `n` is a multiple of ROW_BLOCK and the
+        // lengths are asserted above; every access of `avx2::tile` is inside them.
+        unsafe { avx2::tile(tile, xs, n, sink) };
+        return;
+    }
+    let _ = simd;
+    for (bi, x) in xs.chunks(n).enumerate() {
+        for r0 in (0..n).step_by(ROW_BLOCK) {
+            sink.take(
+                bi,
+                r0,
+                &std::array::from_fn(|k| dot_scalar(tile, x, n, r0 + k)),
+            );
+        }
+    }
+}
+
+/// The reference: row `r` of a packed tile times one vector tile, one lane at a time.
+fn dot_scalar(tile: &[i16], x: &[i16], n: usize, r: usize) -> i32 {
+    x.iter()
+        .enumerate()
+        .map(|(l, &xv)| i32::from(xv) * i32::from(tile[packed_at(n, r, l)]))
+        .sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{ROW_BLOCK, Sink};
+    use std::arch::x86_64::*;
+
+    /// Items per register block: 6 items x 2 row vectors = 12 accumulators, with the 2 weight
+    /// vectors and the broadcast vector 15 of the 16 registers.
+    const ITEMS: usize = 6;
+
+    /// # Safety
+    /// AVX2 must be present; `n % ROW_BLOCK == 0`, `tile.len() == n * n`, `xs.len()` a
+    /// multiple of `n`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn tile(tile: &[i16], xs: &[i16], n: usize, sink: &mut impl Sink) {
+        let items = xs.len() / n;
+        for rb in 0..n / ROW_BLOCK {
+            let w = &tile[rb * ROW_BLOCK * n..][..ROW_BLOCK * n];
+            let mut b0 = 0;
+            while b0 < items {
+                let c = (items - b0).min(ITEMS);
+                // SAFETY: as the function's contract; block() reads the row block `w` and
+                // items b0..b0 + c of `xs`.
+                unsafe {
+                    match c {
+                        6 => block::<6>(w, xs, n, rb, b0, sink),
+                        5 => block::<5>(w, xs, n, rb, b0, sink),
+                        4 => block::<4>(w, xs, n, rb, b0, sink),
+                        3 => block::<3>(w, xs, n, rb, b0, sink),
+                        2 => block::<2>(w, xs, n, rb, b0, sink),
+                        _ => block::<1>(w, xs, n, rb, b0, sink),
+                    }
+                }
+                b0 += c;
+            }
+        }
+    }
+
+    /// Rows `rb * 16..` + 16 of items `b0..b0 + C`: `w` is the row block, `[n / 2][16][2]`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn block<const C: usize>(
+        w: &[i16],
+        xs: &[i16],
+        n: usize,
+        rb: usize,
+        b0: usize,
+        sink: &mut impl Sink,
+    ) {
+        let mut acc = [[_mm256_setzero_si256(); 2]; C];
+        let (wp, xp) = (w.as_ptr(), xs.as_ptr());
+        for kp in 0..n / 2 {
+            // SAFETY: kp * 32 + 32 <= 16 * n = w.len(); (b0 + c) * n + 2 * kp + 2 <= xs.len().
+            unsafe {
+                let w0 = _mm256_loadu_si256(wp.add(kp * 32) as *const __m256i);
+                let w1 = _mm256_loadu_si256(wp.add(kp * 32 + 16) as *const __m256i);
+                for (c, a) in acc.iter_mut().enumerate() {
+                    let xv = (xp.add((b0 + c) * n + 2 * kp) as *const i32).read_unaligned();
+                    let xb = _mm256_set1_epi32(xv);
+                    a[0] = _mm256_add_epi32(a[0], _mm256_madd_epi16(w0, xb));
+                    a[1] = _mm256_add_epi32(a[1], _mm256_madd_epi16(w1, xb));
+                }
+            }
+        }
+        let r0 = rb * ROW_BLOCK;
+        if let Some((s, sw, sx, n)) = sink.plain() {
+            // PlainSums in vector registers: s[item * n + r] += P * sw[r] * sx[item].
+            assert!(sw.len() >= r0 + ROW_BLOCK && sx.len() >= b0 + C && s.len() >= (b0 + C) * n);
+            for (c, a) in acc.iter().enumerate() {
+                let sxv = _mm256_set1_pd(sx[b0 + c]);
+                for (t, v) in a.iter().enumerate() {
+                    let halves = [
+                        _mm256_cvtepi32_pd(_mm256_castsi256_si128(*v)),
+                        _mm256_cvtepi32_pd(_mm256_extracti128_si256::<1>(*v)),
+                    ];
+                    for (h, p) in halves.into_iter().enumerate() {
+                        let r = r0 + 8 * t + 4 * h;
+                        // SAFETY: r + 4 <= r0 + 16 <= sw.len() and (b0 + c) * n + r + 4 <=
+                        // (b0 + C) * n <= s.len() (asserted above; r < n).
+                        unsafe {
+                            let w = _mm256_loadu_pd(sw.as_ptr().add(r));
+                            let sp = s.as_mut_ptr().add((b0 + c) * n + r);
+                            let y = _mm256_mul_pd(_mm256_mul_pd(p, w), sxv);
+                            _mm256_storeu_pd(sp, _mm256_add_pd(_mm256_loadu_pd(sp), y));
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        let mut p = [0i32; ROW_BLOCK];
+        for (c, a) in acc.iter().enumerate() {
+            for (t, v) in a.iter().enumerate() {
+                // SAFETY: 8 * t + 8 <= ROW_BLOCK = p.len().
+                unsafe { _mm256_storeu_si256(p.as_mut_ptr().add(8 * t) as *mut __m256i, *v) };
+            }
+            sink.take(b0 + c, r0, &p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::matmul::matvec_exact;
+    use nnp_numerics::FloatFormat;
+
+    #[test]
+    fn qmax_by_hand() {
+        // 128 * 4095^2 = 2,146,435,200 <= 2^31 - 1 < 128 * 4096^2.
+        assert_eq!(qmax(128), 4095);
+        // 16 * 11585^2 = 2,147,395,600 <= 2^31 - 1 < 16 * 11586^2.
+        assert_eq!(qmax(16), 11585);
+        // Small N: capped by i16.
+        assert_eq!(qmax(1), 32767);
+    }
+
+    #[test]
+    fn runs_to_integers_by_hand() {
+        let mut q = [0i16; 16];
+        let qm = qmax(16);
+        assert_eq!(qm, 11585);
+        // 11585 holds 13 bits: the largest magnitude 15.875 < 2^4 gives the unit 2^(4 - 13),
+        // q = [8128, -512, 64, 0, -7936]; all share 6 trailing zero bits: unit 2^-3.
+        let v = [
+            15.875,
+            -1.0,
+            0.125,
+            0.0,
+            -16.0 + 0.5,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        ];
+        let mut v16 = [0.0; 16];
+        v16[..12].copy_from_slice(&v);
+        assert_eq!(to_ints(&v16, &mut q, qm), Some(-3));
+        assert_eq!(q[..5], [127, -8, 1, 0, -124]);
+        // -16 = -2^4: top 4, unit 2^(5 - 13) = 2^-8, q = -4096, then 2^-3 again: -128.
+        v16[0] = -16.0;
+        assert_eq!(to_ints(&v16, &mut q, qm), Some(-3));
+        assert_eq!(q[0], -128);
+        // 8191 * 2^-9 next to 15.875 needs all 13 bits at the unit 2^-9 (8191 is odd).
+        v16[0] = 15.875;
+        v16[1] = 8191.0 * 2f64.powi(-9);
+        assert_eq!(to_ints(&v16, &mut q, qm), Some(-9));
+        assert_eq!(q[..2], [8128, 8191]);
+        // 2^-10 is half a unit of 2^-9: refused.
+        v16[0] = 15.875;
+        v16[1] = 2f64.powi(-10);
+        assert_eq!(to_ints(&v16, &mut q, qm), None);
+        // Non-finite and all-zero runs.
+        let mut w = [0.0; 16];
+        w[3] = f64::INFINITY;
+        assert_eq!(to_ints(&w, &mut q, qm), None);
+        w[3] = f64::NAN;
+        assert_eq!(to_ints(&w, &mut q, qm), None);
+        w[3] = -0.0;
+        assert_eq!(to_ints(&w, &mut q, qm), Some(ZERO_RUN));
+        assert!(q.iter().all(|&x| x == 0));
+        // Units outside f64's normal scaling: 2^-1040 (subnormal) is refused, not mis-scaled.
+        w[3] = 2f64.powi(-1040);
+        assert_eq!(to_ints(&w, &mut q, qm), None);
+    }
+
+    #[test]
+    fn packed_layout_by_hand() {
+        // n = 32: row 17 is in row block 1, lane 5 in pair 2 (second of the pair).
+        assert_eq!(packed_at(32, 17, 5), ((16 + 2) * 16 + 1) * 2 + 1);
+        // Every (row, lane) lands on its own offset.
+        let n = 32;
+        let mut seen = vec![false; n * n];
+        for r in 0..n {
+            for l in 0..n {
+                let o = packed_at(n, r, l);
+                assert!(!seen[o]);
+                seen[o] = true;
+            }
+        }
+    }
+
+    fn xorshift(s: &mut u64) -> u64 {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    }
+
+    /// Runs of q * 2^u with adversarial units: per-run units 60 binades apart, all-zero runs,
+    /// -128 and +-127 mantissas (saturated BFP), 12-bit mantissas (the largest that fit), and
+    /// values that make fp16 ties and the inexact-running-sum path likely. `spread` binades of
+    /// units: 61 takes the two-sum path, 3 mostly the plain one.
+    fn run_values(s: &mut u64, len: usize, runs: usize, spread: u64) -> Vec<f64> {
+        let mut v = vec![0.0; len * runs];
+        for run in v.chunks_mut(len) {
+            let kind = xorshift(s) % 6;
+            let u = (xorshift(s) % spread) as i32 - 40;
+            for x in run.iter_mut() {
+                let q = match kind {
+                    0 => 0,
+                    1 => -128,
+                    2 => [127, -127][(xorshift(s) % 2) as usize],
+                    3 => (xorshift(s) % 8191) as i64 - 4095,
+                    _ => (xorshift(s) % 255) as i64 - 127,
+                };
+                *x = q as f64 * 2f64.powi(u);
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn kernels_agree_with_the_exact_reference_bit_for_bit() {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        for (n, rows, cols, b, acc, out) in [
+            (16, 1, 1, 1, Accumulation::Exact, FloatFormat::FP16),
+            (128, 2, 3, 7, Accumulation::Exact, FloatFormat::FP16),
+            (128, 1, 2, 70, Accumulation::Exact, FloatFormat::FP32),
+            (128, 1, 2, 5, Accumulation::Fp32Seq, FloatFormat::FP16),
+            (64, 2, 2, 9, Accumulation::Fp16Seq, FloatFormat::FP16),
+            (32, 3, 4, 13, Accumulation::Exact, FloatFormat::BF16),
+            (16, 2, 2, 3, Accumulation::Exact, FloatFormat::FP64),
+        ] {
+            let spec = MatVec {
+                rows,
+                cols,
+                n,
+                accumulation: acc,
+                output: out,
+            };
+            for spread in [61, 61, 3, 3] {
+                let w = run_values(&mut s, n, rows * cols * n, spread);
+                let x = run_values(&mut s, n, b * cols, spread);
+                let want = matvec_exact(&spec, &x, b, &w);
+                let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+                let xi = IntVector::new(&x, b, cols, n).expect("fits");
+                assert!(fits(&wi, &xi));
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                for simd in [false, true] {
+                    let got = matvec(&spec, &wi, &xi, simd);
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "n {n} rows {rows} cols {cols} b {b}"
+                    );
+                }
+                // The SIMD kernel (where present) and the scalar one give the same integers,
+                // at every remainder of the item blocks.
+                let tile = wi.tile(0, 0);
+                let xs = &xi.q[..b * n];
+                let blocks = |simd: bool| {
+                    let mut v = Vec::new();
+                    kernel(
+                        simd,
+                        tile,
+                        xs,
+                        n,
+                        &mut Emit(|bi, r0, p: &_| v.push((bi, r0, *p))),
+                    );
+                    v.sort_by_key(|e| (e.0, e.1));
+                    v
+                };
+                let (a, c) = (blocks(true), blocks(false));
+                assert_eq!(a.len(), b * n / ROW_BLOCK);
+                assert_eq!(a, c);
+            }
+        }
+    }
+
+    #[test]
+    fn extreme_products_by_hand() {
+        // n = 128, one tile, qmax = 4095 on both sides: x = -4095 everywhere, w row 0 = -4095:
+        // 128 * 4095^2 = 2,146,435,200 (the largest i32 partial); row 1 = +4095: its negative.
+        let n = 128;
+        let spec = MatVec {
+            rows: 1,
+            cols: 1,
+            n,
+            accumulation: Accumulation::Exact,
+            output: FloatFormat::FP64,
+        };
+        let mut w = vec![0.0; n * n];
+        w[..n].fill(-4095.0);
+        w[n..2 * n].fill(4095.0);
+        let x = vec![-4095.0; n];
+        let wi = IntWeights::new(&w, 1, 1, n).expect("fits");
+        let xi = IntVector::new(&x, 1, 1, n).expect("fits");
+        for simd in [false, true] {
+            let y = matvec(&spec, &wi, &xi, simd);
+            assert_eq!(y[0], 2_146_435_200.0);
+            assert_eq!(y[1], -2_146_435_200.0);
+            // Rows 2.. are zero: +0 (never -0).
+            assert!(y[2..].iter().all(|v| v.to_bits() == 0));
+        }
+        // One more significant bit than qmax holds is refused.
+        assert!(IntVector::new(&vec![-4096.0 - 1.0; n], 1, 1, n).is_none());
+        // Units whose sum leaves f64's normal range are refused by `fits`.
+        let tiny = vec![2f64.powi(-600); n];
+        let xt = IntVector::new(&tiny, 1, 1, n).expect("fits");
+        let wt = IntWeights::new(&vec![2f64.powi(-500); n * n], 1, 1, n).expect("fits");
+        assert!(!fits(&wt, &xt));
+    }
+
+    #[test]
+    fn tiles_whose_exponents_differ_by_more_than_53_binades_sum_exactly() {
+        // Row 0 of two column tiles: 2049 (tile 0) and t (tile 1), rounded to fp16. 2049 is
+        // halfway between 2048 and 2050: alone it rounds to even, 2048; any positive t breaks
+        // the tie up, 2050. With t = 2^-30 the running f64 sum is exact (fast path); with t =
+        // 2^-60 it is not (71 binades apart) and the row is summed again exactly.
+        let n = 16;
+        let spec = MatVec {
+            rows: 1,
+            cols: 2,
+            n,
+            accumulation: Accumulation::Exact,
+            output: FloatFormat::FP16,
+        };
+        let mut w = vec![0.0; 2 * n * n];
+        w[0] = 1.0;
+        w[n * n] = 1.0;
+        let wi = IntWeights::new(&w, 1, 2, n).expect("fits");
+        for (t, want) in [
+            (0.0, 2048.0),
+            (2f64.powi(-30), 2050.0),
+            (2f64.powi(-60), 2050.0),
+        ] {
+            let mut x = vec![0.0; 2 * n];
+            x[0] = 2049.0;
+            x[n] = t;
+            let xi = IntVector::new(&x, 1, 2, n).expect("fits");
+            assert!(fits(&wi, &xi));
+            for simd in [false, true] {
+                assert_eq!(matvec(&spec, &wi, &xi, simd)[0], want, "t = {t:e}");
+            }
+        }
+    }
+}
