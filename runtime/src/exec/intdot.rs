@@ -419,12 +419,15 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
 trait Sink {
     fn take(&mut self, item: usize, r0: usize, p: &[i32; ROW_BLOCK]);
 
-    /// The buffers of [`PlainSums`] (`s`, `sw`, `sx`, `n`), for the SIMD kernel's own vector
-    /// epilogue; `None` for every other sink.
-    fn plain(&mut self) -> Option<(&mut [f64], &[f64], &[f64], usize)> {
+    /// The buffers of [`PlainSums`], for the SIMD kernel's own vector epilogue; `None` for
+    /// every other sink.
+    fn plain(&mut self) -> Option<PlainBuffers<'_>> {
         None
     }
 }
+
+/// `(s, sw, sx, n)` of [`PlainSums`].
+type PlainBuffers<'a> = (&'a mut [f64], &'a [f64], &'a [f64], usize);
 
 /// Plain f64 sums of the scaled partials: `s[item * n + r] += P * sw[r] * sx[item]` (the
 /// common case of `exact` accumulation; the SIMD kernel does the same in vector registers).
@@ -445,7 +448,7 @@ impl Sink for PlainSums<'_> {
         }
     }
 
-    fn plain(&mut self) -> Option<(&mut [f64], &[f64], &[f64], usize)> {
+    fn plain(&mut self) -> Option<PlainBuffers<'_>> {
         Some((self.s, self.sw, self.sx, self.n))
     }
 }

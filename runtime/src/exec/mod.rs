@@ -625,10 +625,11 @@ impl Executor<'_> {
         };
         // Weight-side work is cached for the session when the stack is a constant.
         let cacheable = self.constant.get(w.index()).copied().unwrap_or(false);
-        if self.int && intdot::supports(n) {
-            if let Some(y) = self.matvec_int(spec, x, w, b, cacheable)? {
-                return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
-            }
+        if self.int
+            && intdot::supports(n)
+            && let Some(y) = self.matvec_int(spec, x, w, b, cacheable)?
+        {
+            return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
         }
         if let Some(k) = chunk {
             let wa = match self.caches.arranged.get(&(w, k, dtype)) {
