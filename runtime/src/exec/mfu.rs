@@ -274,11 +274,18 @@ fn map(x: &[f64], out: &mut [f64], f: impl Fn(f64) -> f64 + Sync) {
     if x.len() >= PAR_MIN {
         x.par_chunks(4096)
             .zip(out.par_chunks_mut(4096))
-            .for_each(|(xs, os)| {
-                vectorized(|| xs.iter().zip(os.iter_mut()).for_each(|(v, o)| *o = f(*v)))
-            });
+            .for_each(|(xs, os)| vectorized(|| map_slice(xs, os, &f)));
     } else {
-        vectorized(|| x.iter().zip(out.iter_mut()).for_each(|(v, o)| *o = f(*v)));
+        vectorized(|| map_slice(x, out, &f));
+    }
+}
+
+/// The loop of [`map`], always inlined (so into [`vectorized`]'s AVX2 copy: a closure that
+/// holds the loop itself may stay a call, compiled for SSE2).
+#[inline(always)]
+fn map_slice(x: &[f64], out: &mut [f64], f: &impl Fn(f64) -> f64) {
+    for (v, o) in x.iter().zip(out.iter_mut()) {
+        *o = f(*v);
     }
 }
 

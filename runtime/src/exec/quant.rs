@@ -131,15 +131,13 @@ pub fn quantize_runs(fmt: &Format, x: &[f64], len: usize, native: usize, out: &m
         Format::Bfp(b) => FastBfp::new(b, native),
         _ => None,
     };
-    let run = |(xs, os): (&[f64], &mut [f64])| {
-        vectorized(|| {
+    let run = |(xs, os): (&[f64], &mut [f64])| match &fast {
+        Some(f) => vectorized(|| f.runs(xs, os, len)),
+        None => {
             for (xr, or) in xs.chunks(len).zip(os.chunks_mut(len)) {
-                match &fast {
-                    Some(f) => f.run(xr, or),
-                    None => fmt.quantize(xr, native, or),
-                }
+                fmt.quantize(xr, native, or);
             }
-        })
+        }
     };
     if x.len() >= PAR_MIN && x.len().is_multiple_of(len) {
         let chunk = len * (4096 / len).max(1);
@@ -193,6 +191,14 @@ impl FastBfp {
     fn run(&self, x: &[f64], out: &mut [f64]) {
         for (xb, ob) in x.chunks(self.block).zip(out.chunks_mut(self.block)) {
             self.block(xb, ob);
+        }
+    }
+
+    /// [`FastBfp::run`] over every run of `len` lanes.
+    #[inline(always)]
+    fn runs(&self, x: &[f64], out: &mut [f64], len: usize) {
+        for (xr, or) in x.chunks(len).zip(out.chunks_mut(len)) {
+            self.run(xr, or);
         }
     }
 
