@@ -1749,6 +1749,9 @@ pub enum Outcome {
         elements: usize,
         /// Lanes of `v_wr` values compared (over the trace and the batch).
         written: usize,
+        /// Products the outputs' run computed on the integer kernel (the traced run takes the
+        /// float path for all of them).
+        int_products: usize,
     },
     /// The target or the program was rejected (a generator bug when it came from [`generate`]).
     Invalid(String),
@@ -1784,9 +1787,14 @@ impl Outcome {
 impl std::fmt::Display for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Outcome::Concordant { elements, written } => write!(
+            Outcome::Concordant {
+                elements,
+                written,
+                int_products,
+            } => write!(
                 f,
-                "concordant ({elements} output elements, {written} written lanes)"
+                "concordant ({elements} output elements, {written} written lanes, \
+                 {int_products} products on the integer kernel)"
             ),
             Outcome::Invalid(m) => write!(f, "invalid program: {m}"),
             Outcome::EmulatorError(m) => write!(f, "emulator failed: {m}"),
@@ -1920,6 +1928,7 @@ pub fn run_differential(
         Outcome::Concordant { elements, .. } => Outcome::Concordant {
             elements,
             written: lanes,
+            int_products: plain.int_products,
         },
         other => other,
     }
@@ -1956,6 +1965,7 @@ pub fn compare_outputs(
         Ok(r) if r.concordant => Outcome::Concordant {
             elements: r.elements,
             written: 0,
+            int_products: 0,
         },
         Ok(r) => Outcome::Mismatch(Box::new(r)),
     }

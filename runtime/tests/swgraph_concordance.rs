@@ -90,6 +90,7 @@ fn assert_same(case: &str, hw: &Outputs, sw: &Outputs) {
 
 #[test]
 fn every_sample_on_every_declared_target_matches_the_emulator() {
+    let mut int_products = 0;
     for (path, target) in cases() {
         let program = load(&path, &target);
         let case = format!("{} on {target}", path.display());
@@ -106,6 +107,7 @@ fn every_sample_on_every_declared_target_matches_the_emulator() {
             t1.elapsed().as_secs_f64()
         );
         assert_same(&case, &hw.outputs, &sw.outputs);
+        int_products += sw.int_products;
         // The float BLAS path, which the integer kernel replaces where the CPU has AVX2.
         let float = ExecOptions {
             float_matmul: true,
@@ -114,7 +116,14 @@ fn every_sample_on_every_declared_target_matches_the_emulator() {
         let sw = exec::run_program(&program, &data, &float)
             .unwrap_or_else(|e| panic!("{case}: software graph (float path): {e}"));
         assert_same(&format!("{case} (float path)"), &hw.outputs, &sw.outputs);
+        assert_eq!(
+            sw.int_products, 0,
+            "{case}: float path took the integer kernel"
+        );
     }
+    // The BFP samples do take the integer kernel where it exists (so both paths were tested).
+    eprintln!("{int_products} products on the integer kernel");
+    assert_eq!(int_products > 0, exec::intdot::simd());
 }
 
 #[test]

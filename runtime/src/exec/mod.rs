@@ -71,6 +71,9 @@ pub struct Execution {
     pub outputs: Outputs,
     /// With `keep_writes`: the value of every written value id.
     pub written: HashMap<ValueId, WrittenValue>,
+    /// Products (`TiledMatVec` nodes) this run computed on the integer kernel ([`intdot`]);
+    /// the others took a float path.
+    pub int_products: usize,
 }
 
 /// Why a graph could not be executed.
@@ -228,6 +231,7 @@ impl<'g> Session<'g> {
             arranged_x: HashMap::new(),
             int_x: HashMap::new(),
             int: !self.opts.float_matmul && self.dev.is_cpu() && intdot::simd(),
+            int_products: 0,
         };
         // Last reader of every value, so tensors are freed as soon as possible.
         let mut last_use = vec![0usize; graph.nodes.len()];
@@ -305,7 +309,15 @@ impl<'g> Session<'g> {
                 secs * 1e3
             );
         }
-        collect_outputs(graph, data.batch, rows, written)
+        if profile {
+            eprintln!(
+                "profile: {} products on the integer kernel",
+                ex.int_products
+            );
+        }
+        let mut run = collect_outputs(graph, data.batch, rows, written)?;
+        run.int_products = ex.int_products;
+        Ok(run)
     }
 }
 
@@ -343,7 +355,11 @@ fn collect_outputs(
         }
         outputs.insert(o.name.clone(), HostTensor { shape, data: out });
     }
-    Ok(Execution { outputs, written })
+    Ok(Execution {
+        outputs,
+        written,
+        int_products: 0,
+    })
 }
 
 fn to_written(t: &Tensor) -> candle_core::Result<WrittenValue> {
@@ -388,6 +404,8 @@ struct Executor<'a> {
     int_x: HashMap<ValueId, Option<Arc<intdot::IntVector>>>,
     /// Whether products may take the integer kernel.
     int: bool,
+    /// Products that took it in this run.
+    int_products: usize,
 }
 
 impl Executor<'_> {
@@ -629,6 +647,7 @@ impl Executor<'_> {
             && intdot::supports(n)
             && let Some(y) = self.matvec_int(spec, x, w, b, cacheable)?
         {
+            self.int_products += 1;
             return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
         }
         if let Some(k) = chunk {
