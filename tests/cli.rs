@@ -80,3 +80,22 @@ fn bad_files_are_clear_errors_not_panics() {
         );
     }
 }
+
+#[test]
+fn run_gives_the_same_bytes_on_the_float_path() {
+    // `--float-matmul` forces the float BLAS path where the integer kernel would run: the
+    // output file must be byte-identical (the emulator comparison of both paths is in the
+    // concordance suite).
+    let dir = common::scratch("float_matmul");
+    let (a, b) = (dir.join("int.safetensors"), dir.join("float.safetensors"));
+    for (out, extra) in [(&a, None), (&b, Some("--float-matmul"))] {
+        let mut args = vec!["run", "samples/lstm.nnp", "--batch", "3", "-o"];
+        args.push(common::arg(out));
+        args.extend(extra);
+        let o = nnpc(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
+    let (a, b) = (std::fs::read(&a).expect("int"), std::fs::read(&b).expect("float"));
+    assert!(!a.is_empty());
+    assert_eq!(a, b);
+}
