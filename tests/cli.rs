@@ -95,7 +95,10 @@ fn run_gives_the_same_bytes_on_the_float_path() {
         let o = nnpc(&args);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     }
-    let (a, b) = (std::fs::read(&a).expect("int"), std::fs::read(&b).expect("float"));
+    let (a, b) = (
+        std::fs::read(&a).expect("int"),
+        std::fs::read(&b).expect("float"),
+    );
     assert!(!a.is_empty());
     assert_eq!(a, b);
 }

@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Tensor};
 use criterion::{Criterion, criterion_group, criterion_main};
 use nnp_grammar::Accumulation;
-use nnp_lowering::swgraph::BinOp;
+use nnp_lowering::swgraph::{BinOp, TableFn};
 use nnp_numerics::FloatFormat;
 use nnp_runtime::exec::matmul::{MatVec, sum_partials};
 use nnp_runtime::exec::{intdot, mfu};
@@ -113,6 +113,13 @@ fn bench(c: &mut Criterion) {
     g.bench_function("relu_fp16", |b| {
         b.iter(|| {
             mfu::relu(&FloatFormat::FP16, &a, &mut out);
+            black_box(&out);
+        })
+    });
+    let sigm = mfu::ActTable::load(TableFn::Sigm, &FloatFormat::FP16, None).expect("table");
+    g.bench_function("sigm_fp16", |b| {
+        b.iter(|| {
+            mfu::activate(&sigm, &a, &mut out);
             black_box(&out);
         })
     });

@@ -187,6 +187,36 @@ impl ActTable {
         })
     }
 
+    /// `out[i] = apply(r.round(x[i]))`, with the common case (an fp16 table, the fast
+    /// rounder) as one tight loop.
+    #[inline(always)]
+    fn apply_all(&self, r: &Rounder, x: &[f64], out: &mut [f64]) {
+        // A table of a fixed 2^16 entries indexed by u16 (no bounds checks), and locals
+        // (nothing reloaded through `self` in the loop).
+        let fp16 = (self.fmt.exp_bits, self.fmt.mant_bits) == (5, 10);
+        let fast = match (&self.values, &r.fast) {
+            (Some(Values::F32(v)), Some(f)) if fp16 => <&[f32; 1 << 16]>::try_from(v.as_slice())
+                .ok()
+                .map(|v| (v, *f)),
+            _ => None,
+        };
+        match fast {
+            Some((v, f)) => {
+                let nan = bits16(&self.fmt, f64::NAN);
+                for (x, o) in x.iter().zip(out.iter_mut()) {
+                    let y = f.round(*x);
+                    let i = if y.is_nan() { nan } else { fp16_bits(y) };
+                    *o = f64::from(v[usize::from(i)]);
+                }
+            }
+            None => {
+                for (x, o) in x.iter().zip(out.iter_mut()) {
+                    *o = self.apply(r.round(*x));
+                }
+            }
+        }
+    }
+
     /// The activation of a value already rounded to the format.
     #[inline]
     pub fn apply(&self, x: f64) -> f64 {
@@ -216,7 +246,7 @@ fn bits16(fmt: &FloatFormat, x: f64) -> u16 {
 
 /// The fp16 bit pattern of an f64 holding a non-NaN fp16 value, from its bits. Branch-free
 /// (both forms computed, then selected), so table lookups over slices vectorise.
-#[inline]
+#[inline(always)]
 fn fp16_bits(x: f64) -> u16 {
     let b = x.to_bits();
     let sign = ((b >> 48) as u16) & 0x8000;
@@ -254,13 +284,7 @@ pub fn pass(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
 pub fn activate(t: &ActTable, x: &[f64], out: &mut [f64]) {
     let r = Rounder::new(&t.fmt);
     // Its own loop rather than `map`: the lookup inlines into the AVX2 copy this way.
-    let run = |(xs, os): (&[f64], &mut [f64])| {
-        vectorized(|| {
-            for (v, o) in xs.iter().zip(os.iter_mut()) {
-                *o = t.apply(r.round(*v));
-            }
-        })
-    };
+    let run = |(xs, os): (&[f64], &mut [f64])| vectorized(|| t.apply_all(&r, xs, os));
     if x.len() >= PAR_MIN {
         x.par_chunks(4096)
             .zip(out.par_chunks_mut(4096))
