@@ -607,14 +607,18 @@ impl Executor<'_> {
         Ok(t)
     }
 
-    /// `y = W x`, exactly, by one of three paths:
-    /// 1. `chunk` proven exact from the formats (BFP tiles by default): one f64 matmul gives
-    ///    the exact per-chunk partials;
+    /// `y = W x`, exactly, by the first of these paths that applies:
+    /// 0. on CPUs with AVX2 (unless `float_matmul`), data whose runs are small integers times
+    ///    a power of two (BFP up to 12-bit mantissas, checked on the data): integer tile
+    ///    products with exact sums ([`intdot`]);
+    /// 1. `chunk` proven exact from the formats (BFP tiles by default): one f32 or f64 matmul
+    ///    gives the exact per-chunk partials;
     /// 2. otherwise the values are split into slices whose pairwise tile products are exact
     ///    ([`matmul::slices`]), one matmul per slice pair;
     /// 3. non-finite data (or data needing too many slices): every product exact, element-wise.
     ///
-    /// The partials are then summed exactly and rounded once ([`matmul::sum_partials`]).
+    /// The partials of 1 to 3 are then summed exactly and rounded once
+    /// ([`matmul::sum_partials`]).
     fn matvec(
         &mut self,
         spec: &MatVec,
