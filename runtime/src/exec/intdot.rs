@@ -678,6 +678,16 @@ mod tests {
         }
     }
 
+    fn spec(n: usize, rows: usize, cols: usize, acc: Accumulation, out: FloatFormat) -> MatVec {
+        MatVec {
+            rows,
+            cols,
+            n,
+            accumulation: acc,
+            output: out,
+        }
+    }
+
     fn xorshift(s: &mut u64) -> u64 {
         *s ^= *s << 13;
         *s ^= *s >> 7;
@@ -723,13 +733,7 @@ mod tests {
             (32, 3, 4, 13, Accumulation::Exact, FloatFormat::BF16),
             (16, 2, 2, 3, Accumulation::Exact, FloatFormat::FP64),
         ] {
-            let spec = MatVec {
-                rows,
-                cols,
-                n,
-                accumulation: acc,
-                output: out,
-            };
+            let spec = spec(n, rows, cols, acc, out);
             for spread in [61, 61, 3, 3] {
                 let w = run_values(&mut s, n, rows * cols * n, spread);
                 let x = run_values(&mut s, n, b * cols, spread);
@@ -774,13 +778,7 @@ mod tests {
         // n = 128, one tile, qmax = 4095 on both sides: x = -4095 everywhere, w row 0 = -4095:
         // 128 * 4095^2 = 2,146,435,200 (the largest i32 partial); row 1 = +4095: its negative.
         let n = 128;
-        let spec = MatVec {
-            rows: 1,
-            cols: 1,
-            n,
-            accumulation: Accumulation::Exact,
-            output: FloatFormat::FP64,
-        };
+        let spec = spec(n, 1, 1, Accumulation::Exact, FloatFormat::FP64);
         let mut w = vec![0.0; n * n];
         w[..n].fill(-4095.0);
         w[n..2 * n].fill(4095.0);
@@ -810,13 +808,7 @@ mod tests {
         // the tie up, 2050. With t = 2^-30 the running f64 sum is exact (fast path); with t =
         // 2^-60 it is not (71 binades apart) and the row is summed again exactly.
         let n = 16;
-        let spec = MatVec {
-            rows: 1,
-            cols: 2,
-            n,
-            accumulation: Accumulation::Exact,
-            output: FloatFormat::FP16,
-        };
+        let spec = spec(n, 1, 2, Accumulation::Exact, FloatFormat::FP16);
         let mut w = vec![0.0; 2 * n * n];
         w[0] = 1.0;
         w[n * n] = 1.0;

@@ -2,13 +2,11 @@
 //! (NUMERICS.md section 1, semantics.md "Numerics in the pipeline").
 
 use super::exact::{ExactSum, two_prod, two_sum};
-use super::quant::{FastRound, vectorized};
+use super::quant::{FastRound, PAR_MIN, par_pieces, vectorized};
 use nnp_lowering::swgraph::{BinOp, TableFn};
 use nnp_numerics::{Activation, FloatFormat, activation};
 use rayon::prelude::*;
 use std::sync::Arc;
-
-const PAR_MIN: usize = 1 << 14;
 
 /// Rounding to an MFU format, with the fast path where it applies.
 #[derive(Clone, Copy)]
@@ -284,14 +282,9 @@ pub fn pass(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
 pub fn activate(t: &ActTable, x: &[f64], out: &mut [f64]) {
     let r = Rounder::new(&t.fmt);
     // Its own loop rather than `map`: the lookup inlines into the AVX2 copy this way.
-    let run = |(xs, os): (&[f64], &mut [f64])| vectorized(|| t.apply_all(&r, xs, os));
-    if x.len() >= PAR_MIN {
-        x.par_chunks(4096)
-            .zip(out.par_chunks_mut(4096))
-            .for_each(run);
-    } else {
-        run((x, out));
-    }
+    par_pieces(x, out, 4096, |(xs, os)| {
+        vectorized(|| t.apply_all(&r, xs, os))
+    });
 }
 
 /// `v_softmax` over each row of `lanes` values: m = max (NaN-propagating) over the row;
@@ -317,23 +310,15 @@ pub fn softmax(exp: &ActTable, x: &[f64], lanes: usize, out: &mut [f64]) {
         }
     };
     let lanes = lanes.max(1);
-    if x.len() >= PAR_MIN {
-        x.par_chunks(lanes)
-            .zip(out.par_chunks_mut(lanes))
-            .for_each(row);
-    } else {
-        x.chunks(lanes).zip(out.chunks_mut(lanes)).for_each(row);
-    }
+    par_pieces(x, out, lanes, |(xs, os)| {
+        xs.chunks(lanes).zip(os.chunks_mut(lanes)).for_each(&row)
+    });
 }
 
 fn map(x: &[f64], out: &mut [f64], f: impl Fn(f64) -> f64 + Sync) {
-    if x.len() >= PAR_MIN {
-        x.par_chunks(4096)
-            .zip(out.par_chunks_mut(4096))
-            .for_each(|(xs, os)| vectorized(|| map_slice(xs, os, &f)));
-    } else {
-        vectorized(|| map_slice(x, out, &f));
-    }
+    par_pieces(x, out, 4096, |(xs, os)| {
+        vectorized(|| map_slice(xs, os, &f))
+    });
 }
 
 /// The loop of [`map`], always inlined (so into [`vectorized`]'s AVX2 copy: a closure that

@@ -11,7 +11,24 @@ use nnp_numerics::{FloatFormat, Format, Overflow, Rounding, floor_log2, pow2};
 use rayon::prelude::*;
 
 /// Rows of at least this many elements are processed in parallel.
-const PAR_MIN: usize = 1 << 14;
+pub(crate) const PAR_MIN: usize = 1 << 14;
+
+/// `run` over matching pieces of `x` and `out`: chunks of `chunk` elements in parallel when
+/// there are at least [`PAR_MIN`] of them, else the whole slices at once.
+pub(crate) fn par_pieces(
+    x: &[f64],
+    out: &mut [f64],
+    chunk: usize,
+    run: impl Fn((&[f64], &mut [f64])) + Sync + Send,
+) {
+    if x.len() >= PAR_MIN {
+        x.par_chunks(chunk.max(1))
+            .zip(out.par_chunks_mut(chunk.max(1)))
+            .for_each(run);
+    } else {
+        run((x, out));
+    }
+}
 
 /// Runs `f` compiled for AVX2 where the CPU has it, so that the element loops it inlines
 /// (rounding, quantizing, MFU ops: branch-free bit tricks on f64) vectorise 4 lanes wide
@@ -46,13 +63,7 @@ pub fn round_slice(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
                 .for_each(|(v, o)| *o = fmt.round(*v)),
         })
     };
-    if x.len() >= PAR_MIN {
-        x.par_chunks(4096)
-            .zip(out.par_chunks_mut(4096))
-            .for_each(run);
-    } else {
-        run((x, out));
-    }
+    par_pieces(x, out, 4096, run);
 }
 
 /// Nearest-even rounding of an f64 to a float format with subnormals, from the bits.
