@@ -325,11 +325,11 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
     debug_assert_eq!((spec.n, spec.rows, spec.cols), (n, rows, cols));
     let blocks = b.div_ceil(ITEMS);
     let sums = ExactSums::new(&spec.output);
-    // Tasks: (row tile i, block of items), each its own [items, n] piece of the output.
-    let pieces: Vec<(usize, usize, Vec<f64>)> = (0..rows * blocks)
+    // Tasks: (block of items, row tile i), each its own [items, n] piece of the output.
+    let pieces: Vec<Vec<f64>> = (0..blocks * rows)
         .into_par_iter()
         .map(|task| {
-            let (i, b0) = (task / blocks, (task % blocks) * ITEMS);
+            let (i, b0) = (task % rows, (task / rows) * ITEMS);
             let items = ITEMS.min(b - b0);
             let xs = |j: usize| &x.q[(j * b + b0) * n..][..items * n];
             let sx = |j: usize| &x.scale[j * b + b0..][..items];
@@ -401,14 +401,17 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
                     })
                     .collect()
             };
-            (i, b0, y)
+            y
         })
         .collect();
-    let rn = rows * n;
-    let mut out = vec![0.0f64; b * rn];
-    for (i, b0, y) in pieces {
-        for (bi, row) in y.chunks(n).enumerate() {
-            out[(b0 + bi) * rn + i * n..][..n].copy_from_slice(row);
+    // Pieces are in task order: block-major, row tiles within. Item by item, row tile by row
+    // tile, into the output (appended: no zeroing of a buffer about to be overwritten).
+    let mut out = Vec::with_capacity(b * rows * n);
+    for (blk, pieces) in pieces.chunks(rows).enumerate() {
+        for bi in 0..ITEMS.min(b - blk * ITEMS) {
+            for y in pieces {
+                out.extend_from_slice(&y[bi * n..][..n]);
+            }
         }
     }
     out
