@@ -349,7 +349,7 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
                 + x.bits
                 + ceil_log2(cols)
                 <= 53;
-            let y = if spec.accumulation == Accumulation::Exact && plain {
+            if spec.accumulation == Accumulation::Exact && plain {
                 let mut s = vec![0.0f64; items * n];
                 for j in 0..cols {
                     let mut sink = PlainSums {
@@ -400,8 +400,7 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
                         acc.finish()
                     })
                     .collect()
-            };
-            y
+            }
         })
         .collect();
     // Pieces are in task order: block-major, row tiles within. Item by item, row tile by row
