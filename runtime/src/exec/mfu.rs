@@ -415,6 +415,45 @@ mod tests {
         assert!(exp.apply(f64::NAN).is_nan());
     }
 
+    /// The slice path (`activate`: fast rounder, f32 table, fp16 bits from the f64 bits) on
+    /// every fp16 pattern, on values between patterns (they round first: ties, the subnormal
+    /// range, overflow), and on NaNs with a sign and a payload, against the function in f64
+    /// rounded by `nnp_numerics` (the contract: `fmt(f(fmt(x)))`), for sigm, tanh and exp, on
+    /// both sides of the parallel threshold.
+    #[test]
+    fn activate_matches_the_rounded_function_on_every_fp16_input() {
+        let mut x: Vec<f64> = (0..=u16::MAX)
+            .map(|b| half::f16::from_bits(b).to_f64())
+            .collect();
+        let between: Vec<f64> = x
+            .iter()
+            .filter(|v| v.is_finite())
+            .map(|v| v * (1.0 + 2f64.powi(-11)))
+            .collect();
+        x.extend(between);
+        x.extend([
+            65520.0,
+            -65520.0,
+            2f64.powi(-25),
+            3.0 * 2f64.powi(-26),
+            1e300,
+        ]);
+        x.extend([-f64::NAN, f64::from_bits(0x7FF0_0000_0000_0F00)]);
+        let bits = |v: f64| if v.is_nan() { u64::MAX } else { v.to_bits() };
+        for f in [TableFn::Sigm, TableFn::Tanh, TableFn::Exp] {
+            let t = ActTable::load(f, &FP16, None).expect("built-in");
+            let kind = activation_kind(f);
+            for len in [x.len(), 1000] {
+                let mut out = vec![0.0; len];
+                activate(&t, &x[..len], &mut out);
+                for (v, o) in x[..len].iter().zip(&out) {
+                    let want = FP16.round(activation::eval(kind, FP16.round(*v)));
+                    assert_eq!(bits(*o), bits(want), "{f:?}({v:e})");
+                }
+            }
+        }
+    }
+
     #[test]
     fn softmax_by_hand() {
         let exp = ActTable::load(TableFn::Exp, &FP16, None).expect("built-in");
