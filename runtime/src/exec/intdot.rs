@@ -211,8 +211,11 @@ impl IntWeights {
                 for (r, (run, u)) in src.chunks(n).zip(units.iter_mut()).enumerate() {
                     *u = vectorized(|| to_ints(run, &mut q, qm))?;
                     bits = bits.max(mag_bits(&q));
-                    for (l, &x) in q.iter().enumerate() {
-                        tile[packed_at(n, r, l)] = x;
+                    // Lanes (2 kp, 2 kp + 1) of row r go to packed_at(n, r, 2 kp): one pair
+                    // every 2 * ROW_BLOCK values.
+                    let row = &mut tile[packed_at(n, r, 0)..];
+                    for (pair, dst) in q.chunks(2).zip(row.chunks_mut(2 * ROW_BLOCK)) {
+                        dst[..2].copy_from_slice(pair);
                     }
                 }
                 Some(bits)

@@ -746,8 +746,10 @@ impl Executor<'_> {
         let wi = match self.caches.int.get(&w) {
             Some(wi) if cacheable => wi.clone(),
             _ => {
-                let wi = intdot::IntWeights::new(&host_vec(self.value(w)?)?, rows, cols, n)
-                    .map(Arc::new);
+                let wi = with_host(self.value(w)?, |v| {
+                    intdot::IntWeights::new(v, rows, cols, n)
+                })?
+                .map(Arc::new);
                 if cacheable {
                     self.caches.int.insert(w, wi.clone());
                 }
@@ -758,8 +760,8 @@ impl Executor<'_> {
         let xi = match self.int_x.get(&x) {
             Some(xi) => xi.clone(),
             None => {
-                let xi =
-                    intdot::IntVector::new(&host_vec(self.value(x)?)?, b, cols, n).map(Arc::new);
+                let xi = with_host(self.value(x)?, |v| intdot::IntVector::new(v, b, cols, n))?
+                    .map(Arc::new);
                 self.int_x.insert(x, xi.clone());
                 xi
             }
@@ -773,6 +775,20 @@ impl Executor<'_> {
 /// A tensor's values on the host, row-major.
 fn host_vec(t: &Tensor) -> candle_core::Result<Vec<f64>> {
     t.flatten_all()?.to_device(&Device::Cpu)?.to_vec1()
+}
+
+/// `f` of a tensor's values on the host, row-major: borrowed where the tensor is contiguous
+/// f64 on the CPU (a weight stack is hundreds of MiB), else copied once ([`host_vec`]).
+fn with_host<R>(t: &Tensor, f: impl FnOnce(&[f64]) -> R) -> candle_core::Result<R> {
+    {
+        let (storage, layout) = t.storage_and_layout();
+        if let (candle_core::Storage::Cpu(CpuStorage::F64(v)), Some((a, e))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            return Ok(f(&v[a..e]));
+        }
+    }
+    Ok(f(&host_vec(t)?))
 }
 
 /// A weight stack `[1, rows*cols, n, n]` as `[chunks, rows*n, k]` for the chunked matmul:
