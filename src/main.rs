@@ -69,3 +69,66 @@ fn keep_large_buffers_on_the_heap() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn keep_large_buffers_on_the_heap() {}
+
+/// The system allocator, asking for transparent huge pages on large blocks: a weight stack
+/// (hundreds of MiB, written once as it is prepared) then faults in 2 MiB at a time instead of
+/// 4 KiB, where the kernel allows it (`transparent_hugepage` = `madvise` or `always`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+struct HugePages;
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+impl HugePages {
+    const MIN: usize = 8 << 20;
+
+    /// Advise the whole 2 MiB pages inside `[p, p + len)`; a refusal only costs speed.
+    fn advise(p: *mut u8, len: usize) {
+        const HUGE: usize = 2 << 20;
+        let start = (p as usize).next_multiple_of(HUGE);
+        let end = (p as usize + len) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: the range lies inside a block just allocated for the caller; madvise
+            // with MADV_HUGEPAGE changes no contents.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+// SAFETY: every call is forwarded to `System`; `advise` only adds advice.
+unsafe impl std::alloc::GlobalAlloc for HugePages {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if !p.is_null() && layout.size() >= Self::MIN {
+            Self::advise(p, layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if !p.is_null() && layout.size() >= Self::MIN {
+            Self::advise(p, layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: forwarded as the caller gave it.
+        unsafe { std::alloc::System.dealloc(p, layout) }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        // SAFETY: forwarded as the caller gave it.
+        let q = unsafe { std::alloc::System.realloc(p, layout, size) };
+        if !q.is_null() && size >= Self::MIN {
+            Self::advise(q, size);
+        }
+        q
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[global_allocator]
+static ALLOCATOR: HugePages = HugePages;

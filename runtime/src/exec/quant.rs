@@ -34,6 +34,10 @@ pub(crate) fn par_pieces(
 /// (rounding, quantizing, MFU ops: branch-free bit tricks on f64) vectorise 4 lanes wide
 /// instead of SSE2's 2; elsewhere `f` runs as built. Bits are unchanged: Rust never contracts
 /// `a * b + c` into an FMA, and every instruction computes the same IEEE result at any width.
+///
+/// `f` runs in the AVX2 copy only where LLVM inlines the closure; a large one may stay a call
+/// compiled for the baseline. The hottest loops ([`FastRound::round_all`], the BFP runs) have
+/// their own `#[target_feature]` copy around an `#[inline(always)]` body instead.
 #[inline(always)]
 pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
@@ -51,17 +55,12 @@ pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
 /// Round every element of `x` to `fmt` (as [`FloatFormat::round`]).
 pub fn round_slice(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
     let fast = FastRound::new(fmt);
-    let run = |(xs, os): (&[f64], &mut [f64])| {
-        vectorized(|| match &fast {
-            Some(f) => xs
-                .iter()
-                .zip(os.iter_mut())
-                .for_each(|(v, o)| *o = f.round(*v)),
-            None => xs
-                .iter()
-                .zip(os.iter_mut())
-                .for_each(|(v, o)| *o = fmt.round(*v)),
-        })
+    let run = |(xs, os): (&[f64], &mut [f64])| match &fast {
+        Some(f) => f.round_all(xs, os),
+        None => xs
+            .iter()
+            .zip(os.iter_mut())
+            .for_each(|(v, o)| *o = fmt.round(*v)),
     };
     par_pieces(x, out, 4096, run);
 }
@@ -115,6 +114,29 @@ impl FastRound {
         })
     }
 
+    /// `out[i] = round(x[i])`, in an AVX2 copy where the CPU has it.
+    pub(crate) fn round_all(&self, x: &[f64], out: &mut [f64]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { self.round_all_avx2(x, out) };
+        }
+        self.round_all_body(x, out)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn round_all_avx2(&self, x: &[f64], out: &mut [f64]) {
+        self.round_all_body(x, out)
+    }
+
+    #[inline(always)]
+    fn round_all_body(&self, x: &[f64], out: &mut [f64]) {
+        for (v, o) in x.iter().zip(out.iter_mut()) {
+            *o = self.round(*v);
+        }
+    }
+
     #[inline]
     pub(crate) fn round(&self, x: f64) -> f64 {
         let bits = x.to_bits();
@@ -143,7 +165,7 @@ pub fn quantize_runs(fmt: &Format, x: &[f64], len: usize, native: usize, out: &m
         _ => None,
     };
     let run = |(xs, os): (&[f64], &mut [f64])| match &fast {
-        Some(f) => vectorized(|| f.runs(xs, os, len)),
+        Some(f) => f.runs(xs, os, len),
         None => {
             for (xr, or) in xs.chunks(len).zip(os.chunks_mut(len)) {
                 fmt.quantize(xr, native, or);
@@ -205,9 +227,24 @@ impl FastBfp {
         }
     }
 
-    /// [`FastBfp::run`] over every run of `len` lanes.
-    #[inline(always)]
+    /// [`FastBfp::run`] over every run of `len` lanes, in an AVX2 copy where the CPU has it.
     fn runs(&self, x: &[f64], out: &mut [f64], len: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { self.runs_avx2(x, out, len) };
+        }
+        self.runs_body(x, out, len)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn runs_avx2(&self, x: &[f64], out: &mut [f64], len: usize) {
+        self.runs_body(x, out, len)
+    }
+
+    #[inline(always)]
+    fn runs_body(&self, x: &[f64], out: &mut [f64], len: usize) {
         for (xr, or) in x.chunks(len).zip(out.chunks_mut(len)) {
             self.run(xr, or);
         }
