@@ -67,6 +67,16 @@ impl GenConfig {
             ..GenConfig::default()
         }
     }
+
+    /// Programs whose products mostly fit the software graph's integer kernel
+    /// (`exec::intdot`): N a multiple of 16, MVM formats from BFP/MSFP/MX/floats.
+    pub fn integer_kernel() -> Self {
+        GenConfig {
+            natives: vec![16, 32],
+            all_formats: false,
+            ..GenConfig::default()
+        }
+    }
 }
 
 /// A generated program: firmware text and its target description (TOML).

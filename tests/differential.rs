@@ -53,8 +53,9 @@ fn checked(source: &str, toml: &str) -> nnp_grammar::Program {
     }
 }
 
-/// Run `count` programs from seed `base` on every core; minimize and print failures.
-fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) {
+/// Run `count` programs from seed `base` on every core; minimize and print failures. Returns
+/// the products the outputs' runs computed on the integer kernel.
+fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> u64 {
     let data = DataConfig::default();
     let start = Instant::now();
     let next = AtomicU64::new(base);
@@ -106,7 +107,7 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) {
         failures.len()
     );
     if failures.is_empty() {
-        return;
+        return int_products.load(Ordering::Relaxed);
     }
     let mut report = String::new();
     for (i, (seed, out)) in failures.iter().enumerate() {
@@ -149,6 +150,18 @@ fn software_graph_matches_emulator_on_large_programs() {
     let count = env_u64("NNPC_DIFF_LARGE", 50);
     let base = env_u64("NNPC_DIFF_SEED", 0);
     differential("large", &GenConfig::large(), base, count);
+}
+
+/// Programs made for the integer kernel (`GenConfig::integer_kernel`): their outputs' runs take
+/// it for most products where the CPU has AVX2, their traced runs the float path.
+#[test]
+fn software_graph_matches_emulator_on_integer_kernel_programs() {
+    let count = env_u64("NNPC_DIFF_INT", 100);
+    let base = env_u64("NNPC_DIFF_SEED", 0);
+    let int = differential("integer kernel", &GenConfig::integer_kernel(), base, count);
+    if count >= 20 {
+        assert_eq!(int > 0, nnp_runtime::exec::intdot::simd(), "{int} products");
+    }
 }
 
 /// The comparison itself: one flipped bit is found at exactly its element; NaNs with different
