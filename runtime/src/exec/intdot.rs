@@ -20,7 +20,6 @@
 //! ([`simd`]); elsewhere the f32/f64 BLAS path runs.
 
 use super::matmul::{ExactSums, MatVec, RowAcc};
-use super::quant::vectorized;
 use nnp_grammar::Accumulation;
 use nnp_numerics::{floor_log2, pow2};
 use rayon::prelude::*;
@@ -209,7 +208,7 @@ impl IntWeights {
                 let mut q = vec![0i16; n];
                 let mut bits = 0;
                 for (r, (run, u)) in src.chunks(n).zip(units.iter_mut()).enumerate() {
-                    *u = vectorized(|| to_ints(run, &mut q, qm))?;
+                    *u = to_ints(run, &mut q, qm)?;
                     bits = bits.max(mag_bits(&q));
                     // Lanes (2 kp, 2 kp + 1) of row r go to packed_at(n, r, 2 kp): one pair
                     // every 2 * ROW_BLOCK values.
@@ -286,7 +285,7 @@ impl IntVector {
             .enumerate()
             .try_for_each(|(t, (q, u))| {
                 let (j, bi) = (t / b, t % b);
-                *u = vectorized(|| to_ints(&x[(bi * cols + j) * n..][..n], q, qm))?;
+                *u = to_ints(&x[(bi * cols + j) * n..][..n], q, qm)?;
                 Some(())
             })?;
         let bits = mag_bits(&q);

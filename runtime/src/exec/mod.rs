@@ -315,9 +315,7 @@ impl<'g> Session<'g> {
                 ex.int_products
             );
         }
-        let mut run = collect_outputs(graph, data.batch, rows, written)?;
-        run.int_products = ex.int_products;
-        Ok(run)
+        collect_outputs(graph, data.batch, rows, written, ex.int_products)
     }
 }
 
@@ -327,6 +325,7 @@ fn collect_outputs(
     batch: usize,
     mut rows: HashMap<String, Vec<Option<Tensor>>>,
     written: HashMap<ValueId, WrittenValue>,
+    int_products: usize,
 ) -> Result<Execution, ExecError> {
     let mut outputs = Outputs::new();
     for o in &graph.outputs {
@@ -358,7 +357,7 @@ fn collect_outputs(
     Ok(Execution {
         outputs,
         written,
-        int_products: 0,
+        int_products,
     })
 }
 
