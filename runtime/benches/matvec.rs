@@ -106,7 +106,14 @@ fn bench(c: &mut Criterion) {
     let mut out = vec![0.0; B * k];
     g.bench_function("binary_add_fp16", |b| {
         b.iter(|| {
-            mfu::binary(BinOp::Add, &FloatFormat::FP16, &a, &bv, &mut out);
+            mfu::binary(
+                BinOp::Add,
+                &FloatFormat::FP16,
+                &a,
+                &bv,
+                &mut out,
+                [false, false],
+            );
             black_box(&out);
         })
     });
@@ -119,7 +126,7 @@ fn bench(c: &mut Criterion) {
     let sigm = mfu::ActTable::load(TableFn::Sigm, &FloatFormat::FP16, None).expect("table");
     g.bench_function("sigm_fp16", |b| {
         b.iter(|| {
-            mfu::activate(&sigm, &a, &mut out);
+            mfu::activate(&sigm, &a, &mut out, false);
             black_box(&out);
         })
     });

@@ -23,6 +23,7 @@ use super::matmul::{ExactSums, MatVec, RowAcc};
 use nnp_grammar::Accumulation;
 use nnp_numerics::{floor_log2, pow2};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// Rows of one register block of the SIMD kernel (2 x 8 `i32` lanes); N must be a multiple.
 pub const ROW_BLOCK: usize = 16;
@@ -327,10 +328,23 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
     debug_assert_eq!((spec.n, spec.rows, spec.cols), (n, rows, cols));
     let blocks = b.div_ceil(ITEMS);
     let sums = ExactSums::new(&spec.output);
-    // Tasks: (block of items, row tile i), each its own [items, n] piece of the output.
-    let pieces: Vec<Vec<f64>> = (0..blocks * rows)
+    // Tasks: (block of items, row tile i). Each writes its runs of the output ([b, rows * n],
+    // one run of n per item and row tile) in place, uninitialised until then.
+    let mut out: Vec<f64> = Vec::with_capacity(b * rows * n);
+    let mut task_runs: Vec<Vec<&mut [MaybeUninit<f64>]>> = (0..blocks * rows)
+        .map(|_| Vec::with_capacity(ITEMS))
+        .collect();
+    for (e, run) in out.spare_capacity_mut()[..b * rows * n]
+        .chunks_mut(n)
+        .enumerate()
+    {
+        let (item, i) = (e / rows, e % rows);
+        task_runs[(item / ITEMS) * rows + i].push(run);
+    }
+    task_runs
         .into_par_iter()
-        .map(|task| {
+        .enumerate()
+        .for_each(|(task, mut runs)| {
             let (i, b0) = (task % rows, (task / rows) * ITEMS);
             let items = ITEMS.min(b - b0);
             let xs = |j: usize| &x.q[(j * b + b0) * n..][..items * n];
@@ -351,7 +365,7 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
                 + x.bits
                 + ceil_log2(cols)
                 <= 53;
-            if spec.accumulation == Accumulation::Exact && plain {
+            let y: Vec<f64> = if spec.accumulation == Accumulation::Exact && plain {
                 let mut s = vec![0.0f64; items * n];
                 for j in 0..cols {
                     let mut sink = PlainSums {
@@ -402,19 +416,14 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
                         acc.finish()
                     })
                     .collect()
+            };
+            for (run, y) in runs.iter_mut().zip(y.chunks(n)) {
+                run.write_copy_of_slice(y);
             }
-        })
-        .collect();
-    // Pieces are in task order: block-major, row tiles within. Item by item, row tile by row
-    // tile, into the output (appended: no zeroing of a buffer about to be overwritten).
-    let mut out = Vec::with_capacity(b * rows * n);
-    for (blk, pieces) in pieces.chunks(rows).enumerate() {
-        for bi in 0..ITEMS.min(b - blk * ITEMS) {
-            for y in pieces {
-                out.extend_from_slice(&y[bi * n..][..n]);
-            }
-        }
-    }
+        });
+    // SAFETY: the runs partition the first b * rows * n elements of the capacity, and every
+    // task wrote each of its runs (one per item of its block) in full.
+    unsafe { out.set_len(b * rows * n) };
     out
 }
 

@@ -369,13 +369,11 @@ impl ExactSums {
         }
     }
 
-    /// Round exact sums in place (branch-free, vectorises; an exact zero is +0, as the integer
-    /// accumulator has no signed zero).
+    /// Round exact sums in place (an exact zero is +0, as the integer accumulator has no signed
+    /// zero).
     pub(crate) fn round(&self, s: &mut [f64]) {
         match &self.fast {
-            Some(f) => s
-                .iter_mut()
-                .for_each(|s| *s = if *s == 0.0 { 0.0 } else { f.round(*s) }),
+            Some(f) => f.round_sums(s),
             None => s.iter_mut().for_each(|s| {
                 *s = if *s == 0.0 {
                     0.0

@@ -2,7 +2,7 @@
 //! (NUMERICS.md section 1, semantics.md "Numerics in the pipeline").
 
 use super::exact::{ExactSum, two_prod, two_sum};
-use super::quant::{FastRound, PAR_MIN, par_pieces, vectorized};
+use super::quant::{FastRound, PAR_MIN, avx2_copy, par_pieces, vectorized};
 use nnp_lowering::swgraph::{BinOp, TableFn};
 use nnp_numerics::{Activation, FloatFormat, activation};
 use rayon::prelude::*;
@@ -38,24 +38,30 @@ fn narrow(fmt: &FloatFormat) -> bool {
     fmt.mant_bits < 25
 }
 
-/// `fmt(op(fmt(a), fmt(b)))` element-wise; `a` and `b` have equal lengths.
-pub fn binary(op: BinOp, fmt: &FloatFormat, a: &[f64], b: &[f64], out: &mut [f64]) {
-    let run = |(a, b, o): (&[f64], &[f64], &mut [f64])| {
-        vectorized(|| match (FastRound::new(fmt), op) {
-            // The common case, one tight loop per op (they vectorise): a narrow format with
-            // the fast rounder.
-            (Some(r), BinOp::Add | BinOp::Sub | BinOp::Mul) if narrow(fmt) => match op {
-                BinOp::Add => zip_round(&r, a, b, o, |x, y| x + y),
-                BinOp::Sub => zip_round(&r, a, b, o, |x, y| x - y),
-                _ => zip_round(&r, a, b, o, |x, y| x * y),
-            },
-            _ => {
-                let r = Rounder::new(fmt);
-                for ((x, y), z) in a.iter().zip(b).zip(o.iter_mut()) {
-                    *z = binary1(op, fmt, &r, *x, *y);
-                }
+/// `fmt(op(fmt(a), fmt(b)))` element-wise; `a` and `b` have equal lengths. `rounded[i]`: the
+/// operand is known to be rounded to `fmt` already ([`super::rounded`]), so its rounding (a
+/// no-op on it) is skipped.
+pub fn binary(
+    op: BinOp,
+    fmt: &FloatFormat,
+    a: &[f64],
+    b: &[f64],
+    out: &mut [f64],
+    rounded: [bool; 2],
+) {
+    let fast = FastRound::new(fmt)
+        .filter(|_| narrow(fmt) && matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul))
+        .map(|r| Zip { r, op, rounded });
+    let run = |(a, b, o): (&[f64], &[f64], &mut [f64])| match &fast {
+        // The common case, one tight loop per op and operand kind: a narrow format with the
+        // fast rounder.
+        Some(z) => z.run(a, b, o),
+        None => vectorized(|| {
+            let r = Rounder::new(fmt);
+            for ((x, y), z) in a.iter().zip(b).zip(o.iter_mut()) {
+                *z = binary1(op, fmt, &r, *x, *y);
             }
-        })
+        }),
     };
     if a.len() >= PAR_MIN {
         a.par_chunks(4096)
@@ -67,12 +73,52 @@ pub fn binary(op: BinOp, fmt: &FloatFormat, a: &[f64], b: &[f64], out: &mut [f64
     }
 }
 
-/// `r(f(r(x), r(y)))` element-wise: one f64 operation of two narrow-format values, one
-/// rounding.
-#[inline]
-fn zip_round(r: &FastRound, a: &[f64], b: &[f64], o: &mut [f64], f: impl Fn(f64, f64) -> f64) {
-    for ((x, y), z) in a.iter().zip(b).zip(o.iter_mut()) {
-        *z = r.round(f(r.round(*x), r.round(*y)));
+/// Add, subtract or multiply of a narrow format with the fast rounder: `r(f(r(x), r(y)))`, one
+/// f64 operation of two narrow-format values and one rounding.
+struct Zip {
+    r: FastRound,
+    op: BinOp,
+    rounded: [bool; 2],
+}
+
+impl Zip {
+    avx2_copy! {
+        fn run / run_avx2 / run_body (&self, a: &[f64], b: &[f64], o: &mut [f64])
+    }
+
+    #[inline(always)]
+    fn run_body(&self, a: &[f64], b: &[f64], o: &mut [f64]) {
+        match self.op {
+            BinOp::Add => self.each(a, b, o, |x, y| x + y),
+            BinOp::Sub => self.each(a, b, o, |x, y| x - y),
+            _ => self.each(a, b, o, |x, y| x * y),
+        }
+    }
+
+    #[inline(always)]
+    fn each(&self, a: &[f64], b: &[f64], o: &mut [f64], f: impl Fn(f64, f64) -> f64) {
+        match self.rounded {
+            [false, false] => self.zip::<false, false>(a, b, o, f),
+            [false, true] => self.zip::<false, true>(a, b, o, f),
+            [true, false] => self.zip::<true, false>(a, b, o, f),
+            [true, true] => self.zip::<true, true>(a, b, o, f),
+        }
+    }
+
+    #[inline(always)]
+    fn zip<const RA: bool, const RB: bool>(
+        &self,
+        a: &[f64],
+        b: &[f64],
+        o: &mut [f64],
+        f: impl Fn(f64, f64) -> f64,
+    ) {
+        let r = &self.r;
+        for ((x, y), z) in a.iter().zip(b).zip(o.iter_mut()) {
+            let x = if RA { *x } else { r.round(*x) };
+            let y = if RB { *y } else { r.round(*y) };
+            *z = r.round(f(x, y));
+        }
     }
 }
 
@@ -186,9 +232,10 @@ impl ActTable {
     }
 
     /// `out[i] = apply(r.round(x[i]))`, with the common case (an fp16 table, the fast
-    /// rounder) as one tight loop.
+    /// rounder) as one tight loop; `rounded`: `x` is rounded to the format already (the
+    /// rounding is skipped).
     #[inline(always)]
-    fn apply_all(&self, r: &Rounder, x: &[f64], out: &mut [f64]) {
+    fn apply_all(&self, r: &Rounder, x: &[f64], out: &mut [f64], rounded: bool) {
         // A table of a fixed 2^16 entries indexed by u16 (no bounds checks), and locals
         // (nothing reloaded through `self` in the loop).
         let fp16 = (self.fmt.exp_bits, self.fmt.mant_bits) == (5, 10);
@@ -198,20 +245,37 @@ impl ActTable {
                 .map(|v| (v, *f)),
             _ => None,
         };
-        match fast {
-            Some((v, f)) => {
-                let nan = bits16(&self.fmt, f64::NAN);
-                for (x, o) in x.iter().zip(out.iter_mut()) {
-                    let y = f.round(*x);
-                    let i = if y.is_nan() { nan } else { fp16_bits(y) };
-                    *o = f64::from(v[usize::from(i)]);
-                }
+        let Some((v, f)) = fast else {
+            for (x, o) in x.iter().zip(out.iter_mut()) {
+                *o = self.apply(r.round(*x));
             }
-            None => {
-                for (x, o) in x.iter().zip(out.iter_mut()) {
-                    *o = self.apply(r.round(*x));
-                }
+            return;
+        };
+        let nan = bits16(&self.fmt, f64::NAN);
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            // Rounded in blocks on the stack, then looked up 4 lanes at a time.
+            const BLOCK: usize = 256;
+            let mut buf = [0.0f64; BLOCK];
+            for (xs, os) in x.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+                let xs = if rounded {
+                    xs
+                } else {
+                    let b = &mut buf[..xs.len()];
+                    f.round_all(xs, b);
+                    &*b
+                };
+                // SAFETY: the CPU has AVX2 and F16C (checked above).
+                unsafe { lookup_fp16_x86(v, nan, xs, os) };
             }
+            return;
+        }
+        for (x, o) in x.iter().zip(out.iter_mut()) {
+            let y = if rounded { *x } else { f.round(*x) };
+            let i = if y.is_nan() { nan } else { fp16_bits(y) };
+            *o = f64::from(v[usize::from(i)]);
         }
     }
 
@@ -239,6 +303,37 @@ fn bits16(fmt: &FloatFormat, x: f64) -> u16 {
         // f64 -> f32 is exact for these values, so half's conversions cannot double-round.
         (8, 7) => half::bf16::from_f64(x).to_bits(),
         _ => fmt.encode(x) as u16,
+    }
+}
+
+/// `out[i] = v[fp16 bits of x[i]]` (`nan` for every NaN) for fp16 values `x`, 4 lanes at a
+/// time: f64 -> f32 -> fp16 conversions are exact on fp16 values (no double rounding), then
+/// one gather from the f32 table.
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn lookup_fp16_x86(v: &[f32; 1 << 16], nan: u16, x: &[f64], out: &mut [f64]) {
+    use std::arch::x86_64::*;
+    let nan_at = _mm_set1_epi32(i32::from(nan));
+    let mut xs = x.chunks_exact(4);
+    let mut os = out.chunks_exact_mut(4);
+    for (x4, o4) in (&mut xs).zip(&mut os) {
+        // SAFETY: x4 and o4 hold 4 elements; every index is a u16 (or `nan`), inside the
+        // table of 2^16 entries.
+        unsafe {
+            let f = _mm256_cvtpd_ps(_mm256_loadu_pd(x4.as_ptr()));
+            let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(f);
+            let at = _mm_cvtepu16_epi32(h);
+            let at = _mm_blendv_epi8(at, nan_at, _mm_castps_si128(_mm_cmpunord_ps(f, f)));
+            let y = _mm_i32gather_ps::<4>(v.as_ptr(), at);
+            _mm256_storeu_pd(o4.as_mut_ptr(), _mm256_cvtps_pd(y));
+        }
+    }
+    for (x, o) in xs.remainder().iter().zip(os.into_remainder()) {
+        let i = if x.is_nan() { nan } else { fp16_bits(*x) };
+        *o = f64::from(v[usize::from(i)]);
     }
 }
 
@@ -278,13 +373,11 @@ pub fn pass(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
     map(x, out, |v| r.round(v));
 }
 
-/// `v_sigm`, `v_tanh`, `v_exp`.
-pub fn activate(t: &ActTable, x: &[f64], out: &mut [f64]) {
+/// `v_sigm`, `v_tanh`, `v_exp`; `rounded`: `x` is rounded to the table's format already
+/// ([`super::rounded`]).
+pub fn activate(t: &ActTable, x: &[f64], out: &mut [f64], rounded: bool) {
     let r = Rounder::new(&t.fmt);
-    // Its own loop rather than `map`: the lookup inlines into the AVX2 copy this way.
-    par_pieces(x, out, 4096, |(xs, os)| {
-        vectorized(|| t.apply_all(&r, xs, os))
-    });
+    par_pieces(x, out, 4096, |(xs, os)| t.apply_all(&r, xs, os, rounded));
 }
 
 /// `v_softmax` over each row of `lanes` values: m = max (NaN-propagating) over the row;
@@ -338,8 +431,61 @@ mod tests {
 
     fn bin(op: BinOp, a: f64, b: f64) -> f64 {
         let mut o = [0.0];
-        binary(op, &FP16, &[a], &[b], &mut o);
+        binary(op, &FP16, &[a], &[b], &mut o, [false, false]);
         o[0]
+    }
+
+    /// On operands that are fp16 values already, skipping their rounding (`rounded`) gives
+    /// the contract's `fp16(op(a, b))` (`nnp_numerics`' rounding) for every op, on specials
+    /// (signed zeros, subnormals, the largest value, infinities, NaNs) and random pairs, on
+    /// both sides of the parallel threshold.
+    #[test]
+    fn binary_skips_the_rounding_of_rounded_operands() {
+        let mut vals: Vec<f64> = vec![
+            0.0,
+            -0.0,
+            2f64.powi(-24),
+            -2f64.powi(-24),
+            6.1e-5,
+            65504.0,
+            -65504.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -f64::NAN,
+            1.0,
+            2048.0,
+        ];
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        while vals.len() < 40_000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            vals.push(half::f16::from_bits(s as u16).to_f64());
+        }
+        let (a, b): (Vec<f64>, Vec<f64>) = vals
+            .iter()
+            .zip(vals.iter().rev())
+            .map(|(x, y)| (*x, *y))
+            .unzip();
+        let bits = |v: f64| if v.is_nan() { u64::MAX } else { v.to_bits() };
+        for op in [BinOp::Add, BinOp::Sub, BinOp::Mul] {
+            let f = |x: f64, y: f64| match op {
+                BinOp::Add => x + y,
+                BinOp::Sub => x - y,
+                _ => x * y,
+            };
+            for rounded in [[false, false], [true, false], [false, true], [true, true]] {
+                for len in [a.len(), 1000] {
+                    let mut out = vec![0.0; len];
+                    binary(op, &FP16, &a[..len], &b[..len], &mut out, rounded);
+                    for ((x, y), o) in a.iter().zip(&b).zip(&out) {
+                        let want = FP16.round(f(*x, *y));
+                        assert_eq!(bits(*o), bits(want), "{op:?} {x:e} {y:e} {rounded:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -445,10 +591,17 @@ mod tests {
             let kind = activation_kind(f);
             for len in [x.len(), 1000] {
                 let mut out = vec![0.0; len];
-                activate(&t, &x[..len], &mut out);
+                activate(&t, &x[..len], &mut out, false);
                 for (v, o) in x[..len].iter().zip(&out) {
                     let want = FP16.round(activation::eval(kind, FP16.round(*v)));
                     assert_eq!(bits(*o), bits(want), "{f:?}({v:e})");
+                }
+                // The first 2^16 inputs are the fp16 values: their rounding may be skipped.
+                let n = len.min(1 << 16);
+                activate(&t, &x[..n], &mut out[..n], true);
+                for (v, o) in x[..n].iter().zip(&out) {
+                    let want = FP16.round(activation::eval(kind, *v));
+                    assert_eq!(bits(*o), bits(want), "{f:?}({v:e}), rounded");
                 }
             }
         }

@@ -17,6 +17,7 @@ pub mod intdot;
 pub mod matmul;
 pub mod mfu;
 pub mod quant;
+mod rounded;
 pub mod trace;
 
 use crate::host::{HostData, Outputs, Tensor as HostTensor};
@@ -175,6 +176,8 @@ pub struct Session<'g> {
     keep: Vec<bool>,
     /// The kept constant values, once computed.
     consts: Vec<Option<Tensor>>,
+    /// The format each value is already rounded to, where the graph shows one.
+    rounded: Vec<Option<FloatFormat>>,
     warm: bool,
     caches: Caches,
 }
@@ -211,6 +214,7 @@ impl<'g> Session<'g> {
             constant,
             keep,
             consts: vec![None; len],
+            rounded: rounded::rounded_formats(&graph.nodes),
             warm: false,
             caches: Caches::default(),
         })
@@ -227,6 +231,7 @@ impl<'g> Session<'g> {
             n: graph.native,
             values: self.consts.clone(),
             constant: &self.constant,
+            rounded: &self.rounded,
             caches: &mut self.caches,
             arranged_x: HashMap::new(),
             int_x: HashMap::new(),
@@ -396,6 +401,7 @@ struct Executor<'a> {
     n: usize,
     values: Vec<Option<Tensor>>,
     constant: &'a [bool],
+    rounded: &'a [Option<FloatFormat>],
     caches: &'a mut Caches,
     /// Vectors rearranged for the chunked matmul in this run, by (value, chunk).
     arranged_x: HashMap<(ValueId, usize), Tensor>,
@@ -511,6 +517,8 @@ impl Executor<'_> {
                 }
             }
             Op::Unpad { src, len } => self.value(*src)?.narrow(1, 0, *len)?.contiguous()?,
+            // Rounding a value that is rounded to the format already changes nothing.
+            Op::Round { src, format } if self.is_rounded(*src, format) => self.value(*src)?.clone(),
             Op::Round { src, format } => {
                 let f = *format;
                 map1(self.value(*src)?, "round", move |x, o| {
@@ -568,10 +576,13 @@ impl Executor<'_> {
             Op::Binary { op, a, b, format } => {
                 // A batch-1 operand (weights, constants) is broadcast inside the kernel.
                 let (op, f): (BinOp, FloatFormat) = (*op, *format);
+                let rounded = [self.is_rounded(*a, &f), self.is_rounded(*b, &f)];
                 let on_cpu = |t: &Tensor| t.contiguous()?.to_device(&Device::Cpu);
                 let r = on_cpu(self.value(*a)?)?.apply_op2_no_bwd(
                     &on_cpu(self.value(*b)?)?,
-                    &Map2(move |x: &[f64], y: &[f64], o: &mut [f64]| mfu::binary(op, &f, x, y, o)),
+                    &Map2(move |x: &[f64], y: &[f64], o: &mut [f64]| {
+                        mfu::binary(op, &f, x, y, o, rounded)
+                    }),
                 )?;
                 r.to_device(&self.dev)?
             }
@@ -582,6 +593,7 @@ impl Executor<'_> {
                 table,
             } => {
                 let f = *format;
+                let rounded = self.is_rounded(*src, &f);
                 let t = self.value(*src)?.clone();
                 match op {
                     UnOp::Relu => map1(&t, "relu", move |x, o| mfu::relu(&f, x, o))?,
@@ -592,13 +604,20 @@ impl Executor<'_> {
                             let lanes = t.dims().get(1).copied().unwrap_or(1);
                             map1(&t, "softmax", move |x, o| mfu::softmax(&tab, x, lanes, o))?
                         } else {
-                            map1(&t, "activation", move |x, o| mfu::activate(&tab, x, o))?
+                            map1(&t, "activation", move |x, o| {
+                                mfu::activate(&tab, x, o, rounded)
+                            })?
                         }
                     }
                 }
             }
             Op::Output { .. } => return Err(internal("output evaluated as a value").into()),
         })
+    }
+
+    /// Whether every element of `v` is rounded to `f` already ([`rounded`]).
+    fn is_rounded(&self, v: ValueId, f: &FloatFormat) -> bool {
+        self.rounded.get(v.index()).copied().flatten() == Some(*f)
     }
 
     fn table(

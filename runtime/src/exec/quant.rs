@@ -10,6 +10,33 @@ use nnp_numerics::format::BfpFormat;
 use nnp_numerics::{FloatFormat, Format, Overflow, Rounding, floor_log2, pow2};
 use rayon::prelude::*;
 
+/// A method whose loop runs in a copy compiled for AVX2 where the CPU has it (4 f64 lanes
+/// instead of SSE2's 2; the same IEEE operations, so the same bits), else as built:
+/// `avx2_copy! { fn name / name_avx2 / name_body (&self, args) }` defines `name`, which calls
+/// `name_body` (an `#[inline(always)]` method of the same arguments) from the right copy.
+/// Unlike [`vectorized`]'s closure, an `#[inline(always)]` body is always inlined.
+macro_rules! avx2_copy {
+    ($(#[$doc:meta])* $vis:vis fn $name:ident / $avx2:ident / $body:ident
+        (&self $(, $arg:ident: $ty:ty)* $(,)?)) => {
+        $(#[$doc])*
+        $vis fn $name(&self $(, $arg: $ty)*) {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2 (checked just above).
+                return unsafe { self.$avx2($($arg),*) };
+            }
+            self.$body($($arg),*)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        unsafe fn $avx2(&self $(, $arg: $ty)*) {
+            self.$body($($arg),*)
+        }
+    };
+}
+pub(crate) use avx2_copy;
+
 /// Rows of at least this many elements are processed in parallel.
 pub(crate) const PAR_MIN: usize = 1 << 14;
 
@@ -36,8 +63,8 @@ pub(crate) fn par_pieces(
 /// `a * b + c` into an FMA, and every instruction computes the same IEEE result at any width.
 ///
 /// `f` runs in the AVX2 copy only where LLVM inlines the closure; a large one may stay a call
-/// compiled for the baseline. The hottest loops ([`FastRound::round_all`], the BFP runs) have
-/// their own `#[target_feature]` copy around an `#[inline(always)]` body instead.
+/// compiled for the baseline. The hottest loops ([`FastRound::round_all`], the BFP runs) are
+/// methods with their own copy instead ([`avx2_copy!`]).
 #[inline(always)]
 pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
@@ -114,26 +141,29 @@ impl FastRound {
         })
     }
 
-    /// `out[i] = round(x[i])`, in an AVX2 copy where the CPU has it.
-    pub(crate) fn round_all(&self, x: &[f64], out: &mut [f64]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above).
-            return unsafe { self.round_all_avx2(x, out) };
-        }
-        self.round_all_body(x, out)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn round_all_avx2(&self, x: &[f64], out: &mut [f64]) {
-        self.round_all_body(x, out)
+    avx2_copy! {
+        /// `out[i] = round(x[i])`.
+        pub(crate) fn round_all / round_all_avx2 / round_all_body (&self, x: &[f64], out: &mut [f64])
     }
 
     #[inline(always)]
     fn round_all_body(&self, x: &[f64], out: &mut [f64]) {
         for (v, o) in x.iter().zip(out.iter_mut()) {
             *o = self.round(*v);
+        }
+    }
+
+    avx2_copy! {
+        /// Round exact sums in place; an exact zero is +0 (an integer accumulator has no
+        /// signed zero). Branch-free: both results computed, then selected.
+        pub(crate) fn round_sums / round_sums_avx2 / round_sums_body (&self, s: &mut [f64])
+    }
+
+    #[inline(always)]
+    fn round_sums_body(&self, s: &mut [f64]) {
+        for v in s.iter_mut() {
+            let r = self.round(*v);
+            *v = if *v == 0.0 { 0.0 } else { r };
         }
     }
 
@@ -227,20 +257,9 @@ impl FastBfp {
         }
     }
 
-    /// [`FastBfp::run`] over every run of `len` lanes, in an AVX2 copy where the CPU has it.
-    fn runs(&self, x: &[f64], out: &mut [f64], len: usize) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above).
-            return unsafe { self.runs_avx2(x, out, len) };
-        }
-        self.runs_body(x, out, len)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn runs_avx2(&self, x: &[f64], out: &mut [f64], len: usize) {
-        self.runs_body(x, out, len)
+    avx2_copy! {
+        /// [`FastBfp::run`] over every run of `len` lanes.
+        fn runs / runs_avx2 / runs_body (&self, x: &[f64], out: &mut [f64], len: usize)
     }
 
     #[inline(always)]
