@@ -41,7 +41,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
     /// Compute every product with the float BLAS path, even where the integer kernel applies
-    /// (CPUs with AVX2). The same bits, more slowly: for comparisons.
+    /// (CPUs with AVX2 and FMA). The same bits, more slowly: for comparisons.
     #[arg(long)]
     pub float_matmul: bool,
     /// Print the summary as JSON on stdout.

@@ -16,7 +16,7 @@
 //! The integers are `i16`; `vpmaddwd` multiplies 16 pairs and adds adjacent products into 8
 //! `i32` lanes (twice the multiply-adds per instruction of an f32 FMA, half the bytes). The
 //! scalar kernel computes the same integers from the same layout: it is the reference the SIMD
-//! kernel is tested against. The session takes this path only where the CPU has AVX2
+//! kernel is tested against. The session takes this path only where the CPU has AVX2 and FMA
 //! ([`simd`]); elsewhere the f32/f64 BLAS path runs.
 
 use super::matmul::{ExactSums, MatVec, RowAcc};
@@ -32,11 +32,11 @@ pub const ROW_BLOCK: usize = 16;
 /// every weight tile is read once per this many items.
 const ITEMS: usize = 64;
 
-/// Whether the session should take this path: the CPU has AVX2.
+/// Whether the session should take this path: the CPU has AVX2 and FMA.
 pub fn simd() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx2")
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -482,7 +482,7 @@ fn kernel(simd: bool, tile: &[i16], xs: &[i16], n: usize, sink: &mut impl Sink) 
     assert!(supports(n) && tile.len() == n * n && xs.len().is_multiple_of(n));
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
-        // SAFETY: AVX2 is present (checked just above), `n` is a multiple of ROW_BLOCK and the
+        // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of ROW_BLOCK and the
         // lengths are asserted above; every access of `avx2::tile` is inside them.
         unsafe { avx2::tile(tile, xs, n, sink) };
         return;
@@ -517,9 +517,9 @@ mod avx2 {
     const ITEMS: usize = 6;
 
     /// # Safety
-    /// AVX2 must be present; `n % ROW_BLOCK == 0`, `tile.len() == n * n`, `xs.len()` a
+    /// AVX2 and FMA must be present; `n % ROW_BLOCK == 0`, `tile.len() == n * n`, `xs.len()` a
     /// multiple of `n`.
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile(tile: &[i16], xs: &[i16], n: usize, sink: &mut impl Sink) {
         let items = xs.len() / n;
         for rb in 0..n / ROW_BLOCK {
@@ -545,7 +545,7 @@ mod avx2 {
     }
 
     /// Rows `rb * 16..` + 16 of items `b0..b0 + C`: `w` is the row block, `[n / 2][16][2]`.
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn block<const C: usize>(
         w: &[i16],
@@ -574,6 +574,9 @@ mod avx2 {
         if let Some((s, sw, sx, n)) = sink.plain() {
             // PlainSums in vector registers: s[item * n + r] += P * sw[r] * sx[item].
             assert!(sw.len() >= r0 + ROW_BLOCK && sx.len() >= b0 + C && s.len() >= (b0 + C) * n);
+            // s += P * (sw * sx) as one FMA: sw * sx = 2^(u_w + u_x) is exact (`fits` keeps
+            // the units inside the normal range), so is P * 2^(u_w + u_x), and the FMA's one
+            // rounding is the addition's.
             for (c, a) in acc.iter().enumerate() {
                 let sxv = _mm256_set1_pd(sx[b0 + c]);
                 for (t, v) in a.iter().enumerate() {
@@ -588,8 +591,8 @@ mod avx2 {
                         unsafe {
                             let w = _mm256_loadu_pd(sw.as_ptr().add(r));
                             let sp = s.as_mut_ptr().add((b0 + c) * n + r);
-                            let y = _mm256_mul_pd(_mm256_mul_pd(p, w), sxv);
-                            _mm256_storeu_pd(sp, _mm256_add_pd(_mm256_loadu_pd(sp), y));
+                            let wsx = _mm256_mul_pd(w, sxv);
+                            _mm256_storeu_pd(sp, _mm256_fmadd_pd(p, wsx, _mm256_loadu_pd(sp)));
                         }
                     }
                 }

@@ -639,7 +639,7 @@ impl Executor<'_> {
     }
 
     /// `y = W x`, exactly, by the first of these paths that applies:
-    /// 0. on CPUs with AVX2 (unless `float_matmul`), data whose runs are small integers times
+    /// 0. on CPUs with AVX2 and FMA (unless `float_matmul`), data whose runs are small integers times
     ///    a power of two (BFP up to 12-bit mantissas, checked on the data): integer tile
     ///    products with exact sums ([`intdot`]);
     /// 1. `chunk` proven exact from the formats (BFP tiles by default): one f32 or f64 matmul
