@@ -20,6 +20,7 @@
 //! ([`simd`]); elsewhere the f32/f64 BLAS path runs.
 
 use super::matmul::{ExactSums, MatVec, RowAcc};
+use super::quant::avx2_copy;
 use nnp_grammar::Accumulation;
 use nnp_numerics::{floor_log2, pow2};
 use rayon::prelude::*;
@@ -67,16 +68,22 @@ pub fn qmax(n: usize) -> i32 {
 /// it (its partials are zero).
 const ZERO_RUN: i32 = -(1 << 29);
 
-/// The integers and unit of one run: `v[i] = q[i] * 2^u` with every `|q| <= qmax`, or `None`
-/// when the run has no such form (non-finite values, more significant bits across the run than
-/// `qmax` holds, units outside f64's normal scaling range). An all-zero run has the unit
-/// [`ZERO_RUN`].
-///
-/// The unit is the coarsest that holds every value: first `2^(top + 1 - bits)` for the largest
-/// magnitude `m < 2^(top + 1)`, with `2^bits - 1 <= qmax` (so every `|q| < 2^bits`; a value
-/// that is not a whole number of such units refuses the run), then coarser by the trailing zero
-/// bits all the integers share (BFP 8 mantissas come out as they are, `|q| <= 127`).
-pub fn to_ints(v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32> {
+avx2_copy! {
+    /// The integers and unit of one run: `v[i] = q[i] * 2^u` with every `|q| <= qmax`, or `None`
+    /// when the run has no such form (non-finite values, more significant bits across the run than
+    /// `qmax` holds, units outside f64's normal scaling range). An all-zero run has the unit
+    /// [`ZERO_RUN`].
+    ///
+    /// The unit is the coarsest that holds every value: first `2^(top + 1 - bits)` for the largest
+    /// magnitude `m < 2^(top + 1)`, with `2^bits - 1 <= qmax` (so every `|q| < 2^bits`; a value
+    /// that is not a whole number of such units refuses the run), then coarser by the trailing zero
+    /// bits all the integers share (BFP 8 mantissas come out as they are, `|q| <= 127`).
+    pub fn to_ints / to_ints_avx2 / to_ints_body
+        (v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32>
+}
+
+#[inline(always)]
+fn to_ints_body(v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32> {
     let m = v.iter().fold(0.0f64, |a, x| a.max(x.abs()));
     if v.iter().any(|x| x.is_nan()) || !m.is_finite() {
         return None;
@@ -482,8 +489,9 @@ fn kernel(simd: bool, tile: &[i16], xs: &[i16], n: usize, sink: &mut impl Sink) 
     assert!(supports(n) && tile.len() == n * n && xs.len().is_multiple_of(n));
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
-        // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of ROW_BLOCK and the
-        // lengths are asserted above; every access of `avx2::tile` is inside them.
+        // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of
+        // ROW_BLOCK and the lengths are asserted above; every access of `avx2::tile` is inside
+        // them.
         unsafe { avx2::tile(tile, xs, n, sink) };
         return;
     }

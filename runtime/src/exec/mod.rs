@@ -17,6 +17,7 @@ pub mod intdot;
 pub mod matmul;
 pub mod mfu;
 pub mod quant;
+mod fused;
 mod rounded;
 pub mod trace;
 
@@ -258,13 +259,49 @@ impl<'g> Session<'g> {
         let mut written = HashMap::new();
         let profile = std::env::var_os("NNPC_EXEC_PROFILE").is_some();
         let mut prof: Vec<(&'static str, f64, usize)> = Vec::new();
+        let mut regions = match self.dev.is_cpu() {
+            true => fused::regions(graph, &self.constant, &last_use, &traced),
+            false => Vec::new(),
+        }
+        .into_iter()
+        .peekable();
+        let mut in_region = 0..0;
         for (i, node) in graph.nodes.iter().enumerate() {
+            if in_region.contains(&i) {
+                continue;
+            }
             let t0 = std::time::Instant::now();
             let fail = |e: candle_core::Error| ExecError::Tensor {
                 node: i,
                 op: node.op.name(),
                 message: short(&e),
             };
+            if let Some(reg) = regions.next_if(|r| r.start == i) {
+                // A run of element-wise MFU ops, evaluated together (`fused`).
+                let values = ex.eval_region(&reg).map_err(|e| match e {
+                    Failure::Candle(c) => fail(c),
+                    Failure::Exec(x) => x,
+                })?;
+                let kept = (reg.start..reg.end).filter(|k| reg.kept[k - reg.start]);
+                for (k, t) in kept.zip(values) {
+                    if traced.contains(&ValueId(k as u32)) {
+                        written.insert(ValueId(k as u32), to_written(&t).map_err(fail)?);
+                    }
+                    ex.values[k] = Some(t);
+                }
+                for k in reg.start..reg.end {
+                    for v in graph.nodes[k].op.inputs() {
+                        if last_use[v.index()] == k {
+                            ex.values[v.index()] = None;
+                        }
+                    }
+                }
+                if profile {
+                    tally(&mut prof, "fused mfu", t0, reg.end - reg.start);
+                }
+                in_region = reg.start..reg.end;
+                continue;
+            }
             let id = ValueId(i as u32);
             if warm && self.constant[i] {
                 // Computed by an earlier run; kept when anything of this run reads it.
@@ -297,14 +334,7 @@ impl<'g> Session<'g> {
                 }
             }
             if profile {
-                let dt = t0.elapsed().as_secs_f64();
-                match prof.iter_mut().find(|p| p.0 == node.op.name()) {
-                    Some(p) => {
-                        p.1 += dt;
-                        p.2 += 1;
-                    }
-                    None => prof.push((node.op.name(), dt, 1)),
-                }
+                tally(&mut prof, node.op.name(), t0, 1);
             }
         }
         self.warm = true;
@@ -321,6 +351,23 @@ impl<'g> Session<'g> {
             );
         }
         collect_outputs(graph, data.batch, rows, written, ex.int_products)
+    }
+}
+
+/// Add the time since `t0` and `count` nodes to the profile line `name`.
+fn tally(
+    prof: &mut Vec<(&'static str, f64, usize)>,
+    name: &'static str,
+    t0: std::time::Instant,
+    count: usize,
+) {
+    let dt = t0.elapsed().as_secs_f64();
+    match prof.iter_mut().find(|p| p.0 == name) {
+        Some(p) => {
+            p.1 += dt;
+            p.2 += count;
+        }
+        None => prof.push((name, dt, count)),
     }
 }
 
@@ -615,6 +662,93 @@ impl Executor<'_> {
         })
     }
 
+    /// The values of a region's kept nodes ([`fused`]), in node order.
+    fn eval_region(&mut self, reg: &fused::Region) -> Result<Vec<Tensor>, Failure> {
+        use fused::{Src, Step};
+        let len = reg.tiles as usize * self.n;
+        // Operands from outside the region, contiguous on the host, each once.
+        let mut outer: Vec<(ValueId, Tensor)> = Vec::new();
+        let mut src = |ex: &Self, v: ValueId| -> Result<Src, Failure> {
+            if (reg.start..reg.end).contains(&v.index()) {
+                return Ok(Src::Local(v.index() - reg.start));
+            }
+            let at = match outer.iter().position(|(w, _)| *w == v) {
+                Some(at) => at,
+                None => {
+                    let t = ex.value(v)?.contiguous()?.to_device(&Device::Cpu)?;
+                    outer.push((v, t));
+                    outer.len() - 1
+                }
+            };
+            Ok(Src::Outer(at, false))
+        };
+        let mut steps = Vec::with_capacity(reg.end - reg.start);
+        for node in &self.g.nodes[reg.start..reg.end] {
+            steps.push(match &node.op {
+                Op::Binary { op, a, b, format } => Step::Binary {
+                    op: *op,
+                    format: *format,
+                    a: src(self, *a)?,
+                    b: src(self, *b)?,
+                    rounded: [self.is_rounded(*a, format), self.is_rounded(*b, format)],
+                },
+                Op::Unary {
+                    op: UnOp::Relu,
+                    src: x,
+                    format,
+                    ..
+                } => Step::Relu(*format, src(self, *x)?),
+                Op::Unary {
+                    op: UnOp::Pass,
+                    src: x,
+                    format,
+                    ..
+                } => Step::Pass(*format, src(self, *x)?),
+                Op::Unary {
+                    op,
+                    src: x,
+                    format,
+                    table,
+                } => Step::Activation {
+                    table: self.table(*op, format, table.as_deref())?,
+                    x: src(self, *x)?,
+                    rounded: self.is_rounded(*x, format),
+                },
+                _ => return Err(internal("a region holds a node that is not an MFU op").into()),
+            });
+        }
+        // The batch is that of the widest operand; a batch-1 operand is broadcast.
+        let batch = outer.iter().map(|(_, t)| t.dims()[0]).max().unwrap_or(1);
+        let broadcast: Vec<bool> = outer.iter().map(|(_, t)| t.dims()[0] != batch).collect();
+        for step in steps.iter_mut() {
+            let srcs = match step {
+                Step::Binary { a, b, .. } => vec![a, b],
+                Step::Relu(_, x) | Step::Pass(_, x) | Step::Activation { x, .. } => vec![x],
+            };
+            for s in srcs {
+                if let Src::Outer(at, one) = s {
+                    *one = broadcast[*at];
+                }
+            }
+        }
+        let guards: Vec<_> = outer.iter().map(|(_, t)| t.storage_and_layout()).collect();
+        let mut slices: Vec<&[f64]> = Vec::with_capacity(guards.len());
+        for ((storage, layout), one) in guards.iter().zip(&broadcast) {
+            let want = if *one { len } else { batch * len };
+            match (&**storage, layout.contiguous_offsets()) {
+                (candle_core::Storage::Cpu(CpuStorage::F64(v)), Some((a, e))) if e - a == want => {
+                    slices.push(&v[a..e])
+                }
+                _ => return Err(internal("a region operand is not a contiguous f64 vector").into()),
+            }
+        }
+        let values = fused::run(&steps, &reg.kept, &slices, batch, len);
+        Ok(values
+            .into_iter()
+            .map(|v| Tensor::from_vec(v, (batch, len), &self.dev))
+            .collect::<candle_core::Result<Vec<_>>>()?)
+    }
+
     /// Whether every element of `v` is rounded to `f` already ([`rounded`]).
     fn is_rounded(&self, v: ValueId, f: &FloatFormat) -> bool {
         self.rounded.get(v.index()).copied().flatten() == Some(*f)
@@ -639,9 +773,9 @@ impl Executor<'_> {
     }
 
     /// `y = W x`, exactly, by the first of these paths that applies:
-    /// 0. on CPUs with AVX2 and FMA (unless `float_matmul`), data whose runs are small integers times
-    ///    a power of two (BFP up to 12-bit mantissas, checked on the data): integer tile
-    ///    products with exact sums ([`intdot`]);
+    /// 0. on CPUs with AVX2 and FMA (unless `float_matmul`), data whose runs are small
+    ///    integers times a power of two (BFP up to 12-bit mantissas, checked on the data):
+    ///    integer tile products with exact sums ([`intdot`]);
     /// 1. `chunk` proven exact from the formats (BFP tiles by default): one f32 or f64 matmul
     ///    gives the exact per-chunk partials;
     /// 2. otherwise the values are split into slices whose pairwise tile products are exact

@@ -10,16 +10,17 @@ use nnp_numerics::format::BfpFormat;
 use nnp_numerics::{FloatFormat, Format, Overflow, Rounding, floor_log2, pow2};
 use rayon::prelude::*;
 
-/// A method whose loop runs in a copy compiled for AVX2 where the CPU has it (4 f64 lanes
-/// instead of SSE2's 2; the same IEEE operations, so the same bits), else as built:
-/// `avx2_copy! { fn name / name_avx2 / name_body (&self, args) }` defines `name`, which calls
-/// `name_body` (an `#[inline(always)]` method of the same arguments) from the right copy.
-/// Unlike [`vectorized`]'s closure, an `#[inline(always)]` body is always inlined.
+/// A function or method whose loop runs in a copy compiled for AVX2 where the CPU has it (4 f64
+/// lanes instead of SSE2's 2; the same IEEE operations, so the same bits), else as built:
+/// `avx2_copy! { fn name / name_avx2 / name_body (&self, args) -> R }` defines `name`, which
+/// calls `name_body` (an `#[inline(always)]` function or method of the same arguments) from the
+/// right copy (`&self` and `-> R` are optional). Unlike [`vectorized`]'s closure, an
+/// `#[inline(always)]` body is always inlined.
 macro_rules! avx2_copy {
     ($(#[$doc:meta])* $vis:vis fn $name:ident / $avx2:ident / $body:ident
-        (&self $(, $arg:ident: $ty:ty)* $(,)?)) => {
+        (&self $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)?) => {
         $(#[$doc])*
-        $vis fn $name(&self $(, $arg: $ty)*) {
+        $vis fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU has AVX2 (checked just above).
@@ -30,8 +31,26 @@ macro_rules! avx2_copy {
 
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx2")]
-        unsafe fn $avx2(&self $(, $arg: $ty)*) {
+        unsafe fn $avx2(&self $(, $arg: $ty)*) $(-> $ret)? {
             self.$body($($arg),*)
+        }
+    };
+    ($(#[$doc:meta])* $vis:vis fn $name:ident / $avx2:ident / $body:ident
+        ($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?) => {
+        $(#[$doc])*
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2 (checked just above).
+                return unsafe { $avx2($($arg),*) };
+            }
+            $body($($arg),*)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        unsafe fn $avx2($($arg: $ty),*) $(-> $ret)? {
+            $body($($arg),*)
         }
     };
 }
@@ -143,7 +162,8 @@ impl FastRound {
 
     avx2_copy! {
         /// `out[i] = round(x[i])`.
-        pub(crate) fn round_all / round_all_avx2 / round_all_body (&self, x: &[f64], out: &mut [f64])
+        pub(crate) fn round_all / round_all_avx2 / round_all_body
+            (&self, x: &[f64], out: &mut [f64])
     }
 
     #[inline(always)]

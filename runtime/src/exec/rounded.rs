@@ -13,8 +13,8 @@ use super::quant::FastRound;
 use nnp_lowering::swgraph::{Node, Op, UnOp, ValueId};
 use nnp_numerics::FloatFormat;
 
-/// For every node (in graph order), the format all of its values are a fixed point of (as far as the graph
-/// shows), restricted to formats with a fast rounder; `None` when unknown.
+/// For every node (in graph order), the format all of its values are a fixed point of (as far
+/// as the graph shows), restricted to formats with a fast rounder; `None` when unknown.
 pub(crate) fn rounded_formats(nodes: &[Node]) -> Vec<Option<FloatFormat>> {
     let mut known: Vec<Option<FloatFormat>> = Vec::with_capacity(nodes.len());
     for node in nodes {

@@ -1,0 +1,281 @@
+//! Runs of element-wise MFU ops evaluated together, a few rows at a time.
+//!
+//! The lowering emits one node per MFU instruction: an LSTM step has a dozen of them on
+//! `[B, tiles * N]` values. One by one, every op reads and writes whole tensors (memory traffic,
+//! an output buffer and a parallel dispatch per op). A [`Region`] is a run of consecutive nodes
+//! (in graph order) that are element-wise MFU ops (binary ops, relu, pass, table activations)
+//! on vectors of one length, none of them constant. It is evaluated in one parallel pass over
+//! chunks of whole rows: each node of the region on the chunk, from its operands' rows (values
+//! from outside the region, or the chunk's rows of an earlier node of the region), and only the
+//! values read after the region (or traced) become tensors. Every element goes through the
+//! kernels of [`mfu`] exactly as in an op of its own, so the bits are the same.
+
+use super::mfu::{self, ActTable};
+use nnp_lowering::swgraph::{BinOp, Op, SwGraph, Ty, UnOp, ValueId};
+use nnp_numerics::FloatFormat;
+use rayon::prelude::*;
+use std::collections::HashSet;
+use std::mem::MaybeUninit;
+
+/// Consecutive fusable nodes `start..end`, every one a vector of `tiles` tiles.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Region {
+    pub start: usize,
+    pub end: usize,
+    pub tiles: u32,
+    /// Per node of the region: whether its value is read after the region or traced (it
+    /// becomes a tensor; the others live only in the chunks' scratch rows).
+    pub kept: Vec<bool>,
+}
+
+/// The regions of `graph` (two nodes or more; a single op gains nothing). `last_use[i]`: the
+/// last node that reads value `i`.
+pub(crate) fn regions(
+    graph: &SwGraph,
+    constant: &[bool],
+    last_use: &[usize],
+    traced: &HashSet<ValueId>,
+) -> Vec<Region> {
+    let tiles_of = |i: usize| match graph.nodes.get(i).map(|n| &n.ty) {
+        Some(Ty::Vector { tiles }) => Some(*tiles),
+        _ => None,
+    };
+    // The vector length of a fusable node (operands of the same length as its value).
+    let fusable = |i: usize| -> Option<u32> {
+        let node = &graph.nodes[i];
+        let tiles = tiles_of(i)?;
+        let ok = !constant[i]
+            && match &node.op {
+                Op::Binary { a, b, .. } => {
+                    tiles_of(a.index()) == Some(tiles) && tiles_of(b.index()) == Some(tiles)
+                }
+                Op::Unary { op, src, .. } => {
+                    *op != UnOp::Softmax && tiles_of(src.index()) == Some(tiles)
+                }
+                _ => false,
+            };
+        ok.then_some(tiles)
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < graph.nodes.len() {
+        let Some(tiles) = fusable(i) else {
+            i += 1;
+            continue;
+        };
+        let start = i;
+        while i < graph.nodes.len() && fusable(i) == Some(tiles) {
+            i += 1;
+        }
+        if i - start >= 2 {
+            let kept = (start..i)
+                .map(|k| last_use[k] >= i || traced.contains(&ValueId(k as u32)))
+                .collect();
+            out.push(Region {
+                start,
+                end: i,
+                tiles,
+                kept,
+            });
+        }
+    }
+    out
+}
+
+/// Where an operand's rows come from.
+#[derive(Clone, Copy)]
+pub(crate) enum Src {
+    /// An earlier node of the region (its index in the region).
+    Local(usize),
+    /// A value from outside: its index in the outer slices, and whether it has batch 1 (a
+    /// constant, broadcast over the batch).
+    Outer(usize, bool),
+}
+
+/// One node of a region, ready to run.
+pub(crate) enum Step {
+    Binary {
+        op: BinOp,
+        format: FloatFormat,
+        a: Src,
+        b: Src,
+        rounded: [bool; 2],
+    },
+    Relu(FloatFormat, Src),
+    Pass(FloatFormat, Src),
+    Activation {
+        table: ActTable,
+        x: Src,
+        rounded: bool,
+    },
+}
+
+/// Run the steps of a region over `batch` rows of `len` elements. `outer[o]` holds the values
+/// from outside (`len` elements, or `batch * len`); `kept[k]`: step k's value is returned (in
+/// step order, one `batch * len` vector per kept step).
+pub(crate) fn run(
+    steps: &[Step],
+    kept: &[bool],
+    outer: &[&[f64]],
+    batch: usize,
+    len: usize,
+) -> Vec<Vec<f64>> {
+    // Chunks of whole rows, about 2048 elements: every step's rows stay in L1/L2.
+    let rows_per = (2048 / len.max(1)).max(1);
+    let tasks = batch.div_ceil(rows_per);
+    let mut values: Vec<Vec<f64>> = kept
+        .iter()
+        .filter(|k| **k)
+        .map(|_| Vec::with_capacity(batch * len))
+        .collect();
+    // Each task's pieces of the kept values, written once by that task.
+    let mut pieces: Vec<Vec<&mut [MaybeUninit<f64>]>> =
+        (0..tasks).map(|_| Vec::with_capacity(values.len())).collect();
+    for v in values.iter_mut() {
+        for (t, piece) in v.spare_capacity_mut()[..batch * len]
+            .chunks_mut(rows_per * len)
+            .enumerate()
+        {
+            pieces[t].push(piece);
+        }
+    }
+    pieces
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(t, mut pieces)| {
+            let r0 = t * rows_per;
+            let rows = rows_per.min(batch - r0);
+            let size = rows * len;
+            let mut scratch = vec![0.0f64; steps.len() * size];
+            for (k, step) in steps.iter().enumerate() {
+                let (done, rest) = scratch.split_at_mut(k * size);
+                let out = &mut rest[..size];
+                for (r, o) in out.chunks_mut(len).enumerate() {
+                    let row = |s: Src| -> &[f64] {
+                        match s {
+                            Src::Local(j) => &done[j * size + r * len..][..len],
+                            Src::Outer(i, true) => &outer[i][..len],
+                            Src::Outer(i, false) => &outer[i][(r0 + r) * len..][..len],
+                        }
+                    };
+                    match step {
+                        Step::Binary {
+                            op,
+                            format,
+                            a,
+                            b,
+                            rounded,
+                        } => mfu::binary(*op, format, row(*a), row(*b), o, *rounded),
+                        Step::Relu(f, x) => mfu::relu(f, row(*x), o),
+                        Step::Pass(f, x) => mfu::pass(f, row(*x), o),
+                        Step::Activation { table, x, rounded } => {
+                            mfu::activate(table, row(*x), o, *rounded)
+                        }
+                    }
+                }
+            }
+            let kept_steps = kept.iter().enumerate().filter(|(_, k)| **k);
+            for ((k, _), piece) in kept_steps.zip(pieces.iter_mut()) {
+                piece.write_copy_of_slice(&scratch[k * size..][..size]);
+            }
+        });
+    for v in values.iter_mut() {
+        // SAFETY: the pieces partition the first batch * len elements of the capacity, and
+        // every task wrote each of its pieces in full.
+        unsafe { v.set_len(batch * len) };
+    }
+    values
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nnp_lowering::swgraph::Node;
+
+    #[test]
+    fn regions_by_hand() {
+        let fp16 = FloatFormat::FP16;
+        let v = |tiles| Ty::Vector { tiles };
+        let node = |op: Op, ty: Ty| Node { op, ty };
+        let add = |a: u32, b: u32| Op::Binary {
+            op: BinOp::Add,
+            a: ValueId(a),
+            b: ValueId(b),
+            format: fp16,
+        };
+        let sigm = |src: u32| Op::Unary {
+            op: UnOp::Sigm,
+            src: ValueId(src),
+            format: fp16,
+            table: None,
+        };
+        let softmax = |src: u32| Op::Unary {
+            op: UnOp::Softmax,
+            src: ValueId(src),
+            format: fp16,
+            table: None,
+        };
+        let nodes = vec![
+            // 0: input, 1: a constant (bias).
+            node(
+                Op::Input {
+                    name: "x".into(),
+                    shape: vec![4],
+                },
+                v(2),
+            ),
+            node(Op::Zero { shape: vec![4] }, v(2)),
+            // 2..5: add, sigm, add: one region; 3 is read only inside it.
+            node(add(0, 1), v(2)),
+            node(sigm(2), v(2)),
+            node(add(3, 2), v(2)),
+            // 5: softmax ends it; 6: a lone add is no region.
+            node(softmax(4), v(2)),
+            node(add(5, 1), v(2)),
+            // 7: a quantize (not fusable).
+            node(
+                Op::Quantize {
+                    src: ValueId(6),
+                    format: nnp_numerics::Format::FP16,
+                    axis: nnp_lowering::swgraph::BlockAxis::VectorTile,
+                },
+                v(2),
+            ),
+        ];
+        let graph = SwGraph {
+            version: nnp_lowering::swgraph::SWGRAPH_VERSION,
+            source: "hand".into(),
+            target: "hand".into(),
+            native: 2,
+            storage: fp16,
+            nodes,
+            outputs: vec![],
+            decls: vec![],
+            writes: vec![],
+        };
+        let constant = [false, true, false, false, false, false, false, false];
+        let mut last_use = vec![0; graph.nodes.len()];
+        for (i, n) in graph.nodes.iter().enumerate() {
+            for v in n.op.inputs() {
+                last_use[v.index()] = i;
+            }
+        }
+        let none = HashSet::new();
+        assert_eq!(
+            regions(&graph, &constant, &last_use, &none),
+            vec![Region {
+                start: 2,
+                end: 5,
+                tiles: 2,
+                // 2 is read inside only (by 3 and 4); 3 likewise; 4 by the softmax.
+                kept: vec![false, false, true],
+            }]
+        );
+        // A traced value is kept.
+        let traced: HashSet<ValueId> = [ValueId(3)].into();
+        assert_eq!(
+            regions(&graph, &constant, &last_use, &traced)[0].kept,
+            vec![false, true, true]
+        );
+    }
+}
