@@ -17,7 +17,8 @@ use rayon::prelude::*;
 use std::collections::HashSet;
 use std::mem::MaybeUninit;
 
-/// Consecutive fusable nodes `start..end`, every one a vector of `tiles` tiles.
+/// Consecutive fusable nodes of the evaluation order (positions `start..end`), every one a
+/// vector of `tiles` tiles.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Region {
     pub start: usize,
@@ -28,52 +29,96 @@ pub(crate) struct Region {
     pub kept: Vec<bool>,
 }
 
-/// The regions of `graph` (two nodes or more; a single op gains nothing). `last_use[i]`: the
-/// last node that reads value `i`.
-pub(crate) fn regions(
-    graph: &SwGraph,
-    constant: &[bool],
-    last_use: &[usize],
-    traced: &HashSet<ValueId>,
-) -> Vec<Region> {
+/// The vector length (in tiles) of a node that may join a region: a non-constant binary op or
+/// relu, pass or table activation whose operands have its own length; `None` otherwise.
+pub(crate) fn fusable(graph: &SwGraph, constant: &[bool], i: usize) -> Option<u32> {
     let tiles_of = |i: usize| match graph.nodes.get(i).map(|n| &n.ty) {
         Some(Ty::Vector { tiles }) => Some(*tiles),
         _ => None,
     };
-    // The vector length of a fusable node (operands of the same length as its value).
-    let fusable = |i: usize| -> Option<u32> {
-        let node = &graph.nodes[i];
-        let tiles = tiles_of(i)?;
-        let ok = !constant[i]
-            && match &node.op {
-                Op::Binary { a, b, .. } => {
-                    tiles_of(a.index()) == Some(tiles) && tiles_of(b.index()) == Some(tiles)
+    let tiles = tiles_of(i)?;
+    let ok = !constant.get(i).copied().unwrap_or(true)
+        && match &graph.nodes[i].op {
+            Op::Binary { a, b, .. } => {
+                tiles_of(a.index()) == Some(tiles) && tiles_of(b.index()) == Some(tiles)
+            }
+            Op::Unary { op, src, .. } => {
+                *op != UnOp::Softmax && tiles_of(src.index()) == Some(tiles)
+            }
+            _ => false,
+        };
+    ok.then_some(tiles)
+}
+
+/// An evaluation order of the nodes: graph order, except that fusable nodes wait until a node
+/// that is not fusable needs them (or the end), and then come together, each after its
+/// operands. The lowering emits an LSTM step chain by chain (product, add, product, add,
+/// sigmoid, ...); in this order the step's element-wise ops form one region.
+pub(crate) fn schedule(graph: &SwGraph, constant: &[bool]) -> Vec<usize> {
+    let count = graph.nodes.len();
+    let mut order = Vec::with_capacity(count);
+    let mut placed = vec![false; count];
+    let mut stack = Vec::new();
+    let mut place = |root: usize, order: &mut Vec<usize>| {
+        // Depth first, operands before the node; an explicit stack (chains can be long).
+        stack.push((root, false));
+        while let Some((i, ready)) = stack.pop() {
+            if placed[i] {
+                continue;
+            }
+            if ready {
+                placed[i] = true;
+                order.push(i);
+                continue;
+            }
+            stack.push((i, true));
+            for v in graph.nodes[i].op.inputs().into_iter().rev() {
+                if v.index() < count && !placed[v.index()] {
+                    stack.push((v.index(), false));
                 }
-                Op::Unary { op, src, .. } => {
-                    *op != UnOp::Softmax && tiles_of(src.index()) == Some(tiles)
-                }
-                _ => false,
-            };
-        ok.then_some(tiles)
+            }
+        }
     };
+    for i in 0..count {
+        if fusable(graph, constant, i).is_none() {
+            place(i, &mut order);
+        }
+    }
+    for i in 0..count {
+        place(i, &mut order);
+    }
+    order
+}
+
+/// The regions of an evaluation order (two nodes or more; a single op gains nothing).
+/// `last_use[i]`: the position of the last node that reads value `i`.
+pub(crate) fn regions(
+    graph: &SwGraph,
+    constant: &[bool],
+    order: &[usize],
+    last_use: &[usize],
+    traced: &HashSet<ValueId>,
+) -> Vec<Region> {
+    let fusable_at = |pos: usize| fusable(graph, constant, order[pos]);
     let mut out = Vec::new();
-    let mut i = 0;
-    while i < graph.nodes.len() {
-        let Some(tiles) = fusable(i) else {
-            i += 1;
+    let mut pos = 0;
+    while pos < order.len() {
+        let Some(tiles) = fusable_at(pos) else {
+            pos += 1;
             continue;
         };
-        let start = i;
-        while i < graph.nodes.len() && fusable(i) == Some(tiles) {
-            i += 1;
+        let start = pos;
+        while pos < order.len() && fusable_at(pos) == Some(tiles) {
+            pos += 1;
         }
-        if i - start >= 2 {
-            let kept = (start..i)
-                .map(|k| last_use[k] >= i || traced.contains(&ValueId(k as u32)))
+        if pos - start >= 2 {
+            let kept = order[start..pos]
+                .iter()
+                .map(|&k| last_use[k] >= pos || traced.contains(&ValueId(k as u32)))
                 .collect();
             out.push(Region {
                 start,
-                end: i,
+                end: pos,
                 tiles,
                 kept,
             });
@@ -120,8 +165,8 @@ pub(crate) fn run(
     batch: usize,
     len: usize,
 ) -> Vec<Vec<f64>> {
-    // Chunks of whole rows, about 2048 elements: every step's rows stay in L1/L2.
-    let rows_per = (2048 / len.max(1)).max(1);
+    // Chunks of whole rows, about 1024 elements: the steps' rows stay in L2.
+    let rows_per = (1024 / len.max(1)).max(1);
     let tasks = batch.div_ceil(rows_per);
     let mut values: Vec<Vec<f64>> = kept
         .iter()
@@ -129,8 +174,9 @@ pub(crate) fn run(
         .map(|_| Vec::with_capacity(batch * len))
         .collect();
     // Each task's pieces of the kept values, written once by that task.
-    let mut pieces: Vec<Vec<&mut [MaybeUninit<f64>]>> =
-        (0..tasks).map(|_| Vec::with_capacity(values.len())).collect();
+    let mut pieces: Vec<Vec<&mut [MaybeUninit<f64>]>> = (0..tasks)
+        .map(|_| Vec::with_capacity(values.len()))
+        .collect();
     for v in values.iter_mut() {
         for (t, piece) in v.spare_capacity_mut()[..batch * len]
             .chunks_mut(rows_per * len)
@@ -139,14 +185,15 @@ pub(crate) fn run(
             pieces[t].push(piece);
         }
     }
-    pieces
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(t, mut pieces)| {
+    // Scratch rows for every step, one buffer per worker (each step overwrites its rows before
+    // any later step reads them).
+    let scratch_len = steps.len() * rows_per * len;
+    pieces.into_par_iter().enumerate().for_each_init(
+        || vec![0.0f64; scratch_len],
+        |scratch, (t, mut pieces)| {
             let r0 = t * rows_per;
             let rows = rows_per.min(batch - r0);
             let size = rows * len;
-            let mut scratch = vec![0.0f64; steps.len() * size];
             for (k, step) in steps.iter().enumerate() {
                 let (done, rest) = scratch.split_at_mut(k * size);
                 let out = &mut rest[..size];
@@ -178,7 +225,8 @@ pub(crate) fn run(
             for ((k, _), piece) in kept_steps.zip(pieces.iter_mut()) {
                 piece.write_copy_of_slice(&scratch[k * size..][..size]);
             }
-        });
+        },
+    );
     for v in values.iter_mut() {
         // SAFETY: the pieces partition the first batch * len elements of the capacity, and
         // every task wrote each of its pieces in full.
@@ -191,6 +239,93 @@ pub(crate) fn run(
 mod tests {
     use super::*;
     use nnp_lowering::swgraph::Node;
+
+    fn last_uses(graph: &SwGraph, order: &[usize]) -> Vec<usize> {
+        let mut last_use = vec![0; graph.nodes.len()];
+        for (pos, &i) in order.iter().enumerate() {
+            for v in graph.nodes[i].op.inputs() {
+                last_use[v.index()] = pos;
+            }
+        }
+        last_use
+    }
+
+    fn hand_graph(nodes: Vec<Node>) -> SwGraph {
+        SwGraph {
+            version: nnp_lowering::swgraph::SWGRAPH_VERSION,
+            source: "hand".into(),
+            target: "hand".into(),
+            native: 2,
+            storage: FloatFormat::FP16,
+            nodes,
+            outputs: vec![],
+            decls: vec![],
+            writes: vec![],
+        }
+    }
+
+    fn add(a: u32, b: u32) -> Op {
+        Op::Binary {
+            op: BinOp::Add,
+            a: ValueId(a),
+            b: ValueId(b),
+            format: FloatFormat::FP16,
+        }
+    }
+
+    fn quantize(src: u32) -> Op {
+        Op::Quantize {
+            src: ValueId(src),
+            format: nnp_numerics::Format::FP16,
+            axis: nnp_lowering::swgraph::BlockAxis::VectorTile,
+        }
+    }
+
+    fn input() -> Op {
+        Op::Input {
+            name: "x".into(),
+            shape: vec![4],
+        }
+    }
+
+    /// Element-wise ops wait for the first node that is not one of them, then come together
+    /// after their operands: the pattern of an LSTM step (quantize stands for the products).
+    #[test]
+    fn schedule_gathers_element_wise_ops() {
+        let v = Ty::Vector { tiles: 2 };
+        let node = |op: Op| Node { op, ty: v.clone() };
+        let sigm = Op::Unary {
+            op: UnOp::Sigm,
+            src: ValueId(6),
+            format: FloatFormat::FP16,
+            table: None,
+        };
+        let graph = hand_graph(vec![
+            node(input()),
+            node(Op::Zero { shape: vec![4] }),
+            node(add(0, 1)),
+            node(quantize(2)),
+            node(add(3, 1)),
+            node(quantize(0)),
+            node(add(5, 4)),
+            node(sigm),
+            node(quantize(7)),
+        ]);
+        let constant = [false, true, false, false, false, false, false, false, false];
+        let order = schedule(&graph, &constant);
+        assert_eq!(order, vec![0, 1, 2, 3, 5, 4, 6, 7, 8]);
+        let last_use = last_uses(&graph, &order);
+        assert_eq!(
+            regions(&graph, &constant, &order, &last_use, &HashSet::new()),
+            vec![Region {
+                start: 5,
+                end: 8,
+                tiles: 2,
+                // Only the sigmoid is read after the region (by the last quantize).
+                kept: vec![false, false, true],
+            }]
+        );
+    }
 
     #[test]
     fn regions_by_hand() {
@@ -242,27 +377,13 @@ mod tests {
                 v(2),
             ),
         ];
-        let graph = SwGraph {
-            version: nnp_lowering::swgraph::SWGRAPH_VERSION,
-            source: "hand".into(),
-            target: "hand".into(),
-            native: 2,
-            storage: fp16,
-            nodes,
-            outputs: vec![],
-            decls: vec![],
-            writes: vec![],
-        };
+        let graph = hand_graph(nodes);
         let constant = [false, true, false, false, false, false, false, false];
-        let mut last_use = vec![0; graph.nodes.len()];
-        for (i, n) in graph.nodes.iter().enumerate() {
-            for v in n.op.inputs() {
-                last_use[v.index()] = i;
-            }
-        }
+        let order: Vec<usize> = (0..graph.nodes.len()).collect();
+        let last_use = last_uses(&graph, &order);
         let none = HashSet::new();
         assert_eq!(
-            regions(&graph, &constant, &last_use, &none),
+            regions(&graph, &constant, &order, &last_use, &none),
             vec![Region {
                 start: 2,
                 end: 5,
@@ -274,7 +395,7 @@ mod tests {
         // A traced value is kept.
         let traced: HashSet<ValueId> = [ValueId(3)].into();
         assert_eq!(
-            regions(&graph, &constant, &last_use, &traced)[0].kept,
+            regions(&graph, &constant, &order, &last_use, &traced)[0].kept,
             vec![false, true, true]
         );
     }

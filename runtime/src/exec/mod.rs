@@ -13,11 +13,11 @@
 
 pub mod baseline;
 pub mod exact;
+mod fused;
 pub mod intdot;
 pub mod matmul;
 pub mod mfu;
 pub mod quant;
-mod fused;
 mod rounded;
 pub mod trace;
 
@@ -179,6 +179,8 @@ pub struct Session<'g> {
     consts: Vec<Option<Tensor>>,
     /// The format each value is already rounded to, where the graph shows one.
     rounded: Vec<Option<FloatFormat>>,
+    /// The evaluation order ([`fused::schedule`]).
+    order: Vec<usize>,
     warm: bool,
     caches: Caches,
 }
@@ -212,6 +214,7 @@ impl<'g> Session<'g> {
             graph,
             opts: *opts,
             dev,
+            order: fused::schedule(graph, &constant),
             constant,
             keep,
             consts: vec![None; len],
@@ -239,11 +242,11 @@ impl<'g> Session<'g> {
             int: !self.opts.float_matmul && self.dev.is_cpu() && intdot::simd(),
             int_products: 0,
         };
-        // Last reader of every value, so tensors are freed as soon as possible.
+        // Position of the last reader of every value, so tensors are freed as soon as possible.
         let mut last_use = vec![0usize; graph.nodes.len()];
-        for (i, node) in graph.nodes.iter().enumerate() {
-            for v in node.op.inputs() {
-                last_use[v.index()] = i;
+        for (pos, &i) in self.order.iter().enumerate() {
+            for v in graph.nodes[i].op.inputs() {
+                last_use[v.index()] = pos;
             }
         }
         let traced: std::collections::HashSet<ValueId> = if self.opts.keep_writes {
@@ -260,38 +263,40 @@ impl<'g> Session<'g> {
         let profile = std::env::var_os("NNPC_EXEC_PROFILE").is_some();
         let mut prof: Vec<(&'static str, f64, usize)> = Vec::new();
         let mut regions = match self.dev.is_cpu() {
-            true => fused::regions(graph, &self.constant, &last_use, &traced),
+            true => fused::regions(graph, &self.constant, &self.order, &last_use, &traced),
             false => Vec::new(),
         }
         .into_iter()
         .peekable();
         let mut in_region = 0..0;
-        for (i, node) in graph.nodes.iter().enumerate() {
-            if in_region.contains(&i) {
+        for (pos, &i) in self.order.iter().enumerate() {
+            if in_region.contains(&pos) {
                 continue;
             }
+            let node = &graph.nodes[i];
             let t0 = std::time::Instant::now();
             let fail = |e: candle_core::Error| ExecError::Tensor {
                 node: i,
                 op: node.op.name(),
                 message: short(&e),
             };
-            if let Some(reg) = regions.next_if(|r| r.start == i) {
+            if let Some(reg) = regions.next_if(|r| r.start == pos) {
                 // A run of element-wise MFU ops, evaluated together (`fused`).
-                let values = ex.eval_region(&reg).map_err(|e| match e {
+                let nodes = &self.order[reg.start..reg.end];
+                let values = ex.eval_region(&reg, nodes).map_err(|e| match e {
                     Failure::Candle(c) => fail(c),
                     Failure::Exec(x) => x,
                 })?;
-                let kept = (reg.start..reg.end).filter(|k| reg.kept[k - reg.start]);
-                for (k, t) in kept.zip(values) {
+                let kept = nodes.iter().zip(&reg.kept).filter(|(_, k)| **k);
+                for ((&k, _), t) in kept.zip(values) {
                     if traced.contains(&ValueId(k as u32)) {
                         written.insert(ValueId(k as u32), to_written(&t).map_err(fail)?);
                     }
                     ex.values[k] = Some(t);
                 }
-                for k in reg.start..reg.end {
+                for (p, &k) in (reg.start..reg.end).zip(nodes) {
                     for v in graph.nodes[k].op.inputs() {
-                        if last_use[v.index()] == k {
+                        if last_use[v.index()] == p {
                             ex.values[v.index()] = None;
                         }
                     }
@@ -329,7 +334,7 @@ impl<'g> Session<'g> {
                 ex.values[i] = Some(t);
             }
             for v in node.op.inputs() {
-                if last_use[v.index()] == i {
+                if last_use[v.index()] == pos {
                     ex.values[v.index()] = None;
                 }
             }
@@ -663,14 +668,18 @@ impl Executor<'_> {
     }
 
     /// The values of a region's kept nodes ([`fused`]), in node order.
-    fn eval_region(&mut self, reg: &fused::Region) -> Result<Vec<Tensor>, Failure> {
+    fn eval_region(
+        &mut self,
+        reg: &fused::Region,
+        nodes: &[usize],
+    ) -> Result<Vec<Tensor>, Failure> {
         use fused::{Src, Step};
         let len = reg.tiles as usize * self.n;
         // Operands from outside the region, contiguous on the host, each once.
         let mut outer: Vec<(ValueId, Tensor)> = Vec::new();
         let mut src = |ex: &Self, v: ValueId| -> Result<Src, Failure> {
-            if (reg.start..reg.end).contains(&v.index()) {
-                return Ok(Src::Local(v.index() - reg.start));
+            if let Some(j) = nodes.iter().position(|&k| k == v.index()) {
+                return Ok(Src::Local(j));
             }
             let at = match outer.iter().position(|(w, _)| *w == v) {
                 Some(at) => at,
@@ -682,8 +691,8 @@ impl Executor<'_> {
             };
             Ok(Src::Outer(at, false))
         };
-        let mut steps = Vec::with_capacity(reg.end - reg.start);
-        for node in &self.g.nodes[reg.start..reg.end] {
+        let mut steps = Vec::with_capacity(nodes.len());
+        for node in nodes.iter().map(|&k| &self.g.nodes[k]) {
             steps.push(match &node.op {
                 Op::Binary { op, a, b, format } => Step::Binary {
                     op: *op,
