@@ -329,53 +329,28 @@ mod tests {
 
     #[test]
     fn regions_by_hand() {
-        let fp16 = FloatFormat::FP16;
-        let v = |tiles| Ty::Vector { tiles };
-        let node = |op: Op, ty: Ty| Node { op, ty };
-        let add = |a: u32, b: u32| Op::Binary {
-            op: BinOp::Add,
-            a: ValueId(a),
-            b: ValueId(b),
-            format: fp16,
+        let node = |op: Op| Node {
+            op,
+            ty: Ty::Vector { tiles: 2 },
         };
-        let sigm = |src: u32| Op::Unary {
-            op: UnOp::Sigm,
+        let unary = |op: UnOp, src: u32| Op::Unary {
+            op,
             src: ValueId(src),
-            format: fp16,
-            table: None,
-        };
-        let softmax = |src: u32| Op::Unary {
-            op: UnOp::Softmax,
-            src: ValueId(src),
-            format: fp16,
+            format: FloatFormat::FP16,
             table: None,
         };
         let nodes = vec![
             // 0: input, 1: a constant (bias).
-            node(
-                Op::Input {
-                    name: "x".into(),
-                    shape: vec![4],
-                },
-                v(2),
-            ),
-            node(Op::Zero { shape: vec![4] }, v(2)),
+            node(input()),
+            node(Op::Zero { shape: vec![4] }),
             // 2..5: add, sigm, add: one region; 3 is read only inside it.
-            node(add(0, 1), v(2)),
-            node(sigm(2), v(2)),
-            node(add(3, 2), v(2)),
-            // 5: softmax ends it; 6: a lone add is no region.
-            node(softmax(4), v(2)),
-            node(add(5, 1), v(2)),
-            // 7: a quantize (not fusable).
-            node(
-                Op::Quantize {
-                    src: ValueId(6),
-                    format: nnp_numerics::Format::FP16,
-                    axis: nnp_lowering::swgraph::BlockAxis::VectorTile,
-                },
-                v(2),
-            ),
+            node(add(0, 1)),
+            node(unary(UnOp::Sigm, 2)),
+            node(add(3, 2)),
+            // 5: softmax ends it; 6: a lone add is no region; 7: not fusable.
+            node(unary(UnOp::Softmax, 4)),
+            node(add(5, 1)),
+            node(quantize(6)),
         ];
         let graph = hand_graph(nodes);
         let constant = [false, true, false, false, false, false, false, false];
