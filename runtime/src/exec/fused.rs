@@ -36,7 +36,7 @@ pub(crate) fn fusable(graph: &SwGraph, constant: &[bool], i: usize) -> Option<u3
         Some(Ty::Vector { tiles }) => Some(*tiles),
         _ => None,
     };
-    let tiles = tiles_of(i)?;
+    let tiles = tiles_of(i).filter(|t| *t > 0)?;
     let ok = !constant.get(i).copied().unwrap_or(true)
         && match &graph.nodes[i].op {
             Op::Binary { a, b, .. } => {
@@ -132,9 +132,9 @@ pub(crate) fn regions(
 pub(crate) enum Src {
     /// An earlier node of the region (its index in the region).
     Local(usize),
-    /// A value from outside: its index in the outer slices, and whether it has batch 1 (a
-    /// constant, broadcast over the batch).
-    Outer(usize, bool),
+    /// A value from outside: its index in the outer slices (one row of a batch-1 value, a
+    /// constant, is broadcast over the batch).
+    Outer(usize),
 }
 
 /// One node of a region, ready to run.
@@ -156,8 +156,8 @@ pub(crate) enum Step {
 }
 
 /// Run the steps of a region over `batch` rows of `len` elements. `outer[o]` holds the values
-/// from outside (`len` elements, or `batch * len`); `kept[k]`: step k's value is returned (in
-/// step order, one `batch * len` vector per kept step).
+/// from outside (`batch * len` elements, or `len`: one row for every item); `kept[k]`: step k's
+/// value is returned (in step order, one `batch * len` vector per kept step).
 pub(crate) fn run(
     steps: &[Step],
     kept: &[bool],
@@ -201,8 +201,8 @@ pub(crate) fn run(
                     let row = |s: Src| -> &[f64] {
                         match s {
                             Src::Local(j) => &done[j * size + r * len..][..len],
-                            Src::Outer(i, true) => &outer[i][..len],
-                            Src::Outer(i, false) => &outer[i][(r0 + r) * len..][..len],
+                            Src::Outer(i) if outer[i].len() == len => &outer[i][..len],
+                            Src::Outer(i) => &outer[i][(r0 + r) * len..][..len],
                         }
                     };
                     match step {

@@ -689,7 +689,7 @@ impl Executor<'_> {
                     outer.len() - 1
                 }
             };
-            Ok(Src::Outer(at, false))
+            Ok(Src::Outer(at))
         };
         let mut steps = Vec::with_capacity(nodes.len());
         for node in nodes.iter().map(|&k| &self.g.nodes[k]) {
@@ -727,25 +727,15 @@ impl Executor<'_> {
             });
         }
         // The batch is that of the widest operand; a batch-1 operand is broadcast.
-        let batch = outer.iter().map(|(_, t)| t.dims()[0]).max().unwrap_or(1);
-        let broadcast: Vec<bool> = outer.iter().map(|(_, t)| t.dims()[0] != batch).collect();
-        for step in steps.iter_mut() {
-            let srcs = match step {
-                Step::Binary { a, b, .. } => vec![a, b],
-                Step::Relu(_, x) | Step::Pass(_, x) | Step::Activation { x, .. } => vec![x],
-            };
-            for s in srcs {
-                if let Src::Outer(at, one) = s {
-                    *one = broadcast[*at];
-                }
-            }
-        }
+        let batch_of = |t: &Tensor| t.dims().first().copied().unwrap_or(1);
+        let batch = outer.iter().map(|(_, t)| batch_of(t)).max().unwrap_or(1);
         let guards: Vec<_> = outer.iter().map(|(_, t)| t.storage_and_layout()).collect();
         let mut slices: Vec<&[f64]> = Vec::with_capacity(guards.len());
-        for ((storage, layout), one) in guards.iter().zip(&broadcast) {
-            let want = if *one { len } else { batch * len };
+        for (storage, layout) in &guards {
             match (&**storage, layout.contiguous_offsets()) {
-                (candle_core::Storage::Cpu(CpuStorage::F64(v)), Some((a, e))) if e - a == want => {
+                (candle_core::Storage::Cpu(CpuStorage::F64(v)), Some((a, e)))
+                    if e - a == len || e - a == batch * len =>
+                {
                     slices.push(&v[a..e])
                 }
                 _ => return Err(internal("a region operand is not a contiguous f64 vector").into()),
