@@ -9,9 +9,9 @@
 //! without overflow whatever their signs, so the dot product of two runs is `P * 2^(u_w +
 //! u_x)` with `P` an exact `i32`, and exact as an f64 once scaled by a power of two that
 //! [`fits`] checks to be normal with room for the sums. The partials of one output row are
-//! then summed exactly and rounded once (running two-sums, [`ExactSums`]; a row whose sums
+//! then summed exactly and rounded once (running two-sums, `ExactSums`; a row whose sums
 //! were inexact is summed again exactly from recomputed partials), or per the `-seq`
-//! accumulation modes ([`RowAcc`]), exactly as the float path sums its partials.
+//! accumulation modes (`RowAcc`), exactly as the float path sums its partials.
 //!
 //! The integers are `i16`; `vpmaddwd` multiplies 16 pairs and adds adjacent products into 8
 //! `i32` lanes (twice the multiply-adds per instruction of an f32 FMA, half the bytes). The
@@ -72,7 +72,7 @@ avx2_copy! {
     /// The integers and unit of one run: `v[i] = q[i] * 2^u` with every `|q| <= qmax`, or `None`
     /// when the run has no such form (non-finite values, more significant bits across the run than
     /// `qmax` holds, units outside f64's normal scaling range). An all-zero run has the unit
-    /// [`ZERO_RUN`].
+    /// `ZERO_RUN`.
     ///
     /// The unit is the coarsest that holds every value: first `2^(top + 1 - bits)` for the largest
     /// magnitude `m < 2^(top + 1)`, with `2^bits - 1 <= qmax` (so every `|q| < 2^bits`; a value

@@ -447,7 +447,7 @@ const MAX_SLICES: usize = 16;
 /// `2^(E + 1 - (s+1) beta)` of magnitude below `2^beta` such units, and the slices of a value
 /// add up to it exactly. A dot product of one x slice with one w slice over `len` lanes then
 /// stays within `2 beta + log2 len <= 53` bits: exact in f64 in any order. `None` when a value
-/// is not finite, or the data needs more than [`MAX_SLICES`] slices or units near f64
+/// is not finite, or the data needs more than `MAX_SLICES` slices or units near f64
 /// underflow.
 pub fn slices(v: &[f64], len: usize, beta: u32) -> Option<Vec<Vec<f64>>> {
     if v.iter().any(|x| !x.is_finite()) {

@@ -39,7 +39,7 @@ fn narrow(fmt: &FloatFormat) -> bool {
 }
 
 /// `fmt(op(fmt(a), fmt(b)))` element-wise; `a` and `b` have equal lengths. `rounded[i]`: the
-/// operand is known to be rounded to `fmt` already ([`super::rounded`]), so its rounding (a
+/// operand is known to be rounded to `fmt` already (`exec::rounded`), so its rounding (a
 /// no-op on it) is skipped.
 pub fn binary(
     op: BinOp,
@@ -374,7 +374,7 @@ pub fn pass(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
 }
 
 /// `v_sigm`, `v_tanh`, `v_exp`; `rounded`: `x` is rounded to the table's format already
-/// ([`super::rounded`]).
+/// (`exec::rounded`).
 pub fn activate(t: &ActTable, x: &[f64], out: &mut [f64], rounded: bool) {
     let r = Rounder::new(&t.fmt);
     par_pieces(x, out, 4096, |(xs, os)| t.apply_all(&r, xs, os, rounded));
