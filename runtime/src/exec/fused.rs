@@ -221,7 +221,10 @@ pub(crate) fn run(
                     }
                 }
             }
+            // Every piece written in full (the `set_len` below relies on it; a length mismatch
+            // panics in `write_copy_of_slice`).
             let kept_steps = kept.iter().enumerate().filter(|(_, k)| **k);
+            assert_eq!(kept_steps.clone().count(), pieces.len());
             for ((k, _), piece) in kept_steps.zip(pieces.iter_mut()) {
                 piece.write_copy_of_slice(&scratch[k * size..][..size]);
             }

@@ -424,6 +424,8 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
                     })
                     .collect()
             };
+            // Every run written in full (the `set_len` below relies on it).
+            assert_eq!(y.len(), runs.len() * n);
             for (run, y) in runs.iter_mut().zip(y.chunks(n)) {
                 run.write_copy_of_slice(y);
             }
