@@ -80,8 +80,12 @@ struct HugePages;
 impl HugePages {
     const MIN: usize = 8 << 20;
 
-    /// Advise the whole 2 MiB pages inside `[p, p + len)`; a refusal only costs speed.
-    fn advise(p: *mut u8, len: usize) {
+    /// Advise the whole 2 MiB pages inside `[p, p + len)` of a block of at least [`Self::MIN`]
+    /// bytes just allocated (a null `p` is passed through); a refusal only costs speed.
+    fn advise(p: *mut u8, len: usize) -> *mut u8 {
+        if p.is_null() || len < Self::MIN {
+            return p;
+        }
         const HUGE: usize = 2 << 20;
         let start = (p as usize).next_multiple_of(HUGE);
         let end = (p as usize + len) / HUGE * HUGE;
@@ -90,6 +94,7 @@ impl HugePages {
             // with MADV_HUGEPAGE changes no contents.
             unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
         }
+        p
     }
 }
 
@@ -98,20 +103,15 @@ impl HugePages {
 unsafe impl std::alloc::GlobalAlloc for HugePages {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { std::alloc::System.alloc(layout) };
-        if !p.is_null() && layout.size() >= Self::MIN {
-            Self::advise(p, layout.size());
-        }
-        p
+        Self::advise(unsafe { std::alloc::System.alloc(layout) }, layout.size())
     }
 
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
-        if !p.is_null() && layout.size() >= Self::MIN {
-            Self::advise(p, layout.size());
-        }
-        p
+        Self::advise(
+            unsafe { std::alloc::System.alloc_zeroed(layout) },
+            layout.size(),
+        )
     }
 
     unsafe fn dealloc(&self, p: *mut u8, layout: std::alloc::Layout) {
@@ -121,11 +121,7 @@ unsafe impl std::alloc::GlobalAlloc for HugePages {
 
     unsafe fn realloc(&self, p: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
         // SAFETY: forwarded as the caller gave it.
-        let q = unsafe { std::alloc::System.realloc(p, layout, size) };
-        if !q.is_null() && size >= Self::MIN {
-            Self::advise(q, size);
-        }
-        q
+        Self::advise(unsafe { std::alloc::System.realloc(p, layout, size) }, size)
     }
 }
 

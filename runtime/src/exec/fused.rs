@@ -30,24 +30,21 @@ pub(crate) struct Region {
 }
 
 /// The vector length (in tiles) of a node that may join a region: a non-constant binary op or
-/// relu, pass or table activation whose operands have its own length; `None` otherwise.
+/// relu, pass or table activation; `None` otherwise. (A validated graph gives such an op's
+/// operands the length of its value.)
 pub(crate) fn fusable(graph: &SwGraph, constant: &[bool], i: usize) -> Option<u32> {
-    let tiles_of = |i: usize| match graph.nodes.get(i).map(|n| &n.ty) {
-        Some(Ty::Vector { tiles }) => Some(*tiles),
-        _ => None,
+    let node = graph.nodes.get(i)?;
+    let mfu = match &node.op {
+        Op::Binary { .. } => true,
+        Op::Unary { op, .. } => *op != UnOp::Softmax,
+        _ => false,
     };
-    let tiles = tiles_of(i).filter(|t| *t > 0)?;
-    let ok = !constant.get(i).copied().unwrap_or(true)
-        && match &graph.nodes[i].op {
-            Op::Binary { a, b, .. } => {
-                tiles_of(a.index()) == Some(tiles) && tiles_of(b.index()) == Some(tiles)
-            }
-            Op::Unary { op, src, .. } => {
-                *op != UnOp::Softmax && tiles_of(src.index()) == Some(tiles)
-            }
-            _ => false,
-        };
-    ok.then_some(tiles)
+    match node.ty {
+        Ty::Vector { tiles } if tiles > 0 && mfu && !constant.get(i).copied().unwrap_or(true) => {
+            Some(tiles)
+        }
+        _ => None,
+    }
 }
 
 /// An evaluation order of the nodes: graph order, except that fusable nodes wait until a node

@@ -273,9 +273,7 @@ impl ActTable {
             return;
         }
         for (x, o) in x.iter().zip(out.iter_mut()) {
-            let y = if rounded { *x } else { f.round(*x) };
-            let i = if y.is_nan() { nan } else { fp16_bits(y) };
-            *o = f64::from(v[usize::from(i)]);
+            *o = lookup_fp16(v, nan, if rounded { *x } else { f.round(*x) });
         }
     }
 
@@ -332,9 +330,15 @@ unsafe fn lookup_fp16_x86(v: &[f32; 1 << 16], nan: u16, x: &[f64], out: &mut [f6
         }
     }
     for (x, o) in xs.remainder().iter().zip(os.into_remainder()) {
-        let i = if x.is_nan() { nan } else { fp16_bits(*x) };
-        *o = f64::from(v[usize::from(i)]);
+        *o = lookup_fp16(v, nan, *x);
     }
+}
+
+/// `v[fp16 bits of x]` (`nan` for every NaN) for an fp16 value `x`.
+#[inline(always)]
+fn lookup_fp16(v: &[f32; 1 << 16], nan: u16, x: f64) -> f64 {
+    let i = if x.is_nan() { nan } else { fp16_bits(x) };
+    f64::from(v[usize::from(i)])
 }
 
 /// The fp16 bit pattern of an f64 holding a non-NaN fp16 value, from its bits. Branch-free

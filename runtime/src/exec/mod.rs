@@ -22,10 +22,10 @@ mod rounded;
 pub mod trace;
 
 use crate::host::{HostData, Outputs, Tensor as HostTensor};
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use matmul::{MIN_CHUNK, MatVec};
 use mfu::ActTable;
-use nnp_lowering::swgraph::{BinOp, GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
+use nnp_lowering::swgraph::{GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
 use nnp_numerics::{FloatFormat, Format};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -262,12 +262,9 @@ impl<'g> Session<'g> {
         let mut written = HashMap::new();
         let profile = std::env::var_os("NNPC_EXEC_PROFILE").is_some();
         let mut prof: Vec<(&'static str, f64, usize)> = Vec::new();
-        let mut regions = match self.dev.is_cpu() {
-            true => fused::regions(graph, &self.constant, &self.order, &last_use, &traced),
-            false => Vec::new(),
-        }
-        .into_iter()
-        .peekable();
+        let mut regions = fused::regions(graph, &self.constant, &self.order, &last_use, &traced)
+            .into_iter()
+            .peekable();
         let mut in_region = 0..0;
         for (pos, &i) in self.order.iter().enumerate() {
             if in_region.contains(&pos) {
@@ -283,7 +280,7 @@ impl<'g> Session<'g> {
             if let Some(reg) = regions.next_if(|r| r.start == pos) {
                 // A run of element-wise MFU ops, evaluated together (`fused`).
                 let nodes = &self.order[reg.start..reg.end];
-                let values = ex.eval_region(&reg, nodes).map_err(|e| match e {
+                let values = ex.eval_mfu(nodes, &reg.kept).map_err(|e| match e {
                     Failure::Candle(c) => fail(c),
                     Failure::Exec(x) => x,
                 })?;
@@ -625,56 +622,35 @@ impl Executor<'_> {
                 };
                 self.matvec(&spec, *x, *w, chunk, dtype)?
             }
-            Op::Binary { op, a, b, format } => {
-                // A batch-1 operand (weights, constants) is broadcast inside the kernel.
-                let (op, f): (BinOp, FloatFormat) = (*op, *format);
-                let rounded = [self.is_rounded(*a, &f), self.is_rounded(*b, &f)];
-                let on_cpu = |t: &Tensor| t.contiguous()?.to_device(&Device::Cpu);
-                let r = on_cpu(self.value(*a)?)?.apply_op2_no_bwd(
-                    &on_cpu(self.value(*b)?)?,
-                    &Map2(move |x: &[f64], y: &[f64], o: &mut [f64]| {
-                        mfu::binary(op, &f, x, y, o, rounded)
-                    }),
-                )?;
-                r.to_device(&self.dev)?
-            }
             Op::Unary {
-                op,
+                op: UnOp::Softmax,
                 src,
                 format,
                 table,
             } => {
-                let f = *format;
-                let rounded = self.is_rounded(*src, &f);
+                let tab = self.table(UnOp::Softmax, format, table.as_deref())?;
                 let t = self.value(*src)?.clone();
-                match op {
-                    UnOp::Relu => map1(&t, "relu", move |x, o| mfu::relu(&f, x, o))?,
-                    UnOp::Pass => map1(&t, "pass", move |x, o| mfu::pass(&f, x, o))?,
-                    UnOp::Sigm | UnOp::Tanh | UnOp::Exp | UnOp::Softmax => {
-                        let tab = self.table(*op, &f, table.as_deref())?;
-                        if *op == UnOp::Softmax {
-                            let lanes = t.dims().get(1).copied().unwrap_or(1);
-                            map1(&t, "softmax", move |x, o| mfu::softmax(&tab, x, lanes, o))?
-                        } else {
-                            map1(&t, "activation", move |x, o| {
-                                mfu::activate(&tab, x, o, rounded)
-                            })?
-                        }
-                    }
-                }
+                let lanes = t.dims().get(1).copied().unwrap_or(1);
+                map1(&t, "softmax", move |x, o| mfu::softmax(&tab, x, lanes, o))?
             }
+            // Every other MFU op: a region of one node (`fused`).
+            Op::Binary { .. } | Op::Unary { .. } => self
+                .eval_mfu(&[i], &[true])?
+                .pop()
+                .ok_or_else(|| internal("an MFU op gave no value"))?,
             Op::Output { .. } => return Err(internal("output evaluated as a value").into()),
         })
     }
 
-    /// The values of a region's kept nodes ([`fused`]), in node order.
-    fn eval_region(
-        &mut self,
-        reg: &fused::Region,
-        nodes: &[usize],
-    ) -> Result<Vec<Tensor>, Failure> {
+    /// Element-wise MFU nodes (binary ops, relu, pass, table activations on vectors of one
+    /// length, each after its operands), evaluated together ([`fused`]): the values of the
+    /// nodes whose `kept` is set, in node order.
+    fn eval_mfu(&mut self, nodes: &[usize], kept: &[bool]) -> Result<Vec<Tensor>, Failure> {
         use fused::{Src, Step};
-        let len = reg.tiles as usize * self.n;
+        let len = match nodes.first().map(|&k| &self.g.nodes[k].ty) {
+            Some(Ty::Vector { tiles }) => *tiles as usize * self.n,
+            _ => return Err(internal("an MFU op whose value is not a vector").into()),
+        };
         // Operands from outside the region, contiguous on the host, each once.
         let mut outer: Vec<(ValueId, Tensor)> = Vec::new();
         let mut src = |ex: &Self, v: ValueId| -> Result<Src, Failure> {
@@ -732,16 +708,12 @@ impl Executor<'_> {
         let guards: Vec<_> = outer.iter().map(|(_, t)| t.storage_and_layout()).collect();
         let mut slices: Vec<&[f64]> = Vec::with_capacity(guards.len());
         for (storage, layout) in &guards {
-            match (&**storage, layout.contiguous_offsets()) {
-                (candle_core::Storage::Cpu(CpuStorage::F64(v)), Some((a, e)))
-                    if e - a == len || e - a == batch * len =>
-                {
-                    slices.push(&v[a..e])
-                }
+            match host_slice(storage, layout) {
+                Some(v) if v.len() == len || v.len() == batch * len => slices.push(v),
                 _ => return Err(internal("a region operand is not a contiguous f64 vector").into()),
             }
         }
-        let values = fused::run(&steps, &reg.kept, &slices, batch, len);
+        let values = fused::run(&steps, kept, &slices, batch, len);
         Ok(values
             .into_iter()
             .map(|v| Tensor::from_vec(v, (batch, len), &self.dev))
@@ -946,13 +918,19 @@ fn host_vec(t: &Tensor) -> candle_core::Result<Vec<f64>> {
 fn with_host<R>(t: &Tensor, f: impl FnOnce(&[f64]) -> R) -> candle_core::Result<R> {
     {
         let (storage, layout) = t.storage_and_layout();
-        if let (candle_core::Storage::Cpu(CpuStorage::F64(v)), Some((a, e))) =
-            (&*storage, layout.contiguous_offsets())
-        {
-            return Ok(f(&v[a..e]));
+        if let Some(v) = host_slice(&storage, layout) {
+            return Ok(f(v));
         }
     }
     Ok(f(&host_vec(t)?))
+}
+
+/// The values of contiguous f64 storage on the CPU, row-major; `None` for anything else.
+fn host_slice<'a>(storage: &'a candle_core::Storage, layout: &Layout) -> Option<&'a [f64]> {
+    match (storage, layout.contiguous_offsets()) {
+        (candle_core::Storage::Cpu(CpuStorage::F64(v)), Some((a, e))) => Some(&v[a..e]),
+        _ => None,
+    }
 }
 
 /// A weight stack `[1, rows*cols, n, n]` as `[chunks, rows*n, k]` for the chunked matmul:
@@ -1093,64 +1071,6 @@ impl CustomOp1 for SumPartials {
             _ => candle_core::bail!("sum_partials: expected f32 or f64 data"),
         };
         Ok((CpuStorage::F64(out), Shape::from((b, spec.rows * spec.n))))
-    }
-}
-
-/// An element-wise CPU custom op on two contiguous f64 tensors of one shape, or of shapes
-/// `[B, ...]` and `[1, ...]` (the batch-1 operand repeats for every item; rows of items run in
-/// parallel).
-struct Map2<F>(F);
-
-impl<F: Fn(&[f64], &[f64], &mut [f64]) + Send + Sync> CustomOp2 for Map2<F> {
-    fn name(&self) -> &'static str {
-        "mfu_binary"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F64(v1), CpuStorage::F64(v2)) = (s1, s2) else {
-            candle_core::bail!("mfu_binary: expected f64 data")
-        };
-        let (Some((a1, b1)), Some((a2, b2))) = (l1.contiguous_offsets(), l2.contiguous_offsets())
-        else {
-            candle_core::bail!("mfu_binary: expected contiguous data")
-        };
-        let (x, y) = (&v1[a1..b1], &v2[a2..b2]);
-        let len = x.len().max(y.len());
-        let period = x.len().min(y.len());
-        if period == 0 || !len.is_multiple_of(period) {
-            candle_core::bail!(
-                "mfu_binary: operand sizes {} and {} differ",
-                x.len(),
-                y.len()
-            )
-        }
-        let mut out = vec![0.0; len];
-        if x.len() == y.len() {
-            (self.0)(x, y, &mut out);
-        } else {
-            let part = |s: &'_ [f64], i: usize| -> std::ops::Range<usize> {
-                if s.len() == len {
-                    i * period..(i + 1) * period
-                } else {
-                    0..period
-                }
-            };
-            out.par_chunks_mut(period).enumerate().for_each(|(i, o)| {
-                (self.0)(&x[part(x, i)], &y[part(y, i)], o);
-            });
-        }
-        let shape = if x.len() == len {
-            l1.shape()
-        } else {
-            l2.shape()
-        };
-        Ok((CpuStorage::F64(out), shape.clone()))
     }
 }
 
