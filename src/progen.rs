@@ -1762,6 +1762,8 @@ pub enum Outcome {
         /// Products the outputs' run computed on the integer kernel (the traced run takes the
         /// float path for all of them).
         int_products: usize,
+        /// Of those, the products computed on the GPU (`NNPC_DIFF_DEVICE=cuda`).
+        gpu_products: usize,
     },
     /// The target or the program was rejected (a generator bug when it came from [`generate`]).
     Invalid(String),
@@ -1801,10 +1803,11 @@ impl std::fmt::Display for Outcome {
                 elements,
                 written,
                 int_products,
+                gpu_products,
             } => write!(
                 f,
                 "concordant ({elements} output elements, {written} written lanes, \
-                 {int_products} products on the integer kernel)"
+                 {int_products} products on the integer kernel, {gpu_products} on the GPU)"
             ),
             Outcome::Invalid(m) => write!(f, "invalid program: {m}"),
             Outcome::EmulatorError(m) => write!(f, "emulator failed: {m}"),
@@ -1870,9 +1873,23 @@ pub fn run_differential(
 ) -> Outcome {
     use nnp_grammar::{SourceFile, Target, check};
     use nnp_runtime::emulator::{EmuOptions, emulate};
-    use nnp_runtime::exec::{ExecOptions, execute, run_program};
+    use nnp_runtime::exec::{DeviceKind, ExecOptions, execute, run_program};
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::sync::Arc;
+
+    /// The options of the outputs' run: `NNPC_DIFF_DEVICE=cuda` puts its integer products on
+    /// the GPU (a build with the `cuda` feature), anything else or nothing keeps them on the CPU.
+    fn run_options() -> ExecOptions {
+        let cuda = std::env::var("NNPC_DIFF_DEVICE").is_ok_and(|d| d == "cuda");
+        ExecOptions {
+            device: if cuda {
+                DeviceKind::Cuda
+            } else {
+                DeviceKind::Cpu
+            },
+            ..ExecOptions::default()
+        }
+    }
 
     let target = match Target::from_toml(target_toml, "gen.toml") {
         Ok(t) => t,
@@ -1905,8 +1922,8 @@ pub fn run_differential(
         Err(p) => return Outcome::EmulatorError(panic_text(p)),
     };
     // The graph twice: with every write kept (traces) on the float BLAS path of products, and
-    // as `nnpc run` runs it (outputs only, pruned; the integer kernel where the CPU has AVX2),
-    // or through its JSON form.
+    // as `nnpc run` runs it (outputs only, pruned; the integer kernel where the CPU has AVX2,
+    // or on the GPU with `NNPC_DIFF_DEVICE=cuda`), or through its JSON form.
     let sw = catch_unwind(AssertUnwindSafe(|| -> Result<_, String> {
         let g = nnp_lowering::swgraph::lower(&program).map_err(|e| e.to_string())?;
         let keep = ExecOptions {
@@ -1918,9 +1935,9 @@ pub fn run_differential(
         let plain = if json {
             let g = nnp_lowering::swgraph::SwGraph::from_json(&g.to_json())
                 .map_err(|e| format!("JSON round trip: {e}"))?;
-            execute(&g, &data, &ExecOptions::default()).map_err(|e| e.to_string())?
+            execute(&g, &data, &run_options()).map_err(|e| e.to_string())?
         } else {
-            run_program(&program, &data, &ExecOptions::default()).map_err(|e| e.to_string())?
+            run_program(&program, &data, &run_options()).map_err(|e| e.to_string())?
         };
         Ok((g, traced, plain))
     }));
@@ -1939,6 +1956,7 @@ pub fn run_differential(
             elements,
             written: lanes,
             int_products: plain.int_products,
+            gpu_products: plain.gpu_products,
         },
         other => other,
     }
@@ -1976,6 +1994,7 @@ pub fn compare_outputs(
             elements: r.elements,
             written: 0,
             int_products: 0,
+            gpu_products: 0,
         },
         Ok(r) => Outcome::Mismatch(Box::new(r)),
     }

@@ -81,24 +81,41 @@ fn bad_files_are_clear_errors_not_panics() {
     }
 }
 
+/// `nnpc run samples/lstm.nnp --batch 3` with `extra` flags: the output file's bytes.
+fn lstm_run_bytes(dir: &str, extra: &[&str]) -> Vec<u8> {
+    let out = common::scratch(dir).join("out.safetensors");
+    let mut args = vec!["run", "samples/lstm.nnp", "--batch", "3", "-o"];
+    args.push(common::arg(&out));
+    args.extend(extra);
+    let o = nnpc(&args);
+    assert_eq!(o.status.code(), Some(0), "{extra:?}: {}", stderr(&o));
+    std::fs::read(&out).expect("output written")
+}
+
 #[test]
 fn run_gives_the_same_bytes_on_the_float_path() {
     // `--float-matmul` forces the float BLAS path where the integer kernel would run: the
     // output file must be byte-identical (the emulator comparison of both paths is in the
     // concordance suite).
-    let dir = common::scratch("float_matmul");
-    let (a, b) = (dir.join("int.safetensors"), dir.join("float.safetensors"));
-    for (out, extra) in [(&a, None), (&b, Some("--float-matmul"))] {
-        let mut args = vec!["run", "samples/lstm.nnp", "--batch", "3", "-o"];
-        args.push(common::arg(out));
-        args.extend(extra);
-        let o = nnpc(&args);
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    }
-    let (a, b) = (
-        std::fs::read(&a).expect("int"),
-        std::fs::read(&b).expect("float"),
-    );
+    let a = lstm_run_bytes("float_matmul_int", &[]);
     assert!(!a.is_empty());
-    assert_eq!(a, b);
+    assert_eq!(a, lstm_run_bytes("float_matmul_float", &["--float-matmul"]));
+}
+
+#[test]
+fn run_on_cuda_gives_the_same_bytes_or_says_how_to_get_it() {
+    if cfg!(feature = "cuda") {
+        // A build with the feature (on a machine with a GPU): the products on the GPU give
+        // the CPU's bytes.
+        let a = lstm_run_bytes("cuda_cpu", &[]);
+        assert_eq!(a, lstm_run_bytes("cuda_gpu", &["--device", "cuda"]));
+        return;
+    }
+    let o = nnpc(&["run", "samples/lstm.nnp", "--device", "cuda"]);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("--features cuda") && !err.contains("panicked"),
+        "{err}"
+    );
 }

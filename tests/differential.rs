@@ -63,6 +63,7 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> u64 {
     let elements = AtomicU64::new(0);
     let lanes = AtomicU64::new(0);
     let int_products = AtomicU64::new(0);
+    let gpu_products = AtomicU64::new(0);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -80,8 +81,10 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> u64 {
                             elements: e,
                             written: w,
                             int_products: p,
+                            gpu_products: gp,
                         } => {
                             int_products.fetch_add(p as u64, Ordering::Relaxed);
+                            gpu_products.fetch_add(gp as u64, Ordering::Relaxed);
                             elements.fetch_add(e as u64, Ordering::Relaxed);
                             lanes.fetch_add(w as u64, Ordering::Relaxed);
                         }
@@ -99,11 +102,13 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> u64 {
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
         "differential ({label}): {count} programs (seeds {base}..{}), {} output elements and {} \
-         written lanes bit-exact ({} products on the integer kernel), {} failing, {secs:.1} s",
+         written lanes bit-exact ({} products on the integer kernel, {} on the GPU), {} failing, \
+         {secs:.1} s",
         base + count,
         elements.load(Ordering::Relaxed),
         lanes.load(Ordering::Relaxed),
         int_products.load(Ordering::Relaxed),
+        gpu_products.load(Ordering::Relaxed),
         failures.len()
     );
     if failures.is_empty() {

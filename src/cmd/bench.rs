@@ -1,6 +1,7 @@
 //! `nnpc bench`: throughput of the software graph measured against its baselines, in one run.
 
 use super::host_args::input_rows;
+use super::run::DeviceArg;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
@@ -63,6 +64,10 @@ pub struct Args {
     /// kernel; see `nnpc run --float-matmul`).
     #[arg(long)]
     pub float_matmul: bool,
+    /// Where the graph's integer products run (as `nnpc run --device`; the emulator, the
+    /// floor and the quantize kernel stay on the CPU).
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
     /// Elements of the quantize-kernel tensor.
     #[arg(long, value_name = "LEN", default_value_t = 4 << 20, hide = true)]
     pub kernel_len: usize,
@@ -146,12 +151,14 @@ fn measure(
     let data = HostData::random(program, batch, args.seed);
     let opts = ExecOptions {
         float_matmul: args.float_matmul,
+        device: args.device.into(),
         ..ExecOptions::default()
     };
     let mut session = Session::new(graph, &opts).map_err(|e| fail(&e))?;
     let t = Instant::now();
     let sw = session.run(&data).map_err(|e| fail(&e))?;
-    let int_products = sw.int_products;
+    let (int_products, gpu_products) = (sw.int_products, sw.gpu_products);
+    let gpu = session.gpu_name().map(str::to_string);
     let cold_s = t.elapsed().as_secs_f64();
     let peak_run_kib = vm_hwm_kib();
     // Warm graph runs and the floor (the same products as plain f32 matmuls) alternate, so
@@ -243,6 +250,9 @@ fn measure(
             // the integer kernel takes the float path product by product.
             "products": floor_calls,
             "int_products": int_products,
+            // Of those, the products on the GPU (`--device cuda`), and its name.
+            "gpu_products": gpu_products,
+            "gpu": gpu,
             "nodes": graph.nodes.len(),
             "vectors": vectors,
             "first_run_seconds": cold_s,
@@ -339,10 +349,18 @@ fn print_table(r: &Value) {
         r["machine"]["cpu"].as_str().unwrap_or("?"),
         r["machine"]["threads"]
     );
-    println!(
-        "products: {} of {} on the integer kernel (AVX2 vpmaddwd), the rest on the float path",
-        sw["int_products"], sw["products"]
-    );
+    match sw["gpu"].as_str() {
+        Some(gpu) => println!(
+            "products: {} of {} on the integer kernel, {} of them on the GPU ({gpu}), the rest \
+             on the float path",
+            sw["int_products"], sw["products"], sw["gpu_products"]
+        ),
+        None => println!(
+            "products: {} of {} on the integer kernel (AVX2 vpmaddwd), the rest on the float \
+             path",
+            sw["int_products"], sw["products"]
+        ),
+    }
     println!();
     println!("{:<44} {:>12} {:>16}", "measurement", "seconds", "rate");
     let row = |name: &str, secs: f64, rate: String| {
@@ -439,6 +457,7 @@ mod tests {
             emu_batch: None,
             skip_emulator: false,
             float_matmul: false,
+            device: DeviceArg::Cpu,
             kernel_len: 1 << 14,
             json: true,
         };

@@ -37,7 +37,8 @@ pub struct Args {
     /// Write the trace of every `v_wr` as JSON lines (the emulator's format: docs/emulator.md).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Where the graph runs (`cuda` needs a build with `--features cuda`).
+    /// Where the integer products run: `cuda` puts them on the first CUDA GPU, the rest of the
+    /// graph stays on the CPU (needs a build with `--features cuda`; docs/swgraph.md).
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
     /// Compute every product with the float BLAS path, even where the integer kernel applies
@@ -53,6 +54,15 @@ pub struct Args {
 pub enum DeviceArg {
     Cpu,
     Cuda,
+}
+
+impl From<DeviceArg> for DeviceKind {
+    fn from(d: DeviceArg) -> DeviceKind {
+        match d {
+            DeviceArg::Cpu => DeviceKind::Cpu,
+            DeviceArg::Cuda => DeviceKind::Cuda,
+        }
+    }
 }
 
 /// True for a compiled graph file.
@@ -119,10 +129,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         .host_data(&program, None)
         .map_err(|e| miette::miette!("{e}"))?;
     let opts = ExecOptions {
-        device: match args.device {
-            DeviceArg::Cpu => DeviceKind::Cpu,
-            DeviceArg::Cuda => DeviceKind::Cuda,
-        },
+        device: args.device.into(),
         keep_writes: args.trace.is_some(),
         float_matmul: args.float_matmul,
     };

@@ -244,6 +244,30 @@ impl IntWeights {
         })
     }
 
+    /// `(rows, cols, n)`: row tiles, column tiles, native dimension.
+    pub fn dims(&self) -> (usize, usize, usize) {
+        (self.rows, self.cols, self.n)
+    }
+
+    /// The integers as the stack `[rows * cols, n, n]`, row-major (the packing undone).
+    pub fn tiles_row_major(&self) -> Vec<i16> {
+        let n = self.n;
+        let mut out = vec![0i16; self.packed.len()];
+        out.par_chunks_mut(n * n)
+            .zip(self.packed.par_chunks(n * n))
+            .for_each(|(dst, tile)| {
+                for (e, v) in dst.iter_mut().enumerate() {
+                    *v = tile[packed_at(n, e / n, e % n)];
+                }
+            });
+        out
+    }
+
+    /// `2^unit` of row `r` of tile `(i, j)` at `(i * cols + j) * n + r` (0 for a zero row).
+    pub fn row_scales(&self) -> &[f64] {
+        &self.scale
+    }
+
     fn tile(&self, i: usize, j: usize) -> &[i16] {
         let nn = self.n * self.n;
         &self.packed[(i * self.cols + j) * nn..][..nn]
@@ -307,6 +331,21 @@ impl IntVector {
         })
     }
 
+    /// Batch items.
+    pub fn batch(&self) -> usize {
+        self.b
+    }
+
+    /// The integers: tile `j` of item `bi` at `(j * b + bi) * n`.
+    pub fn ints(&self) -> &[i16] {
+        &self.q
+    }
+
+    /// `2^unit` of tile `j` of item `bi` at `j * b + bi` (0 for a zero tile).
+    pub fn tile_scales(&self) -> &[f64] {
+        &self.scale
+    }
+
     /// Units of items `b0..b0 + items`, every tile.
     fn span(&self, b0: usize, items: usize) -> Span {
         Span::of(
@@ -362,17 +401,7 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
                 let (sw, sx) = (&w.scales(i, j)[r0..][..ROW_BLOCK], sx(j)[bi]);
                 std::array::from_fn::<f64, ROW_BLOCK, _>(|k| f64::from(p[k]) * sw[k] * sx)
             };
-            // Plain f64 sums are exact when every term is a multiple of 2^lo and the sum of
-            // cols terms stays below 2^53 of those units: |P| < 2^(log2 n + bits_w + bits_x)
-            // units of its own 2^(u_w + u_x), at most 2^(width) above 2^lo.
-            let plain = w.row_span[i].width()
-                + x.span(b0, items).width()
-                + ceil_log2(n)
-                + w.bits
-                + x.bits
-                + ceil_log2(cols)
-                <= 53;
-            let y: Vec<f64> = if spec.accumulation == Accumulation::Exact && plain {
+            let y: Vec<f64> = if plain_sums(spec, w, x, i, b0, items) {
                 let mut s = vec![0.0f64; items * n];
                 for j in 0..cols {
                     let mut sink = PlainSums {
@@ -434,6 +463,41 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
     // task wrote each of its runs (one per item of its block) in full.
     unsafe { out.set_len(b * rows * n) };
     out
+}
+
+/// Whether the outputs of row tile `i` for items `b0..b0 + items` are plain f64 sums of their
+/// scaled partials, rounded once: `exact` accumulation, and every running sum exact in any
+/// order. That holds when every term is a multiple of 2^lo and the sum of `cols` terms stays
+/// below 2^53 of those units: |P| < 2^(log2 n + bits_w + bits_x) units of its own
+/// 2^(u_w + u_x), at most 2^(width) above 2^lo.
+fn plain_sums(
+    spec: &MatVec,
+    w: &IntWeights,
+    x: &IntVector,
+    i: usize,
+    b0: usize,
+    items: usize,
+) -> bool {
+    spec.accumulation == Accumulation::Exact
+        && w.row_span[i].width()
+            + x.span(b0, items).width()
+            + ceil_log2(w.n)
+            + w.bits
+            + x.bits
+            + ceil_log2(w.cols)
+            <= 53
+}
+
+/// Whether every output of `w x` is such a plain sum (for the whole batch), so that a kernel
+/// that adds the scaled partials in an order of its own ([`super::gpu`]) gets the same sums,
+/// which [`round_sums`] then rounds as [`matvec`] does.
+pub fn sums_exact_in_any_order(spec: &MatVec, w: &IntWeights, x: &IntVector) -> bool {
+    (0..w.rows).all(|i| plain_sums(spec, w, x, i, 0, x.b))
+}
+
+/// Round exact sums of scaled partials to the product's output format, in place.
+pub fn round_sums(spec: &MatVec, s: &mut [f64]) {
+    ExactSums::new(&spec.output).round(s);
 }
 
 /// What the kernel does with the partials of rows `r0..r0 + ROW_BLOCK` of one item, block by
@@ -621,7 +685,7 @@ mod avx2 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::exec::matmul::matvec_exact;
     use nnp_numerics::FloatFormat;
@@ -704,7 +768,13 @@ mod tests {
         }
     }
 
-    fn spec(n: usize, rows: usize, cols: usize, acc: Accumulation, out: FloatFormat) -> MatVec {
+    pub(crate) fn spec(
+        n: usize,
+        rows: usize,
+        cols: usize,
+        acc: Accumulation,
+        out: FloatFormat,
+    ) -> MatVec {
         MatVec {
             rows,
             cols,
@@ -725,7 +795,7 @@ mod tests {
     /// -128 and +-127 mantissas (saturated BFP), 12-bit mantissas (the largest that fit), and
     /// values that make fp16 ties and the inexact-running-sum path likely. `spread` binades of
     /// units: 61 takes the two-sum path, 3 mostly the plain one.
-    fn run_values(s: &mut u64, len: usize, runs: usize, spread: u64) -> Vec<f64> {
+    pub(crate) fn run_values(s: &mut u64, len: usize, runs: usize, spread: u64) -> Vec<f64> {
         let mut v = vec![0.0; len * runs];
         for run in v.chunks_mut(len) {
             let kind = xorshift(s) % 6;

@@ -8,12 +8,13 @@
 //! [`mfu`], [`matmul`] and [`exact`] (candle's own `round` rounds half away from zero, and it
 //! has no exact accumulation).
 //!
-//! With the `cuda` feature the same graph runs on `Device::new_cuda(0)`: data movement and the
-//! matmul on the GPU, the custom kernels on their CPU path (copied to the host and back).
+//! With the `cuda` feature and [`DeviceKind::Cuda`] the integer products run on the GPU
+//! ([`gpu`]); the rest of the graph stays on the host.
 
 pub mod baseline;
 pub mod exact;
 mod fused;
+mod gpu;
 pub mod intdot;
 pub mod matmul;
 pub mod mfu;
@@ -36,7 +37,8 @@ use std::sync::Arc;
 pub enum DeviceKind {
     #[default]
     Cpu,
-    /// The first CUDA device (needs the `cuda` feature).
+    /// The integer products on the first CUDA device ([`gpu`], needs the `cuda` feature);
+    /// every other op on the host.
     Cuda,
 }
 
@@ -76,6 +78,8 @@ pub struct Execution {
     /// Products (`TiledMatVec` nodes) this run computed on the integer kernel ([`intdot`]);
     /// the others took a float path.
     pub int_products: usize,
+    /// Of those, the products computed on the GPU (`DeviceKind::Cuda`).
+    pub gpu_products: usize,
 }
 
 /// Why a graph could not be executed.
@@ -115,29 +119,6 @@ fn short(e: &candle_core::Error) -> String {
         .to_string()
 }
 
-/// The candle device for a kind.
-pub fn device(kind: DeviceKind) -> Result<Device, ExecError> {
-    match kind {
-        DeviceKind::Cpu => Ok(Device::Cpu),
-        DeviceKind::Cuda => cuda_device(),
-    }
-}
-
-#[cfg(feature = "cuda")]
-fn cuda_device() -> Result<Device, ExecError> {
-    Device::new_cuda(0)
-        .map_err(|e| ExecError::Device(format!("no usable CUDA device: {}", short(&e))))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_device() -> Result<Device, ExecError> {
-    Err(ExecError::Device(
-        "this nnpc was built without CUDA support; help: rebuild with `--features cuda` or run \
-         on the CPU"
-            .into(),
-    ))
-}
-
 /// Run `graph` on `data` (`data.batch` input sets in one pass).
 pub fn execute(
     graph: &SwGraph,
@@ -158,6 +139,8 @@ struct Caches {
     sliced: HashMap<ValueId, Option<Vec<Tensor>>>,
     /// Weight stacks as integer mantissas, `None` when they do not fit.
     int: HashMap<ValueId, Option<Arc<intdot::IntWeights>>>,
+    /// Those integers on the GPU.
+    gpu: HashMap<ValueId, Arc<gpu::GpuWeights>>,
     tables: HashMap<(UnOp, Option<String>, FloatFormat), ActTable>,
 }
 
@@ -171,6 +154,8 @@ pub struct Session<'g> {
     graph: &'g SwGraph,
     opts: ExecOptions,
     dev: Device,
+    /// The GPU of `DeviceKind::Cuda`.
+    gpu: Option<Arc<gpu::Gpu>>,
     /// Nodes whose value depends on no input (batch 1, the same in every run).
     constant: Vec<bool>,
     /// Constant values a non-constant node, an output or a trace reads: what a warm run needs.
@@ -189,7 +174,10 @@ impl<'g> Session<'g> {
     /// Validate `graph` and open its device.
     pub fn new(graph: &'g SwGraph, opts: &ExecOptions) -> Result<Session<'g>, ExecError> {
         graph.validate()?;
-        let dev = device(opts.device)?;
+        let gpu = match opts.device {
+            DeviceKind::Cpu => None,
+            DeviceKind::Cuda => Some(gpu::Gpu::open()?),
+        };
         let len = graph.nodes.len();
         let mut constant = vec![false; len];
         let mut keep = vec![false; len];
@@ -213,7 +201,8 @@ impl<'g> Session<'g> {
         Ok(Session {
             graph,
             opts: *opts,
-            dev,
+            dev: Device::Cpu,
+            gpu,
             order: fused::schedule(graph, &constant),
             constant,
             keep,
@@ -222,6 +211,11 @@ impl<'g> Session<'g> {
             warm: false,
             caches: Caches::default(),
         })
+    }
+
+    /// The name of the GPU that computes the integer products (`DeviceKind::Cuda`).
+    pub fn gpu_name(&self) -> Option<&str> {
+        self.gpu.as_deref().map(gpu::Gpu::name)
     }
 
     /// Run the graph on `data` (`data.batch` input sets in one pass).
@@ -239,8 +233,12 @@ impl<'g> Session<'g> {
             caches: &mut self.caches,
             arranged_x: HashMap::new(),
             int_x: HashMap::new(),
-            int: !self.opts.float_matmul && self.dev.is_cpu() && intdot::simd(),
+            int: !self.opts.float_matmul && (self.gpu.is_some() || intdot::simd()),
             int_products: 0,
+            gpu: self.gpu.as_deref(),
+            gpu_x: HashMap::new(),
+            gpu_products: 0,
+            prefetched: HashMap::new(),
         };
         // Position of the last reader of every value, so tensors are freed as soon as possible.
         let mut last_use = vec![0usize; graph.nodes.len()];
@@ -318,10 +316,18 @@ impl<'g> Session<'g> {
                     *slot = Some(t);
                 }
             } else {
-                let t = ex.eval(i).map_err(|e| match e {
+                let exec_err = |e| match e {
                     Failure::Candle(c) => fail(c),
                     Failure::Exec(x) => x,
-                })?;
+                };
+                let product = matches!(node.op, Op::TiledMatVec { .. });
+                if product && ex.gpu.is_some() && !ex.prefetched.contains_key(&i) {
+                    ex.prefetch_products(&self.order[pos..]).map_err(exec_err)?;
+                }
+                let t = match ex.prefetched.remove(&i) {
+                    Some(t) => t,
+                    None => ex.eval(i).map_err(exec_err)?,
+                };
                 if traced.contains(&id) {
                     written.insert(id, to_written(&t).map_err(fail)?);
                 }
@@ -348,11 +354,12 @@ impl<'g> Session<'g> {
         }
         if profile {
             eprintln!(
-                "profile: {} products on the integer kernel",
-                ex.int_products
+                "profile: {} products on the integer kernel ({} on the GPU)",
+                ex.int_products, ex.gpu_products
             );
         }
-        collect_outputs(graph, data.batch, rows, written, ex.int_products)
+        let products = (ex.int_products, ex.gpu_products);
+        collect_outputs(graph, data.batch, rows, written, products)
     }
 }
 
@@ -379,7 +386,7 @@ fn collect_outputs(
     batch: usize,
     mut rows: HashMap<String, Vec<Option<Tensor>>>,
     written: HashMap<ValueId, WrittenValue>,
-    int_products: usize,
+    (int_products, gpu_products): (usize, usize),
 ) -> Result<Execution, ExecError> {
     let mut outputs = Outputs::new();
     for o in &graph.outputs {
@@ -412,6 +419,7 @@ fn collect_outputs(
         outputs,
         written,
         int_products,
+        gpu_products,
     })
 }
 
@@ -460,6 +468,14 @@ struct Executor<'a> {
     int: bool,
     /// Products that took it in this run.
     int_products: usize,
+    /// The GPU that computes integer products where it gives the same bits.
+    gpu: Option<&'a gpu::Gpu>,
+    /// Vectors as integers on the GPU in this run.
+    gpu_x: HashMap<ValueId, Arc<gpu::GpuVector>>,
+    /// Products the GPU computed in this run.
+    gpu_products: usize,
+    /// Products computed ahead by [`Executor::prefetch_products`], by node.
+    prefetched: HashMap<usize, Tensor>,
 }
 
 impl Executor<'_> {
@@ -593,22 +609,12 @@ impl Executor<'_> {
                 Tensor::cat(&ts, 1)?
             }
             Op::TiledMatVec {
-                x,
-                w,
-                rows,
-                cols,
-                accumulation,
                 vector_format,
                 matrix_format,
-                output,
+                ..
             } => {
-                let spec = MatVec {
-                    rows: *rows as usize,
-                    cols: *cols as usize,
-                    n,
-                    accumulation: *accumulation,
-                    output: *output,
-                };
+                let (spec, x, w) = product_spec(&node.op, n)
+                    .ok_or_else(|| ExecError::Graph(GraphError::Other("not a product".into())))?;
                 let chunk = matmul::exact_chunk(vector_format, matrix_format, n)
                     .filter(|k| *k >= MIN_CHUNK.min(n));
                 // f32 when it proves the same chunk exact: twice the BLAS speed.
@@ -620,7 +626,7 @@ impl Executor<'_> {
                     }
                     _ => DType::F64,
                 };
-                self.matvec(&spec, *x, *w, chunk, dtype)?
+                self.matvec(&spec, x, w, chunk, dtype)?
             }
             Op::Unary {
                 op: UnOp::Softmax,
@@ -869,7 +875,7 @@ impl Executor<'_> {
 
 impl Executor<'_> {
     /// The integer path of [`Executor::matvec`] ([`intdot`]), when the weights and this run's
-    /// vector fit it.
+    /// vector fit it: on the GPU where it gives the same bits, else on the CPU kernel.
     fn matvec_int(
         &mut self,
         spec: &MatVec,
@@ -878,6 +884,30 @@ impl Executor<'_> {
         b: usize,
         cacheable: bool,
     ) -> Result<Option<Vec<f64>>, Failure> {
+        let Some((wi, xi)) = self.int_operands(spec, x, w, b, cacheable)? else {
+            return Ok(None);
+        };
+        if let Some(gpu) = self.gpu {
+            let (gw, gx) = self.gpu_operands(gpu, (x, &xi), (w, &wi), cacheable)?;
+            if let Some(y) = gpu.matvec(spec, (&wi, &gw), (&xi, &gx))? {
+                self.gpu_products += 1;
+                return Ok(Some(y));
+            }
+        }
+        Ok(Some(intdot::matvec(spec, &wi, &xi, intdot::simd())))
+    }
+
+    /// The integer operands of a product (weights cached for the session when `cacheable`,
+    /// the vector for the run), when both fit the integer kernel.
+    #[allow(clippy::type_complexity)]
+    fn int_operands(
+        &mut self,
+        spec: &MatVec,
+        x: ValueId,
+        w: ValueId,
+        b: usize,
+        cacheable: bool,
+    ) -> Result<Option<(Arc<intdot::IntWeights>, Arc<intdot::IntVector>)>, Failure> {
         let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
         let wi = match self.caches.int.get(&w) {
             Some(wi) if cacheable => wi.clone(),
@@ -902,9 +932,102 @@ impl Executor<'_> {
                 xi
             }
         };
-        Ok(xi
-            .filter(|xi| intdot::fits(&wi, xi))
-            .map(|xi| intdot::matvec(spec, &wi, &xi, true)))
+        Ok(xi.filter(|xi| intdot::fits(&wi, xi)).map(|xi| (wi, xi)))
+    }
+
+    /// Integer operands on the GPU, uploaded once (weights per session when `cacheable`, the
+    /// vector per run).
+    fn gpu_operands(
+        &mut self,
+        gpu: &gpu::Gpu,
+        (x, xi): (ValueId, &intdot::IntVector),
+        (w, wi): (ValueId, &intdot::IntWeights),
+        cacheable: bool,
+    ) -> Result<(Arc<gpu::GpuWeights>, Arc<gpu::GpuVector>), ExecError> {
+        let gw = match self.caches.gpu.get(&w) {
+            Some(gw) if cacheable => gw.clone(),
+            _ => {
+                let gw = Arc::new(gpu.weights(wi)?);
+                if cacheable {
+                    self.caches.gpu.insert(w, gw.clone());
+                }
+                gw
+            }
+        };
+        let gx = match self.gpu_x.get(&x) {
+            Some(gx) => gx.clone(),
+            None => {
+                let gx = Arc::new(gpu.vector(xi)?);
+                self.gpu_x.insert(x, gx.clone());
+                gx
+            }
+        };
+        Ok((gw, gx))
+    }
+
+    /// With a GPU: queue every product among the next nodes of the evaluation order whose
+    /// operands are ready (an LSTM step's eight products come side by side), and copy their
+    /// results back after one wait instead of eight. The values wait in `prefetched` until the
+    /// main loop reaches their nodes.
+    fn prefetch_products(&mut self, upcoming: &[usize]) -> Result<(), Failure> {
+        const LOOKAHEAD: usize = 64;
+        let Some(gpu) = self.gpu.filter(|_| self.int && intdot::supports(self.n)) else {
+            return Ok(());
+        };
+        let ready = |ex: &Self, v: ValueId| ex.values.get(v.index()).is_some_and(Option::is_some);
+        let (mut launched, mut nodes) = (Vec::new(), Vec::new());
+        for &k in upcoming.iter().take(LOOKAHEAD) {
+            let Some((spec, x, w)) = product_spec(&self.g.nodes[k].op, self.n) else {
+                continue;
+            };
+            let waiting = !self.constant[k] && !self.prefetched.contains_key(&k);
+            if !waiting || !ready(self, x) || !ready(self, w) {
+                continue;
+            }
+            let b = self.value(x)?.dims()[0];
+            let cacheable = self.constant.get(w.index()).copied().unwrap_or(false);
+            let Some((wi, xi)) = self.int_operands(&spec, x, w, b, cacheable)? else {
+                continue;
+            };
+            let (gw, gx) = self.gpu_operands(gpu, (x, &xi), (w, &wi), cacheable)?;
+            if let Some(l) = gpu.launch(&spec, (&wi, &gw), (&xi, &gx))? {
+                launched.push(l);
+                nodes.push((k, (b, spec.rows * spec.n)));
+            }
+        }
+        for ((k, shape), y) in nodes.into_iter().zip(gpu.collect(launched)?) {
+            self.prefetched
+                .insert(k, Tensor::from_vec(y, shape, &self.dev)?);
+            self.int_products += 1;
+            self.gpu_products += 1;
+        }
+        Ok(())
+    }
+}
+
+/// The product of a `TiledMatVec` node at native dimension `n`: its spec, vector and weights.
+fn product_spec(op: &Op, n: usize) -> Option<(MatVec, ValueId, ValueId)> {
+    match op {
+        Op::TiledMatVec {
+            x,
+            w,
+            rows,
+            cols,
+            accumulation,
+            output,
+            ..
+        } => Some((
+            MatVec {
+                rows: *rows as usize,
+                cols: *cols as usize,
+                n,
+                accumulation: *accumulation,
+                output: *output,
+            },
+            *x,
+            *w,
+        )),
+        _ => None,
     }
 }
 

@@ -116,20 +116,20 @@ pub fn round_slice(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FastRound {
     /// Mantissa bits dropped from f64's 52 for a normal result.
-    shift: u32,
+    pub(crate) shift: u32,
     /// `2^(shift - 1) - 1`: added with the kept lsb, rounds the dropped bits to nearest-even.
-    half: u64,
+    pub(crate) half: u64,
     /// The dropped bits.
-    mask: u64,
+    pub(crate) mask: u64,
     /// Bits of `2^emin`, the smallest normal of the format: magnitudes below take the
     /// subnormal path.
-    emin_bits: u64,
+    pub(crate) emin_bits: u64,
     /// `2^(emin - mant_bits + 52)`: adding and subtracting it rounds a subnormal-range value to
     /// the format's subnormal quantum with the FPU's own nearest-even.
-    magic: f64,
-    max: f64,
+    pub(crate) magic: f64,
+    pub(crate) max: f64,
     /// What a magnitude above `max` becomes: `max` (saturating) or infinity.
-    over: f64,
+    pub(crate) over: f64,
 }
 
 impl FastRound {
