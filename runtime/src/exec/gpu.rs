@@ -544,7 +544,7 @@ mod off {
 #[cfg(all(test, feature = "cuda"))]
 mod tests {
     use super::*;
-    use crate::exec::intdot::tests::{run_values, spec};
+    use crate::exec::intdot::tests::{extreme_operands, run_values, spec};
     use crate::exec::matmul::matvec_exact;
     use nnp_grammar::Accumulation;
     use nnp_numerics::FloatFormat;
@@ -609,14 +609,8 @@ mod tests {
     fn gpu_extreme_products_by_hand() {
         // As the CPU kernel's test: 128 * 4095^2 = 2,146,435,200, the largest i32 partial, and
         // its negative; rows 2.. are +0.
-        let n = 128;
-        let spec = spec(n, 1, 1, Accumulation::Exact, FloatFormat::FP64);
-        let mut w = vec![0.0; n * n];
-        w[..n].fill(-4095.0);
-        w[n..2 * n].fill(4095.0);
-        let x = vec![-4095.0; n];
-        let wi = IntWeights::new(&w, 1, 1, n).expect("fits");
-        let xi = IntVector::new(&x, 1, 1, n).expect("fits");
+        let spec = spec(128, 1, 1, Accumulation::Exact, FloatFormat::FP64);
+        let ((w, x), (wi, xi)) = extreme_operands();
         let y = on_gpu(&spec, &wi, &xi).expect("on the GPU");
         assert_eq!(y[0], 2_146_435_200.0);
         assert_eq!(y[1], -2_146_435_200.0);

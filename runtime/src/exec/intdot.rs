@@ -869,18 +869,25 @@ pub(crate) mod tests {
         }
     }
 
-    #[test]
-    fn extreme_products_by_hand() {
-        // n = 128, one tile, qmax = 4095 on both sides: x = -4095 everywhere, w row 0 = -4095:
-        // 128 * 4095^2 = 2,146,435,200 (the largest i32 partial); row 1 = +4095: its negative.
+    /// One tile at n = 128 with qmax = 4095 on both sides: x = -4095 everywhere, w row 0 =
+    /// -4095, so its partial is 128 * 4095^2 = 2,146,435,200 (the largest i32 partial); row 1 =
+    /// +4095: its negative; the other rows zero. Returns `(w, x)` as values and as integers.
+    pub(crate) fn extreme_operands() -> ((Vec<f64>, Vec<f64>), (IntWeights, IntVector)) {
         let n = 128;
-        let spec = spec(n, 1, 1, Accumulation::Exact, FloatFormat::FP64);
         let mut w = vec![0.0; n * n];
         w[..n].fill(-4095.0);
         w[n..2 * n].fill(4095.0);
         let x = vec![-4095.0; n];
         let wi = IntWeights::new(&w, 1, 1, n).expect("fits");
         let xi = IntVector::new(&x, 1, 1, n).expect("fits");
+        ((w, x), (wi, xi))
+    }
+
+    #[test]
+    fn extreme_products_by_hand() {
+        let n = 128;
+        let spec = spec(n, 1, 1, Accumulation::Exact, FloatFormat::FP64);
+        let (_, (wi, xi)) = extreme_operands();
         for simd in [false, true] {
             let y = matvec(&spec, &wi, &xi, simd);
             assert_eq!(y[0], 2_146_435_200.0);
