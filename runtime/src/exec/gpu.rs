@@ -2,9 +2,10 @@
 //!
 //! **What runs where.** Only the tile products of [`intdot`] move to the GPU: the weight
 //! stack's integers are uploaded once per session, the vector's once per run, and a kernel
-//! computes every output's sum of scaled partials `P * 2^(u_w + u_x)` in f64. Everything
-//! else (quantizing, rounding, MFU ops, data movement) stays on the host, and the host rounds
-//! the sums to the output format with the same code as the CPU kernel ([`intdot::round_sums`]).
+//! computes every output's sum of scaled partials `P * 2^(u_w + u_x)` in f64, then rounds
+//! them to the output format where the fast rounder applies and f32 holds the format
+//! (`round_sums_f32`, else the host rounds them with the CPU kernel's [`intdot::round_sums`]).
+//! Everything else (quantizing, MFU ops, data movement) stays on the host.
 //!
 //! **Why the bits are the same.** The GPU takes a product only where
 //! [`intdot::sums_exact_in_any_order`] holds: `exact` accumulation, and every running sum of
@@ -317,22 +318,10 @@ mod imp {
             })
         }
 
-        /// `y = W x` as [`intdot::matvec`] computes it, `[b, rows * n]`; `None` where the GPU
-        /// cannot give the same bits (or the grid is too large) and the CPU kernel must run.
-        pub fn matvec(
-            &self,
-            spec: &MatVec,
-            w: (&IntWeights, &GpuWeights),
-            x: (&IntVector, &GpuVector),
-        ) -> Result<Option<Vec<f64>>, ExecError> {
-            match self.launch(spec, w, x)? {
-                Some(l) => Ok(self.collect(vec![l])?.pop()),
-                None => Ok(None),
-            }
-        }
-
-        /// Queue the kernels of one product ([`Gpu::matvec`] without the copy back), so that
-        /// several products share one wait ([`Gpu::collect`]).
+        /// Queue the kernels of `y = W x` as [`intdot::matvec`] computes it (`[b, rows * n]`,
+        /// copied back by [`Gpu::collect`], so that several products share one wait); `None`
+        /// where the GPU cannot give the same bits (or the grid is too large) and the CPU
+        /// kernel must run.
         pub fn launch(
             &self,
             spec: &MatVec,
@@ -417,6 +406,9 @@ mod imp {
         /// memory, one wait, then the host's part (f32 widened; sums the device did not round
         /// rounded as [`intdot::matvec`] rounds them).
         pub fn collect(&self, launched: Vec<Launched>) -> Result<Vec<Vec<f64>>, ExecError> {
+            if launched.is_empty() {
+                return Ok(Vec::new());
+            }
             let len = |l: &Launched| l.sums.len();
             let n32: usize = launched
                 .iter()
@@ -432,38 +424,37 @@ mod imp {
             let Staging { f64: s64, f32: s32 } = &mut *staging;
             let h64 = grown(&self.ctx, s64, n64)?;
             let h32 = grown(&self.ctx, s32, n32)?;
+            // Each product's part of its staging buffer, in order.
             let (mut o64, mut o32) = (0, 0);
-            for l in &launched {
+            let at: Vec<std::ops::Range<usize>> = launched
+                .iter()
+                .map(|l| {
+                    let o = if l.rounded.is_some() {
+                        &mut o32
+                    } else {
+                        &mut o64
+                    };
+                    *o += len(l);
+                    *o - len(l)..*o
+                })
+                .collect();
+            for (l, at) in launched.iter().zip(&at) {
                 // Copies into page-locked memory given as plain slices: queued, not waited for.
                 match &l.rounded {
-                    Some(r) => {
-                        self.stream
-                            .memcpy_dtoh(r, &mut h32[o32..o32 + len(l)])
-                            .map_err(cuda)?;
-                        o32 += len(l);
-                    }
-                    None => {
-                        let dst = &mut h64[o64..o64 + len(l)];
-                        self.stream.memcpy_dtoh(&l.sums, dst).map_err(cuda)?;
-                        o64 += len(l);
-                    }
+                    Some(r) => self.stream.memcpy_dtoh(r, &mut h32[at.clone()]),
+                    None => self.stream.memcpy_dtoh(&l.sums, &mut h64[at.clone()]),
                 }
+                .map_err(cuda)?;
             }
             self.stream.synchronize().map_err(cuda)?;
-            // Each product's part of the staging buffers, then the host's work on them in
-            // parallel.
-            let (mut o64, mut o32) = (0, 0);
+            // Then the host's work on them, in parallel.
+            let (h64, h32) = (&*h64, &*h32);
             let parts: Vec<(&Launched, Copied)> = launched
                 .iter()
-                .map(|l| match &l.rounded {
-                    Some(_) => {
-                        o32 += len(l);
-                        (l, Copied::Rounded(&h32[o32 - len(l)..o32]))
-                    }
-                    None => {
-                        o64 += len(l);
-                        (l, Copied::Sums(&h64[o64 - len(l)..o64]))
-                    }
+                .zip(at)
+                .map(|(l, at)| match &l.rounded {
+                    Some(_) => (l, Copied::Rounded(&h32[at])),
+                    None => (l, Copied::Sums(&h64[at])),
                 })
                 .collect();
             Ok(parts
@@ -515,15 +506,6 @@ mod off {
             match self.0 {}
         }
 
-        pub fn matvec(
-            &self,
-            _: &MatVec,
-            _: (&IntWeights, &GpuWeights),
-            _: (&IntVector, &GpuVector),
-        ) -> Result<Option<Vec<f64>>, ExecError> {
-            match self.0 {}
-        }
-
         pub fn launch(
             &self,
             _: &MatVec,
@@ -559,13 +541,15 @@ mod tests {
             gpu.weights(w).expect("upload"),
             gpu.vector(x).expect("upload"),
         );
-        gpu.matvec(spec, (w, &gw), (x, &gx)).expect("kernel runs")
+        let launched = gpu.launch(spec, (w, &gw), (x, &gx)).expect("kernels run")?;
+        gpu.collect(vec![launched]).expect("copied back").pop()
     }
 
-    /// Batches that leave every remainder of the 32-item blocks and of the 2 x 2 thread tiles
-    /// (1, 33, 70, 95), native dimensions of one, three and eight 16-lane stages, exponent
-    /// spreads of 3 binades (the GPU takes them) and 61 (it must refuse them: the sums are
-    /// inexact in f64), saturated and zero runs.
+    /// Batches that leave partial 64-item blocks and odd items in the 2 x 2 thread tiles (1,
+    /// 33, 70, 95, 5) and a full block (64); native dimensions that fill a 64-lane stage in
+    /// part (16, 32, 48) or twice (128); one to eight column tiles (split across blocks or
+    /// not); exponent spreads of 3 binades (the GPU takes them) and 61 (it must refuse them:
+    /// the sums are inexact in f64); saturated and zero runs.
     #[test]
     fn gpu_products_equal_the_exact_reference_bit_for_bit() {
         let mut s = 0x2545_f491_4f6c_dd1du64;

@@ -789,11 +789,14 @@ impl Executor<'_> {
         };
         // Weight-side work is cached for the session when the stack is a constant.
         let cacheable = self.constant.get(w.index()).copied().unwrap_or(false);
+        // The integer kernel on the CPU: the GPU took this product already where it gives the
+        // same bits (`prefetch_products`).
         if self.int
             && intdot::supports(n)
-            && let Some(y) = self.matvec_int(spec, x, w, b, cacheable)?
+            && let Some((wi, xi)) = self.int_operands(spec, x, w, b, cacheable)?
         {
             self.int_products += 1;
+            let y = intdot::matvec(spec, &wi, &xi, intdot::simd());
             return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
         }
         if let Some(k) = chunk {
@@ -874,29 +877,6 @@ impl Executor<'_> {
 }
 
 impl Executor<'_> {
-    /// The integer path of [`Executor::matvec`] ([`intdot`]), when the weights and this run's
-    /// vector fit it: on the GPU where it gives the same bits, else on the CPU kernel.
-    fn matvec_int(
-        &mut self,
-        spec: &MatVec,
-        x: ValueId,
-        w: ValueId,
-        b: usize,
-        cacheable: bool,
-    ) -> Result<Option<Vec<f64>>, Failure> {
-        let Some((wi, xi)) = self.int_operands(spec, x, w, b, cacheable)? else {
-            return Ok(None);
-        };
-        if let Some(gpu) = self.gpu {
-            let (gw, gx) = self.gpu_operands(gpu, (x, &xi), (w, &wi), cacheable)?;
-            if let Some(y) = gpu.matvec(spec, (&wi, &gw), (&xi, &gx))? {
-                self.gpu_products += 1;
-                return Ok(Some(y));
-            }
-        }
-        Ok(Some(intdot::matvec(spec, &wi, &xi, intdot::simd())))
-    }
-
     /// The integer operands of a product (weights cached for the session when `cacheable`,
     /// the vector for the run), when both fit the integer kernel.
     #[allow(clippy::type_complexity)]
@@ -965,10 +945,11 @@ impl Executor<'_> {
         Ok((gw, gx))
     }
 
-    /// With a GPU: queue every product among the next nodes of the evaluation order whose
-    /// operands are ready (an LSTM step's eight products come side by side), and copy their
-    /// results back after one wait instead of eight. The values wait in `prefetched` until the
-    /// main loop reaches their nodes.
+    /// With a GPU: queue the product at `upcoming[0]` and every product among the next nodes
+    /// of the evaluation order whose operands are ready (an LSTM step's eight products come
+    /// side by side), and copy their results back after one wait instead of eight. The values
+    /// wait in `prefetched` until the main loop reaches their nodes; a product the GPU refuses
+    /// is left to [`Executor::matvec`] (the CPU).
     fn prefetch_products(&mut self, upcoming: &[usize]) -> Result<(), Failure> {
         const LOOKAHEAD: usize = 64;
         let Some(gpu) = self.gpu.filter(|_| self.int && intdot::supports(self.n)) else {
@@ -980,7 +961,9 @@ impl Executor<'_> {
             let Some((spec, x, w)) = product_spec(&self.g.nodes[k].op, self.n) else {
                 continue;
             };
-            let waiting = !self.constant[k] && !self.prefetched.contains_key(&k);
+            // Constants ahead are computed in the first run only (and kept): they wait for it.
+            let constant_ahead = self.constant[k] && k != upcoming[0];
+            let waiting = !constant_ahead && !self.prefetched.contains_key(&k);
             if !waiting || !ready(self, x) || !ready(self, w) {
                 continue;
             }
