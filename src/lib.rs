@@ -8,6 +8,7 @@
 //! # }
 //! ```
 
+pub mod memory;
 pub mod progen;
 
 pub use nnp_grammar as grammar;

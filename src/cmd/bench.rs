@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 /// - quantize kernel: the graph's BFP vector quantizer (the target's, or bw-default's when the
 ///   target's vector format is not BFP) against a plain element-wise candle op
 ///   (`x * 1.5 + 0.25`) over the same 4M-element tensor;
-/// - peak memory (VmHWM) after the first run (what `nnpc run` needs) and at the end.
+/// - peak memory (VmHWM) after the first run (what `nnpc run` needs) and at the end;
+/// - context, with no target: the floor's vectors/s over the emulator's (how far plain f32
+///   BLAS of the same products, with no quantization, is ahead of the emulator here).
 ///
 /// Exit status: 0 measured (targets met or not), 1 firmware errors or outputs of the graph
 /// and the emulator that differ, 2 unusable input.
@@ -228,6 +230,16 @@ fn measure(
         "<=",
         FLOOR_TARGET,
     ));
+    // Context without a target: how far the products alone, as plain f32 BLAS with no
+    // quantization at all, are ahead of the emulator on this machine.
+    let mut context = Vec::new();
+    if let Some(e) = &emu_json {
+        let emu_vps = e["vectors_per_second"].as_f64().unwrap_or(0.0);
+        context.push(json!({
+            "name": "plain f32 matmuls vs emulator (vectors/s)",
+            "value": vectors as f64 / floor_s.max(1e-12) / emu_vps.max(1e-12),
+        }));
+    }
     let kernel_ratio = k.elementwise_s / k.quantize_s.max(1e-12);
     ratios.push(ratio(
         "quantize kernel / element-wise op (elements/s)",
@@ -280,6 +292,7 @@ fn measure(
         },
         "concordant": concordant,
         "ratios": ratios,
+        "context": context,
     }))
 }
 
@@ -435,6 +448,14 @@ fn print_table(r: &Value) {
             }
         );
     }
+    for x in r["context"].as_array().into_iter().flatten() {
+        println!(
+            "{:<48} {:>10.2} {:>15}",
+            x["name"].as_str().unwrap_or("?"),
+            f(&x["value"]),
+            "(context)"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -497,5 +518,14 @@ mod tests {
         for x in r["ratios"].as_array().into_iter().flatten() {
             assert!(x["pass"].is_boolean() && x["value"].is_number());
         }
+        // The context: the floor's rate over the emulator's, which is the graph's speed-up
+        // times how much faster than the graph the floor ran.
+        let v = |x: &Value| x["value"].as_f64().expect("a number");
+        let context = r["context"].as_array().expect("context");
+        assert_eq!(context.len(), 1);
+        let (vs_emu, vs_floor) = (v(&r["ratios"][0]), v(&r["ratios"][1]));
+        let floor_vs_emu = v(&context[0]);
+        assert!(floor_vs_emu > 0.0);
+        assert!((floor_vs_emu - vs_emu * vs_floor).abs() <= 1e-9 * floor_vs_emu);
     }
 }

@@ -1,0 +1,47 @@
+//! The two benchmark programs of BENCHMARKS.md, whole: warm runs of the software graph (weights
+//! prepared once per session, as `nnpc bench` times them) next to the floor, the same products
+//! as plain f32 candle matmuls with no quantization (`cargo bench -p nnpc --bench graph`).
+//! `nnpc bench` adds the emulator, the quantize kernel, memory and the ratios.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use nnp_lowering::swgraph::{self, Roots};
+use nnp_runtime::exec::baseline::Floor;
+use nnp_runtime::exec::{ExecOptions, Session};
+use nnp_runtime::host::HostData;
+use std::hint::black_box;
+use std::time::Duration;
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[global_allocator]
+static ALLOCATOR: nnpc::memory::HugePages = nnpc::memory::HugePages;
+
+fn bench(c: &mut Criterion) {
+    nnpc::memory::keep_large_buffers_on_the_heap();
+    for (name, file, batch) in [
+        ("lstm_1024_b64", "lstm_1024.nnp", 64),
+        ("mlp_4096_b64", "mlp_4096.nnp", 64),
+        ("mlp_4096_b256", "mlp_4096.nnp", 256),
+    ] {
+        let path = format!("{}/samples/bench/{file}", env!("CARGO_MANIFEST_DIR"));
+        let program = nnpc::load_program(&path, None).expect("the sample checks");
+        let graph = swgraph::optimize(&swgraph::lower(&program).expect("lowers"), Roots::Outputs);
+        let data = HostData::random(&program, batch, 0);
+        let mut session = Session::new(&graph, &ExecOptions::default()).expect("a session");
+        session.run(&data).expect("the first run");
+        let floor = Floor::new(&graph, batch).expect("the floor");
+        let mut g = c.benchmark_group(name);
+        g.sample_size(10);
+        g.warm_up_time(Duration::from_secs(1));
+        g.measurement_time(Duration::from_secs(5));
+        g.bench_function("software_graph", |b| {
+            b.iter(|| black_box(session.run(&data).expect("a warm run")))
+        });
+        g.bench_function("floor_f32_matmuls", |b| {
+            b.iter(|| floor.run().expect("the floor runs"))
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
