@@ -205,18 +205,18 @@ fn measure(
     let peak_all_kib = vm_hwm_kib();
 
     let sw_vps = vectors as f64 / sw_s.max(1e-12);
-    let emu_json = emu.map(|(eb, secs, _)| {
+    let emu_vps = emu.map(|(eb, secs, _)| (eb * rows) as f64 / secs.max(1e-12));
+    let emu_json = emu.zip(emu_vps).map(|((eb, secs, _), vps)| {
         json!({
             "batch": eb,
             "vectors": eb * rows,
             "seconds": secs,
-            "vectors_per_second": (eb * rows) as f64 / secs.max(1e-12),
+            "vectors_per_second": vps,
         })
     });
     let concordant = emu.map(|(_, _, same)| same);
     let mut ratios = Vec::new();
-    if let Some(e) = &emu_json {
-        let emu_vps = e["vectors_per_second"].as_f64().unwrap_or(0.0);
+    if let Some(emu_vps) = emu_vps {
         ratios.push(ratio(
             "software graph vs emulator (vectors/s)",
             sw_vps / emu_vps.max(1e-12),
@@ -232,14 +232,15 @@ fn measure(
     ));
     // Context without a target: how far the products alone, as plain f32 BLAS with no
     // quantization at all, are ahead of the emulator on this machine.
-    let mut context = Vec::new();
-    if let Some(e) = &emu_json {
-        let emu_vps = e["vectors_per_second"].as_f64().unwrap_or(0.0);
-        context.push(json!({
-            "name": "plain f32 matmuls vs emulator (vectors/s)",
-            "value": vectors as f64 / floor_s.max(1e-12) / emu_vps.max(1e-12),
-        }));
-    }
+    let context: Vec<Value> = emu_vps
+        .map(|emu_vps| {
+            json!({
+                "name": "plain f32 matmuls vs emulator (vectors/s)",
+                "value": vectors as f64 / floor_s.max(1e-12) / emu_vps.max(1e-12),
+            })
+        })
+        .into_iter()
+        .collect();
     let kernel_ratio = k.elementwise_s / k.quantize_s.max(1e-12);
     ratios.push(ratio(
         "quantize kernel / element-wise op (elements/s)",

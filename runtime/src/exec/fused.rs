@@ -17,13 +17,12 @@ use rayon::prelude::*;
 use std::collections::HashSet;
 use std::mem::MaybeUninit;
 
-/// Consecutive fusable nodes of the evaluation order (positions `start..end`), every one a
-/// vector of `tiles` tiles.
+/// Consecutive fusable nodes of the evaluation order (positions `start..end`), all vectors of
+/// one length.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Region {
     pub start: usize,
     pub end: usize,
-    pub tiles: u32,
     /// Per node of the region: whether its value is read after the region or traced (it
     /// becomes a tensor; the others live only in the chunks' scratch rows).
     pub kept: Vec<bool>,
@@ -116,7 +115,6 @@ pub(crate) fn regions(
             out.push(Region {
                 start,
                 end: pos,
-                tiles,
                 kept,
             });
         }
@@ -320,7 +318,6 @@ mod tests {
             vec![Region {
                 start: 5,
                 end: 8,
-                tiles: 2,
                 // Only the sigmoid is read after the region (by the last quantize).
                 kept: vec![false, false, true],
             }]
@@ -362,7 +359,6 @@ mod tests {
             vec![Region {
                 start: 2,
                 end: 5,
-                tiles: 2,
                 // 2 is read inside only (by 3 and 4); 3 likewise; 4 by the softmax.
                 kept: vec![false, false, true],
             }]

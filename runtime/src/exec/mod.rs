@@ -290,11 +290,7 @@ impl<'g> Session<'g> {
                     ex.values[k] = Some(t);
                 }
                 for (p, &k) in (reg.start..reg.end).zip(nodes) {
-                    for v in graph.nodes[k].op.inputs() {
-                        if last_use[v.index()] == p {
-                            ex.values[v.index()] = None;
-                        }
-                    }
+                    release_inputs(&mut ex.values, &graph.nodes[k].op, &last_use, p);
                 }
                 if profile {
                     tally(&mut prof, "fused mfu", t0, reg.end - reg.start);
@@ -336,11 +332,7 @@ impl<'g> Session<'g> {
                 }
                 ex.values[i] = Some(t);
             }
-            for v in node.op.inputs() {
-                if last_use[v.index()] == pos {
-                    ex.values[v.index()] = None;
-                }
-            }
+            release_inputs(&mut ex.values, &node.op, &last_use, pos);
             if profile {
                 tally(&mut prof, node.op.name(), t0, 1);
             }
@@ -360,6 +352,15 @@ impl<'g> Session<'g> {
         }
         let products = (ex.int_products, ex.gpu_products);
         collect_outputs(graph, data.batch, rows, written, products)
+    }
+}
+
+/// Free the inputs of `op` (at position `pos` of the evaluation order) that nothing later reads.
+fn release_inputs(values: &mut [Option<Tensor>], op: &Op, last_use: &[usize], pos: usize) {
+    for v in op.inputs() {
+        if last_use[v.index()] == pos {
+            values[v.index()] = None;
+        }
     }
 }
 
