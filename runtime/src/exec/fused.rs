@@ -50,7 +50,12 @@ pub(crate) fn fusable(graph: &SwGraph, constant: &[bool], i: usize) -> Option<u3
 /// that is not fusable needs them (or the end), and then come together, each after its
 /// operands. The lowering emits an LSTM step chain by chain (product, add, product, add,
 /// sigmoid, ...); in this order the step's element-wise ops form one region.
-pub(crate) fn schedule(graph: &SwGraph, constant: &[bool]) -> Vec<usize> {
+///
+/// With `products_first` (products on a GPU, which pays a round trip per batch of products),
+/// the products that depend on no other product come first, after the operands of all of them:
+/// an LSTM's `W x_t` products of every step then form one batch, and each step waits for its
+/// `U h_(t-1)` products only.
+pub(crate) fn schedule(graph: &SwGraph, constant: &[bool], products_first: bool) -> Vec<usize> {
     let count = graph.nodes.len();
     let mut order = Vec::with_capacity(count);
     let mut placed = vec![false; count];
@@ -75,6 +80,33 @@ pub(crate) fn schedule(graph: &SwGraph, constant: &[bool]) -> Vec<usize> {
             }
         }
     };
+    if products_first {
+        let product = |i: usize| matches!(graph.nodes[i].op, Op::TiledMatVec { .. });
+        // Whether every operand of node `i` depends on no product (operands come first).
+        let operands_free = |free: &[bool], i: usize| {
+            let inputs = graph.nodes[i].op.inputs();
+            inputs
+                .iter()
+                .all(|v| free.get(v.index()).copied().unwrap_or(false))
+        };
+        let mut free = vec![false; count];
+        for i in 0..count {
+            free[i] = !product(i) && operands_free(&free, i);
+        }
+        let first: Vec<usize> = (0..count)
+            .filter(|&i| product(i) && operands_free(&free, i))
+            .collect();
+        for &i in &first {
+            for v in graph.nodes[i].op.inputs() {
+                if v.index() < count {
+                    place(v.index(), &mut order);
+                }
+            }
+        }
+        for &i in &first {
+            place(i, &mut order);
+        }
+    }
     for i in 0..count {
         if fusable(graph, constant, i).is_none() {
             place(i, &mut order);
@@ -310,7 +342,7 @@ mod tests {
             node(quantize(7)),
         ]);
         let constant = [false, true, false, false, false, false, false, false, false];
-        let order = schedule(&graph, &constant);
+        let order = schedule(&graph, &constant, false);
         assert_eq!(order, vec![0, 1, 2, 3, 5, 4, 6, 7, 8]);
         let last_use = last_uses(&graph, &order);
         assert_eq!(
@@ -321,6 +353,46 @@ mod tests {
                 // Only the sigmoid is read after the region (by the last quantize).
                 kept: vec![false, false, true],
             }]
+        );
+    }
+
+    /// With products first, the products whose operands depend on no product (3 and 8, like
+    /// an LSTM's `W x_t`) come right after the operands of both; the product that reads
+    /// another's value (6, like `U h_t`) keeps its place.
+    #[test]
+    fn products_first_hoists_the_independent_products() {
+        let v = Ty::Vector { tiles: 2 };
+        let node = |op: Op| Node { op, ty: v.clone() };
+        let product = |x: u32| Op::TiledMatVec {
+            x: ValueId(x),
+            w: ValueId(1),
+            rows: 1,
+            cols: 1,
+            accumulation: nnp_grammar::Accumulation::Exact,
+            vector_format: nnp_numerics::Format::FP16,
+            matrix_format: nnp_numerics::Format::FP16,
+            output: FloatFormat::FP16,
+        };
+        let graph = hand_graph(vec![
+            node(input()),
+            node(Op::Zero { shape: vec![4] }),
+            node(quantize(0)),
+            node(product(2)),
+            node(add(3, 0)),
+            node(quantize(4)),
+            node(product(5)),
+            node(quantize(0)),
+            node(product(7)),
+        ]);
+        let constant = [false, true, false, false, false, false, false, false, false];
+        assert_eq!(
+            schedule(&graph, &constant, true),
+            vec![0, 2, 1, 7, 3, 8, 4, 5, 6]
+        );
+        // Without: graph order, the add waiting for the quantize that reads it.
+        assert_eq!(
+            schedule(&graph, &constant, false),
+            vec![0, 1, 2, 3, 4, 5, 6, 7, 8]
         );
     }
 

@@ -34,40 +34,65 @@ pub use imp::{Gpu, GpuVector, GpuWeights};
 pub use off::{Gpu, GpuVector, GpuWeights};
 
 /// Rows and batch items of one thread block's outputs (16 divides the native dimension,
-/// [`intdot::supports`], so a block's rows lie in one row tile), and the blocks the launch
+/// [`intdot::supports`], so a block's rows lie in one row tile), and the blocks one product
 /// aims at (two per multiprocessor of an H100) when it splits the column tiles between them.
 const ROWS: u32 = 16;
 const ITEMS: u32 = 64;
 const THREADS: u32 = 256;
 const TARGET_BLOCKS: usize = 264;
+/// Products per launch: their descriptions travel as the kernel's parameter (`Jobs`, 1160
+/// bytes, under CUDA's 4 KiB).
+const MAX_JOBS: usize = 16;
 
-/// The kernel. Block `(bx, by, bz)` computes rows `16 bx..` for items `64 by..` over column
-/// tiles `bz * per_split..`; thread `t` owns rows `2 (t % 8) + {0, 1}` and items `2 (t / 8) +
-/// {0, 1}` of them. Per column tile: the integer dot products of up to 64 lanes at a time from
-/// shared memory, in `int` (exact, `qmax`), then `acc += P * (sw * sx)` per output in f64; the
-/// blocks of one output add their sums with `atomicAdd`. Every sum is exact, so the order of
-/// the additions (and of the atomics) cannot change a bit.
+/// The kernels. `int_matvec` computes up to 16 products (`Jobs`) in one launch: its blocks are
+/// numbered through the products (`first`), and block `(bx, by, bz)` of a product computes rows
+/// `16 bx..` for items `64 by..` over column tiles `bz * per_split..`; thread `t` owns rows
+/// `2 (t % 8) + {0, 1}` and items `2 (t / 8) + {0, 1}` of them. Per column tile: the integer
+/// dot products of up to 64 lanes at a time from shared memory, in `int` (exact, `qmax`), then
+/// `acc += P * (sw * sx)` per output in f64; the blocks of one output add their sums with
+/// `atomicAdd`. Every sum is exact, so the order of the additions (and of the atomics) cannot
+/// change a bit.
 const SOURCE: &str = r#"
 #define ROWS 16
 #define ITEMS 64
 #define STAGE 64
 #define PAD 4
-extern "C" __global__ void int_matvec(
-    const short* __restrict__ w,    // [rows * cols][n][n]
-    const double* __restrict__ sw,  // [rows * cols][n]
-    const short* __restrict__ x,    // [cols][b][n]
-    const double* __restrict__ sx,  // [cols][b]
-    double* __restrict__ y,         // [b][rows * n], zeroed
-    int cols, int n, int b, int out_len, int per_split)
+#define MAX_JOBS 16
+struct Job {
+    const short* w;     // [rows * cols][n][n]
+    const double* sw;   // [rows * cols][n]
+    const short* x;     // [cols][b][n]
+    const double* sx;   // [cols][b]
+    double* y;          // [b][rows * n], zeroed
+    int cols, n, b, out_len, per_split;
+    int gx, gy;         // blocks along rows and items
+    int first;          // the product's first block
+};
+struct Jobs {
+    Job job[MAX_JOBS];
+    int count;
+};
+extern "C" __global__ void int_matvec(const Jobs jobs)
 {
     __shared__ __align__(8) short ws[ROWS][STAGE + PAD];
     __shared__ __align__(8) short xs[ITEMS][STAGE + PAD];
+    int k = 0;
+    while (k + 1 < jobs.count && (int)blockIdx.x >= jobs.job[k + 1].first) ++k;
+    const Job& jb = jobs.job[k];
+    const int local = (int)blockIdx.x - jb.first;
+    const int bx = local % jb.gx, by = (local / jb.gx) % jb.gy, bz = local / (jb.gx * jb.gy);
+    const short* __restrict__ w = jb.w;
+    const double* __restrict__ sw = jb.sw;
+    const short* __restrict__ x = jb.x;
+    const double* __restrict__ sx = jb.sx;
+    double* __restrict__ y = jb.y;
+    const int cols = jb.cols, n = jb.n, b = jb.b, out_len = jb.out_len;
     const int t = threadIdx.x;
-    const int g0 = blockIdx.x * ROWS;            // first output row
+    const int g0 = bx * ROWS;                    // first output row
     const int i = g0 / n, r0 = g0 % n;           // row tile, first row inside it
-    const int b0 = blockIdx.y * ITEMS;
-    const int j0 = blockIdx.z * per_split;
-    const int j1 = min(cols, j0 + per_split);
+    const int b0 = by * ITEMS;
+    const int j0 = bz * jb.per_split;
+    const int j1 = min(cols, j0 + jb.per_split);
     const int tr = 2 * (t % 8), ti = 2 * (t / 8);
     double acc[2][2] = {{0.0, 0.0}, {0.0, 0.0}};
     for (int j = j0; j < j1; ++j) {
@@ -151,21 +176,40 @@ fn f32_holds(fmt: &FloatFormat) -> bool {
         && fmt.max_value() <= f64::from(f32::MAX)
 }
 
-/// The launch grid of a product and the column tiles per split: `None` where it exceeds
-/// CUDA's grid limits or `int` indexing (the product then stays on the CPU).
-fn grid(w: &IntWeights, x: &IntVector) -> Option<((u32, u32, u32), i32)> {
+/// A product's thread blocks: `gx` along its rows, `gy` along the batch, `blocks` in all (the
+/// column tiles split in runs of `per_split`).
+#[derive(Clone, Copy, Debug)]
+struct Grid {
+    gx: i32,
+    gy: i32,
+    blocks: i32,
+    per_split: i32,
+}
+
+/// The blocks of `W x`: `None` where an index would exceed `int`, or a launch of
+/// [`MAX_JOBS`] such products its block count (the product then stays on the CPU).
+fn grid(w: &IntWeights, x: &IntVector) -> Option<Grid> {
     let (rows, cols, n) = w.dims();
     let fits_int = |v: usize| i32::try_from(v).is_ok();
     let ok = fits_int(rows * n) && fits_int(rows * cols * n) && fits_int(x.batch());
     let (gx, gy) = (rows * n / ROWS as usize, x.batch().div_ceil(ITEMS as usize));
     let per_split = cols.div_ceil(TARGET_BLOCKS.div_ceil(gx * gy).clamp(1, cols));
-    let gz = cols.div_ceil(per_split);
-    let dims = (
-        u32::try_from(gx).ok()?,
-        u32::try_from(gy).ok()?,
-        u32::try_from(gz).ok()?,
-    );
-    (ok && dims.1 <= 65_535 && dims.2 <= 65_535).then_some((dims, per_split as i32))
+    let blocks = gx.checked_mul(gy)?.checked_mul(cols.div_ceil(per_split))?;
+    let limit = i32::MAX as usize / MAX_JOBS;
+    (ok && blocks <= limit).then_some(Grid {
+        gx: gx as i32,
+        gy: gy as i32,
+        blocks: blocks as i32,
+        per_split: per_split as i32,
+    })
+}
+
+/// One product for [`Gpu::products`]: its spec, and both operands as integers on the host
+/// and on the device.
+pub struct Product<'a> {
+    pub spec: MatVec,
+    pub w: (&'a IntWeights, &'a GpuWeights),
+    pub x: (&'a IntVector, &'a GpuVector),
 }
 
 #[cfg(feature = "cuda")]
@@ -173,10 +217,11 @@ mod imp {
     use super::*;
     use crate::exec::quant::FastRound;
     use cudarc::driver::{
-        CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig,
-        PinnedHostSlice, PushKernelArg,
+        CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr,
+        DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits, sys,
     };
     use rayon::prelude::*;
+    use std::ops::Range;
     use std::sync::{Arc, Mutex, OnceLock};
 
     /// The first CUDA device, with the kernels loaded.
@@ -187,16 +232,21 @@ mod imp {
         matvec: CudaFunction,
         round: CudaFunction,
         name: String,
-        /// Page-locked host buffers that results are copied into ([`Gpu::collect`]).
-        staging: Mutex<Staging>,
+        /// Buffers not in use. A call takes one set (or makes one) and puts it back, holding no
+        /// lock meanwhile: a rayon thread waiting inside a call may run another session's
+        /// run, whose calls then take another set.
+        spare: Mutex<Vec<Buffers>>,
     }
 
-    /// Page-locked host memory, grown as needed: a copy into pageable memory goes through a
-    /// driver buffer at a fraction of the speed, and cannot overlap other work.
+    /// Memory that [`Gpu::products`] calls reuse, grown as needed: the sums and their rounded
+    /// values on the device, and the page-locked host memory they are copied into (a copy into
+    /// pageable memory goes through a driver buffer at a fraction of the speed).
     #[derive(Default)]
-    struct Staging {
-        f64: Option<PinnedHostSlice<f64>>,
-        f32: Option<PinnedHostSlice<f32>>,
+    struct Buffers {
+        sums: Option<CudaSlice<f64>>,
+        rounded: Option<CudaSlice<f32>>,
+        host64: Option<PinnedHostSlice<f64>>,
+        host32: Option<PinnedHostSlice<f32>>,
     }
 
     /// A weight stack's integers and row scales on the device.
@@ -211,19 +261,66 @@ mod imp {
         sx: CudaSlice<f64>,
     }
 
-    /// A product queued on the device, not yet copied back ([`Gpu::collect`]).
-    pub struct Launched {
-        spec: MatVec,
-        /// The exact sums; rounded on the host when `rounded` is `None`.
-        sums: CudaSlice<f64>,
-        /// The sums rounded to the output format, as f32.
-        rounded: Option<CudaSlice<f32>>,
+    // A run executes on one of rayon's threads and a session may be dropped on another, so
+    // each thread binds the context before it frees device memory (cudarc's free does not,
+    // and a free without it fails, its error surfacing in a later call).
+    impl Drop for GpuWeights {
+        fn drop(&mut self) {
+            bound(self.w.context());
+        }
     }
 
-    /// A launched product's values in the staging buffers.
-    enum Copied<'a> {
-        Rounded(&'a [f32]),
-        Sums(&'a [f64]),
+    impl Drop for GpuVector {
+        fn drop(&mut self) {
+            bound(self.x.context());
+        }
+    }
+
+    /// Make `ctx` current on this thread; a failure shows in the next call that checks.
+    fn bound(ctx: &CudaContext) {
+        if let Err(e) = ctx.bind_to_thread() {
+            ctx.record_err::<()>(Err(e));
+        }
+    }
+
+    /// The kernel's `Job`, field for field.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Job {
+        w: sys::CUdeviceptr,
+        sw: sys::CUdeviceptr,
+        x: sys::CUdeviceptr,
+        sx: sys::CUdeviceptr,
+        y: sys::CUdeviceptr,
+        cols: i32,
+        n: i32,
+        b: i32,
+        out_len: i32,
+        per_split: i32,
+        gx: i32,
+        gy: i32,
+        first: i32,
+    }
+
+    /// The kernel's `Jobs`: the parameter of one `int_matvec` launch.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Jobs {
+        job: [Job; MAX_JOBS],
+        count: i32,
+    }
+
+    // SAFETY: plain integers in C layout, the same fields in the same order as the kernel's
+    // `Jobs` (8-byte pointers, 4-byte ints).
+    unsafe impl DeviceRepr for Jobs {}
+
+    /// A product the GPU takes: its index in the call, blocks, place in the buffers, and the
+    /// output format when the device rounds to it.
+    struct Taken {
+        k: usize,
+        grid: Grid,
+        at: Range<usize>,
+        rounds_to: Option<(FloatFormat, FastRound)>,
     }
 
     fn cuda(e: DriverError) -> ExecError {
@@ -241,7 +338,7 @@ mod imp {
     }
 
     /// Page-locked memory of at least `len` elements in `slot`.
-    fn grown<'a, T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    fn pinned<'a, T: DeviceRepr + ValidAsZeroBits>(
         ctx: &Arc<CudaContext>,
         slot: &'a mut Option<PinnedHostSlice<T>>,
         len: usize,
@@ -256,6 +353,22 @@ mod imp {
             Some(s) => s.as_mut_slice().map_err(cuda),
             None => Err(ExecError::Device("CUDA: no staging buffer".into())),
         }
+    }
+
+    /// Device memory of at least `len` elements in `slot`.
+    fn on_device<'a, T: DeviceRepr>(
+        stream: &Arc<CudaStream>,
+        slot: &'a mut Option<CudaSlice<T>>,
+        len: usize,
+    ) -> Result<&'a mut CudaSlice<T>, ExecError> {
+        if slot.as_ref().is_none_or(|s| s.len() < len) {
+            *slot = None;
+            // SAFETY: every element a call reads is written first in that call (zeroed, or by
+            // the rounding kernel).
+            *slot = Some(unsafe { stream.alloc::<T>(len.max(1)) }.map_err(cuda)?);
+        }
+        slot.as_mut()
+            .ok_or_else(|| ExecError::Device("CUDA: no device buffer".into()))
     }
 
     impl Gpu {
@@ -282,6 +395,9 @@ mod imp {
                     "no usable CUDA device: {e}; help: run with `--device cpu`"
                 ))
             })?;
+            // SAFETY: every buffer of this context is used on its one stream, in order, so
+            // cudarc's events between streams (two driver calls per buffer per use) are moot.
+            unsafe { ctx.disable_event_tracking() };
             let name = ctx.name().map_err(cuda)?;
             // NVRTC 13's default target (compute_75) has the f64 atomicAdd; the driver compiles
             // the PTX for the device.
@@ -295,7 +411,7 @@ mod imp {
                 round: module.load_function("round_sums_f32").map_err(cuda)?,
                 ctx,
                 name,
-                staging: Mutex::new(Staging::default()),
+                spare: Mutex::new(Vec::new()),
             })
         }
 
@@ -305,6 +421,7 @@ mod imp {
         }
 
         pub fn weights(&self, w: &IntWeights) -> Result<GpuWeights, ExecError> {
+            self.ctx.bind_to_thread().map_err(cuda)?;
             Ok(GpuWeights {
                 w: self.stream.clone_htod(&w.tiles_row_major()).map_err(cuda)?,
                 sw: self.stream.clone_htod(w.row_scales()).map_err(cuda)?,
@@ -312,162 +429,238 @@ mod imp {
         }
 
         pub fn vector(&self, x: &IntVector) -> Result<GpuVector, ExecError> {
+            self.ctx.bind_to_thread().map_err(cuda)?;
             Ok(GpuVector {
                 x: self.stream.clone_htod(x.ints()).map_err(cuda)?,
                 sx: self.stream.clone_htod(x.tile_scales()).map_err(cuda)?,
             })
         }
 
-        /// Queue the kernels of `y = W x` as [`intdot::matvec`] computes it (`[b, rows * n]`,
-        /// copied back by [`Gpu::collect`], so that several products share one wait); `None`
-        /// where the GPU cannot give the same bits (or the grid is too large) and the CPU
-        /// kernel must run.
-        pub fn launch(
-            &self,
-            spec: &MatVec,
-            (w, gw): (&IntWeights, &GpuWeights),
-            (x, gx): (&IntVector, &GpuVector),
-        ) -> Result<Option<Launched>, ExecError> {
-            let Some((grid_dim, per_split)) = grid(w, x) else {
-                return Ok(None);
-            };
-            if !intdot::sums_exact_in_any_order(spec, w, x) {
-                return Ok(None);
+        /// `y = W x` of every product as [`intdot::matvec`] computes it (`[b, rows * n]`), in
+        /// order; `None` for a product where the GPU cannot give the same bits (or the grid is
+        /// too large) and the CPU kernel must run. All of them go in a few launches (16
+        /// products each) and one rounding launch per run of products with one output
+        /// format, then one copy back per run and one wait.
+        pub fn products(&self, products: &[Product]) -> Result<Vec<Option<Vec<f64>>>, ExecError> {
+            let mut taken = Vec::new();
+            let mut total = 0;
+            for (k, p) in products.iter().enumerate() {
+                let Some(grid) = grid(p.w.0, p.x.0) else {
+                    continue;
+                };
+                if !intdot::sums_exact_in_any_order(&p.spec, p.w.0, p.x.0) {
+                    continue;
+                }
+                let (rows, _, n) = p.w.0.dims();
+                let len = p.x.0.batch() * rows * n;
+                // Rounded on the device where the output format allows: then the copy back is
+                // f32, half the bytes, and the host has nothing left to do.
+                let rounds_to = FastRound::new(&p.spec.output)
+                    .filter(|_| f32_holds(&p.spec.output))
+                    .map(|f| (p.spec.output, f));
+                taken.push(Taken {
+                    k,
+                    grid,
+                    at: total..total + len,
+                    rounds_to,
+                });
+                total += len;
             }
-            let (rows, cols, n) = w.dims();
-            let len = x.batch() * rows * n;
-            let mut sums = self.stream.alloc_zeros::<f64>(len).map_err(cuda)?;
-            // `grid` checked that these fit i32.
-            let (cols, n, b, out_len) =
-                (cols as i32, n as i32, x.batch() as i32, (rows * n) as i32);
-            let mut launch = self.stream.launch_builder(&self.matvec);
-            launch
-                .arg(&gw.w)
-                .arg(&gw.sw)
-                .arg(&gx.x)
-                .arg(&gx.sx)
-                .arg(&mut sums)
-                .arg(&cols)
-                .arg(&n)
-                .arg(&b)
-                .arg(&out_len)
-                .arg(&per_split);
+            let mut out: Vec<Option<Vec<f64>>> = products.iter().map(|_| None).collect();
+            if taken.is_empty() {
+                return Ok(out);
+            }
+            // Every call may come from another thread (runs execute on rayon's).
+            self.ctx.bind_to_thread().map_err(cuda)?;
+            let spare = || self.spare.lock().unwrap_or_else(|e| e.into_inner());
+            let mut buffers = spare().pop().unwrap_or_default();
+            let values = self.compute(products, &taken, total, &mut buffers);
+            spare().push(buffers);
+            for (k, v) in values? {
+                out[k] = Some(v);
+            }
+            Ok(out)
+        }
+
+        /// The products `taken` of `products`, `total` sums in all, with `buffers`: their
+        /// values by index.
+        fn compute(
+            &self,
+            products: &[Product],
+            taken: &[Taken],
+            total: usize,
+            buffers: &mut Buffers,
+        ) -> Result<Vec<(usize, Vec<f64>)>, ExecError> {
+            let Buffers {
+                sums,
+                rounded,
+                host64,
+                host32,
+            } = buffers;
+            let sums = on_device(&self.stream, sums, total)?;
+            let rounded = on_device(&self.stream, rounded, total)?;
+            self.stream
+                .memset_zeros(&mut sums.slice_mut(..total))
+                .map_err(cuda)?;
+            for group in taken.chunks(MAX_JOBS) {
+                self.launch_products(products, group, sums)?;
+            }
+            // Runs of products with one output format (or none the device rounds to): one
+            // rounding launch and one copy each.
+            let runs: Vec<&[Taken]> = taken
+                .chunk_by(|a, b| a.rounds_to.map(|r| r.0) == b.rounds_to.map(|r| r.0))
+                .collect();
+            // Host memory as far as each kind of copy reaches (the LSTM's products all come
+            // back as f32).
+            let reach = |rounded: bool| {
+                let ends = taken.iter().filter(|t| t.rounds_to.is_some() == rounded);
+                ends.map(|t| t.at.end).max().unwrap_or(0)
+            };
+            let h64 = pinned(&self.ctx, host64, reach(false))?;
+            let h32 = pinned(&self.ctx, host32, reach(true))?;
+            for run in &runs {
+                let at = run[0].at.start..run[run.len() - 1].at.end;
+                match run[0].rounds_to {
+                    Some((_, f)) => {
+                        self.round(&f, sums, rounded, at.clone())?;
+                        // Into page-locked memory given as a plain slice: queued, not waited
+                        // for.
+                        self.stream
+                            .memcpy_dtoh(&rounded.slice(at.clone()), &mut h32[at])
+                            .map_err(cuda)?;
+                    }
+                    None => self
+                        .stream
+                        .memcpy_dtoh(&sums.slice(at.clone()), &mut h64[at])
+                        .map_err(cuda)?,
+                }
+            }
+            self.stream.synchronize().map_err(cuda)?;
+            // Then the host's part, in parallel: f32 widened, or the sums rounded as
+            // `intdot::matvec` rounds them.
+            let (h64, h32) = (&*h64, &*h32);
+            let values: Vec<(usize, Vec<f64>)> = taken
+                .par_iter()
+                .map(|t| {
+                    let v = match t.rounds_to {
+                        // Split further: a step of an LSTM brings four products.
+                        Some(_) => h32[t.at.clone()]
+                            .par_iter()
+                            .with_min_len(super::super::quant::PAR_MIN)
+                            .map(|&v| f64::from(v))
+                            .collect(),
+                        None => {
+                            let mut v = h64[t.at.clone()].to_vec();
+                            intdot::round_sums(&products[t.k].spec, &mut v);
+                            v
+                        }
+                    };
+                    (t.k, v)
+                })
+                .collect();
+            Ok(values)
+        }
+
+        /// One `int_matvec` launch for up to [`MAX_JOBS`] products, summing into `sums` (zeroed)
+        /// at their places.
+        fn launch_products(
+            &self,
+            products: &[Product],
+            group: &[Taken],
+            sums: &mut CudaSlice<f64>,
+        ) -> Result<(), ExecError> {
+            let stream = &self.stream;
+            let (y, _y) = sums.device_ptr_mut(stream);
+            let mut jobs = Jobs {
+                job: [Job::default(); MAX_JOBS],
+                count: group.len() as i32,
+            };
+            // The pointers' guards live until the launch is queued.
+            let mut guards = Vec::with_capacity(4 * group.len());
+            let mut first = 0i32;
+            for (job, t) in jobs.job.iter_mut().zip(group) {
+                let p = &products[t.k];
+                let (rows, cols, n) = p.w.0.dims();
+                let [w, sw, x, sx] = [
+                    p.w.1.w.device_ptr(stream),
+                    p.w.1.sw.device_ptr(stream),
+                    p.x.1.x.device_ptr(stream),
+                    p.x.1.sx.device_ptr(stream),
+                ]
+                .map(|(ptr, guard)| {
+                    guards.push(guard);
+                    ptr
+                });
+                // `grid` checked that these fit i32, and that MAX_JOBS products' blocks do.
+                *job = Job {
+                    w,
+                    sw,
+                    x,
+                    sx,
+                    y: y + (t.at.start * std::mem::size_of::<f64>()) as u64,
+                    cols: cols as i32,
+                    n: n as i32,
+                    b: p.x.0.batch() as i32,
+                    out_len: (rows * n) as i32,
+                    per_split: t.grid.per_split,
+                    gx: t.grid.gx,
+                    gy: t.grid.gy,
+                    first,
+                };
+                first += t.grid.blocks;
+            }
             let cfg = LaunchConfig {
-                grid_dim,
+                grid_dim: (first as u32, 1, 1),
                 block_dim: (THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: the arguments match `int_matvec`'s parameters in order and type; the grid
-            // covers rows * n rows in blocks of 16 (16 divides n), the batch in blocks of 64
-            // and the column tiles in runs of per_split; every index the kernel forms is inside
-            // the buffers' lengths ([rows * cols][n][n], [rows * cols][n], [cols][b][n],
-            // [cols][b], [b][rows * n]), and `grid` checked that they fit `int`.
+            let mut launch = stream.launch_builder(&self.matvec);
+            launch.arg(&jobs);
+            // SAFETY: `Jobs` matches the kernel's parameter; the grid is the sum of the jobs'
+            // blocks, each job's blocks cover its rows * n rows in blocks of 16 (16 divides n),
+            // its batch in blocks of 64 and its column tiles in runs of per_split; every index
+            // the kernel forms is inside the job's buffers ([rows * cols][n][n],
+            // [rows * cols][n], [cols][b][n], [cols][b], and its [b][rows * n] place in `sums`),
+            // and `grid` checked that they fit `int`.
             unsafe { launch.launch(cfg) }.map_err(cuda)?;
-            // Rounded on the device where the output format allows: then the copy back is
-            // f32, half the bytes, and the host has nothing left to do.
-            let fast = FastRound::new(&spec.output).filter(|_| f32_holds(&spec.output));
-            let rounded = match (fast, u32::try_from(len.div_ceil(256))) {
-                (Some(f), Ok(blocks)) => {
-                    // SAFETY: `round_sums_f32` writes every element before anything reads it.
-                    let mut r = unsafe { self.stream.alloc::<f32>(len) }.map_err(cuda)?;
-                    let len64 = len as i64;
-                    let mut launch = self.stream.launch_builder(&self.round);
-                    launch
-                        .arg(&sums)
-                        .arg(&mut r)
-                        .arg(&len64)
-                        .arg(&f.shift)
-                        .arg(&f.half)
-                        .arg(&f.mask)
-                        .arg(&f.emin_bits)
-                        .arg(&f.magic)
-                        .arg(&f.max)
-                        .arg(&f.over);
-                    let cfg = LaunchConfig {
-                        grid_dim: (blocks, 1, 1),
-                        block_dim: (256, 1, 1),
-                        shared_mem_bytes: 0,
-                    };
-                    // SAFETY: the arguments match `round_sums_f32`'s parameters in order and
-                    // type; the kernel touches elements below `len`, both buffers' length.
-                    unsafe { launch.launch(cfg) }.map_err(cuda)?;
-                    Some(r)
-                }
-                _ => None,
-            };
-            Ok(Some(Launched {
-                spec: *spec,
-                sums,
-                rounded,
-            }))
+            drop(guards);
+            Ok(())
         }
 
-        /// The outputs of launched products, in order: every copy queued into page-locked
-        /// memory, one wait, then the host's part (f32 widened; sums the device did not round
-        /// rounded as [`intdot::matvec`] rounds them).
-        pub fn collect(&self, launched: Vec<Launched>) -> Result<Vec<Vec<f64>>, ExecError> {
-            if launched.is_empty() {
-                return Ok(Vec::new());
-            }
-            let len = |l: &Launched| l.sums.len();
-            let n32: usize = launched
-                .iter()
-                .filter(|l| l.rounded.is_some())
-                .map(len)
-                .sum();
-            let n64: usize = launched
-                .iter()
-                .filter(|l| l.rounded.is_none())
-                .map(len)
-                .sum();
-            let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-            let Staging { f64: s64, f32: s32 } = &mut *staging;
-            let h64 = grown(&self.ctx, s64, n64)?;
-            let h32 = grown(&self.ctx, s32, n32)?;
-            // Each product's part of its staging buffer, in order.
-            let (mut o64, mut o32) = (0, 0);
-            let at: Vec<std::ops::Range<usize>> = launched
-                .iter()
-                .map(|l| {
-                    let o = if l.rounded.is_some() {
-                        &mut o32
-                    } else {
-                        &mut o64
-                    };
-                    *o += len(l);
-                    *o - len(l)..*o
-                })
-                .collect();
-            for (l, at) in launched.iter().zip(&at) {
-                // Copies into page-locked memory given as plain slices: queued, not waited for.
-                match &l.rounded {
-                    Some(r) => self.stream.memcpy_dtoh(r, &mut h32[at.clone()]),
-                    None => self.stream.memcpy_dtoh(&l.sums, &mut h64[at.clone()]),
-                }
-                .map_err(cuda)?;
-            }
-            self.stream.synchronize().map_err(cuda)?;
-            // Then the host's work on them, in parallel.
-            let (h64, h32) = (&*h64, &*h32);
-            let parts: Vec<(&Launched, Copied)> = launched
-                .iter()
-                .zip(at)
-                .map(|(l, at)| match &l.rounded {
-                    Some(_) => (l, Copied::Rounded(&h32[at])),
-                    None => (l, Copied::Sums(&h64[at])),
-                })
-                .collect();
-            Ok(parts
-                .into_par_iter()
-                .map(|(l, part)| match part {
-                    Copied::Rounded(r) => r.iter().map(|&v| f64::from(v)).collect(),
-                    Copied::Sums(sums) => {
-                        let mut out = sums.to_vec();
-                        intdot::round_sums(&l.spec, &mut out);
-                        out
-                    }
-                })
-                .collect())
+        /// `round_sums_f32` over the elements `at` of `sums` into `rounded`.
+        fn round(
+            &self,
+            f: &FastRound,
+            sums: &CudaSlice<f64>,
+            rounded: &mut CudaSlice<f32>,
+            at: Range<usize>,
+        ) -> Result<(), ExecError> {
+            let len = at.len();
+            let blocks = u32::try_from(len.div_ceil(256))
+                .map_err(|_| ExecError::Device("CUDA: too many sums for one launch".into()))?;
+            let len64 = len as i64;
+            let (src, mut dst) = (sums.slice(at.clone()), rounded.slice_mut(at));
+            let mut launch = self.stream.launch_builder(&self.round);
+            launch
+                .arg(&src)
+                .arg(&mut dst)
+                .arg(&len64)
+                .arg(&f.shift)
+                .arg(&f.half)
+                .arg(&f.mask)
+                .arg(&f.emin_bits)
+                .arg(&f.magic)
+                .arg(&f.max)
+                .arg(&f.over);
+            let cfg = LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the arguments match `round_sums_f32`'s parameters in order and type; the
+            // kernel touches elements below `len`, both views' length.
+            unsafe { launch.launch(cfg) }.map_err(cuda)?;
+            Ok(())
         }
     }
 }
@@ -482,8 +675,6 @@ mod off {
     pub struct Gpu(Infallible);
     pub struct GpuWeights(Infallible);
     pub struct GpuVector(Infallible);
-    /// [`Gpu::launch`]'s queued product.
-    pub struct Launched(Infallible);
 
     impl Gpu {
         pub fn open() -> Result<std::sync::Arc<Gpu>, ExecError> {
@@ -506,16 +697,7 @@ mod off {
             match self.0 {}
         }
 
-        pub fn launch(
-            &self,
-            _: &MatVec,
-            _: (&IntWeights, &GpuWeights),
-            _: (&IntVector, &GpuVector),
-        ) -> Result<Option<Launched>, ExecError> {
-            match self.0 {}
-        }
-
-        pub fn collect(&self, _: Vec<Launched>) -> Result<Vec<Vec<f64>>, ExecError> {
+        pub fn products(&self, _: &[Product]) -> Result<Vec<Option<Vec<f64>>>, ExecError> {
             match self.0 {}
         }
     }
@@ -541,8 +723,15 @@ mod tests {
             gpu.weights(w).expect("upload"),
             gpu.vector(x).expect("upload"),
         );
-        let launched = gpu.launch(spec, (w, &gw), (x, &gx)).expect("kernels run")?;
-        gpu.collect(vec![launched]).expect("copied back").pop()
+        let product = Product {
+            spec: *spec,
+            w: (w, &gw),
+            x: (x, &gx),
+        };
+        gpu.products(&[product])
+            .expect("kernels run")
+            .pop()
+            .flatten()
     }
 
     /// Batches that leave partial 64-item blocks and odd items in the 2 x 2 thread tiles (1,
@@ -587,6 +776,63 @@ mod tests {
         }
         // Every exact-accumulation case at spread 3 (5 cases x 2) went to the GPU.
         assert!(taken >= 10, "{taken} products on the GPU");
+    }
+
+    /// Many products in one call, as the executor batches them: 21 products (two launches of
+    /// up to 16) of different shapes, batches and output formats (runs rounded on the device
+    /// to fp16 and bf16, runs of fp64 sums rounded on the host), with products the GPU refuses
+    /// (wide spreads) among them. Each result equals the exact reference bit for bit, and the
+    /// refused ones come back as `None` in their places.
+    #[test]
+    fn gpu_batched_products_equal_the_exact_reference_bit_for_bit() {
+        let gpu = Gpu::open().expect("a CUDA device");
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut cases = Vec::new();
+        for k in 0..21usize {
+            let (n, rows, cols, b) = [(128, 2, 3, 64), (32, 1, 2, 70), (16, 3, 1, 5)][k % 3];
+            let out = [
+                FloatFormat::FP16,
+                FloatFormat::FP16,
+                FloatFormat::BF16,
+                FloatFormat::FP64,
+            ][(k / 2) % 4];
+            let spread = if k % 7 == 3 { 61 } else { 3 };
+            let spec = spec(n, rows, cols, Accumulation::Exact, out);
+            let w = run_values(&mut s, n, rows * cols * n, spread);
+            let x = run_values(&mut s, n, b * cols, spread);
+            let want = matvec_exact(&spec, &x, b, &w);
+            let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+            let xi = IntVector::new(&x, b, cols, n).expect("fits");
+            let exact = intdot::sums_exact_in_any_order(&spec, &wi, &xi);
+            let (gw, gx) = (
+                gpu.weights(&wi).expect("upload"),
+                gpu.vector(&xi).expect("upload"),
+            );
+            cases.push((spec, wi, xi, gw, gx, want, exact));
+        }
+        let products: Vec<Product> = cases
+            .iter()
+            .map(|(spec, wi, xi, gw, gx, ..)| Product {
+                spec: *spec,
+                w: (wi, gw),
+                x: (xi, gx),
+            })
+            .collect();
+        let got = gpu.products(&products).expect("kernels run");
+        assert_eq!(got.len(), cases.len());
+        let mut taken = 0;
+        for (k, (got, (.., want, exact))) in got.iter().zip(&cases).enumerate() {
+            match got {
+                Some(got) => {
+                    assert!(exact, "product {k}");
+                    assert_eq!(bits(got), bits(want), "product {k}");
+                    taken += 1;
+                }
+                None => assert!(!exact, "the GPU refused product {k}, which it can compute"),
+            }
+        }
+        // Products 3, 10 and 17 have the wide spread; the other 18 went to the GPU.
+        assert_eq!(taken, 18);
     }
 
     #[test]

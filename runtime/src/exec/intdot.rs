@@ -33,6 +33,9 @@ pub const ROW_BLOCK: usize = 16;
 /// every weight tile is read once per this many items.
 const ITEMS: usize = 64;
 
+/// Values per task, at least, when a vector is converted to integers.
+const PAR_VALUES: usize = 4096;
+
 /// Whether the session should take this path: the CPU has AVX2 and FMA.
 pub fn simd() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -311,10 +314,12 @@ impl IntVector {
         let qm = qmax(n);
         let mut q = vec![0i16; x.len()];
         let mut unit = vec![0i32; b * cols];
-        // Tile by tile in parallel (tile j of item bi: runs `j * b + bi` of `q` and `unit`).
+        // Tile by tile in parallel (tile j of item bi: runs `j * b + bi` of `q` and `unit`),
+        // a few thousand values per task: one tile is too little work to hand to a thread.
         q.par_chunks_mut(n)
             .zip(unit.par_iter_mut())
             .enumerate()
+            .with_min_len((PAR_VALUES / n).max(1))
             .try_for_each(|(t, (q, u))| {
                 let (j, bi) = (t / b, t % b);
                 *u = to_ints(&x[(bi * cols + j) * n..][..n], q, qm)?;

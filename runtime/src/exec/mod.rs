@@ -198,12 +198,13 @@ impl<'g> Session<'g> {
                 keep[w.value.index()] |= constant[w.value.index()];
             }
         }
+        let order = fused::schedule(graph, &constant, gpu.is_some());
         Ok(Session {
             graph,
             opts: *opts,
             dev: Device::Cpu,
             gpu,
-            order: fused::schedule(graph, &constant),
+            order,
             constant,
             keep,
             consts: vec![None; len],
@@ -220,6 +221,15 @@ impl<'g> Session<'g> {
 
     /// Run the graph on `data` (`data.batch` input sets in one pass).
     pub fn run(&mut self, data: &HostData) -> Result<Execution, ExecError> {
+        // On one of rayon's threads: every op's parallel loop then starts on this thread at
+        // once, with idle threads joining as they wake, instead of the caller handing it to
+        // the pool and sleeping until it is done (two wake-ups per op, each tens of
+        // microseconds on a virtual machine). The GPU binds its context on whichever thread
+        // calls it (`gpu`).
+        rayon::scope(|_| self.run_here(data))
+    }
+
+    fn run_here(&mut self, data: &HostData) -> Result<Execution, ExecError> {
         let graph = self.graph;
         let warm = self.warm;
         let mut ex = Executor {
@@ -239,6 +249,7 @@ impl<'g> Session<'g> {
             gpu_x: HashMap::new(),
             gpu_products: 0,
             prefetched: HashMap::new(),
+            prof: std::env::var_os("NNPC_EXEC_PROFILE").map(|_| Vec::new()),
         };
         // Position of the last reader of every value, so tensors are freed as soon as possible.
         let mut last_use = vec![0usize; graph.nodes.len()];
@@ -258,8 +269,6 @@ impl<'g> Session<'g> {
             .map(|o| (o.name.clone(), vec![None; o.rows]))
             .collect();
         let mut written = HashMap::new();
-        let profile = std::env::var_os("NNPC_EXEC_PROFILE").is_some();
-        let mut prof: Vec<(&'static str, f64, usize)> = Vec::new();
         let mut regions = fused::regions(graph, &self.constant, &self.order, &last_use, &traced)
             .into_iter()
             .peekable();
@@ -292,9 +301,7 @@ impl<'g> Session<'g> {
                 for (p, &k) in (reg.start..reg.end).zip(nodes) {
                     release_inputs(&mut ex.values, &graph.nodes[k].op, &last_use, p);
                 }
-                if profile {
-                    tally(&mut prof, "fused mfu", t0, reg.end - reg.start);
-                }
+                tally(&mut ex.prof, "fused mfu", t0, reg.end - reg.start);
                 in_region = reg.start..reg.end;
                 continue;
             }
@@ -333,18 +340,16 @@ impl<'g> Session<'g> {
                 ex.values[i] = Some(t);
             }
             release_inputs(&mut ex.values, &node.op, &last_use, pos);
-            if profile {
-                tally(&mut prof, node.op.name(), t0, 1);
-            }
+            tally(&mut ex.prof, node.op.name(), t0, 1);
         }
         self.warm = true;
-        for (name, secs, count) in &prof {
-            eprintln!(
-                "profile: {name:>14} {count:>6} nodes {:>10.3} ms",
-                secs * 1e3
-            );
-        }
-        if profile {
+        if let Some(prof) = &ex.prof {
+            for (name, secs, count) in prof {
+                eprintln!(
+                    "profile: {name:>14} {count:>6} nodes {:>10.3} ms",
+                    secs * 1e3
+                );
+            }
             eprintln!(
                 "profile: {} products on the integer kernel ({} on the GPU)",
                 ex.int_products, ex.gpu_products
@@ -364,13 +369,9 @@ fn release_inputs(values: &mut [Option<Tensor>], op: &Op, last_use: &[usize], po
     }
 }
 
-/// Add the time since `t0` and `count` nodes to the profile line `name`.
-fn tally(
-    prof: &mut Vec<(&'static str, f64, usize)>,
-    name: &'static str,
-    t0: std::time::Instant,
-    count: usize,
-) {
+/// Add the time since `t0` and `count` nodes to the profile line `name` (when profiling).
+fn tally(prof: &mut Profile, name: &'static str, t0: std::time::Instant, count: usize) {
+    let Some(prof) = prof else { return };
     let dt = t0.elapsed().as_secs_f64();
     match prof.iter_mut().find(|p| p.0 == name) {
         Some(p) => {
@@ -477,7 +478,12 @@ struct Executor<'a> {
     gpu_products: usize,
     /// Products computed ahead by [`Executor::prefetch_products`], by node.
     prefetched: HashMap<usize, Tensor>,
+    /// Time per kind of work (`NNPC_EXEC_PROFILE`).
+    prof: Profile,
 }
+
+/// Seconds and counts per line of the profile; `None` when not profiling.
+type Profile = Option<Vec<(&'static str, f64, usize)>>;
 
 impl Executor<'_> {
     fn value(&self, v: ValueId) -> Result<&Tensor, ExecError> {
@@ -508,7 +514,13 @@ impl Executor<'_> {
         }
         let mut dims = vec![batch.unwrap_or(1)];
         dims.extend(shape);
-        let v: Vec<f64> = t.data.iter().map(|&x| f64::from(x)).collect();
+        // In parallel: a benchmark's inputs are megabytes, converted once per run.
+        let v: Vec<f64> = t
+            .data
+            .par_iter()
+            .with_min_len(quant::PAR_MIN)
+            .map(|&x| f64::from(x))
+            .collect();
         Ok(Tensor::from_vec(v, dims, &self.dev)?)
     }
 
@@ -946,22 +958,31 @@ impl Executor<'_> {
         Ok((gw, gx))
     }
 
-    /// With a GPU: queue the product at `upcoming[0]` and every product among the next nodes
-    /// of the evaluation order whose operands are ready (an LSTM step's eight products come
-    /// side by side), and copy their results back after one wait instead of eight. The values
-    /// wait in `prefetched` until the main loop reaches their nodes; a product the GPU refuses
-    /// is left to [`Executor::matvec`] (the CPU).
+    /// With a GPU: compute the product at `upcoming[0]` and every product among the next nodes
+    /// of the evaluation order whose operands are ready, in one [`gpu::Gpu::products`] call (a
+    /// few launches, one wait): at an LSTM's first product, the `W x_t` products of every step
+    /// (the products-first order, [`fused::schedule`]), then each step's four `U h_(t-1)`. The
+    /// values wait in `prefetched` until the main loop reaches their nodes; a product the GPU
+    /// refuses is left to [`Executor::matvec`] (the CPU).
     fn prefetch_products(&mut self, upcoming: &[usize]) -> Result<(), Failure> {
-        const LOOKAHEAD: usize = 64;
+        // Nodes scanned (the products-first order puts an LSTM's 128 `W x_t` products and
+        // their operands side by side), and the most output bytes one batch holds.
+        const LOOKAHEAD: usize = 1024;
+        const MAX_BYTES: usize = 1 << 28;
+        let mut bytes = 0;
         let Some(gpu) = self.gpu.filter(|_| self.int && intdot::supports(self.n)) else {
             return Ok(());
         };
         let ready = |ex: &Self, v: ValueId| ex.values.get(v.index()).is_some_and(Option::is_some);
-        let (mut launched, mut nodes) = (Vec::new(), Vec::new());
+        // The products found, with their operands (held here so `Product` can borrow them).
+        let mut found = Vec::new();
         for &k in upcoming.iter().take(LOOKAHEAD) {
             let Some((spec, x, w)) = product_spec(&self.g.nodes[k].op, self.n) else {
                 continue;
             };
+            if bytes >= MAX_BYTES {
+                break;
+            }
             // Constants ahead are computed in the first run only (and kept): they wait for it.
             let constant_ahead = self.constant[k] && k != upcoming[0];
             let waiting = !constant_ahead && !self.prefetched.contains_key(&k);
@@ -970,21 +991,41 @@ impl Executor<'_> {
             }
             let b = self.value(x)?.dims()[0];
             let cacheable = self.constant.get(w.index()).copied().unwrap_or(false);
+            let t0 = std::time::Instant::now();
             let Some((wi, xi)) = self.int_operands(&spec, x, w, b, cacheable)? else {
                 continue;
             };
+            tally(&mut self.prof, "gpu: to ints", t0, 1);
+            let t0 = std::time::Instant::now();
             let (gw, gx) = self.gpu_operands(gpu, (x, &xi), (w, &wi), cacheable)?;
-            if let Some(l) = gpu.launch(&spec, (&wi, &gw), (&xi, &gx))? {
-                launched.push(l);
-                nodes.push((k, (b, spec.rows * spec.n)));
+            tally(&mut self.prof, "gpu: upload", t0, 1);
+            bytes += b * spec.rows * spec.n * std::mem::size_of::<f64>();
+            found.push((k, spec, b, (wi, gw), (xi, gx)));
+        }
+        let t0 = std::time::Instant::now();
+        let products: Vec<gpu::Product> = found
+            .iter()
+            .map(|(_, spec, _, w, x)| gpu::Product {
+                spec: *spec,
+                w: (&w.0, &w.1),
+                x: (&x.0, &x.1),
+            })
+            .collect();
+        let values = gpu.products(&products)?;
+        tally(&mut self.prof, "gpu: products", t0, 1);
+        let t0 = std::time::Instant::now();
+        for ((k, spec, b, ..), y) in found.iter().zip(values) {
+            // A product the GPU refused is left to the main loop (the CPU kernel).
+            if let Some(y) = y {
+                self.prefetched.insert(
+                    *k,
+                    Tensor::from_vec(y, (*b, spec.rows * spec.n), &self.dev)?,
+                );
+                self.int_products += 1;
+                self.gpu_products += 1;
             }
         }
-        for ((k, shape), y) in nodes.into_iter().zip(gpu.collect(launched)?) {
-            self.prefetched
-                .insert(k, Tensor::from_vec(y, shape, &self.dev)?);
-            self.int_products += 1;
-            self.gpu_products += 1;
-        }
+        tally(&mut self.prof, "gpu: tensors", t0, 1);
         Ok(())
     }
 }
