@@ -1879,7 +1879,8 @@ pub fn run_differential(
 
     /// The options of the outputs' run: `NNPC_DIFF_DEVICE=cuda` puts its integer products on
     /// the GPU (a build with the `cuda` feature), anything else or nothing keeps them on the CPU.
-    fn run_options() -> ExecOptions {
+    /// Odd seeds evaluate in the products-first order, the GPU's, on the CPU too.
+    fn run_options(data_seed: u64) -> ExecOptions {
         let cuda = std::env::var("NNPC_DIFF_DEVICE").is_ok_and(|d| d == "cuda");
         ExecOptions {
             device: if cuda {
@@ -1887,6 +1888,7 @@ pub fn run_differential(
             } else {
                 DeviceKind::Cpu
             },
+            products_first: data_seed % 2 == 1,
             ..ExecOptions::default()
         }
     }
@@ -1935,9 +1937,9 @@ pub fn run_differential(
         let plain = if json {
             let g = nnp_lowering::swgraph::SwGraph::from_json(&g.to_json())
                 .map_err(|e| format!("JSON round trip: {e}"))?;
-            execute(&g, &data, &run_options()).map_err(|e| e.to_string())?
+            execute(&g, &data, &run_options(data_seed)).map_err(|e| e.to_string())?
         } else {
-            run_program(&program, &data, &run_options()).map_err(|e| e.to_string())?
+            run_program(&program, &data, &run_options(data_seed)).map_err(|e| e.to_string())?
         };
         Ok((g, traced, plain))
     }));

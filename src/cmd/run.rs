@@ -132,6 +132,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         device: args.device.into(),
         keep_writes: args.trace.is_some(),
         float_matmul: args.float_matmul,
+        ..ExecOptions::default()
     };
     let start = Instant::now();
     let result = exec::execute(&graph, &data, &opts).map_err(|e| miette::miette!("{e}"))?;

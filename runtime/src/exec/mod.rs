@@ -51,6 +51,9 @@ pub struct ExecOptions {
     /// Take the float BLAS path for every product even where the integer kernel ([`intdot`])
     /// applies (for comparisons and tests: the results are the same bits).
     pub float_matmul: bool,
+    /// Evaluate in the products-first order ([`fused::schedule`]), which a session on a GPU
+    /// always uses; on the CPU for tests (the results are the same bits).
+    pub products_first: bool,
 }
 
 /// The value a `v_wr` wrote, on the host: `[batch, lanes]` storage values.
@@ -198,7 +201,7 @@ impl<'g> Session<'g> {
                 keep[w.value.index()] |= constant[w.value.index()];
             }
         }
-        let order = fused::schedule(graph, &constant, gpu.is_some());
+        let order = fused::schedule(graph, &constant, gpu.is_some() || opts.products_first);
         Ok(Session {
             graph,
             opts: *opts,
