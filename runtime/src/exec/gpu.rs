@@ -708,7 +708,7 @@ mod off {
 #[cfg(all(test, feature = "cuda"))]
 mod tests {
     use super::*;
-    use crate::exec::intdot::tests::{extreme_operands, run_values, spec};
+    use crate::exec::intdot::tests::{extreme_operands, random_product, spec};
     use crate::exec::matmul::matvec_exact;
     use nnp_grammar::Accumulation;
     use nnp_numerics::FloatFormat;
@@ -753,11 +753,7 @@ mod tests {
         ] {
             let spec = spec(n, rows, cols, acc, out);
             for spread in [3, 3, 61] {
-                let w = run_values(&mut s, n, rows * cols * n, spread);
-                let x = run_values(&mut s, n, b * cols, spread);
-                let want = matvec_exact(&spec, &x, b, &w);
-                let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
-                let xi = IntVector::new(&x, b, cols, n).expect("fits");
+                let (want, wi, xi) = random_product(&mut s, &spec, b, spread);
                 assert!(intdot::fits(&wi, &xi));
                 let exact = intdot::sums_exact_in_any_order(&spec, &wi, &xi);
                 match on_gpu(&spec, &wi, &xi) {
@@ -798,11 +794,7 @@ mod tests {
             ][(k / 2) % 4];
             let spread = if k % 7 == 3 { 61 } else { 3 };
             let spec = spec(n, rows, cols, Accumulation::Exact, out);
-            let w = run_values(&mut s, n, rows * cols * n, spread);
-            let x = run_values(&mut s, n, b * cols, spread);
-            let want = matvec_exact(&spec, &x, b, &w);
-            let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
-            let xi = IntVector::new(&x, b, cols, n).expect("fits");
+            let (want, wi, xi) = random_product(&mut s, &spec, b, spread);
             let exact = intdot::sums_exact_in_any_order(&spec, &wi, &xi);
             let (gw, gx) = (
                 gpu.weights(&wi).expect("upload"),

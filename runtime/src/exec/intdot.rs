@@ -796,6 +796,23 @@ pub(crate) mod tests {
         *s
     }
 
+    /// Random operands of `spec` at batch `b` (weights, then vector: [`run_values`] with
+    /// `spread`) as integers, and the exact reference's result for them.
+    pub(crate) fn random_product(
+        s: &mut u64,
+        spec: &MatVec,
+        b: usize,
+        spread: u64,
+    ) -> (Vec<f64>, IntWeights, IntVector) {
+        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
+        let w = run_values(s, n, rows * cols * n, spread);
+        let x = run_values(s, n, b * cols, spread);
+        let want = matvec_exact(spec, &x, b, &w);
+        let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+        let xi = IntVector::new(&x, b, cols, n).expect("fits");
+        (want, wi, xi)
+    }
+
     /// Runs of q * 2^u with adversarial units: per-run units 60 binades apart, all-zero runs,
     /// -128 and +-127 mantissas (saturated BFP), 12-bit mantissas (the largest that fit), and
     /// values that make fp16 ties and the inexact-running-sum path likely. `spread` binades of
@@ -836,11 +853,7 @@ pub(crate) mod tests {
         ] {
             let spec = spec(n, rows, cols, acc, out);
             for spread in [61, 61, 3, 3] {
-                let w = run_values(&mut s, n, rows * cols * n, spread);
-                let x = run_values(&mut s, n, b * cols, spread);
-                let want = matvec_exact(&spec, &x, b, &w);
-                let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
-                let xi = IntVector::new(&x, b, cols, n).expect("fits");
+                let (want, wi, xi) = random_product(&mut s, &spec, b, spread);
                 assert!(fits(&wi, &xi));
                 let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 for simd in [false, true] {
