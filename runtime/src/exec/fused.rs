@@ -51,6 +51,12 @@ pub(crate) fn fusable(graph: &SwGraph, constant: &[bool], i: usize) -> Option<u3
 /// operands. The lowering emits an LSTM step chain by chain (product, add, product, add,
 /// sigmoid, ...); in this order the step's element-wise ops form one region.
 ///
+/// Constant nodes wait for their first reader too. The lowering declares every weight first:
+/// in graph order, all the weight stacks' preparations (load, pad, round) would be alive
+/// together before the first product, while this way each stack is prepared right before the
+/// product that quantizes it, and the session can keep it as integers alone (`exec`) before
+/// the next one is loaded.
+///
 /// With `products_first` (products on a GPU, which pays a round trip per batch of products),
 /// the products that depend on no other product come first, after the operands of all of them:
 /// an LSTM's `W x_t` products of every step then form one batch, and each step waits for its
@@ -108,7 +114,7 @@ pub(crate) fn schedule(graph: &SwGraph, constant: &[bool], products_first: bool)
         }
     }
     for i in 0..count {
-        if fusable(graph, constant, i).is_none() {
+        if fusable(graph, constant, i).is_none() && !constant.get(i).copied().unwrap_or(false) {
             place(i, &mut order);
         }
     }
@@ -389,10 +395,11 @@ mod tests {
             schedule(&graph, &constant, true),
             vec![0, 2, 1, 7, 3, 8, 4, 5, 6]
         );
-        // Without: graph order, the add waiting for the quantize that reads it.
+        // Without: graph order, the add waiting for the quantize that reads it and the
+        // constant weights (1) for the first product.
         assert_eq!(
             schedule(&graph, &constant, false),
-            vec![0, 1, 2, 3, 4, 5, 6, 7, 8]
+            vec![0, 2, 1, 3, 4, 5, 6, 7, 8]
         );
     }
 

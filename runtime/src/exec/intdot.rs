@@ -200,6 +200,9 @@ pub struct IntWeights {
     row_span: Vec<Span>,
     /// Bits of the largest integer.
     bits: u32,
+    /// Whether the stack held a `-0.0` (its integer is 0, so [`IntWeights::restore`] cannot
+    /// give its sign back).
+    neg_zero: bool,
 }
 
 impl IntWeights {
@@ -232,6 +235,7 @@ impl IntWeights {
             })
             .collect();
         let bits = bits.into_iter().try_fold(0, |a, b| b.map(|b| a.max(b)))?;
+        let neg_zero = w.par_iter().any(|x| x.to_bits() == (-0.0f64).to_bits());
         let row_span = unit
             .chunks(cols * n)
             .map(|u| Span::of(u.iter().copied()))
@@ -244,7 +248,24 @@ impl IntWeights {
             scale: scales(&unit),
             row_span,
             bits,
+            neg_zero,
         })
+    }
+
+    /// The stack these integers came from, bit for bit (`[rows * cols, n, n]` row-major), or
+    /// `None` when it held a `-0.0`. Every other value is `q * 2^unit` exactly: [`to_ints`]
+    /// checked that the integer times the unit is the value, the unit is a normal power of
+    /// two, and a zero (or a zero row, scale 0) comes back as `+0.0`. A session keeps only
+    /// this form of a weight stack and restores the f64 one for a product that takes the float
+    /// path.
+    pub fn restore(&self) -> Option<Vec<f64>> {
+        self.restorable()
+            .then(|| self.unpacked(|q, scale| f64::from(q) * scale))
+    }
+
+    /// Whether [`IntWeights::restore`] gives the stack back.
+    pub fn restorable(&self) -> bool {
+        !self.neg_zero
     }
 
     /// `(rows, cols, n)`: row tiles, column tiles, native dimension.
@@ -254,13 +275,20 @@ impl IntWeights {
 
     /// The integers as the stack `[rows * cols, n, n]`, row-major (the packing undone).
     pub fn tiles_row_major(&self) -> Vec<i16> {
+        self.unpacked(|q, _| q)
+    }
+
+    /// `f(integer, row scale)` of every element, as the stack `[rows * cols, n, n]` row-major.
+    fn unpacked<T: Copy + Default + Send>(&self, f: impl Fn(i16, f64) -> T + Sync) -> Vec<T> {
         let n = self.n;
-        let mut out = vec![0i16; self.packed.len()];
+        let mut out = vec![T::default(); self.packed.len()];
         out.par_chunks_mut(n * n)
             .zip(self.packed.par_chunks(n * n))
-            .for_each(|(dst, tile)| {
+            .zip(self.scale.par_chunks(n))
+            .for_each(|((dst, tile), scale)| {
                 for (e, v) in dst.iter_mut().enumerate() {
-                    *v = tile[packed_at(n, e / n, e % n)];
+                    let (r, l) = (e / n, e % n);
+                    *v = f(tile[packed_at(n, r, l)], scale[r]);
                 }
             });
         out
@@ -834,6 +862,32 @@ pub(crate) mod tests {
             }
         }
         v
+    }
+
+    /// [`IntWeights::restore`] gives back every bit of the stack the integers came from:
+    /// adversarial runs ([`run_values`]), runs at both ends of the units the kernel accepts,
+    /// zero rows. A stack with a `-0.0` (whose integer has no sign) is not restorable.
+    #[test]
+    fn restored_stacks_equal_their_source_bit_for_bit() {
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        for (n, rows, cols, spread) in [(16, 3, 2, 61), (128, 2, 3, 3), (32, 1, 1, 61)] {
+            let mut w = run_values(&mut s, n, rows * cols * n, spread);
+            // 2^-1010 and 2^900 units next to the others (-40 to +20).
+            for (x, k) in w[..n].iter_mut().zip(0i32..) {
+                *x = f64::from(127 - 2 * k) * 2f64.powi(-1010);
+            }
+            for (x, k) in w[n..2 * n].iter_mut().zip(0i32..) {
+                *x = f64::from(-4095 + 3 * k) * 2f64.powi(900);
+            }
+            let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+            assert!(wi.restorable());
+            assert_eq!(bits(&wi.restore().expect("restorable")), bits(&w), "n {n}");
+            w[2 * n + 5] = -0.0;
+            let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+            assert!(!wi.restorable());
+            assert_eq!(wi.restore(), None);
+        }
     }
 
     /// Batches cover every remainder of the SIMD kernel's 6-item register blocks: b = 1, 8, 9,

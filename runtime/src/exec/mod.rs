@@ -144,6 +144,9 @@ struct Caches {
     int: HashMap<ValueId, Option<Arc<intdot::IntWeights>>>,
     /// Those integers on the GPU.
     gpu: HashMap<ValueId, Arc<gpu::GpuWeights>>,
+    /// Weight stacks kept as integers only (in `int`), by the shape of their f64 tensor:
+    /// [`intdot::IntWeights::restore`] gives the tensor back where a product needs it.
+    as_ints: HashMap<ValueId, Vec<usize>>,
     tables: HashMap<(UnOp, Option<String>, FloatFormat), ActTable>,
 }
 
@@ -165,6 +168,10 @@ pub struct Session<'g> {
     keep: Vec<bool>,
     /// The kept constant values, once computed.
     consts: Vec<Option<Tensor>>,
+    /// Kept constant values that only products read, as their matrix: `(rows, cols)` of
+    /// those products. The session keeps them as integers only where it can restore them
+    /// (`Executor::keep_as_ints`): a quarter of the memory.
+    stacks: Vec<Option<(usize, usize)>>,
     /// The format each value is already rounded to, where the graph shows one.
     rounded: Vec<Option<FloatFormat>>,
     /// The evaluation order ([`fused::schedule`]).
@@ -202,6 +209,7 @@ impl<'g> Session<'g> {
             }
         }
         let order = fused::schedule(graph, &constant, gpu.is_some() || opts.products_first);
+        let stacks = weight_stacks(graph, &keep, opts.keep_writes);
         Ok(Session {
             graph,
             opts: *opts,
@@ -211,6 +219,7 @@ impl<'g> Session<'g> {
             constant,
             keep,
             consts: vec![None; len],
+            stacks,
             rounded: rounded::rounded_formats(&graph.nodes),
             warm: false,
             caches: Caches::default(),
@@ -337,10 +346,16 @@ impl<'g> Session<'g> {
                 if traced.contains(&id) {
                     written.insert(id, to_written(&t).map_err(fail)?);
                 }
-                if self.keep[i] && self.constant[i] {
-                    self.consts[i] = Some(t.clone());
+                let as_ints = match self.stacks[i] {
+                    Some(dims) => ex.keep_as_ints(id, &t, dims).map_err(exec_err)?,
+                    None => false,
+                };
+                if !as_ints {
+                    if self.keep[i] && self.constant[i] {
+                        self.consts[i] = Some(t.clone());
+                    }
+                    ex.values[i] = Some(t);
                 }
-                ex.values[i] = Some(t);
             }
             release_inputs(&mut ex.values, &node.op, &last_use, pos);
             tally(&mut ex.prof, node.op.name(), t0, 1);
@@ -361,6 +376,44 @@ impl<'g> Session<'g> {
         let products = (ex.int_products, ex.gpu_products);
         collect_outputs(graph, data.batch, rows, written, products)
     }
+}
+
+/// The kept values (`keep`) that only products read, as their matrix, with one `(rows, cols)`
+/// for all of them, and that no trace reads (`traced`): `(rows, cols)` per value, `None` for
+/// every other value.
+fn weight_stacks(graph: &SwGraph, keep: &[bool], traced: bool) -> Vec<Option<(usize, usize)>> {
+    let len = graph.nodes.len();
+    let mut stacks = vec![None; len];
+    let mut other = vec![false; len];
+    for node in &graph.nodes {
+        match product_spec(&node.op, graph.native) {
+            Some((spec, x, w)) => {
+                other[x.index()] = true;
+                let dims = (spec.rows, spec.cols);
+                match stacks[w.index()] {
+                    Some(d) if d != dims => other[w.index()] = true,
+                    _ => stacks[w.index()] = Some(dims),
+                }
+            }
+            None => node
+                .op
+                .inputs()
+                .iter()
+                .for_each(|v| other[v.index()] = true),
+        }
+    }
+    if traced {
+        graph
+            .writes
+            .iter()
+            .for_each(|w| other[w.value.index()] = true);
+    }
+    for (i, s) in stacks.iter_mut().enumerate() {
+        if other[i] || !keep[i] {
+            *s = None;
+        }
+    }
+    stacks
 }
 
 /// Free the inputs of `op` (at position `pos` of the evaluation order) that nothing later reads.
@@ -819,7 +872,7 @@ impl Executor<'_> {
             let wa = match self.caches.arranged.get(&(w, k, dtype)) {
                 Some(t) if cacheable => t.clone(),
                 _ => {
-                    let t = arrange_w(self.value(w)?, rows, cols, n, k)?.to_dtype(dtype)?;
+                    let t = arrange_w(&self.weights(w)?, rows, cols, n, k)?.to_dtype(dtype)?;
                     if cacheable {
                         self.caches.arranged.insert((w, k, dtype), t.clone());
                     }
@@ -847,7 +900,7 @@ impl Executor<'_> {
         }
         let beta = matmul::slice_bits(n);
         if !cacheable || !self.caches.sliced.contains_key(&w) {
-            let wv = host_vec(self.value(w)?)?;
+            let wv = host_vec(&self.weights(w)?)?;
             let sl = match matmul::slices(&wv, n, beta) {
                 Some(sl) => Some(
                     sl.into_iter()
@@ -880,7 +933,7 @@ impl Executor<'_> {
             }
             return Ok(sum(parts, n)?.to_device(&self.dev)?);
         }
-        let wv = Arc::new(host_vec(self.value(w)?)?);
+        let wv = Arc::new(host_vec(&self.weights(w)?)?);
         let xc = xt.contiguous()?.to_device(&Device::Cpu)?;
         let y = xc.apply_op1_no_bwd(&Map1("matvec_exact", move |xs: &[f64]| {
             (
@@ -893,6 +946,51 @@ impl Executor<'_> {
 }
 
 impl Executor<'_> {
+    /// Keep the weight stack `w` (value `t`, read by products of `(rows, cols)` only) as
+    /// integers alone, when the integer kernel runs and the f64 tensor can be restored bit
+    /// for bit; whether it is.
+    fn keep_as_ints(
+        &mut self,
+        w: ValueId,
+        t: &Tensor,
+        (rows, cols): (usize, usize),
+    ) -> Result<bool, Failure> {
+        if !self.int || !intdot::supports(self.n) || t.dtype() != DType::F64 {
+            return Ok(false);
+        }
+        let wi = with_host(t, |v| intdot::IntWeights::new(v, rows, cols, self.n))?.map(Arc::new);
+        let as_ints = wi.as_ref().is_some_and(|wi| wi.restorable());
+        self.caches.int.insert(w, wi);
+        if as_ints {
+            self.caches.as_ints.insert(w, t.dims().to_vec());
+        }
+        Ok(as_ints)
+    }
+
+    /// Whether the weight stack `w` is available: computed, or kept as integers.
+    fn weights_ready(&self, w: ValueId) -> bool {
+        self.values.get(w.index()).is_some_and(Option::is_some)
+            || self.caches.as_ints.contains_key(&w)
+    }
+
+    /// The weight stack `w` as a tensor: its value, or restored from the integers it is kept
+    /// as (then held for the rest of the run).
+    fn weights(&mut self, w: ValueId) -> Result<Tensor, Failure> {
+        if let Some(t) = self.values.get(w.index()).and_then(Option::as_ref) {
+            return Ok(t.clone());
+        }
+        let restored = match (self.caches.as_ints.get(&w), self.caches.int.get(&w)) {
+            (Some(shape), Some(Some(wi))) => wi.restore().map(|v| (v, shape.clone())),
+            _ => None,
+        };
+        let Some((v, shape)) = restored else {
+            return Ok(self.value(w)?.clone());
+        };
+        let t = Tensor::from_vec(v, shape, &self.dev)?;
+        self.values[w.index()] = Some(t.clone());
+        Ok(t)
+    }
+
     /// The integer operands of a product (weights cached for the session when `cacheable`,
     /// the vector for the run), when both fit the integer kernel.
     #[allow(clippy::type_complexity)]
@@ -908,7 +1006,7 @@ impl Executor<'_> {
         let wi = match self.caches.int.get(&w) {
             Some(wi) if cacheable => wi.clone(),
             _ => {
-                let wi = with_host(self.value(w)?, |v| {
+                let wi = with_host(&self.weights(w)?, |v| {
                     intdot::IntWeights::new(v, rows, cols, n)
                 })?
                 .map(Arc::new);
@@ -989,7 +1087,7 @@ impl Executor<'_> {
             // Constants ahead are computed in the first run only (and kept): they wait for it.
             let constant_ahead = self.constant[k] && k != upcoming[0];
             let waiting = !constant_ahead && !self.prefetched.contains_key(&k);
-            if !waiting || !ready(self, x) || !ready(self, w) {
+            if !waiting || !ready(self, x) || !self.weights_ready(w) {
                 continue;
             }
             let b = self.value(x)?.dims()[0];
@@ -1257,22 +1355,30 @@ mod tests {
     use nnp_grammar::SourceFile;
     use nnp_lowering::swgraph::{Roots, lower, optimize};
 
+    /// The outputs' bit patterns, NaN canonical (NaN payloads are not part of the contract).
     fn bits(o: &Outputs) -> Vec<(String, Vec<u32>)> {
+        let canonical = |v: &f32| if v.is_nan() { 0x7FC0_0000 } else { v.to_bits() };
         o.iter()
-            .map(|(k, t)| (k.clone(), t.data.iter().map(|v| v.to_bits()).collect()))
+            .map(|(k, t)| (k.clone(), t.data.iter().map(canonical).collect()))
             .collect()
     }
 
-    /// A session's warm runs (weights prepared by the first run, new inputs and batch sizes)
-    /// give the bits of a fresh `execute` and of the emulator (the oracle).
-    #[test]
-    fn warm_session_runs_equal_fresh_runs_and_the_emulator() {
+    /// `samples/lstm.nnp`, checked, and its optimized graph.
+    fn lstm_sample() -> (nnp_grammar::Program, SwGraph) {
         let text = include_str!("../../../samples/lstm.nnp");
         let src = Arc::new(SourceFile::new("lstm.nnp", text));
         let program = nnp_grammar::check(src, None)
             .expect("sample checks")
             .program;
         let g = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
+        (program, g)
+    }
+
+    /// A session's warm runs (weights prepared by the first run, new inputs and batch sizes)
+    /// give the bits of a fresh `execute` and of the emulator (the oracle).
+    #[test]
+    fn warm_session_runs_equal_fresh_runs_and_the_emulator() {
+        let (program, g) = lstm_sample();
         let opts = ExecOptions::default();
         let mut session = Session::new(&g, &opts).expect("session");
         for (batch, seed) in [(3, 1), (2, 2), (3, 1)] {
@@ -1294,5 +1400,52 @@ mod tests {
                 "batch {batch} seed {seed}"
             );
         }
+    }
+
+    /// Where the integer kernel runs, a session keeps its weight stacks as integers only; a
+    /// later run whose vectors do not fit the kernel (non-finite inputs) takes the float path
+    /// on stacks restored from those integers, and still gives the emulator's bits.
+    #[test]
+    fn weights_kept_as_integers_are_restored_for_the_float_path() {
+        if !intdot::simd() {
+            return;
+        }
+        let (program, g) = lstm_sample();
+        let products = g
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::TiledMatVec { .. }))
+            .count();
+        let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
+        let first = session
+            .run(&HostData::random(&program, 2, 1))
+            .expect("first run");
+        assert_eq!(first.int_products, products, "every product on the kernel");
+        let stacks = session.stacks.iter().flatten().count();
+        assert!(stacks > 0, "the sample's weights are read by products only");
+        assert_eq!(session.caches.as_ints.len(), stacks);
+        for &w in session.caches.as_ints.keys() {
+            assert!(session.consts[w.index()].is_none(), "{w} kept as f64 too");
+        }
+        // Infinities and a NaN in the inputs: their vectors take the float path.
+        let mut fed = HostData::random(&program, 2, 1);
+        for t in fed.inputs.values_mut() {
+            t.data[0] = f32::INFINITY;
+            t.data[3] = f32::NEG_INFINITY;
+            t.data[7] = f32::NAN;
+        }
+        let warm = session.run(&fed).expect("run with non-finite inputs");
+        assert!(
+            warm.int_products < products,
+            "no product took the float path"
+        );
+        let emu = emulator::emulate(&program, &fed, &EmuOptions::default()).expect("emulates");
+        assert_eq!(bits(&warm.outputs), bits(&emu.outputs));
+        assert!(
+            warm.outputs
+                .values()
+                .any(|t| t.data.iter().any(|v| !v.is_nan())),
+            "some outputs stay finite"
+        );
     }
 }
