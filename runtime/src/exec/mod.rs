@@ -958,7 +958,7 @@ impl Executor<'_> {
         if !self.int || !intdot::supports(self.n) || t.dtype() != DType::F64 {
             return Ok(false);
         }
-        let wi = with_host(t, |v| intdot::IntWeights::new(v, rows, cols, self.n))?.map(Arc::new);
+        let wi = int_weights(t, rows, cols, self.n)?;
         let as_ints = wi.as_ref().is_some_and(|wi| wi.restorable());
         self.caches.int.insert(w, wi);
         if as_ints {
@@ -967,10 +967,14 @@ impl Executor<'_> {
         Ok(as_ints)
     }
 
+    /// Whether value `v` is computed and not yet freed in this run.
+    fn ready(&self, v: ValueId) -> bool {
+        self.values.get(v.index()).is_some_and(Option::is_some)
+    }
+
     /// Whether the weight stack `w` is available: computed, or kept as integers.
     fn weights_ready(&self, w: ValueId) -> bool {
-        self.values.get(w.index()).is_some_and(Option::is_some)
-            || self.caches.as_ints.contains_key(&w)
+        self.ready(w) || self.caches.as_ints.contains_key(&w)
     }
 
     /// The weight stack `w` as a tensor: its value, or restored from the integers it is kept
@@ -1006,10 +1010,7 @@ impl Executor<'_> {
         let wi = match self.caches.int.get(&w) {
             Some(wi) if cacheable => wi.clone(),
             _ => {
-                let wi = with_host(&self.weights(w)?, |v| {
-                    intdot::IntWeights::new(v, rows, cols, n)
-                })?
-                .map(Arc::new);
+                let wi = int_weights(&self.weights(w)?, rows, cols, n)?;
                 if cacheable {
                     self.caches.int.insert(w, wi.clone());
                 }
@@ -1074,7 +1075,6 @@ impl Executor<'_> {
         let Some(gpu) = self.gpu.filter(|_| self.int && intdot::supports(self.n)) else {
             return Ok(());
         };
-        let ready = |ex: &Self, v: ValueId| ex.values.get(v.index()).is_some_and(Option::is_some);
         // The products found, with their operands (held here so `Product` can borrow them).
         let mut found = Vec::new();
         for &k in upcoming.iter().take(LOOKAHEAD) {
@@ -1087,7 +1087,7 @@ impl Executor<'_> {
             // Constants ahead are computed in the first run only (and kept): they wait for it.
             let constant_ahead = self.constant[k] && k != upcoming[0];
             let waiting = !constant_ahead && !self.prefetched.contains_key(&k);
-            if !waiting || !ready(self, x) || !self.weights_ready(w) {
+            if !waiting || !self.ready(x) || !self.weights_ready(w) {
                 continue;
             }
             let b = self.value(x)?.dims()[0];
@@ -1155,6 +1155,16 @@ fn product_spec(op: &Op, n: usize) -> Option<(MatVec, ValueId, ValueId)> {
         )),
         _ => None,
     }
+}
+
+/// A weight stack as integers for [`intdot`], `None` when it does not fit.
+fn int_weights(
+    t: &Tensor,
+    rows: usize,
+    cols: usize,
+    n: usize,
+) -> candle_core::Result<Option<Arc<intdot::IntWeights>>> {
+    Ok(with_host(t, |v| intdot::IntWeights::new(v, rows, cols, n))?.map(Arc::new))
 }
 
 /// A tensor's values on the host, row-major.
