@@ -1764,6 +1764,8 @@ pub enum Outcome {
         int_products: usize,
         /// Of those, the products computed on the GPU (`NNPC_DIFF_DEVICE=cuda`).
         gpu_products: usize,
+        /// Weight stacks the outputs' run prepared in one pass from the host's weights.
+        one_pass_stacks: usize,
     },
     /// The target or the program was rejected (a generator bug when it came from [`generate`]).
     Invalid(String),
@@ -1804,10 +1806,12 @@ impl std::fmt::Display for Outcome {
                 written,
                 int_products,
                 gpu_products,
+                one_pass_stacks,
             } => write!(
                 f,
                 "concordant ({elements} output elements, {written} written lanes, \
-                 {int_products} products on the integer kernel, {gpu_products} on the GPU)"
+                 {int_products} products on the integer kernel, {gpu_products} on the GPU, \
+                 {one_pass_stacks} weight stacks prepared in one pass)"
             ),
             Outcome::Invalid(m) => write!(f, "invalid program: {m}"),
             Outcome::EmulatorError(m) => write!(f, "emulator failed: {m}"),
@@ -1959,6 +1963,7 @@ pub fn run_differential(
             written: lanes,
             int_products: plain.int_products,
             gpu_products: plain.gpu_products,
+            one_pass_stacks: plain.one_pass_stacks,
         },
         other => other,
     }
@@ -1997,6 +2002,7 @@ pub fn compare_outputs(
             written: 0,
             int_products: 0,
             gpu_products: 0,
+            one_pass_stacks: 0,
         },
         Ok(r) => Outcome::Mismatch(Box::new(r)),
     }

@@ -54,8 +54,9 @@ fn checked(source: &str, toml: &str) -> nnp_grammar::Program {
 }
 
 /// Run `count` programs from seed `base` on every core; minimize and print failures. Returns
-/// the products the outputs' runs computed on the integer kernel.
-fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> u64 {
+/// the products the outputs' runs computed on the integer kernel and the weight stacks they
+/// prepared in one pass.
+fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> (u64, u64) {
     let data = DataConfig::default();
     let start = Instant::now();
     let next = AtomicU64::new(base);
@@ -64,6 +65,7 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> u64 {
     let lanes = AtomicU64::new(0);
     let int_products = AtomicU64::new(0);
     let gpu_products = AtomicU64::new(0);
+    let one_pass_stacks = AtomicU64::new(0);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -82,7 +84,9 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> u64 {
                             written: w,
                             int_products: p,
                             gpu_products: gp,
+                            one_pass_stacks: st,
                         } => {
+                            one_pass_stacks.fetch_add(st as u64, Ordering::Relaxed);
                             int_products.fetch_add(p as u64, Ordering::Relaxed);
                             gpu_products.fetch_add(gp as u64, Ordering::Relaxed);
                             elements.fetch_add(e as u64, Ordering::Relaxed);
@@ -102,17 +106,21 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> u64 {
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
         "differential ({label}): {count} programs (seeds {base}..{}), {} output elements and {} \
-         written lanes bit-exact ({} products on the integer kernel, {} on the GPU), {} failing, \
-         {secs:.1} s",
+         written lanes bit-exact ({} products on the integer kernel, {} on the GPU, {} weight \
+         stacks prepared in one pass), {} failing, {secs:.1} s",
         base + count,
         elements.load(Ordering::Relaxed),
         lanes.load(Ordering::Relaxed),
         int_products.load(Ordering::Relaxed),
         gpu_products.load(Ordering::Relaxed),
+        one_pass_stacks.load(Ordering::Relaxed),
         failures.len()
     );
     if failures.is_empty() {
-        return int_products.load(Ordering::Relaxed);
+        return (
+            int_products.load(Ordering::Relaxed),
+            one_pass_stacks.load(Ordering::Relaxed),
+        );
     }
     let mut report = String::new();
     for (i, (seed, out)) in failures.iter().enumerate() {
@@ -163,9 +171,15 @@ fn software_graph_matches_emulator_on_large_programs() {
 fn software_graph_matches_emulator_on_integer_kernel_programs() {
     let count = env_u64("NNPC_DIFF_INT", 100);
     let base = env_u64("NNPC_DIFF_SEED", 0);
-    let int = differential("integer kernel", &GenConfig::integer_kernel(), base, count);
+    let (int, stacks) = differential("integer kernel", &GenConfig::integer_kernel(), base, count);
     if count >= 20 {
-        assert_eq!(int > 0, nnp_runtime::exec::intdot::simd(), "{int} products");
+        let simd = nnp_runtime::exec::intdot::simd();
+        assert_eq!(int > 0, simd, "{int} products");
+        assert_eq!(
+            stacks > 0,
+            simd,
+            "{stacks} weight stacks prepared in one pass"
+        );
     }
 }
 

@@ -87,10 +87,15 @@ avx2_copy! {
 
 #[inline(always)]
 fn to_ints_body(v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32> {
-    let m = v.iter().fold(0.0f64, |a, x| a.max(x.abs()));
-    if v.iter().any(|x| x.is_nan()) || !m.is_finite() {
+    // The largest magnitude by bit pattern, in one branch-free pass: non-negative f64 order
+    // as their bits, and every NaN and infinity lies above every finite value.
+    let top = v
+        .iter()
+        .fold(0u64, |a, x| a.max(x.to_bits() & !(1u64 << 63)));
+    if top >= f64::INFINITY.to_bits() {
         return None;
     }
+    let m = f64::from_bits(top);
     if m == 0.0 {
         // All zeros (-0.0 included: a product with it is an exact zero).
         q.fill(0);
@@ -179,6 +184,35 @@ impl Span {
     }
 }
 
+/// One `n x n` tile `src` (row-major) as integers packed into `tile` ([`packed_at`]), with
+/// the unit of each row in `units`: the bits of its largest integer and whether it held a
+/// `-0.0`, or `None` when a row does not fit.
+fn tile_to_ints(
+    src: &[f64],
+    tile: &mut [i16],
+    units: &mut [i32],
+    n: usize,
+    qm: i32,
+) -> Option<(u32, bool)> {
+    let mut q = vec![0i16; n];
+    let mut bits = 0;
+    for (r, (run, u)) in src.chunks(n).zip(units.iter_mut()).enumerate() {
+        *u = to_ints(run, &mut q, qm)?;
+        bits = bits.max(mag_bits(&q));
+        // Lanes (2 kp, 2 kp + 1) of row r go to packed_at(n, r, 2 kp): one pair every
+        // 2 * ROW_BLOCK values.
+        let row = &mut tile[packed_at(n, r, 0)..];
+        for (pair, dst) in q.chunks(2).zip(row.chunks_mut(2 * ROW_BLOCK)) {
+            dst[..2].copy_from_slice(pair);
+        }
+    }
+    // A fold rather than `any`: no early exit, so it vectorises.
+    let neg_zero = src
+        .iter()
+        .fold(false, |z, x| z | (x.to_bits() == (-0.0f64).to_bits()));
+    Some((bits, neg_zero))
+}
+
 /// The offset of lane `l` of row `r` in a packed `n x n` tile: row blocks of [`ROW_BLOCK`]
 /// rows, inside one `[n / 2][ROW_BLOCK][2]`, so one 32-byte load is 2 consecutive lanes of 8
 /// rows and a row block's `n / 2` loads are contiguous.
@@ -205,37 +239,68 @@ pub struct IntWeights {
     neg_zero: bool,
 }
 
+/// Where the tiles of a stack `[rows * cols, n, n]` come from (row-major `n x n` each).
+pub enum TileSource<'w, F> {
+    /// The whole stack in memory.
+    Stack(&'w [f64]),
+    /// A function that writes tile `t` into its first argument (`n * n` values), with a
+    /// scratch buffer of the same length: a stack prepared tile by tile, never whole.
+    Made(F),
+}
+
+/// A [`TileSource`] that is never `Made` (for [`TileSource::Stack`]).
+pub type NoMaker = fn(usize, &mut [f64], &mut [f64]);
+
 impl IntWeights {
     /// `w` is the stack `[rows * cols, n, n]` row-major; `None` when a row does not fit.
     pub fn new(w: &[f64], rows: usize, cols: usize, n: usize) -> Option<IntWeights> {
-        if !supports(n) || w.len() != rows * cols * n * n {
+        if w.len() != rows * cols * n * n {
             return None;
         }
-        let qm = qmax(n);
-        let mut packed = vec![0i16; w.len()];
+        Self::from_tiles(rows, cols, n, TileSource::<NoMaker>::Stack(w))
+    }
+
+    /// The stack of `rows x cols` tiles that `source` gives, as integers; `None` when a row
+    /// does not fit.
+    pub fn from_tiles<F>(
+        rows: usize,
+        cols: usize,
+        n: usize,
+        source: TileSource<'_, F>,
+    ) -> Option<IntWeights>
+    where
+        F: Fn(usize, &mut [f64], &mut [f64]) + Sync,
+    {
+        if !supports(n) {
+            return None;
+        }
+        let (qm, nn) = (qmax(n), n * n);
+        let mut packed = vec![0i16; rows * cols * nn];
         let mut unit = vec![0i32; rows * cols * n];
-        let bits: Vec<Option<u32>> = packed
-            .par_chunks_mut(n * n)
+        // Per tile: the bits of its largest integer and whether it held a `-0.0`.
+        let tiles: Vec<Option<(u32, bool)>> = packed
+            .par_chunks_mut(nn)
             .zip(unit.par_chunks_mut(n))
-            .zip(w.par_chunks(n * n))
-            .map(|((tile, units), src)| {
-                let mut q = vec![0i16; n];
-                let mut bits = 0;
-                for (r, (run, u)) in src.chunks(n).zip(units.iter_mut()).enumerate() {
-                    *u = to_ints(run, &mut q, qm)?;
-                    bits = bits.max(mag_bits(&q));
-                    // Lanes (2 kp, 2 kp + 1) of row r go to packed_at(n, r, 2 kp): one pair
-                    // every 2 * ROW_BLOCK values.
-                    let row = &mut tile[packed_at(n, r, 0)..];
-                    for (pair, dst) in q.chunks(2).zip(row.chunks_mut(2 * ROW_BLOCK)) {
-                        dst[..2].copy_from_slice(pair);
-                    }
-                }
-                Some(bits)
-            })
+            .enumerate()
+            .map_init(
+                || (Vec::new(), Vec::new()),
+                |(buf, scratch), (t, (tile, units))| {
+                    let src = match &source {
+                        TileSource::Stack(w) => &w[t * nn..][..nn],
+                        TileSource::Made(make) => {
+                            buf.resize(nn, 0.0);
+                            scratch.resize(nn, 0.0);
+                            make(t, buf, scratch);
+                            &buf[..]
+                        }
+                    };
+                    tile_to_ints(src, tile, units, n, qm)
+                },
+            )
             .collect();
-        let bits = bits.into_iter().try_fold(0, |a, b| b.map(|b| a.max(b)))?;
-        let neg_zero = w.par_iter().any(|x| x.to_bits() == (-0.0f64).to_bits());
+        let (bits, neg_zero) = tiles.into_iter().try_fold((0, false), |(b, z), t| {
+            t.map(|(tb, tz)| (b.max(tb), z | tz))
+        })?;
         let row_span = unit
             .chunks(cols * n)
             .map(|u| Span::of(u.iter().copied()))
@@ -817,7 +882,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn xorshift(s: &mut u64) -> u64 {
+    pub(crate) fn xorshift(s: &mut u64) -> u64 {
         *s ^= *s << 13;
         *s ^= *s >> 7;
         *s ^= *s << 17;

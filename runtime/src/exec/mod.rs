@@ -18,6 +18,7 @@ mod gpu;
 pub mod intdot;
 pub mod matmul;
 pub mod mfu;
+mod prepare;
 pub mod quant;
 mod rounded;
 pub mod trace;
@@ -83,6 +84,8 @@ pub struct Execution {
     pub int_products: usize,
     /// Of those, the products computed on the GPU (`DeviceKind::Cuda`).
     pub gpu_products: usize,
+    /// Weight stacks this run prepared in one pass from the host's weights (`prepare`).
+    pub one_pass_stacks: usize,
 }
 
 /// Why a graph could not be executed.
@@ -172,6 +175,10 @@ pub struct Session<'g> {
     /// those products. The session keeps them as integers only where it can restore them
     /// (`Executor::keep_as_ints`): a quarter of the memory.
     stacks: Vec<Option<(usize, usize)>>,
+    /// The weight stacks among `stacks` that [`prepare`] computes in one pass, by their chain,
+    /// and the nodes of those chains (not evaluated on their own when it does).
+    chains: Vec<Option<prepare::WeightChain>>,
+    in_chain: Vec<bool>,
     /// The format each value is already rounded to, where the graph shows one.
     rounded: Vec<Option<FloatFormat>>,
     /// The evaluation order ([`fused::schedule`]).
@@ -210,6 +217,13 @@ impl<'g> Session<'g> {
         }
         let order = fused::schedule(graph, &constant, gpu.is_some() || opts.products_first);
         let stacks = weight_stacks(graph, &keep, opts.keep_writes);
+        let chains = prepare::weight_chains(graph, &stacks, opts.keep_writes);
+        let mut in_chain = vec![false; len];
+        chains
+            .iter()
+            .flatten()
+            .flat_map(prepare::WeightChain::links)
+            .for_each(|l| in_chain[l] = true);
         Ok(Session {
             graph,
             opts: *opts,
@@ -220,6 +234,8 @@ impl<'g> Session<'g> {
             keep,
             consts: vec![None; len],
             stacks,
+            chains,
+            in_chain,
             rounded: rounded::rounded_formats(&graph.nodes),
             warm: false,
             caches: Caches::default(),
@@ -285,6 +301,10 @@ impl<'g> Session<'g> {
             .into_iter()
             .peekable();
         let mut in_region = 0..0;
+        // Weight stacks go straight to the integers they are kept as (`prepare`) exactly where
+        // `Executor::keep_as_ints` would keep them so.
+        let one_pass = ex.int && intdot::supports(ex.n);
+        let mut one_pass_stacks = 0;
         for (pos, &i) in self.order.iter().enumerate() {
             if in_region.contains(&pos) {
                 continue;
@@ -296,13 +316,14 @@ impl<'g> Session<'g> {
                 op: node.op.name(),
                 message: short(&e),
             };
+            let exec_err = |e| match e {
+                Failure::Candle(c) => fail(c),
+                Failure::Exec(x) => x,
+            };
             if let Some(reg) = regions.next_if(|r| r.start == pos) {
                 // A run of element-wise MFU ops, evaluated together (`fused`).
                 let nodes = &self.order[reg.start..reg.end];
-                let values = ex.eval_mfu(nodes, &reg.kept).map_err(|e| match e {
-                    Failure::Candle(c) => fail(c),
-                    Failure::Exec(x) => x,
-                })?;
+                let values = ex.eval_mfu(nodes, &reg.kept).map_err(exec_err)?;
                 let kept = nodes.iter().zip(&reg.kept).filter(|(_, k)| **k);
                 for ((&k, _), t) in kept.zip(values) {
                     if traced.contains(&ValueId(k as u32)) {
@@ -325,16 +346,25 @@ impl<'g> Session<'g> {
                 }
                 continue;
             }
+            if one_pass && self.in_chain[i] {
+                // Computed with its stack, below.
+                continue;
+            }
+            if let (true, Some(chain), Some(dims)) = (one_pass, &self.chains[i], self.stacks[i]) {
+                if ex.prepare_stack(id, chain, dims).map_err(exec_err)? {
+                    one_pass_stacks += 1;
+                    tally(&mut ex.prof, "prepare weights", t0, 1);
+                    continue;
+                }
+                // No integer form: the chain node by node, then the stack as usual.
+                ex.eval_chain(chain).map_err(exec_err)?;
+            }
             if let Op::Output { name, row, src } = &node.op {
                 let t = ex.value(*src)?.clone();
                 if let Some(slot) = rows.get_mut(name).and_then(|r| r.get_mut(*row)) {
                     *slot = Some(t);
                 }
             } else {
-                let exec_err = |e| match e {
-                    Failure::Candle(c) => fail(c),
-                    Failure::Exec(x) => x,
-                };
                 let product = matches!(node.op, Op::TiledMatVec { .. });
                 if product && ex.gpu.is_some() && !ex.prefetched.contains_key(&i) {
                     ex.prefetch_products(&self.order[pos..]).map_err(exec_err)?;
@@ -373,8 +403,13 @@ impl<'g> Session<'g> {
                 ex.int_products, ex.gpu_products
             );
         }
-        let products = (ex.int_products, ex.gpu_products);
-        collect_outputs(graph, data.batch, rows, written, products)
+        Ok(Execution {
+            outputs: collect_outputs(graph, data.batch, rows)?,
+            written,
+            int_products: ex.int_products,
+            gpu_products: ex.gpu_products,
+            one_pass_stacks,
+        })
     }
 }
 
@@ -443,9 +478,7 @@ fn collect_outputs(
     graph: &SwGraph,
     batch: usize,
     mut rows: HashMap<String, Vec<Option<Tensor>>>,
-    written: HashMap<ValueId, WrittenValue>,
-    (int_products, gpu_products): (usize, usize),
-) -> Result<Execution, ExecError> {
+) -> Result<Outputs, ExecError> {
     let mut outputs = Outputs::new();
     for o in &graph.outputs {
         let parts = rows.remove(&o.name).unwrap_or_default();
@@ -473,12 +506,7 @@ fn collect_outputs(
         }
         outputs.insert(o.name.clone(), HostTensor { shape, data: out });
     }
-    Ok(Execution {
-        outputs,
-        written,
-        int_products,
-        gpu_products,
-    })
+    Ok(outputs)
 }
 
 fn to_written(t: &Tensor) -> candle_core::Result<WrittenValue> {
@@ -541,7 +569,26 @@ struct Executor<'a> {
 /// Seconds and counts per line of the profile; `None` when not profiling.
 type Profile = Option<Vec<(&'static str, f64, usize)>>;
 
-impl Executor<'_> {
+/// Check that host tensor `name` has the shape `[batch, shape]` (no batch axis for `None`).
+fn check_shape(
+    t: &HostTensor,
+    name: &str,
+    batch: Option<usize>,
+    shape: &[usize],
+) -> Result<(), ExecError> {
+    let mut want: Vec<usize> = batch.into_iter().collect();
+    want.extend(shape);
+    if t.shape != want {
+        return Err(ExecError::Shape {
+            name: name.to_string(),
+            found: t.shape.clone(),
+            expected: want,
+        });
+    }
+    Ok(())
+}
+
+impl<'a> Executor<'a> {
     fn value(&self, v: ValueId) -> Result<&Tensor, ExecError> {
         self.values
             .get(v.index())
@@ -551,6 +598,20 @@ impl Executor<'_> {
             })
     }
 
+    /// The host tensor of weights `name` (`[shape]`), checked.
+    fn host_weights(&self, name: &str, shape: &[usize]) -> Result<&'a HostTensor, ExecError> {
+        let t = self
+            .data
+            .weights
+            .get(name)
+            .ok_or_else(|| ExecError::Missing {
+                name: name.to_string(),
+                kind: "weights",
+            })?;
+        check_shape(t, name, None, shape)?;
+        Ok(t)
+    }
+
     fn host(
         &self,
         t: &HostTensor,
@@ -558,16 +619,7 @@ impl Executor<'_> {
         batch: Option<usize>,
         shape: &[usize],
     ) -> Result<Tensor, Failure> {
-        let mut want: Vec<usize> = batch.into_iter().collect();
-        want.extend(shape);
-        if t.shape != want {
-            return Err(ExecError::Shape {
-                name: name.to_string(),
-                found: t.shape.clone(),
-                expected: want,
-            }
-            .into());
-        }
+        check_shape(t, name, batch, shape)?;
         let mut dims = vec![batch.unwrap_or(1)];
         dims.extend(shape);
         // In parallel: a benchmark's inputs are megabytes, converted once per run.
@@ -596,14 +648,7 @@ impl Executor<'_> {
                 self.host(t, name, Some(self.data.batch), shape)?
             }
             Op::Weight { name, shape } => {
-                let t = self
-                    .data
-                    .weights
-                    .get(name)
-                    .ok_or_else(|| ExecError::Missing {
-                        name: name.clone(),
-                        kind: "weights",
-                    })?;
+                let t = self.host_weights(name, shape)?;
                 self.host(t, name, None, shape)?
             }
             Op::Zero { shape } => {
@@ -965,6 +1010,45 @@ impl Executor<'_> {
             self.caches.as_ints.insert(w, t.dims().to_vec());
         }
         Ok(as_ints)
+    }
+
+    /// Compute the weight stack `w` of `chain` (read by products of `(rows, cols)` only)
+    /// straight from the host's weights to the integers it is kept as ([`prepare`]); whether it
+    /// could (else the chain is evaluated node by node, [`Executor::eval_chain`]).
+    fn prepare_stack(
+        &mut self,
+        w: ValueId,
+        chain: &prepare::WeightChain,
+        (rows, cols): (usize, usize),
+    ) -> Result<bool, Failure> {
+        let Op::Weight { name, shape } = &self.g.nodes[chain.weight].op else {
+            return Ok(false);
+        };
+        let t = self.host_weights(name, shape)?;
+        let n = self.n;
+        let round = chain.round.as_ref().map(|(_, f)| f);
+        let Some(wi) = prepare::int_stack(&t.data, &t.shape, (rows, cols, n), round, &chain.format)
+            .filter(|wi| wi.restorable())
+        else {
+            return Ok(false);
+        };
+        self.caches.int.insert(w, Some(Arc::new(wi)));
+        self.caches.as_ints.insert(w, vec![1, rows * cols, n, n]);
+        Ok(true)
+    }
+
+    /// Evaluate the nodes of `chain` in order, each freed once the next is computed (the last
+    /// is freed by its stack's evaluation).
+    fn eval_chain(&mut self, chain: &prepare::WeightChain) -> Result<(), Failure> {
+        let mut prev = None;
+        for l in chain.links() {
+            let t = self.eval(l)?;
+            self.values[l] = Some(t);
+            if let Some(p) = prev.replace(l) {
+                self.values[p] = None;
+            }
+        }
+        Ok(())
     }
 
     /// Whether value `v` is computed and not yet freed in this run.
@@ -1409,6 +1493,71 @@ mod tests {
                 bits(&emu.outputs),
                 "batch {batch} seed {seed}"
             );
+        }
+    }
+
+    /// Where the integer kernel runs, every weight stack of the LSTM sample is one chain that
+    /// the session prepares in one pass from the host's weights ([`prepare`]). With
+    /// adversarial weights (fp16 ties, fp16 and f32 subnormals, `-0.0`, magnitudes 2^-30 to
+    /// 2^15 in one row) the outputs are the emulator's bits. A weight that rounds to
+    /// infinity gives its stack no integer form: that chain is evaluated node by node and its
+    /// stack kept as f64, with the emulator's bits still.
+    #[test]
+    fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
+        if !intdot::simd() {
+            return;
+        }
+        let (program, g) = lstm_sample();
+        let mut s = 0x5851_f42d_4c95_7f2du64;
+        let mut data = HostData::random(&program, 3, 4);
+        for (k, t) in data.weights.values_mut().enumerate() {
+            for (i, x) in t.data.iter_mut().enumerate() {
+                let r = intdot::tests::xorshift(&mut s);
+                *x = match (i / 16 + k) % 5 {
+                    0 => [0.0, -0.0, *x][(r % 3) as usize],
+                    1 => (1.0 + (2.0 * (r % 1024) as f32 + 1.0) / 2048.0) * 2f32.powi(-3),
+                    2 => [2f32.powi(-25), 3.0 * 2f32.powi(-26), 1e-40][(r % 3) as usize],
+                    3 => *x * 2f32.powi((r % 46) as i32 - 30),
+                    _ => *x,
+                };
+            }
+        }
+        let stack_of = |session: &Session, name: &str| {
+            session.chains.iter().position(|c| {
+                c.as_ref().is_some_and(
+                    |c| matches!(&g.nodes[c.weight].op, Op::Weight { name: w, .. } if w == name),
+                )
+            })
+        };
+        for overflow in [false, true] {
+            let mut fed = data.clone();
+            if overflow {
+                fed.weights.get_mut("Uc").expect("Uc").data[300] = 70000.0;
+            }
+            let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
+            let stacks = session.stacks.iter().flatten().count();
+            assert_eq!(session.chains.iter().flatten().count(), stacks);
+            let out = session.run(&fed).expect("run");
+            assert_eq!(out.one_pass_stacks, stacks - usize::from(overflow));
+            let emu = emulator::emulate(&program, &fed, &EmuOptions::default()).expect("emulates");
+            assert_eq!(
+                bits(&out.outputs),
+                bits(&emu.outputs),
+                "overflow {overflow}"
+            );
+            let uc = stack_of(&session, "Uc").expect("Uc has a chain");
+            let as_ints = session.caches.as_ints.contains_key(&ValueId(uc as u32));
+            assert_eq!(as_ints, !overflow, "Uc kept as integers");
+            assert_eq!(session.consts[uc].is_some(), overflow, "Uc kept as f64");
+            assert_eq!(session.caches.as_ints.len(), stacks - usize::from(overflow));
+            if !overflow {
+                assert!(
+                    out.outputs
+                        .values()
+                        .all(|t| t.data.iter().all(|v| v.is_finite())),
+                    "the finite case stays finite"
+                );
+            }
         }
     }
 

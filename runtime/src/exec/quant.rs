@@ -100,15 +100,18 @@ pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
 
 /// Round every element of `x` to `fmt` (as [`FloatFormat::round`]).
 pub fn round_slice(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
-    let fast = FastRound::new(fmt);
-    let run = |(xs, os): (&[f64], &mut [f64])| match &fast {
-        Some(f) => f.round_all(xs, os),
-        None => xs
+    par_pieces(x, out, 4096, |(xs, os)| round_seq(fmt, xs, os));
+}
+
+/// [`round_slice`] on the calling thread (for a caller that is one parallel task already).
+pub(crate) fn round_seq(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
+    match FastRound::new(fmt) {
+        Some(f) => f.round_all(x, out),
+        None => x
             .iter()
-            .zip(os.iter_mut())
+            .zip(out.iter_mut())
             .for_each(|(v, o)| *o = fmt.round(*v)),
-    };
-    par_pieces(x, out, 4096, run);
+    }
 }
 
 /// Nearest-even rounding of an f64 to a float format with subnormals, from the bits.
@@ -210,18 +213,7 @@ impl FastRound {
 /// at native dimension `native`.
 pub fn quantize_runs(fmt: &Format, x: &[f64], len: usize, native: usize, out: &mut [f64]) {
     let len = len.max(1);
-    let fast = match fmt {
-        Format::Bfp(b) => FastBfp::new(b, native),
-        _ => None,
-    };
-    let run = |(xs, os): (&[f64], &mut [f64])| match &fast {
-        Some(f) => f.runs(xs, os, len),
-        None => {
-            for (xr, or) in xs.chunks(len).zip(os.chunks_mut(len)) {
-                fmt.quantize(xr, native, or);
-            }
-        }
-    };
+    let run = |(xs, os): (&[f64], &mut [f64])| quantize_seq(fmt, xs, len, native, os);
     if x.len() >= PAR_MIN && x.len().is_multiple_of(len) {
         let chunk = len * (4096 / len).max(1);
         x.par_chunks(chunk)
@@ -229,6 +221,23 @@ pub fn quantize_runs(fmt: &Format, x: &[f64], len: usize, native: usize, out: &m
             .for_each(run);
     } else {
         run((x, out));
+    }
+}
+
+/// [`quantize_runs`] on the calling thread (for a caller that is one parallel task already).
+pub(crate) fn quantize_seq(fmt: &Format, x: &[f64], len: usize, native: usize, out: &mut [f64]) {
+    let len = len.max(1);
+    let fast = match fmt {
+        Format::Bfp(b) => FastBfp::new(b, native),
+        _ => None,
+    };
+    match &fast {
+        Some(f) => f.runs(x, out, len),
+        None => {
+            for (xr, or) in x.chunks(len).zip(out.chunks_mut(len)) {
+                fmt.quantize(xr, native, or);
+            }
+        }
     }
 }
 
