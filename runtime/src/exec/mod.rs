@@ -175,10 +175,9 @@ pub struct Session<'g> {
     /// those products. The session keeps them as integers only where it can restore them
     /// (`Executor::keep_as_ints`): a quarter of the memory.
     stacks: Vec<Option<(usize, usize)>>,
-    /// The weight stacks among `stacks` that [`prepare`] computes in one pass, by their chain,
-    /// and the nodes of those chains (not evaluated on their own when it does).
-    chains: Vec<Option<prepare::WeightChain>>,
-    in_chain: Vec<bool>,
+    /// The weight stacks among `stacks` that [`prepare`] computes in one pass, where the
+    /// integer kernel runs.
+    plan: prepare::Plan,
     /// The format each value is already rounded to, where the graph shows one.
     rounded: Vec<Option<FloatFormat>>,
     /// The evaluation order ([`fused::schedule`]).
@@ -217,13 +216,13 @@ impl<'g> Session<'g> {
         }
         let order = fused::schedule(graph, &constant, gpu.is_some() || opts.products_first);
         let stacks = weight_stacks(graph, &keep, opts.keep_writes);
-        let chains = prepare::weight_chains(graph, &stacks, opts.keep_writes);
-        let mut in_chain = vec![false; len];
-        chains
-            .iter()
-            .flatten()
-            .flat_map(prepare::WeightChain::links)
-            .for_each(|l| in_chain[l] = true);
+        // Every constant stack that only products read, kept or not (a product of constants
+        // reads its stack once).
+        let plan = prepare::plan(
+            graph,
+            &weight_stacks(graph, &constant, opts.keep_writes),
+            opts.keep_writes,
+        );
         Ok(Session {
             graph,
             opts: *opts,
@@ -234,8 +233,7 @@ impl<'g> Session<'g> {
             keep,
             consts: vec![None; len],
             stacks,
-            chains,
-            in_chain,
+            plan,
             rounded: rounded::rounded_formats(&graph.nodes),
             warm: false,
             caches: Caches::default(),
@@ -346,18 +344,19 @@ impl<'g> Session<'g> {
                 }
                 continue;
             }
-            if one_pass && self.in_chain[i] {
-                // Computed with its stack, below.
+            if one_pass && self.plan.skipped[i] {
+                // Computed with the stacks that read it, below.
                 continue;
             }
-            if let (true, Some(chain), Some(dims)) = (one_pass, &self.chains[i], self.stacks[i]) {
-                if ex.prepare_stack(id, chain, dims).map_err(exec_err)? {
+            if let (true, Some(stack)) = (one_pass, &self.plan.stacks[i]) {
+                if ex.prepare_stack(id, stack).map_err(exec_err)? {
                     one_pass_stacks += 1;
+                    release_inputs(&mut ex.values, &node.op, &last_use, pos);
                     tally(&mut ex.prof, "prepare weights", t0, 1);
                     continue;
                 }
-                // No integer form: the chain node by node, then the stack as usual.
-                ex.eval_chain(chain).map_err(exec_err)?;
+                // No integer form: the chains node by node, then the stack as usual.
+                ex.eval_chains(i, &stack.parts).map_err(exec_err)?;
             }
             if let Op::Output { name, row, src } = &node.op {
                 let t = ex.value(*src)?.clone();
@@ -413,10 +412,10 @@ impl<'g> Session<'g> {
     }
 }
 
-/// The kept values (`keep`) that only products read, as their matrix, with one `(rows, cols)`
+/// The values marked in `among` that only products read, as their matrix, with one `(rows, cols)`
 /// for all of them, and that no trace reads (`traced`): `(rows, cols)` per value, `None` for
 /// every other value.
-fn weight_stacks(graph: &SwGraph, keep: &[bool], traced: bool) -> Vec<Option<(usize, usize)>> {
+fn weight_stacks(graph: &SwGraph, among: &[bool], traced: bool) -> Vec<Option<(usize, usize)>> {
     let len = graph.nodes.len();
     let mut stacks = vec![None; len];
     let mut other = vec![false; len];
@@ -444,7 +443,7 @@ fn weight_stacks(graph: &SwGraph, keep: &[bool], traced: bool) -> Vec<Option<(us
             .for_each(|w| other[w.value.index()] = true);
     }
     for (i, s) in stacks.iter_mut().enumerate() {
-        if other[i] || !keep[i] {
+        if other[i] || !among[i] {
             *s = None;
         }
     }
@@ -1012,23 +1011,28 @@ impl Executor<'_> {
         Ok(as_ints)
     }
 
-    /// Compute the weight stack `w` of `chain` (read by products of `(rows, cols)` only)
+    /// Compute the weight stack `w` (read by products only)
     /// straight from the host's weights to the integers it is kept as ([`prepare`]); whether it
-    /// could (else the chain is evaluated node by node, [`Executor::eval_chain`]).
-    fn prepare_stack(
-        &mut self,
-        w: ValueId,
-        chain: &prepare::WeightChain,
-        (rows, cols): (usize, usize),
-    ) -> Result<bool, Failure> {
-        let Op::Weight { name, shape } = &self.g.nodes[chain.weight].op else {
-            return Ok(false);
-        };
-        let t = self.host_weights(name, shape)?;
+    /// could (else its chains are evaluated node by node, [`Executor::eval_chains`]).
+    fn prepare_stack(&mut self, w: ValueId, stack: &prepare::Stack) -> Result<bool, Failure> {
+        let (rows, cols) = stack.dims;
+        let mut sources = Vec::with_capacity(stack.parts.len());
+        for p in &stack.parts {
+            let Op::Weight { name, shape } = &self.g.nodes[p.chain.weight].op else {
+                return Ok(false);
+            };
+            let t = self.host_weights(name, shape)?;
+            sources.push(prepare::Source {
+                w: &t.data,
+                shape: &t.shape,
+                round: p.chain.round.as_ref().map(|(_, f)| f),
+                format: &p.chain.format,
+                start: p.start,
+                count: p.count,
+            });
+        }
         let n = self.n;
-        let round = chain.round.as_ref().map(|(_, f)| f);
-        let Some(wi) = prepare::int_stack(&t.data, &t.shape, (rows, cols, n), round, &chain.format)
-            .filter(|wi| wi.restorable())
+        let Some(wi) = prepare::int_stack(&sources, (rows, cols, n)).filter(|wi| wi.restorable())
         else {
             return Ok(false);
         };
@@ -1037,15 +1041,22 @@ impl Executor<'_> {
         Ok(true)
     }
 
-    /// Evaluate the nodes of `chain` in order, each freed once the next is computed (the last
-    /// is freed by its stack's evaluation).
-    fn eval_chain(&mut self, chain: &prepare::WeightChain) -> Result<(), Failure> {
-        let mut prev = None;
-        for l in chain.links() {
-            let t = self.eval(l)?;
-            self.values[l] = Some(t);
-            if let Some(p) = prev.replace(l) {
-                self.values[p] = None;
+    /// Evaluate what the stack `s` made of `parts` reads and is not computed: the links of
+    /// each chain and, for a chain whose value is another node, that value. Each node is freed
+    /// once the next is computed; the last ones by the stack's evaluation.
+    fn eval_chains(&mut self, s: usize, parts: &[prepare::Part]) -> Result<(), Failure> {
+        for part in parts {
+            let q = part.chain.quantize;
+            if q != s && self.ready(ValueId(q as u32)) {
+                continue;
+            }
+            let mut prev = None;
+            for l in part.chain.links().chain((q != s).then_some(q)) {
+                let t = self.eval(l)?;
+                self.values[l] = Some(t);
+                if let Some(p) = prev.replace(l) {
+                    self.values[p] = None;
+                }
             }
         }
         Ok(())
@@ -1523,10 +1534,10 @@ mod tests {
             }
         }
         let stack_of = |session: &Session, name: &str| {
-            session.chains.iter().position(|c| {
-                c.as_ref().is_some_and(
-                    |c| matches!(&g.nodes[c.weight].op, Op::Weight { name: w, .. } if w == name),
-                )
+            session.plan.stacks.iter().position(|stack| {
+                stack.iter().flat_map(|s| &s.parts).any(|p| {
+                    matches!(&g.nodes[p.chain.weight].op, Op::Weight { name: w, .. } if w == name)
+                })
             })
         };
         for overflow in [false, true] {
@@ -1536,7 +1547,7 @@ mod tests {
             }
             let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
             let stacks = session.stacks.iter().flatten().count();
-            assert_eq!(session.chains.iter().flatten().count(), stacks);
+            assert_eq!(session.plan.stacks.iter().flatten().count(), stacks);
             let out = session.run(&fed).expect("run");
             assert_eq!(out.one_pass_stacks, stacks - usize::from(overflow));
             let emu = emulator::emulate(&program, &fed, &EmuOptions::default()).expect("emulates");

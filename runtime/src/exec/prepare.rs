@@ -15,19 +15,21 @@ use super::quant;
 use nnp_lowering::swgraph::{BlockAxis, Op, SwGraph, TileLayout};
 use nnp_numerics::{FloatFormat, Format};
 
-/// A weight stack's chain, by node: `weight -> pad_to_tiles -> [round] -> quantize`, where
+/// A chain of the lowering, by node: `weight -> pad_to_tiles -> [round] -> quantize`, where
 /// every link is read by the next alone, with the formats it applies.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct WeightChain {
     pub weight: usize,
     pub pad: usize,
     pub round: Option<(usize, FloatFormat)>,
-    /// The `quantize` node's format.
+    /// The `quantize` node: the chain's value, a stack of `tiles` tiles.
+    pub quantize: usize,
     pub format: Format,
+    pub tiles: usize,
 }
 
 impl WeightChain {
-    /// The nodes before the stack, in evaluation order.
+    /// The nodes before the chain's value, in evaluation order.
     pub fn links(&self) -> impl Iterator<Item = usize> + '_ {
         [self.weight, self.pad]
             .into_iter()
@@ -35,32 +37,56 @@ impl WeightChain {
     }
 }
 
-/// The chain of every weight stack in `stacks` (`(rows, cols)` of the products that read it,
-/// [`super::weight_stacks`]) that the lowering built as [`WeightChain`] says, with a tile
-/// grid equal to the products' and no link read by anything else (a trace included, when
-/// `traced`); `None` for every other node.
-pub(crate) fn weight_chains(
-    graph: &SwGraph,
-    stacks: &[Option<(usize, usize)>],
-    traced: bool,
-) -> Vec<Option<WeightChain>> {
-    let n = graph.native;
-    let mut readers = vec![0usize; graph.nodes.len()];
-    for node in &graph.nodes {
-        node.op
-            .inputs()
-            .iter()
-            .for_each(|v| readers[v.index()] += 1);
+/// Tiles `start .. start + count` of a chain's value.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Part {
+    pub chain: WeightChain,
+    pub start: usize,
+    pub count: usize,
+}
+
+/// A weight stack to prepare in one pass: the `(rows, cols)` of the products that read it,
+/// and its tiles part by part (one part for a chain's own value, one per slice for a `concat`
+/// of chains' values).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Stack {
+    pub dims: (usize, usize),
+    pub parts: Vec<Part>,
+}
+
+/// Which weight stacks a session prepares in one pass, and which nodes it then never
+/// evaluates on their own.
+pub(crate) struct Plan {
+    /// The stacks, by node.
+    pub stacks: Vec<Option<Stack>>,
+    /// The links of those chains, and their values where only such stacks read them.
+    pub skipped: Vec<bool>,
+}
+
+/// The plan for the weight stacks in `stacks` (`(rows, cols)` of the products that read them,
+/// [`super::weight_stacks`]): every such stack that is a chain's value, or a `concat` of
+/// slices of chains' values, with `rows * cols` tiles in all. With `traced`, a value that a
+/// trace reads is not skipped.
+pub(crate) fn plan(graph: &SwGraph, stacks: &[Option<(usize, usize)>], traced: bool) -> Plan {
+    let (n, len) = (graph.native, graph.nodes.len());
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); len];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for v in node.op.inputs() {
+            if readers[v.index()].last() != Some(&i) {
+                readers[v.index()].push(i);
+            }
+        }
     }
+    let mut read_by_trace = vec![false; len];
     if traced {
         graph
             .writes
             .iter()
-            .for_each(|w| readers[w.value.index()] += 1);
+            .for_each(|w| read_by_trace[w.value.index()] = true);
     }
-    let only_reader = |v: usize| readers[v] == 1;
+    let only_reader = |v: usize, r: usize| readers[v] == [r] && !read_by_trace[v];
     let op = |v: usize| &graph.nodes[v].op;
-    let chain = |q: usize, (rows, cols): (usize, usize)| {
+    let chain = |q: usize| {
         let Op::Quantize {
             src,
             format,
@@ -70,7 +96,7 @@ pub(crate) fn weight_chains(
             return None;
         };
         let (round, pad) = match op(src.index()) {
-            Op::Round { src: inner, format } if only_reader(src.index()) => {
+            Op::Round { src: inner, format } if only_reader(src.index(), q) => {
                 (Some((src.index(), *format)), inner.index())
             }
             Op::Round { .. } => return None,
@@ -85,43 +111,112 @@ pub(crate) fn weight_chains(
             return None;
         };
         let weight = src.index();
-        let grid = match op(weight) {
+        let tiles = match op(weight) {
             Op::Weight { shape, .. } if shape.len() == 2 => {
-                (shape[0].div_ceil(n), shape[1].div_ceil(n))
+                shape[0].div_ceil(n) * shape[1].div_ceil(n)
             }
             _ => return None,
         };
-        (grid == (rows, cols) && only_reader(pad) && only_reader(weight)).then_some(WeightChain {
+        let pad_reader = round.map_or(q, |(r, _)| r);
+        (only_reader(pad, pad_reader) && only_reader(weight, pad)).then_some(WeightChain {
             weight,
             pad,
             round,
+            quantize: q,
             format: *format,
+            tiles,
         })
     };
-    stacks
+    let parts_of = |s: usize, (rows, cols): (usize, usize)| {
+        let parts = match op(s) {
+            Op::Concat { parts } => parts
+                .iter()
+                .map(|p| {
+                    let (start, count) = (p.start as usize, p.count as usize);
+                    chain(p.value.index())
+                        .filter(|c| start + count <= c.tiles)
+                        .map(|chain| Part {
+                            chain,
+                            start,
+                            count,
+                        })
+                })
+                .collect::<Option<Vec<_>>>()?,
+            _ => {
+                let chain = chain(s)?;
+                let count = chain.tiles;
+                vec![Part {
+                    chain,
+                    start: 0,
+                    count,
+                }]
+            }
+        };
+        (parts.iter().map(|p| p.count).sum::<usize>() == rows * cols).then_some(parts)
+    };
+    let stacks: Vec<Option<Stack>> = stacks
         .iter()
         .enumerate()
-        .map(|(q, dims)| dims.and_then(|d| chain(q, d)))
-        .collect()
+        .map(|(s, dims)| {
+            dims.and_then(|dims| {
+                let parts = parts_of(s, dims)?;
+                Some(Stack { dims, parts })
+            })
+        })
+        .collect();
+    // A chain's links are skipped where its value is such a stack or only such stacks read
+    // it; that value too, in the second case.
+    let mut skipped = vec![false; len];
+    for part in stacks.iter().flatten().flat_map(|s| &s.parts) {
+        let q = part.chain.quantize;
+        let own = stacks[q].is_some();
+        if own || (!read_by_trace[q] && readers[q].iter().all(|&r| stacks[r].is_some())) {
+            part.chain.links().for_each(|l| skipped[l] = true);
+            skipped[q] |= !own;
+        }
+    }
+    Plan { stacks, skipped }
 }
 
-/// The stack of the matrix `w` (`shape` `[r, c]`, row-major, the host's f32 values) padded to
-/// `rows x cols` tiles of `n x n`, rounded to `round` (when given), quantized to `quantize`
-/// per tile row, as integers: the value its chain computes, or `None` where that value has no
-/// integer form (then the session evaluates the chain node by node).
+/// One part of a stack for [`int_stack`]: tiles `start .. start + count` of the chain on the
+/// matrix `w` (`shape` `[r, c]`, row-major, the host's f32 values).
+pub(crate) struct Source<'a> {
+    pub w: &'a [f32],
+    pub shape: &'a [usize],
+    pub round: Option<&'a FloatFormat>,
+    pub format: &'a Format,
+    pub start: usize,
+    pub count: usize,
+}
+
+/// The stack of `rows x cols` tiles of `n x n` that `parts` give in order, each tile as its
+/// chain computes it (the matrix padded to whole tiles, rounded when the chain rounds,
+/// quantized per tile row), as integers; `None` where that stack has no integer form (then
+/// the session evaluates the nodes) or the parts do not make the stack.
 pub(crate) fn int_stack(
-    w: &[f32],
-    shape: &[usize],
+    parts: &[Source],
     (rows, cols, n): (usize, usize, usize),
-    round: Option<&FloatFormat>,
-    quantize: &Format,
 ) -> Option<IntWeights> {
-    let &[r, c] = shape else { return None };
-    if w.len() != r * c || (r.div_ceil(n), c.div_ceil(n)) != (rows, cols) {
+    // Per part: its first tile in the stack, `[r, c]`, and its tile columns.
+    let mut first = 0;
+    let mut layout = Vec::with_capacity(parts.len());
+    for p in parts {
+        let &[r, c] = p.shape else { return None };
+        let ct = c.div_ceil(n);
+        if p.w.len() != r * c || p.start + p.count > r.div_ceil(n) * ct {
+            return None;
+        }
+        layout.push((first, (r, c), ct));
+        first += p.count;
+    }
+    if first != rows * cols {
         return None;
     }
     let make = |t: usize, tile: &mut [f64], scratch: &mut [f64]| {
-        let (i, j) = (t / cols, t % cols);
+        let pi = layout.partition_point(|l| l.0 <= t) - 1;
+        let (p, (at, (r, c), ct)) = (&parts[pi], layout[pi]);
+        let s = p.start + t - at;
+        let (i, j) = (s / ct, s % ct);
         // `pad_to_tiles`: row `i n + k`, lanes `j n ..`, zeros past the matrix.
         for (k, run) in tile.chunks_mut(n).enumerate() {
             let row = i * n + k;
@@ -130,17 +225,17 @@ pub(crate) fn int_stack(
             } else {
                 0
             };
-            let src = &w[(row * c + j * n).min(w.len())..][..lanes];
+            let src = &p.w[(row * c + j * n).min(p.w.len())..][..lanes];
             for (o, &x) in run.iter_mut().zip(src) {
                 *o = f64::from(x);
             }
             run[lanes..].fill(0.0);
         }
-        match round {
+        match p.round {
             Some(f) => quant::round_seq(f, tile, scratch),
             None => scratch.copy_from_slice(tile),
         }
-        quant::quantize_seq(quantize, scratch, n, n, tile);
+        quant::quantize_seq(p.format, scratch, n, n, tile);
     };
     IntWeights::from_tiles(rows, cols, n, TileSource::Made(make))
 }
@@ -185,14 +280,14 @@ mod tests {
 
     /// The chain node by node, as the executor evaluates it: the padded stack built from its
     /// definition (tile `(i, j)`, row `k`, lane `l` is `w[i n + k][j n + l]`, zero outside),
-    /// rounded, quantized per tile row, then converted.
+    /// rounded, quantized per tile row.
     fn by_nodes(
         w: &[f32],
         (r, c): (usize, usize),
         n: usize,
         round: Option<&FloatFormat>,
         quantize: &Format,
-    ) -> (Vec<f64>, Option<IntWeights>) {
+    ) -> Vec<f64> {
         let (rows, cols) = (r.div_ceil(n), c.div_ceil(n));
         let mut stack = vec![0.0; rows * cols * n * n];
         for (e, v) in stack.iter_mut().enumerate() {
@@ -208,55 +303,112 @@ mod tests {
         }
         let mut q = vec![0.0; stack.len()];
         quantize_runs(quantize, &rounded, n, n, &mut q);
-        let wi = IntWeights::new(&q, rows, cols, n);
-        (q, wi)
+        q
     }
 
-    /// [`int_stack`] gives the integers of the chain evaluated node by node: the same
-    /// integers, row scales and restored values, bit for bit, on adversarial matrices whose
-    /// sizes are not multiples of the tile (padding), with and without a rounding link, for
-    /// BFP and for a fixed-point format with stochastic rounding (the generic path); and no
-    /// integers where the chain's value has none (a weight that rounds to infinity).
+    /// `(w, [r, c], round, format, start, count)` of one part.
+    type Spec<'a> = (
+        Vec<f32>,
+        [usize; 2],
+        Option<&'a FloatFormat>,
+        &'a Format,
+        usize,
+        usize,
+    );
+
+    /// [`int_stack`] of `specs` against the nodes' stacks concatenated and converted: the same
+    /// integers, row scales and restored values, bit for bit (`None` on both sides where the
+    /// values have no integer form). Whether a restored stack was compared.
+    fn check(specs: &[Spec], rows: usize, cols: usize, n: usize) -> bool {
+        let mut q = Vec::new();
+        for (w, [r, c], round, format, start, count) in specs {
+            let nodes = by_nodes(w, (*r, *c), n, *round, format);
+            q.extend_from_slice(&nodes[start * n * n..][..count * n * n]);
+        }
+        let expected = IntWeights::new(&q, rows, cols, n);
+        let sources: Vec<Source> = specs
+            .iter()
+            .map(|(w, shape, round, format, start, count)| Source {
+                w,
+                shape,
+                round: *round,
+                format,
+                start: *start,
+                count: *count,
+            })
+            .collect();
+        let got = int_stack(&sources, (rows, cols, n));
+        assert_eq!(
+            got.is_some(),
+            expected.is_some(),
+            "integers on one side only"
+        );
+        let (Some(expected), Some(got)) = (expected, got) else {
+            return false;
+        };
+        assert_eq!(got.tiles_row_major(), expected.tiles_row_major());
+        let scale_bits =
+            |wi: &IntWeights| -> Vec<u64> { wi.row_scales().iter().map(|x| x.to_bits()).collect() };
+        assert_eq!(scale_bits(&got), scale_bits(&expected));
+        assert_eq!(got.restorable(), expected.restorable());
+        let Some(v) = got.restore() else { return false };
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&v), bits(&q));
+        true
+    }
+
+    /// [`int_stack`] gives the integers of the chains evaluated node by node, on adversarial
+    /// matrices whose sizes are not multiples of the tile (padding), with and without a
+    /// rounding link, for BFP and for a fixed-point format with stochastic rounding (the
+    /// generic path), for a chain's whole value and for slices of two chains with different
+    /// formats side by side (a `concat`); and no integers where the chain's value has none (a
+    /// weight that rounds to infinity) or where the parts do not make the stack.
     #[test]
-    fn one_pass_stacks_equal_the_chain_node_by_node() {
+    fn one_pass_stacks_equal_the_chains_node_by_node() {
         let f = |lit: &str| -> Format { lit.parse().expect("valid format") };
         let bfp8 = f("bfp(mant = 8, exp_bits = 5)");
+        let bfp5 = f("bfp(mant = 5, exp_bits = 5)");
         let fixed = f("fixed(int = 2, frac = 3, round = stochastic(seed = 764))");
         let fp16 = FloatFormat::FP16;
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        let mut checked = 0;
+        let mut compared = 0;
         for (n, r, c) in [(16, 40, 21), (32, 64, 64), (128, 200, 300), (16, 1, 1)] {
-            for (round, quantize) in [(Some(&fp16), &bfp8), (None, &bfp8), (Some(&fp16), &fixed)] {
+            for (round, format) in [(Some(&fp16), &bfp8), (None, &bfp8), (Some(&fp16), &fixed)] {
                 let w = adversarial(&mut s, r, c, 7);
-                let grid = (r.div_ceil(n), c.div_ceil(n), n);
-                let (q, expected) = by_nodes(&w, (r, c), n, round, quantize);
-                let got = int_stack(&w, &[r, c], grid, round, quantize);
-                let (Some(expected), Some(got)) = (expected, got) else {
-                    panic!("n {n}, {r} x {c}: both should fit");
-                };
-                assert_eq!(got.tiles_row_major(), expected.tiles_row_major());
-                let scale_bits = |wi: &IntWeights| -> Vec<u64> {
-                    wi.row_scales().iter().map(|x| x.to_bits()).collect()
-                };
-                assert_eq!(scale_bits(&got), scale_bits(&expected));
-                assert_eq!(got.restorable(), expected.restorable());
-                if let Some(v) = got.restore() {
-                    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(&v), bits(&q), "n {n}, {r} x {c}");
-                    checked += 1;
-                }
+                let (rows, cols) = (r.div_ceil(n), c.div_ceil(n));
+                let spec = (w, [r, c], round, format, 0, rows * cols);
+                compared += usize::from(check(&[spec], rows, cols, n));
             }
         }
-        assert!(checked > 0, "no restorable stack was compared");
+        // Tiles 1..4 of a 3 x 2 grid, then tiles 0..2 of a 2 x 1 one: a 3 x 2 stack.
+        let a = adversarial(&mut s, 40, 21, 7);
+        let b = adversarial(&mut s, 17, 16, 5);
+        let specs = [
+            (a.clone(), [40, 21], Some(&fp16), &bfp8, 1, 4),
+            (b.clone(), [17, 16], None, &bfp5, 0, 2),
+        ];
+        compared += usize::from(check(&specs, 3, 2, 16));
+        assert!(compared >= 10, "{compared} restorable stacks compared");
         // 65520 rounds to fp16 infinity: its BFP block is NaN, which has no integers.
-        let mut w = adversarial(&mut s, 40, 21, 7);
+        let mut w = a.clone();
         w[3 * 21 + 5] = 65520.0;
-        let (_, expected) = by_nodes(&w, (40, 21), 16, Some(&fp16), &bfp8);
-        assert!(expected.is_none());
-        assert!(int_stack(&w, &[40, 21], (3, 2, 16), Some(&fp16), &bfp8).is_none());
-        // A shape or grid that does not match is refused, not misread.
-        assert!(int_stack(&w, &[40, 20], (3, 2, 16), Some(&fp16), &bfp8).is_none());
-        assert!(int_stack(&w, &[40, 21], (3, 3, 16), Some(&fp16), &bfp8).is_none());
-        assert!(int_stack(&w, &[840], (3, 2, 16), Some(&fp16), &bfp8).is_none());
+        assert!(!check(&[(w, [40, 21], Some(&fp16), &bfp8, 0, 6)], 3, 2, 16));
+        // Parts that do not make the stack are refused, not misread.
+        let part = |shape: &'static [usize], start, count| Source {
+            w: &a,
+            shape,
+            round: Some(&fp16),
+            format: &bfp8,
+            start,
+            count,
+        };
+        for (p, grid) in [
+            (part(&[40, 20], 0, 6), (3, 2)),
+            (part(&[40, 21], 0, 6), (3, 3)),
+            (part(&[40, 21], 1, 6), (3, 2)),
+            (part(&[840], 0, 6), (3, 2)),
+        ] {
+            assert!(int_stack(&[p], (grid.0, grid.1, 16)).is_none());
+        }
     }
 }
