@@ -568,25 +568,6 @@ struct Executor<'a> {
 /// Seconds and counts per line of the profile; `None` when not profiling.
 type Profile = Option<Vec<(&'static str, f64, usize)>>;
 
-/// Check that host tensor `name` has the shape `[batch, shape]` (no batch axis for `None`).
-fn check_shape(
-    t: &HostTensor,
-    name: &str,
-    batch: Option<usize>,
-    shape: &[usize],
-) -> Result<(), ExecError> {
-    let mut want: Vec<usize> = batch.into_iter().collect();
-    want.extend(shape);
-    if t.shape != want {
-        return Err(ExecError::Shape {
-            name: name.to_string(),
-            found: t.shape.clone(),
-            expected: want,
-        });
-    }
-    Ok(())
-}
-
 impl<'a> Executor<'a> {
     fn value(&self, v: ValueId) -> Result<&Tensor, ExecError> {
         self.values
@@ -597,28 +578,38 @@ impl<'a> Executor<'a> {
             })
     }
 
-    /// The host tensor of weights `name` (`[shape]`), checked.
-    fn host_weights(&self, name: &str, shape: &[usize]) -> Result<&'a HostTensor, ExecError> {
-        let t = self
-            .data
-            .weights
-            .get(name)
-            .ok_or_else(|| ExecError::Missing {
-                name: name.to_string(),
-                kind: "weights",
-            })?;
-        check_shape(t, name, None, shape)?;
-        Ok(t)
-    }
-
-    fn host(
+    /// The host tensor `name`: an input of `batch` items (`Some`) or weights (`None`),
+    /// checked to be `[batch, shape]` (weights: `shape`).
+    fn host_tensor(
         &self,
-        t: &HostTensor,
         name: &str,
         batch: Option<usize>,
         shape: &[usize],
-    ) -> Result<Tensor, Failure> {
-        check_shape(t, name, batch, shape)?;
+    ) -> Result<&'a HostTensor, ExecError> {
+        let (tensors, kind) = match batch {
+            Some(_) => (&self.data.inputs, "input"),
+            None => (&self.data.weights, "weights"),
+        };
+        let t = tensors.get(name).ok_or_else(|| ExecError::Missing {
+            name: name.to_string(),
+            kind,
+        })?;
+        let mut want: Vec<usize> = batch.into_iter().collect();
+        want.extend(shape);
+        if t.shape != want {
+            return Err(ExecError::Shape {
+                name: name.to_string(),
+                found: t.shape.clone(),
+                expected: want,
+            });
+        }
+        Ok(t)
+    }
+
+    /// The host tensor `name` ([`Executor::host_tensor`]) as an f64 tensor `[batch or 1,
+    /// shape]`.
+    fn host(&self, name: &str, batch: Option<usize>, shape: &[usize]) -> Result<Tensor, Failure> {
+        let t = self.host_tensor(name, batch, shape)?;
         let mut dims = vec![batch.unwrap_or(1)];
         dims.extend(shape);
         // In parallel: a benchmark's inputs are megabytes, converted once per run.
@@ -635,21 +626,8 @@ impl<'a> Executor<'a> {
         let node = &self.g.nodes[i];
         let n = self.n;
         Ok(match &node.op {
-            Op::Input { name, shape } => {
-                let t = self
-                    .data
-                    .inputs
-                    .get(name)
-                    .ok_or_else(|| ExecError::Missing {
-                        name: name.clone(),
-                        kind: "input",
-                    })?;
-                self.host(t, name, Some(self.data.batch), shape)?
-            }
-            Op::Weight { name, shape } => {
-                let t = self.host_weights(name, shape)?;
-                self.host(t, name, None, shape)?
-            }
+            Op::Input { name, shape } => self.host(name, Some(self.data.batch), shape)?,
+            Op::Weight { name, shape } => self.host(name, None, shape)?,
             Op::Zero { shape } => {
                 let mut dims = vec![1];
                 dims.extend(shape);
@@ -1021,7 +999,7 @@ impl Executor<'_> {
             let Op::Weight { name, shape } = &self.g.nodes[p.chain.weight].op else {
                 return Ok(false);
             };
-            let t = self.host_weights(name, shape)?;
+            let t = self.host_tensor(name, None, shape)?;
             sources.push(prepare::Source {
                 w: &t.data,
                 shape: &t.shape,
@@ -1569,6 +1547,36 @@ mod tests {
                     "the finite case stays finite"
                 );
             }
+        }
+    }
+
+    /// Missing or mis-shaped weights are errors that name the tensor, on the one-pass path as
+    /// on the nodes' (`float_matmul`).
+    #[test]
+    fn missing_or_misshaped_weights_name_the_tensor() {
+        let (program, g) = lstm_sample();
+        for float_matmul in [false, true] {
+            let opts = ExecOptions {
+                float_matmul,
+                ..ExecOptions::default()
+            };
+            let mut missing = HostData::random(&program, 2, 1);
+            missing.weights.remove("Uc");
+            let err = execute(&g, &missing, &opts).err().map(|e| e.to_string());
+            let err = err.expect("missing weights are an error");
+            assert!(
+                err.contains("no host tensor `Uc` for the graph's weights"),
+                "{err}"
+            );
+            let mut misshaped = HostData::random(&program, 2, 1);
+            let uc = misshaped.weights.get_mut("Uc").expect("Uc");
+            uc.shape = vec![128, 512];
+            let err = execute(&g, &misshaped, &opts).err().map(|e| e.to_string());
+            let err = err.expect("mis-shaped weights are an error");
+            assert!(
+                err.contains("host tensor `Uc` has shape [128, 512], the graph expects [256, 256]"),
+                "{err}"
+            );
         }
     }
 

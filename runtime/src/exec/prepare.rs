@@ -1,5 +1,5 @@
 //! Weight stacks prepared in one pass: from the host's f32 weights straight to the integers of
-//! the kernel ([`intdot::IntWeights`]), tile by tile.
+//! the kernel ([`IntWeights`]), tile by tile.
 //!
 //! The lowering builds every weight stack as a chain of whole-stack ops: `weight` (the host's
 //! values) → `pad_to_tiles` (matrix layout) → `round` (to the storage format) → `quantize`
