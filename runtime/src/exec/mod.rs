@@ -301,7 +301,7 @@ impl<'g> Session<'g> {
         let mut in_region = 0..0;
         // Weight stacks go straight to the integers they are kept as (`prepare`) exactly where
         // `Executor::keep_as_ints` would keep them so.
-        let one_pass = ex.int && intdot::supports(ex.n);
+        let ints = ex.int && intdot::supports(ex.n);
         let mut one_pass_stacks = 0;
         for (pos, &i) in self.order.iter().enumerate() {
             if in_region.contains(&pos) {
@@ -344,19 +344,26 @@ impl<'g> Session<'g> {
                 }
                 continue;
             }
-            if one_pass && self.plan.skipped[i] {
+            if self.plan.skipped[i] {
                 // Computed with the stacks that read it, below.
                 continue;
             }
-            if let (true, Some(stack)) = (one_pass, &self.plan.stacks[i]) {
-                if ex.prepare_stack(id, stack).map_err(exec_err)? {
+            // A weight stack goes from the host's weights straight to the form the session
+            // keeps (`prepare`): integers where the kernel runs, else the f64 stack.
+            let mut prepared = None;
+            if let Some(stack) = &self.plan.stacks[i] {
+                if !ints {
+                    prepared = Some(ex.prepare_f64(stack).map_err(exec_err)?);
+                    one_pass_stacks += 1;
+                } else if ex.prepare_ints(id, stack).map_err(exec_err)? {
                     one_pass_stacks += 1;
                     release_inputs(&mut ex.values, &node.op, &last_use, pos);
                     tally(&mut ex.prof, "prepare weights", t0, 1);
                     continue;
+                } else {
+                    // No integer form: the chains node by node, then the stack as usual.
+                    ex.eval_chains(i, &stack.parts).map_err(exec_err)?;
                 }
-                // No integer form: the chains node by node, then the stack as usual.
-                ex.eval_chains(i, &stack.parts).map_err(exec_err)?;
             }
             if let Op::Output { name, row, src } = &node.op {
                 let t = ex.value(*src)?.clone();
@@ -368,7 +375,7 @@ impl<'g> Session<'g> {
                 if product && ex.gpu.is_some() && !ex.prefetched.contains_key(&i) {
                     ex.prefetch_products(&self.order[pos..]).map_err(exec_err)?;
                 }
-                let t = match ex.prefetched.remove(&i) {
+                let t = match prepared.take().or_else(|| ex.prefetched.remove(&i)) {
                     Some(t) => t,
                     None => ex.eval(i).map_err(exec_err)?,
                 };
@@ -387,7 +394,11 @@ impl<'g> Session<'g> {
                 }
             }
             release_inputs(&mut ex.values, &node.op, &last_use, pos);
-            tally(&mut ex.prof, node.op.name(), t0, 1);
+            let kind = match self.plan.stacks[i] {
+                Some(_) if !ints => "prepare weights",
+                _ => node.op.name(),
+            };
+            tally(&mut ex.prof, kind, t0, 1);
         }
         self.warm = true;
         if let Some(prof) = &ex.prof {
@@ -967,7 +978,7 @@ impl<'a> Executor<'a> {
     }
 }
 
-impl Executor<'_> {
+impl<'a> Executor<'a> {
     /// Keep the weight stack `w` (value `t`, read by products of `(rows, cols)` only) as
     /// integers alone, when the integer kernel runs and the f64 tensor can be restored bit
     /// for bit; whether it is.
@@ -989,34 +1000,53 @@ impl Executor<'_> {
         Ok(as_ints)
     }
 
-    /// Compute the weight stack `w` (read by products only)
-    /// straight from the host's weights to the integers it is kept as ([`prepare`]); whether it
-    /// could (else its chains are evaluated node by node, [`Executor::eval_chains`]).
-    fn prepare_stack(&mut self, w: ValueId, stack: &prepare::Stack) -> Result<bool, Failure> {
-        let (rows, cols) = stack.dims;
-        let mut sources = Vec::with_capacity(stack.parts.len());
-        for p in &stack.parts {
-            let Op::Weight { name, shape } = &self.g.nodes[p.chain.weight].op else {
-                return Ok(false);
-            };
-            let t = self.host_tensor(name, None, shape)?;
-            sources.push(prepare::Source {
-                w: &t.data,
-                shape: &t.shape,
-                round: p.chain.round.as_ref().map(|(_, f)| f),
-                format: &p.chain.format,
-                start: p.start,
-                count: p.count,
-            });
-        }
-        let n = self.n;
-        let Some(wi) = prepare::int_stack(&sources, (rows, cols, n)).filter(|wi| wi.restorable())
+    /// The parts of `stack` on the host's weights, checked.
+    fn sources<'s>(&self, stack: &'s prepare::Stack) -> Result<Vec<prepare::Source<'s>>, ExecError>
+    where
+        'a: 's,
+    {
+        stack
+            .parts
+            .iter()
+            .map(|p| {
+                let Op::Weight { name, shape } = &self.g.nodes[p.chain.weight].op else {
+                    return Err(internal("a weight chain without weights"));
+                };
+                let t = self.host_tensor(name, None, shape)?;
+                Ok(prepare::Source {
+                    w: &t.data,
+                    shape: &t.shape,
+                    round: p.chain.round.as_ref().map(|(_, f)| f),
+                    format: &p.chain.format,
+                    start: p.start,
+                    count: p.count,
+                })
+            })
+            .collect()
+    }
+
+    /// Compute the weight stack `w` (read by products only) straight from the host's weights
+    /// to the integers it is kept as ([`prepare`]); whether it could (else its chains are
+    /// evaluated node by node, [`Executor::eval_chains`]).
+    fn prepare_ints(&mut self, w: ValueId, stack: &prepare::Stack) -> Result<bool, Failure> {
+        let ((rows, cols), n) = (stack.dims, self.n);
+        let Some(wi) =
+            prepare::int_stack(&self.sources(stack)?, (rows, cols, n)).filter(|wi| wi.restorable())
         else {
             return Ok(false);
         };
         self.caches.int.insert(w, Some(Arc::new(wi)));
         self.caches.as_ints.insert(w, vec![1, rows * cols, n, n]);
         Ok(true)
+    }
+
+    /// The weight stack `stack` computed straight from the host's weights as f64 values
+    /// ([`prepare`], for the float path).
+    fn prepare_f64(&self, stack: &prepare::Stack) -> Result<Tensor, Failure> {
+        let ((rows, cols), n) = (stack.dims, self.n);
+        let v = prepare::f64_stack(&self.sources(stack)?, (rows, cols, n))
+            .ok_or_else(|| internal("a weight stack's parts do not make it"))?;
+        Ok(Tensor::from_vec(v, (1, rows * cols, n, n), &self.dev)?)
     }
 
     /// Evaluate what the stack `s` made of `parts` reads and is not computed: the links of
@@ -1490,7 +1520,8 @@ mod tests {
     /// adversarial weights (fp16 ties, fp16 and f32 subnormals, `-0.0`, magnitudes 2^-30 to
     /// 2^15 in one row) the outputs are the emulator's bits. A weight that rounds to
     /// infinity gives its stack no integer form: that chain is evaluated node by node and its
-    /// stack kept as f64, with the emulator's bits still.
+    /// stack kept as f64, with the emulator's bits still. On the float path every stack is
+    /// prepared in one pass as f64 values, with the emulator's bits too.
     #[test]
     fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
         if !intdot::simd() {
@@ -1518,27 +1549,37 @@ mod tests {
                 })
             })
         };
-        for overflow in [false, true] {
+        for (float_matmul, overflow) in [(false, false), (false, true), (true, false), (true, true)]
+        {
             let mut fed = data.clone();
             if overflow {
                 fed.weights.get_mut("Uc").expect("Uc").data[300] = 70000.0;
             }
-            let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
+            let opts = ExecOptions {
+                float_matmul,
+                ..ExecOptions::default()
+            };
+            let mut session = Session::new(&g, &opts).expect("session");
             let stacks = session.stacks.iter().flatten().count();
             assert_eq!(session.plan.stacks.iter().flatten().count(), stacks);
             let out = session.run(&fed).expect("run");
-            assert_eq!(out.one_pass_stacks, stacks - usize::from(overflow));
+            // The float path's f64 stacks have no integer form to miss.
+            let fallbacks = usize::from(overflow && !float_matmul);
+            assert_eq!(out.one_pass_stacks, stacks - fallbacks);
             let emu = emulator::emulate(&program, &fed, &EmuOptions::default()).expect("emulates");
-            assert_eq!(
-                bits(&out.outputs),
-                bits(&emu.outputs),
-                "overflow {overflow}"
-            );
+            let case = format!("float_matmul {float_matmul}, overflow {overflow}");
+            assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{case}");
             let uc = stack_of(&session, "Uc").expect("Uc has a chain");
             let as_ints = session.caches.as_ints.contains_key(&ValueId(uc as u32));
-            assert_eq!(as_ints, !overflow, "Uc kept as integers");
-            assert_eq!(session.consts[uc].is_some(), overflow, "Uc kept as f64");
-            assert_eq!(session.caches.as_ints.len(), stacks - usize::from(overflow));
+            let f64_kept = overflow || float_matmul;
+            assert_eq!(as_ints, !f64_kept, "{case}: Uc kept as integers");
+            assert_eq!(
+                session.consts[uc].is_some(),
+                f64_kept,
+                "{case}: Uc kept as f64"
+            );
+            let expected = if float_matmul { 0 } else { stacks - fallbacks };
+            assert_eq!(session.caches.as_ints.len(), expected, "{case}");
             if !overflow {
                 assert!(
                     out.outputs

@@ -14,6 +14,7 @@ use super::intdot::{IntWeights, TileSource};
 use super::quant;
 use nnp_lowering::swgraph::{BlockAxis, Op, SwGraph, TileLayout};
 use nnp_numerics::{FloatFormat, Format};
+use rayon::prelude::*;
 
 /// A chain of the lowering, by node: `weight -> pad_to_tiles -> [round] -> quantize`, where
 /// every link is read by the next alone, with the formats it applies.
@@ -178,7 +179,7 @@ pub(crate) fn plan(graph: &SwGraph, stacks: &[Option<(usize, usize)>], traced: b
     Plan { stacks, skipped }
 }
 
-/// One part of a stack for [`int_stack`]: tiles `start .. start + count` of the chain on the
+/// One part of a stack for [`int_stack`] and [`f64_stack`]: tiles `start .. start + count` of the chain on the
 /// matrix `w` (`shape` `[r, c]`, row-major, the host's f32 values).
 pub(crate) struct Source<'a> {
     pub w: &'a [f32],
@@ -193,10 +194,30 @@ pub(crate) struct Source<'a> {
 /// chain computes it (the matrix padded to whole tiles, rounded when the chain rounds,
 /// quantized per tile row), as integers; `None` where that stack has no integer form (then
 /// the session evaluates the nodes) or the parts do not make the stack.
-pub(crate) fn int_stack(
-    parts: &[Source],
+pub(crate) fn int_stack(parts: &[Source], grid: (usize, usize, usize)) -> Option<IntWeights> {
+    let (rows, cols, n) = grid;
+    IntWeights::from_tiles(rows, cols, n, TileSource::Made(tile_maker(parts, grid)?))
+}
+
+/// The stack of [`int_stack`] as f64 values, `[rows * cols, n, n]` row-major (for the float
+/// path); `None` where the parts do not make the stack.
+pub(crate) fn f64_stack(parts: &[Source], grid: (usize, usize, usize)) -> Option<Vec<f64>> {
+    let (rows, cols, n) = grid;
+    let make = tile_maker(parts, grid)?;
+    let mut stack = vec![0.0; rows * cols * n * n];
+    stack.par_chunks_mut(n * n).enumerate().for_each_init(
+        || vec![0.0; n * n],
+        |scratch, (t, tile)| make(t, tile, scratch),
+    );
+    Some(stack)
+}
+
+/// The function that writes tile `t` of the stack that `parts` make (with a scratch buffer
+/// of one tile), or `None` where they do not make a `rows x cols` stack.
+fn tile_maker<'a>(
+    parts: &'a [Source],
     (rows, cols, n): (usize, usize, usize),
-) -> Option<IntWeights> {
+) -> Option<impl Fn(usize, &mut [f64], &mut [f64]) + Sync + 'a> {
     // Per part: its first tile in the stack, `[r, c]`, and its tile columns.
     let mut first = 0;
     let mut layout = Vec::with_capacity(parts.len());
@@ -212,7 +233,7 @@ pub(crate) fn int_stack(
     if first != rows * cols {
         return None;
     }
-    let make = |t: usize, tile: &mut [f64], scratch: &mut [f64]| {
+    Some(move |t: usize, tile: &mut [f64], scratch: &mut [f64]| {
         let pi = layout.partition_point(|l| l.0 <= t) - 1;
         let (p, (at, (r, c), ct)) = (&parts[pi], layout[pi]);
         let s = p.start + t - at;
@@ -236,8 +257,7 @@ pub(crate) fn int_stack(
             None => scratch.copy_from_slice(tile),
         }
         quant::quantize_seq(p.format, scratch, n, n, tile);
-    };
-    IntWeights::from_tiles(rows, cols, n, TileSource::Made(make))
+    })
 }
 
 #[cfg(test)]
@@ -316,9 +336,10 @@ mod tests {
         usize,
     );
 
-    /// [`int_stack`] of `specs` against the nodes' stacks concatenated and converted: the same
-    /// integers, row scales and restored values, bit for bit (`None` on both sides where the
-    /// values have no integer form). Whether a restored stack was compared.
+    /// [`int_stack`] and [`f64_stack`] of `specs` against the nodes' stacks concatenated (and
+    /// converted): the same values, integers, row scales and restored values, bit for bit
+    /// (no integers on either side where the values have no integer form). Whether a
+    /// restored stack was compared.
     fn check(specs: &[Spec], rows: usize, cols: usize, n: usize) -> bool {
         let mut q = Vec::new();
         for (w, [r, c], round, format, start, count) in specs {
@@ -337,6 +358,9 @@ mod tests {
                 count: *count,
             })
             .collect();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let floats = f64_stack(&sources, (rows, cols, n)).expect("the parts make the stack");
+        assert_eq!(bits(&floats), bits(&q), "the float path's stack");
         let got = int_stack(&sources, (rows, cols, n));
         assert_eq!(
             got.is_some(),
@@ -352,17 +376,17 @@ mod tests {
         assert_eq!(scale_bits(&got), scale_bits(&expected));
         assert_eq!(got.restorable(), expected.restorable());
         let Some(v) = got.restore() else { return false };
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&v), bits(&q));
         true
     }
 
-    /// [`int_stack`] gives the integers of the chains evaluated node by node, on adversarial
-    /// matrices whose sizes are not multiples of the tile (padding), with and without a
-    /// rounding link, for BFP and for a fixed-point format with stochastic rounding (the
-    /// generic path), for a chain's whole value and for slices of two chains with different
-    /// formats side by side (a `concat`); and no integers where the chain's value has none (a
-    /// weight that rounds to infinity) or where the parts do not make the stack.
+    /// [`int_stack`] gives the integers of the chains evaluated node by node, and [`f64_stack`]
+    /// their values, on adversarial matrices whose sizes are not multiples of the tile
+    /// (padding), with and without a rounding link, for BFP and for a fixed-point format with
+    /// stochastic rounding (the generic path), for a chain's whole value and for slices of two
+    /// chains with different formats side by side (a `concat`); and no integers where the
+    /// chain's value has none (a weight that rounds to infinity), nothing where the parts do
+    /// not make the stack.
     #[test]
     fn one_pass_stacks_equal_the_chains_node_by_node() {
         let f = |lit: &str| -> Format { lit.parse().expect("valid format") };
@@ -409,6 +433,8 @@ mod tests {
             (part(&[840], 0, 6), (3, 2)),
         ] {
             assert!(int_stack(&[p], (grid.0, grid.1, 16)).is_none());
+            let p = part(&[40, 21], 0, 6);
+            assert!(f64_stack(&[p], (grid.0, grid.1 + 1, 16)).is_none());
         }
     }
 }
