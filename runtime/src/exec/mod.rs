@@ -175,8 +175,8 @@ pub struct Session<'g> {
     /// those products. The session keeps them as integers only where it can restore them
     /// (`Executor::keep_as_ints`): a quarter of the memory.
     stacks: Vec<Option<(usize, usize)>>,
-    /// The weight stacks among `stacks` that [`prepare`] computes in one pass, where the
-    /// integer kernel runs.
+    /// The constant weight stacks that [`prepare`] computes in one pass from the host's
+    /// weights (as integers where the kernel runs, else as f64), and the nodes it skips.
     plan: prepare::Plan,
     /// The format each value is already rounded to, where the graph shows one.
     rounded: Vec<Option<FloatFormat>>,
@@ -299,8 +299,8 @@ impl<'g> Session<'g> {
             .into_iter()
             .peekable();
         let mut in_region = 0..0;
-        // Weight stacks go straight to the integers they are kept as (`prepare`) exactly where
-        // `Executor::keep_as_ints` would keep them so.
+        // Where `Executor::keep_as_ints` would keep weight stacks as integers, `prepare` makes
+        // them so.
         let ints = ex.int && intdot::supports(ex.n);
         let mut one_pass_stacks = 0;
         for (pos, &i) in self.order.iter().enumerate() {
@@ -423,9 +423,9 @@ impl<'g> Session<'g> {
     }
 }
 
-/// The values marked in `among` that only products read, as their matrix, with one `(rows, cols)`
-/// for all of them, and that no trace reads (`traced`): `(rows, cols)` per value, `None` for
-/// every other value.
+/// The values marked in `among` that only products read, as their matrix, with one
+/// `(rows, cols)` for all of them, and that no trace reads (`traced`): `(rows, cols)` per value,
+/// `None` for every other value.
 fn weight_stacks(graph: &SwGraph, among: &[bool], traced: bool) -> Vec<Option<(usize, usize)>> {
     let len = graph.nodes.len();
     let mut stacks = vec![None; len];

@@ -1,14 +1,14 @@
 //! Weight stacks prepared in one pass: from the host's f32 weights straight to the integers of
-//! the kernel ([`IntWeights`]), tile by tile.
+//! the kernel ([`IntWeights`]), or to the quantized f64 stack on the float path, tile by tile.
 //!
 //! The lowering builds every weight stack as a chain of whole-stack ops: `weight` (the host's
 //! values) → `pad_to_tiles` (matrix layout) → `round` (to the storage format) → `quantize`
 //! (BFP per tile row). Evaluated node by node, each link allocates a whole f64 stack, 4x the
-//! integers the session finally keeps, and two are alive at a time. Where the integer kernel
-//! runs, the session instead evaluates such a chain here: each tile is gathered from the f32
-//! weights, rounded and quantized by the same kernels the nodes run ([`quant::round_seq`],
-//! [`quant::quantize_seq`]) and converted to integers while it is in cache. Same bits; the
-//! whole f64 stack never exists.
+//! integers the session finally keeps, and two are alive at a time. The session instead
+//! computes such a stack here (or a `concat` of slices of such stacks): each tile is gathered
+//! from the f32 weights, rounded and quantized by the same kernels the nodes run
+//! ([`quant::round_seq`], [`quant::quantize_seq`]), and converted to integers while it is in
+//! cache. Same bits, and no intermediate stack.
 
 use super::intdot::{IntWeights, TileSource};
 use super::quant;
@@ -179,8 +179,8 @@ pub(crate) fn plan(graph: &SwGraph, stacks: &[Option<(usize, usize)>], traced: b
     Plan { stacks, skipped }
 }
 
-/// One part of a stack for [`int_stack`] and [`f64_stack`]: tiles `start .. start + count` of the chain on the
-/// matrix `w` (`shape` `[r, c]`, row-major, the host's f32 values).
+/// One part of a stack for [`int_stack`] and [`f64_stack`]: tiles `start .. start + count` of
+/// the chain on the matrix `w` (`shape` `[r, c]`, row-major, the host's f32 values).
 pub(crate) struct Source<'a> {
     pub w: &'a [f32],
     pub shape: &'a [usize],
