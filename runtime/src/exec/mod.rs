@@ -215,14 +215,15 @@ impl<'g> Session<'g> {
             }
         }
         let order = fused::schedule(graph, &constant, gpu.is_some() || opts.products_first);
-        let stacks = weight_stacks(graph, &keep, opts.keep_writes);
         // Every constant stack that only products read, kept or not (a product of constants
-        // reads its stack once).
-        let plan = prepare::plan(
-            graph,
-            &weight_stacks(graph, &constant, opts.keep_writes),
-            opts.keep_writes,
-        );
+        // reads its stack once), goes to the plan; the kept ones may be kept as integers.
+        let product_only = weight_stacks(graph, &constant, opts.keep_writes);
+        let plan = prepare::plan(graph, &product_only, opts.keep_writes);
+        let stacks = product_only
+            .into_iter()
+            .zip(&keep)
+            .map(|(s, &k)| s.filter(|_| k))
+            .collect();
         Ok(Session {
             graph,
             opts: *opts,
@@ -992,12 +993,24 @@ impl<'a> Executor<'a> {
             return Ok(false);
         }
         let wi = int_weights(t, rows, cols, self.n)?;
+        Ok(self.cache_ints(w, wi, t.dims()))
+    }
+
+    /// Cache `wi` as the integers of weight stack `w`, and keep them as its only form when
+    /// they give back its f64 tensor of `shape` ([`intdot::IntWeights::restore`]); whether
+    /// they do.
+    fn cache_ints(
+        &mut self,
+        w: ValueId,
+        wi: Option<Arc<intdot::IntWeights>>,
+        shape: &[usize],
+    ) -> bool {
         let as_ints = wi.as_ref().is_some_and(|wi| wi.restorable());
         self.caches.int.insert(w, wi);
         if as_ints {
-            self.caches.as_ints.insert(w, t.dims().to_vec());
+            self.caches.as_ints.insert(w, shape.to_vec());
         }
-        Ok(as_ints)
+        as_ints
     }
 
     /// The parts of `stack` on the host's weights, checked.
@@ -1035,9 +1048,7 @@ impl<'a> Executor<'a> {
         else {
             return Ok(false);
         };
-        self.caches.int.insert(w, Some(Arc::new(wi)));
-        self.caches.as_ints.insert(w, vec![1, rows * cols, n, n]);
-        Ok(true)
+        Ok(self.cache_ints(w, Some(Arc::new(wi)), &[1, rows * cols, n, n]))
     }
 
     /// The weight stack `stack` computed straight from the host's weights as f64 values
