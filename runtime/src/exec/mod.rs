@@ -178,6 +178,10 @@ pub struct Session<'g> {
     /// The constant weight stacks that [`prepare`] computes in one pass from the host's
     /// weights (as integers where the kernel runs, else as f64), and the nodes it skips.
     plan: prepare::Plan,
+    /// For the float path, the plan's stacks whose every product takes the chunked matmul
+    /// with one chunk and dtype: those, which the session prepares straight into that
+    /// matmul's layout and keeps in it alone.
+    arranged: Vec<Option<(usize, DType)>>,
     /// The format each value is already rounded to, where the graph shows one.
     rounded: Vec<Option<FloatFormat>>,
     /// The evaluation order ([`fused::schedule`]).
@@ -219,6 +223,7 @@ impl<'g> Session<'g> {
         // reads its stack once), goes to the plan; the kept ones may be kept as integers.
         let product_only = weight_stacks(graph, &constant, opts.keep_writes);
         let plan = prepare::plan(graph, &product_only, opts.keep_writes);
+        let arranged = chunked_stacks(graph, &plan);
         let stacks = product_only
             .into_iter()
             .zip(&keep)
@@ -235,6 +240,7 @@ impl<'g> Session<'g> {
             consts: vec![None; len],
             stacks,
             plan,
+            arranged,
             rounded: rounded::rounded_formats(&graph.nodes),
             warm: false,
             caches: Caches::default(),
@@ -353,7 +359,14 @@ impl<'g> Session<'g> {
             // keeps (`prepare`): integers where the kernel runs, else the f64 stack.
             let mut prepared = None;
             if let Some(stack) = &self.plan.stacks[i] {
-                if !ints {
+                let arranged = self.arranged[i].filter(|_| !ints);
+                if let Some(key) = arranged {
+                    ex.prepare_arranged(id, stack, key).map_err(exec_err)?;
+                    one_pass_stacks += 1;
+                    release_inputs(&mut ex.values, &node.op, &last_use, pos);
+                    tally(&mut ex.prof, "prepare weights", t0, 1);
+                    continue;
+                } else if !ints {
                     prepared = Some(ex.prepare_f64(stack).map_err(exec_err)?);
                     one_pass_stacks += 1;
                 } else if ex.prepare_ints(id, stack).map_err(exec_err)? {
@@ -718,17 +731,7 @@ impl<'a> Executor<'a> {
             } => {
                 let (spec, x, w) = product_spec(&node.op, n)
                     .ok_or_else(|| ExecError::Graph(GraphError::Other("not a product".into())))?;
-                let chunk = matmul::exact_chunk(vector_format, matrix_format, n)
-                    .filter(|k| *k >= MIN_CHUNK.min(n));
-                // f32 when it proves the same chunk exact: twice the BLAS speed.
-                let dtype = match chunk {
-                    Some(k)
-                        if matmul::exact_chunk_f32(vector_format, matrix_format, n) == Some(k) =>
-                    {
-                        DType::F32
-                    }
-                    _ => DType::F64,
-                };
+                let (chunk, dtype) = float_chunk(vector_format, matrix_format, n);
                 self.matvec(&spec, x, w, chunk, dtype)?
             }
             Op::Unary {
@@ -1051,6 +1054,36 @@ impl<'a> Executor<'a> {
         Ok(self.cache_ints(w, Some(Arc::new(wi)), &[1, rows * cols, n, n]))
     }
 
+    /// Compute the weight stack `w` (read only by chunked matmuls of chunk and dtype `key`)
+    /// straight from the host's weights into that matmul's layout ([`arrange_w`], converted),
+    /// and keep it in that form alone (the products read nothing else).
+    fn prepare_arranged(
+        &mut self,
+        w: ValueId,
+        stack: &prepare::Stack,
+        (k, dtype): (usize, DType),
+    ) -> Result<(), Failure> {
+        let ((rows, cols), n) = (stack.dims, self.n);
+        let (sources, grid) = (self.sources(stack)?, (rows, cols, n));
+        let shape = (cols * n / k, rows * n, k);
+        let missing = || internal("a weight stack's parts do not make it");
+        // `as f32` is candle's `to_dtype(F32)`: exact for the values `float_chunk` admits.
+        let t = match dtype {
+            DType::F32 => Tensor::from_vec(
+                prepare::arranged_stack(&sources, grid, k, |v| v as f32).ok_or_else(missing)?,
+                shape,
+                &self.dev,
+            )?,
+            _ => Tensor::from_vec(
+                prepare::arranged_stack(&sources, grid, k, |v| v).ok_or_else(missing)?,
+                shape,
+                &self.dev,
+            )?,
+        };
+        self.caches.arranged.insert((w, k, dtype), t);
+        Ok(())
+    }
+
     /// The weight stack `stack` computed straight from the host's weights as f64 values
     /// ([`prepare`], for the float path).
     fn prepare_f64(&self, stack: &prepare::Stack) -> Result<Tensor, Failure> {
@@ -1321,6 +1354,45 @@ fn arrange_w(
         .reshape((cols * n / k, rows * n, k))
 }
 
+/// The float path's matmul of a product of these formats: the chunk whose partials it proves
+/// exact (`None`: exact slices, or element by element), and f32 where that proves the same
+/// chunk exact (twice the BLAS speed), else f64.
+fn float_chunk(vector: &Format, matrix: &Format, n: usize) -> (Option<usize>, DType) {
+    let chunk = matmul::exact_chunk(vector, matrix, n).filter(|k| *k >= MIN_CHUNK.min(n));
+    match chunk {
+        Some(k) if matmul::exact_chunk_f32(vector, matrix, n) == Some(k) => (chunk, DType::F32),
+        _ => (chunk, DType::F64),
+    }
+}
+
+/// The plan's stacks whose every product takes the chunked matmul with one chunk and dtype
+/// ([`float_chunk`]): that `(chunk, dtype)` by node.
+fn chunked_stacks(graph: &SwGraph, plan: &prepare::Plan) -> Vec<Option<(usize, DType)>> {
+    let mut key: Vec<Option<Option<(usize, DType)>>> = vec![None; graph.nodes.len()];
+    for node in &graph.nodes {
+        let Op::TiledMatVec {
+            w,
+            vector_format,
+            matrix_format,
+            ..
+        } = &node.op
+        else {
+            continue;
+        };
+        let (chunk, dtype) = float_chunk(vector_format, matrix_format, graph.native);
+        let this = chunk.map(|k| (k, dtype));
+        let seen = &mut key[w.index()];
+        *seen = Some(match *seen {
+            Some(before) if before != this => None,
+            _ => this,
+        });
+    }
+    key.into_iter()
+        .zip(&plan.stacks)
+        .map(|(k, s)| k.flatten().filter(|_| s.is_some()))
+        .collect()
+}
+
 /// A vector `[b, cols*n]` as `[chunks, k, b]`.
 fn arrange_x(t: &Tensor, b: usize, cols: usize, n: usize, k: usize) -> candle_core::Result<Tensor> {
     t.reshape((b, cols * n / k, k))?
@@ -1532,7 +1604,8 @@ mod tests {
     /// 2^15 in one row) the outputs are the emulator's bits. A weight that rounds to
     /// infinity gives its stack no integer form: that chain is evaluated node by node and its
     /// stack kept as f64, with the emulator's bits still. On the float path every stack is
-    /// prepared in one pass as f64 values, with the emulator's bits too.
+    /// prepared in one pass straight into its matmul's f32 layout and kept in it alone, with
+    /// the emulator's bits too, in the first run and in a warm one.
     #[test]
     fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
         if !intdot::simd() {
@@ -1582,15 +1655,31 @@ mod tests {
             assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{case}");
             let uc = stack_of(&session, "Uc").expect("Uc has a chain");
             let as_ints = session.caches.as_ints.contains_key(&ValueId(uc as u32));
-            let f64_kept = overflow || float_matmul;
-            assert_eq!(as_ints, !f64_kept, "{case}: Uc kept as integers");
+            assert_eq!(
+                as_ints,
+                !overflow && !float_matmul,
+                "{case}: Uc kept as integers"
+            );
+            // The float path keeps every stack in its matmul's layout alone, f32 here (BFP 8);
+            // on the integer path Uc's NaN block sends its products to the float path too.
+            let arranged = session.caches.arranged.keys();
+            let arranged: Vec<_> = arranged.filter(|key| key.0 == ValueId(uc as u32)).collect();
+            let expected = usize::from(float_matmul || overflow);
+            assert_eq!(arranged.len(), expected, "{case}: Uc arranged");
+            assert!(arranged.iter().all(|key| key.2 == DType::F32), "{case}");
             assert_eq!(
                 session.consts[uc].is_some(),
-                f64_kept,
+                overflow && !float_matmul,
                 "{case}: Uc kept as f64"
             );
             let expected = if float_matmul { 0 } else { stacks - fallbacks };
             assert_eq!(session.caches.as_ints.len(), expected, "{case}");
+            let kept_f64 = session.consts.iter().zip(&session.stacks);
+            let kept_f64 = kept_f64.filter(|(c, s)| c.is_some() && s.is_some()).count();
+            assert_eq!(kept_f64, fallbacks, "{case}: stacks kept as f64");
+            // A warm run reads the kept forms alone.
+            let warm = session.run(&fed).expect("warm run");
+            assert_eq!(bits(&warm.outputs), bits(&emu.outputs), "{case}: warm");
             if !overflow {
                 assert!(
                     out.outputs

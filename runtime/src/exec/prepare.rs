@@ -1,5 +1,6 @@
 //! Weight stacks prepared in one pass: from the host's f32 weights straight to the integers of
-//! the kernel ([`IntWeights`]), or to the quantized f64 stack on the float path, tile by tile.
+//! the kernel ([`IntWeights`]), or on the float path to the layout of its chunked matmul (in
+//! f32 where that matmul runs in f32) or to the quantized f64 stack, tile by tile.
 //!
 //! The lowering builds every weight stack as a chain of whole-stack ops: `weight` (the host's
 //! values) → `pad_to_tiles` (matrix layout) → `round` (to the storage format) → `quantize`
@@ -212,6 +213,43 @@ pub(crate) fn f64_stack(parts: &[Source], grid: (usize, usize, usize)) -> Option
     Some(stack)
 }
 
+/// The stack of [`f64_stack`] as the float path's chunked matmul reads it, never whole as
+/// f64: `[cols * n / k, rows * n, k]` (chunk `(j, d)` of tile column `j` first, then row `i n
+/// + r` of the matrix, then the `k` lanes `d k ..` of that chunk, as `super::arrange_w` lays
+/// it out), each value converted by `to`. `None` where the parts do not make the stack or `k`
+/// does not divide `n`.
+pub(crate) fn arranged_stack<T: Copy + Default + Send>(
+    parts: &[Source],
+    grid: (usize, usize, usize),
+    k: usize,
+    to: impl Fn(f64) -> T + Sync,
+) -> Option<Vec<T>> {
+    let (rows, cols, n) = grid;
+    if k == 0 || !n.is_multiple_of(k) {
+        return None;
+    }
+    let make = tile_maker(parts, grid)?;
+    let mut out = vec![T::default(); rows * cols * n * n];
+    // One task per tile column j: its chunks are `rows * n * n` values in a row.
+    out.par_chunks_mut(rows * n * n).enumerate().for_each_init(
+        || (vec![0.0; n * n], vec![0.0; n * n]),
+        |(tile, scratch), (j, dst)| {
+            for i in 0..rows {
+                make(i * cols + j, tile, scratch);
+                for (r, row) in tile.chunks(n).enumerate() {
+                    for (d, lanes) in row.chunks(k).enumerate() {
+                        let at = (d * rows * n + i * n + r) * k;
+                        for (o, &v) in dst[at..at + k].iter_mut().zip(lanes) {
+                            *o = to(v);
+                        }
+                    }
+                }
+            }
+        },
+    );
+    Some(out)
+}
+
 /// The function that writes tile `t` of the stack that `parts` make (with a scratch buffer
 /// of one tile), or `None` where they do not make a `rows x cols` stack.
 fn tile_maker<'a>(
@@ -263,8 +301,10 @@ fn tile_maker<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::arrange_w;
     use crate::exec::intdot::tests::xorshift;
     use crate::exec::quant::{quantize_runs, round_slice};
+    use candle_core::{DType, Device, Tensor};
 
     /// An `[r, c]` f32 matrix whose rows mix, run by run: zeros with a `-0.0`, fp16 ties
     /// (halfway between neighbours), values in fp16's subnormal range and f32 subnormals,
@@ -361,6 +401,29 @@ mod tests {
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let floats = f64_stack(&sources, (rows, cols, n)).expect("the parts make the stack");
         assert_eq!(bits(&floats), bits(&q), "the float path's stack");
+        // The float path's arranged stacks: the stack of the nodes rearranged and converted as
+        // the session did before (`arrange_w` with candle, then `to_dtype`).
+        let t = Tensor::from_vec(q.clone(), (1, rows * cols, n, n), &Device::Cpu).unwrap();
+        for k in [n, n / 2, 4] {
+            let arranged = arrange_w(&t, rows, cols, n, k).unwrap();
+            let want = arranged.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+            let got = arranged_stack(&sources, (rows, cols, n), k, |v| v).unwrap();
+            assert_eq!(bits(&got), bits(&want), "arranged f64, k = {k}");
+            let want = arranged
+                .to_dtype(DType::F32)
+                .unwrap()
+                .flatten_all()
+                .unwrap();
+            let want: Vec<u32> = want
+                .to_vec1::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            let got = arranged_stack(&sources, (rows, cols, n), k, |v| v as f32).unwrap();
+            let got: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, want, "arranged f32, k = {k}");
+        }
         let got = int_stack(&sources, (rows, cols, n));
         assert_eq!(
             got.is_some(),
@@ -436,5 +499,10 @@ mod tests {
             let p = part(&[40, 21], 0, 6);
             assert!(f64_stack(&[p], (grid.0, grid.1 + 1, 16)).is_none());
         }
+        // So are chunks that do not divide the tile.
+        let p = [part(&[40, 21], 0, 6)];
+        assert!(arranged_stack(&p, (3, 2, 16), 16, |v| v).is_some());
+        assert!(arranged_stack(&p, (3, 2, 16), 3, |v| v).is_none());
+        assert!(arranged_stack(&p, (3, 3, 16), 16, |v| v).is_none());
     }
 }
