@@ -358,6 +358,10 @@ impl<'g> Session<'g> {
             // A weight stack goes from the host's weights straight to the form the session
             // keeps (`prepare`): integers where the kernel runs, else the f64 stack.
             let mut prepared = None;
+            if let Some(chain) = &self.plan.inputs[i] {
+                // The input converted, padded and rounded in one pass (`prepare`).
+                prepared = Some(ex.rounded_input(chain).map_err(exec_err)?);
+            }
             if let Some(stack) = &self.plan.stacks[i] {
                 let arranged = self.arranged[i].filter(|_| !ints);
                 if let Some(key) = arranged {
@@ -408,8 +412,9 @@ impl<'g> Session<'g> {
                 }
             }
             release_inputs(&mut ex.values, &node.op, &last_use, pos);
-            let kind = match self.plan.stacks[i] {
-                Some(_) if !ints => "prepare weights",
+            let kind = match (&self.plan.stacks[i], &self.plan.inputs[i]) {
+                (Some(_), _) if !ints => "prepare weights",
+                (_, Some(_)) => "input",
                 _ => node.op.name(),
             };
             tally(&mut ex.prof, kind, t0, 1);
@@ -1084,6 +1089,24 @@ impl<'a> Executor<'a> {
         Ok(())
     }
 
+    /// The value of the input chain `chain` (its `round`), straight from the host's input
+    /// ([`prepare::rounded_input`]).
+    fn rounded_input(&self, chain: &prepare::InputChain) -> Result<Tensor, Failure> {
+        let Op::Input { name, shape } = &self.g.nodes[chain.input].op else {
+            return Err(internal("an input chain without its input").into());
+        };
+        let batch = self.data.batch;
+        let t = self.host_tensor(name, Some(batch), shape)?;
+        let (c, rows) = match shape.split_last() {
+            Some((c, lead)) => (*c, lead.iter().product::<usize>()),
+            None => return Err(internal("an input chain of a scalar").into()),
+        };
+        let width = c.div_ceil(self.n) * self.n;
+        let v = prepare::rounded_input(&t.data, c, width, chain.pad_value, &chain.format)
+            .ok_or_else(|| internal("an input's values are not whole rows"))?;
+        Ok(Tensor::from_vec(v, (batch, rows * width), &self.dev)?)
+    }
+
     /// The weight stack `stack` computed straight from the host's weights as f64 values
     /// ([`prepare`], for the float path).
     fn prepare_f64(&self, stack: &prepare::Stack) -> Result<Tensor, Failure> {
@@ -1692,9 +1715,9 @@ mod tests {
     }
 
     /// Missing or mis-shaped weights are errors that name the tensor, on the one-pass path as
-    /// on the nodes' (`float_matmul`).
+    /// on the nodes' (`float_matmul`); so are a missing or mis-shaped input.
     #[test]
-    fn missing_or_misshaped_weights_name_the_tensor() {
+    fn missing_or_misshaped_tensors_are_named() {
         let (program, g) = lstm_sample();
         for float_matmul in [false, true] {
             let opts = ExecOptions {
@@ -1719,6 +1742,24 @@ mod tests {
                 "{err}"
             );
         }
+        // The input, which the session converts, pads and rounds in one pass, likewise.
+        let session = Session::new(&g, &ExecOptions::default()).expect("session");
+        assert_eq!(session.plan.inputs.iter().flatten().count(), 1, "x's chain");
+        let mut missing = HostData::random(&program, 2, 1);
+        let x = missing.inputs.remove("x").expect("x");
+        let err = execute(&g, &missing, &ExecOptions::default()).err();
+        let err = err
+            .map(|e| e.to_string())
+            .expect("a missing input is an error");
+        assert!(err.contains("no host tensor `x`"), "{err}");
+        let (mut misshaped, mut x) = (missing, x);
+        x.shape = vec![2, x.data.len() / 2];
+        misshaped.inputs.insert("x".into(), x);
+        let err = execute(&g, &misshaped, &ExecOptions::default()).err();
+        let err = err
+            .map(|e| e.to_string())
+            .expect("a mis-shaped input is an error");
+        assert!(err.contains("host tensor `x` has shape [2, "), "{err}");
     }
 
     /// Where the integer kernel runs, a session keeps its weight stacks as integers only; a

@@ -56,12 +56,26 @@ pub(crate) struct Stack {
     pub parts: Vec<Part>,
 }
 
-/// Which weight stacks a session prepares in one pass, and which nodes it then never
-/// evaluates on their own.
+/// The lowering's chain of an input: `input -> pad_to_tiles (vector) -> round`, each link
+/// read by the next alone. Its value, the `round`, is computed in one pass from the host's
+/// f32 values ([`rounded_input`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct InputChain {
+    pub input: usize,
+    pub pad: usize,
+    /// The padding lanes' value.
+    pub pad_value: f64,
+    pub format: FloatFormat,
+}
+
+/// Which weight stacks and inputs a session prepares in one pass, and which nodes it then
+/// never evaluates on their own.
 pub(crate) struct Plan {
     /// The stacks, by node.
     pub stacks: Vec<Option<Stack>>,
-    /// The links of those chains, and their values where only such stacks read them.
+    /// The input chains, by their `round` node.
+    pub inputs: Vec<Option<InputChain>>,
+    /// The links of those chains, and the stacks' values where only such stacks read them.
     pub skipped: Vec<bool>,
 }
 
@@ -177,7 +191,81 @@ pub(crate) fn plan(graph: &SwGraph, stacks: &[Option<(usize, usize)>], traced: b
             skipped[q] |= !own;
         }
     }
-    Plan { stacks, skipped }
+    let inputs: Vec<Option<InputChain>> = (0..len)
+        .map(|r| {
+            let Op::Round { src, format } = op(r) else {
+                return None;
+            };
+            let pad = src.index();
+            let Op::PadToTiles {
+                src,
+                layout: TileLayout::Vector,
+                pad: pad_value,
+            } = op(pad)
+            else {
+                return None;
+            };
+            let input = src.index();
+            let logical = matches!(op(input), Op::Input { shape, .. } if shape.last() > Some(&0));
+            (logical && only_reader(pad, r) && only_reader(input, pad)).then_some(InputChain {
+                input,
+                pad,
+                pad_value: *pad_value,
+                format: *format,
+            })
+        })
+        .collect();
+    for chain in inputs.iter().flatten() {
+        skipped[chain.input] = true;
+        skipped[chain.pad] = true;
+    }
+    Plan {
+        stacks,
+        inputs,
+        skipped,
+    }
+}
+
+/// The value of an [`InputChain`] from the host's values `x`, `[items, c]` row-major (every
+/// leading dimension of the input folded into `items`): each row padded with `pad` to `width`
+/// lanes (`pad_to_tiles`), then rounded to `format` by the kernel the `round` node runs
+/// ([`quant::round_seq`]). `[items * width]`, written once: no buffer for the input's f64
+/// values, none zeroed. `None` unless `x` is whole rows of `c >= 1` values and `width >= c`.
+pub(crate) fn rounded_input(
+    x: &[f32],
+    c: usize,
+    width: usize,
+    pad: f64,
+    format: &FloatFormat,
+) -> Option<Vec<f64>> {
+    if c == 0 || width < c || !x.len().is_multiple_of(c) {
+        return None;
+    }
+    let items = x.len() / c;
+    // Rows per task: a few thousand values, converted and rounded in L1.
+    let per = (4096 / width).max(1);
+    let mut out: Vec<f64> = Vec::with_capacity(items * width);
+    out.spare_capacity_mut()[..items * width]
+        .par_chunks_mut(per * width)
+        .zip(x.par_chunks(per * c))
+        .for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(padded, rounded): &mut (Vec<f64>, Vec<f64>), (dst, src)| {
+                padded.clear();
+                for row in src.chunks(c) {
+                    padded.extend(row.iter().map(|&v| f64::from(v)));
+                    padded.resize(padded.len() + width - row.len(), pad);
+                }
+                rounded.resize(padded.len(), 0.0);
+                quant::round_seq(format, padded, rounded);
+                dst.write_copy_of_slice(rounded);
+            },
+        );
+    // SAFETY: the chunks of `dst` partition the first `items * width` values, and each was
+    // written in full: its `src` has the same rows (`per` of them, or the rest, `c` values
+    // each), each padded to `width` values (`write_copy_of_slice` checks the length).
+    unsafe { out.set_len(items * width) };
+    Some(out)
 }
 
 /// One part of a stack for [`int_stack`] and [`f64_stack`]: tiles `start .. start + count` of
@@ -364,6 +452,49 @@ mod tests {
         let mut q = vec![0.0; stack.len()];
         quantize_runs(quantize, &rounded, n, n, &mut q);
         q
+    }
+
+    /// [`rounded_input`] gives the input chain's nodes' value, bit for bit: the rows padded by
+    /// `pad_to_tiles`' definition (lane `l` of row `i` is `x[i][l]`, `pad` past `c`), then
+    /// rounded whole by `round_slice`. Adversarial rows (fp16 ties, subnormals, `-0.0`, 65519
+    /// and 65520, NaN and infinities), widths of one lane to several tiles with and without
+    /// padding, a padding value that the rounding changes, and more rows than one task takes.
+    #[test]
+    fn rounded_inputs_equal_the_chain_node_by_node() {
+        let fp16 = FloatFormat::FP16;
+        let bf16 = FloatFormat::BF16;
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        for (items, c, width, pad) in [
+            (3, 21, 32, 0.0),
+            (5, 16, 16, 0.0),
+            (1, 1, 16, 65519.0),
+            (700, 300, 384, -0.0),
+            (2, 5, 8, f64::NAN),
+        ] {
+            let mut x = adversarial(&mut s, items, c, 5);
+            for (k, v) in x.iter_mut().enumerate().filter(|(k, _)| k % 97 == 3) {
+                *v = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 65520.0][k % 4];
+            }
+            for format in [&fp16, &bf16] {
+                let mut padded = vec![pad; items * width];
+                for (i, row) in x.chunks(c).enumerate() {
+                    for (l, &v) in row.iter().enumerate() {
+                        padded[i * width + l] = f64::from(v);
+                    }
+                }
+                let mut want = vec![0.0; padded.len()];
+                round_slice(format, &padded, &mut want);
+                let got = rounded_input(&x, c, width, pad, format).expect("whole rows");
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{items} x {c} in {width}");
+            }
+        }
+        // Not whole rows, or rows wider than the padded width: refused.
+        let x = [1.0f32; 12];
+        assert!(rounded_input(&x, 5, 8, 0.0, &fp16).is_none());
+        assert!(rounded_input(&x, 4, 3, 0.0, &fp16).is_none());
+        assert!(rounded_input(&x, 0, 8, 0.0, &fp16).is_none());
+        assert_eq!(rounded_input(&[], 4, 8, 0.0, &fp16), Some(vec![]));
     }
 
     /// `(w, [r, c], round, format, start, count)` of one part.
