@@ -9,9 +9,14 @@
 //! without overflow whatever their signs, so the dot product of two runs is `P * 2^(u_w +
 //! u_x)` with `P` an exact `i32`, and exact as an f64 once scaled by a power of two that
 //! [`fits`] checks to be normal with room for the sums. The partials of one output row are
-//! then summed exactly and rounded once (running two-sums, `ExactSums`; a row whose sums
-//! were inexact is summed again exactly from recomputed partials), or per the `-seq`
-//! accumulation modes (`RowAcc`), exactly as the float path sums its partials.
+//! then summed exactly and rounded once, or per the `-seq` accumulation modes (`RowAcc`),
+//! exactly as the float path sums its partials. The exact sum takes the cheapest of three
+//! forms the data admits, checked per task: one `i32` per output, each partial shifted to the
+//! row's and the item's smallest unit (where the integers' bits and the units' spread across
+//! tile columns bound every sum below `2^31`, `int_sums`: BFP 8 data a few binades apart);
+//! plain f64 sums (where every term is a multiple of the smallest unit below `2^53` of them);
+//! else running two-sums (`ExactSums`; a row whose sums were inexact is summed again exactly
+//! from recomputed partials).
 //!
 //! The integers are `i16`; `vpmaddwd` multiplies 16 pairs and adds adjacent products into 8
 //! `i32` lanes (twice the multiply-adds per instruction of an f32 FMA, half the bytes). The
@@ -232,6 +237,11 @@ pub struct IntWeights {
     scale: Vec<f64>,
     /// Units of every row tile `i` (all its column tiles).
     row_span: Vec<Span>,
+    /// Every row on a common unit across its tile columns (`base` by row `i * n + r`, `shift`
+    /// laid out as `scale`), for [`int_sums`].
+    aligned: Aligned,
+    /// The largest shift of every row tile `i`.
+    shift_span: Vec<u32>,
     /// Bits of the largest integer.
     bits: u32,
     /// Whether the stack held a `-0.0` (its integer is 0, so [`IntWeights::restore`] cannot
@@ -305,6 +315,14 @@ impl IntWeights {
             .chunks(cols * n)
             .map(|u| Span::of(u.iter().copied()))
             .collect();
+        let aligned = Aligned::new(&unit, rows * n, cols, |row, j| {
+            ((row / n) * cols + j) * n + row % n
+        });
+        let shift_span = aligned
+            .shift
+            .chunks(cols * n)
+            .map(|s| s.iter().copied().max().unwrap_or(0) as u32)
+            .collect();
         Some(IntWeights {
             rows,
             cols,
@@ -312,6 +330,8 @@ impl IntWeights {
             packed,
             scale: scales(&unit),
             row_span,
+            aligned,
+            shift_span,
             bits,
             neg_zero,
         })
@@ -377,6 +397,11 @@ impl IntWeights {
     fn scales(&self, i: usize, j: usize) -> &[f64] {
         &self.scale[(i * self.cols + j) * self.n..][..self.n]
     }
+
+    /// The rows' shifts to their common unit in tile `(i, j)` ([`Aligned`]).
+    fn shifts(&self, i: usize, j: usize) -> &[i32] {
+        &self.aligned.shift[(i * self.cols + j) * self.n..][..self.n]
+    }
 }
 
 /// `2^u` of every unit, 0 for all-zero runs (their partials are zero).
@@ -387,6 +412,43 @@ fn scales(units: &[i32]) -> Vec<f64> {
         .collect()
 }
 
+/// The runs of one output row (a weight row, or a vector item) across the tile columns, on a
+/// common unit: the row's smallest unit (`base`, as `2^base`; 1 for a row of zero runs) and
+/// each run's unit above it (`shift`, 0 for a zero run), so that a tile partial `P` of runs
+/// with shifts `a` and `b` is `(P << (a + b)) * 2^(base_w + base_x)`. `unit_of(row, j)` is the
+/// index of run `j` of `row` in `units`; the shifts come in the same layout.
+struct Aligned {
+    base: Vec<f64>,
+    shift: Vec<i32>,
+}
+
+impl Aligned {
+    fn new(
+        units: &[i32],
+        rows: usize,
+        cols: usize,
+        unit_of: impl Fn(usize, usize) -> usize,
+    ) -> Aligned {
+        let mut shift = vec![0; units.len()];
+        let base = (0..rows)
+            .map(|row| {
+                let span = Span::of((0..cols).map(|j| units[unit_of(row, j)]));
+                let lo = if span.is_empty() { 0 } else { span.lo };
+                for j in 0..cols {
+                    let k = unit_of(row, j);
+                    shift[k] = if units[k] == ZERO_RUN {
+                        0
+                    } else {
+                        units[k] - lo
+                    };
+                }
+                pow2(lo)
+            })
+            .collect();
+        Aligned { base, shift }
+    }
+}
+
 /// A vector `[b, cols * n]` as integers.
 pub struct IntVector {
     b: usize,
@@ -395,6 +457,9 @@ pub struct IntVector {
     /// Unit of tile `j` of item `bi` at `j * b + bi`, and its `2^unit`.
     unit: Vec<i32>,
     scale: Vec<f64>,
+    /// Every item on a common unit across its tiles (`base` by item, `shift` laid out as
+    /// `unit`), for [`int_sums`].
+    aligned: Aligned,
     bits: u32,
 }
 
@@ -420,11 +485,13 @@ impl IntVector {
             })?;
         let bits = mag_bits(&q);
         let scale = scales(&unit);
+        let aligned = Aligned::new(&unit, b, cols, |bi, j| j * b + bi);
         Some(IntVector {
             b,
             q,
             unit,
             scale,
+            aligned,
             bits,
         })
     }
@@ -499,6 +566,37 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
                 let (sw, sx) = (&w.scales(i, j)[r0..][..ROW_BLOCK], sx(j)[bi]);
                 std::array::from_fn::<f64, ROW_BLOCK, _>(|k| f64::from(p[k]) * sw[k] * sx)
             };
+            if int_sums(spec, w, x, i, b0, items) {
+                // One i32 sum per output across the tile columns, on the row's and the
+                // item's common units; scaled and rounded once at the end, item by item in L1,
+                // straight into the output.
+                let mut acc = vec![0i32; items * n];
+                for j in 0..cols {
+                    let mut sink = IntSums {
+                        acc: &mut acc,
+                        shift_w: w.shifts(i, j),
+                        shift_x: &x.aligned.shift[j * b + b0..][..items],
+                        n,
+                    };
+                    kernel(simd, w.tile(i, j), xs(j), n, &mut sink);
+                }
+                let base_w = &w.aligned.base[i * n..][..n];
+                let mut row = vec![0.0f64; n];
+                for ((run, a), bx) in runs
+                    .iter_mut()
+                    .zip(acc.chunks(n))
+                    .zip(&x.aligned.base[b0..])
+                {
+                    for ((s, &a), bw) in row.iter_mut().zip(a).zip(base_w) {
+                        *s = f64::from(a) * (bw * bx);
+                    }
+                    sums.round(&mut row);
+                    run.write_copy_of_slice(&row);
+                }
+                // Every run written in full (the `set_len` below relies on it).
+                assert_eq!(runs.len(), items);
+                return;
+            }
             let y: Vec<f64> = if plain_sums(spec, w, x, i, b0, items) {
                 let mut s = vec![0.0f64; items * n];
                 for j in 0..cols {
@@ -586,6 +684,29 @@ fn plain_sums(
             <= 53
 }
 
+/// Whether the outputs of row tile `i` for items `b0..b0 + items` can be summed in `i32` on
+/// the rows' and items' common units ([`Aligned`]), for `exact` accumulation: every shifted
+/// partial and every sum of them below `2^31` in magnitude. `|q| < 2^bits` on each side, so
+/// `|P| < n 2^(bits_w + bits_x)`; a shift adds at most the spans; `cols` terms. The sum is
+/// then exact, and so is its scaling by `2^(base_w + base_x)` (powers of two that [`fits`]
+/// keeps in range): the same exact sum that [`plain_sums`] adds in f64, rounded once.
+fn int_sums(
+    spec: &MatVec,
+    w: &IntWeights,
+    x: &IntVector,
+    i: usize,
+    b0: usize,
+    items: usize,
+) -> bool {
+    let span_x = (0..w.cols)
+        .flat_map(|j| &x.aligned.shift[j * x.b + b0..][..items])
+        .copied()
+        .max()
+        .unwrap_or(0) as u32;
+    spec.accumulation == Accumulation::Exact
+        && ceil_log2(w.cols) + ceil_log2(w.n) + w.bits + x.bits + w.shift_span[i] + span_x <= 31
+}
+
 /// Whether every output of `w x` is such a plain sum (for the whole batch), so that a kernel
 /// that adds the scaled partials in an order of its own ([`super::gpu`]) gets the same sums,
 /// which [`round_sums`] then rounds as [`matvec`] does.
@@ -607,6 +728,39 @@ trait Sink {
     /// every other sink.
     fn plain(&mut self) -> Option<PlainBuffers<'_>> {
         None
+    }
+
+    /// The buffers of [`IntSums`], likewise.
+    fn int_sums(&mut self) -> Option<IntBuffers<'_>> {
+        None
+    }
+}
+
+/// `(acc, shift_w, shift_x, n)` of [`IntSums`].
+type IntBuffers<'a> = (&'a mut [i32], &'a [i32], &'a [i32], usize);
+
+/// Integer sums on common units: `acc[item * n + r] += P << (shift_w[r] + shift_x[item])`
+/// ([`int_sums`] bounds every value below `2^31`; the SIMD kernel does the same in vector
+/// registers).
+struct IntSums<'a> {
+    acc: &'a mut [i32],
+    shift_w: &'a [i32],
+    shift_x: &'a [i32],
+    n: usize,
+}
+
+impl Sink for IntSums<'_> {
+    #[inline(always)]
+    fn take(&mut self, item: usize, r0: usize, p: &[i32; ROW_BLOCK]) {
+        let (sw, sx) = (&self.shift_w[r0..][..ROW_BLOCK], self.shift_x[item]);
+        let acc = &mut self.acc[item * self.n + r0..][..ROW_BLOCK];
+        for k in 0..ROW_BLOCK {
+            acc[k] += p[k] << (sw[k] + sx);
+        }
+    }
+
+    fn int_sums(&mut self) -> Option<IntBuffers<'_>> {
+        Some((self.acc, self.shift_w, self.shift_x, self.n))
     }
 }
 
@@ -762,6 +916,34 @@ mod avx2 {
             }
         }
         let r0 = rb * ROW_BLOCK;
+        if let Some((sums, shw, shx, n)) = sink.int_sums() {
+            // IntSums in vector registers: sums[item * n + r] += P << (shw[r] + shx[item]).
+            assert!(
+                shw.len() >= r0 + ROW_BLOCK && shx.len() >= b0 + C && sums.len() >= (b0 + C) * n
+            );
+            // SAFETY: r0 + 16 <= shw.len() (asserted above).
+            let row_shift = unsafe {
+                [
+                    _mm256_loadu_si256(shw.as_ptr().add(r0) as *const __m256i),
+                    _mm256_loadu_si256(shw.as_ptr().add(r0 + 8) as *const __m256i),
+                ]
+            };
+            for (c, a) in acc.iter().enumerate() {
+                let item_shift = _mm256_set1_epi32(shx[b0 + c]);
+                for (t, v) in a.iter().enumerate() {
+                    let shift = _mm256_add_epi32(row_shift[t], item_shift);
+                    // SAFETY: (b0 + c) * n + r0 + 8 t + 8 <= (b0 + C) * n <= sums.len()
+                    // (asserted above; r0 + 16 <= n).
+                    unsafe {
+                        let sp = sums.as_mut_ptr().add((b0 + c) * n + r0 + 8 * t) as *mut __m256i;
+                        let total =
+                            _mm256_add_epi32(_mm256_loadu_si256(sp), _mm256_sllv_epi32(*v, shift));
+                        _mm256_storeu_si256(sp, total);
+                    }
+                }
+            }
+            return;
+        }
         if let Some((s, sw, sx, n)) = sink.plain() {
             // PlainSums in vector registers: s[item * n + r] += P * sw[r] * sx[item].
             assert!(sw.len() >= r0 + ROW_BLOCK && sx.len() >= b0 + C && s.len() >= (b0 + C) * n);
@@ -1077,6 +1259,84 @@ pub(crate) mod tests {
         let xt = IntVector::new(&tiny, 1, 1, n).expect("fits");
         let wt = IntWeights::new(&vec![2f64.powi(-500); n * n], 1, 1, n).expect("fits");
         assert!(!fits(&wt, &xt));
+    }
+
+    /// The i32 sums on common units ([`int_sums`]) give the exact reference's bits where the
+    /// bound admits them, up to the bound: BFP 8 mantissas at their largest (+-127, so a tile
+    /// partial is +-128 * 127^2) with weight and vector units `a` and `c` binades apart across
+    /// two tile columns, `1 + 7 + 7 + 7 + a + c <= 31` taken and one binade more refused (then
+    /// the f64 sums give the same bits). Mixed signs, an all-zero weight row run and an
+    /// all-zero item ride along, and a random BFP 8 product (the LSTM's kind of data) takes the
+    /// path too.
+    #[test]
+    fn int_sums_equal_the_exact_reference_up_to_their_bound() {
+        let (n, rows, cols, b) = (128, 1, 2, 9);
+        let to_fp32 = spec(n, rows, cols, Accumulation::Exact, FloatFormat::FP32);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut s = 0x1234_5678_9abc_def1u64;
+        for (a, c) in [(5, 4), (0, 9), (9, 0), (5, 5), (0, 10), (3, 3)] {
+            // Weights: tile 0 rows in units 2^a, tile 1 in 2^0; row 3 of tile 1 all zero.
+            let mut w = vec![0.0; rows * cols * n * n];
+            for (e, v) in w.iter_mut().enumerate() {
+                let (t, r) = (e / (n * n), e / n % n);
+                let q = if r % 2 == 0 { 127.0 } else { -127.0 };
+                *v = match (t, r) {
+                    (1, 3) => 0.0,
+                    (0, _) => q * 2f64.powi(a),
+                    _ => q,
+                };
+            }
+            // Items: tile 0 in units 2^0, tile 1 in 2^c; item 4 all zero; item 5
+            // with mixed signs.
+            let mut x = vec![0.0; b * cols * n];
+            for (e, v) in x.iter_mut().enumerate() {
+                let (item, j, l) = (e / (cols * n), e / n % cols, e % n);
+                let q = match item {
+                    4 => 0.0,
+                    5 => [127.0, -127.0, 99.0][l % 3],
+                    _ => 127.0,
+                };
+                *v = if j == 1 { q * 2f64.powi(c) } else { q };
+            }
+            let want = matvec_exact(&to_fp32, &x, b, &w);
+            let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+            let xi = IntVector::new(&x, b, cols, n).expect("fits");
+            assert!(fits(&wi, &xi));
+            let taken = int_sums(&to_fp32, &wi, &xi, 0, 0, b);
+            assert_eq!(taken, a + c <= 9, "a {a} c {c}");
+            for simd in [false, true] {
+                assert_eq!(
+                    bits(&matvec(&to_fp32, &wi, &xi, simd)),
+                    bits(&want),
+                    "a {a} c {c}"
+                );
+            }
+        }
+        // Random BFP 8 rows and tiles, units a few binades apart.
+        let (n, rows, cols, b) = (128, 2, 3, 70);
+        let to_fp16 = spec(n, rows, cols, Accumulation::Exact, FloatFormat::FP16);
+        let values = |s: &mut u64, runs: usize| -> Vec<f64> {
+            let mut v = vec![0.0; runs * n];
+            for run in v.chunks_mut(n) {
+                let u = (xorshift(s) % 3) as i32 - 12;
+                for x in run.iter_mut() {
+                    *x = ((xorshift(s) % 255) as f64 - 127.0) * 2f64.powi(u);
+                }
+            }
+            v
+        };
+        let (w, x) = (values(&mut s, rows * cols * n), values(&mut s, b * cols));
+        let want = matvec_exact(&to_fp16, &x, b, &w);
+        let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+        let xi = IntVector::new(&x, b, cols, n).expect("fits");
+        assert!((0..rows).all(|i| int_sums(&to_fp16, &wi, &xi, i, 0, 64)));
+        for simd in [false, true] {
+            assert_eq!(
+                bits(&matvec(&to_fp16, &wi, &xi, simd)),
+                bits(&want),
+                "random BFP 8"
+            );
+        }
     }
 
     #[test]
