@@ -919,7 +919,10 @@ mod avx2 {
         if let Some((sums, shw, shx, n)) = sink.int_sums() {
             // IntSums in vector registers: sums[item * n + r] += P << (shw[r] + shx[item]).
             assert!(
-                shw.len() >= r0 + ROW_BLOCK && shx.len() >= b0 + C && sums.len() >= (b0 + C) * n
+                shw.len() >= r0 + ROW_BLOCK
+                    && r0 + ROW_BLOCK <= n
+                    && shx.len() >= b0 + C
+                    && sums.len() >= (b0 + C) * n
             );
             // SAFETY: r0 + 16 <= shw.len() (asserted above).
             let row_shift = unsafe {
@@ -933,7 +936,7 @@ mod avx2 {
                 for (t, v) in a.iter().enumerate() {
                     let shift = _mm256_add_epi32(row_shift[t], item_shift);
                     // SAFETY: (b0 + c) * n + r0 + 8 t + 8 <= (b0 + C) * n <= sums.len()
-                    // (asserted above; r0 + 16 <= n).
+                    // (r0 + 16 <= n and the length, asserted above).
                     unsafe {
                         let sp = sums.as_mut_ptr().add((b0 + c) * n + r0 + 8 * t) as *mut __m256i;
                         let total =

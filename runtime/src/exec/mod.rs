@@ -176,7 +176,9 @@ pub struct Session<'g> {
     /// (`Executor::keep_as_ints`): a quarter of the memory.
     stacks: Vec<Option<(usize, usize)>>,
     /// The constant weight stacks that [`prepare`] computes in one pass from the host's
-    /// weights (as integers where the kernel runs, else as f64), and the nodes it skips.
+    /// weights (as integers where the kernel runs, else in their matmul's layout or as f64),
+    /// the input chains it computes in one pass from the host's inputs, and the nodes it
+    /// skips.
     plan: prepare::Plan,
     /// For the float path, the plan's stacks whose every product takes the chunked matmul
     /// with one chunk and dtype: those, which the session prepares straight into that
@@ -356,7 +358,8 @@ impl<'g> Session<'g> {
                 continue;
             }
             // A weight stack goes from the host's weights straight to the form the session
-            // keeps (`prepare`): integers where the kernel runs, else the f64 stack.
+            // keeps (`prepare`): integers where the kernel runs, else its matmul's layout or
+            // the f64 stack; an input chain's value straight from the host's input.
             let mut prepared = None;
             if let Some(chain) = &self.plan.inputs[i] {
                 // The input converted, padded and rounded in one pass (`prepare`).
