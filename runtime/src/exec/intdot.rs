@@ -572,10 +572,10 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
                 // straight into the output.
                 let mut acc = vec![0i32; items * n];
                 for j in 0..cols {
-                    let mut sink = IntSums {
-                        acc: &mut acc,
-                        shift_w: w.shifts(i, j),
-                        shift_x: &x.aligned.shift[j * b + b0..][..items],
+                    let mut sink = Sums {
+                        s: &mut acc,
+                        w: w.shifts(i, j),
+                        x: &x.aligned.shift[j * b + b0..][..items],
                         n,
                     };
                     kernel(simd, w.tile(i, j), xs(j), n, &mut sink);
@@ -600,10 +600,10 @@ pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f
             let y: Vec<f64> = if plain_sums(spec, w, x, i, b0, items) {
                 let mut s = vec![0.0f64; items * n];
                 for j in 0..cols {
-                    let mut sink = PlainSums {
+                    let mut sink = Sums {
                         s: &mut s,
-                        sw: w.scales(i, j),
-                        sx: sx(j),
+                        w: w.scales(i, j),
+                        x: sx(j),
                         n,
                     };
                     kernel(simd, w.tile(i, j), xs(j), n, &mut sink);
@@ -675,13 +675,13 @@ fn plain_sums(
     items: usize,
 ) -> bool {
     spec.accumulation == Accumulation::Exact
-        && w.row_span[i].width()
-            + x.span(b0, items).width()
-            + ceil_log2(w.n)
-            + w.bits
-            + x.bits
-            + ceil_log2(w.cols)
-            <= 53
+        && sum_bits(w, x, w.row_span[i].width() + x.span(b0, items).width()) <= 53
+}
+
+/// Bits a sum of `cols` partials of `w` and `x` needs, each `|P| < n 2^(bits_w + bits_x)`
+/// moved up by at most `spread` binades: `|sum| < 2^sum_bits`.
+fn sum_bits(w: &IntWeights, x: &IntVector, spread: u32) -> u32 {
+    ceil_log2(w.cols) + ceil_log2(w.n) + w.bits + x.bits + spread
 }
 
 /// Whether the outputs of row tile `i` for items `b0..b0 + items` can be summed in `i32` on
@@ -703,8 +703,7 @@ fn int_sums(
         .copied()
         .max()
         .unwrap_or(0) as u32;
-    spec.accumulation == Accumulation::Exact
-        && ceil_log2(w.cols) + ceil_log2(w.n) + w.bits + x.bits + w.shift_span[i] + span_x <= 31
+    spec.accumulation == Accumulation::Exact && sum_bits(w, x, w.shift_span[i] + span_x) <= 31
 }
 
 /// Whether every output of `w x` is such a plain sum (for the whole batch), so that a kernel
@@ -724,70 +723,88 @@ pub fn round_sums(spec: &MatVec, s: &mut [f64]) {
 trait Sink {
     fn take(&mut self, item: usize, r0: usize, p: &[i32; ROW_BLOCK]);
 
-    /// The buffers of [`PlainSums`], for the SIMD kernel's own vector epilogue; `None` for
-    /// every other sink.
-    fn plain(&mut self) -> Option<PlainBuffers<'_>> {
-        None
-    }
-
-    /// The buffers of [`IntSums`], likewise.
-    fn int_sums(&mut self) -> Option<IntBuffers<'_>> {
+    /// The sums a [`Sums`] sink adds into, for the SIMD kernel's own vector epilogue; `None`
+    /// for every other sink.
+    fn sums(&mut self) -> Option<Epilogue<'_>> {
         None
     }
 }
 
-/// `(acc, shift_w, shift_x, n)` of [`IntSums`].
-type IntBuffers<'a> = (&'a mut [i32], &'a [i32], &'a [i32], usize);
-
-/// Integer sums on common units: `acc[item * n + r] += P << (shift_w[r] + shift_x[item])`
-/// ([`int_sums`] bounds every value below `2^31`; the SIMD kernel does the same in vector
-/// registers).
-struct IntSums<'a> {
-    acc: &'a mut [i32],
-    shift_w: &'a [i32],
-    shift_x: &'a [i32],
+/// Running sums of one task over the tile columns: `s[item * n + r] += term(P, w[r],
+/// x[item])`, with the factors of the current tile column per row (`w`) and per item (`x`).
+/// Plain f64 sums of the scaled partials (`w`, `x` the scales `2^u`; the common case of
+/// `exact` accumulation), or `i32` sums on common units (`w`, `x` the shifts of [`Aligned`],
+/// which [`int_sums`] bounds below `2^31`). The SIMD kernel does the same in vector
+/// registers.
+struct Sums<'a, U: Factor> {
+    s: &'a mut [U::Sum],
+    w: &'a [U],
+    x: &'a [U],
     n: usize,
 }
 
-impl Sink for IntSums<'_> {
-    #[inline(always)]
-    fn take(&mut self, item: usize, r0: usize, p: &[i32; ROW_BLOCK]) {
-        let (sw, sx) = (&self.shift_w[r0..][..ROW_BLOCK], self.shift_x[item]);
-        let acc = &mut self.acc[item * self.n + r0..][..ROW_BLOCK];
-        for k in 0..ROW_BLOCK {
-            acc[k] += p[k] << (sw[k] + sx);
-        }
-    }
+/// A factor of [`Sums`]: what one partial adds.
+trait Factor: Copy + Sized {
+    type Sum: Copy + std::ops::AddAssign;
+    fn term(p: i32, w: Self, x: Self) -> Self::Sum;
+    fn epilogue<'a>(sums: Sums<'a, Self>) -> Epilogue<'a>;
+}
 
-    fn int_sums(&mut self) -> Option<IntBuffers<'_>> {
-        Some((self.acc, self.shift_w, self.shift_x, self.n))
+impl Factor for f64 {
+    type Sum = f64;
+    #[inline(always)]
+    fn term(p: i32, w: f64, x: f64) -> f64 {
+        f64::from(p) * w * x
+    }
+    fn epilogue<'a>(sums: Sums<'a, f64>) -> Epilogue<'a> {
+        Epilogue::Plain(sums)
     }
 }
 
-/// `(s, sw, sx, n)` of [`PlainSums`].
-type PlainBuffers<'a> = (&'a mut [f64], &'a [f64], &'a [f64], usize);
-
-/// Plain f64 sums of the scaled partials: `s[item * n + r] += P * sw[r] * sx[item]` (the
-/// common case of `exact` accumulation; the SIMD kernel does the same in vector registers).
-struct PlainSums<'a> {
-    s: &'a mut [f64],
-    sw: &'a [f64],
-    sx: &'a [f64],
-    n: usize,
+impl Factor for i32 {
+    type Sum = i32;
+    #[inline(always)]
+    fn term(p: i32, w: i32, x: i32) -> i32 {
+        p << (w + x)
+    }
+    fn epilogue<'a>(sums: Sums<'a, i32>) -> Epilogue<'a> {
+        Epilogue::Int(sums)
+    }
 }
 
-impl Sink for PlainSums<'_> {
+/// The sums of a [`Sums`] sink, by kind.
+enum Epilogue<'a> {
+    Plain(Sums<'a, f64>),
+    Int(Sums<'a, i32>),
+}
+
+impl<U: Factor> Sums<'_, U> {
+    /// Whether rows `r0..r0 + ROW_BLOCK` of items `b0..b0 + items` lie inside every buffer.
+    fn covers(&self, r0: usize, b0: usize, items: usize) -> bool {
+        self.w.len() >= r0 + ROW_BLOCK
+            && r0 + ROW_BLOCK <= self.n
+            && self.x.len() >= b0 + items
+            && self.s.len() >= (b0 + items) * self.n
+    }
+}
+
+impl<U: Factor> Sink for Sums<'_, U> {
     #[inline(always)]
     fn take(&mut self, item: usize, r0: usize, p: &[i32; ROW_BLOCK]) {
-        let (sw, sx) = (&self.sw[r0..][..ROW_BLOCK], self.sx[item]);
+        let (w, x) = (&self.w[r0..][..ROW_BLOCK], self.x[item]);
         let s = &mut self.s[item * self.n + r0..][..ROW_BLOCK];
         for k in 0..ROW_BLOCK {
-            s[k] += f64::from(p[k]) * sw[k] * sx;
+            s[k] += U::term(p[k], w[k], x);
         }
     }
 
-    fn plain(&mut self) -> Option<PlainBuffers<'_>> {
-        Some((self.s, self.sw, self.sx, self.n))
+    fn sums(&mut self) -> Option<Epilogue<'_>> {
+        Some(U::epilogue(Sums {
+            s: &mut *self.s,
+            w: self.w,
+            x: self.x,
+            n: self.n,
+        }))
     }
 }
 
@@ -835,7 +852,7 @@ fn dot_scalar(tile: &[i16], x: &[i16], n: usize, r: usize) -> i32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{ROW_BLOCK, Sink};
+    use super::{Epilogue, ROW_BLOCK, Sink};
     use std::arch::x86_64::*;
 
     /// Items per register block: 6 items x 2 row vectors = 12 accumulators, with the 2 weight
@@ -916,64 +933,65 @@ mod avx2 {
             }
         }
         let r0 = rb * ROW_BLOCK;
-        if let Some((sums, shw, shx, n)) = sink.int_sums() {
-            // IntSums in vector registers: sums[item * n + r] += P << (shw[r] + shx[item]).
-            assert!(
-                shw.len() >= r0 + ROW_BLOCK
-                    && r0 + ROW_BLOCK <= n
-                    && shx.len() >= b0 + C
-                    && sums.len() >= (b0 + C) * n
-            );
-            // SAFETY: r0 + 16 <= shw.len() (asserted above).
-            let row_shift = unsafe {
-                [
-                    _mm256_loadu_si256(shw.as_ptr().add(r0) as *const __m256i),
-                    _mm256_loadu_si256(shw.as_ptr().add(r0 + 8) as *const __m256i),
-                ]
-            };
-            for (c, a) in acc.iter().enumerate() {
-                let item_shift = _mm256_set1_epi32(shx[b0 + c]);
-                for (t, v) in a.iter().enumerate() {
-                    let shift = _mm256_add_epi32(row_shift[t], item_shift);
-                    // SAFETY: (b0 + c) * n + r0 + 8 t + 8 <= (b0 + C) * n <= sums.len()
-                    // (r0 + 16 <= n and the length, asserted above).
-                    unsafe {
-                        let sp = sums.as_mut_ptr().add((b0 + c) * n + r0 + 8 * t) as *mut __m256i;
-                        let total =
-                            _mm256_add_epi32(_mm256_loadu_si256(sp), _mm256_sllv_epi32(*v, shift));
-                        _mm256_storeu_si256(sp, total);
-                    }
-                }
-            }
-            return;
-        }
-        if let Some((s, sw, sx, n)) = sink.plain() {
-            // PlainSums in vector registers: s[item * n + r] += P * sw[r] * sx[item].
-            assert!(sw.len() >= r0 + ROW_BLOCK && sx.len() >= b0 + C && s.len() >= (b0 + C) * n);
-            // s += P * (sw * sx) as one FMA: sw * sx = 2^(u_w + u_x) is exact (`fits` keeps
-            // the units inside the normal range), so is P * 2^(u_w + u_x), and the FMA's one
-            // rounding is the addition's.
-            for (c, a) in acc.iter().enumerate() {
-                let sxv = _mm256_set1_pd(sx[b0 + c]);
-                for (t, v) in a.iter().enumerate() {
-                    let halves = [
-                        _mm256_cvtepi32_pd(_mm256_castsi256_si128(*v)),
-                        _mm256_cvtepi32_pd(_mm256_extracti128_si256::<1>(*v)),
-                    ];
-                    for (h, p) in halves.into_iter().enumerate() {
-                        let r = r0 + 8 * t + 4 * h;
-                        // SAFETY: r + 4 <= r0 + 16 <= sw.len() and (b0 + c) * n + r + 4 <=
-                        // (b0 + C) * n <= s.len() (asserted above; r < n).
+        match sink.sums() {
+            Some(Epilogue::Int(sums)) => {
+                // s[item * n + r] += P << (w[r] + x[item]).
+                assert!(sums.covers(r0, b0, C));
+                let (s, n) = (sums.s, sums.n);
+                // SAFETY: r0 + 16 <= w.len() (asserted above).
+                let row_shift = unsafe {
+                    [
+                        _mm256_loadu_si256(sums.w.as_ptr().add(r0) as *const __m256i),
+                        _mm256_loadu_si256(sums.w.as_ptr().add(r0 + 8) as *const __m256i),
+                    ]
+                };
+                for (c, a) in acc.iter().enumerate() {
+                    let item_shift = _mm256_set1_epi32(sums.x[b0 + c]);
+                    for (t, v) in a.iter().enumerate() {
+                        let shift = _mm256_add_epi32(row_shift[t], item_shift);
+                        // SAFETY: (b0 + c) * n + r0 + 8 t + 8 <= (b0 + C) * n <= s.len()
+                        // (r0 + 16 <= n and the length, asserted above).
                         unsafe {
-                            let w = _mm256_loadu_pd(sw.as_ptr().add(r));
-                            let sp = s.as_mut_ptr().add((b0 + c) * n + r);
-                            let wsx = _mm256_mul_pd(w, sxv);
-                            _mm256_storeu_pd(sp, _mm256_fmadd_pd(p, wsx, _mm256_loadu_pd(sp)));
+                            let sp = s.as_mut_ptr().add((b0 + c) * n + r0 + 8 * t) as *mut __m256i;
+                            let total = _mm256_add_epi32(
+                                _mm256_loadu_si256(sp),
+                                _mm256_sllv_epi32(*v, shift),
+                            );
+                            _mm256_storeu_si256(sp, total);
                         }
                     }
                 }
+                return;
             }
-            return;
+            Some(Epilogue::Plain(sums)) => {
+                // s[item * n + r] += P * w[r] * x[item], as one FMA: w * x = 2^(u_w + u_x)
+                // is exact (`fits` keeps the units inside the normal range), so is P *
+                // 2^(u_w + u_x), and the FMA's one rounding is the addition's.
+                assert!(sums.covers(r0, b0, C));
+                let (s, n) = (sums.s, sums.n);
+                for (c, a) in acc.iter().enumerate() {
+                    let sxv = _mm256_set1_pd(sums.x[b0 + c]);
+                    for (t, v) in a.iter().enumerate() {
+                        let halves = [
+                            _mm256_cvtepi32_pd(_mm256_castsi256_si128(*v)),
+                            _mm256_cvtepi32_pd(_mm256_extracti128_si256::<1>(*v)),
+                        ];
+                        for (h, p) in halves.into_iter().enumerate() {
+                            let r = r0 + 8 * t + 4 * h;
+                            // SAFETY: r + 4 <= r0 + 16 <= w.len() and (b0 + c) * n + r + 4 <=
+                            // (b0 + C) * n <= s.len() (asserted above; r0 + 16 <= n).
+                            unsafe {
+                                let w = _mm256_loadu_pd(sums.w.as_ptr().add(r));
+                                let sp = s.as_mut_ptr().add((b0 + c) * n + r);
+                                let wsx = _mm256_mul_pd(w, sxv);
+                                _mm256_storeu_pd(sp, _mm256_fmadd_pd(p, wsx, _mm256_loadu_pd(sp)));
+                            }
+                        }
+                    }
+                }
+                return;
+            }
+            None => {}
         }
         let mut p = [0i32; ROW_BLOCK];
         for (c, a) in acc.iter().enumerate() {

@@ -1074,16 +1074,22 @@ impl<'a> Executor<'a> {
         let ((rows, cols), n) = (stack.dims, self.n);
         let (sources, grid) = (self.sources(stack)?, (rows, cols, n));
         let shape = (cols * n / k, rows * n, k);
-        let missing = || internal("a weight stack's parts do not make it");
+        fn tensor<T: candle_core::WithDType>(
+            v: Option<Vec<T>>,
+            shape: (usize, usize, usize),
+            dev: &Device,
+        ) -> Result<Tensor, Failure> {
+            let v = v.ok_or_else(|| internal("a weight stack's parts do not make it"))?;
+            Ok(Tensor::from_vec(v, shape, dev)?)
+        }
         // `as f32` is candle's `to_dtype(F32)`: exact for the values `float_chunk` admits.
         let t = match dtype {
-            DType::F32 => Tensor::from_vec(
-                prepare::arranged_stack(&sources, grid, k, |v| v as f32).ok_or_else(missing)?,
-                shape,
-                &self.dev,
-            )?,
-            _ => Tensor::from_vec(
-                prepare::arranged_stack(&sources, grid, k, |v| v).ok_or_else(missing)?,
+            DType::F32 => {
+                let v = prepare::arranged_stack(&sources, grid, k, |v| v as f32);
+                tensor(v, shape, &self.dev)?
+            }
+            _ => tensor(
+                prepare::arranged_stack(&sources, grid, k, |v| v),
                 shape,
                 &self.dev,
             )?,
