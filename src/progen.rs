@@ -1759,13 +1759,8 @@ pub enum Outcome {
         elements: usize,
         /// Lanes of `v_wr` values compared (over the trace and the batch).
         written: usize,
-        /// Products the outputs' run computed on the integer kernel (the traced run takes the
-        /// float path for all of them).
-        int_products: usize,
-        /// Of those, the products computed on the GPU (`NNPC_DIFF_DEVICE=cuda`).
-        gpu_products: usize,
-        /// Weight stacks the outputs' run prepared in one pass from the host's weights.
-        one_pass_stacks: usize,
+        /// The paths the outputs' run took.
+        paths: Paths,
     },
     /// The target or the program was rejected (a generator bug when it came from [`generate`]).
     Invalid(String),
@@ -1779,6 +1774,58 @@ pub enum Outcome {
     /// The engines disagree on a `v_wr` (emulator trace vs the graph's write records): the
     /// first divergent write in execution order.
     TraceMismatch(TraceDivergence),
+}
+
+/// The paths a run took where the software graph has more than one, counted: the outputs'
+/// run of a differential test takes the integer kernel where it can, its traced run the float
+/// path for every product.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Paths {
+    /// Products computed on the integer kernel.
+    pub int_products: usize,
+    /// Of those, the products computed on the GPU (`NNPC_DIFF_DEVICE=cuda`).
+    pub gpu_products: usize,
+    /// Weight stacks prepared in one pass from the host's weights.
+    pub one_pass_stacks: usize,
+    /// Vectors quantized straight to the integer kernel's integers.
+    pub quantized_to_ints: usize,
+}
+
+impl Paths {
+    /// The counts of one run.
+    pub fn of(run: &nnp_runtime::exec::Execution) -> Paths {
+        Paths {
+            int_products: run.int_products,
+            gpu_products: run.gpu_products,
+            one_pass_stacks: run.one_pass_stacks,
+            quantized_to_ints: run.quantized_to_ints,
+        }
+    }
+}
+
+impl std::ops::Add for Paths {
+    type Output = Paths;
+
+    /// The counts of both.
+    fn add(self, o: Paths) -> Paths {
+        Paths {
+            int_products: self.int_products + o.int_products,
+            gpu_products: self.gpu_products + o.gpu_products,
+            one_pass_stacks: self.one_pass_stacks + o.one_pass_stacks,
+            quantized_to_ints: self.quantized_to_ints + o.quantized_to_ints,
+        }
+    }
+}
+
+impl std::fmt::Display for Paths {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} products on the integer kernel, {} on the GPU, {} weight stacks prepared in one \
+             pass, {} vectors quantized straight to integers",
+            self.int_products, self.gpu_products, self.one_pass_stacks, self.quantized_to_ints
+        )
+    }
 }
 
 impl Outcome {
@@ -1804,14 +1851,10 @@ impl std::fmt::Display for Outcome {
             Outcome::Concordant {
                 elements,
                 written,
-                int_products,
-                gpu_products,
-                one_pass_stacks,
+                paths,
             } => write!(
                 f,
-                "concordant ({elements} output elements, {written} written lanes, \
-                 {int_products} products on the integer kernel, {gpu_products} on the GPU, \
-                 {one_pass_stacks} weight stacks prepared in one pass)"
+                "concordant ({elements} output elements, {written} written lanes, {paths})"
             ),
             Outcome::Invalid(m) => write!(f, "invalid program: {m}"),
             Outcome::EmulatorError(m) => write!(f, "emulator failed: {m}"),
@@ -1961,9 +2004,7 @@ pub fn run_differential(
         Outcome::Concordant { elements, .. } => Outcome::Concordant {
             elements,
             written: lanes,
-            int_products: plain.int_products,
-            gpu_products: plain.gpu_products,
-            one_pass_stacks: plain.one_pass_stacks,
+            paths: Paths::of(&plain),
         },
         other => other,
     }
@@ -2000,9 +2041,7 @@ pub fn compare_outputs(
         Ok(r) if r.concordant => Outcome::Concordant {
             elements: r.elements,
             written: 0,
-            int_products: 0,
-            gpu_products: 0,
-            one_pass_stacks: 0,
+            paths: Paths::default(),
         },
         Ok(r) => Outcome::Mismatch(Box::new(r)),
     }

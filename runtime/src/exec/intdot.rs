@@ -25,7 +25,7 @@
 //! ([`simd`]); elsewhere the f32/f64 BLAS path runs.
 
 use super::matmul::{ExactSums, MatVec, RowAcc};
-use super::quant::avx2_copy;
+use super::quant::{BfpInts, avx2_copy, to_i16};
 use nnp_grammar::Accumulation;
 use nnp_numerics::{floor_log2, pow2};
 use rayon::prelude::*;
@@ -72,6 +72,17 @@ pub fn qmax(n: usize) -> i32 {
     q.min(i16::MAX as u64) as i32
 }
 
+/// `2^bits` for the most bits `bits` whose integers `|q| < 2^bits` are all within [`qmax`]:
+/// [`to_ints`] holds every run's integers below it.
+pub fn mantissa_limit(n: usize) -> i32 {
+    1 << int_bits(qmax(n))
+}
+
+/// The `bits` of [`mantissa_limit`] for `qmax`.
+fn int_bits(qmax: i32) -> i32 {
+    31 - ((qmax + 1) as u32).leading_zeros() as i32
+}
+
 /// The unit of an all-zero run: far below any real unit, so spans skip it and [`scale`] clamps
 /// it (its partials are zero).
 const ZERO_RUN: i32 = -(1 << 29);
@@ -106,7 +117,7 @@ fn to_ints_body(v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32> {
         q.fill(0);
         return Some(ZERO_RUN);
     }
-    let bits = 31 - ((qmax + 1) as u32).leading_zeros() as i32;
+    let bits = int_bits(qmax);
     let u = floor_log2(m) + 1 - bits;
     if !(-1022..=1000).contains(&u) {
         return None;
@@ -114,21 +125,64 @@ fn to_ints_body(v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32> {
     let down = pow2(-u);
     let (mut ok, mut all) = (true, 0i32);
     for (x, o) in v.iter().zip(q.iter_mut()) {
-        // |s| < 2^bits: the conversion is exact exactly when s is an integer.
-        let s = x * down;
-        let i = s as i32;
-        ok &= f64::from(i) == s;
-        all |= i;
-        *o = i as i16;
+        // |x * down| < 2^bits <= 2^15: the conversion is exact exactly when it is an integer.
+        let (i, whole) = to_i16(x * down);
+        ok &= whole;
+        all |= i32::from(i);
+        *o = i;
     }
     if !ok {
         return None;
     }
+    Some(u + coarsest(q, all))
+}
+
+avx2_copy! {
+    /// One run of `v` quantized in `fmt` straight to integers at their coarsest unit: what
+    /// [`to_ints`] gives for the run's quantized values, or `None` where it would give `None`
+    /// (a non-finite element) or could differ ([`mantissa_unit`]).
+    fn quantized_ints / quantized_ints_avx2 / quantized_ints_body
+        (fmt: &BfpInts, v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32>
+}
+
+#[inline(always)]
+fn quantized_ints_body(fmt: &BfpInts, v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32> {
+    let lsb = fmt.run(v, q)?;
+    mantissa_unit(q, lsb, qmax)
+}
+
+/// The bits of a run's integers at its coarsest unit: a run of BFP mantissas `q * 2^lsb`
+/// (`quant::BfpInts`) as [`to_ints`] holds the same values, or `None` where `to_ints` could
+/// differ (the largest `|q|` not below `2^bits` of [`qmax`], or the unit out of its range).
+#[inline(always)]
+fn mantissa_unit(q: &mut [i16], lsb: i32, qmax: i32) -> Option<i32> {
+    let (top, all) = q.iter().fold((0u16, 0i32), |(m, a), &x| {
+        (m.max(x.unsigned_abs()), a | i32::from(x))
+    });
+    if top == 0 {
+        return Some(ZERO_RUN);
+    }
+    // `to_ints` takes `u = floor_log2(max) + 1 - bits` and holds the values as integers of
+    // `2^u`, which these are (as `|q| < 2^bits`, `u <= lsb`); both then strip the trailing
+    // zero bits all the integers share, so they end at the same unit and integers.
+    let bits = int_bits(qmax);
+    let log = 15 - top.leading_zeros() as i32;
+    let u = log + lsb + 1 - bits;
+    if log >= bits || !(-1022..=1000).contains(&u) {
+        return None;
+    }
+    Some(lsb + coarsest(q, all))
+}
+
+/// Shifts out the trailing zero bits that all of `q` share (`all`: their bitwise or) and
+/// returns how many.
+#[inline(always)]
+fn coarsest(q: &mut [i16], all: i32) -> i32 {
     let tz = all.trailing_zeros();
-    if tz > 0 {
+    if tz > 0 && tz < 16 {
         q.iter_mut().for_each(|x| *x >>= tz);
     }
-    Some(u + tz as i32)
+    tz as i32
 }
 
 /// Bits of the largest magnitude of `q`.
@@ -466,10 +520,36 @@ pub struct IntVector {
 impl IntVector {
     /// `x` is `[b, cols * n]` row-major; `None` when a tile does not fit.
     pub fn new(x: &[f64], b: usize, cols: usize, n: usize) -> Option<IntVector> {
+        let qm = qmax(n);
+        Self::from_runs(x, b, cols, n, |run, q| to_ints(run, q, qm))
+    }
+
+    /// The vector `quantize_runs` makes of `x` in `fmt` (BFP in blocks of `n` lanes), straight
+    /// from `x`: the same integers and units as `new` of that vector, in one pass over `x`
+    /// and none over the quantized values; `None` where `new` of it would be (a non-finite
+    /// block), or could differ ([`mantissa_unit`]).
+    pub(crate) fn quantized(
+        x: &[f64],
+        b: usize,
+        cols: usize,
+        n: usize,
+        fmt: &BfpInts,
+    ) -> Option<IntVector> {
+        let qm = qmax(n);
+        Self::from_runs(x, b, cols, n, |run, q| quantized_ints(fmt, run, q, qm))
+    }
+
+    /// Each tile of `x` as integers and their unit by `ints(run, q)`.
+    fn from_runs(
+        x: &[f64],
+        b: usize,
+        cols: usize,
+        n: usize,
+        ints: impl Fn(&[f64], &mut [i16]) -> Option<i32> + Sync,
+    ) -> Option<IntVector> {
         if !supports(n) || x.len() != b * cols * n {
             return None;
         }
-        let qm = qmax(n);
         let mut q = vec![0i16; x.len()];
         let mut unit = vec![0i32; b * cols];
         // Tile by tile in parallel (tile j of item bi: runs `j * b + bi` of `q` and `unit`),
@@ -480,7 +560,7 @@ impl IntVector {
             .with_min_len((PAR_VALUES / n).max(1))
             .try_for_each(|(t, (q, u))| {
                 let (j, bi) = (t / b, t % b);
-                *u = to_ints(&x[(bi * cols + j) * n..][..n], q, qm)?;
+                *u = ints(&x[(bi * cols + j) * n..][..n], q)?;
                 Some(())
             })?;
         let bits = mag_bits(&q);
@@ -494,6 +574,29 @@ impl IntVector {
             aligned,
             bits,
         })
+    }
+
+    /// The values, `[b, cols * n]` row-major: each integer times its tile's `2^unit` (exact;
+    /// zeros come out as `+0.0`, as BFP quantization gives them).
+    pub fn restore(&self) -> Vec<f64> {
+        if self.q.is_empty() {
+            return Vec::new();
+        }
+        let (b, n) = (self.b, self.q.len() / self.unit.len());
+        let cols = self.unit.len() / b.max(1);
+        let mut out = vec![0.0; self.q.len()];
+        out.par_chunks_mut(cols * n)
+            .enumerate()
+            .for_each(|(bi, row)| {
+                for (j, run) in row.chunks_mut(n).enumerate() {
+                    let t = j * b + bi;
+                    let s = self.scale[t];
+                    for (o, &q) in run.iter_mut().zip(&self.q[t * n..][..n]) {
+                        *o = f64::from(q) * s;
+                    }
+                }
+            });
+        out
     }
 
     /// Batch items.
@@ -1070,6 +1173,158 @@ pub(crate) mod tests {
         // Units outside f64's normal scaling: 2^-1040 (subnormal) is refused, not mis-scaled.
         w[3] = 2f64.powi(-1040);
         assert_eq!(to_ints(&w, &mut q, qm), None);
+        // BFP mantissas at unit 2^lsb (N = 128: 12 bits): the shared trailing zeros go to the
+        // unit; all zeros are a zero run; 4096 needs 13 bits and a unit whose
+        // `floor_log2(max) + 1 - 12` is past -1022 is refused.
+        let qm = qmax(128);
+        let mut m = [4i16, -8, 0, 12];
+        assert_eq!(mantissa_unit(&mut m, 3, qm), Some(5));
+        assert_eq!(m, [1, -2, 0, 3]);
+        let mut m = [127i16, -2, 0, 0];
+        assert_eq!(mantissa_unit(&mut m, -6, qm), Some(-6));
+        assert_eq!(m, [127, -2, 0, 0]);
+        assert_eq!(mantissa_unit(&mut [0i16; 4], 7, qm), Some(ZERO_RUN));
+        assert_eq!(mantissa_unit(&mut [4096i16, 0, 0, 0], 0, qm), None);
+        assert_eq!(mantissa_unit(&mut [-4095i16, 0, 0, 0], 0, qm), Some(0));
+        assert_eq!(mantissa_unit(&mut [1i16, 0, 0, 0], -1011, qm), Some(-1011));
+        assert_eq!(mantissa_unit(&mut [1i16, 0, 0, 0], -1012, qm), None);
+    }
+
+    /// A vector quantized straight to integers ([`IntVector::quantized`]) is the vector that
+    /// `quantize_runs` then [`IntVector::new`] give, field by field (integers, units, scales,
+    /// bits, common units), or `None` exactly where that is; and its [`IntVector::restore`] is
+    /// `quantize_runs`' output, bit for bit. Formats: BFP at mantissas of 2 to 13 bits (13
+    /// only symmetric: the full range's -4096 is past `to_ints`' 12 bits at N = 128 and is
+    /// refused, as are 14 bits, blocks other than the run, stochastic rounding and non-BFP
+    /// formats), every deterministic rounding, 3- to 8-bit exponents, N = 16 and 128. Data:
+    /// mantissa ties on both sides of zero, saturation (values past the largest exponent and
+    /// past the largest mantissa), exponents clamped from below (a block of values under the
+    /// smallest exponent, f64 subnormals), zeros and `-0.0`, all-zero runs, fp16 values and
+    /// tiles whose magnitudes lie 2^-40 to 2^40 apart; a NaN or an infinity in one run makes
+    /// both `None`.
+    #[test]
+    fn quantized_vectors_equal_quantize_then_to_ints() {
+        use crate::exec::quant::quantize_runs;
+        use nnp_numerics::Format;
+        let same = |a: &IntVector, b: &IntVector| {
+            let f64_bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            a.b == b.b
+                && a.q == b.q
+                && a.unit == b.unit
+                && f64_bits(&a.scale) == f64_bits(&b.scale)
+                && a.bits == b.bits
+                && f64_bits(&a.aligned.base) == f64_bits(&b.aligned.base)
+                && a.aligned.shift == b.aligned.shift
+        };
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let (mut taken, mut refused) = (0, 0);
+        for n in [16usize, 128] {
+            let limit = mantissa_limit(n);
+            for round in ["even", "away", "zero"] {
+                for (mant, exp_bits, range) in [
+                    (2, 5, "sym"),
+                    (3, 3, "full"),
+                    (5, 5, "sym"),
+                    (8, 5, "sym"),
+                    (8, 8, "full"),
+                    (12, 4, "full"),
+                    (13, 5, "sym"),
+                    (13, 5, "full"),
+                    (14, 5, "sym"),
+                ] {
+                    let text = format!(
+                        "bfp(mant = {mant}, block = native, exp_bits = {exp_bits}, \
+                         round = {round}, range = {range})"
+                    );
+                    let fmt: Format = text.parse().expect("format");
+                    let Format::Bfp(bfp) = &fmt else {
+                        panic!("{text} is BFP")
+                    };
+                    let Some(f) = BfpInts::new(&fmt, n, limit) else {
+                        // Refused exactly where a mantissa could reach `to_ints`' limit.
+                        let widest = bfp.max_mant() + i64::from(range == "full");
+                        assert!(widest >= i64::from(limit), "{text} refused at N = {n}");
+                        continue;
+                    };
+                    let (lo, hi) = bfp.exp_range();
+                    let (b, cols) = (3, 4);
+                    for case in 0..24 {
+                        let mut x = vec![0.0; b * cols * n];
+                        for (r, run) in x.chunks_mut(n).enumerate() {
+                            let kind = (r + case) % 8;
+                            let e = match kind {
+                                // Past the largest exponent, or under the smallest.
+                                3 => hi + 2,
+                                4 => lo - 3,
+                                _ => (xorshift(&mut s) % 81) as i32 - 40,
+                            }
+                            .clamp(-1000, 1000);
+                            let lsb = e.clamp(lo, hi) - (mant - 2);
+                            for (i, v) in run.iter_mut().enumerate() {
+                                let r = xorshift(&mut s);
+                                let sign = if r & 1 == 1 { -1.0 } else { 1.0 };
+                                let m = (r >> 8) % (1 << (mant - 1)) as u64;
+                                *v = sign
+                                    * match kind {
+                                        // Ties of the mantissa's unit, the largest one too.
+                                        0 if i == 0 => pow2(e) * 1.5,
+                                        0 => (m as f64 + 0.5) * pow2(lsb),
+                                        1 => ((1u64 << (mant - 1)) as f64 - 0.5) * pow2(lsb),
+                                        2 => [0.0, -0.0][i % 2],
+                                        5 => 5e-324 * (m + 1) as f64,
+                                        6 => half::f16::from_f64(
+                                            (r >> 11) as f64 / (1u64 << 53) as f64 * 8.0 - 4.0,
+                                        )
+                                        .to_f64(),
+                                        _ => {
+                                            (1.0 + (r >> 11) as f64 / (1u64 << 53) as f64)
+                                                * pow2(e - (i % 7) as i32)
+                                        }
+                                    };
+                            }
+                        }
+                        // Now and then a non-finite value in one run.
+                        if case % 11 == 10 {
+                            x[n + 3] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][case % 3];
+                        }
+                        let mut quantized = vec![0.0; x.len()];
+                        quantize_runs(&fmt, &x, n, n, &mut quantized);
+                        let want = IntVector::new(&quantized, b, cols, n);
+                        let got = IntVector::quantized(&x, b, cols, n, &f);
+                        let case = format!("{text}, N = {n}, case {case}");
+                        match (&want, &got) {
+                            (Some(w), Some(g)) => {
+                                assert!(same(w, g), "{case}");
+                                let back: Vec<u64> =
+                                    g.restore().iter().map(|v| v.to_bits()).collect();
+                                let want: Vec<u64> =
+                                    quantized.iter().map(|v| v.to_bits()).collect();
+                                assert_eq!(back, want, "{case}: restored");
+                                taken += 1;
+                            }
+                            (None, None) => refused += 1,
+                            _ => panic!("{case}: {} vs {}", want.is_some(), got.is_some()),
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            taken > 200 && refused > 10,
+            "{taken} taken, {refused} refused"
+        );
+        // Not BFP in runs of N: refused.
+        for text in [
+            "bfp(mant = 8, block = 16, exp_bits = 5)",
+            "bfp(mant = 8, exp_bits = 5, round = stochastic(seed = 1))",
+            "mx(elem = fp8e4m3, block = 32)",
+        ] {
+            let fmt: Format = text.parse().expect("format");
+            assert!(
+                BfpInts::new(&fmt, 128, mantissa_limit(128)).is_none(),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -86,6 +86,9 @@ pub struct Execution {
     pub gpu_products: usize,
     /// Weight stacks this run prepared in one pass from the host's weights (`prepare`).
     pub one_pass_stacks: usize,
+    /// Vectors this run quantized straight to the integer kernel's integers (BFP `quantize`
+    /// nodes that only products read: [`intdot::IntVector::quantized`]).
+    pub quantized_to_ints: usize,
 }
 
 /// Why a graph could not be executed.
@@ -186,6 +189,11 @@ pub struct Session<'g> {
     arranged: Vec<Option<(usize, DType)>>,
     /// The format each value is already rounded to, where the graph shows one.
     rounded: Vec<Option<FloatFormat>>,
+    /// `quantize` nodes that only products read, as their vector, in a BFP format the
+    /// integer kernel's integers come straight from ([`quant::BfpInts`]): where the kernel
+    /// runs, the run quantizes them to those integers in one pass, and makes their f64 value
+    /// only if a product needs it.
+    to_ints: Vec<Option<quant::BfpInts>>,
     /// The evaluation order ([`fused::schedule`]).
     order: Vec<usize>,
     warm: bool,
@@ -226,6 +234,7 @@ impl<'g> Session<'g> {
         let product_only = weight_stacks(graph, &constant, opts.keep_writes);
         let plan = prepare::plan(graph, &product_only, opts.keep_writes);
         let arranged = chunked_stacks(graph, &plan);
+        let to_ints = quantized_vectors(graph, &constant, opts.keep_writes);
         let stacks = product_only
             .into_iter()
             .zip(&keep)
@@ -244,6 +253,7 @@ impl<'g> Session<'g> {
             plan,
             arranged,
             rounded: rounded::rounded_formats(&graph.nodes),
+            to_ints,
             warm: false,
             caches: Caches::default(),
         })
@@ -311,7 +321,7 @@ impl<'g> Session<'g> {
         // Where `Executor::keep_as_ints` would keep weight stacks as integers, `prepare` makes
         // them so.
         let ints = ex.int && intdot::supports(ex.n);
-        let mut one_pass_stacks = 0;
+        let (mut one_pass_stacks, mut quantized_to_ints) = (0, 0);
         for (pos, &i) in self.order.iter().enumerate() {
             if in_region.contains(&pos) {
                 continue;
@@ -355,6 +365,14 @@ impl<'g> Session<'g> {
             }
             if self.plan.skipped[i] {
                 // Computed with the stacks that read it, below.
+                continue;
+            }
+            if let (true, Some(f)) = (ints, &self.to_ints[i])
+                && ex.quantize_to_ints(i, f).map_err(exec_err)?
+            {
+                quantized_to_ints += 1;
+                release_inputs(&mut ex.values, &node.op, &last_use, pos);
+                tally(&mut ex.prof, "quantize to ints", t0, 1);
                 continue;
             }
             // A weight stack goes from the host's weights straight to the form the session
@@ -441,6 +459,7 @@ impl<'g> Session<'g> {
             int_products: ex.int_products,
             gpu_products: ex.gpu_products,
             one_pass_stacks,
+            quantized_to_ints,
         })
     }
 }
@@ -451,22 +470,67 @@ impl<'g> Session<'g> {
 fn weight_stacks(graph: &SwGraph, among: &[bool], traced: bool) -> Vec<Option<(usize, usize)>> {
     let len = graph.nodes.len();
     let mut stacks = vec![None; len];
-    let mut other = vec![false; len];
+    let mut other = read_beside_products(graph, traced);
     for node in &graph.nodes {
-        match product_spec(&node.op, graph.native) {
-            Some((spec, x, w)) => {
-                other[x.index()] = true;
-                let dims = (spec.rows, spec.cols);
-                match stacks[w.index()] {
-                    Some(d) if d != dims => other[w.index()] = true,
-                    _ => stacks[w.index()] = Some(dims),
-                }
+        if let Some((spec, x, w)) = product_spec(&node.op, graph.native) {
+            other[x.index()] = true;
+            let dims = (spec.rows, spec.cols);
+            match stacks[w.index()] {
+                Some(d) if d != dims => other[w.index()] = true,
+                _ => stacks[w.index()] = Some(dims),
             }
-            None => node
-                .op
+        }
+    }
+    for (i, s) in stacks.iter_mut().enumerate() {
+        if other[i] || !among[i] {
+            *s = None;
+        }
+    }
+    stacks
+}
+
+/// The `quantize` nodes, not constant, that only products read, each as its vector, and no
+/// trace reads (`traced`), in a format [`quant::BfpInts`] quantizes straight to the integer
+/// kernel's integers: that format by node.
+fn quantized_vectors(
+    graph: &SwGraph,
+    constant: &[bool],
+    traced: bool,
+) -> Vec<Option<quant::BfpInts>> {
+    let n = graph.native;
+    let mut other = read_beside_products(graph, traced);
+    let mut as_x = vec![false; graph.nodes.len()];
+    for node in &graph.nodes {
+        if let Some((_, x, w)) = product_spec(&node.op, n) {
+            as_x[x.index()] = true;
+            other[w.index()] = true;
+        }
+    }
+    let limit = intdot::mantissa_limit(n);
+    graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| match &node.op {
+            Op::Quantize { format, axis, .. }
+                if as_x[i] && !other[i] && !constant[i] && axis.run(n) == n =>
+            {
+                quant::BfpInts::new(format, n, limit)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The values a node other than a product reads, or a trace (`traced`).
+fn read_beside_products(graph: &SwGraph, traced: bool) -> Vec<bool> {
+    let mut other = vec![false; graph.nodes.len()];
+    for node in &graph.nodes {
+        if product_spec(&node.op, graph.native).is_none() {
+            node.op
                 .inputs()
                 .iter()
-                .for_each(|v| other[v.index()] = true),
+                .for_each(|v| other[v.index()] = true);
         }
     }
     if traced {
@@ -475,12 +539,7 @@ fn weight_stacks(graph: &SwGraph, among: &[bool], traced: bool) -> Vec<Option<(u
             .iter()
             .for_each(|w| other[w.value.index()] = true);
     }
-    for (i, s) in stacks.iter_mut().enumerate() {
-        if other[i] || !among[i] {
-            *s = None;
-        }
-    }
-    stacks
+    other
 }
 
 /// Free the inputs of `op` (at position `pos` of the evaluation order) that nothing later reads.
@@ -884,8 +943,7 @@ impl<'a> Executor<'a> {
         dtype: DType,
     ) -> Result<Tensor, Failure> {
         let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
-        let xt = self.value(x)?.clone();
-        let b = xt.dims()[0];
+        let b = self.batch_of(x)?;
         let s = *spec;
         let sum = |parts: Vec<Tensor>, k: usize| -> Result<Tensor, Failure> {
             let pairs = parts.len();
@@ -913,6 +971,7 @@ impl<'a> Executor<'a> {
             let y = intdot::matvec(spec, &wi, &xi, intdot::simd());
             return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
         }
+        let xt = self.vector(x)?;
         if let Some(k) = chunk {
             let wa = match self.caches.arranged.get(&(w, k, dtype)) {
                 Some(t) if cacheable => t.clone(),
@@ -1174,6 +1233,53 @@ impl<'a> Executor<'a> {
         Ok(t)
     }
 
+    /// Quantize node `q` (BFP in blocks of the native dimension, `f`) straight to the integer
+    /// kernel's integers, which its products then read ([`intdot::IntVector::quantized`]);
+    /// `false` when its vector has no such form (the node is then evaluated as usual).
+    fn quantize_to_ints(&mut self, q: usize, f: &quant::BfpInts) -> Result<bool, Failure> {
+        let Op::Quantize { src, .. } = &self.g.nodes[q].op else {
+            return Ok(false);
+        };
+        let n = self.n;
+        let t = self.value(*src)?;
+        let &[b, len] = t.dims() else {
+            return Ok(false);
+        };
+        let Some(xi) = with_host(t, |v| intdot::IntVector::quantized(v, b, len / n, n, f))? else {
+            return Ok(false);
+        };
+        self.int_x.insert(ValueId(q as u32), Some(Arc::new(xi)));
+        Ok(true)
+    }
+
+    /// Whether a product's vector `x` is available: computed, or as integers.
+    fn vector_ready(&self, x: ValueId) -> bool {
+        self.ready(x) || matches!(self.int_x.get(&x), Some(Some(_)))
+    }
+
+    /// The batch of a product's vector `x`.
+    fn batch_of(&self, x: ValueId) -> Result<usize, ExecError> {
+        match self.int_x.get(&x) {
+            Some(Some(xi)) => Ok(xi.batch()),
+            _ => Ok(self.value(x)?.dims()[0]),
+        }
+    }
+
+    /// A product's vector `x` as a tensor: its value, or restored from the integers it was
+    /// quantized to ([`Executor::quantize_to_ints`]; then held for the rest of the run).
+    fn vector(&mut self, x: ValueId) -> Result<Tensor, Failure> {
+        if let Some(t) = self.values.get(x.index()).and_then(Option::as_ref) {
+            return Ok(t.clone());
+        }
+        let Some(Some(xi)) = self.int_x.get(&x) else {
+            return Ok(self.value(x)?.clone());
+        };
+        let (b, v) = (xi.batch(), xi.restore());
+        let t = Tensor::from_vec(v, (b, xi.ints().len() / b.max(1)), &self.dev)?;
+        self.values[x.index()] = Some(t.clone());
+        Ok(t)
+    }
+
     /// The integer operands of a product (weights cached for the session when `cacheable`,
     /// the vector for the run), when both fit the integer kernel.
     #[allow(clippy::type_complexity)]
@@ -1266,10 +1372,10 @@ impl<'a> Executor<'a> {
             // Constants ahead are computed in the first run only (and kept): they wait for it.
             let constant_ahead = self.constant[k] && k != upcoming[0];
             let waiting = !constant_ahead && !self.prefetched.contains_key(&k);
-            if !waiting || !self.ready(x) || !self.weights_ready(w) {
+            if !waiting || !self.vector_ready(x) || !self.weights_ready(w) {
                 continue;
             }
-            let b = self.value(x)?.dims()[0];
+            let b = self.batch_of(x)?;
             let cacheable = self.constant.get(w.index()).copied().unwrap_or(false);
             let t0 = std::time::Instant::now();
             let Some((wi, xi)) = self.int_operands(&spec, x, w, b, cacheable)? else {
@@ -1631,7 +1737,8 @@ mod tests {
     }
 
     /// Where the integer kernel runs, every weight stack of the LSTM sample is one chain that
-    /// the session prepares in one pass from the host's weights ([`prepare`]). With
+    /// the session prepares in one pass from the host's weights ([`prepare`]), and every
+    /// vector of a product goes straight to integers ([`intdot::IntVector::quantized`]). With
     /// adversarial weights (fp16 ties, fp16 and f32 subnormals, `-0.0`, magnitudes 2^-30 to
     /// 2^15 in one row) the outputs are the emulator's bits. A weight that rounds to
     /// infinity gives its stack no integer form: that chain is evaluated node by node and its
@@ -1682,6 +1789,19 @@ mod tests {
             // The float path's f64 stacks have no integer form to miss.
             let fallbacks = usize::from(overflow && !float_matmul);
             assert_eq!(out.one_pass_stacks, stacks - fallbacks);
+            // The vectors of the products, x_t and h_(t-1) of T = 4 steps but the constant
+            // h_0, go straight to integers where the kernel runs
+            // (Uc's NaN block makes h_1 onwards NaN: those are quantized as f64 as before.)
+            assert_eq!(session.to_ints.iter().flatten().count(), 7);
+            let quantized = match (float_matmul, overflow) {
+                (true, _) => 0,
+                (false, true) => 4,
+                (false, false) => 7,
+            };
+            assert_eq!(
+                out.quantized_to_ints, quantized,
+                "{float_matmul} {overflow}"
+            );
             let emu = emulator::emulate(&program, &fed, &EmuOptions::default()).expect("emulates");
             let case = format!("float_matmul {float_matmul}, overflow {overflow}");
             assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{case}");
@@ -1720,6 +1840,35 @@ mod tests {
                     "the finite case stays finite"
                 );
             }
+        }
+    }
+
+    /// A product whose weights have no integer form (Uc stored in fp16: its rows span more
+    /// bits than the kernel's integers hold) reads its vector, which went straight to integers,
+    /// as f64 values restored from them: the outputs are the emulator's bits, in the first run
+    /// and a warm one.
+    #[test]
+    fn vectors_quantized_to_ints_serve_float_products_too() {
+        if !intdot::simd() {
+            return;
+        }
+        let text = include_str!("../../../samples/lstm.nnp").replace(
+            "matrix Uc : [256, 256] at mrf[20]",
+            "matrix Uc : [256, 256] at mrf[20] quant fp16",
+        );
+        let src = Arc::new(SourceFile::new("lstm_fp16_uc.nnp", &text));
+        let program = nnp_grammar::check(src, None).expect("checks").program;
+        let g = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
+        let data = HostData::random(&program, 3, 7);
+        let emu = emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
+        let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
+        // Uc's four products (one per step) take the float path; a warm run keeps the
+        // products of the constant h_0 (three of them integer ones) from the first.
+        for (run, int_products) in [("first", 4 * 8 - 4), ("warm", 4 * 8 - 4 - 3)] {
+            let out = session.run(&data).expect("run");
+            assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{run} run");
+            assert_eq!(out.quantized_to_ints, 7, "{run} run");
+            assert_eq!(out.int_products, int_products, "{run} run");
         }
     }
 

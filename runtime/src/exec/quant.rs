@@ -300,6 +300,40 @@ impl FastBfp {
 
     #[inline(always)]
     fn block(&self, x: &[f64], out: &mut [f64]) {
+        let Some((s, _)) = self.scale(x) else {
+            // A non-finite element makes the whole block NaN.
+            out.fill(f64::NAN);
+            return;
+        };
+        // `+ 0.0` turns a -0 mantissa into +0, as the integer mantissa has no sign. One loop
+        // per rounding mode, so each vectorises.
+        let put = |o: &mut f64, m: f64| *o = m * s.up + 0.0;
+        match self.rounding {
+            Rounding::NearestEven => s.apply(x, out, round_even, put),
+            Rounding::NearestAway => s.apply(x, out, f64::round, put),
+            _ => s.apply(x, out, f64::trunc, put),
+        }
+    }
+
+    /// The integer mantissas of one block and the exponent of their unit (`block` gives
+    /// `q * 2^lsb`), or `None` for a block with a non-finite element.
+    #[inline(always)]
+    fn mantissas(&self, x: &[f64], q: &mut [i16]) -> Option<i32> {
+        let (s, lsb) = self.scale(x)?;
+        // Every mantissa is a whole number within `[min, max]`, inside `i16` (`BfpInts`).
+        let put = |o: &mut i16, m: f64| *o = to_i16(m).0;
+        match self.rounding {
+            Rounding::NearestEven => s.apply(x, q, round_even, put),
+            Rounding::NearestAway => s.apply(x, q, f64::round, put),
+            _ => s.apply(x, q, f64::trunc, put),
+        }
+        Some(lsb)
+    }
+
+    /// The block's scaling and the exponent of its mantissas' unit, or `None` for a block
+    /// with a non-finite element.
+    #[inline(always)]
+    fn scale(&self, x: &[f64]) -> Option<(Scale, i32)> {
         // The largest magnitude gives the shared exponent (floor(log2) is monotone in |x|).
         // For non-negative f64 the bit patterns order as the values, and every non-finite
         // pattern is above every finite one: one branch-free integer max finds both.
@@ -307,9 +341,7 @@ impl FastBfp {
             .iter()
             .fold(0u64, |m, v| m.max(v.to_bits() & !(1u64 << 63)));
         if top >= f64::INFINITY.to_bits() {
-            // A non-finite element makes the whole block NaN.
-            out.fill(f64::NAN);
-            return;
+            return None;
         }
         let amax = f64::from_bits(top);
         let e = if amax == 0.0 {
@@ -318,29 +350,44 @@ impl FastBfp {
             floor_log2(amax).clamp(self.lo, self.hi)
         };
         let lsb = e - (self.mant - 2);
-        let (down, up) = (pow2(-lsb), pow2(lsb));
-        let bound = self.max + 1.0;
-        let (lo, hi) = (self.min, self.max);
-        // Clamp first (keeps the rounding trick in range), round, clamp to the mantissa range;
-        // `+ 0.0` turns a -0 mantissa into +0, as the integer mantissa has no sign. One loop
-        // per rounding mode, so each vectorises.
+        // Clamp first (keeps the rounding trick in range), round, clamp to the mantissa range.
         let s = Scale {
-            down,
-            up,
-            bound,
-            lo,
-            hi,
+            down: pow2(-lsb),
+            up: pow2(lsb),
+            bound: self.max + 1.0,
+            lo: self.min,
+            hi: self.max,
         };
-        match self.rounding {
-            Rounding::NearestEven => s.apply(x, out, round_even),
-            Rounding::NearestAway => s.apply(x, out, f64::round),
-            _ => s.apply(x, out, f64::trunc),
-        }
+        Some((s, lsb))
     }
 }
 
-/// One BFP block's scaling: `x * down`, clamped to `±bound`, rounded, clamped to `[lo, hi]`,
-/// times `up`.
+/// BFP whose blocks are whole runs of the native dimension, quantized straight to integer
+/// mantissas for the integer kernel ([`super::intdot::IntVector::quantized`]): the one pass
+/// that stands for a vector's `quantize` and its conversion to integers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BfpInts(FastBfp);
+
+impl BfpInts {
+    /// `fmt` at native dimension `n`, when it is BFP with blocks of `n` lanes, a rounding
+    /// [`FastBfp`] computes, and mantissas of magnitude below `limit`.
+    pub(crate) fn new(fmt: &Format, n: usize, limit: i32) -> Option<BfpInts> {
+        let Format::Bfp(b) = fmt else { return None };
+        let f = FastBfp::new(b, n)?;
+        (f.block == n && -f.min < f64::from(limit)).then_some(BfpInts(f))
+    }
+
+    /// The mantissas of one run of `n` lanes into `q` and the exponent of their unit, or
+    /// `None` for a run with a non-finite element: [`quantize_runs`] gives `q * 2^lsb`.
+    /// Inlined into its caller, so that an AVX2 copy of the caller vectorises it.
+    #[inline(always)]
+    pub(crate) fn run(&self, x: &[f64], q: &mut [i16]) -> Option<i32> {
+        self.0.mantissas(x, q)
+    }
+}
+
+/// One BFP block's scaling: `x * down`, clamped to `±bound`, rounded, clamped to `[lo, hi]`:
+/// the mantissa, which `put` stores (times `up` for the quantized value).
 struct Scale {
     down: f64,
     up: f64,
@@ -351,19 +398,38 @@ struct Scale {
 
 impl Scale {
     #[inline]
-    fn apply(&self, x: &[f64], out: &mut [f64], round: impl Fn(f64) -> f64) {
+    fn apply<T>(
+        &self,
+        x: &[f64],
+        out: &mut [T],
+        round: impl Fn(f64) -> f64,
+        put: impl Fn(&mut T, f64),
+    ) {
         for (v, o) in x.iter().zip(out.iter_mut()) {
             let y = (v * self.down).clamp(-self.bound, self.bound);
-            *o = round(y).clamp(self.lo, self.hi) * self.up + 0.0;
+            put(o, round(y).clamp(self.lo, self.hi));
         }
     }
 }
 
+/// `1.5 * 2^52`: for `|y| <= 2^51`, `y + MAGIC` lies in `[2^52, 2^53)`, where f64's unit is 1,
+/// so the addition rounds `y` to an integer, held in the low bits of the sum.
+const MAGIC: f64 = 6755399441055744.0;
+
 /// Nearest-even to an integer for `|y| <= 2^51` (the FPU rounds the addition).
 #[inline]
 fn round_even(y: f64) -> f64 {
-    const MAGIC: f64 = 6755399441055744.0; // 1.5 * 2^52
     (y + MAGIC) - MAGIC
+}
+
+/// `y` rounded to the nearest integer (ties to even, for `|y| <= 2^51`), as the low 16 bits of
+/// that integer in two's complement, and whether `y` was that integer: the conversion to
+/// `i16` that vectorises (`as` saturates and maps NaN to 0, which costs a compare and a blend
+/// per lane), exact for every integer `|y| < 2^15`.
+#[inline(always)]
+pub(crate) fn to_i16(y: f64) -> (i16, bool) {
+    let r = y + MAGIC;
+    (r.to_bits() as i16, r - MAGIC == y)
 }
 
 #[cfg(test)]
@@ -411,6 +477,22 @@ mod tests {
             v.push((1.0 + frac) * 2f64.powi(e) * if s & 1 == 1 { -1.0 } else { 1.0 });
         }
         v
+    }
+
+    /// [`to_i16`] on every `i16` (both zeros, the extremes) gives it back and says it is
+    /// whole; halfway and quarter points between them are not whole and give the nearest-even
+    /// integer's low 16 bits (the caller refuses them).
+    #[test]
+    fn to_i16_is_exact_on_every_i16() {
+        for k in i16::MIN..=i16::MAX {
+            let y = f64::from(k);
+            assert_eq!(to_i16(y), (k, true), "{k}");
+            for d in [0.25, 0.5, 0.75] {
+                let want = (y + d).round_ties_even() as i32 as i16;
+                assert_eq!(to_i16(y + d), (want, false), "{k} + {d}");
+            }
+        }
+        assert_eq!(to_i16(-0.0), (0, true));
     }
 
     fn same(a: f64, b: f64) -> bool {
