@@ -9,7 +9,7 @@ use nnp_grammar::Accumulation;
 use nnp_lowering::swgraph::{BinOp, TableFn};
 use nnp_numerics::FloatFormat;
 use nnp_runtime::exec::matmul::{MatVec, sum_partials};
-use nnp_runtime::exec::{intdot, mfu};
+use nnp_runtime::exec::{intdot, mfu, quant};
 use std::hint::black_box;
 
 const N: usize = 128;
@@ -85,6 +85,33 @@ fn bench(c: &mut Criterion) {
     let xv = grid(2, B * k);
     g.bench_function("int_vector", |b| {
         b.iter(|| black_box(intdot::IntVector::new(black_box(&xv), B, TILES, N)))
+    });
+    // A vector of fp16 values to BFP 8 integers: quantized, then converted (the nodes one by
+    // one), or in one pass (`IntVector::quantized`, what a run does for a product's vector).
+    let fmt: nnp_numerics::Format = "bfp(mant = 8, block = native, exp_bits = 5, round = even)"
+        .parse()
+        .expect("format");
+    let hv: Vec<f64> = (0..B * k)
+        .map(|i| half::f16::from_f64(((i * 7919) % 4001) as f64 / 1000.0 - 2.0).to_f64())
+        .collect();
+    g.bench_function("quantize_then_int_vector", |b| {
+        let mut q = vec![0.0; hv.len()];
+        b.iter(|| {
+            quant::quantize_runs(&fmt, black_box(&hv), N, N, &mut q);
+            black_box(intdot::IntVector::new(&q, B, TILES, N))
+        })
+    });
+    let bfp = quant::BfpInts::new(&fmt, N, intdot::mantissa_limit(N)).expect("bfp 8");
+    g.bench_function("int_vector_quantized", |b| {
+        b.iter(|| {
+            black_box(intdot::IntVector::quantized(
+                black_box(&hv),
+                B,
+                TILES,
+                N,
+                &bfp,
+            ))
+        })
     });
     g.bench_function("int_matvec", |b| {
         b.iter(|| {

@@ -521,46 +521,69 @@ impl IntVector {
     /// `x` is `[b, cols * n]` row-major; `None` when a tile does not fit.
     pub fn new(x: &[f64], b: usize, cols: usize, n: usize) -> Option<IntVector> {
         let qm = qmax(n);
-        Self::from_runs(x, b, cols, n, |run, q| to_ints(run, q, qm))
+        Self::from_runs(x, cols * n, b, cols, n, |run, q| to_ints(run, q, qm))
     }
 
     /// The vector `quantize_runs` makes of `x` in `fmt` (BFP in blocks of `n` lanes), straight
-    /// from `x`: the same integers and units as `new` of that vector, in one pass over `x`
-    /// and none over the quantized values; `None` where `new` of it would be (a non-finite
-    /// block), or could differ ([`mantissa_unit`]).
-    pub(crate) fn quantized(
+    /// from `x` (item `bi` at `x[bi * stride..][..cols * n]`): the same integers and units as
+    /// `new` of that vector, in one pass over `x` and none over the quantized values; `None`
+    /// where `new` of it would be (a non-finite block), or could differ ([`mantissa_unit`]).
+    pub fn quantized(
         x: &[f64],
+        stride: usize,
         b: usize,
         cols: usize,
         n: usize,
         fmt: &BfpInts,
     ) -> Option<IntVector> {
         let qm = qmax(n);
-        Self::from_runs(x, b, cols, n, |run, q| quantized_ints(fmt, run, q, qm))
+        Self::from_runs(x, stride, b, cols, n, |run, q| {
+            quantized_ints(fmt, run, q, qm)
+        })
     }
 
-    /// Each tile of `x` as integers and their unit by `ints(run, q)`.
+    /// Each tile of `x` (item `bi` at `x[bi * stride..][..cols * n]`) as integers and their
+    /// unit by `ints(run, q)`.
     fn from_runs(
         x: &[f64],
+        stride: usize,
         b: usize,
         cols: usize,
         n: usize,
         ints: impl Fn(&[f64], &mut [i16]) -> Option<i32> + Sync,
     ) -> Option<IntVector> {
-        if !supports(n) || x.len() != b * cols * n {
+        let row = cols * n;
+        let fits = b == 0 || (stride >= row && x.len() == (b - 1) * stride + row);
+        if !supports(n) || !fits {
             return None;
         }
-        let mut q = vec![0i16; x.len()];
+        let mut q = vec![0i16; b * row];
         let mut unit = vec![0i32; b * cols];
-        // Tile by tile in parallel (tile j of item bi: runs `j * b + bi` of `q` and `unit`),
-        // a few thousand values per task: one tile is too little work to hand to a thread.
-        q.par_chunks_mut(n)
-            .zip(unit.par_iter_mut())
+        // Items in parallel, a few thousand values per task (one tile is too little work to
+        // hand to a thread), each item's tiles in the order of `x`. Tile j of item bi is run
+        // `j * b + bi` of `q` and `unit`: a task holds its items' part of every tile column.
+        let per_task = (PAR_VALUES / row.max(1)).max(1);
+        let mut tasks: Vec<(Vec<&mut [i16]>, Vec<&mut [i32]>)> = (0..b.div_ceil(per_task))
+            .map(|_| (Vec::with_capacity(cols), Vec::with_capacity(cols)))
+            .collect();
+        for (qj, uj) in q.chunks_mut((b * n).max(1)).zip(unit.chunks_mut(b.max(1))) {
+            let parts = qj.chunks_mut(per_task * n).zip(uj.chunks_mut(per_task));
+            for (task, (qp, up)) in tasks.iter_mut().zip(parts) {
+                task.0.push(qp);
+                task.1.push(up);
+            }
+        }
+        tasks
+            .into_par_iter()
             .enumerate()
-            .with_min_len((PAR_VALUES / n).max(1))
-            .try_for_each(|(t, (q, u))| {
-                let (j, bi) = (t / b, t % b);
-                *u = ints(&x[(bi * cols + j) * n..][..n], q)?;
+            .try_for_each(|(k, (mut qs, mut us))| {
+                let items = us.first().map_or(0, |u| u.len());
+                for i in 0..items {
+                    let item = &x[(k * per_task + i) * stride..][..row];
+                    for ((run, qj), uj) in item.chunks(n).zip(&mut qs).zip(&mut us) {
+                        uj[i] = ints(run, &mut qj[i * n..][..n])?;
+                    }
+                }
                 Some(())
             })?;
         let bits = mag_bits(&q);
@@ -1201,7 +1224,8 @@ pub(crate) mod tests {
     /// past the largest mantissa), exponents clamped from below (a block of values under the
     /// smallest exponent, f64 subnormals), zeros and `-0.0`, all-zero runs, fp16 values and
     /// tiles whose magnitudes lie 2^-40 to 2^40 apart; a NaN or an infinity in one run makes
-    /// both `None`.
+    /// both `None`. Items laid out with gaps between them (a slice of wider rows) give the
+    /// same vector.
     #[test]
     fn quantized_vectors_equal_quantize_then_to_ints() {
         use crate::exec::quant::quantize_runs;
@@ -1290,8 +1314,20 @@ pub(crate) mod tests {
                         let mut quantized = vec![0.0; x.len()];
                         quantize_runs(&fmt, &x, n, n, &mut quantized);
                         let want = IntVector::new(&quantized, b, cols, n);
-                        let got = IntVector::quantized(&x, b, cols, n, &f);
+                        let got = IntVector::quantized(&x, cols * n, b, cols, n, &f);
                         let case = format!("{text}, N = {n}, case {case}");
+                        // The same items `2n + 3` values apart, NaN between them (never read).
+                        let stride = cols * n + 2 * n + 3;
+                        let mut wide = vec![f64::NAN; (b - 1) * stride + cols * n];
+                        for (bi, item) in x.chunks(cols * n).enumerate() {
+                            wide[bi * stride..][..cols * n].copy_from_slice(item);
+                        }
+                        let strided = IntVector::quantized(&wide, stride, b, cols, n, &f);
+                        match (&got, &strided) {
+                            (Some(g), Some(w)) => assert!(same(g, w), "{case}: strided"),
+                            (None, None) => {}
+                            _ => panic!("{case}: strided differs"),
+                        }
                         match (&want, &got) {
                             (Some(w), Some(g)) => {
                                 assert!(same(w, g), "{case}");

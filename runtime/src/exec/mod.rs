@@ -1247,7 +1247,9 @@ impl<'a> Executor<'a> {
         let &[b, len] = t.dims() else {
             return Ok(false);
         };
-        let Some(xi) = with_host(t, |v| intdot::IntVector::quantized(v, b, len / n, n, f))? else {
+        let quantized =
+            |v: &[f64], stride| intdot::IntVector::quantized(v, stride, b, len / n, n, f);
+        let Some(xi) = with_host_rows(t, quantized)? else {
             return Ok(false);
         };
         self.int_x.insert(ValueId(q as u32), Some(Arc::new(xi)));
@@ -1469,6 +1471,25 @@ fn with_host<R>(t: &Tensor, f: impl FnOnce(&[f64]) -> R) -> candle_core::Result<
         }
     }
     Ok(f(&host_vec(t)?))
+}
+
+/// `f(values, stride)` of a `[rows, len]` tensor whose row `r` is `values[r * stride..][..len]`:
+/// its f64 storage on the CPU where each row is contiguous (an LSTM's `x_t` is a slice of the
+/// whole input's rows), else a contiguous copy.
+fn with_host_rows<R>(t: &Tensor, f: impl FnOnce(&[f64], usize) -> R) -> candle_core::Result<R> {
+    {
+        let (storage, layout) = t.storage_and_layout();
+        if let (candle_core::Storage::Cpu(CpuStorage::F64(v)), &[rows, len], &[stride, 1]) =
+            (&*storage, layout.dims(), layout.stride())
+            && rows > 0
+            && let Some(v) =
+                v.get(layout.start_offset()..layout.start_offset() + (rows - 1) * stride + len)
+        {
+            return Ok(f(v, stride));
+        }
+    }
+    let len = t.dims().last().copied().unwrap_or(0);
+    Ok(f(&host_vec(t)?, len))
 }
 
 /// The values of contiguous f64 storage on the CPU, row-major; `None` for anything else.
@@ -1873,6 +1894,32 @@ mod tests {
             assert_eq!(out.quantized_to_ints, quantized, "{run} run");
             assert_eq!(out.int_products, int_products, "{run} run");
         }
+    }
+
+    /// `with_host_rows` hands a slice of wider rows (an LSTM's `x_t`) over in place, with the
+    /// wide rows' stride, and anything else as a contiguous copy.
+    #[test]
+    fn host_rows_in_place_or_copied() {
+        let v: Vec<f64> = (0..24).map(f64::from).collect();
+        let t = Tensor::from_vec(v, (3, 8), &Device::Cpu).expect("tensor");
+        let rows = |t: &Tensor| {
+            with_host_rows(t, |v, stride| {
+                let len = t.dims()[1];
+                let rows: Vec<Vec<f64>> = (0..t.dims()[0])
+                    .map(|r| v[r * stride..][..len].to_vec())
+                    .collect();
+                (stride, rows)
+            })
+            .expect("rows")
+        };
+        let narrow = t.narrow(1, 2, 4).expect("narrow");
+        let (stride, got) = rows(&narrow);
+        assert_eq!(stride, 8, "in place");
+        assert_eq!(got, narrow.to_vec2::<f64>().expect("values"));
+        let transposed = narrow.t().expect("t");
+        let (stride, got) = rows(&transposed);
+        assert_eq!(stride, 3, "copied");
+        assert_eq!(got, transposed.to_vec2::<f64>().expect("values"));
     }
 
     /// Missing or mis-shaped weights are errors that name the tensor, on the one-pass path as

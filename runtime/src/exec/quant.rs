@@ -366,12 +366,12 @@ impl FastBfp {
 /// mantissas for the integer kernel ([`super::intdot::IntVector::quantized`]): the one pass
 /// that stands for a vector's `quantize` and its conversion to integers.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct BfpInts(FastBfp);
+pub struct BfpInts(FastBfp);
 
 impl BfpInts {
     /// `fmt` at native dimension `n`, when it is BFP with blocks of `n` lanes, a rounding
     /// [`FastBfp`] computes, and mantissas of magnitude below `limit`.
-    pub(crate) fn new(fmt: &Format, n: usize, limit: i32) -> Option<BfpInts> {
+    pub fn new(fmt: &Format, n: usize, limit: i32) -> Option<BfpInts> {
         let Format::Bfp(b) = fmt else { return None };
         let f = FastBfp::new(b, n)?;
         (f.block == n && -f.min < f64::from(limit)).then_some(BfpInts(f))
@@ -381,7 +381,7 @@ impl BfpInts {
     /// `None` for a run with a non-finite element: [`quantize_runs`] gives `q * 2^lsb`.
     /// Inlined into its caller, so that an AVX2 copy of the caller vectorises it.
     #[inline(always)]
-    pub(crate) fn run(&self, x: &[f64], q: &mut [i16]) -> Option<i32> {
+    pub fn run(&self, x: &[f64], q: &mut [i16]) -> Option<i32> {
         self.0.mantissas(x, q)
     }
 }
