@@ -503,6 +503,10 @@ impl Aligned {
     }
 }
 
+/// One task's part of every tile column of an [`IntVector`] being built: its items'
+/// integers and units, by column.
+type ColumnParts<'a> = (Vec<&'a mut [i16]>, Vec<&'a mut [i32]>);
+
 /// A vector `[b, cols * n]` as integers.
 pub struct IntVector {
     b: usize,
@@ -563,7 +567,7 @@ impl IntVector {
         // hand to a thread), each item's tiles in the order of `x`. Tile j of item bi is run
         // `j * b + bi` of `q` and `unit`: a task holds its items' part of every tile column.
         let per_task = (PAR_VALUES / row.max(1)).max(1);
-        let mut tasks: Vec<(Vec<&mut [i16]>, Vec<&mut [i32]>)> = (0..b.div_ceil(per_task))
+        let mut tasks: Vec<ColumnParts> = (0..b.div_ceil(per_task))
             .map(|_| (Vec::with_capacity(cols), Vec::with_capacity(cols)))
             .collect();
         for (qj, uj) in q.chunks_mut((b * n).max(1)).zip(unit.chunks_mut(b.max(1))) {
