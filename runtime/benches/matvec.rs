@@ -106,6 +106,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             black_box(intdot::IntVector::quantized(
                 black_box(&hv),
+                k,
                 B,
                 TILES,
                 N,
