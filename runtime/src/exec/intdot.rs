@@ -38,8 +38,10 @@ pub const ROW_BLOCK: usize = 16;
 /// every weight tile is read once per this many items.
 const ITEMS: usize = 64;
 
-/// Values per task, at least, when a vector is converted to integers.
-const PAR_VALUES: usize = 4096;
+/// Values per task, at least, when a vector is converted to integers: with 4 Ki, a task was a
+/// few microseconds of work, less than waking one of a 16-thread machine's workers (the GPU
+/// guest's LSTM runs were faster with 16 Ki in five of five pairs; 2 cores saw no change).
+const PAR_VALUES: usize = 16384;
 
 /// Whether the session should take this path: the CPU has AVX2 and FMA.
 pub fn simd() -> bool {
@@ -1215,6 +1217,44 @@ pub(crate) mod tests {
         assert_eq!(mantissa_unit(&mut [-4095i16, 0, 0, 0], 0, qm), Some(0));
         assert_eq!(mantissa_unit(&mut [1i16, 0, 0, 0], -1011, qm), Some(-1011));
         assert_eq!(mantissa_unit(&mut [1i16, 0, 0, 0], -1012, qm), None);
+    }
+
+    /// Every tile of a vector built by tasks of several items ([`PAR_VALUES`]; the last task
+    /// shorter) holds what [`to_ints`] gives for that tile alone, at its place in the layout
+    /// (tile `j` of item `bi` at `j * b + bi`), read from items laid out with gaps too.
+    #[test]
+    fn int_vectors_split_into_tasks_hold_every_tile() {
+        let (n, cols) = (128, 3);
+        let per_task = PAR_VALUES / (cols * n);
+        let mut s = 0x1234_5678_9abc_def1u64;
+        for b in [1, per_task, per_task + 1, 2 * per_task + 7] {
+            let x = run_values(&mut s, n, b * cols, 3);
+            let stride = cols * n + 5;
+            let mut wide = vec![f64::NAN; (b - 1) * stride + cols * n];
+            for (bi, item) in x.chunks(cols * n).enumerate() {
+                wide[bi * stride..][..cols * n].copy_from_slice(item);
+            }
+            let fmt = "bfp(mant = 8, block = native, exp_bits = 8)";
+            let fmt: nnp_numerics::Format = fmt.parse().expect("format");
+            let bfp = BfpInts::new(&fmt, n, mantissa_limit(n)).expect("bfp 8");
+            let xi = IntVector::new(&x, b, cols, n).expect("fits");
+            let xq = IntVector::quantized(&wide, stride, b, cols, n, &bfp).expect("fits");
+            let mut q = vec![0i16; n];
+            let mut quantized = vec![0.0; n];
+            for bi in 0..b {
+                for j in 0..cols {
+                    let (t, run) = (j * b + bi, &x[(bi * cols + j) * n..][..n]);
+                    let u = to_ints(run, &mut q, qmax(n));
+                    assert_eq!(Some(xi.unit[t]), u, "b {b}, item {bi}, tile {j}");
+                    assert_eq!(xi.q[t * n..][..n], q[..], "b {b}, item {bi}, tile {j}");
+                    // The quantized vector: the tile quantized, then to integers.
+                    crate::exec::quant::quantize_runs(&fmt, run, n, n, &mut quantized);
+                    let u = to_ints(&quantized, &mut q, qmax(n));
+                    assert_eq!(Some(xq.unit[t]), u, "b {b}, item {bi}, tile {j}: quantized");
+                    assert_eq!(xq.q[t * n..][..n], q[..], "b {b}, item {bi}, tile {j}");
+                }
+            }
+        }
     }
 
     /// A vector quantized straight to integers ([`IntVector::quantized`]) is the vector that
