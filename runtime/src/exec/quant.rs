@@ -305,14 +305,8 @@ impl FastBfp {
             out.fill(f64::NAN);
             return;
         };
-        // `+ 0.0` turns a -0 mantissa into +0, as the integer mantissa has no sign. One loop
-        // per rounding mode, so each vectorises.
-        let put = |o: &mut f64, m: f64| *o = m * s.up + 0.0;
-        match self.rounding {
-            Rounding::NearestEven => s.apply(x, out, round_even, put),
-            Rounding::NearestAway => s.apply(x, out, f64::round, put),
-            _ => s.apply(x, out, f64::trunc, put),
-        }
+        // `+ 0.0` turns a -0 mantissa into +0, as the integer mantissa has no sign.
+        self.apply(&s, x, out, |o: &mut f64, m: f64| *o = m * s.up + 0.0);
     }
 
     /// The integer mantissas of one block and the exponent of their unit (`block` gives
@@ -321,13 +315,19 @@ impl FastBfp {
     fn mantissas(&self, x: &[f64], q: &mut [i16]) -> Option<i32> {
         let (s, lsb) = self.scale(x)?;
         // Every mantissa is a whole number within `[min, max]`, inside `i16` (`BfpInts`).
-        let put = |o: &mut i16, m: f64| *o = to_i16(m).0;
-        match self.rounding {
-            Rounding::NearestEven => s.apply(x, q, round_even, put),
-            Rounding::NearestAway => s.apply(x, q, f64::round, put),
-            _ => s.apply(x, q, f64::trunc, put),
-        }
+        self.apply(&s, x, q, |o: &mut i16, m: f64| *o = to_i16(m).0);
         Some(lsb)
+    }
+
+    /// `s` over the block with the format's rounding, each mantissa handed to `put`: one loop
+    /// per rounding mode, so each vectorises.
+    #[inline(always)]
+    fn apply<T>(&self, s: &Scale, x: &[f64], out: &mut [T], put: impl Fn(&mut T, f64)) {
+        match self.rounding {
+            Rounding::NearestEven => s.apply(x, out, round_even, put),
+            Rounding::NearestAway => s.apply(x, out, f64::round, put),
+            _ => s.apply(x, out, f64::trunc, put),
+        }
     }
 
     /// The block's scaling and the exponent of its mantissas' unit, or `None` for a block
