@@ -176,12 +176,13 @@ fn mantissa_unit(q: &mut [i16], lsb: i32, qmax: i32) -> Option<i32> {
     Some(lsb + coarsest(q, all))
 }
 
-/// Shifts out the trailing zero bits that all of `q` share (`all`: their bitwise or) and
-/// returns how many.
+/// Shifts out the trailing zero bits that all of `q` share (`all`: their bitwise or, not zero:
+/// both callers hand a run with a nonzero integer) and returns how many.
 #[inline(always)]
 fn coarsest(q: &mut [i16], all: i32) -> i32 {
+    debug_assert_ne!(all, 0, "a zero run has no coarsest unit");
     let tz = all.trailing_zeros();
-    if tz > 0 && tz < 16 {
+    if tz > 0 {
         q.iter_mut().for_each(|x| *x >>= tz);
     }
     tz as i32
