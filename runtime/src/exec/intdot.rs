@@ -34,9 +34,22 @@ use std::mem::MaybeUninit;
 /// Rows of one register block of the SIMD kernel (2 x 8 `i32` lanes); N must be a multiple.
 pub const ROW_BLOCK: usize = 16;
 
-/// Batch items per task: the running sums of one task (`2 * ITEMS * N` f64) stay in L2, and
-/// every weight tile is read once per this many items.
+/// Batch items per task, at most: the running sums of one task (`2 * ITEMS * N` f64) stay in
+/// L2, and every weight tile is read once per this many items.
 const ITEMS: usize = 64;
+
+/// Batch items per task of a product with `rows` row tiles at batch `b`: [`ITEMS`], or fewer
+/// where that would leave a thread idle (a product of one or two row tiles, as in convolutions
+/// and classifier heads, was one or two tasks). A multiple of the SIMD kernel's 6-item
+/// register block, so that only the last block of a task is a partial one.
+fn items_per_task(b: usize, rows: usize, threads: usize) -> usize {
+    let blocks = b.div_ceil(ITEMS);
+    if rows * blocks >= 2 * threads {
+        return ITEMS;
+    }
+    let want = (2 * threads).div_ceil(rows);
+    b.div_ceil(want).next_multiple_of(6).clamp(6, ITEMS)
+}
 
 /// Values per task, at least, when a vector is converted to integers: with 4 Ki, a task was a
 /// few microseconds of work, less than waking one of a 16-thread machine's workers (the GPU
@@ -668,29 +681,41 @@ pub fn fits(w: &IntWeights, x: &IntVector) -> bool {
 /// `y = W x` as [`super::matmul::matvec_exact`] defines it, on integer mantissas: `[b, rows *
 /// n]`. The caller checks [`fits`]; `simd` picks the AVX2 kernel (the caller checks [`simd`]).
 pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f64> {
+    let per_task = items_per_task(x.b, w.rows, rayon::current_num_threads());
+    matvec_tasks(spec, w, x, simd, per_task)
+}
+
+/// [`matvec`] with tasks of `per_task` batch items (and one row tile) each.
+fn matvec_tasks(
+    spec: &MatVec,
+    w: &IntWeights,
+    x: &IntVector,
+    simd: bool,
+    per_task: usize,
+) -> Vec<f64> {
     let (n, rows, cols, b) = (w.n, w.rows, w.cols, x.b);
     debug_assert_eq!((spec.n, spec.rows, spec.cols), (n, rows, cols));
-    let blocks = b.div_ceil(ITEMS);
+    let blocks = b.div_ceil(per_task);
     let sums = ExactSums::new(&spec.output);
     // Tasks: (block of items, row tile i). Each writes its runs of the output ([b, rows * n],
     // one run of n per item and row tile) in place, uninitialised until then.
     let mut out: Vec<f64> = Vec::with_capacity(b * rows * n);
     let mut task_runs: Vec<Vec<&mut [MaybeUninit<f64>]>> = (0..blocks * rows)
-        .map(|_| Vec::with_capacity(ITEMS))
+        .map(|_| Vec::with_capacity(per_task))
         .collect();
     for (e, run) in out.spare_capacity_mut()[..b * rows * n]
         .chunks_mut(n)
         .enumerate()
     {
         let (item, i) = (e / rows, e % rows);
-        task_runs[(item / ITEMS) * rows + i].push(run);
+        task_runs[(item / per_task) * rows + i].push(run);
     }
     task_runs
         .into_par_iter()
         .enumerate()
         .for_each(|(task, mut runs)| {
-            let (i, b0) = (task % rows, (task / rows) * ITEMS);
-            let items = ITEMS.min(b - b0);
+            let (i, b0) = (task % rows, (task / rows) * per_task);
+            let items = per_task.min(b - b0);
             let xs = |j: usize| &x.q[(j * b + b0) * n..][..items * n];
             let sx = |j: usize| &x.scale[j * b + b0..][..items];
             // The scaled partials of tile column j, 16 rows of one item at a time: P * 2^u_w *
@@ -1543,6 +1568,11 @@ pub(crate) mod tests {
                         "n {n} rows {rows} cols {cols} b {b}"
                     );
                 }
+                // Tasks of fewer items, as a product of few row tiles takes on more threads.
+                for per_task in [6, 12, 18] {
+                    let got = matvec_tasks(&spec, &wi, &xi, true, per_task);
+                    assert_eq!(bits(&got), bits(&want), "{per_task} items per task, b {b}");
+                }
                 // The SIMD kernel (where present) and the scalar one give the same integers,
                 // at every remainder of the item blocks.
                 let tile = wi.tile(0, 0);
@@ -1581,6 +1611,25 @@ pub(crate) mod tests {
         for simd in [false, true] {
             assert_eq!(bits(&matvec(&spec, &wi, &xi, simd)), bits(&want), "n 256");
         }
+    }
+
+    /// Items per task, by hand: 64 where the row tiles alone give every thread two tasks;
+    /// otherwise about two tasks per thread, in multiples of 6 items.
+    #[test]
+    fn items_per_task_by_hand() {
+        // LSTM 1024 at batch 64 on 2 threads: 8 row tiles x 1 block of 64.
+        assert_eq!(items_per_task(64, 8, 2), 64);
+        // A 96-row convolution (1 row tile) at batch 64 on 2 threads: 4 tasks of 18, 18, 18, 10.
+        assert_eq!(items_per_task(64, 1, 2), 18);
+        // 2 row tiles at batch 64 on 2 threads: 2 x 2 blocks of 32 -> 36 items (36 + 28).
+        assert_eq!(items_per_task(64, 2, 2), 36);
+        // 1 row tile at batch 256 on 2 threads: 4 blocks of 64 already.
+        assert_eq!(items_per_task(256, 1, 2), 64);
+        // Small batches: never fewer than one register block of 6.
+        assert_eq!(items_per_task(5, 1, 16), 6);
+        assert_eq!(items_per_task(1, 1, 1), 6);
+        // 8 row tiles at batch 64 on 16 threads: 4 blocks each, 16 -> 18 items.
+        assert_eq!(items_per_task(64, 8, 16), 18);
     }
 
     /// One tile at n = 128 with qmax = 4095 on both sides: x = -4095 everywhere, w row 0 =

@@ -364,17 +364,23 @@ fn fp16_bits(x: f64) -> u16 {
 
 /// `v_relu`: `x > 0 ? x : +0`, NaN stays NaN (on the rounded input).
 pub fn relu(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
-    let r = Rounder::new(fmt);
-    map(x, out, |v| {
-        let v = r.round(v);
-        if v > 0.0 || v.is_nan() { v } else { 0.0 }
-    });
+    let relu = |v: f64| if v > 0.0 || v.is_nan() { v } else { 0.0 };
+    match FastRound::new(fmt) {
+        // The rounding's AVX2 copy, then the select (which vectorises as it is).
+        Some(f) => par_pieces(x, out, 4096, |(xs, os)| {
+            f.round_all(xs, os);
+            os.iter_mut().for_each(|o| *o = relu(*o));
+        }),
+        None => map(x, out, |v| relu(fmt.round(v))),
+    }
 }
 
 /// `v_pass`: the rounding to the MFU format only.
 pub fn pass(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
-    let r = Rounder::new(fmt);
-    map(x, out, |v| r.round(v));
+    match FastRound::new(fmt) {
+        Some(f) => par_pieces(x, out, 4096, |(xs, os)| f.round_all(xs, os)),
+        None => map(x, out, |v| fmt.round(v)),
+    }
 }
 
 /// `v_sigm`, `v_tanh`, `v_exp`; `rounded`: `x` is rounded to the table's format already
@@ -551,6 +557,48 @@ mod tests {
         assert!(o[3].is_nan());
         // 1e-9 rounds to fp16 +0 first (below half of 2^-24), so relu gives +0.
         assert_eq!(o[4].to_bits(), 0);
+    }
+
+    /// `relu` and `pass` round first, as `nnp_numerics` rounds (the contract: `fmt(x)`, then
+    /// the select), on every fp16 pattern, the points between them (ties and their
+    /// neighbours), beyond the range, subnormals and signed NaNs; above and below the parallel
+    /// threshold; in formats that take the fast rounder (fp16, bf16, a saturating one) and one
+    /// that does not (toward zero).
+    #[test]
+    fn relu_and_pass_round_as_the_format_does() {
+        let mut x: Vec<f64> = (0..=u16::MAX)
+            .map(|b| half::f16::from_bits(b).to_f64())
+            .collect();
+        let finite: Vec<f64> = x.iter().copied().filter(|v| v.is_finite()).collect();
+        for k in [-11, -12, -8] {
+            x.extend(finite.iter().map(|v| v * (1.0 + 2f64.powi(k))));
+        }
+        x.extend([65520.0, -65520.0, 1e300, -1e300, 2f64.powi(-25), -2f64.powi(-25)]);
+        x.extend([-f64::NAN, f64::from_bits(0x7FF0_0000_0000_0F00)]);
+        let saturating = FloatFormat {
+            overflow: nnp_numerics::Overflow::Saturate,
+            ..FP16
+        };
+        let toward_zero = FloatFormat {
+            rounding: nnp_numerics::Rounding::TowardZero,
+            ..FP16
+        };
+        let bits = |v: f64| if v.is_nan() { u64::MAX } else { v.to_bits() };
+        for fmt in [FP16, FloatFormat::BF16, saturating, toward_zero] {
+            for len in [x.len(), 1000] {
+                let mut out = vec![9.0; len];
+                relu(&fmt, &x[..len], &mut out);
+                for (v, o) in x[..len].iter().zip(&out) {
+                    let r = fmt.round(*v);
+                    let want = if r > 0.0 || r.is_nan() { r } else { 0.0 };
+                    assert_eq!(bits(*o), bits(want), "relu({v:e}) in {fmt:?}");
+                }
+                pass(&fmt, &x[..len], &mut out);
+                for (v, o) in x[..len].iter().zip(&out) {
+                    assert_eq!(bits(*o), bits(fmt.round(*v)), "pass({v:e}) in {fmt:?}");
+                }
+            }
+        }
     }
 
     #[test]
