@@ -4,7 +4,7 @@
 use super::exact::{ExactSum, two_prod, two_sum};
 use super::quant::{FastRound, PAR_MIN, avx2_copy, par_pieces, vectorized};
 use nnp_lowering::swgraph::{BinOp, TableFn};
-use nnp_numerics::{Activation, FloatFormat, activation};
+use nnp_numerics::{Activation, FloatFormat, activation, floor_log2};
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -27,6 +27,17 @@ impl Rounder {
         match &self.fast {
             Some(f) => f.round(x),
             None => self.fmt.round(x),
+        }
+    }
+
+    /// `out[i] = round(x[i])`, with the fast rounder's AVX2 copy where it applies.
+    pub(crate) fn round_all(&self, x: &[f64], out: &mut [f64]) {
+        match &self.fast {
+            Some(f) => f.round_all(x, out),
+            None => x
+                .iter()
+                .zip(out.iter_mut())
+                .for_each(|(v, o)| *o = self.fmt.round(*v)),
         }
     }
 }
@@ -364,23 +375,19 @@ fn fp16_bits(x: f64) -> u16 {
 
 /// `v_relu`: `x > 0 ? x : +0`, NaN stays NaN (on the rounded input).
 pub fn relu(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
-    let relu = |v: f64| if v > 0.0 || v.is_nan() { v } else { 0.0 };
-    match FastRound::new(fmt) {
-        // The rounding's AVX2 copy, then the select (which vectorises as it is).
-        Some(f) => par_pieces(x, out, 4096, |(xs, os)| {
-            f.round_all(xs, os);
-            os.iter_mut().for_each(|o| *o = relu(*o));
-        }),
-        None => map(x, out, |v| relu(fmt.round(v))),
-    }
+    let r = Rounder::new(fmt);
+    par_pieces(x, out, 4096, |(xs, os)| {
+        r.round_all(xs, os);
+        // The select on its own vectorises as it is.
+        os.iter_mut()
+            .for_each(|o| *o = if *o > 0.0 || o.is_nan() { *o } else { 0.0 });
+    });
 }
 
 /// `v_pass`: the rounding to the MFU format only.
 pub fn pass(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
-    match FastRound::new(fmt) {
-        Some(f) => par_pieces(x, out, 4096, |(xs, os)| f.round_all(xs, os)),
-        None => map(x, out, |v| fmt.round(v)),
-    }
+    let r = Rounder::new(fmt);
+    par_pieces(x, out, 4096, |(xs, os)| r.round_all(xs, os));
 }
 
 /// `v_sigm`, `v_tanh`, `v_exp`; `rounded`: `x` is rounded to the table's format already
@@ -396,41 +403,48 @@ pub fn activate(t: &ActTable, x: &[f64], out: &mut [f64], rounded: bool) {
 pub fn softmax(exp: &ActTable, x: &[f64], lanes: usize, out: &mut [f64]) {
     let fmt = exp.fmt;
     let r = Rounder::new(&fmt);
-    let row = |(xs, os): (&[f64], &mut [f64])| {
-        let mut m = f64::NEG_INFINITY;
-        for (v, o) in xs.iter().zip(os.iter_mut()) {
-            *o = r.round(*v);
-            m = max(m, *o);
-        }
-        let mut s = ExactSum::new();
-        for o in os.iter_mut() {
-            *o = exp.apply(r.round(*o - m));
-            s.add(*o);
-        }
-        let s = s.round_to(&FloatFormat::FP32) as f32;
-        for o in os.iter_mut() {
-            *o = r.round(f64::from(*o as f32 / s));
-        }
-    };
     let lanes = lanes.max(1);
+    let plain = plain_sum_is_exact(&fmt, lanes);
+    let row = |xs: &[f64], os: &mut [f64], tmp: &mut [f64]| {
+        r.round_all(xs, tmp);
+        let m = tmp.iter().fold(f64::NEG_INFINITY, |m, &v| max(m, v));
+        tmp.iter_mut().for_each(|v| *v -= m);
+        exp.apply_all(&r, tmp, os, false);
+        let s = match plain {
+            // Finite: the same exact value that `ExactSum` gives, rounded once alike.
+            true => Some(os.iter().sum::<f64>()).filter(|s| s.is_finite()),
+            false => None,
+        };
+        let s = match s {
+            Some(s) => FloatFormat::FP32.round(s),
+            None => {
+                let mut e = ExactSum::new();
+                os.iter().for_each(|&v| e.add(v));
+                e.round_to(&FloatFormat::FP32)
+            }
+        } as f32;
+        tmp.iter_mut()
+            .zip(os.iter())
+            .for_each(|(t, &e)| *t = f64::from(e as f32 / s));
+        r.round_all(tmp, os);
+    };
     par_pieces(x, out, lanes, |(xs, os)| {
-        xs.chunks(lanes).zip(os.chunks_mut(lanes)).for_each(&row)
+        let mut tmp = vec![0.0; lanes];
+        for (xs, os) in xs.chunks(lanes).zip(os.chunks_mut(lanes)) {
+            row(xs, os, &mut tmp[..xs.len()]);
+        }
     });
 }
 
-fn map(x: &[f64], out: &mut [f64], f: impl Fn(f64) -> f64 + Sync) {
-    par_pieces(x, out, 4096, |(xs, os)| {
-        vectorized(|| map_slice(xs, os, &f))
-    });
-}
-
-/// The loop of [`map`], always inlined (so into [`vectorized`]'s AVX2 copy: a closure that
-/// holds the loop itself may stay a call, compiled for SSE2).
-#[inline(always)]
-fn map_slice(x: &[f64], out: &mut [f64], f: &impl Fn(f64) -> f64) {
-    for (v, o) in x.iter().zip(out.iter_mut()) {
-        *o = f(*v);
-    }
+/// Whether a plain f64 sum of `lanes` finite values of `fmt` is exact in any order: each is a
+/// multiple of the format's quantum 2^(emin - mant_bits) below 2^(emax + 1), so every partial
+/// sum is an integer number of quanta below `lanes * 2^(emax + 1 - emin + mant_bits)`, which
+/// f64 holds exactly while that stays within 2^53.
+fn plain_sum_is_exact(fmt: &FloatFormat, lanes: usize) -> bool {
+    let emin = 1 - fmt.bias();
+    let emax = floor_log2(fmt.max_value());
+    let span = i64::from(emax + 1 - emin) + i64::from(fmt.mant_bits);
+    span + i64::from(lanes.next_power_of_two().trailing_zeros()) <= 53
 }
 
 #[cfg(test)]
@@ -573,7 +587,14 @@ mod tests {
         for k in [-11, -12, -8] {
             x.extend(finite.iter().map(|v| v * (1.0 + 2f64.powi(k))));
         }
-        x.extend([65520.0, -65520.0, 1e300, -1e300, 2f64.powi(-25), -2f64.powi(-25)]);
+        x.extend([
+            65520.0,
+            -65520.0,
+            1e300,
+            -1e300,
+            2f64.powi(-25),
+            -2f64.powi(-25),
+        ]);
         x.extend([-f64::NAN, f64::from_bits(0x7FF0_0000_0000_0F00)]);
         let saturating = FloatFormat {
             overflow: nnp_numerics::Overflow::Saturate,
@@ -657,6 +678,75 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `softmax` against the contract computed here from `nnp_numerics` alone: the rounded
+    /// inputs' NaN-propagating max, exp(fmt(x - m)) rounded to fp16, the exact sum as an
+    /// integer count of fp16's quantum 2^-24 rounded once to f32, and the f32 division rounded
+    /// to fp16. Rows of 3, 128 and 1000 lanes: random fp16 values over the whole range, pads of
+    /// -65504, equal lanes, overflowing inputs, NaN and infinite lanes, values between fp16
+    /// patterns; rows above and below the parallel threshold.
+    #[test]
+    fn softmax_equals_the_contract_on_adversarial_rows() {
+        let exp = ActTable::load(TableFn::Exp, &FP16, None).expect("built-in");
+        let kind = activation_kind(TableFn::Exp);
+        let mut s = 0x51f1_5e7a_u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let bits = |v: f64| if v.is_nan() { u64::MAX } else { v.to_bits() };
+        for lanes in [3usize, 128, 1000] {
+            let rows = (40_000 / lanes).max(8);
+            let mut x = Vec::with_capacity(rows * lanes);
+            for row in 0..rows {
+                for _ in 0..lanes {
+                    let v = match (row % 8, next() % 8) {
+                        (0, _) => 0.0,
+                        (1, k) if k < 4 => -65504.0,
+                        (2, 0) => f64::NAN,
+                        (3, 0) => f64::INFINITY,
+                        (4, 0) => f64::NEG_INFINITY,
+                        (5, _) => 1e6,
+                        (6, _) => (next() % 64) as f64 * 0.125 * (1.0 + 2f64.powi(-12)),
+                        _ => half::f16::from_bits(
+                            (next() % 0x7C00) as u16 | 0x8000 * (next() % 2) as u16,
+                        )
+                        .to_f64(),
+                    };
+                    x.push(v);
+                }
+            }
+            let mut out = vec![9.0; x.len()];
+            softmax(&exp, &x, lanes, &mut out);
+            for (xs, os) in x.chunks(lanes).zip(out.chunks(lanes)) {
+                let xr: Vec<f64> = xs.iter().map(|v| FP16.round(*v)).collect();
+                let m = xr.iter().fold(f64::NEG_INFINITY, |m, &v| max(m, v));
+                let e: Vec<f64> = xr
+                    .iter()
+                    .map(|v| FP16.round(activation::eval(kind, FP16.round(v - m))))
+                    .collect();
+                let sum = if e.iter().any(|v| v.is_nan()) {
+                    f64::NAN
+                } else if e.iter().any(|v| v.is_infinite()) {
+                    f64::INFINITY
+                } else {
+                    let quanta: i128 = e.iter().map(|v| (v * 2f64.powi(24)) as i128).sum();
+                    FloatFormat::FP32.round(quanta as f64 * 2f64.powi(-24))
+                } as f32;
+                for ((o, e), v) in os.iter().zip(&e).zip(xs) {
+                    let want = FP16.round(f64::from(*e as f32 / sum));
+                    assert_eq!(bits(*o), bits(want), "lane {v:e} of a row of {lanes}");
+                }
+            }
+        }
+        // The plain sum's bound by hand: fp16's values span 2^-24 to 2^16, 40 bits; 2^13
+        // lanes add 13 (53); bf16's span is far wider.
+        assert!(plain_sum_is_exact(&FP16, 1 << 13));
+        assert!(!plain_sum_is_exact(&FP16, (1 << 13) + 1));
+        assert!(!plain_sum_is_exact(&FloatFormat::BF16, 2));
     }
 
     #[test]
