@@ -1,7 +1,9 @@
-//! The two benchmark programs of BENCHMARKS.md, whole: warm runs of the software graph (weights
-//! prepared once per session, as `nnpc bench` times them) next to the floor, the same products
-//! as plain f32 candle matmuls with no quantization (`cargo bench -p nnpc --bench graph`).
-//! `nnpc bench` adds the emulator, the quantize kernel, memory and the ratios.
+//! The two benchmark programs of BENCHMARKS.md, whole, and three small samples (README's LSTM,
+//! a convolution, a softmax classifier: milliseconds per run, where per-op overheads show):
+//! warm runs of the software graph (weights prepared once per session, as `nnpc bench` times
+//! them) next to the floor, the same products as plain f32 candle matmuls with no quantization
+//! (`cargo bench -p nnpc --bench graph`). `nnpc bench` adds the emulator, the quantize kernel,
+//! memory and the ratios.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use nnp_lowering::swgraph::{self, Roots};
@@ -18,11 +20,14 @@ static ALLOCATOR: nnpc::memory::HugePages = nnpc::memory::HugePages;
 fn bench(c: &mut Criterion) {
     nnpc::memory::keep_large_buffers_on_the_heap();
     for (name, file, batch) in [
-        ("lstm_1024_b64", "lstm_1024.nnp", 64),
-        ("mlp_4096_b64", "mlp_4096.nnp", 64),
-        ("mlp_4096_b256", "mlp_4096.nnp", 256),
+        ("lstm_1024_b64", "bench/lstm_1024.nnp", 64),
+        ("mlp_4096_b64", "bench/mlp_4096.nnp", 64),
+        ("mlp_4096_b256", "bench/mlp_4096.nnp", 256),
+        ("lstm_sample_b64", "lstm.nnp", 64),
+        ("conv3x3_b64", "conv3x3.nnp", 64),
+        ("softmax_classifier_b64", "softmax_classifier.nnp", 64),
     ] {
-        let path = format!("{}/samples/bench/{file}", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/samples/{file}", env!("CARGO_MANIFEST_DIR"));
         let program = nnpc::load_program(&path, None).expect("the sample checks");
         let graph = swgraph::optimize(&swgraph::lower(&program).expect("lowers"), Roots::Outputs);
         let data = HostData::random(&program, batch, 0);
