@@ -606,17 +606,51 @@ impl IntVector {
                 }
                 Some(())
             })?;
+        Some(Self::assemble(b, q, unit))
+    }
+
+    /// The vector whose tile columns are `columns`, in order: vectors of one tile column, of
+    /// `b` items or of one item that stands for all `b` (a part every item shares). The same
+    /// as [`IntVector::new`] of the concatenated values, since each tile's integers and unit
+    /// depend on that tile alone; `None` for columns of another shape.
+    pub fn from_columns(columns: &[&IntVector], b: usize) -> Option<IntVector> {
+        let n = columns.first()?.q.len() / columns.first()?.b.max(1);
+        let shaped =
+            |c: &&IntVector| (c.b == b || c.b == 1) && c.unit.len() == c.b && c.q.len() == c.b * n;
+        if b == 0 || !columns.iter().all(shaped) {
+            return None;
+        }
+        let mut q = Vec::with_capacity(columns.len() * b * n);
+        let mut unit = Vec::with_capacity(columns.len() * b);
+        for c in columns {
+            if c.b == b {
+                q.extend_from_slice(&c.q);
+                unit.extend_from_slice(&c.unit);
+            } else {
+                for _ in 0..b {
+                    q.extend_from_slice(&c.q);
+                }
+                unit.resize(unit.len() + b, c.unit[0]);
+            }
+        }
+        Some(Self::assemble(b, q, unit))
+    }
+
+    /// The vector of `b` items with integers `q` and units `unit` (tile `j` of item `bi` at
+    /// run `j * b + bi`), and what the kernel derives from them.
+    fn assemble(b: usize, q: Vec<i16>, unit: Vec<i32>) -> IntVector {
+        let cols = unit.len() / b.max(1);
         let bits = mag_bits(&q);
         let scale = scales(&unit);
         let aligned = Aligned::new(&unit, b, cols, |bi, j| j * b + bi);
-        Some(IntVector {
+        IntVector {
             b,
             q,
             unit,
             scale,
             aligned,
             bits,
-        })
+        }
     }
 
     /// The values, `[b, cols * n]` row-major: each integer times its tile's `2^unit` (exact;
@@ -1300,16 +1334,7 @@ pub(crate) mod tests {
     fn quantized_vectors_equal_quantize_then_to_ints() {
         use crate::exec::quant::quantize_runs;
         use nnp_numerics::Format;
-        let same = |a: &IntVector, b: &IntVector| {
-            let f64_bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            a.b == b.b
-                && a.q == b.q
-                && a.unit == b.unit
-                && f64_bits(&a.scale) == f64_bits(&b.scale)
-                && a.bits == b.bits
-                && f64_bits(&a.aligned.base) == f64_bits(&b.aligned.base)
-                && a.aligned.shift == b.aligned.shift
-        };
+        let same = same_vector;
         let mut s = 0x2545_f491_4f6c_dd1du64;
         let (mut taken, mut refused) = (0, 0);
         for n in [16usize, 128] {
@@ -1611,6 +1636,54 @@ pub(crate) mod tests {
         for simd in [false, true] {
             assert_eq!(bits(&matvec(&spec, &wi, &xi, simd)), bits(&want), "n 256");
         }
+    }
+
+    /// Every field of two vectors, floats by their bits.
+    fn same_vector(a: &IntVector, b: &IntVector) -> bool {
+        let f64_bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        a.b == b.b
+            && a.q == b.q
+            && a.unit == b.unit
+            && f64_bits(&a.scale) == f64_bits(&b.scale)
+            && a.bits == b.bits
+            && f64_bits(&a.aligned.base) == f64_bits(&b.aligned.base)
+            && a.aligned.shift == b.aligned.shift
+    }
+
+    /// A vector assembled from one-column vectors (some of one item, standing for every item)
+    /// is `IntVector::new` of the concatenated values, field by field: adversarial runs
+    /// ([`run_values`]) with units 61 binades apart, columns in an order that differs from
+    /// how they were made. Columns of another batch, none at all, or a batch of 0 are refused.
+    #[test]
+    fn vectors_from_columns_equal_new_of_the_concatenation() {
+        let mut s = 0x6a09_e667_f3bc_c908u64;
+        let (n, b) = (16, 5);
+        for spread in [61, 3] {
+            // (items, values) per column: a column of one item stands for all five.
+            let cols: Vec<(usize, Vec<f64>)> = [b, 1, b, b, 1, b]
+                .into_iter()
+                .map(|items| (items, run_values(&mut s, n, items, spread)))
+                .collect();
+            let columns: Vec<IntVector> = cols
+                .iter()
+                .map(|(items, v)| IntVector::new(v, *items, 1, n).expect("fits"))
+                .collect();
+            let mut full = vec![0.0; b * cols.len() * n];
+            for (j, (items, v)) in cols.iter().enumerate() {
+                for bi in 0..b {
+                    let item = if *items == 1 { 0 } else { bi };
+                    full[(bi * cols.len() + j) * n..][..n].copy_from_slice(&v[item * n..][..n]);
+                }
+            }
+            let want = IntVector::new(&full, b, cols.len(), n).expect("fits");
+            let refs: Vec<&IntVector> = columns.iter().collect();
+            let got = IntVector::from_columns(&refs, b).expect("assembled");
+            assert!(same_vector(&got, &want), "spread {spread}");
+        }
+        let three = IntVector::new(&run_values(&mut s, n, 3, 3), 3, 1, n).expect("fits");
+        assert!(IntVector::from_columns(&[&three], b).is_none());
+        assert!(IntVector::from_columns(&[], b).is_none());
+        assert!(IntVector::from_columns(&[&three], 0).is_none());
     }
 
     /// Items per task, by hand: 64 where the row tiles alone give every thread two tasks;

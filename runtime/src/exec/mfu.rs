@@ -712,7 +712,7 @@ mod tests {
                         (5, _) => 1e6,
                         (6, _) => (next() % 64) as f64 * 0.125 * (1.0 + 2f64.powi(-12)),
                         _ => half::f16::from_bits(
-                            (next() % 0x7C00) as u16 | 0x8000 * (next() % 2) as u16,
+                            (next() % 0x7C00) as u16 | (0x8000 * (next() % 2) as u16),
                         )
                         .to_f64(),
                     };

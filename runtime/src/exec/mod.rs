@@ -89,6 +89,9 @@ pub struct Execution {
     /// Vectors this run quantized straight to the integer kernel's integers (BFP `quantize`
     /// nodes that only products read: [`intdot::IntVector::quantized`]).
     pub quantized_to_ints: usize,
+    /// Of those, the vectors assembled from their concat's parts, tile by tile, without the
+    /// concat ([`Session::through`]).
+    pub concats_skipped: usize,
 }
 
 /// Why a graph could not be executed.
@@ -194,6 +197,11 @@ pub struct Session<'g> {
     /// runs, the run quantizes them to those integers in one pass, and makes their f64 value
     /// only if a product needs it.
     to_ints: Vec<Option<quant::BfpInts>>,
+    /// `concat` nodes that only such `quantize` nodes read: where the kernel runs, those
+    /// quantize the concat's parts tile by tile ([`Executor::quantize_parts_to_ints`]; a
+    /// convolution's window holds each pixel's tile several times) and the concat itself is
+    /// made only if one of them falls back to its f64 value.
+    through: Vec<bool>,
     /// The evaluation order ([`fused::schedule`]).
     order: Vec<usize>,
     warm: bool,
@@ -235,6 +243,7 @@ impl<'g> Session<'g> {
         let plan = prepare::plan(graph, &product_only, opts.keep_writes);
         let arranged = chunked_stacks(graph, &plan);
         let to_ints = quantized_vectors(graph, &constant, &keep, opts.keep_writes);
+        let through = concats_to_ints(graph, &constant, &to_ints, opts.keep_writes);
         let stacks = product_only
             .into_iter()
             .zip(&keep)
@@ -254,6 +263,7 @@ impl<'g> Session<'g> {
             arranged,
             rounded: rounded::rounded_formats(&graph.nodes),
             to_ints,
+            through,
             warm: false,
             caches: Caches::default(),
         })
@@ -288,6 +298,8 @@ impl<'g> Session<'g> {
             caches: &mut self.caches,
             arranged_x: HashMap::new(),
             int_x: HashMap::new(),
+            int_tiles: Vec::new(),
+            concats_skipped: 0,
             int: !self.opts.float_matmul && (self.gpu.is_some() || intdot::simd()),
             int_products: 0,
             gpu: self.gpu.as_deref(),
@@ -300,6 +312,10 @@ impl<'g> Session<'g> {
         let mut last_use = vec![0usize; graph.nodes.len()];
         for (pos, &i) in self.order.iter().enumerate() {
             for v in graph.nodes[i].op.inputs() {
+                last_use[v.index()] = pos;
+            }
+            // A quantize that reads the parts of a concat the run may skip reads them too.
+            for v in through_parts(graph, &self.through, i) {
                 last_use[v.index()] = pos;
             }
         }
@@ -363,8 +379,9 @@ impl<'g> Session<'g> {
                 }
                 continue;
             }
-            if self.plan.skipped[i] {
-                // Computed with the stacks that read it, below.
+            if self.plan.skipped[i] || (ints && self.through[i]) {
+                // Computed with the stacks that read it, below; or a concat its quantize
+                // nodes read part by part (made by them if they need it).
                 continue;
             }
             if let (true, Some(f)) = (ints, &self.to_ints[i])
@@ -372,6 +389,12 @@ impl<'g> Session<'g> {
             {
                 quantized_to_ints += 1;
                 release_inputs(&mut ex.values, &node.op, &last_use, pos);
+                release(
+                    &mut ex.values,
+                    through_parts(graph, &self.through, i),
+                    &last_use,
+                    pos,
+                );
                 tally(&mut ex.prof, "quantize to ints", t0, 1);
                 continue;
             }
@@ -433,6 +456,12 @@ impl<'g> Session<'g> {
                 }
             }
             release_inputs(&mut ex.values, &node.op, &last_use, pos);
+            release(
+                &mut ex.values,
+                through_parts(graph, &self.through, i),
+                &last_use,
+                pos,
+            );
             let kind = match (&self.plan.stacks[i], &self.plan.inputs[i]) {
                 (Some(_), _) if !ints => "prepare weights",
                 (_, Some(_)) => "input",
@@ -460,8 +489,64 @@ impl<'g> Session<'g> {
             gpu_products: ex.gpu_products,
             one_pass_stacks,
             quantized_to_ints,
+            concats_skipped: ex.concats_skipped,
         })
     }
+}
+
+/// The parts' values of the concat that node `i` quantizes, where the run may skip that concat
+/// (`through`, [`Session::through`]); none for every other node.
+fn through_parts(graph: &SwGraph, through: &[bool], i: usize) -> Vec<ValueId> {
+    match &graph.nodes[i].op {
+        Op::Quantize { src, .. } if through[src.index()] => match &graph.nodes[src.index()].op {
+            Op::Concat { parts } => parts.iter().map(|p| p.value).collect(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// The `concat` nodes of vectors that only `quantize` nodes of [`quantized_vectors`] read,
+/// and no trace (`traced`), not constant (a warm run skips those anyway).
+fn concats_to_ints(
+    graph: &SwGraph,
+    constant: &[bool],
+    to_ints: &[Option<quant::BfpInts>],
+    traced: bool,
+) -> Vec<bool> {
+    let mut other = vec![false; graph.nodes.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if to_ints[i].is_none() {
+            node.op
+                .inputs()
+                .iter()
+                .for_each(|v| other[v.index()] = true);
+        }
+    }
+    if traced {
+        graph
+            .writes
+            .iter()
+            .for_each(|w| other[w.value.index()] = true);
+    }
+    let read = |i: usize| {
+        graph
+            .nodes
+            .iter()
+            .any(|n| n.op.inputs().iter().any(|v| v.index() == i))
+    };
+    graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            matches!(node.op, Op::Concat { .. })
+                && matches!(node.ty, Ty::Vector { .. })
+                && !constant[i]
+                && !other[i]
+                && read(i)
+        })
+        .collect()
 }
 
 /// The values marked in `among` that only products read, as their matrix, with one
@@ -546,7 +631,17 @@ fn read_beside_products(graph: &SwGraph, traced: bool) -> Vec<bool> {
 
 /// Free the inputs of `op` (at position `pos` of the evaluation order) that nothing later reads.
 fn release_inputs(values: &mut [Option<Tensor>], op: &Op, last_use: &[usize], pos: usize) {
-    for v in op.inputs() {
+    release(values, op.inputs(), last_use, pos);
+}
+
+/// Free the values `vs` read at position `pos` that nothing later reads.
+fn release(
+    values: &mut [Option<Tensor>],
+    vs: impl IntoIterator<Item = ValueId>,
+    last_use: &[usize],
+    pos: usize,
+) {
+    for v in vs {
         if last_use[v.index()] == pos {
             values[v.index()] = None;
         }
@@ -643,6 +738,11 @@ struct Executor<'a> {
     arranged_x: HashMap<(ValueId, usize), Tensor>,
     /// Vectors as integer mantissas in this run (`None`: they do not fit).
     int_x: HashMap<ValueId, Option<Arc<intdot::IntVector>>>,
+    /// Single tiles of values quantized to integers in this run, by format, then by (value,
+    /// tile): the columns [`Executor::quantize_parts_to_ints`] assembles vectors from.
+    int_tiles: Vec<(quant::BfpInts, TileInts)>,
+    /// Vectors [`Executor::quantize_parts_to_ints`] assembled in this run.
+    concats_skipped: usize,
     /// Whether products may take the integer kernel.
     int: bool,
     /// Products that took it in this run.
@@ -658,6 +758,10 @@ struct Executor<'a> {
     /// Time per kind of work (`NNPC_EXEC_PROFILE`).
     prof: Profile,
 }
+
+/// Tiles of values as integers, by (value, tile): one column each ([`intdot::IntVector`] of
+/// one tile column; `None`: the tile has no integer form).
+type TileInts = HashMap<(ValueId, usize), Option<Arc<intdot::IntVector>>>;
 
 /// Seconds and counts per line of the profile; `None` when not profiling.
 type Profile = Option<Vec<(&'static str, f64, usize)>>;
@@ -1242,6 +1346,16 @@ impl<'a> Executor<'a> {
         let Op::Quantize { src, .. } = &self.g.nodes[q].op else {
             return Ok(false);
         };
+        if !self.ready(*src)
+            && let Op::Concat { parts } = &self.g.nodes[src.index()].op
+        {
+            if self.quantize_parts_to_ints(q, parts, f)? {
+                return Ok(true);
+            }
+            // The quantize falls back to its f64 value: the concat it reads, made now.
+            let t = self.eval(src.index())?;
+            self.values[src.index()] = Some(t);
+        }
         let n = self.n;
         let t = self.value(*src)?;
         let &[b, len] = t.dims() else {
@@ -1254,6 +1368,65 @@ impl<'a> Executor<'a> {
         };
         self.int_x.insert(ValueId(q as u32), Some(Arc::new(xi)));
         Ok(true)
+    }
+
+    /// [`Executor::quantize_to_ints`] of a quantize node `q` whose concat of `parts` the run
+    /// skipped: each tile of each part quantized once per run ([`Executor::tile_ints`]), then
+    /// the vector assembled from them; `false` when a tile has no integer form.
+    fn quantize_parts_to_ints(
+        &mut self,
+        q: usize,
+        parts: &[nnp_lowering::swgraph::TileSlice],
+        f: &quant::BfpInts,
+    ) -> Result<bool, Failure> {
+        let mut columns = Vec::new();
+        let mut b = 1;
+        for p in parts {
+            for k in p.start as usize..(p.start + p.count) as usize {
+                let Some(c) = self.tile_ints(p.value, k, f)? else {
+                    return Ok(false);
+                };
+                b = b.max(c.batch());
+                columns.push(c);
+            }
+        }
+        let columns: Vec<&intdot::IntVector> = columns.iter().map(|c| &**c).collect();
+        let Some(xi) = intdot::IntVector::from_columns(&columns, b) else {
+            return Ok(false);
+        };
+        self.int_x.insert(ValueId(q as u32), Some(Arc::new(xi)));
+        self.concats_skipped += 1;
+        Ok(true)
+    }
+
+    /// Tile `k` of value `v` ([b, len]) quantized in format `f` to one column of integers,
+    /// once per run.
+    fn tile_ints(
+        &mut self,
+        v: ValueId,
+        k: usize,
+        f: &quant::BfpInts,
+    ) -> Result<Option<Arc<intdot::IntVector>>, Failure> {
+        let slot = match self.int_tiles.iter().position(|(g, _)| g == f) {
+            Some(s) => s,
+            None => {
+                self.int_tiles.push((*f, HashMap::new()));
+                self.int_tiles.len() - 1
+            }
+        };
+        if let Some(c) = self.int_tiles[slot].1.get(&(v, k)) {
+            return Ok(c.clone());
+        }
+        let n = self.n;
+        let t = self.value(v)?;
+        let &[b, _] = t.dims() else { return Ok(None) };
+        let column = with_host_rows(t, |x, stride| {
+            let x = x.get(k * n..(k * n + (b.max(1) - 1) * stride + n))?;
+            intdot::IntVector::quantized(x, stride, b, 1, n, f)
+        })?
+        .map(Arc::new);
+        self.int_tiles[slot].1.insert((v, k), column.clone());
+        Ok(column)
     }
 
     /// Whether a product's vector `x` is available: computed, or as integers.
@@ -1894,6 +2067,49 @@ mod tests {
             assert_eq!(out.quantized_to_ints, quantized, "{run} run");
             assert_eq!(out.int_products, int_products, "{run} run");
         }
+    }
+
+    /// A convolution's windows (`samples/conv3x3.nnp`: each a concat of 9 pixel tiles of the
+    /// frame and the image, only quantized for the product) are assembled from their tiles,
+    /// each quantized once per run, without the concat: the emulator's bits, 16 windows in
+    /// the first run and in a warm one. With a NaN pixel in one item, the 9 windows that hold
+    /// its tile have no integer form: they make their concat and take the float path, with
+    /// the emulator's bits still.
+    #[test]
+    fn concats_quantized_part_by_part_give_the_emulators_bits() {
+        if !intdot::simd() {
+            return;
+        }
+        let text = include_str!("../../../samples/conv3x3.nnp");
+        let src = Arc::new(SourceFile::new("conv3x3.nnp", text));
+        let program = nnp_grammar::check(src, None).expect("checks").program;
+        let g = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
+        let mut data = HostData::random(&program, 5, 3);
+        let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
+        let emu = emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
+        for run in ["first", "warm"] {
+            let out = session.run(&data).expect("run");
+            assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{run} run");
+            assert_eq!(
+                (out.concats_skipped, out.quantized_to_ints),
+                (16, 16),
+                "{run} run"
+            );
+            assert_eq!(out.int_products, 16, "{run} run");
+        }
+        // Pixel (1, 1) of item 2 (row 5 of `img`, 128 lanes per pixel) is in the windows of
+        // the 9 output pixels around it.
+        let img = data.inputs.get_mut("img").expect("input img");
+        img.data[(2 * 16 + 5) * 128 + 7] = f32::NAN;
+        let emu = emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
+        let out = session.run(&data).expect("run");
+        assert_eq!(bits(&out.outputs), bits(&emu.outputs), "NaN pixel");
+        assert_eq!(
+            (out.concats_skipped, out.quantized_to_ints),
+            (7, 7),
+            "NaN pixel"
+        );
+        assert_eq!(out.int_products, 7, "NaN pixel");
     }
 
     /// `with_host_rows` hands a slice of wider rows (an LSTM's `x_t`) over in place, with the

@@ -244,7 +244,7 @@ pub(crate) fn quantize_seq(fmt: &Format, x: &[f64], len: usize, native: usize, o
 /// BFP with nearest-even, nearest-away or toward-zero and a shared exponent range whose scale
 /// factors are normal f64 powers of two: `x * 2^-lsb` is then exact (or far below 1/2, where
 /// every mode gives 0), so the integer mantissa is one f64 rounding away.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct FastBfp {
     block: usize,
     lo: i32,
@@ -365,7 +365,7 @@ impl FastBfp {
 /// BFP whose blocks are whole runs of the native dimension, quantized straight to integer
 /// mantissas for the integer kernel ([`super::intdot::IntVector::quantized`]): the one pass
 /// that stands for a vector's `quantize` and its conversion to integers.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BfpInts(FastBfp);
 
 impl BfpInts {
