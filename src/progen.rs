@@ -1789,6 +1789,8 @@ pub struct Paths {
     pub one_pass_stacks: usize,
     /// Vectors quantized straight to the integer kernel's integers.
     pub quantized_to_ints: usize,
+    /// Of those, the vectors assembled from their concat's parts without the concat.
+    pub concats_skipped: usize,
 }
 
 impl Paths {
@@ -1799,6 +1801,7 @@ impl Paths {
             gpu_products: run.gpu_products,
             one_pass_stacks: run.one_pass_stacks,
             quantized_to_ints: run.quantized_to_ints,
+            concats_skipped: run.concats_skipped,
         }
     }
 }
@@ -1813,6 +1816,7 @@ impl std::ops::Add for Paths {
             gpu_products: self.gpu_products + o.gpu_products,
             one_pass_stacks: self.one_pass_stacks + o.one_pass_stacks,
             quantized_to_ints: self.quantized_to_ints + o.quantized_to_ints,
+            concats_skipped: self.concats_skipped + o.concats_skipped,
         }
     }
 }
@@ -1822,8 +1826,12 @@ impl std::fmt::Display for Paths {
         write!(
             f,
             "{} products on the integer kernel, {} on the GPU, {} weight stacks prepared in one \
-             pass, {} vectors quantized straight to integers",
-            self.int_products, self.gpu_products, self.one_pass_stacks, self.quantized_to_ints
+             pass, {} vectors quantized straight to integers ({} of them from a concat's parts)",
+            self.int_products,
+            self.gpu_products,
+            self.one_pass_stacks,
+            self.quantized_to_ints,
+            self.concats_skipped
         )
     }
 }
