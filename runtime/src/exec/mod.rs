@@ -514,27 +514,8 @@ fn concats_to_ints(
     to_ints: &[Option<quant::BfpInts>],
     traced: bool,
 ) -> Vec<bool> {
-    let mut other = vec![false; graph.nodes.len()];
-    for (i, node) in graph.nodes.iter().enumerate() {
-        if to_ints[i].is_none() {
-            node.op
-                .inputs()
-                .iter()
-                .for_each(|v| other[v.index()] = true);
-        }
-    }
-    if traced {
-        graph
-            .writes
-            .iter()
-            .for_each(|w| other[w.value.index()] = true);
-    }
-    let read = |i: usize| {
-        graph
-            .nodes
-            .iter()
-            .any(|n| n.op.inputs().iter().any(|v| v.index() == i))
-    };
+    let other = read_beside(graph, traced, |i, _| to_ints[i].is_none());
+    let read = read_beside(graph, false, |_, _| true);
     graph
         .nodes
         .iter()
@@ -544,7 +525,7 @@ fn concats_to_ints(
                 && matches!(node.ty, Ty::Vector { .. })
                 && !constant[i]
                 && !other[i]
-                && read(i)
+                && read[i]
         })
         .collect()
 }
@@ -611,22 +592,30 @@ fn quantized_vectors(
 
 /// The values a node other than a product reads, or a trace (`traced`).
 fn read_beside_products(graph: &SwGraph, traced: bool) -> Vec<bool> {
-    let mut other = vec![false; graph.nodes.len()];
-    for node in &graph.nodes {
-        if product_spec(&node.op, graph.native).is_none() {
-            node.op
-                .inputs()
-                .iter()
-                .for_each(|v| other[v.index()] = true);
+    read_beside(graph, traced, |_, node| {
+        product_spec(&node.op, graph.native).is_none()
+    })
+}
+
+/// The values that a node for which `reader(i, node)` holds reads, or a trace (`traced`).
+fn read_beside(
+    graph: &SwGraph,
+    traced: bool,
+    reader: impl Fn(usize, &nnp_lowering::swgraph::Node) -> bool,
+) -> Vec<bool> {
+    let mut read = vec![false; graph.nodes.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if reader(i, node) {
+            node.op.inputs().iter().for_each(|v| read[v.index()] = true);
         }
     }
     if traced {
         graph
             .writes
             .iter()
-            .for_each(|w| other[w.value.index()] = true);
+            .for_each(|w| read[w.value.index()] = true);
     }
-    other
+    read
 }
 
 /// Free the inputs of `op` (at position `pos` of the evaluation order) that nothing later reads.
