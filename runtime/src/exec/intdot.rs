@@ -1334,7 +1334,6 @@ pub(crate) mod tests {
     fn quantized_vectors_equal_quantize_then_to_ints() {
         use crate::exec::quant::quantize_runs;
         use nnp_numerics::Format;
-        let same = same_vector;
         let mut s = 0x2545_f491_4f6c_dd1du64;
         let (mut taken, mut refused) = (0, 0);
         for n in [16usize, 128] {
@@ -1419,13 +1418,13 @@ pub(crate) mod tests {
                         }
                         let strided = IntVector::quantized(&wide, stride, b, cols, n, &f);
                         match (&got, &strided) {
-                            (Some(g), Some(w)) => assert!(same(g, w), "{case}: strided"),
+                            (Some(g), Some(w)) => assert!(same_vector(g, w), "{case}: strided"),
                             (None, None) => {}
                             _ => panic!("{case}: strided differs"),
                         }
                         match (&want, &got) {
                             (Some(w), Some(g)) => {
-                                assert!(same(w, g), "{case}");
+                                assert!(same_vector(w, g), "{case}");
                                 let back: Vec<u64> =
                                     g.restore().iter().map(|v| v.to_bits()).collect();
                                 let want: Vec<u64> =
@@ -1652,8 +1651,8 @@ pub(crate) mod tests {
 
     /// A vector assembled from one-column vectors (some of one item, standing for every item)
     /// is `IntVector::new` of the concatenated values, field by field: adversarial runs
-    /// ([`run_values`]) with units 61 binades apart, columns in an order that differs from
-    /// how they were made. Columns of another batch, none at all, or a batch of 0 are refused.
+    /// ([`run_values`]) with units 61 binades apart, columns of both kinds interleaved.
+    /// Columns of another batch, none at all, or a batch of 0 are refused.
     #[test]
     fn vectors_from_columns_equal_new_of_the_concatenation() {
         let mut s = 0x6a09_e667_f3bc_c908u64;

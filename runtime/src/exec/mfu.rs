@@ -410,12 +410,11 @@ pub fn softmax(exp: &ActTable, x: &[f64], lanes: usize, out: &mut [f64]) {
         let m = tmp.iter().fold(f64::NEG_INFINITY, |m, &v| max(m, v));
         tmp.iter_mut().for_each(|v| *v -= m);
         exp.apply_all(&r, tmp, os, false);
-        let s = match plain {
-            // Finite: the same exact value that `ExactSum` gives, rounded once alike.
-            true => Some(os.iter().sum::<f64>()).filter(|s| s.is_finite()),
-            false => None,
-        };
-        let s = match s {
+        // Finite: the same exact value that `ExactSum` gives, rounded once alike.
+        let plain_sum = plain
+            .then(|| os.iter().sum::<f64>())
+            .filter(|s| s.is_finite());
+        let s = match plain_sum {
             Some(s) => FloatFormat::FP32.round(s),
             None => {
                 let mut e = ExactSum::new();
@@ -492,7 +491,6 @@ mod tests {
             .zip(vals.iter().rev())
             .map(|(x, y)| (*x, *y))
             .unzip();
-        let bits = |v: f64| if v.is_nan() { u64::MAX } else { v.to_bits() };
         for op in [BinOp::Add, BinOp::Sub, BinOp::Mul] {
             let f = |x: f64, y: f64| match op {
                 BinOp::Add => x + y,
@@ -505,7 +503,11 @@ mod tests {
                     binary(op, &FP16, &a[..len], &b[..len], &mut out, rounded);
                     for ((x, y), o) in a.iter().zip(&b).zip(&out) {
                         let want = FP16.round(f(*x, *y));
-                        assert_eq!(bits(*o), bits(want), "{op:?} {x:e} {y:e} {rounded:?}");
+                        assert_eq!(
+                            nan_bits(*o),
+                            nan_bits(want),
+                            "{op:?} {x:e} {y:e} {rounded:?}"
+                        );
                     }
                 }
             }
@@ -561,6 +563,27 @@ mod tests {
         assert_eq!(bin(BinOp::Max, -3.0, -2.0), -2.0);
     }
 
+    /// Bits of a value, every NaN as one pattern (NaN payloads are not part of the contract).
+    fn nan_bits(v: f64) -> u64 {
+        if v.is_nan() { u64::MAX } else { v.to_bits() }
+    }
+
+    /// Every fp16 pattern (the first 2^16 values, in order), each finite one times
+    /// `1 + 2^k` for every `k` of `between` (ties and the points beside them), then `extra`,
+    /// then a negative NaN and one with a payload.
+    fn fp16_inputs(between: &[i32], extra: &[f64]) -> Vec<f64> {
+        let mut x: Vec<f64> = (0..=u16::MAX)
+            .map(|b| half::f16::from_bits(b).to_f64())
+            .collect();
+        let finite: Vec<f64> = x.iter().copied().filter(|v| v.is_finite()).collect();
+        for &k in between {
+            x.extend(finite.iter().map(|v| v * (1.0 + 2f64.powi(k))));
+        }
+        x.extend(extra);
+        x.extend([-f64::NAN, f64::from_bits(0x7FF0_0000_0000_0F00)]);
+        x
+    }
+
     #[test]
     fn relu_rules() {
         let mut o = [9.0; 5];
@@ -580,22 +603,17 @@ mod tests {
     /// that does not (toward zero).
     #[test]
     fn relu_and_pass_round_as_the_format_does() {
-        let mut x: Vec<f64> = (0..=u16::MAX)
-            .map(|b| half::f16::from_bits(b).to_f64())
-            .collect();
-        let finite: Vec<f64> = x.iter().copied().filter(|v| v.is_finite()).collect();
-        for k in [-11, -12, -8] {
-            x.extend(finite.iter().map(|v| v * (1.0 + 2f64.powi(k))));
-        }
-        x.extend([
-            65520.0,
-            -65520.0,
-            1e300,
-            -1e300,
-            2f64.powi(-25),
-            -2f64.powi(-25),
-        ]);
-        x.extend([-f64::NAN, f64::from_bits(0x7FF0_0000_0000_0F00)]);
+        let x = fp16_inputs(
+            &[-11, -12, -8],
+            &[
+                65520.0,
+                -65520.0,
+                1e300,
+                -1e300,
+                2f64.powi(-25),
+                -2f64.powi(-25),
+            ],
+        );
         let saturating = FloatFormat {
             overflow: nnp_numerics::Overflow::Saturate,
             ..FP16
@@ -604,7 +622,6 @@ mod tests {
             rounding: nnp_numerics::Rounding::TowardZero,
             ..FP16
         };
-        let bits = |v: f64| if v.is_nan() { u64::MAX } else { v.to_bits() };
         for fmt in [FP16, FloatFormat::BF16, saturating, toward_zero] {
             for len in [x.len(), 1000] {
                 let mut out = vec![9.0; len];
@@ -612,11 +629,15 @@ mod tests {
                 for (v, o) in x[..len].iter().zip(&out) {
                     let r = fmt.round(*v);
                     let want = if r > 0.0 || r.is_nan() { r } else { 0.0 };
-                    assert_eq!(bits(*o), bits(want), "relu({v:e}) in {fmt:?}");
+                    assert_eq!(nan_bits(*o), nan_bits(want), "relu({v:e}) in {fmt:?}");
                 }
                 pass(&fmt, &x[..len], &mut out);
                 for (v, o) in x[..len].iter().zip(&out) {
-                    assert_eq!(bits(*o), bits(fmt.round(*v)), "pass({v:e}) in {fmt:?}");
+                    assert_eq!(
+                        nan_bits(*o),
+                        nan_bits(fmt.round(*v)),
+                        "pass({v:e}) in {fmt:?}"
+                    );
                 }
             }
         }
@@ -641,24 +662,16 @@ mod tests {
     /// both sides of the parallel threshold.
     #[test]
     fn activate_matches_the_rounded_function_on_every_fp16_input() {
-        let mut x: Vec<f64> = (0..=u16::MAX)
-            .map(|b| half::f16::from_bits(b).to_f64())
-            .collect();
-        let between: Vec<f64> = x
-            .iter()
-            .filter(|v| v.is_finite())
-            .map(|v| v * (1.0 + 2f64.powi(-11)))
-            .collect();
-        x.extend(between);
-        x.extend([
-            65520.0,
-            -65520.0,
-            2f64.powi(-25),
-            3.0 * 2f64.powi(-26),
-            1e300,
-        ]);
-        x.extend([-f64::NAN, f64::from_bits(0x7FF0_0000_0000_0F00)]);
-        let bits = |v: f64| if v.is_nan() { u64::MAX } else { v.to_bits() };
+        let x = fp16_inputs(
+            &[-11],
+            &[
+                65520.0,
+                -65520.0,
+                2f64.powi(-25),
+                3.0 * 2f64.powi(-26),
+                1e300,
+            ],
+        );
         for f in [TableFn::Sigm, TableFn::Tanh, TableFn::Exp] {
             let t = ActTable::load(f, &FP16, None).expect("built-in");
             let kind = activation_kind(f);
@@ -667,14 +680,14 @@ mod tests {
                 activate(&t, &x[..len], &mut out, false);
                 for (v, o) in x[..len].iter().zip(&out) {
                     let want = FP16.round(activation::eval(kind, FP16.round(*v)));
-                    assert_eq!(bits(*o), bits(want), "{f:?}({v:e})");
+                    assert_eq!(nan_bits(*o), nan_bits(want), "{f:?}({v:e})");
                 }
                 // The first 2^16 inputs are the fp16 values: their rounding may be skipped.
                 let n = len.min(1 << 16);
                 activate(&t, &x[..n], &mut out[..n], true);
                 for (v, o) in x[..n].iter().zip(&out) {
                     let want = FP16.round(activation::eval(kind, *v));
-                    assert_eq!(bits(*o), bits(want), "{f:?}({v:e}), rounded");
+                    assert_eq!(nan_bits(*o), nan_bits(want), "{f:?}({v:e}), rounded");
                 }
             }
         }
@@ -691,13 +704,7 @@ mod tests {
         let exp = ActTable::load(TableFn::Exp, &FP16, None).expect("built-in");
         let kind = activation_kind(TableFn::Exp);
         let mut s = 0x51f1_5e7a_u64;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
-        let bits = |v: f64| if v.is_nan() { u64::MAX } else { v.to_bits() };
+        let mut next = || crate::exec::intdot::tests::xorshift(&mut s);
         for lanes in [3usize, 128, 1000] {
             let rows = (40_000 / lanes).max(8);
             let mut x = Vec::with_capacity(rows * lanes);
@@ -738,7 +745,11 @@ mod tests {
                 } as f32;
                 for ((o, e), v) in os.iter().zip(&e).zip(xs) {
                     let want = FP16.round(f64::from(*e as f32 / sum));
-                    assert_eq!(bits(*o), bits(want), "lane {v:e} of a row of {lanes}");
+                    assert_eq!(
+                        nan_bits(*o),
+                        nan_bits(want),
+                        "lane {v:e} of a row of {lanes}"
+                    );
                 }
             }
         }

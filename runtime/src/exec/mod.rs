@@ -311,11 +311,7 @@ impl<'g> Session<'g> {
         // Position of the last reader of every value, so tensors are freed as soon as possible.
         let mut last_use = vec![0usize; graph.nodes.len()];
         for (pos, &i) in self.order.iter().enumerate() {
-            for v in graph.nodes[i].op.inputs() {
-                last_use[v.index()] = pos;
-            }
-            // A quantize that reads the parts of a concat the run may skip reads them too.
-            for v in through_parts(graph, &self.through, i) {
+            for v in reads(graph, &self.through, i) {
                 last_use[v.index()] = pos;
             }
         }
@@ -388,10 +384,9 @@ impl<'g> Session<'g> {
                 && ex.quantize_to_ints(i, f).map_err(exec_err)?
             {
                 quantized_to_ints += 1;
-                release_inputs(&mut ex.values, &node.op, &last_use, pos);
                 release(
                     &mut ex.values,
-                    through_parts(graph, &self.through, i),
+                    reads(graph, &self.through, i),
                     &last_use,
                     pos,
                 );
@@ -455,10 +450,9 @@ impl<'g> Session<'g> {
                     ex.values[i] = Some(t);
                 }
             }
-            release_inputs(&mut ex.values, &node.op, &last_use, pos);
             release(
                 &mut ex.values,
-                through_parts(graph, &self.through, i),
+                reads(graph, &self.through, i),
                 &last_use,
                 pos,
             );
@@ -494,16 +488,17 @@ impl<'g> Session<'g> {
     }
 }
 
-/// The parts' values of the concat that node `i` quantizes, where the run may skip that concat
-/// (`through`, [`Session::through`]); none for every other node.
-fn through_parts(graph: &SwGraph, through: &[bool], i: usize) -> Vec<ValueId> {
-    match &graph.nodes[i].op {
-        Op::Quantize { src, .. } if through[src.index()] => match &graph.nodes[src.index()].op {
-            Op::Concat { parts } => parts.iter().map(|p| p.value).collect(),
-            _ => Vec::new(),
-        },
-        _ => Vec::new(),
+/// The values node `i` reads: its inputs and, where it quantizes a concat the run may skip
+/// (`through`, [`Session::through`]), that concat's parts.
+fn reads(graph: &SwGraph, through: &[bool], i: usize) -> Vec<ValueId> {
+    let mut vs = graph.nodes[i].op.inputs();
+    if let Op::Quantize { src, .. } = &graph.nodes[i].op
+        && through[src.index()]
+        && let Op::Concat { parts } = &graph.nodes[src.index()].op
+    {
+        vs.extend(parts.iter().map(|p| p.value));
     }
+    vs
 }
 
 /// The `concat` nodes of vectors that only `quantize` nodes of [`quantized_vectors`] read,
