@@ -774,16 +774,12 @@ fn matvec_tasks(
                 }
                 let base_w = &w.aligned.base[i * n..][..n];
                 let mut row = vec![0.0f64; n];
-                for ((run, a), bx) in runs
+                for ((run, a), &bx) in runs
                     .iter_mut()
                     .zip(acc.chunks(n))
                     .zip(&x.aligned.base[b0..])
                 {
-                    for ((s, &a), bw) in row.iter_mut().zip(a).zip(base_w) {
-                        *s = f64::from(a) * (bw * bx);
-                    }
-                    sums.round(&mut row);
-                    run.write_copy_of_slice(&row);
+                    sums.round_scaled_ints(a, base_w, bx, &mut row, run);
                 }
                 // Every run written in full (the `set_len` below relies on it).
                 assert_eq!(runs.len(), items);

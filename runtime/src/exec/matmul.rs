@@ -22,6 +22,7 @@ use super::exact::ExactSum;
 use nnp_grammar::Accumulation;
 use nnp_numerics::{FloatFormat, Format, IntScale};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// Proven chunks smaller than this are not worth a BLAS call of their own; the slices run instead.
 pub const MIN_CHUNK: usize = 4;
@@ -382,6 +383,26 @@ impl ExactSums {
                 }
             }),
         }
+    }
+
+    /// `out[k]` = the exact sum `a[k] * (w[k] * x)` rounded (as [`ExactSums::round`]), in one
+    /// pass where the format has a fast rounder; `row` is scratch of `out`'s length otherwise.
+    pub(crate) fn round_scaled_ints(
+        &self,
+        a: &[i32],
+        w: &[f64],
+        x: f64,
+        row: &mut [f64],
+        out: &mut [MaybeUninit<f64>],
+    ) {
+        if let Some(f) = &self.fast {
+            return f.round_scaled_ints(a, w, x, out);
+        }
+        for ((s, &a), &w) in row.iter_mut().zip(a).zip(w) {
+            *s = f64::from(a) * (w * x);
+        }
+        self.round(row);
+        out.write_copy_of_slice(row);
     }
 
     /// Round every running sum in place; an element whose error is non-zero is summed again:

@@ -185,9 +185,37 @@ impl FastRound {
     #[inline(always)]
     fn round_sums_body(&self, s: &mut [f64]) {
         for v in s.iter_mut() {
-            let r = self.round(*v);
-            *v = if *v == 0.0 { 0.0 } else { r };
+            *v = self.round_sum(*v);
         }
+    }
+
+    avx2_copy! {
+        /// `out[k]` = the exact sum `a[k] * (w[k] * x)` rounded as [`FastRound::round_sums`]
+        /// does: integer sums on common units, scaled by powers of two (`w[k] * x` and the
+        /// product are exact where the caller's units fit f64), in one pass straight into the
+        /// output.
+        pub(crate) fn round_scaled_ints / round_scaled_ints_avx2 / round_scaled_ints_body
+            (&self, a: &[i32], w: &[f64], x: f64, out: &mut [std::mem::MaybeUninit<f64>])
+    }
+
+    #[inline(always)]
+    fn round_scaled_ints_body(
+        &self,
+        a: &[i32],
+        w: &[f64],
+        x: f64,
+        out: &mut [std::mem::MaybeUninit<f64>],
+    ) {
+        for ((o, &a), &w) in out.iter_mut().zip(a).zip(w) {
+            o.write(self.round_sum(f64::from(a) * (w * x)));
+        }
+    }
+
+    /// An exact sum rounded; an exact zero is +0.
+    #[inline(always)]
+    fn round_sum(&self, v: f64) -> f64 {
+        let r = self.round(v);
+        if v == 0.0 { 0.0 } else { r }
     }
 
     #[inline]
@@ -517,6 +545,63 @@ mod tests {
                 assert!(same(a, b), "{fmt:?} x = {x:e}: fast {a:e} reference {b:e}");
             }
         }
+    }
+
+    /// Integer sums on common units, scaled by powers of two and rounded in one pass, equal
+    /// `FloatFormat::round` of the same exact value (an exact zero is +0): ties at every
+    /// format's precision, sums near i32's limits, units that underflow to zero or subnormals
+    /// and overflow to infinity or the saturation value. Through `ExactSums`, so a format with
+    /// no fast rounder (toward zero) takes its scratch-row fallback.
+    #[test]
+    fn scaled_integer_sums_round_as_the_format_does() {
+        use std::mem::MaybeUninit;
+        let mut sat = FloatFormat::FP16;
+        sat.overflow = Overflow::Saturate;
+        let mut trunc = FloatFormat::FP16;
+        trunc.rounding = Rounding::TowardZero;
+        let mut a: Vec<i32> = vec![0, 1, -1, i32::MAX, i32::MIN, i32::MIN + 1, 65504, 65520];
+        for bits in [8, 11, 12, 24, 25, 30] {
+            let p = 1i32 << bits;
+            a.extend([
+                p + 1,
+                p + 2,
+                p + 3,
+                p - 1,
+                -(p + 1),
+                -(p + 3),
+                3 * p / 2 + 1,
+            ]);
+        }
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..2000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            a.push((s >> 32) as i32 >> (s % 31));
+        }
+        // Row units 2^-40 .. 2^20 in turn; item units chosen so the product spans fp16's
+        // subnormals, normals and overflow.
+        let w: Vec<f64> = (0..a.len()).map(|k| pow2((k % 61) as i32 - 40)).collect();
+        for fmt in [FloatFormat::FP16, FloatFormat::BF16, sat, trunc] {
+            let sums = super::super::matmul::ExactSums::new(&fmt);
+            for xu in [-30, -12, 0, 6] {
+                let x = pow2(xu);
+                let mut out = vec![MaybeUninit::new(f64::NAN); a.len()];
+                let mut row = vec![0.0; a.len()];
+                sums.round_scaled_ints(&a, &w, x, &mut row, &mut out);
+                for ((o, &a), &w) in out.iter().zip(&a).zip(&w) {
+                    // SAFETY: every element was initialised above.
+                    let got = unsafe { o.assume_init() };
+                    let exact = f64::from(a) * w * x;
+                    let want = if a == 0 { 0.0 } else { fmt.round(exact) };
+                    assert_eq!(got.to_bits(), want.to_bits(), "{fmt:?} {a} * {w:e} * {x:e}");
+                }
+            }
+        }
+        assert!(
+            FastRound::new(&trunc).is_none(),
+            "the fallback is exercised"
+        );
     }
 
     #[test]
