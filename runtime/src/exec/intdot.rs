@@ -773,13 +773,12 @@ fn matvec_tasks(
                     kernel(simd, w.tile(i, j), xs(j), n, &mut sink);
                 }
                 let base_w = &w.aligned.base[i * n..][..n];
-                let mut row = vec![0.0f64; n];
                 for ((run, a), &bx) in runs
                     .iter_mut()
                     .zip(acc.chunks(n))
                     .zip(&x.aligned.base[b0..])
                 {
-                    sums.round_scaled_ints(a, base_w, bx, &mut row, run);
+                    sums.round_scaled_ints(a, base_w, bx, run);
                 }
                 // Every run written in full (the `set_len` below relies on it).
                 assert_eq!(runs.len(), items);

@@ -375,34 +375,32 @@ impl ExactSums {
     pub(crate) fn round(&self, s: &mut [f64]) {
         match &self.fast {
             Some(f) => f.round_sums(s),
-            None => s.iter_mut().for_each(|s| {
-                *s = if *s == 0.0 {
-                    0.0
-                } else {
-                    self.out_fmt.round(*s)
-                }
-            }),
+            None => s.iter_mut().for_each(|s| *s = self.round_slow(*s)),
         }
     }
 
     /// `out[k]` = the exact sum `a[k] * (w[k] * x)` rounded (as [`ExactSums::round`]), in one
-    /// pass where the format has a fast rounder; `row` is scratch of `out`'s length otherwise.
+    /// pass straight into the output.
     pub(crate) fn round_scaled_ints(
         &self,
         a: &[i32],
         w: &[f64],
         x: f64,
-        row: &mut [f64],
         out: &mut [MaybeUninit<f64>],
     ) {
-        if let Some(f) = &self.fast {
-            return f.round_scaled_ints(a, w, x, out);
+        match &self.fast {
+            Some(f) => f.round_scaled_ints(a, w, x, out),
+            None => {
+                for ((o, &a), &w) in out.iter_mut().zip(a).zip(w) {
+                    o.write(self.round_slow(f64::from(a) * (w * x)));
+                }
+            }
         }
-        for ((s, &a), &w) in row.iter_mut().zip(a).zip(w) {
-            *s = f64::from(a) * (w * x);
-        }
-        self.round(row);
-        out.write_copy_of_slice(row);
+    }
+
+    /// One exact sum rounded by the format's reference (no fast rounder); zero is +0.
+    fn round_slow(&self, s: f64) -> f64 {
+        if s == 0.0 { 0.0 } else { self.out_fmt.round(s) }
     }
 
     /// Round every running sum in place; an element whose error is non-zero is summed again:

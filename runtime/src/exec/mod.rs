@@ -361,7 +361,7 @@ impl<'g> Session<'g> {
                     ex.values[k] = Some(t);
                 }
                 for (p, &k) in (reg.start..reg.end).zip(nodes) {
-                    release_inputs(&mut ex.values, &graph.nodes[k].op, &last_use, p);
+                    release(&mut ex.values, reads(graph, &self.through, k), &last_use, p);
                 }
                 tally(&mut ex.prof, "fused mfu", t0, reg.end - reg.start);
                 in_region = reg.start..reg.end;
@@ -406,7 +406,12 @@ impl<'g> Session<'g> {
                 if let Some(key) = arranged {
                     ex.prepare_arranged(id, stack, key).map_err(exec_err)?;
                     one_pass_stacks += 1;
-                    release_inputs(&mut ex.values, &node.op, &last_use, pos);
+                    release(
+                        &mut ex.values,
+                        reads(graph, &self.through, i),
+                        &last_use,
+                        pos,
+                    );
                     tally(&mut ex.prof, "prepare weights", t0, 1);
                     continue;
                 } else if !ints {
@@ -414,7 +419,12 @@ impl<'g> Session<'g> {
                     one_pass_stacks += 1;
                 } else if ex.prepare_ints(id, stack).map_err(exec_err)? {
                     one_pass_stacks += 1;
-                    release_inputs(&mut ex.values, &node.op, &last_use, pos);
+                    release(
+                        &mut ex.values,
+                        reads(graph, &self.through, i),
+                        &last_use,
+                        pos,
+                    );
                     tally(&mut ex.prof, "prepare weights", t0, 1);
                     continue;
                 } else {
@@ -613,12 +623,8 @@ fn read_beside(
     read
 }
 
-/// Free the inputs of `op` (at position `pos` of the evaluation order) that nothing later reads.
-fn release_inputs(values: &mut [Option<Tensor>], op: &Op, last_use: &[usize], pos: usize) {
-    release(values, op.inputs(), last_use, pos);
-}
-
-/// Free the values `vs` read at position `pos` that nothing later reads.
+/// Free the values `vs` read at position `pos` of the evaluation order that nothing later
+/// reads.
 fn release(
     values: &mut [Option<Tensor>],
     vs: impl IntoIterator<Item = ValueId>,
