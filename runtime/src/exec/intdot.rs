@@ -260,20 +260,26 @@ impl Span {
 }
 
 /// One `n x n` tile `src` (row-major) as integers packed into `tile` ([`packed_at`]), with
-/// the unit of each row in `units`: the bits of its largest integer and whether it held a
-/// `-0.0`, or `None` when a row does not fit.
+/// the unit of each row in `units` and the [`Tile::reach`] of each row block in `reach`: the
+/// bits of its largest integer and whether it held a `-0.0`, or `None` when a row does not
+/// fit.
 fn tile_to_ints(
     src: &[f64],
     tile: &mut [i16],
     units: &mut [i32],
+    reach: &mut [u16],
     n: usize,
     qm: i32,
 ) -> Option<(u32, bool)> {
     let mut q = vec![0i16; n];
     let mut bits = 0;
+    reach.fill(0);
     for (r, (run, u)) in src.chunks(n).zip(units.iter_mut()).enumerate() {
         *u = to_ints(run, &mut q, qm)?;
         bits = bits.max(mag_bits(&q));
+        let pairs = q.iter().rposition(|&v| v != 0).map_or(0, |l| l / 2 + 1);
+        let block = &mut reach[r / ROW_BLOCK];
+        *block = (*block).max(pairs as u16);
         // Lanes (2 kp, 2 kp + 1) of row r go to packed_at(n, r, 2 kp): one pair every
         // 2 * ROW_BLOCK values.
         let row = &mut tile[packed_at(n, r, 0)..];
@@ -296,6 +302,18 @@ fn packed_at(n: usize, r: usize, l: usize) -> usize {
     (((r / ROW_BLOCK) * (n / 2) + l / 2) * ROW_BLOCK + r % ROW_BLOCK) * 2 + l % 2
 }
 
+/// One packed `n x n` tile of an [`IntWeights`], as the kernel reads it.
+#[derive(Clone, Copy)]
+struct Tile<'a> {
+    /// The integers, laid out by [`packed_at`].
+    ints: &'a [i16],
+    /// Per row block: the lane pairs up to the last that holds a nonzero integer in any of its
+    /// rows (0 for an all-zero block). The SIMD kernel stops there: the lanes beyond add
+    /// exact zeros, and a matrix padded to the native dimension (16 x 16 in a 128 x 128 tile)
+    /// is mostly such lanes.
+    reach: &'a [u16],
+}
+
 /// A weight stack `[rows * cols, n, n]` as integers, packed for the kernel.
 pub struct IntWeights {
     rows: usize,
@@ -303,6 +321,9 @@ pub struct IntWeights {
     n: usize,
     /// Tile `(i, j)` at `(i * cols + j) * n * n`, laid out by [`packed_at`].
     packed: Vec<i16>,
+    /// [`Tile::reach`] of row block `rb` of tile `(i, j)` at `(i * cols + j) * n / ROW_BLOCK
+    /// + rb`.
+    reach: Vec<u16>,
     /// `2^unit` of row `r` of tile `(i, j)` at `(i * cols + j) * n + r` (0 for a zero row).
     scale: Vec<f64>,
     /// Units of every row tile `i` (all its column tiles).
@@ -312,6 +333,10 @@ pub struct IntWeights {
     aligned: Aligned,
     /// The largest shift of every row tile `i`.
     shift_span: Vec<u32>,
+    /// Per row tile `i`: the rows up to the end of its last row block with a nonzero integer
+    /// in any tile column. The rows below are zero rows (a matrix padded to the native
+    /// dimension), whose outputs are exact zeros, `+0.0`.
+    live_rows: Vec<usize>,
     /// Bits of the largest integer.
     bits: u32,
     /// Whether the stack held a `-0.0` (its integer is 0, so [`IntWeights::restore`] cannot
@@ -357,14 +382,17 @@ impl IntWeights {
         let (qm, nn) = (qmax(n), n * n);
         let mut packed = vec![0i16; rows * cols * nn];
         let mut unit = vec![0i32; rows * cols * n];
+        let blocks = n / ROW_BLOCK;
+        let mut reach = vec![0u16; rows * cols * blocks];
         // Per tile: the bits of its largest integer and whether it held a `-0.0`.
         let tiles: Vec<Option<(u32, bool)>> = packed
             .par_chunks_mut(nn)
             .zip(unit.par_chunks_mut(n))
+            .zip(reach.par_chunks_mut(blocks))
             .enumerate()
             .map_init(
                 || (Vec::new(), Vec::new()),
-                |(buf, scratch), (t, (tile, units))| {
+                |(buf, scratch), (t, ((tile, units), reach))| {
                     let src = match &source {
                         TileSource::Stack(w) => &w[t * nn..][..nn],
                         TileSource::Made(make) => {
@@ -374,7 +402,7 @@ impl IntWeights {
                             &buf[..]
                         }
                     };
-                    tile_to_ints(src, tile, units, n, qm)
+                    tile_to_ints(src, tile, units, reach, n, qm)
                 },
             )
             .collect();
@@ -393,11 +421,24 @@ impl IntWeights {
             .chunks(cols * n)
             .map(|s| s.iter().copied().max().unwrap_or(0) as u32)
             .collect();
+        let live_rows = reach
+            .chunks(cols * blocks)
+            .map(|r| {
+                let live = |rb: usize| (0..cols).any(|j| r[j * blocks + rb] > 0);
+                (0..blocks)
+                    .rev()
+                    .find(|&rb| live(rb))
+                    .map_or(0, |rb| rb + 1)
+                    * ROW_BLOCK
+            })
+            .collect();
         Some(IntWeights {
             rows,
             cols,
             n,
             packed,
+            reach,
+            live_rows,
             scale: scales(&unit),
             row_span,
             aligned,
@@ -454,9 +495,12 @@ impl IntWeights {
         &self.scale
     }
 
-    fn tile(&self, i: usize, j: usize) -> &[i16] {
-        let nn = self.n * self.n;
-        &self.packed[(i * self.cols + j) * nn..][..nn]
+    fn tile(&self, i: usize, j: usize) -> Tile<'_> {
+        let (t, nn, blocks) = (i * self.cols + j, self.n * self.n, self.n / ROW_BLOCK);
+        Tile {
+            ints: &self.packed[t * nn..][..nn],
+            reach: &self.reach[t * blocks..][..blocks],
+        }
     }
 
     fn span(&self) -> Span {
@@ -772,13 +816,17 @@ fn matvec_tasks(
                     };
                     kernel(simd, w.tile(i, j), xs(j), n, &mut sink);
                 }
-                let base_w = &w.aligned.base[i * n..][..n];
+                // Rows past the live ones have no nonzero weight: their sums are exact zeros.
+                let live = w.live_rows[i];
+                let base_w = &w.aligned.base[i * n..][..live];
                 for ((run, a), &bx) in runs
                     .iter_mut()
                     .zip(acc.chunks(n))
                     .zip(&x.aligned.base[b0..])
                 {
-                    sums.round_scaled_ints(a, base_w, bx, run);
+                    let (live_run, zero_run) = run.split_at_mut(live);
+                    sums.round_scaled_ints(&a[..live], base_w, bx, live_run);
+                    zero_run.fill(MaybeUninit::new(0.0));
                 }
                 // Every run written in full (the `set_len` below relies on it).
                 assert_eq!(runs.len(), items);
@@ -811,7 +859,7 @@ fn matvec_tasks(
                 sums.finish(&mut s, &err, |e, slow| {
                     let (bi, r) = (e / n, e % n);
                     for j in 0..cols {
-                        let p = dot_scalar(w.tile(i, j), &xs(j)[bi * n..][..n], n, r);
+                        let p = dot_scalar(w.tile(i, j).ints, &xs(j)[bi * n..][..n], n, r);
                         slow.add(f64::from(p) * w.scales(i, j)[r] * sx(j)[bi]);
                     }
                 });
@@ -1006,15 +1054,17 @@ impl<F: FnMut(usize, usize, &[i32; ROW_BLOCK])> Sink for Emit<F> {
 }
 
 /// Integer partials of one packed matrix tile with the vector tiles `xs` (`[items][n]`),
-/// handed to `sink`.
-fn kernel(simd: bool, tile: &[i16], xs: &[i16], n: usize, sink: &mut impl Sink) {
-    assert!(supports(n) && tile.len() == n * n && xs.len().is_multiple_of(n));
+/// handed to `sink`. The scalar loop multiplies every lane (it is the reference the tests hold
+/// the SIMD kernel and the tiles' reach to).
+fn kernel(simd: bool, tile: Tile<'_>, xs: &[i16], n: usize, sink: &mut impl Sink) {
+    assert!(supports(n) && tile.ints.len() == n * n && xs.len().is_multiple_of(n));
+    assert!(tile.reach.len() == n / ROW_BLOCK && tile.reach.iter().all(|&p| 2 * p as usize <= n));
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
         // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of
-        // ROW_BLOCK and the lengths are asserted above; every access of `avx2::tile` is inside
-        // them.
-        unsafe { avx2::tile(tile, xs, n, sink) };
+        // ROW_BLOCK and the lengths and reaches are asserted above; every access of
+        // `avx2::tile` is inside them.
+        unsafe { avx2::tile(tile.ints, tile.reach, xs, n, sink) };
         return;
     }
     let _ = simd;
@@ -1023,7 +1073,7 @@ fn kernel(simd: bool, tile: &[i16], xs: &[i16], n: usize, sink: &mut impl Sink) 
             sink.take(
                 bi,
                 r0,
-                &std::array::from_fn(|k| dot_scalar(tile, x, n, r0 + k)),
+                &std::array::from_fn(|k| dot_scalar(tile.ints, x, n, r0 + k)),
             );
         }
     }
@@ -1048,30 +1098,43 @@ mod avx2 {
 
     /// # Safety
     /// AVX2 and FMA must be present; `n % ROW_BLOCK == 0`, `tile.len() == n * n`, `xs.len()` a
-    /// multiple of `n`.
+    /// multiple of `n`, `reach.len() == n / ROW_BLOCK` and every `2 * reach[rb] <= n`.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn tile(tile: &[i16], xs: &[i16], n: usize, sink: &mut impl Sink) {
+    pub(super) unsafe fn tile(
+        tile: &[i16],
+        reach: &[u16],
+        xs: &[i16],
+        n: usize,
+        sink: &mut impl Sink,
+    ) {
         // A copy per common tile size: with `n` a constant, the items' vector rows are
         // constant offsets from one pointer, so the inner loop spends no instructions on their
         // addresses (it is bound by instruction dispatch, not only by `vpmaddwd`).
         // SAFETY: as this function's contract.
         unsafe {
             match n {
-                64 => tile_n::<64>(tile, xs, n, sink),
-                128 => tile_n::<128>(tile, xs, n, sink),
-                256 => tile_n::<256>(tile, xs, n, sink),
-                _ => tile_n::<0>(tile, xs, n, sink),
+                64 => tile_n::<64>(tile, reach, xs, n, sink),
+                128 => tile_n::<128>(tile, reach, xs, n, sink),
+                256 => tile_n::<256>(tile, reach, xs, n, sink),
+                _ => tile_n::<0>(tile, reach, xs, n, sink),
             }
         }
     }
 
     /// [`tile`] for `n == N`, or any `n` where `N == 0`.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile_n<const N: usize>(tile: &[i16], xs: &[i16], n: usize, sink: &mut impl Sink) {
+    unsafe fn tile_n<const N: usize>(
+        tile: &[i16],
+        reach: &[u16],
+        xs: &[i16],
+        n: usize,
+        sink: &mut impl Sink,
+    ) {
         let n = if N == 0 { n } else { N };
         let items = xs.len() / n;
-        for rb in 0..n / ROW_BLOCK {
-            let w = &tile[rb * ROW_BLOCK * n..][..ROW_BLOCK * n];
+        for (rb, &pairs) in reach.iter().enumerate() {
+            // The lane pairs up to the block's last nonzero weight: the rest add zeros.
+            let w = &tile[rb * ROW_BLOCK * n..][..ROW_BLOCK * 2 * pairs as usize];
             let mut b0 = 0;
             while b0 < items {
                 let c = (items - b0).min(ITEMS);
@@ -1092,7 +1155,8 @@ mod avx2 {
         }
     }
 
-    /// Rows `rb * 16..` + 16 of items `b0..b0 + C`: `w` is the row block, `[n / 2][16][2]`.
+    /// Rows `rb * 16..` + 16 of items `b0..b0 + C`: `w` is the row block's first lane pairs,
+    /// `[pairs][16][2]` (all `n / 2` of them, or up to its last nonzero weight).
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn block<const C: usize, const N: usize>(
@@ -1106,8 +1170,9 @@ mod avx2 {
         let n = if N == 0 { n } else { N };
         let mut acc = [[_mm256_setzero_si256(); 2]; C];
         let (wp, xp) = (w.as_ptr(), xs.as_ptr());
-        for kp in 0..n / 2 {
-            // SAFETY: kp * 32 + 32 <= 16 * n = w.len(); (b0 + c) * n + 2 * kp + 2 <= xs.len().
+        for kp in 0..w.len() / (2 * ROW_BLOCK) {
+            // SAFETY: kp * 32 + 32 <= w.len() <= 16 * n; (b0 + c) * n + 2 * kp + 2 <=
+            // xs.len() (2 kp + 2 <= n).
             unsafe {
                 let w0 = _mm256_loadu_si256(wp.add(kp * 32) as *const __m256i);
                 let w1 = _mm256_loadu_si256(wp.add(kp * 32 + 16) as *const __m256i);
@@ -1629,6 +1694,123 @@ pub(crate) mod tests {
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for simd in [false, true] {
             assert_eq!(bits(&matvec(&spec, &wi, &xi, simd)), bits(&want), "n 256");
+        }
+    }
+
+    /// Weights padded to the native dimension. Rows that end early: each row block's reach is
+    /// its last nonzero lane pair (by hand), and the SIMD kernel, which stops there, gives the
+    /// exact reference's bits and the scalar kernel's integers (which multiply every lane);
+    /// the vectors are nonzero in every lane, so a reach one pair short drops a product. Zero
+    /// rows at the end of a row tile: their outputs are +0.0 without a sum, as the exact
+    /// reference gives them.
+    #[test]
+    fn padded_weights_skip_their_zero_lanes_and_rows() {
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut s = 0x5851_f42d_4c95_7f2du64;
+        // Row lengths in lanes (the rest of the row is zero), cycled over the rows.
+        let lengths = [0, 1, 2, 3, 17, 0, 0, 31, 32, 5];
+        for (n, rows, cols, b) in [(32, 2, 2, 7), (128, 1, 2, 13), (64, 1, 1, 6)] {
+            let product = spec(n, rows, cols, Accumulation::Exact, FloatFormat::FP16);
+            let mut w = vec![0.0; rows * cols * n * n];
+            for (r, row) in w.chunks_mut(n).enumerate() {
+                let len = lengths[r % lengths.len()].min(n);
+                for x in &mut row[..len] {
+                    // Nonzero: 1..=127 with a random sign.
+                    let q = (xorshift(&mut s) % 127 + 1) as f64;
+                    *x = if xorshift(&mut s).is_multiple_of(2) {
+                        q
+                    } else {
+                        -q
+                    } * 2f64.powi(-7);
+                }
+            }
+            // Row block 1 of the first tile all zero (n >= 32 has a second block).
+            for row in w[..n * n].chunks_mut(n).skip(ROW_BLOCK).take(ROW_BLOCK) {
+                row.fill(0.0);
+            }
+            let x: Vec<f64> = (0..b * cols * n)
+                .map(|_| ((xorshift(&mut s) % 127 + 1) as f64) * 2f64.powi(-6))
+                .collect();
+            let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+            let xi = IntVector::new(&x, b, cols, n).expect("fits");
+            // Tile (0, 0), block 0: rows 0..16 have lengths 0, 1, 2, 3, 17, 0, 0, 31, 32, 5,
+            // 0, 1, 2, 3, 17, 0, the longest 32 lanes (16 pairs), or n when shorter.
+            let tile = wi.tile(0, 0);
+            assert_eq!(tile.reach[0], (32.min(n) / 2) as u16, "n {n}");
+            assert_eq!(tile.reach[1], 0, "n {n}");
+            let want = matvec_exact(&product, &x, b, &w);
+            for simd in [false, true] {
+                let got = matvec(&product, &wi, &xi, simd);
+                assert_eq!(bits(&got), bits(&want), "n {n} simd {simd}");
+            }
+            for i in 0..rows {
+                for j in 0..cols {
+                    let xs = &xi.q[j * b * n..][..b * n];
+                    let blocks = |simd: bool| {
+                        let mut v = Vec::new();
+                        kernel(
+                            simd,
+                            wi.tile(i, j),
+                            xs,
+                            n,
+                            &mut Emit(|bi, r0, p: &_| v.push((bi, r0, *p))),
+                        );
+                        v.sort_by_key(|e| (e.0, e.1));
+                        v
+                    };
+                    assert_eq!(blocks(true), blocks(false), "n {n} tile ({i}, {j})");
+                }
+            }
+        }
+        // A 16 x 16 matrix padded to a 128 x 128 tile (`elman_rnn_small`'s shape): one block
+        // of 8 lane pairs, seven empty ones.
+        let mut w = vec![0.0; 128 * 128];
+        for (r, row) in w.chunks_mut(128).take(16).enumerate() {
+            for (l, x) in row[..16].iter_mut().enumerate() {
+                *x = ((r * 16 + l) % 255) as f64 - 127.0;
+            }
+        }
+        let wi = IntWeights::new(&w, 1, 1, 128).expect("fits");
+        assert_eq!(wi.tile(0, 0).reach, &[8, 0, 0, 0, 0, 0, 0, 0]);
+        // Its outputs: the 16 rows summed in `i32`, the 112 padding rows +0.0 without a sum.
+        assert_eq!(wi.live_rows, [16]);
+        let padded = spec(128, 1, 1, Accumulation::Exact, FloatFormat::FP16);
+        let x: Vec<f64> = (0..5 * 128)
+            .map(|k| ((xorshift(&mut s) % 255) as f64 - 127.0) * 2f64.powi(k % 5 - 2))
+            .collect();
+        let xi = IntVector::new(&x, 5, 1, 128).expect("fits");
+        assert!(int_sums(&padded, &wi, &xi, 0, 0, 5));
+        let want = matvec_exact(&padded, &x, 5, &w);
+        for simd in [false, true] {
+            assert_eq!(
+                bits(&matvec(&padded, &wi, &xi, simd)),
+                bits(&want),
+                "padded, {simd}"
+            );
+        }
+        // Row tiles whose live rows end at different blocks, and one that is all zero.
+        let (n, rows, cols) = (32, 3, 2);
+        let mut w = vec![0.0; rows * cols * n * n];
+        for (t, tile) in w.chunks_mut(n * n).enumerate() {
+            let (i, j) = (t / cols, t % cols);
+            // Row tile 0: row 20 in column tile 1 only; row tile 1: row 3 in both; 2: none.
+            let row = [Some((20, 1)), Some((3, j)), None][i].filter(|&(_, c)| c == j);
+            if let Some((r, _)) = row {
+                tile[r * n + n - 1] = -3.0;
+            }
+        }
+        let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+        assert_eq!(wi.live_rows, [32, 16, 0]);
+        let stack = spec(n, rows, cols, Accumulation::Exact, FloatFormat::FP16);
+        let x: Vec<f64> = (0..4 * cols * n).map(|k| (k % 7) as f64 - 3.0).collect();
+        let xi = IntVector::new(&x, 4, cols, n).expect("fits");
+        let want = matvec_exact(&stack, &x, 4, &w);
+        for simd in [false, true] {
+            assert_eq!(
+                bits(&matvec(&stack, &wi, &xi, simd)),
+                bits(&want),
+                "rows, {simd}"
+            );
         }
     }
 
