@@ -802,50 +802,34 @@ fn matvec_tasks(
                 let (sw, sx) = (&w.scales(i, j)[r0..][..ROW_BLOCK], sx(j)[bi]);
                 std::array::from_fn::<f64, ROW_BLOCK, _>(|k| f64::from(p[k]) * sw[k] * sx)
             };
+            // The sums of the cheap paths cover the live rows only: the rows after them have no
+            // nonzero weight, so their sums are exact zeros, written as +0.0.
+            let live = w.live_rows[i];
             if int_sums(spec, w, x, i, b0, items) {
                 // One i32 sum per output across the tile columns, on the row's and the
                 // item's common units; scaled and rounded once at the end, item by item in L1,
                 // straight into the output.
-                let mut acc = vec![0i32; items * n];
-                for j in 0..cols {
-                    let mut sink = Sums {
-                        s: &mut acc,
-                        w: w.shifts(i, j),
-                        x: &x.aligned.shift[j * b + b0..][..items],
-                        n,
-                    };
-                    kernel(simd, w.tile(i, j), xs(j), n, &mut sink);
-                }
-                // Rows past the live ones have no nonzero weight: their sums are exact zeros.
-                let live = w.live_rows[i];
+                let mut acc = vec![0i32; items * live];
+                sum_tiles(simd, w, i, &xs, &mut acc, live, |j| {
+                    (w.shifts(i, j), &x.aligned.shift[j * b + b0..][..items])
+                });
                 let base_w = &w.aligned.base[i * n..][..live];
-                for ((run, a), &bx) in runs
-                    .iter_mut()
-                    .zip(acc.chunks(n))
-                    .zip(&x.aligned.base[b0..])
-                {
-                    let (live_run, zero_run) = run.split_at_mut(live);
-                    sums.round_scaled_ints(&a[..live], base_w, bx, live_run);
-                    zero_run.fill(MaybeUninit::new(0.0));
-                }
-                // Every run written in full (the `set_len` below relies on it).
-                assert_eq!(runs.len(), items);
+                write_runs(&mut runs, items, live, |k, out| {
+                    let a = &acc[k * live..][..live];
+                    sums.round_scaled_ints(a, base_w, x.aligned.base[b0 + k], out);
+                });
                 return;
             }
-            let y: Vec<f64> = if plain_sums(spec, w, x, i, b0, items) {
-                let mut s = vec![0.0f64; items * n];
-                for j in 0..cols {
-                    let mut sink = Sums {
-                        s: &mut s,
-                        w: w.scales(i, j),
-                        x: sx(j),
-                        n,
-                    };
-                    kernel(simd, w.tile(i, j), xs(j), n, &mut sink);
-                }
+            if plain_sums(spec, w, x, i, b0, items) {
+                let mut s = vec![0.0f64; items * live];
+                sum_tiles(simd, w, i, &xs, &mut s, live, |j| (w.scales(i, j), sx(j)));
                 sums.round(&mut s);
-                s
-            } else if spec.accumulation == Accumulation::Exact {
+                write_runs(&mut runs, items, live, |k, out| {
+                    out.write_copy_of_slice(&s[k * live..][..live]);
+                });
+                return;
+            }
+            let y: Vec<f64> = if spec.accumulation == Accumulation::Exact {
                 // Running two-sums over the tile columns, fed straight from the kernel.
                 let (mut s, mut err) = (vec![0.0f64; items * n], vec![0.0f64; items * n]);
                 for j in 0..cols {
@@ -894,6 +878,46 @@ fn matvec_tasks(
     // task wrote each of its runs (one per item of its block) in full.
     unsafe { out.set_len(b * rows * n) };
     out
+}
+
+/// The sums of row tile `i` over every tile column into `s` (`live` per item): column `j`'s
+/// partials of the items `xs(j)`, with the factors `factors(j)` (per row, per item).
+fn sum_tiles<'a, U: Factor + 'a>(
+    simd: bool,
+    w: &IntWeights,
+    i: usize,
+    xs: &impl Fn(usize) -> &'a [i16],
+    s: &mut [U::Sum],
+    live: usize,
+    factors: impl Fn(usize) -> (&'a [U], &'a [U]),
+) {
+    for j in 0..w.cols {
+        let (fw, fx) = factors(j);
+        let mut sink = Sums {
+            s: &mut *s,
+            w: fw,
+            x: fx,
+            n: live,
+        };
+        kernel(simd, w.tile(i, j), xs(j), w.n, &mut sink);
+    }
+}
+
+/// Each item's run of a row tile's outputs: the first `live` by `f(item, outputs)`, the rest
+/// (rows with no nonzero weight) +0.0.
+fn write_runs(
+    runs: &mut [&mut [MaybeUninit<f64>]],
+    items: usize,
+    live: usize,
+    mut f: impl FnMut(usize, &mut [MaybeUninit<f64>]),
+) {
+    // Every run written in full (`matvec_tasks`' `set_len` relies on it).
+    assert_eq!(runs.len(), items);
+    for (k, run) in runs.iter_mut().enumerate() {
+        let (live_run, zero_run) = run.split_at_mut(live);
+        f(k, live_run);
+        zero_run.fill(MaybeUninit::new(0.0));
+    }
 }
 
 /// Whether the outputs of row tile `i` for items `b0..b0 + items` are plain f64 sums of their
@@ -970,7 +994,9 @@ trait Sink {
 /// Plain f64 sums of the scaled partials (`w`, `x` the scales `2^u`; the common case of
 /// `exact` accumulation), or `i32` sums on common units (`w`, `x` the shifts of [`Aligned`],
 /// which [`int_sums`] bounds below `2^31`). The SIMD kernel does the same in vector
-/// registers.
+/// registers. `n` is the sums per item: the tile's N, or fewer where the rows after them have
+/// no nonzero weight (`live_rows` of [`IntWeights`]; the kernel skips such row blocks for
+/// this sink, whose partials would add zeros).
 struct Sums<'a, U: Factor> {
     s: &'a mut [U::Sum],
     w: &'a [U],
@@ -1054,22 +1080,30 @@ impl<F: FnMut(usize, usize, &[i32; ROW_BLOCK])> Sink for Emit<F> {
 }
 
 /// Integer partials of one packed matrix tile with the vector tiles `xs` (`[items][n]`),
-/// handed to `sink`. The scalar loop multiplies every lane (it is the reference the tests hold
-/// the SIMD kernel and the tiles' reach to).
+/// handed to `sink`. A [`Sums`] sink adds each partial, so the row blocks without a nonzero
+/// weight (partials 0) are skipped for it; every other sink gets every block. The scalar loop
+/// multiplies every lane of a block (it is the reference the tests hold the SIMD kernel and
+/// the tiles' reach to).
 fn kernel(simd: bool, tile: Tile<'_>, xs: &[i16], n: usize, sink: &mut impl Sink) {
     assert!(supports(n) && tile.ints.len() == n * n && xs.len().is_multiple_of(n));
     assert!(tile.reach.len() == n / ROW_BLOCK && tile.reach.iter().all(|&p| 2 * p as usize <= n));
+    // A zero added to a sum changes nothing: `i32`, or an f64 sum, which is never -0.0 (it
+    // starts at +0.0, and x + y is -0.0 only when both are).
+    let skip_empty = sink.sums().is_some();
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
         // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of
         // ROW_BLOCK and the lengths and reaches are asserted above; every access of
         // `avx2::tile` is inside them.
-        unsafe { avx2::tile(tile.ints, tile.reach, xs, n, sink) };
+        unsafe { avx2::tile(tile.ints, tile.reach, skip_empty, xs, n, sink) };
         return;
     }
     let _ = simd;
     for (bi, x) in xs.chunks(n).enumerate() {
         for r0 in (0..n).step_by(ROW_BLOCK) {
+            if skip_empty && tile.reach[r0 / ROW_BLOCK] == 0 {
+                continue;
+            }
             sink.take(
                 bi,
                 r0,
@@ -1098,11 +1132,13 @@ mod avx2 {
 
     /// # Safety
     /// AVX2 and FMA must be present; `n % ROW_BLOCK == 0`, `tile.len() == n * n`, `xs.len()` a
-    /// multiple of `n`, `reach.len() == n / ROW_BLOCK` and every `2 * reach[rb] <= n`.
+    /// multiple of `n`, `reach.len() == n / ROW_BLOCK` and every `2 * reach[rb] <= n`. With
+    /// `skip_empty`, row blocks of reach 0 are not handed to `sink`.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile(
         tile: &[i16],
         reach: &[u16],
+        skip_empty: bool,
         xs: &[i16],
         n: usize,
         sink: &mut impl Sink,
@@ -1113,10 +1149,10 @@ mod avx2 {
         // SAFETY: as this function's contract.
         unsafe {
             match n {
-                64 => tile_n::<64>(tile, reach, xs, n, sink),
-                128 => tile_n::<128>(tile, reach, xs, n, sink),
-                256 => tile_n::<256>(tile, reach, xs, n, sink),
-                _ => tile_n::<0>(tile, reach, xs, n, sink),
+                64 => tile_n::<64>(tile, reach, skip_empty, xs, n, sink),
+                128 => tile_n::<128>(tile, reach, skip_empty, xs, n, sink),
+                256 => tile_n::<256>(tile, reach, skip_empty, xs, n, sink),
+                _ => tile_n::<0>(tile, reach, skip_empty, xs, n, sink),
             }
         }
     }
@@ -1126,6 +1162,7 @@ mod avx2 {
     unsafe fn tile_n<const N: usize>(
         tile: &[i16],
         reach: &[u16],
+        skip_empty: bool,
         xs: &[i16],
         n: usize,
         sink: &mut impl Sink,
@@ -1133,6 +1170,9 @@ mod avx2 {
         let n = if N == 0 { n } else { N };
         let items = xs.len() / n;
         for (rb, &pairs) in reach.iter().enumerate() {
+            if skip_empty && pairs == 0 {
+                continue;
+            }
             // The lane pairs up to the block's last nonzero weight: the rest add zeros.
             let w = &tile[rb * ROW_BLOCK * n..][..ROW_BLOCK * 2 * pairs as usize];
             let mut b0 = 0;
@@ -1788,29 +1828,40 @@ pub(crate) mod tests {
                 "padded, {simd}"
             );
         }
-        // Row tiles whose live rows end at different blocks, and one that is all zero.
+        // Row tiles whose live rows end at different blocks, and one that is all zero, with
+        // empty row blocks between live ones: on `i32` sums, and on f64 sums (a row 30 binades
+        // above the others spreads the units past what `i32` holds).
         let (n, rows, cols) = (32, 3, 2);
-        let mut w = vec![0.0; rows * cols * n * n];
-        for (t, tile) in w.chunks_mut(n * n).enumerate() {
-            let (i, j) = (t / cols, t % cols);
-            // Row tile 0: row 20 in column tile 1 only; row tile 1: row 3 in both; 2: none.
-            let row = [Some((20, 1)), Some((3, j)), None][i].filter(|&(_, c)| c == j);
-            if let Some((r, _)) = row {
-                tile[r * n + n - 1] = -3.0;
-            }
-        }
-        let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
-        assert_eq!(wi.live_rows, [32, 16, 0]);
         let stack = spec(n, rows, cols, Accumulation::Exact, FloatFormat::FP16);
         let x: Vec<f64> = (0..4 * cols * n).map(|k| (k % 7) as f64 - 3.0).collect();
         let xi = IntVector::new(&x, 4, cols, n).expect("fits");
-        let want = matvec_exact(&stack, &x, 4, &w);
-        for simd in [false, true] {
-            assert_eq!(
-                bits(&matvec(&stack, &wi, &xi, simd)),
-                bits(&want),
-                "rows, {simd}"
-            );
+        for high in [1.0, 2f64.powi(30)] {
+            let mut w = vec![0.0; rows * cols * n * n];
+            for (t, tile) in w.chunks_mut(n * n).enumerate() {
+                let (i, j) = (t / cols, t % cols);
+                // Row tile 0: row 20 in column tile 1, row 2 in both (times `high` in column
+                // tile 0); row tile 1: row 3 in both; row tile 2: none.
+                let live: &[(usize, usize, f64)] = match i {
+                    0 => &[(20, 1, -3.0), (2, 0, 5.0 * high), (2, 1, 3.0)],
+                    1 => &[(3, 0, 7.0), (3, 1, -1.0)],
+                    _ => &[],
+                };
+                for &(r, _, v) in live.iter().filter(|e| e.1 == j) {
+                    tile[r * n + n - 1] = v;
+                }
+            }
+            let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+            assert_eq!(wi.live_rows, [32, 16, 0]);
+            // Tile (0, 0): block 0 holds row 2, block 1 is empty.
+            assert_eq!(wi.tile(0, 0).reach, &[16, 0]);
+            let int_path = int_sums(&stack, &wi, &xi, 0, 0, 4);
+            assert_eq!(int_path, high == 1.0);
+            assert!(int_path || plain_sums(&stack, &wi, &xi, 0, 0, 4));
+            let want = matvec_exact(&stack, &x, 4, &w);
+            for simd in [false, true] {
+                let got = matvec(&stack, &wi, &xi, simd);
+                assert_eq!(bits(&got), bits(&want), "high {high}, simd {simd}");
+            }
         }
     }
 
