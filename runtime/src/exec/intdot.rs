@@ -267,7 +267,7 @@ fn tile_to_ints(
     src: &[f64],
     tile: &mut [i16],
     units: &mut [i32],
-    reach: &mut [u16],
+    reach: &mut [u32],
     n: usize,
     qm: i32,
 ) -> Option<(u32, bool)> {
@@ -279,7 +279,7 @@ fn tile_to_ints(
         bits = bits.max(mag_bits(&q));
         let pairs = q.iter().rposition(|&v| v != 0).map_or(0, |l| l / 2 + 1);
         let block = &mut reach[r / ROW_BLOCK];
-        *block = (*block).max(pairs as u16);
+        *block = (*block).max(pairs as u32);
         // Lanes (2 kp, 2 kp + 1) of row r go to packed_at(n, r, 2 kp): one pair every
         // 2 * ROW_BLOCK values.
         let row = &mut tile[packed_at(n, r, 0)..];
@@ -311,7 +311,7 @@ struct Tile<'a> {
     /// rows (0 for an all-zero block). The SIMD kernel stops there: the lanes beyond add
     /// exact zeros, and a matrix padded to the native dimension (16 x 16 in a 128 x 128 tile)
     /// is mostly such lanes.
-    reach: &'a [u16],
+    reach: &'a [u32],
 }
 
 /// A weight stack `[rows * cols, n, n]` as integers, packed for the kernel.
@@ -323,7 +323,7 @@ pub struct IntWeights {
     packed: Vec<i16>,
     /// [`Tile::reach`] of row block `rb` of tile `(i, j)` at `(i * cols + j) * n / ROW_BLOCK
     /// + rb`.
-    reach: Vec<u16>,
+    reach: Vec<u32>,
     /// `2^unit` of row `r` of tile `(i, j)` at `(i * cols + j) * n + r` (0 for a zero row).
     scale: Vec<f64>,
     /// Units of every row tile `i` (all its column tiles).
@@ -383,7 +383,7 @@ impl IntWeights {
         let mut packed = vec![0i16; rows * cols * nn];
         let mut unit = vec![0i32; rows * cols * n];
         let blocks = n / ROW_BLOCK;
-        let mut reach = vec![0u16; rows * cols * blocks];
+        let mut reach = vec![0u32; rows * cols * blocks];
         // Per tile: the bits of its largest integer and whether it held a `-0.0`.
         let tiles: Vec<Option<(u32, bool)>> = packed
             .par_chunks_mut(nn)
@@ -1137,7 +1137,7 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile(
         tile: &[i16],
-        reach: &[u16],
+        reach: &[u32],
         skip_empty: bool,
         xs: &[i16],
         n: usize,
@@ -1161,7 +1161,7 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn tile_n<const N: usize>(
         tile: &[i16],
-        reach: &[u16],
+        reach: &[u32],
         skip_empty: bool,
         xs: &[i16],
         n: usize,
@@ -1776,7 +1776,7 @@ pub(crate) mod tests {
             // Tile (0, 0), block 0: rows 0..16 have lengths 0, 1, 2, 3, 17, 0, 0, 31, 32, 5,
             // 0, 1, 2, 3, 17, 0, the longest 32 lanes (16 pairs), or n when shorter.
             let tile = wi.tile(0, 0);
-            assert_eq!(tile.reach[0], (32.min(n) / 2) as u16, "n {n}");
+            assert_eq!(tile.reach[0], (32.min(n) / 2) as u32, "n {n}");
             assert_eq!(tile.reach[1], 0, "n {n}");
             let want = matvec_exact(&product, &x, b, &w);
             for simd in [false, true] {
