@@ -1095,7 +1095,7 @@ fn kernel(simd: bool, tile: Tile<'_>, xs: &[i16], n: usize, sink: &mut impl Sink
         // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of
         // ROW_BLOCK and the lengths and reaches are asserted above; every access of
         // `avx2::tile` is inside them.
-        unsafe { avx2::tile(tile.ints, tile.reach, skip_empty, xs, n, sink) };
+        unsafe { avx2::tile(tile, skip_empty, xs, n, sink) };
         return;
     }
     let _ = simd;
@@ -1123,7 +1123,7 @@ fn dot_scalar(tile: &[i16], x: &[i16], n: usize, r: usize) -> i32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Epilogue, ROW_BLOCK, Sink};
+    use super::{Epilogue, ROW_BLOCK, Sink, Tile};
     use std::arch::x86_64::*;
 
     /// Items per register block: 6 items x 2 row vectors = 12 accumulators, with the 2 weight
@@ -1131,13 +1131,12 @@ mod avx2 {
     const ITEMS: usize = 6;
 
     /// # Safety
-    /// AVX2 and FMA must be present; `n % ROW_BLOCK == 0`, `tile.len() == n * n`, `xs.len()` a
-    /// multiple of `n`, `reach.len() == n / ROW_BLOCK` and every `2 * reach[rb] <= n`. With
-    /// `skip_empty`, row blocks of reach 0 are not handed to `sink`.
+    /// AVX2 and FMA must be present; `n % ROW_BLOCK == 0`, `tile.ints.len() == n * n`,
+    /// `tile.reach.len() == n / ROW_BLOCK` and every `2 * tile.reach[rb] <= n`, `xs.len()` a
+    /// multiple of `n`. With `skip_empty`, row blocks of reach 0 are not handed to `sink`.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile(
-        tile: &[i16],
-        reach: &[u32],
+        tile: Tile<'_>,
         skip_empty: bool,
         xs: &[i16],
         n: usize,
@@ -1149,10 +1148,10 @@ mod avx2 {
         // SAFETY: as this function's contract.
         unsafe {
             match n {
-                64 => tile_n::<64>(tile, reach, skip_empty, xs, n, sink),
-                128 => tile_n::<128>(tile, reach, skip_empty, xs, n, sink),
-                256 => tile_n::<256>(tile, reach, skip_empty, xs, n, sink),
-                _ => tile_n::<0>(tile, reach, skip_empty, xs, n, sink),
+                64 => tile_n::<64>(tile, skip_empty, xs, n, sink),
+                128 => tile_n::<128>(tile, skip_empty, xs, n, sink),
+                256 => tile_n::<256>(tile, skip_empty, xs, n, sink),
+                _ => tile_n::<0>(tile, skip_empty, xs, n, sink),
             }
         }
     }
@@ -1160,8 +1159,7 @@ mod avx2 {
     /// [`tile`] for `n == N`, or any `n` where `N == 0`.
     #[target_feature(enable = "avx2,fma")]
     unsafe fn tile_n<const N: usize>(
-        tile: &[i16],
-        reach: &[u32],
+        tile: Tile<'_>,
         skip_empty: bool,
         xs: &[i16],
         n: usize,
@@ -1169,12 +1167,12 @@ mod avx2 {
     ) {
         let n = if N == 0 { n } else { N };
         let items = xs.len() / n;
-        for (rb, &pairs) in reach.iter().enumerate() {
+        for (rb, &pairs) in tile.reach.iter().enumerate() {
             if skip_empty && pairs == 0 {
                 continue;
             }
             // The lane pairs up to the block's last nonzero weight: the rest add zeros.
-            let w = &tile[rb * ROW_BLOCK * n..][..ROW_BLOCK * 2 * pairs as usize];
+            let w = &tile.ints[rb * ROW_BLOCK * n..][..ROW_BLOCK * 2 * pairs as usize];
             let mut b0 = 0;
             while b0 < items {
                 let c = (items - b0).min(ITEMS);
