@@ -1785,6 +1785,8 @@ pub struct Paths {
     pub int_products: usize,
     /// Of those, the products computed on the GPU (`NNPC_DIFF_DEVICE=cuda`).
     pub gpu_products: usize,
+    /// Of those, the products on integer slices (fp8 and MX formats).
+    pub sliced_products: usize,
     /// Weight stacks prepared in one pass from the host's weights.
     pub one_pass_stacks: usize,
     /// Vectors quantized straight to the integer kernel's integers.
@@ -1799,6 +1801,7 @@ impl Paths {
         Paths {
             int_products: run.int_products,
             gpu_products: run.gpu_products,
+            sliced_products: run.sliced_products,
             one_pass_stacks: run.one_pass_stacks,
             quantized_to_ints: run.quantized_to_ints,
             concats_skipped: run.concats_skipped,
@@ -1814,6 +1817,7 @@ impl std::ops::Add for Paths {
         Paths {
             int_products: self.int_products + o.int_products,
             gpu_products: self.gpu_products + o.gpu_products,
+            sliced_products: self.sliced_products + o.sliced_products,
             one_pass_stacks: self.one_pass_stacks + o.one_pass_stacks,
             quantized_to_ints: self.quantized_to_ints + o.quantized_to_ints,
             concats_skipped: self.concats_skipped + o.concats_skipped,
@@ -1825,10 +1829,12 @@ impl std::fmt::Display for Paths {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} products on the integer kernel, {} on the GPU, {} weight stacks prepared in one \
-             pass, {} vectors quantized straight to integers ({} of them from a concat's parts)",
+            "{} products on the integer kernel ({} on the GPU, {} on integer slices), {} weight \
+             stacks prepared in one pass, {} vectors quantized straight to integers ({} of them \
+             from a concat's parts)",
             self.int_products,
             self.gpu_products,
+            self.sliced_products,
             self.one_pass_stacks,
             self.quantized_to_ints,
             self.concats_skipped

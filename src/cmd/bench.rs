@@ -164,7 +164,8 @@ fn measure(
     let mut session = Session::new(graph, &opts).map_err(|e| fail(&e))?;
     let t = Instant::now();
     let sw = session.run(&data).map_err(|e| fail(&e))?;
-    let (int_products, gpu_products) = (sw.int_products, sw.gpu_products);
+    let (int_products, gpu_products, sliced_products) =
+        (sw.int_products, sw.gpu_products, sw.sliced_products);
     let gpu = session.gpu_name().map(str::to_string);
     let cold_s = t.elapsed().as_secs_f64();
     let peak_run_kib = vm_hwm_kib();
@@ -280,6 +281,8 @@ fn measure(
             // Of those, the products on the GPU (`--device cuda`), and its name.
             "gpu_products": gpu_products,
             "gpu": gpu,
+            // Of those, the products whose fp8 or MX operands the kernel took in slices.
+            "sliced_products": sliced_products,
             "nodes": graph.nodes.len(),
             "vectors": vectors,
             "first_run_seconds": cold_s,
@@ -398,9 +401,9 @@ fn print_table(r: &Value) {
             sw["int_products"], sw["products"], sw["gpu_products"]
         ),
         None => println!(
-            "products: {} of {} on the integer kernel (AVX2 vpmaddwd), the rest on the float \
-             path",
-            sw["int_products"], sw["products"]
+            "products: {} of {} on the integer kernel (AVX2 vpmaddwd; {} of them on integer \
+             slices), the rest on the float path",
+            sw["int_products"], sw["products"], sw["sliced_products"]
         ),
     }
     println!();

@@ -339,6 +339,8 @@ pub struct IntWeights {
     live_rows: Vec<usize>,
     /// Bits of the largest integer.
     bits: u32,
+    /// The largest magnitude an integer may have ([`qmax`], or a slice's width).
+    limit: i32,
     /// Whether the stack held a `-0.0` (its integer is 0, so [`IntWeights::restore`] cannot
     /// give its sign back).
     neg_zero: bool,
@@ -376,10 +378,24 @@ impl IntWeights {
     where
         F: Fn(usize, &mut [f64], &mut [f64]) + Sync,
     {
+        Self::with_limit(rows, cols, n, qmax(n), source)
+    }
+
+    /// [`IntWeights::from_tiles`] with integers of magnitude up to `qm`.
+    fn with_limit<F>(
+        rows: usize,
+        cols: usize,
+        n: usize,
+        qm: i32,
+        source: TileSource<'_, F>,
+    ) -> Option<IntWeights>
+    where
+        F: Fn(usize, &mut [f64], &mut [f64]) + Sync,
+    {
         if !supports(n) {
             return None;
         }
-        let (qm, nn) = (qmax(n), n * n);
+        let nn = n * n;
         let mut packed = vec![0i16; rows * cols * nn];
         let mut unit = vec![0i32; rows * cols * n];
         let blocks = n / ROW_BLOCK;
@@ -444,6 +460,7 @@ impl IntWeights {
             aligned,
             shift_span,
             bits,
+            limit: qm,
             neg_zero,
         })
     }
@@ -495,8 +512,10 @@ impl IntWeights {
         &self.scale
     }
 
+    /// Tile `(i, j)`; here and below, a vector with a multiple of the stack's tile columns
+    /// reads column `j` as `j % cols` ([`fits`]).
     fn tile(&self, i: usize, j: usize) -> Tile<'_> {
-        let (t, nn, blocks) = (i * self.cols + j, self.n * self.n, self.n / ROW_BLOCK);
+        let (t, nn, blocks) = (self.at(i, j), self.n * self.n, self.n / ROW_BLOCK);
         Tile {
             ints: &self.packed[t * nn..][..nn],
             reach: &self.reach[t * blocks..][..blocks],
@@ -509,12 +528,17 @@ impl IntWeights {
 
     /// The row scales of tile `(i, j)`.
     fn scales(&self, i: usize, j: usize) -> &[f64] {
-        &self.scale[(i * self.cols + j) * self.n..][..self.n]
+        &self.scale[self.at(i, j) * self.n..][..self.n]
     }
 
     /// The rows' shifts to their common unit in tile `(i, j)` ([`Aligned`]).
     fn shifts(&self, i: usize, j: usize) -> &[i32] {
-        &self.aligned.shift[(i * self.cols + j) * self.n..][..self.n]
+        &self.aligned.shift[self.at(i, j) * self.n..][..self.n]
+    }
+
+    /// The index of tile `(i, j % cols)`.
+    fn at(&self, i: usize, j: usize) -> usize {
+        i * self.cols + j % self.cols
     }
 }
 
@@ -579,13 +603,19 @@ pub struct IntVector {
     /// `unit`), for [`int_sums`].
     aligned: Aligned,
     bits: u32,
+    /// The largest magnitude an integer may have ([`qmax`], or a slice's width).
+    limit: i32,
 }
 
 impl IntVector {
     /// `x` is `[b, cols * n]` row-major; `None` when a tile does not fit.
     pub fn new(x: &[f64], b: usize, cols: usize, n: usize) -> Option<IntVector> {
-        let qm = qmax(n);
-        Self::from_runs(x, cols * n, b, cols, n, |run, q| to_ints(run, q, qm))
+        Self::with_limit(x, b, cols, n, qmax(n))
+    }
+
+    /// [`IntVector::new`] with integers of magnitude up to `qm`.
+    fn with_limit(x: &[f64], b: usize, cols: usize, n: usize, qm: i32) -> Option<IntVector> {
+        Self::from_runs(x, cols * n, b, cols, n, qm, |run, q| to_ints(run, q, qm))
     }
 
     /// The vector `quantize_runs` makes of `x` in `fmt` (BFP in blocks of `n` lanes), straight
@@ -601,19 +631,20 @@ impl IntVector {
         fmt: &BfpInts,
     ) -> Option<IntVector> {
         let qm = qmax(n);
-        Self::from_runs(x, stride, b, cols, n, |run, q| {
+        Self::from_runs(x, stride, b, cols, n, qm, |run, q| {
             quantized_ints(fmt, run, q, qm)
         })
     }
 
     /// Each tile of `x` (item `bi` at `x[bi * stride..][..cols * n]`) as integers and their
-    /// unit by `ints(run, q)`.
+    /// unit by `ints(run, q)`, which keeps them within `qm`.
     fn from_runs(
         x: &[f64],
         stride: usize,
         b: usize,
         cols: usize,
         n: usize,
+        qm: i32,
         ints: impl Fn(&[f64], &mut [i16]) -> Option<i32> + Sync,
     ) -> Option<IntVector> {
         let row = cols * n;
@@ -650,7 +681,7 @@ impl IntVector {
                 }
                 Some(())
             })?;
-        Some(Self::assemble(b, q, unit))
+        Some(Self::assemble(b, q, unit, qm))
     }
 
     /// The vector whose tile columns are `columns`, in order: vectors of one tile column, of
@@ -666,6 +697,7 @@ impl IntVector {
         }
         let mut q = Vec::with_capacity(columns.len() * b * n);
         let mut unit = Vec::with_capacity(columns.len() * b);
+        let limit = columns.iter().map(|c| c.limit).max().unwrap_or(0);
         for c in columns {
             if c.b == b {
                 q.extend_from_slice(&c.q);
@@ -677,12 +709,27 @@ impl IntVector {
                 unit.resize(unit.len() + b, c.unit[0]);
             }
         }
-        Some(Self::assemble(b, q, unit))
+        Some(Self::assemble(b, q, unit, limit))
     }
 
-    /// The vector of `b` items with integers `q` and units `unit` (tile `j` of item `bi` at
-    /// run `j * b + bi`), and what the kernel derives from them.
-    fn assemble(b: usize, q: Vec<i16>, unit: Vec<i32>) -> IntVector {
+    /// The vector whose tile columns are those of each of `parts` (of one batch) in turn, each
+    /// part's `times` over.
+    fn repeated(parts: &[IntVector], times: usize) -> IntVector {
+        let b = parts.first().map_or(0, |p| p.b);
+        let (mut q, mut unit) = (Vec::new(), Vec::new());
+        for p in parts {
+            for _ in 0..times {
+                q.extend_from_slice(&p.q);
+                unit.extend_from_slice(&p.unit);
+            }
+        }
+        let limit = parts.iter().map(|p| p.limit).max().unwrap_or(0);
+        Self::assemble(b, q, unit, limit)
+    }
+
+    /// The vector of `b` items with integers `q` (within `limit`) and units `unit` (tile `j`
+    /// of item `bi` at run `j * b + bi`), and what the kernel derives from them.
+    fn assemble(b: usize, q: Vec<i16>, unit: Vec<i32>, limit: i32) -> IntVector {
         let cols = unit.len() / b.max(1);
         let bits = mag_bits(&q);
         let scale = scales(&unit);
@@ -694,6 +741,7 @@ impl IntVector {
             scale,
             aligned,
             bits,
+            limit,
         }
     }
 
@@ -725,6 +773,11 @@ impl IntVector {
         self.b
     }
 
+    /// Tile columns.
+    fn cols(&self) -> usize {
+        self.unit.len() / self.b.max(1)
+    }
+
     /// The integers: tile `j` of item `bi` at `(j * b + bi) * n`.
     pub fn ints(&self) -> &[i16] {
         &self.q
@@ -745,15 +798,198 @@ impl IntVector {
     }
 }
 
-/// Whether every scaled partial `P * 2^u_w * 2^u_x` of `w` times `x` is exact with room for
-/// the sums: `P * 2^u_w` (below `2^31` units) far from overflow, the product at least f64's
-/// smallest normal and far from overflow too.
+/// Whether the kernel computes every tile partial `P` of `w` times `x` exactly and every
+/// scaled partial `P * 2^u_w * 2^u_x` is exact with room for the sums: `n` products of the
+/// two sides' largest integers sum in `i32`, `P * 2^u_w` (below `2^31` units) is far from
+/// overflow, the product at least f64's smallest normal and far from overflow too; and `x`
+/// has the weights' tile columns, or a multiple of them that it reads in turn
+/// ([`SlicedWeights`]).
 pub fn fits(w: &IntWeights, x: &IntVector) -> bool {
     let (ws, xs) = (w.span(), x.span(0, x.b));
+    let sums_fit = w.n as i64 * i64::from(w.limit) * i64::from(x.limit) <= i64::from(i32::MAX);
+    let columns = w.cols > 0 && x.cols().is_multiple_of(w.cols);
     // An all-zero side: every partial is zero.
-    ws.is_empty()
-        || xs.is_empty()
-        || (ws.hi <= 900 && ws.lo + xs.lo >= -1022 && ws.hi + xs.hi <= 900)
+    let zero = ws.is_empty() || xs.is_empty();
+    sums_fit
+        && columns
+        && (zero || (ws.hi <= 900 && ws.lo + xs.lo >= -1022 && ws.hi + xs.hi <= 900))
+}
+
+/// Most kernel passes (weight slices times vector slices) of a [`SlicedWeights`] product:
+/// each pass costs about one product of BFP data, and past six the float path's f64 matmuls
+/// are as fast.
+const MAX_PASSES: usize = 6;
+
+/// Most significant bits of one value of a [`SlicedWeights`] product's operands (8: bf16,
+/// int8, and every fp8, fp6, fp4 and MX element). Short products keep the running f64 sums
+/// of the partials exact almost always; with fp16 or fp32 values most of them are not, and
+/// re-summing those element by element made an fp32 product ten times slower than the float
+/// path.
+const MAX_VALUE_BITS: u32 = 8;
+
+/// The bits of a run of values as integers on its finest unit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct RunBits {
+    /// From the top bit of the largest magnitude down to the lowest set bit of any value.
+    span: u32,
+    /// The most significant bits of one value (top bit to lowest set bit).
+    value: u32,
+}
+
+impl RunBits {
+    /// The bits of `run`, or `None` for a non-finite value (all zero for an all-zero run).
+    fn of(run: &[f64]) -> Option<RunBits> {
+        let (mut top, mut low, mut value) = (i32::MIN, i32::MAX, 0);
+        for &v in run {
+            if !v.is_finite() {
+                return None;
+            }
+            if v == 0.0 {
+                continue;
+            }
+            let bits = v.to_bits() & !(1u64 << 63);
+            let (field, frac) = ((bits >> 52) as i32, bits & ((1u64 << 52) - 1));
+            // The significand as an integer and the exponent of its last bit.
+            let (sig, last) = if field == 0 {
+                (frac, -1074)
+            } else {
+                (frac | 1u64 << 52, field - 1075)
+            };
+            let (lowest, above) = (last + sig.trailing_zeros() as i32, floor_log2(v) + 1);
+            low = low.min(lowest);
+            top = top.max(above);
+            value = value.max(above - lowest);
+        }
+        Some(match top {
+            i32::MIN => RunBits::default(),
+            _ => RunBits {
+                span: (top - low) as u32,
+                value: value as u32,
+            },
+        })
+    }
+
+    /// The widest of every run of `len` values of `v`.
+    fn widest(v: &[f64], len: usize) -> Option<RunBits> {
+        v.par_chunks(len.max(1))
+            .map(RunBits::of)
+            .try_reduce(RunBits::default, |a, b| {
+                Some(RunBits {
+                    span: a.span.max(b.span),
+                    value: a.value.max(b.value),
+                })
+            })
+    }
+}
+
+/// A weight stack whose runs span more bits than one `i16` unit holds (fp8 and MX formats,
+/// where each value has an exponent of its own), split into slices that each fit: `W = W_0 +
+/// ... + W_(S-1)` exactly, slice `s` of each run integers of at most `beta` bits on a unit of
+/// its own ([`super::matmul::slices`], Ozaki's error-free splitting). A vector is split the
+/// same way into `x_0 .. x_(T-1)` of at most `beta_x` bits, with `beta + beta_x` small enough
+/// that `n` products of a weight and a vector integer sum in `i32` ([`fits`]). Then `W x` is
+/// the sum of every `W_s x_t`, and the kernel computes it as one product of `S * T * cols`
+/// tile columns: the weights' slices stored as tile columns `s * cols + j` and read in turn,
+/// each vector slice's columns repeated `S` times. The exact sum over all of them is rounded
+/// once, as every product's is.
+pub struct SlicedWeights {
+    w: IntWeights,
+    slices: usize,
+    beta_x: u32,
+}
+
+impl SlicedWeights {
+    /// The stack `[rows * cols, n, n]` row-major, sliced for products with vectors like `x`
+    /// (`[b, cols * n]`); `None` for a non-finite value, a value of more than
+    /// [`MAX_VALUE_BITS`], or when every split takes more than [`MAX_PASSES`] passes.
+    ///
+    /// The weights' width is the one with the least work for such vectors: the row blocks
+    /// each weight slice holds a nonzero integer in (the kernel skips the others), times the
+    /// vector's slices at the width left to it. Slice `s` of a run is nonzero only where the
+    /// run spans more than `s * beta` bits, so where a few runs span far more than the rest
+    /// (MX data: one in forty of the MLP's 4096 x 4096 weights spans more than 15 bits) the
+    /// widest slices leave the second slice mostly empty.
+    pub fn new(w: &[f64], x: &[f64], rows: usize, cols: usize, n: usize) -> Option<SlicedWeights> {
+        if !supports(n) || w.len() != rows * cols * n * n {
+            return None;
+        }
+        // n products of integers below 2^bw and 2^bx sum in i32 when bw + bx <= budget;
+        // every integer is an i16.
+        let budget = 31u32.checked_sub(ceil_log2(n)).filter(|b| *b >= 2)?;
+        let (lo, hi) = (budget.saturating_sub(15).max(1), (budget - 1).min(15));
+        let short = |b: RunBits| (b.value <= MAX_VALUE_BITS).then_some(b.span);
+        let spans: Vec<u32> = w
+            .par_chunks(n)
+            .map(|run| RunBits::of(run).and_then(short))
+            .collect::<Option<_>>()?;
+        let x_span = RunBits::widest(x, n).and_then(short)?;
+        // The widest run of every row block (16 rows of one tile).
+        let blocks: Vec<u32> = spans
+            .chunks(ROW_BLOCK)
+            .map(|b| b.iter().copied().max().unwrap_or(0))
+            .collect();
+        let widest = blocks.iter().copied().max().unwrap_or(0);
+        let (_, slices, beta) = (lo..=hi)
+            .filter_map(|beta| {
+                let slices = widest.div_ceil(beta).max(1) as usize;
+                let parts = x_span.div_ceil((budget - beta).min(15)).max(1) as usize;
+                let busy: usize = (0..slices as u32)
+                    .map(|s| blocks.iter().filter(|&&m| m > s * beta).count())
+                    .sum();
+                (slices * parts <= MAX_PASSES).then_some((busy * parts, slices, beta))
+            })
+            .min()?;
+        let (wide, nn) = (slices * cols, n * n);
+        let make = |t: usize, tile: &mut [f64], _: &mut [f64]| {
+            let (i, c) = (t / wide, t % wide);
+            let (s, j) = (c / cols, c % cols);
+            match super::matmul::slices(&w[(i * cols + j) * nn..][..nn], n, beta) {
+                Some(sl) => match sl.get(s) {
+                    Some(v) => tile.copy_from_slice(v),
+                    None => tile.fill(0.0),
+                },
+                // Units beyond f64's range: no integer form, which `with_limit` refuses.
+                None => tile.fill(f64::NAN),
+            }
+        };
+        let w = IntWeights::with_limit(rows, wide, n, (1 << beta) - 1, TileSource::Made(make))?;
+        Some(SlicedWeights {
+            w,
+            slices,
+            beta_x: (budget - beta).min(15),
+        })
+    }
+
+    /// `y = W x` for `x` `[b, cols * n]`, as [`matvec`] computes it with `spec` (that of the
+    /// unsliced product; exact accumulation only, since the `-seq` modes round each tile's
+    /// partial, which the slices split), or `None` when `x` has a value of more than
+    /// [`MAX_VALUE_BITS`], needs more slices than [`MAX_PASSES`] allows, or the product does
+    /// not [`fits`].
+    pub fn matvec(&self, spec: &MatVec, x: &[f64], b: usize, simd: bool) -> Option<Vec<f64>> {
+        let (n, cols) = (self.w.n, self.w.cols / self.slices);
+        if spec.accumulation != Accumulation::Exact || b == 0 || x.len() != b * cols * n {
+            return None;
+        }
+        RunBits::widest(x, n).filter(|b| b.value <= MAX_VALUE_BITS)?;
+        let parts = super::matmul::slices(x, n, self.beta_x)?;
+        if parts.len() * self.slices > MAX_PASSES {
+            return None;
+        }
+        let limit = (1 << self.beta_x) - 1;
+        let parts = parts
+            .iter()
+            .map(|p| IntVector::with_limit(p, b, cols, n, limit))
+            .collect::<Option<Vec<_>>>()?;
+        let wide = IntVector::repeated(&parts, self.slices);
+        if !fits(&self.w, &wide) {
+            return None;
+        }
+        let spec = MatVec {
+            cols: wide.cols(),
+            ..*spec
+        };
+        Some(matvec(&spec, &self.w, &wide, simd))
+    }
 }
 
 /// `y = W x` as [`super::matmul::matvec_exact`] defines it, on integer mantissas: `[b, rows *
@@ -771,7 +1007,8 @@ fn matvec_tasks(
     simd: bool,
     per_task: usize,
 ) -> Vec<f64> {
-    let (n, rows, cols, b) = (w.n, w.rows, w.cols, x.b);
+    // Tile column j of x reads weight column j % w.cols (the same column when x has as many).
+    let (n, rows, cols, b) = (w.n, w.rows, x.cols(), x.b);
     debug_assert_eq!((spec.n, spec.rows, spec.cols), (n, rows, cols));
     let blocks = b.div_ceil(per_task);
     let sums = ExactSums::new(&spec.output);
@@ -794,8 +1031,9 @@ fn matvec_tasks(
         .for_each(|(task, mut runs)| {
             let (i, b0) = (task % rows, (task / rows) * per_task);
             let items = per_task.min(b - b0);
-            let xs = |j: usize| &x.q[(j * b + b0) * n..][..items * n];
-            let sx = |j: usize| &x.scale[j * b + b0..][..items];
+            let part = Items { x, b0, len: items };
+            let xs = |j: usize| part.ints(j);
+            let sx = |j: usize| part.scales(j);
             // The scaled partials of tile column j, 16 rows of one item at a time: P * 2^u_w *
             // 2^u_x, exact (fits).
             let scaled = |j: usize, bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
@@ -810,8 +1048,8 @@ fn matvec_tasks(
                 // item's common units; scaled and rounded once at the end, item by item in L1,
                 // straight into the output.
                 let mut acc = vec![0i32; items * live];
-                sum_tiles(simd, w, i, &xs, &mut acc, live, |j| {
-                    (w.shifts(i, j), &x.aligned.shift[j * b + b0..][..items])
+                sum_tiles(simd, w, i, &part, &mut acc, live, |j| {
+                    (w.shifts(i, j), part.shifts(j))
                 });
                 let base_w = &w.aligned.base[i * n..][..live];
                 write_runs(&mut runs, items, live, |k, out| {
@@ -822,7 +1060,7 @@ fn matvec_tasks(
             }
             if plain_sums(spec, w, x, i, b0, items) {
                 let mut s = vec![0.0f64; items * live];
-                sum_tiles(simd, w, i, &xs, &mut s, live, |j| (w.scales(i, j), sx(j)));
+                sum_tiles(simd, w, i, &part, &mut s, live, |j| (w.scales(i, j), sx(j)));
                 sums.round(&mut s);
                 write_runs(&mut runs, items, live, |k, out| {
                     out.write_copy_of_slice(&s[k * live..][..live]);
@@ -833,7 +1071,7 @@ fn matvec_tasks(
                 // Running two-sums over the tile columns, fed straight from the kernel.
                 let (mut s, mut err) = (vec![0.0f64; items * n], vec![0.0f64; items * n]);
                 for j in 0..cols {
-                    let mut sink = Emit(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
+                    let mut sink = Adds(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
                         let at = bi * n + r0..bi * n + r0 + ROW_BLOCK;
                         ExactSums::add(&mut s[at.clone()], &mut err[at], &scaled(j, bi, r0, p));
                     });
@@ -880,18 +1118,43 @@ fn matvec_tasks(
     out
 }
 
+/// Items `b0..b0 + len` of a vector: one task's part.
+struct Items<'a> {
+    x: &'a IntVector,
+    b0: usize,
+    len: usize,
+}
+
+impl<'a> Items<'a> {
+    /// The integers of tile column `j`.
+    fn ints(&self, j: usize) -> &'a [i16] {
+        let n = self.x.q.len() / self.x.unit.len().max(1);
+        &self.x.q[(j * self.x.b + self.b0) * n..][..self.len * n]
+    }
+
+    /// `2^unit` of tile column `j`, by item.
+    fn scales(&self, j: usize) -> &'a [f64] {
+        &self.x.scale[j * self.x.b + self.b0..][..self.len]
+    }
+
+    /// The shifts of tile column `j` to each item's common unit ([`Aligned`]).
+    fn shifts(&self, j: usize) -> &'a [i32] {
+        &self.x.aligned.shift[j * self.x.b + self.b0..][..self.len]
+    }
+}
+
 /// The sums of row tile `i` over every tile column into `s` (`live` per item): column `j`'s
-/// partials of the items `xs(j)`, with the factors `factors(j)` (per row, per item).
+/// partials of the items `part`, with the factors `factors(j)` (per row, per item).
 fn sum_tiles<'a, U: Factor + 'a>(
     simd: bool,
     w: &IntWeights,
     i: usize,
-    xs: &impl Fn(usize) -> &'a [i16],
+    part: &Items<'a>,
     s: &mut [U::Sum],
     live: usize,
     factors: impl Fn(usize) -> (&'a [U], &'a [U]),
 ) {
-    for j in 0..w.cols {
+    for j in 0..part.x.cols() {
         let (fw, fx) = factors(j);
         let mut sink = Sums {
             s: &mut *s,
@@ -899,7 +1162,7 @@ fn sum_tiles<'a, U: Factor + 'a>(
             x: fx,
             n: live,
         };
-        kernel(simd, w.tile(i, j), xs(j), w.n, &mut sink);
+        kernel(simd, w.tile(i, j), part.ints(j), w.n, &mut sink);
     }
 }
 
@@ -940,7 +1203,7 @@ fn plain_sums(
 /// Bits a sum of `cols` partials of `w` and `x` needs, each `|P| < n 2^(bits_w + bits_x)`
 /// moved up by at most `spread` binades: `|sum| < 2^sum_bits`.
 fn sum_bits(w: &IntWeights, x: &IntVector, spread: u32) -> u32 {
-    ceil_log2(w.cols) + ceil_log2(w.n) + w.bits + x.bits + spread
+    ceil_log2(x.cols()) + ceil_log2(w.n) + w.bits + x.bits + spread
 }
 
 /// Whether the outputs of row tile `i` for items `b0..b0 + items` can be summed in `i32` on
@@ -957,7 +1220,7 @@ fn int_sums(
     b0: usize,
     items: usize,
 ) -> bool {
-    let span_x = (0..w.cols)
+    let span_x = (0..x.cols())
         .flat_map(|j| &x.aligned.shift[j * x.b + b0..][..items])
         .copied()
         .max()
@@ -986,6 +1249,13 @@ trait Sink {
     /// for every other sink.
     fn sums(&mut self) -> Option<Epilogue<'_>> {
         None
+    }
+
+    /// Whether the sink only adds its partials to running sums, so that the kernel may skip
+    /// row blocks without a nonzero weight: a zero added changes nothing (an `i32`, or an f64
+    /// sum, which is never -0.0: it starts at +0.0, and x + y is -0.0 only when both are).
+    fn adds(&self) -> bool {
+        false
     }
 }
 
@@ -1067,6 +1337,10 @@ impl<U: Factor> Sink for Sums<'_, U> {
             n: self.n,
         }))
     }
+
+    fn adds(&self) -> bool {
+        true
+    }
 }
 
 /// A closure as a sink (the rarer accumulation paths, tests).
@@ -1079,17 +1353,29 @@ impl<F: FnMut(usize, usize, &[i32; ROW_BLOCK])> Sink for Emit<F> {
     }
 }
 
+/// A closure that adds the partials to running sums, as a sink ([`Sink::adds`]).
+struct Adds<F>(F);
+
+impl<F: FnMut(usize, usize, &[i32; ROW_BLOCK])> Sink for Adds<F> {
+    #[inline]
+    fn take(&mut self, item: usize, r0: usize, p: &[i32; ROW_BLOCK]) {
+        (self.0)(item, r0, p)
+    }
+
+    fn adds(&self) -> bool {
+        true
+    }
+}
+
 /// Integer partials of one packed matrix tile with the vector tiles `xs` (`[items][n]`),
-/// handed to `sink`. A [`Sums`] sink adds each partial, so the row blocks without a nonzero
-/// weight (partials 0) are skipped for it; every other sink gets every block. The scalar loop
+/// handed to `sink`. A sink that adds each partial ([`Sink::adds`]) does not get the row
+/// blocks without a nonzero weight (partials 0); every other sink gets every block. The scalar loop
 /// multiplies every lane of a block (it is the reference the tests hold the SIMD kernel and
 /// the tiles' reach to).
 fn kernel(simd: bool, tile: Tile<'_>, xs: &[i16], n: usize, sink: &mut impl Sink) {
     assert!(supports(n) && tile.ints.len() == n * n && xs.len().is_multiple_of(n));
     assert!(tile.reach.len() == n / ROW_BLOCK && tile.reach.iter().all(|&p| 2 * p as usize <= n));
-    // A zero added to a sum changes nothing: `i32`, or an f64 sum, which is never -0.0 (it
-    // starts at +0.0, and x + y is -0.0 only when both are).
-    let skip_empty = sink.sums().is_some();
+    let skip_empty = sink.adds();
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
         // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of
@@ -2068,6 +2354,173 @@ pub(crate) mod tests {
             for simd in [false, true] {
                 assert_eq!(matvec(&spec, &wi, &xi, simd)[0], want, "t = {t:e}");
             }
+        }
+    }
+
+    #[test]
+    fn run_bits_by_hand() {
+        let bits = |v: &[f64]| RunBits::of(v).map(|b| (b.span, b.value));
+        // 1 and 11b; 1.1b; e4m3's largest value (111b * 2^6) down to its smallest subnormal
+        // (2^-9); f64's smallest subnormal; fp16's 1 + 2^-10 (11 bits); f64's 1 + 2^-52.
+        assert_eq!(bits(&[1.0, 3.0]), Some((2, 2)));
+        assert_eq!(bits(&[1.5]), Some((2, 2)));
+        assert_eq!(bits(&[-448.0, 0.0, 2f64.powi(-9)]), Some((18, 3)));
+        assert_eq!(bits(&[f64::from_bits(1)]), Some((1, 1)));
+        assert_eq!(bits(&[1.0 + 2f64.powi(-10), 4.0]), Some((13, 11)));
+        assert_eq!(bits(&[-(1.0 + f64::EPSILON)]), Some((53, 53)));
+        assert_eq!(bits(&[0.0, -0.0]), Some((0, 0)));
+        assert_eq!(bits(&[1.0, f64::NAN]), None);
+        assert_eq!(bits(&[f64::INFINITY]), None);
+    }
+
+    /// Runs of fp8-like values (4-bit significands, each value with an exponent of its own)
+    /// that span exactly `span` bits: the first value's top bit is `span` above the second's
+    /// lowest; one value in 8 is `+0.0` or `-0.0`. Runs start anywhere in 2^-40 .. 2^30, so
+    /// tiles of one row lie up to 70 binades apart.
+    fn fp8_like(s: &mut u64, runs: usize, len: usize, span: u32) -> Vec<f64> {
+        let mut v = vec![0.0; runs * len];
+        for run in v.chunks_mut(len) {
+            let base = (xorshift(s) % 71) as i32 - 40;
+            for (k, x) in run.iter_mut().enumerate() {
+                let r = xorshift(s);
+                let sign = if r.is_multiple_of(2) { 1.0 } else { -1.0 };
+                let (sig, e) = match k {
+                    0 => (15.0, base + span as i32 - 4),
+                    1 => (9.0, base),
+                    _ if r % 8 == 1 => (0.0, 0),
+                    _ => (
+                        (8 + (r >> 8) % 8) as f64,
+                        base + ((r >> 16) % (span as u64 - 3)) as i32,
+                    ),
+                };
+                *x = sign * sig * 2f64.powi(e);
+            }
+        }
+        v
+    }
+
+    /// Products of fp8-like operands (runs spanning 11 to 28 bits, more than one `i16` unit holds
+    /// whole) on integer slices: the slice counts and widths by hand at N = 128 (24 bits for
+    /// both sides' integers), the outputs the exact reference's bits on both kernels, and
+    /// operands that would take more than six passes refused.
+    #[test]
+    fn sliced_products_equal_the_exact_reference_bit_for_bit() {
+        let (n, rows, cols, b) = (128, 2, 3, 13);
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let spec = spec(n, rows, cols, Accumulation::Exact, FloatFormat::FP16);
+        // (weights' span, vector's span, weight slices, their width, the vector's width,
+        // vector slices), the split with the fewest passes (every run spans the same bits, so
+        // every row block is busy in every slice), then the fewest weight slices, then the
+        // narrowest: 20 and 14 bits take 2 x 1 passes at widths 10 + 14 (at 9 + 15: 3 x 1;
+        // at 11 + 13 and above: 2 x 2); 20 and 15 bits 3 x 1 at 9 + 15 (2 x 2 at the others);
+        // 20 and 28 bits 2 x 2 at 10 + 14 (3 x 2 at 9 + 15, 2 x 3 at 11 + 13 to 14 + 10);
+        // 13 and 11 bits 1 x 1 at 13 + 11; 13 and 12 bits 1 x 2 at 13 + 11 (as few passes,
+        // but more weight slices, below 13; as many at 14 and 15, but wider); 15 and 24
+        // bits 1 x 3 at 15 + 9 (2 x 2 up to 12 + 12, 2 x 3 at 13 + 11 and 14 + 10).
+        let cases = [
+            (20, 14, 2, 10, 14, 1),
+            (20, 15, 3, 9, 15, 1),
+            (20, 28, 2, 10, 14, 2),
+            (13, 11, 1, 13, 11, 1),
+            (13, 12, 1, 13, 11, 2),
+            (15, 24, 1, 15, 9, 3),
+        ];
+        for (span_w, span_x, slices, beta, beta_x, parts) in cases {
+            let case = format!("weights {span_w} bits, vector {span_x} bits");
+            let w = fp8_like(&mut s, rows * cols * n, n, span_w);
+            let x = fp8_like(&mut s, b * cols, n, span_x);
+            assert!(
+                IntWeights::new(&w, rows, cols, n).is_none(),
+                "{case}: no unsliced form"
+            );
+            let sw = SlicedWeights::new(&w, &x, rows, cols, n).expect("slices");
+            assert_eq!(
+                (sw.slices, sw.w.limit, sw.beta_x),
+                (slices, (1 << beta) - 1, beta_x)
+            );
+            let xs = super::super::matmul::slices(&x, n, sw.beta_x).expect("slices");
+            assert_eq!(xs.len(), parts, "{case}");
+            let want = matvec_exact(&spec, &x, b, &w);
+            for simd in [false, simd()] {
+                let got = sw.matvec(&spec, &x, b, simd).expect("sliced product");
+                assert_eq!(got.len(), want.len());
+                for (k, (g, e)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), e.to_bits(), "{case}, simd {simd}, output {k}");
+                }
+            }
+        }
+        // Too many passes: 7 weight slices; 2 weight slices times 4 vector slices; the `-seq`
+        // modes (which round each tile's partial, split by the slices); values of 9 bits.
+        let x = fp8_like(&mut s, b * cols, n, 14);
+        let w = fp8_like(&mut s, rows * cols * n, n, 91);
+        assert!(SlicedWeights::new(&w, &x, rows, cols, n).is_none());
+        let w = fp8_like(&mut s, rows * cols * n, n, 20);
+        let sw = SlicedWeights::new(&w, &x, rows, cols, n).expect("slices");
+        assert_eq!(sw.beta_x, 14);
+        let x = fp8_like(&mut s, b * cols, n, 43);
+        assert!(sw.matvec(&spec, &x, b, simd()).is_none());
+        let x = fp8_like(&mut s, b * cols, n, 42);
+        assert!(sw.matvec(&spec, &x, b, simd()).is_some());
+        let seq = super::super::matmul::MatVec {
+            accumulation: Accumulation::Fp32Seq,
+            ..spec
+        };
+        assert!(sw.matvec(&seq, &x, b, simd()).is_none());
+        // Lane 1 of a run is 9 * 2^base: 257 * 2^base (9 bits) is refused, 129 * 2^base (8)
+        // taken, neither moving the run's span.
+        let mut nine = x.clone();
+        nine[n + 1] = x[n + 1] / 9.0 * 257.0;
+        assert!(sw.matvec(&spec, &nine, b, simd()).is_none());
+        let mut nine = w.clone();
+        nine[1] = w[1] / 9.0 * 257.0;
+        assert!(SlicedWeights::new(&nine, &x, rows, cols, n).is_none());
+        nine[1] = w[1] / 9.0 * 129.0;
+        assert!(SlicedWeights::new(&nine, &x, rows, cols, n).is_some());
+        assert!(SlicedWeights::new(&w, &nine_x(&x), rows, cols, n).is_none());
+    }
+
+    /// `x` with a value of 9 bits in place of lane 1's `9 * 2^base`.
+    fn nine_x(x: &[f64]) -> Vec<f64> {
+        let mut nine = x.to_vec();
+        nine[1] = x[1] / 9.0 * 257.0;
+        nine
+    }
+
+    /// Where a few runs span far more bits than the rest (MX data), the weights take slices
+    /// wide enough for the rest: their second slice is then nonzero in few row blocks, which
+    /// the kernel skips. Here every run spans 12 bits but one, which spans 20, and vectors
+    /// span 9: at widths 12 + 12 to 15 + 9 the work is every row block once plus the wide
+    /// run's block (2 slices; 12 + 12 the narrowest of them), at 10 + 14 and 11 + 13 every
+    /// block twice (12 > 11), at 9 + 15 twice and one block a third time. The product is the
+    /// exact reference's, bit for bit.
+    #[test]
+    fn sparse_wide_runs_keep_the_second_weight_slice_sparse() {
+        let (n, rows, cols, b) = (128, 2, 3, 7);
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut w = fp8_like(&mut s, rows * cols * n, n, 12);
+        let wide = fp8_like(&mut s, 1, n, 20);
+        w[(3 * n + 5) * n..][..n].copy_from_slice(&wide);
+        let x = fp8_like(&mut s, b * cols, n, 9);
+        let sw = SlicedWeights::new(&w, &x, rows, cols, n).expect("slices");
+        assert_eq!((sw.slices, sw.w.limit, sw.beta_x), (2, (1 << 12) - 1, 12));
+        // Tile 3, row 5: the second slice of its row block alone has a nonzero integer.
+        let busy: Vec<usize> = (0..rows * 2 * cols)
+            .filter(|&t| {
+                sw.w.reach[t * n / ROW_BLOCK..][..n / ROW_BLOCK]
+                    .iter()
+                    .any(|&r| r > 0)
+            })
+            .collect();
+        assert_eq!(busy.len(), rows * cols + 1);
+        let spec = spec(n, rows, cols, Accumulation::Exact, FloatFormat::FP16);
+        let want = matvec_exact(&spec, &x, b, &w);
+        for simd in [false, simd()] {
+            let got = sw.matvec(&spec, &x, b, simd).expect("sliced product");
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(g, e)| g.to_bits() == e.to_bits());
+            assert!(same && got.len() == want.len(), "simd {simd}");
         }
     }
 }

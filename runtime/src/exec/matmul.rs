@@ -498,7 +498,10 @@ pub fn slices(v: &[f64], len: usize, beta: u32) -> Option<Vec<Vec<f64>>> {
             let (down, up) = (2f64.powi(-unit), 2f64.powi(unit));
             for (r, o) in run.iter_mut().zip(sl.iter_mut()) {
                 // Scaling by powers of two and truncating are exact; so is the remainder.
-                *o = (*r * down).trunc() * up;
+                // `|r * down| < 2^beta`, so the i64 conversion truncates it (one instruction;
+                // `trunc` is a libm call here). A zero comes out `+0.0`: a product with it is
+                // an exact zero, whose sum is `+0` whatever the zeros' signs.
+                *o = ((*r * down) as i64 as f64) * up;
                 *r -= *o;
             }
         }

@@ -84,6 +84,9 @@ pub struct Execution {
     pub int_products: usize,
     /// Of those, the products computed on the GPU (`DeviceKind::Cuda`).
     pub gpu_products: usize,
+    /// Of those, the products whose operands the kernel took in slices (fp8 and MX formats:
+    /// [`intdot::SlicedWeights`]).
+    pub sliced_products: usize,
     /// Weight stacks this run prepared in one pass from the host's weights (`prepare`).
     pub one_pass_stacks: usize,
     /// Vectors this run quantized straight to the integer kernel's integers (BFP `quantize`
@@ -151,6 +154,8 @@ struct Caches {
     sliced: HashMap<ValueId, Option<Vec<Tensor>>>,
     /// Weight stacks as integer mantissas, `None` when they do not fit.
     int: HashMap<ValueId, Option<Arc<intdot::IntWeights>>>,
+    /// Weight stacks that do not fit as integer slices, `None` when they take too many.
+    int_sliced: HashMap<ValueId, Option<Arc<intdot::SlicedWeights>>>,
     /// Those integers on the GPU.
     gpu: HashMap<ValueId, Arc<gpu::GpuWeights>>,
     /// Weight stacks kept as integers only (in `int`), by the shape of their f64 tensor:
@@ -302,6 +307,7 @@ impl<'g> Session<'g> {
             concats_skipped: 0,
             int: !self.opts.float_matmul && (self.gpu.is_some() || intdot::simd()),
             int_products: 0,
+            sliced_products: 0,
             gpu: self.gpu.as_deref(),
             gpu_x: HashMap::new(),
             gpu_products: 0,
@@ -482,8 +488,8 @@ impl<'g> Session<'g> {
                 );
             }
             eprintln!(
-                "profile: {} products on the integer kernel ({} on the GPU)",
-                ex.int_products, ex.gpu_products
+                "profile: {} products on the integer kernel ({} on the GPU, {} in slices)",
+                ex.int_products, ex.gpu_products, ex.sliced_products
             );
         }
         Ok(Execution {
@@ -491,6 +497,7 @@ impl<'g> Session<'g> {
             written,
             int_products: ex.int_products,
             gpu_products: ex.gpu_products,
+            sliced_products: ex.sliced_products,
             one_pass_stacks,
             quantized_to_ints,
             concats_skipped: ex.concats_skipped,
@@ -737,6 +744,8 @@ struct Executor<'a> {
     int: bool,
     /// Products that took it in this run.
     int_products: usize,
+    /// Of those, the products on integer slices.
+    sliced_products: usize,
     /// The GPU that computes integer products where it gives the same bits.
     gpu: Option<&'a gpu::Gpu>,
     /// Vectors as integers on the GPU in this run.
@@ -1065,6 +1074,16 @@ impl<'a> Executor<'a> {
         {
             self.int_products += 1;
             let y = intdot::matvec(spec, &wi, &xi, intdot::simd());
+            return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
+        }
+        // Operands with more bits per run than one integer unit holds: on the kernel in slices.
+        if self.int
+            && intdot::supports(n)
+            && spec.accumulation == nnp_grammar::Accumulation::Exact
+            && let Some(y) = self.sliced_product(spec, x, w, b, cacheable)?
+        {
+            self.int_products += 1;
+            self.sliced_products += 1;
             return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
         }
         let xt = self.vector(x)?;
@@ -1480,6 +1499,38 @@ impl<'a> Executor<'a> {
             }
         };
         Ok(xi.filter(|xi| intdot::fits(&wi, xi)).map(|xi| (wi, xi)))
+    }
+
+    /// The product of weight stack `w` (sliced once for the session when `cacheable`) and
+    /// vector `x` on integer slices ([`intdot::SlicedWeights`]), or `None` where the operands
+    /// take too many slices (the float path then computes it).
+    fn sliced_product(
+        &mut self,
+        spec: &MatVec,
+        x: ValueId,
+        w: ValueId,
+        b: usize,
+        cacheable: bool,
+    ) -> Result<Option<Vec<f64>>, Failure> {
+        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
+        let xt = self.vector(x)?;
+        let sw = match self.caches.int_sliced.get(&w) {
+            Some(sw) if cacheable => sw.clone(),
+            _ => {
+                // Sliced for vectors like this first one.
+                let wt = self.weights(w)?;
+                let sw = with_host(&wt, |wv| {
+                    with_host(&xt, |xv| intdot::SlicedWeights::new(wv, xv, rows, cols, n))
+                })??
+                .map(Arc::new);
+                if cacheable {
+                    self.caches.int_sliced.insert(w, sw.clone());
+                }
+                sw
+            }
+        };
+        let Some(sw) = sw else { return Ok(None) };
+        Ok(with_host(&xt, |v| sw.matvec(spec, v, b, intdot::simd()))?)
     }
 
     /// Integer operands on the GPU, uploaded once (weights per session when `cacheable`, the
@@ -2232,5 +2283,61 @@ mod tests {
                 .any(|t| t.data.iter().any(|v| !v.is_nan())),
             "some outputs stay finite"
         );
+    }
+
+    /// On the fp8 and MX targets of `samples/targets/` every product of the LSTM sample runs
+    /// on integer slices ([`intdot::SlicedWeights`]: its runs span more bits than one integer
+    /// unit holds), in a first run and a warm one, with the emulator's bits. A NaN input sends
+    /// the products that read it to the float path, with the emulator's bits still.
+    #[test]
+    fn fp8_and_mx_products_on_integer_slices_give_the_emulators_bits() {
+        if !intdot::simd() {
+            return;
+        }
+        let targets = [
+            (
+                "mx-fp8",
+                include_str!("../../../samples/targets/mx-fp8.toml"),
+            ),
+            (
+                "msfp8-like",
+                include_str!("../../../samples/targets/msfp8-like.toml"),
+            ),
+        ];
+        for (name, toml) in targets {
+            let target = nnp_grammar::Target::from_toml(toml, name).expect("target parses");
+            let text = include_str!("../../../samples/lstm.nnp");
+            let src = Arc::new(SourceFile::new("lstm.nnp", text));
+            let program = nnp_grammar::check(src, Some(target))
+                .expect("sample checks")
+                .program;
+            let g = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
+            let products = g
+                .nodes
+                .iter()
+                .filter(|n| matches!(n.op, Op::TiledMatVec { .. }))
+                .count();
+            let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
+            for seed in [1, 2] {
+                // A session keeps its first run's weights: new inputs only.
+                let mut data = HostData::random(&program, 3, 1);
+                data.inputs = HostData::random(&program, 3, seed).inputs;
+                let out = session.run(&data).expect("runs");
+                let emu =
+                    emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
+                assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{name} seed {seed}");
+                // Every product on slices; a warm run reuses the products of constants.
+                assert_eq!(out.int_products, out.sliced_products, "{name} seed {seed}");
+                if seed == 1 {
+                    assert_eq!(out.sliced_products, products, "{name} first run");
+                }
+            }
+            let mut data = HostData::random(&program, 3, 1);
+            data.inputs.get_mut("x").expect("x").data[5] = f32::NAN;
+            let out = session.run(&data).expect("runs");
+            let emu = emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
+            assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{name} NaN input");
+            assert!(out.sliced_products < products, "{name} NaN input");
+        }
     }
 }
