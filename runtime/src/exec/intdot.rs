@@ -2466,6 +2466,14 @@ pub(crate) mod tests {
             ..spec
         };
         assert!(sw.matvec(&seq, &x, b, simd()).is_none());
+        // The kernel's i32 sums: 128 * 1023 * 16383 <= 2^31 - 1 < 128 * 1023 * 32767.
+        let x = fp8_like(&mut s, b * cols, n, 14);
+        let sw = SlicedWeights::new(&w, &x, rows, cols, n).expect("slices");
+        assert_eq!(sw.w.limit, 1023);
+        let fourteen = IntVector::with_limit(&x, b, cols, n, (1 << 14) - 1).expect("fits");
+        let fifteen = IntVector::with_limit(&x, b, cols, n, (1 << 15) - 1).expect("fits");
+        assert!(fits(&sw.w, &IntVector::repeated(&[fourteen], sw.slices)));
+        assert!(!fits(&sw.w, &IntVector::repeated(&[fifteen], sw.slices)));
         // Lane 1 of a run is 9 * 2^base: 257 * 2^base (9 bits) is refused, 129 * 2^base (8)
         // taken, neither moving the run's span.
         let mut nine = x.clone();
