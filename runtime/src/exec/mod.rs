@@ -1064,13 +1064,13 @@ impl<'a> Executor<'a> {
                 b,
             })?)
         };
-        // Weight-side work is cached for the session when the stack is a constant.
-        let cacheable = self.constant.get(w.index()).copied().unwrap_or(false);
+        let operands = self.operands(x, w, b);
+        let cacheable = operands.cacheable;
         // The integer kernel on the CPU: the GPU took this product already where it gives the
         // same bits (`prefetch_products`).
         if self.int
             && intdot::supports(n)
-            && let Some((wi, xi)) = self.int_operands(spec, x, w, b, cacheable)?
+            && let Some((wi, xi)) = self.int_operands(spec, operands)?
         {
             self.int_products += 1;
             let y = intdot::matvec(spec, &wi, &xi, intdot::simd());
@@ -1080,7 +1080,7 @@ impl<'a> Executor<'a> {
         if self.int
             && intdot::supports(n)
             && spec.accumulation == nnp_grammar::Accumulation::Exact
-            && let Some(y) = self.sliced_product(spec, x, w, b, cacheable)?
+            && let Some(y) = self.sliced_product(spec, operands)?
         {
             self.int_products += 1;
             self.sliced_products += 1;
@@ -1466,28 +1466,51 @@ impl<'a> Executor<'a> {
         Ok(t)
     }
 
+    /// The operands of a product of `w` and `x` at batch `b`.
+    fn operands(&self, x: ValueId, w: ValueId, b: usize) -> Operands {
+        Operands {
+            x,
+            w,
+            b,
+            // Weight-side work is cached for the session when the stack is a constant.
+            cacheable: self.constant.get(w.index()).copied().unwrap_or(false),
+        }
+    }
+
+    /// A weight stack's form in the cache `pick` picks, kept for the session when `cacheable`
+    /// (a constant stack), else made anew by `make`.
+    fn weight_side<V: Clone>(
+        &mut self,
+        pick: fn(&mut Caches) -> &mut HashMap<ValueId, V>,
+        w: ValueId,
+        cacheable: bool,
+        make: impl FnOnce(&mut Self) -> Result<V, Failure>,
+    ) -> Result<V, Failure> {
+        if cacheable && let Some(v) = pick(self.caches).get(&w) {
+            return Ok(v.clone());
+        }
+        let v = make(self)?;
+        if cacheable {
+            pick(self.caches).insert(w, v.clone());
+        }
+        Ok(v)
+    }
+
     /// The integer operands of a product (weights cached for the session when `cacheable`,
     /// the vector for the run), when both fit the integer kernel.
     #[allow(clippy::type_complexity)]
     fn int_operands(
         &mut self,
         spec: &MatVec,
-        x: ValueId,
-        w: ValueId,
-        b: usize,
-        cacheable: bool,
+        Operands { x, w, b, cacheable }: Operands,
     ) -> Result<Option<(Arc<intdot::IntWeights>, Arc<intdot::IntVector>)>, Failure> {
         let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
-        let wi = match self.caches.int.get(&w) {
-            Some(wi) if cacheable => wi.clone(),
-            _ => {
-                let wi = int_weights(&self.weights(w)?, rows, cols, n)?;
-                if cacheable {
-                    self.caches.int.insert(w, wi.clone());
-                }
-                wi
-            }
-        };
+        let wi = self.weight_side(
+            |c| &mut c.int,
+            w,
+            cacheable,
+            |ex| Ok(int_weights(&ex.weights(w)?, rows, cols, n)?),
+        )?;
         let Some(wi) = wi else { return Ok(None) };
         let xi = match self.int_x.get(&x) {
             Some(xi) => xi.clone(),
@@ -1507,28 +1530,23 @@ impl<'a> Executor<'a> {
     fn sliced_product(
         &mut self,
         spec: &MatVec,
-        x: ValueId,
-        w: ValueId,
-        b: usize,
-        cacheable: bool,
+        Operands { x, w, b, cacheable }: Operands,
     ) -> Result<Option<Vec<f64>>, Failure> {
         let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
         let xt = self.vector(x)?;
-        let sw = match self.caches.int_sliced.get(&w) {
-            Some(sw) if cacheable => sw.clone(),
-            _ => {
-                // Sliced for vectors like this first one.
-                let wt = self.weights(w)?;
+        // Sliced for vectors like this first one.
+        let sw = self.weight_side(
+            |c| &mut c.int_sliced,
+            w,
+            cacheable,
+            |ex| {
+                let wt = ex.weights(w)?;
                 let sw = with_host(&wt, |wv| {
                     with_host(&xt, |xv| intdot::SlicedWeights::new(wv, xv, rows, cols, n))
-                })??
-                .map(Arc::new);
-                if cacheable {
-                    self.caches.int_sliced.insert(w, sw.clone());
-                }
-                sw
-            }
-        };
+                })??;
+                Ok(sw.map(Arc::new))
+            },
+        )?;
         let Some(sw) = sw else { return Ok(None) };
         Ok(with_host(&xt, |v| sw.matvec(spec, v, b, intdot::simd()))?)
     }
@@ -1594,9 +1612,10 @@ impl<'a> Executor<'a> {
                 continue;
             }
             let b = self.batch_of(x)?;
-            let cacheable = self.constant.get(w.index()).copied().unwrap_or(false);
+            let operands = self.operands(x, w, b);
+            let cacheable = operands.cacheable;
             let t0 = std::time::Instant::now();
-            let Some((wi, xi)) = self.int_operands(&spec, x, w, b, cacheable)? else {
+            let Some((wi, xi)) = self.int_operands(&spec, operands)? else {
                 continue;
             };
             tally(&mut self.prof, "gpu: to ints", t0, 1);
@@ -1727,6 +1746,16 @@ fn arrange_w(
         .permute((1, 3, 0, 2, 4))?
         .contiguous()?
         .reshape((cols * n / k, rows * n, k))
+}
+
+/// The operands of one product: vector `x` at batch `b`, weight stack `w`, and whether work on
+/// the weights is kept for the session (a constant stack).
+#[derive(Clone, Copy)]
+struct Operands {
+    x: ValueId,
+    w: ValueId,
+    b: usize,
+    cacheable: bool,
 }
 
 /// The float path's matmul of a product of these formats: the chunk whose partials it proves
@@ -1936,13 +1965,26 @@ mod tests {
 
     /// `samples/lstm.nnp`, checked, and its optimized graph.
     fn lstm_sample() -> (nnp_grammar::Program, SwGraph) {
+        lstm_sample_on(None)
+    }
+
+    /// [`lstm_sample`] on `target`.
+    fn lstm_sample_on(target: Option<nnp_grammar::Target>) -> (nnp_grammar::Program, SwGraph) {
         let text = include_str!("../../../samples/lstm.nnp");
         let src = Arc::new(SourceFile::new("lstm.nnp", text));
-        let program = nnp_grammar::check(src, None)
+        let program = nnp_grammar::check(src, target)
             .expect("sample checks")
             .program;
         let g = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
         (program, g)
+    }
+
+    /// The products (`TiledMatVec` nodes) of `g`.
+    fn products(g: &SwGraph) -> usize {
+        g.nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::TiledMatVec { .. }))
+            .count()
     }
 
     /// A session's warm runs (weights prepared by the first run, new inputs and batch sizes)
@@ -2247,11 +2289,7 @@ mod tests {
             return;
         }
         let (program, g) = lstm_sample();
-        let products = g
-            .nodes
-            .iter()
-            .filter(|n| matches!(n.op, Op::TiledMatVec { .. }))
-            .count();
+        let products = products(&g);
         let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
         let first = session
             .run(&HostData::random(&program, 2, 1))
@@ -2306,17 +2344,8 @@ mod tests {
         ];
         for (name, toml) in targets {
             let target = nnp_grammar::Target::from_toml(toml, name).expect("target parses");
-            let text = include_str!("../../../samples/lstm.nnp");
-            let src = Arc::new(SourceFile::new("lstm.nnp", text));
-            let program = nnp_grammar::check(src, Some(target))
-                .expect("sample checks")
-                .program;
-            let g = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
-            let products = g
-                .nodes
-                .iter()
-                .filter(|n| matches!(n.op, Op::TiledMatVec { .. }))
-                .count();
+            let (program, g) = lstm_sample_on(Some(target));
+            let products = products(&g);
             let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
             for seed in [1, 2] {
                 // A session keeps its first run's weights: new inputs only.
