@@ -900,7 +900,7 @@ pub struct SlicedWeights {
 
 impl SlicedWeights {
     /// The stack `[rows * cols, n, n]` row-major, sliced for products with vectors like `x`
-    /// (`[b, cols * n]`); `None` for a non-finite value, a value of more than
+    /// (`[b, cols * n]`); `None` for a non-finite weight, a weight of more than
     /// [`MAX_VALUE_BITS`], or when every split takes more than [`MAX_PASSES`] passes.
     ///
     /// The weights' width is the one with the least work for such vectors: the row blocks
@@ -922,7 +922,9 @@ impl SlicedWeights {
             .par_chunks(n)
             .map(|run| RunBits::of(run).and_then(short))
             .collect::<Option<_>>()?;
-        let x_span = RunBits::widest(x, n).and_then(short)?;
+        // A vector the slices cannot take (non-finite or wide values) says nothing of the next
+        // ones, and this split is kept for the session: then split for the narrowest vectors.
+        let x_span = RunBits::widest(x, n).and_then(short).unwrap_or(0);
         // The widest run of every row block (16 rows of one tile).
         let blocks: Vec<u32> = spans
             .chunks(ROW_BLOCK)
@@ -2484,7 +2486,17 @@ pub(crate) mod tests {
         assert!(SlicedWeights::new(&nine, &x, rows, cols, n).is_none());
         nine[1] = w[1] / 9.0 * 129.0;
         assert!(SlicedWeights::new(&nine, &x, rows, cols, n).is_some());
-        assert!(SlicedWeights::new(&w, &nine_x(&x), rows, cols, n).is_none());
+        // A first vector the slices cannot take splits the weights for the narrowest vectors
+        // (13 bits take one slice of 13), and takes the float path itself.
+        let w = fp8_like(&mut s, rows * cols * n, n, 13);
+        let mut nan = x.clone();
+        nan[3] = f64::NAN;
+        for first in [nine_x(&x), nan] {
+            let sw = SlicedWeights::new(&w, &first, rows, cols, n).expect("slices");
+            assert_eq!((sw.slices, sw.w.limit), (1, (1 << 13) - 1));
+            assert!(sw.matvec(&spec, &first, b, simd()).is_none());
+            assert!(sw.matvec(&spec, &x, b, simd()).is_some());
+        }
     }
 
     /// `x` with a value of 9 bits in place of lane 1's `9 * 2^base`.

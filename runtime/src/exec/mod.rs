@@ -2347,6 +2347,7 @@ mod tests {
             let (program, g) = lstm_sample_on(Some(target));
             let products = products(&g);
             let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
+            let mut warm = 0;
             for seed in [1, 2] {
                 // A session keeps its first run's weights: new inputs only.
                 let mut data = HostData::random(&program, 3, 1);
@@ -2360,13 +2361,31 @@ mod tests {
                 if seed == 1 {
                     assert_eq!(out.sliced_products, products, "{name} first run");
                 }
+                warm = out.sliced_products;
             }
-            let mut data = HostData::random(&program, 3, 1);
-            data.inputs.get_mut("x").expect("x").data[5] = f32::NAN;
-            let out = session.run(&data).expect("runs");
-            let emu = emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
+            let mut nan = HostData::random(&program, 3, 1);
+            nan.inputs.get_mut("x").expect("x").data[5] = f32::NAN;
+            let out = session.run(&nan).expect("runs");
+            let emu = emulator::emulate(&program, &nan, &EmuOptions::default()).expect("emulates");
             assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{name} NaN input");
             assert!(out.sliced_products < products, "{name} NaN input");
+            // A session whose first run has a NaN in every x_t (so that the first vector of
+            // every W stack has one) slices its weights all the same: the next run takes the
+            // slices for every product, as a warm run does.
+            let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
+            let x = nan.inputs.get_mut("x").expect("x");
+            x.data.iter_mut().step_by(128).for_each(|v| *v = f32::NAN);
+            let emu = emulator::emulate(&program, &nan, &EmuOptions::default()).expect("emulates");
+            let first = session.run(&nan).expect("runs");
+            assert_eq!(bits(&first.outputs), bits(&emu.outputs), "{name} NaN first");
+            let clean = HostData::random(&program, 3, 1);
+            let out = session.run(&clean).expect("runs");
+            let emu =
+                emulator::emulate(&program, &clean, &EmuOptions::default()).expect("emulates");
+            assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{name} after NaN");
+            assert_eq!(out.int_products, out.sliced_products, "{name} after NaN");
+            assert_eq!(out.sliced_products, warm, "{name} after NaN");
+            assert!(first.sliced_products < warm, "{name} NaN first");
         }
     }
 }
