@@ -907,8 +907,8 @@ impl SlicedWeights {
     /// each weight slice holds a nonzero integer in (the kernel skips the others), times the
     /// vector's slices at the width left to it. Slice `s` of a run is nonzero only where the
     /// run spans more than `s * beta` bits, so where a few runs span far more than the rest
-    /// (MX data: one run in forty of the MLP's 4096 x 4096 weights spans more than 15 bits) the
-    /// widest slices leave the second slice mostly empty.
+    /// (MX data: about one run in fifty of the MLP's 4096 x 4096 weights spans more than 15
+    /// bits) the widest slices leave the second slice mostly empty.
     pub fn new(w: &[f64], x: &[f64], rows: usize, cols: usize, n: usize) -> Option<SlicedWeights> {
         if !supports(n) || w.len() != rows * cols * n * n {
             return None;
