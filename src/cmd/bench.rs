@@ -323,7 +323,6 @@ fn ratio(name: &str, value: f64, cmp: &str, target: f64) -> Value {
     json!({ "name": name, "value": value, "target": format!("{cmp} {target}"), "pass": pass })
 }
 
-/// Outputs of the first `items` batch items equal bit for bit (as the f32 the engines return).
 /// The times of `run` (each returns its own, in seconds): once, then again up to `reps` runs in
 /// all while they add up to less than `budget_s`.
 fn repeat_while_short<E>(
@@ -338,6 +337,7 @@ fn repeat_while_short<E>(
     Ok(times)
 }
 
+/// Outputs of the first `items` batch items equal bit for bit (as the f32 the engines return).
 fn same_bits(sw: &Outputs, emu: &Outputs, items: usize) -> bool {
     sw.len() == emu.len()
         && sw.iter().all(|(name, s)| {

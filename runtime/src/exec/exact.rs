@@ -189,7 +189,7 @@ fn to_parts(comps: &[f64]) -> (bool, u128, i32, bool) {
 }
 
 /// Sign, integer significand and exponent of its last bit of a finite non-zero f64.
-fn decompose(x: f64) -> (bool, u64, i32) {
+pub(super) fn decompose(x: f64) -> (bool, u64, i32) {
     let bits = x.to_bits();
     let neg = bits >> 63 == 1;
     let field = ((bits >> 52) & 0x7FF) as i32;

@@ -1067,24 +1067,24 @@ impl<'a> Executor<'a> {
         let operands = self.operands(x, w, b);
         let cacheable = operands.cacheable;
         // The integer kernel on the CPU: the GPU took this product already where it gives the
-        // same bits (`prefetch_products`).
-        if self.int
-            && intdot::supports(n)
-            && let Some((wi, xi)) = self.int_operands(spec, operands)?
-        {
-            self.int_products += 1;
-            let y = intdot::matvec(spec, &wi, &xi, intdot::simd());
-            return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
-        }
-        // Operands with more bits per run than one integer unit holds: on the kernel in slices.
-        if self.int
-            && intdot::supports(n)
-            && spec.accumulation == nnp_grammar::Accumulation::Exact
-            && let Some(y) = self.sliced_product(spec, operands)?
-        {
-            self.int_products += 1;
-            self.sliced_products += 1;
-            return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
+        // same bits (`prefetch_products`). Operands with more bits per run than one integer
+        // unit holds take it in slices (exact accumulation only: no weights are sliced for
+        // the others, which `SlicedWeights::matvec` refuses).
+        if self.int && intdot::supports(n) {
+            let y = if let Some((wi, xi)) = self.int_operands(spec, operands)? {
+                Some(intdot::matvec(spec, &wi, &xi, intdot::simd()))
+            } else if spec.accumulation == nnp_grammar::Accumulation::Exact
+                && let Some(y) = self.sliced_product(spec, operands)?
+            {
+                self.sliced_products += 1;
+                Some(y)
+            } else {
+                None
+            };
+            if let Some(y) = y {
+                self.int_products += 1;
+                return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
+            }
         }
         let xt = self.vector(x)?;
         if let Some(k) = chunk {
