@@ -2,8 +2,9 @@
 //! a convolution, a softmax classifier: milliseconds per run, where per-op overheads show):
 //! warm runs of the software graph (weights prepared once per session, as `nnpc bench` times
 //! them) next to the floor, the same products as plain f32 candle matmuls with no quantization
-//! (`cargo bench -p nnpc --bench graph`). `nnpc bench` adds the emulator, the quantize kernel,
-//! memory and the ratios.
+//! (`cargo bench -p nnpc --bench graph`). Where the warm runs go in shards of items (the small
+//! samples), also the same runs with each batch whole. `nnpc bench` adds the emulator, the
+//! quantize kernel, memory and the ratios.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use nnp_lowering::swgraph::{self, Roots};
@@ -33,6 +34,17 @@ fn bench(c: &mut Criterion) {
         let data = HostData::random(&program, batch, 0);
         let mut session = Session::new(&graph, &ExecOptions::default()).expect("a session");
         session.run(&data).expect("the first run");
+        let sharded = session.run(&data).expect("a warm run").shards > 1;
+        // The same runs with each batch whole, where the warm runs go in shards.
+        let mut whole = sharded.then(|| {
+            let opts = ExecOptions {
+                batch_shards: Some(1),
+                ..ExecOptions::default()
+            };
+            let mut whole = Session::new(&graph, &opts).expect("a session");
+            whole.run(&data).expect("the first run");
+            whole
+        });
         let floor = Floor::new(&graph, batch).expect("the floor");
         let mut g = c.benchmark_group(name);
         g.sample_size(10);
@@ -41,6 +53,11 @@ fn bench(c: &mut Criterion) {
         g.bench_function("software_graph", |b| {
             b.iter(|| black_box(session.run(&data).expect("a warm run")))
         });
+        if let Some(whole) = &mut whole {
+            g.bench_function("software_graph_whole_batch", |b| {
+                b.iter(|| black_box(whole.run(&data).expect("a warm run")))
+            });
+        }
         g.bench_function("floor_f32_matmuls", |b| {
             b.iter(|| floor.run().expect("the floor runs"))
         });

@@ -4,6 +4,7 @@
 //! software graph's `--trace` records equal the emulator's, record for record.
 
 use nnp_grammar::{Program, SourceFile, Target};
+use nnp_lowering::swgraph::{self, Roots};
 use nnp_runtime::emulator::{self, EmuOptions};
 use nnp_runtime::exec::{self, ExecOptions};
 use nnp_runtime::host::{HostData, Outputs};
@@ -126,11 +127,83 @@ fn every_sample_on_every_declared_target_matches_the_emulator() {
     assert_eq!(int_products > 0, exec::intdot::simd());
 }
 
+/// Warm runs in shards of items (`batch_shards`) equal the emulator bit for bit on every
+/// sample and target, with a NaN in one item of the last shard; and they count a product on
+/// the integer kernel where every shard took it, as a run of the whole batch does.
+#[test]
+fn warm_runs_in_shards_match_the_emulator() {
+    let mut moved = 0;
+    for (path, target) in cases() {
+        let program = load(&path, &target);
+        let case = format!("{} on {target} in shards", path.display());
+        let clean = HostData::random(&program, 13, 0x5a4d);
+        let mut nan = clean.clone();
+        // A NaN in the first input value of item 11: shards 0..4, 4..8 and 8..13.
+        let t = nan
+            .inputs
+            .values_mut()
+            .next()
+            .expect("every sample has an input");
+        let per_item = t.data.len() / 13;
+        t.data[11 * per_item] = f32::NAN;
+        let hw = emulator::emulate(&program, &nan, &EmuOptions::default())
+            .unwrap_or_else(|e| panic!("{case}: emulator: {e}"));
+        let graph = swgraph::optimize(&swgraph::lower(&program).expect("lowers"), Roots::Outputs);
+        // A first run of clean data (always whole), then a warm run of the NaN data.
+        let runs = |shards: usize| {
+            let opts = ExecOptions {
+                batch_shards: Some(shards),
+                ..ExecOptions::default()
+            };
+            let mut session = exec::Session::new(&graph, &opts).expect("session");
+            let first = session.run(&clean).expect("first run");
+            (first, session.run(&nan).expect("warm run"))
+        };
+        let ((first, sharded), (_, whole)) = (runs(3), runs(1));
+        assert_eq!(
+            (first.shards, sharded.shards, whole.shards),
+            (1, 3, 1),
+            "{case}"
+        );
+        assert_same(&case, &hw.outputs, &sharded.outputs);
+        let paths = |e: &exec::Execution| (e.int_products, e.quantized_to_ints, e.concats_skipped);
+        assert_eq!(paths(&sharded), paths(&whole), "{case}: paths");
+        // A shard whose items fit the plain kernel takes it where the whole batch needs slices.
+        assert!(
+            sharded.sliced_products <= whole.sliced_products,
+            "{case}: slices"
+        );
+        moved += first.int_products - sharded.int_products;
+    }
+    // The NaN sent products off the integer kernel in some cases (the shards disagreed there).
+    assert_eq!(moved > 0, exec::intdot::simd(), "{moved} products moved");
+}
+
+/// A program that writes a constant (the relu of loaded weights) and a value of the input.
+const WRITES_A_CONSTANT: &str = "\
+vector a : [128] at mulvrf0[0]
+input  x : [1, 128]
+output y : [1, 128]
+
+v_rd mulvrf0[0]
+v_relu
+v_wr asvrf0[0]
+end_chain
+
+v_rd netq
+vv_add asvrf0[0]
+v_wr netq
+end_chain
+";
+
 #[test]
 fn traces_match_the_emulator_record_for_record() {
-    for sample in ["mixed_precision.nnp", "gru.nnp", "conv1x1.nnp"] {
-        let path = samples_dir().join(sample);
-        let program = load(&path, "bw-default");
+    let inline = std::env::temp_dir().join(format!("nnpc-trace-{}.nnp", std::process::id()));
+    std::fs::write(&inline, WRITES_A_CONSTANT).expect("temp file");
+    let samples = ["mixed_precision.nnp", "gru.nnp", "conv1x1.nnp"].map(|s| samples_dir().join(s));
+    for path in samples.iter().chain([&inline]) {
+        let sample = path.display();
+        let program = load(path, "bw-default");
         let data = HostData::random(&program, 3, 11);
         let hw = emulator::emulate(
             &program,
@@ -145,16 +218,33 @@ fn traces_match_the_emulator_record_for_record() {
             keep_writes: true,
             ..ExecOptions::default()
         };
-        let graph = nnp_lowering::swgraph::lower(&program).expect("lowers");
-        let run = exec::execute(&graph, &data, &opts).expect("runs");
-        let sw = exec::trace::records(&graph, &run, data.batch).expect("kept writes");
+        let graph = swgraph::lower(&program).expect("lowers");
         let hw = hw.trace.expect("trace asked for");
-        assert_eq!(hw.len(), sw.len(), "{sample}: record count");
-        for (h, s) in hw.iter().zip(&sw) {
-            // Same JSON, field for field.
-            let hj = serde_json::to_value(h).expect("json");
-            let sj = serde_json::to_value(s).expect("json");
-            assert_eq!(hj, sj, "{sample}: first differing record");
-        }
+        let same_records = |run: &exec::Execution, how: &str| {
+            let sw = exec::trace::records(&graph, run, data.batch).expect("kept writes");
+            assert_eq!(hw.len(), sw.len(), "{sample} ({how}): record count");
+            for (h, s) in hw.iter().zip(&sw) {
+                // Same JSON, field for field.
+                let hj = serde_json::to_value(h).expect("json");
+                let sj = serde_json::to_value(s).expect("json");
+                assert_eq!(hj, sj, "{sample} ({how}): first differing record");
+            }
+        };
+        same_records(
+            &exec::execute(&graph, &data, &opts).expect("runs"),
+            "one run",
+        );
+        // A warm run in shards of 1 and 2 items: each written value from its shards, a
+        // constant's (one item in every shard) once.
+        let shards = ExecOptions {
+            batch_shards: Some(2),
+            ..opts
+        };
+        let mut session = exec::Session::new(&graph, &shards).expect("session");
+        session.run(&data).expect("first run");
+        let warm = session.run(&data).expect("warm run");
+        assert_eq!(warm.shards, 2);
+        same_records(&warm, "warm, in shards");
     }
+    std::fs::remove_file(&inline).ok();
 }

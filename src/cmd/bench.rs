@@ -75,6 +75,11 @@ pub struct Args {
     /// floor and the quantize kernel stay on the CPU).
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
+    /// Shards of items each warm run goes in, side by side (1: the whole batch in one pass).
+    /// Default: one per thread for graphs whose products' weights are at most 1 Mi elements,
+    /// else 1. The outputs are the same bits either way.
+    #[arg(long, value_name = "K")]
+    pub shards: Option<usize>,
     /// Elements of the quantize-kernel tensor.
     #[arg(long, value_name = "LEN", default_value_t = 4 << 20, hide = true)]
     pub kernel_len: usize,
@@ -159,6 +164,7 @@ fn measure(
     let opts = ExecOptions {
         float_matmul: args.float_matmul,
         device: args.device.into(),
+        batch_shards: args.shards.map(|k| k.max(1)),
         ..ExecOptions::default()
     };
     let mut session = Session::new(graph, &opts).map_err(|e| fail(&e))?;
@@ -174,9 +180,13 @@ fn measure(
     progress.phase("software graph and floor: timed runs");
     let floor = Floor::new(graph, batch).map_err(|e| fail(&e))?;
     floor.run().map_err(|e| fail(&e))?;
+    let mut shards = 1;
     let (sw_s, floor_s) = baseline::alternate(
         reps,
-        || session.run(&data).map(drop).map_err(|e| fail(&e)),
+        || {
+            shards = session.run(&data).map_err(|e| fail(&e))?.shards;
+            Ok(())
+        },
         || floor.run().map_err(|e| fail(&e)),
     )?;
     let (floor_calls, floor_macs) = (floor.calls(), floor.macs());
@@ -283,6 +293,8 @@ fn measure(
             "gpu": gpu,
             // Of those, the products whose fp8 or MX operands the kernel took in slices.
             "sliced_products": sliced_products,
+            // Shards of items the warm runs went in (`--shards`).
+            "shards": shards,
             "nodes": graph.nodes.len(),
             "vectors": vectors,
             "first_run_seconds": cold_s,
@@ -406,6 +418,13 @@ fn print_table(r: &Value) {
             sw["int_products"], sw["products"], sw["sliced_products"]
         ),
     }
+    if sw["shards"].as_u64().is_some_and(|k| k > 1) {
+        println!(
+            "warm runs: {} shards of items side by side (`--shards 1`: the whole batch in one \
+             pass)",
+            sw["shards"]
+        );
+    }
     println!();
     println!("{:<44} {:>12} {:>16}", "measurement", "seconds", "rate");
     let row = |name: &str, secs: f64, rate: String| {
@@ -515,6 +534,7 @@ mod tests {
             skip_emulator: false,
             float_matmul: false,
             device: DeviceArg::Cpu,
+            shards: None,
             kernel_len: 1 << 14,
             json: true,
         };

@@ -30,7 +30,8 @@ use mfu::ActTable;
 use nnp_lowering::swgraph::{GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
 use nnp_numerics::{FloatFormat, Format};
 use rayon::prelude::*;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
 use std::sync::Arc;
 
 /// Where the graph runs.
@@ -55,6 +56,10 @@ pub struct ExecOptions {
     /// Evaluate in the products-first order ([`fused::schedule`]), which a session on a GPU
     /// always uses; on the CPU for tests (the results are the same bits).
     pub products_first: bool,
+    /// Shards of a warm run on the CPU ([`Session::run`]): `None` chooses (one per thread for
+    /// graphs of small weights, else the whole batch), `Some(1)` runs every batch whole; for
+    /// comparisons and tests (the results are the same bits).
+    pub batch_shards: Option<usize>,
 }
 
 /// The value a `v_wr` wrote, on the host: `[batch, lanes]` storage values.
@@ -95,6 +100,10 @@ pub struct Execution {
     /// Of those, the vectors assembled from their concat's parts, tile by tile, without the
     /// concat ([`Session::through`]).
     pub concats_skipped: usize,
+    /// Shards of items the run went in, side by side ([`Session::run`]): 1 for the whole
+    /// batch in one pass. A sharded run counts a node on a path above where every shard took
+    /// it.
+    pub shards: usize,
 }
 
 /// Why a graph could not be executed.
@@ -144,8 +153,8 @@ pub fn execute(
 }
 
 /// Weight-side work kept between runs: quantized weight stacks rearranged for the matmul,
-/// exact slices of weights, activation tables.
-#[derive(Default)]
+/// exact slices of weights, activation tables. Handles only: a clone shares the data.
+#[derive(Default, Clone)]
 struct Caches {
     /// Quantized weight stacks rearranged for the chunked matmul, by (stack, chunk, dtype): one
     /// stack may feed an f32 matmul in one chain and an f64 one in another.
@@ -209,6 +218,9 @@ pub struct Session<'g> {
     through: Vec<bool>,
     /// The evaluation order ([`fused::schedule`]).
     order: Vec<usize>,
+    /// Whether the products' weights are at most [`SMALL_WEIGHTS`]: then warm runs go in
+    /// shards ([`Session::shards`]).
+    small: bool,
     warm: bool,
     caches: Caches,
 }
@@ -249,6 +261,13 @@ impl<'g> Session<'g> {
         let arranged = chunked_stacks(graph, &plan);
         let to_ints = quantized_vectors(graph, &constant, &keep, opts.keep_writes);
         let through = concats_to_ints(graph, &constant, &to_ints, opts.keep_writes);
+        // The distinct weight stacks of the products, in elements.
+        let weights: HashMap<ValueId, usize> = graph
+            .nodes
+            .iter()
+            .filter_map(|node| product_spec(&node.op, graph.native))
+            .map(|(s, _, w)| (w, s.rows * s.cols * s.n * s.n))
+            .collect();
         let stacks = product_only
             .into_iter()
             .zip(&keep)
@@ -269,6 +288,7 @@ impl<'g> Session<'g> {
             rounded: rounded::rounded_formats(&graph.nodes),
             to_ints,
             through,
+            small: weights.values().sum::<usize>() <= SMALL_WEIGHTS,
             warm: false,
             caches: Caches::default(),
         })
@@ -279,38 +299,138 @@ impl<'g> Session<'g> {
         self.gpu.as_deref().map(gpu::Gpu::name)
     }
 
-    /// Run the graph on `data` (`data.batch` input sets in one pass).
+    /// Run the graph on `data` (`data.batch` input sets). A warm run of a graph with small
+    /// weights goes in shards of items, one per thread ([`Session::run_shards`]).
     pub fn run(&mut self, data: &HostData) -> Result<Execution, ExecError> {
         // On one of rayon's threads: every op's parallel loop then starts on this thread at
         // once, with idle threads joining as they wake, instead of the caller handing it to
         // the pool and sleeping until it is done (two wake-ups per op, each tens of
         // microseconds on a virtual machine). The GPU binds its context on whichever thread
         // calls it (`gpu`).
-        rayon::scope(|_| self.run_here(data))
+        rayon::scope(|_| match self.shards(data.batch) {
+            Some(shards) => self.run_shards(data, shards),
+            None => self.run_whole(data),
+        })
     }
 
-    fn run_here(&mut self, data: &HostData) -> Result<Execution, ExecError> {
+    /// The shards a run at batch `b` takes ([`Session::run_shards`]): a warm run on the CPU of
+    /// a graph with [`Session::small`] weights, one shard per thread of at least
+    /// [`MIN_SHARD_ITEMS`] items (or `batch_shards`); `None` to run the batch whole.
+    fn shards(&self, b: usize) -> Option<Vec<Range<usize>>> {
+        let count = match self.opts.batch_shards {
+            Some(k) => k.min(b),
+            None if self.small => rayon::current_num_threads().min(b / MIN_SHARD_ITEMS),
+            None => 1,
+        };
+        (self.warm && self.gpu.is_none() && count > 1).then(|| {
+            (0..count)
+                .map(|k| k * b / count..(k + 1) * b / count)
+                .collect()
+        })
+    }
+
+    /// The whole batch in one pass (a first run computes and keeps the constants).
+    fn run_whole(&mut self, data: &HostData) -> Result<Execution, ExecError> {
+        let mut caches = std::mem::take(&mut self.caches);
+        let part = self.run_items(data, 0..data.batch, &mut caches);
+        self.caches = caches;
+        let mut part = part?;
+        for (i, t) in part.consts.drain(..) {
+            self.consts[i] = Some(t);
+        }
+        self.warm = true;
+        Ok(self.execution(vec![part]))
+    }
+
+    /// A warm run in shards of consecutive items, side by side on rayon's threads: each shard
+    /// runs the whole graph on its items with no wait between its ops (a small graph's ops
+    /// are microseconds, about what waking a thread costs), on handles to the session's
+    /// cached weights. Every op computes each item alone, so the bits are those of one pass
+    /// over the batch.
+    fn run_shards(
+        &mut self,
+        data: &HostData,
+        shards: Vec<Range<usize>>,
+    ) -> Result<Execution, ExecError> {
+        let this = &*self;
+        let mut parts = shards
+            .into_par_iter()
+            .map(|items| {
+                let mut caches = this.caches.clone();
+                this.run_items(data, items, &mut caches)
+                    .map(|part| (part, caches))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // What the first shard added to the caches stays (a warm run rarely adds any).
+        if let Some((_, caches)) = parts.first_mut() {
+            self.caches = std::mem::take(caches);
+        }
+        Ok(self.execution(parts.into_iter().map(|(part, _)| part).collect()))
+    }
+
+    /// The execution of a batch from its parts, in item order: outputs and written values
+    /// concatenated (a constant's written value is one item in every part), and a node
+    /// counted on a fast path where every part took it.
+    fn execution(&self, parts: Vec<Part>) -> Execution {
+        let shards = parts.len();
+        let mut parts = parts.into_iter();
+        let mut all = parts.next().unwrap_or_default();
+        for part in parts {
+            for (name, t) in &mut all.outputs {
+                if let Some(more) = part.outputs.get(name) {
+                    t.data.extend_from_slice(&more.data);
+                    t.shape[0] += more.shape[0];
+                }
+            }
+            for (id, w) in &mut all.written {
+                if let (false, Some(more)) = (self.constant[id.index()], part.written.get(id)) {
+                    w.data.extend_from_slice(&more.data);
+                    w.batch += more.batch;
+                }
+            }
+            all.paths = all.paths.intersection(&part.paths).copied().collect();
+        }
+        let count = |path: Path| all.paths.iter().filter(|(p, _)| *p == path).count();
+        Execution {
+            int_products: count(Path::IntKernel),
+            gpu_products: count(Path::Gpu),
+            sliced_products: count(Path::Slices),
+            one_pass_stacks: count(Path::OnePass),
+            quantized_to_ints: count(Path::QuantizedToInts),
+            concats_skipped: count(Path::ConcatSkipped),
+            shards,
+            outputs: all.outputs,
+            written: all.written,
+        }
+    }
+
+    /// One pass of the graph over the items `items` of `data`, with the session's `caches`.
+    fn run_items(
+        &self,
+        data: &HostData,
+        items: Range<usize>,
+        caches: &mut Caches,
+    ) -> Result<Part, ExecError> {
         let graph = self.graph;
         let warm = self.warm;
+        let mut consts = Vec::new();
         let mut ex = Executor {
             g: graph,
             data,
+            items,
             dev: self.dev.clone(),
             n: graph.native,
             values: self.consts.clone(),
             constant: &self.constant,
             rounded: &self.rounded,
-            caches: &mut self.caches,
+            caches,
             arranged_x: HashMap::new(),
             int_x: HashMap::new(),
             int_tiles: Vec::new(),
-            concats_skipped: 0,
             int: !self.opts.float_matmul && (self.gpu.is_some() || intdot::simd()),
-            int_products: 0,
-            sliced_products: 0,
+            paths: Paths::new(),
             gpu: self.gpu.as_deref(),
             gpu_x: HashMap::new(),
-            gpu_products: 0,
             prefetched: HashMap::new(),
             prof: std::env::var_os("NNPC_EXEC_PROFILE").map(|_| Vec::new()),
         };
@@ -339,7 +459,6 @@ impl<'g> Session<'g> {
         // Where `Executor::keep_as_ints` would keep weight stacks as integers, `prepare` makes
         // them so.
         let ints = ex.int && intdot::supports(ex.n);
-        let (mut one_pass_stacks, mut quantized_to_ints) = (0, 0);
         for (pos, &i) in self.order.iter().enumerate() {
             if in_region.contains(&pos) {
                 continue;
@@ -389,7 +508,7 @@ impl<'g> Session<'g> {
             if let (true, Some(f)) = (ints, &self.to_ints[i])
                 && ex.quantize_to_ints(i, f).map_err(exec_err)?
             {
-                quantized_to_ints += 1;
+                ex.paths.insert((Path::QuantizedToInts, i));
                 release(
                     &mut ex.values,
                     reads(graph, &self.through, i),
@@ -411,7 +530,7 @@ impl<'g> Session<'g> {
                 let arranged = self.arranged[i].filter(|_| !ints);
                 if let Some(key) = arranged {
                     ex.prepare_arranged(id, stack, key).map_err(exec_err)?;
-                    one_pass_stacks += 1;
+                    ex.paths.insert((Path::OnePass, i));
                     release(
                         &mut ex.values,
                         reads(graph, &self.through, i),
@@ -422,9 +541,9 @@ impl<'g> Session<'g> {
                     continue;
                 } else if !ints {
                     prepared = Some(ex.prepare_f64(stack).map_err(exec_err)?);
-                    one_pass_stacks += 1;
+                    ex.paths.insert((Path::OnePass, i));
                 } else if ex.prepare_ints(id, stack).map_err(exec_err)? {
-                    one_pass_stacks += 1;
+                    ex.paths.insert((Path::OnePass, i));
                     release(
                         &mut ex.values,
                         reads(graph, &self.through, i),
@@ -461,7 +580,7 @@ impl<'g> Session<'g> {
                 };
                 if !as_ints {
                     if self.keep[i] && self.constant[i] {
-                        self.consts[i] = Some(t.clone());
+                        consts.push((i, t.clone()));
                     }
                     ex.values[i] = Some(t);
                 }
@@ -479,30 +598,62 @@ impl<'g> Session<'g> {
             };
             tally(&mut ex.prof, kind, t0, 1);
         }
-        self.warm = true;
         if let Some(prof) = &ex.prof {
+            let items = &ex.items;
             for (name, secs, count) in prof {
                 eprintln!(
                     "profile: {name:>14} {count:>6} nodes {:>10.3} ms",
                     secs * 1e3
                 );
             }
+            let count = |path: Path| ex.paths.iter().filter(|(p, _)| *p == path).count();
             eprintln!(
-                "profile: {} products on the integer kernel ({} on the GPU, {} in slices)",
-                ex.int_products, ex.gpu_products, ex.sliced_products
+                "profile: items {items:?}: {} products on the integer kernel ({} on the GPU, {} \
+                 in slices)",
+                count(Path::IntKernel),
+                count(Path::Gpu),
+                count(Path::Slices)
             );
         }
-        Ok(Execution {
-            outputs: collect_outputs(graph, data.batch, rows)?,
+        Ok(Part {
+            outputs: collect_outputs(graph, ex.batch(), rows)?,
             written,
-            int_products: ex.int_products,
-            gpu_products: ex.gpu_products,
-            sliced_products: ex.sliced_products,
-            one_pass_stacks,
-            quantized_to_ints,
-            concats_skipped: ex.concats_skipped,
+            paths: ex.paths,
+            consts,
         })
     }
+}
+
+/// Items per shard of a warm run, at least ([`Session::shards`]).
+const MIN_SHARD_ITEMS: usize = 4;
+
+/// Weights (elements of the distinct weight stacks that products read) of a graph whose warm
+/// runs go in shards, at most ([`Session::small`]): 1 Mi elements are 2 MiB as the kernel's
+/// integers, which every shard then reads from the shared caches.
+const SMALL_WEIGHTS: usize = 1 << 20;
+
+/// A fast path a node took ([`Execution`]'s counts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Path {
+    IntKernel,
+    Gpu,
+    Slices,
+    OnePass,
+    QuantizedToInts,
+    ConcatSkipped,
+}
+
+/// The nodes of a run that took each fast path.
+type Paths = BTreeSet<(Path, usize)>;
+
+/// What one pass over some items of a batch produced.
+#[derive(Default)]
+struct Part {
+    outputs: Outputs,
+    written: HashMap<ValueId, WrittenValue>,
+    paths: Paths,
+    /// Constant values to keep for the session (computed by a first run).
+    consts: Vec<(usize, Tensor)>,
 }
 
 /// The values node `i` reads: its inputs and, where it quantizes a concat the run may skip
@@ -725,6 +876,8 @@ impl From<ExecError> for Failure {
 struct Executor<'a> {
     g: &'a SwGraph,
     data: &'a HostData,
+    /// The items of `data` this run computes (a shard's, or all of them).
+    items: Range<usize>,
     dev: Device,
     n: usize,
     values: Vec<Option<Tensor>>,
@@ -738,20 +891,14 @@ struct Executor<'a> {
     /// Single tiles of values quantized to integers in this run, by format, then by (value,
     /// tile): the columns [`Executor::quantize_parts_to_ints`] assembles vectors from.
     int_tiles: Vec<(quant::BfpInts, TileInts)>,
-    /// Vectors [`Executor::quantize_parts_to_ints`] assembled in this run.
-    concats_skipped: usize,
     /// Whether products may take the integer kernel.
     int: bool,
-    /// Products that took it in this run.
-    int_products: usize,
-    /// Of those, the products on integer slices.
-    sliced_products: usize,
+    /// The nodes that took each fast path in this run.
+    paths: Paths,
     /// The GPU that computes integer products where it gives the same bits.
     gpu: Option<&'a gpu::Gpu>,
     /// Vectors as integers on the GPU in this run.
     gpu_x: HashMap<ValueId, Arc<gpu::GpuVector>>,
-    /// Products the GPU computed in this run.
-    gpu_products: usize,
     /// Products computed ahead by [`Executor::prefetch_products`], by node.
     prefetched: HashMap<usize, Tensor>,
     /// Time per kind of work (`NNPC_EXEC_PROFILE`).
@@ -775,23 +922,23 @@ impl<'a> Executor<'a> {
             })
     }
 
-    /// The host tensor `name`: an input of `batch` items (`Some`) or weights (`None`),
-    /// checked to be `[batch, shape]` (weights: `shape`).
+    /// The values of host tensor `name`: this run's items of an input (`input`), or the
+    /// weights; checked to be `[data.batch, shape]` (weights: `shape`).
     fn host_tensor(
         &self,
         name: &str,
-        batch: Option<usize>,
+        input: bool,
         shape: &[usize],
-    ) -> Result<&'a HostTensor, ExecError> {
-        let (tensors, kind) = match batch {
-            Some(_) => (&self.data.inputs, "input"),
-            None => (&self.data.weights, "weights"),
+    ) -> Result<&'a [f32], ExecError> {
+        let (tensors, kind) = match input {
+            true => (&self.data.inputs, "input"),
+            false => (&self.data.weights, "weights"),
         };
         let t = tensors.get(name).ok_or_else(|| ExecError::Missing {
             name: name.to_string(),
             kind,
         })?;
-        let mut want: Vec<usize> = batch.into_iter().collect();
+        let mut want: Vec<usize> = input.then_some(self.data.batch).into_iter().collect();
         want.extend(shape);
         if t.shape != want {
             return Err(ExecError::Shape {
@@ -800,18 +947,26 @@ impl<'a> Executor<'a> {
                 expected: want,
             });
         }
-        Ok(t)
+        if !input {
+            return Ok(&t.data);
+        }
+        let per_item: usize = shape.iter().product();
+        Ok(&t.data[self.items.start * per_item..self.items.end * per_item])
+    }
+
+    /// This run's batch: its items of the inputs.
+    fn batch(&self) -> usize {
+        self.items.len()
     }
 
     /// The host tensor `name` ([`Executor::host_tensor`]) as an f64 tensor `[batch or 1,
     /// shape]`.
-    fn host(&self, name: &str, batch: Option<usize>, shape: &[usize]) -> Result<Tensor, Failure> {
-        let t = self.host_tensor(name, batch, shape)?;
-        let mut dims = vec![batch.unwrap_or(1)];
+    fn host(&self, name: &str, input: bool, shape: &[usize]) -> Result<Tensor, Failure> {
+        let t = self.host_tensor(name, input, shape)?;
+        let mut dims = vec![if input { self.batch() } else { 1 }];
         dims.extend(shape);
         // In parallel: a benchmark's inputs are megabytes, converted once per run.
         let v: Vec<f64> = t
-            .data
             .par_iter()
             .with_min_len(quant::PAR_MIN)
             .map(|&x| f64::from(x))
@@ -823,8 +978,8 @@ impl<'a> Executor<'a> {
         let node = &self.g.nodes[i];
         let n = self.n;
         Ok(match &node.op {
-            Op::Input { name, shape } => self.host(name, Some(self.data.batch), shape)?,
-            Op::Weight { name, shape } => self.host(name, None, shape)?,
+            Op::Input { name, shape } => self.host(name, true, shape)?,
+            Op::Weight { name, shape } => self.host(name, false, shape)?,
             Op::Zero { shape } => {
                 let mut dims = vec![1];
                 dims.extend(shape);
@@ -904,7 +1059,7 @@ impl<'a> Executor<'a> {
                 let (spec, x, w) = product_spec(&node.op, n)
                     .ok_or_else(|| ExecError::Graph(GraphError::Other("not a product".into())))?;
                 let (chunk, dtype) = float_chunk(vector_format, matrix_format, n);
-                self.matvec(&spec, x, w, chunk, dtype)?
+                self.matvec(i, &spec, x, w, chunk, dtype)?
             }
             Op::Unary {
                 op: UnOp::Softmax,
@@ -1041,6 +1196,7 @@ impl<'a> Executor<'a> {
     /// ([`matmul::sum_partials`]).
     fn matvec(
         &mut self,
+        node: usize,
         spec: &MatVec,
         x: ValueId,
         w: ValueId,
@@ -1076,13 +1232,13 @@ impl<'a> Executor<'a> {
             } else if spec.accumulation == nnp_grammar::Accumulation::Exact
                 && let Some(y) = self.sliced_product(spec, operands)?
             {
-                self.sliced_products += 1;
+                self.paths.insert((Path::Slices, node));
                 Some(y)
             } else {
                 None
             };
             if let Some(y) = y {
-                self.int_products += 1;
+                self.paths.insert((Path::IntKernel, node));
                 return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
             }
         }
@@ -1210,10 +1366,9 @@ impl<'a> Executor<'a> {
                 let Op::Weight { name, shape } = &self.g.nodes[p.chain.weight].op else {
                     return Err(internal("a weight chain without weights"));
                 };
-                let t = self.host_tensor(name, None, shape)?;
                 Ok(prepare::Source {
-                    w: &t.data,
-                    shape: &t.shape,
+                    w: self.host_tensor(name, false, shape)?,
+                    shape,
                     round: p.chain.round.as_ref().map(|(_, f)| f),
                     format: &p.chain.format,
                     start: p.start,
@@ -1278,14 +1433,14 @@ impl<'a> Executor<'a> {
         let Op::Input { name, shape } = &self.g.nodes[chain.input].op else {
             return Err(internal("an input chain without its input").into());
         };
-        let batch = self.data.batch;
-        let t = self.host_tensor(name, Some(batch), shape)?;
+        let batch = self.batch();
+        let t = self.host_tensor(name, true, shape)?;
         let (c, rows) = match shape.split_last() {
             Some((c, lead)) => (*c, lead.iter().product::<usize>()),
             None => return Err(internal("an input chain of a scalar").into()),
         };
         let width = c.div_ceil(self.n) * self.n;
-        let v = prepare::rounded_input(&t.data, c, width, chain.pad_value, &chain.format)
+        let v = prepare::rounded_input(t, c, width, chain.pad_value, &chain.format)
             .ok_or_else(|| internal("an input's values are not whole rows"))?;
         Ok(Tensor::from_vec(v, (batch, rows * width), &self.dev)?)
     }
@@ -1404,7 +1559,7 @@ impl<'a> Executor<'a> {
             return Ok(false);
         };
         self.int_x.insert(ValueId(q as u32), Some(Arc::new(xi)));
-        self.concats_skipped += 1;
+        self.paths.insert((Path::ConcatSkipped, q));
         Ok(true)
     }
 
@@ -1644,8 +1799,8 @@ impl<'a> Executor<'a> {
                     *k,
                     Tensor::from_vec(y, (*b, spec.rows * spec.n), &self.dev)?,
                 );
-                self.int_products += 1;
-                self.gpu_products += 1;
+                self.paths.insert((Path::IntKernel, *k));
+                self.paths.insert((Path::Gpu, *k));
             }
         }
         tally(&mut self.prof, "gpu: tensors", t0, 1);
@@ -1985,6 +2140,49 @@ mod tests {
             .iter()
             .filter(|n| matches!(n.op, Op::TiledMatVec { .. }))
             .count()
+    }
+
+    /// The shards of a run, by hand: none for a first run, `batch_shards` consecutive ranges
+    /// of nearly equal size (at most one per item) for warm ones, and by default one per
+    /// thread of at least 4 items for a graph of small weights only.
+    #[test]
+    fn shards_by_hand() {
+        let (program, g) = lstm_sample_on(None);
+        let data = HostData::random(&program, 2, 1);
+        let shards = |k: Option<usize>, warm: bool, b: usize| {
+            let opts = ExecOptions {
+                batch_shards: k,
+                ..ExecOptions::default()
+            };
+            let mut s = Session::new(&g, &opts).expect("session");
+            if warm {
+                s.run(&data).expect("first run");
+            }
+            s.shards(b)
+        };
+        assert_eq!(shards(Some(3), false, 13), None);
+        assert_eq!(shards(Some(3), true, 13), Some(vec![0..4, 4..8, 8..13]));
+        assert_eq!(shards(Some(5), true, 3), Some(vec![0..1, 1..2, 2..3]));
+        assert_eq!(shards(Some(1), true, 64), None);
+        // By default, for the README's LSTM (4 W of 2 x 1 tiles and 4 U of 2 x 2 tiles of
+        // 128 x 128: 384 Ki elements): one shard per thread, none below 4 items each.
+        let threads = rayon::current_num_threads();
+        let want = (threads > 1).then(|| {
+            let per = 64 / threads;
+            (0..threads).map(|k| k * per..(k + 1) * per).collect()
+        });
+        assert_eq!(shards(None, true, 64), want);
+        assert_eq!(shards(None, true, 3), None);
+        // The benchmark LSTM's 8 Mi elements: whole batches.
+        let big = include_str!("../../../samples/bench/lstm_1024.nnp");
+        let src = Arc::new(SourceFile::new("lstm_1024.nnp", big));
+        let program = nnp_grammar::check(src, None)
+            .expect("sample checks")
+            .program;
+        let big = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
+        let small = |g: &SwGraph| Session::new(g, &ExecOptions::default()).map(|s| s.small);
+        assert!(small(&g).expect("session"));
+        assert!(!small(&big).expect("session"));
     }
 
     /// A session's warm runs (weights prepared by the first run, new inputs and batch sizes)
