@@ -1921,9 +1921,11 @@ fn panic_text(e: Box<dyn std::any::Any + Send>) -> String {
 /// `data_seed`), run the emulator (with its trace) and the software graph, and compare storage
 /// bit patterns ([`nnp_runtime::host::storage_bits`]: every NaN is the canonical NaN): first
 /// every `v_wr` (the emulator's trace against the graph's write records, so writes no output
-/// reads are checked too), then every output element of `nnp_runtime::exec::run_program` (the
-/// `nnpc run` path; through a JSON round trip of the graph when `json` is set). Panics in either
-/// engine are caught and reported as that engine's failure.
+/// reads are checked too), then every output element of the graph pruned to its outputs, as
+/// `nnp_runtime::exec::run_program` runs it (the `nnpc run` path; through a JSON round trip of
+/// the graph when `json` is set). Each graph runs twice in one session, the first run and a warm
+/// run in 2 shards of items, and both are compared. Panics in either engine are caught and
+/// reported as that engine's failure.
 pub fn run_differential(
     source: &str,
     target_toml: &str,
@@ -1933,8 +1935,9 @@ pub fn run_differential(
     json: bool,
 ) -> Outcome {
     use nnp_grammar::{SourceFile, Target, check};
+    use nnp_lowering::swgraph::{Roots, SwGraph, optimize};
     use nnp_runtime::emulator::{EmuOptions, emulate};
-    use nnp_runtime::exec::{DeviceKind, ExecOptions, execute, run_program};
+    use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution, Session};
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::sync::Arc;
 
@@ -1986,7 +1989,18 @@ pub fn run_differential(
     };
     // The graph twice: with every write kept (traces) on the float BLAS path of products, and
     // as `nnpc run` runs it (outputs only, pruned; the integer kernel where the CPU has AVX2,
-    // or on the GPU with `NNPC_DIFF_DEVICE=cuda`), or through its JSON form.
+    // or on the GPU with `NNPC_DIFF_DEVICE=cuda`), or through its JSON form. Each in a session
+    // that runs it twice: the first run (the whole batch), then a warm run in 2 shards of
+    // items (on the CPU).
+    let twice = |g: &SwGraph, opts: ExecOptions| -> Result<[Execution; 2], String> {
+        let opts = ExecOptions {
+            batch_shards: Some(2),
+            ..opts
+        };
+        let mut session = Session::new(g, &opts).map_err(|e| e.to_string())?;
+        let first = session.run(&data).map_err(|e| e.to_string())?;
+        Ok([first, session.run(&data).map_err(|e| e.to_string())?])
+    };
     let sw = catch_unwind(AssertUnwindSafe(|| -> Result<_, String> {
         let g = nnp_lowering::swgraph::lower(&program).map_err(|e| e.to_string())?;
         let keep = ExecOptions {
@@ -1994,13 +2008,13 @@ pub fn run_differential(
             float_matmul: true,
             ..ExecOptions::default()
         };
-        let traced = execute(&g, &data, &keep).map_err(|e| e.to_string())?;
+        let traced = twice(&g, keep)?;
         let plain = if json {
-            let g = nnp_lowering::swgraph::SwGraph::from_json(&g.to_json())
-                .map_err(|e| format!("JSON round trip: {e}"))?;
-            execute(&g, &data, &run_options(data_seed)).map_err(|e| e.to_string())?
+            let g =
+                SwGraph::from_json(&g.to_json()).map_err(|e| format!("JSON round trip: {e}"))?;
+            twice(&g, run_options(data_seed))?
         } else {
-            run_program(&program, &data, &run_options(data_seed)).map_err(|e| e.to_string())?
+            twice(&optimize(&g, Roots::Outputs), run_options(data_seed))?
         };
         Ok((g, traced, plain))
     }));
@@ -2010,17 +2024,24 @@ pub fn run_differential(
         Err(p) => return Outcome::GraphError(panic_text(p)),
     };
     let trace = emu.trace.unwrap_or_default();
-    let lanes = match compare_traces(&graph, &traced, &trace, data.batch) {
-        Ok(lanes) => lanes,
-        Err(out) => return out,
-    };
-    match compare_outputs(&program, &emu.outputs, &plain.outputs) {
-        Outcome::Concordant { elements, .. } => Outcome::Concordant {
-            elements,
-            written: lanes,
-            paths: Paths::of(&plain),
-        },
-        other => other,
+    let mut lanes = 0;
+    for traced in &traced {
+        lanes = match compare_traces(&graph, traced, &trace, data.batch) {
+            Ok(lanes) => lanes,
+            Err(out) => return out,
+        };
+    }
+    let mut elements = 0;
+    for plain in &plain {
+        elements = match compare_outputs(&program, &emu.outputs, &plain.outputs) {
+            Outcome::Concordant { elements, .. } => elements,
+            other => return other,
+        };
+    }
+    Outcome::Concordant {
+        elements,
+        written: lanes,
+        paths: Paths::of(&plain[0]),
     }
 }
 
