@@ -122,3 +122,21 @@ fn run_on_cuda_gives_the_same_bytes_or_says_how_to_get_it() {
     );
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `nnpc bench --shards K` runs the warm runs in K shards and says so (`shards` in `--json`);
+/// 0 shards is a usage error (2) naming the option, not a silent whole batch.
+#[test]
+fn bench_shards_are_reported_and_zero_is_refused() {
+    let args = |k: &'static str| {
+        let mut a = vec!["bench", "samples/mlp2_relu.nnp", "--batch", "6"];
+        a.extend(["--reps", "1", "--skip-emulator", "--json", "--shards", k]);
+        a
+    };
+    let o = nnpc(&args("3"));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
+    assert_eq!(r["software_graph"]["shards"], 3);
+    let o = nnpc(&args("0"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--shards"), "{}", stderr(&o));
+}

@@ -79,7 +79,7 @@ pub struct Args {
     /// Default: one per thread for graphs whose products' weights are at most 1 Mi elements,
     /// else 1. The outputs are the same bits either way.
     #[arg(long, value_name = "K")]
-    pub shards: Option<usize>,
+    pub shards: Option<std::num::NonZeroUsize>,
     /// Elements of the quantize-kernel tensor.
     #[arg(long, value_name = "LEN", default_value_t = 4 << 20, hide = true)]
     pub kernel_len: usize,
@@ -164,7 +164,7 @@ fn measure(
     let opts = ExecOptions {
         float_matmul: args.float_matmul,
         device: args.device.into(),
-        batch_shards: args.shards.map(|k| k.max(1)),
+        batch_shards: args.shards.map(std::num::NonZeroUsize::get),
         ..ExecOptions::default()
     };
     let mut session = Session::new(graph, &opts).map_err(|e| fail(&e))?;
