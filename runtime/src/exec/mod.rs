@@ -390,7 +390,7 @@ impl<'g> Session<'g> {
             }
             all.paths = all.paths.intersection(&part.paths).copied().collect();
         }
-        let count = |path: Path| all.paths.iter().filter(|(p, _)| *p == path).count();
+        let count = |path| taken(&all.paths, path);
         Execution {
             int_products: count(Path::IntKernel),
             gpu_products: count(Path::Gpu),
@@ -606,7 +606,7 @@ impl<'g> Session<'g> {
                     secs * 1e3
                 );
             }
-            let count = |path: Path| ex.paths.iter().filter(|(p, _)| *p == path).count();
+            let count = |path| taken(&ex.paths, path);
             eprintln!(
                 "profile: items {items:?}: {} products on the integer kernel ({} on the GPU, {} \
                  in slices)",
@@ -645,6 +645,11 @@ enum Path {
 
 /// The nodes of a run that took each fast path.
 type Paths = BTreeSet<(Path, usize)>;
+
+/// The nodes of `paths` that took `path`.
+fn taken(paths: &Paths, path: Path) -> usize {
+    paths.iter().filter(|(p, _)| *p == path).count()
+}
 
 /// What one pass over some items of a batch produced.
 #[derive(Default)]
@@ -2125,10 +2130,22 @@ mod tests {
 
     /// [`lstm_sample`] on `target`.
     fn lstm_sample_on(target: Option<nnp_grammar::Target>) -> (nnp_grammar::Program, SwGraph) {
-        let text = include_str!("../../../samples/lstm.nnp");
-        let src = Arc::new(SourceFile::new("lstm.nnp", text));
+        checked(
+            "lstm.nnp",
+            include_str!("../../../samples/lstm.nnp"),
+            target,
+        )
+    }
+
+    /// Firmware `text` (file `name`) checked for `target`, and its optimized graph.
+    fn checked(
+        name: &str,
+        text: &str,
+        target: Option<nnp_grammar::Target>,
+    ) -> (nnp_grammar::Program, SwGraph) {
+        let src = Arc::new(SourceFile::new(name, text));
         let program = nnp_grammar::check(src, target)
-            .expect("sample checks")
+            .expect("firmware checks")
             .program;
         let g = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
         (program, g)
@@ -2165,21 +2182,27 @@ mod tests {
         assert_eq!(shards(Some(5), true, 3), Some(vec![0..1, 1..2, 2..3]));
         assert_eq!(shards(Some(1), true, 64), None);
         // By default, for the README's LSTM (4 W of 2 x 1 tiles and 4 U of 2 x 2 tiles of
-        // 128 x 128: 384 Ki elements): one shard per thread, none below 4 items each.
+        // 128 x 128: 384 Ki elements): one shard per thread, none below 4 items each (at most
+        // 16 at batch 64), consecutive, sizes apart by at most one item.
         let threads = rayon::current_num_threads();
-        let want = (threads > 1).then(|| {
-            let per = 64 / threads;
-            (0..threads).map(|k| k * per..(k + 1) * per).collect()
-        });
-        assert_eq!(shards(None, true, 64), want);
+        match shards(None, true, 64) {
+            None => assert_eq!(threads, 1),
+            Some(s) => {
+                assert_eq!(s.len(), threads.min(16));
+                assert_eq!((s[0].start, s[s.len() - 1].end), (0, 64));
+                assert!(s.windows(2).all(|p| p[0].end == p[1].start));
+                let sizes: Vec<usize> = s.iter().map(|r| r.len()).collect();
+                let (lo, hi) = (sizes.iter().min(), sizes.iter().max());
+                assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "{sizes:?}");
+                if threads == 2 {
+                    assert_eq!(s, vec![0..32, 32..64]);
+                }
+            }
+        }
         assert_eq!(shards(None, true, 3), None);
         // The benchmark LSTM's 8 Mi elements: whole batches.
         let big = include_str!("../../../samples/bench/lstm_1024.nnp");
-        let src = Arc::new(SourceFile::new("lstm_1024.nnp", big));
-        let program = nnp_grammar::check(src, None)
-            .expect("sample checks")
-            .program;
-        let big = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
+        let (_, big) = checked("lstm_1024.nnp", big, None);
         let small = |g: &SwGraph| Session::new(g, &ExecOptions::default()).map(|s| s.small);
         assert!(small(&g).expect("session"));
         assert!(!small(&big).expect("session"));
@@ -2333,9 +2356,7 @@ mod tests {
             "matrix Uc : [256, 256] at mrf[20]",
             "matrix Uc : [256, 256] at mrf[20] quant fp16",
         );
-        let src = Arc::new(SourceFile::new("lstm_fp16_uc.nnp", &text));
-        let program = nnp_grammar::check(src, None).expect("checks").program;
-        let g = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
+        let (program, g) = checked("lstm_fp16_uc.nnp", &text, None);
         let data = HostData::random(&program, 3, 7);
         let emu = emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
         let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
@@ -2367,12 +2388,7 @@ mod tests {
         // matters.
         let loaded = text.replace("at ivrf[0] = 0", "at ivrf[0]");
         assert_ne!(loaded, text);
-        let open = |text: &str| {
-            let src = Arc::new(SourceFile::new("conv3x3.nnp", text));
-            let program = nnp_grammar::check(src, None).expect("checks").program;
-            let g = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
-            (program, g)
-        };
+        let open = |text: &str| checked("conv3x3.nnp", text, None);
         for text in [loaded.as_str(), text] {
             let (program, g) = open(text);
             let data = HostData::random(&program, 5, 3);
