@@ -140,3 +140,63 @@ fn bench_shards_are_reported_and_zero_is_refused() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--shards"), "{}", stderr(&o));
 }
+
+/// A count of 0 (`--batch`, `--reps`, `--emu-batch`, `--native`) is a usage error (2) naming
+/// the flag, before any work: before, `--batch 0` ran one item, `--emu-batch 0` timed one
+/// emulated item against the whole batch (an inflated ratio) and `--native 0` quantized in
+/// blocks of one element, all silently. A count of 1 is accepted by the same flags.
+#[test]
+fn zero_counts_are_usage_errors_naming_the_flag() {
+    let quantize_input = std::env::temp_dir().join("nnpc_zero_counts.safetensors");
+    let o = nnpc(&[
+        "run",
+        "samples/mlp2_relu.nnp",
+        "--batch",
+        "2",
+        "-o",
+        quantize_input.to_str().expect("utf-8 temp path"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let q = quantize_input.to_str().expect("utf-8 temp path");
+    let fast = ["--reps", "1", "--skip-emulator"];
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("--batch", vec!["run", "samples/mlp2_relu.nnp"]),
+        ("--batch", vec!["emulate", "samples/mlp2_relu.nnp"]),
+        (
+            "--batch",
+            [&["bench", "samples/mlp2_relu.nnp"][..], &fast].concat(),
+        ),
+        (
+            "--reps",
+            vec!["bench", "samples/mlp2_relu.nnp", "--skip-emulator"],
+        ),
+        (
+            "--emu-batch",
+            vec![
+                "bench",
+                "samples/mlp2_relu.nnp",
+                "--batch",
+                "2",
+                "--reps",
+                "1",
+            ],
+        ),
+        ("--native", vec!["quantize", "--format", "bfp(mant = 5)", q]),
+    ];
+    for (flag, base) in cases {
+        for (value, code) in [("0", 2), ("1", 0)] {
+            let mut a = base.clone();
+            a.extend([flag, value]);
+            let o = nnpc(&a);
+            assert_eq!(o.status.code(), Some(code), "{a:?}: {}", stderr(&o));
+            if code == 2 {
+                let err = stderr(&o);
+                assert!(
+                    err.contains(flag) && err.contains("at least 1"),
+                    "{a:?}: {err}"
+                );
+                assert!(!err.contains("panicked"), "{err}");
+            }
+        }
+    }
+}

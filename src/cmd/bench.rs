@@ -52,17 +52,17 @@ pub struct Args {
     #[arg(long, value_name = "NAME|FILE")]
     pub target: Option<String>,
     /// Input sets per software-graph run.
-    #[arg(long, value_name = "B", default_value_t = 64)]
+    #[arg(long, value_name = "B", default_value_t = 64, value_parser = super::at_least_one)]
     pub batch: usize,
     /// Seed of the random weights and inputs.
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
     /// Timed repetitions of each measurement (the median is reported).
-    #[arg(long, value_name = "R", default_value_t = 5)]
+    #[arg(long, value_name = "R", default_value_t = 5, value_parser = super::at_least_one)]
     pub reps: usize,
     /// Batch items the emulator runs (default: the whole batch). Fewer is faster, but the
     /// emulator runs items in lockstep and is slower per vector on small batches.
-    #[arg(long, value_name = "E")]
+    #[arg(long, value_name = "E", value_parser = super::at_least_one)]
     pub emu_batch: Option<usize>,
     /// Do not run the emulator (no speed-up ratio, no concordance check).
     #[arg(long)]
@@ -81,7 +81,7 @@ pub struct Args {
     #[arg(long, value_name = "K")]
     pub shards: Option<std::num::NonZeroUsize>,
     /// Elements of the quantize-kernel tensor.
-    #[arg(long, value_name = "LEN", default_value_t = 4 << 20, hide = true)]
+    #[arg(long, value_name = "LEN", default_value_t = 4 << 20, hide = true, value_parser = super::at_least_one)]
     pub kernel_len: usize,
     /// Print the report as JSON on stdout.
     #[arg(long)]
@@ -152,8 +152,7 @@ fn measure(
     progress: &Progress,
 ) -> miette::Result<Value> {
     let fail = |e: &dyn std::fmt::Display| miette::miette!("{e}");
-    let batch = args.batch.max(1);
-    let reps = args.reps.max(1);
+    let (batch, reps) = (args.batch, args.reps);
     let rows = input_rows(program);
     let vectors = batch * rows;
 
@@ -198,7 +197,7 @@ fn measure(
     let emu = if args.skip_emulator {
         None
     } else {
-        let eb = args.emu_batch.unwrap_or(batch).clamp(1, batch);
+        let eb = args.emu_batch.unwrap_or(batch).min(batch);
         progress.phase(&format!("emulator: {eb} items"));
         let edata = HostData::random(program, eb, args.seed);
         // A program of milliseconds moves by up to 2x from one emulator run to the next on a

@@ -18,7 +18,7 @@ pub struct DataArgs {
     pub inputs: Option<PathBuf>,
     /// Batch size: independent input sets run in one pass (default: from batched inputs, else
     /// 1).
-    #[arg(long, value_name = "B")]
+    #[arg(long, value_name = "B", value_parser = super::at_least_one)]
     pub batch: Option<usize>,
     /// Seed of the random data used when no files are given (or with --random-missing).
     #[arg(long, value_name = "S", default_value_t = 0)]

@@ -16,6 +16,16 @@ use nnp_lowering::swgraph::SwGraph;
 use std::path::Path;
 use std::process::ExitCode;
 
+/// A count flag's value (`--batch`, `--reps`, `--native`, ...): a positive integer. 0 is a
+/// usage error naming the flag (clap adds it), not a silent 1.
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Load and check a firmware file; on failure print the diagnostics and return the exit status
 /// (1 for firmware errors, 2 for unreadable input).
 pub fn load(file: &Path, target: Option<&str>) -> Result<Program, ExitCode> {

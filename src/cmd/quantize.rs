@@ -43,7 +43,7 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub tensor: Option<String>,
     /// Native dimension N: what `block = native` means.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = super::at_least_one)]
     pub native: usize,
     /// Output file or directory (`.npy` for one tensor, `.safetensors`, or a directory).
     #[arg(short = 'o', long, value_name = "OUT")]
@@ -131,7 +131,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     if tensors.is_empty() {
         return Err(miette::miette!("no tensors in `{}`", args.input.display()));
     }
-    let native = args.native.max(1);
+    let native = args.native;
     let mut reports = Vec::new();
     let mut out_tensors = BTreeMap::new();
     for (name, t) in &tensors {
