@@ -51,9 +51,7 @@ pub fn table_ref(kind: Activation, fmt: &FloatFormat) -> Option<&'static [u16]> 
         return Some(t);
     }
     // Built outside the lock (a few ms); a concurrent duplicate build is harmless.
-    let built: Vec<u16> = (0..=u16::MAX)
-        .map(|i| fmt.encode(eval(kind, fmt.decode(u64::from(i)))) as u16)
-        .collect();
+    let built = entries(|i| fmt.encode(eval(kind, fmt.decode(u64::from(i)))) as u16);
     let mut guard = lock(cache);
     let entry = guard
         .entry((kind, *fmt))
@@ -61,9 +59,66 @@ pub fn table_ref(kind: Activation, fmt: &FloatFormat) -> Option<&'static [u16]> 
     Some(entry)
 }
 
+/// `[entry(0), .., entry(65535)]`, in parts on the machine's threads: every entry is
+/// independent, and a table is much of a small program's first run (about 5 ms of work each
+/// here, once per process).
+fn entries(entry: impl Fn(u16) -> u16 + Sync) -> Vec<u16> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(16));
+    entries_in(threads, entry)
+}
+
+/// [`entries`] in `parts` parts (1 to 64): the first on this thread, each other one on a
+/// thread of its own, or on this one where a thread cannot be started.
+fn entries_in(parts: usize, entry: impl Fn(u16) -> u16 + Sync) -> Vec<u16> {
+    const LEN: usize = 1 << 16;
+    let len = LEN.div_ceil(parts.clamp(1, 64));
+    // Every index below LEN is a u16.
+    let part = |p: usize| -> Vec<u16> {
+        (p * len..LEN.min(p * len + len))
+            .map(|i| entry(i as u16))
+            .collect()
+    };
+    std::thread::scope(|s| {
+        let others: Vec<_> = (1..LEN.div_ceil(len))
+            .map(|p| {
+                (
+                    p,
+                    std::thread::Builder::new().spawn_scoped(s, move || part(p)),
+                )
+            })
+            .collect();
+        let mut table = part(0);
+        for (p, spawned) in others {
+            match spawned.map(|h| h.join()) {
+                Ok(Ok(v)) => table.extend(v),
+                // Not started (or failed): this thread builds the part.
+                _ => table.extend(part(p)),
+            }
+        }
+        table
+    })
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every entry once, in order, whatever the split: parts that divide 65,536, parts that do
+    /// not (the last one shorter), one part, and counts outside 1 to 64 (clamped).
+    #[test]
+    fn entries_in_parts_are_every_entry_in_order() {
+        // A bijection of u16 (odd multiplier), so a swapped or repeated part shows.
+        let f = |i: u16| i.wrapping_mul(40_503) ^ 0x5a5a;
+        let want: Vec<u16> = (0..=u16::MAX).map(f).collect();
+        for parts in [0, 1, 2, 3, 7, 16, 64, 1000] {
+            assert!(entries_in(parts, f) == want, "{parts} parts");
+        }
     }
 }
