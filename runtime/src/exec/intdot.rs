@@ -1065,9 +1065,10 @@ fn matvec_tasks(
                 return;
             }
             let y: Vec<f64> = if spec.accumulation == Accumulation::Exact {
-                // Running two-sums over the tile columns, fed straight from the kernel.
+                // Running two-sums over the tile columns, fed straight from the kernel (the
+                // columns that are zero for every item add nothing: skipped).
                 let (mut s, mut err) = (vec![0.0f64; items * n], vec![0.0f64; items * n]);
-                for j in 0..cols {
+                for j in (0..cols).filter(|&j| !part.empty(j)) {
                     let mut sink = Adds(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
                         let at = bi * n + r0..bi * n + r0 + ROW_BLOCK;
                         ExactSums::add(&mut s[at.clone()], &mut err[at], &scaled(j, bi, r0, p));
@@ -1139,10 +1140,22 @@ impl<'a> Items<'a> {
     fn shifts(&self, j: usize) -> &'a [i32] {
         &self.x.aligned.shift[j * self.x.b + self.b0..][..self.len]
     }
+
+    /// Whether every item's run of tile column `j` is all zero (the unit `ZERO_RUN`, which
+    /// `to_ints` and `mantissa_unit` give exactly the all-zero runs): the column's partials
+    /// are all 0, and a sink that adds them ([`Sink::adds`]) can skip the column. A
+    /// convolution's padding taps read such columns for every item, and a recurrence's zero
+    /// initial state does at its first step.
+    fn empty(&self, j: usize) -> bool {
+        self.x.unit[j * self.x.b + self.b0..][..self.len]
+            .iter()
+            .all(|&u| u == ZERO_RUN)
+    }
 }
 
 /// The sums of row tile `i` over every tile column into `s` (`live` per item): column `j`'s
-/// partials of the items `part`, with the factors `factors(j)` (per row, per item).
+/// partials of the items `part`, with the factors `factors(j)` (per row, per item). Columns
+/// that are zero for every item add nothing and are skipped ([`Items::empty`]).
 fn sum_tiles<'a, U: Factor + 'a>(
     simd: bool,
     w: &IntWeights,
@@ -1152,7 +1165,7 @@ fn sum_tiles<'a, U: Factor + 'a>(
     live: usize,
     factors: impl Fn(usize) -> (&'a [U], &'a [U]),
 ) {
-    for j in 0..part.x.cols() {
+    for j in (0..part.x.cols()).filter(|&j| !part.empty(j)) {
         let (fw, fx) = factors(j);
         let mut sink = Sums {
             s: &mut *s,
@@ -2193,6 +2206,65 @@ pub(crate) mod tests {
         assert!(IntVector::from_columns(&[&three], b).is_none());
         assert!(IntVector::from_columns(&[], b).is_none());
         assert!(IntVector::from_columns(&[&three], 0).is_none());
+    }
+
+    /// Tile columns that are zero for every item of a task (a convolution's padding taps, a
+    /// zero initial state) are skipped by the sums, with the exact reference's bits on each
+    /// sum path: a column zero for the whole batch (`-0.0` in one item), one zero for the
+    /// first task's items only, one zero for a single item (not skipped with the others).
+    /// Which columns a task skips, by hand.
+    #[test]
+    fn columns_zero_for_every_item_are_skipped_exactly() {
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut s = 0x3c6e_f372_fe94_f82bu64;
+        let (n, rows, cols, b) = (32, 2, 4, 13);
+        // Spread 61: running two-sums; spread 3: sums in i32 or plain f64.
+        for spread in [61, 3] {
+            let product = spec(n, rows, cols, Accumulation::Exact, FloatFormat::FP16);
+            let w = run_values(&mut s, n, rows * cols * n, spread);
+            let mut x = run_values(&mut s, n, b * cols, spread);
+            for (bi, item) in x.chunks_mut(cols * n).enumerate() {
+                for (j, run) in item.chunks_mut(n).enumerate() {
+                    let zero = match j {
+                        1 => Some(if bi == 3 { -0.0 } else { 0.0 }),
+                        2 => (bi < 6).then_some(0.0),
+                        3 => (bi == 7).then_some(0.0),
+                        _ => None,
+                    };
+                    match zero {
+                        Some(z) => run.fill(z),
+                        // Every other run has a nonzero value.
+                        None if run.iter().all(|v| *v == 0.0) => run.fill(2f64.powi(-40)),
+                        None => {}
+                    }
+                }
+            }
+            let want = matvec_exact(&product, &x, b, &w);
+            let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+            let xi = IntVector::new(&x, b, cols, n).expect("fits");
+            let skipped = |b0: usize, len: usize| -> Vec<usize> {
+                let part = Items { x: &xi, b0, len };
+                (0..cols).filter(|&j| part.empty(j)).collect()
+            };
+            assert_eq!(skipped(0, 6), [1, 2]);
+            assert_eq!(skipped(6, 6), [1]);
+            assert_eq!(skipped(12, 1), [1]);
+            assert_eq!(skipped(0, 13), [1]);
+            assert_eq!(skipped(7, 1), [1, 3]);
+            let cheap =
+                int_sums(&product, &wi, &xi, 0, 0, 6) || plain_sums(&product, &wi, &xi, 0, 0, 6);
+            assert_eq!(cheap, spread == 3, "spread {spread}");
+            for per_task in [6, 12, 18] {
+                for simd in [false, true] {
+                    let got = matvec_tasks(&product, &wi, &xi, simd, per_task);
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "spread {spread}, {per_task} per task"
+                    );
+                }
+            }
+        }
     }
 
     /// Items per task, by hand: 64 where the row tiles alone give every thread two tasks;
