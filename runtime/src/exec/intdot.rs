@@ -10,13 +10,14 @@
 //! u_x)` with `P` an exact `i32`, and exact as an f64 once scaled by a power of two that
 //! [`fits`] checks to be normal with room for the sums. The partials of one output row are
 //! then summed exactly and rounded once, or per the `-seq` accumulation modes (`RowAcc`),
-//! exactly as the float path sums its partials. The exact sum takes the cheapest of three
+//! exactly as the float path sums its partials. The exact sum takes the cheapest of four
 //! forms the data admits, checked per task: one `i32` per output, each partial shifted to the
 //! row's and the item's smallest unit (where the integers' bits and the units' spread across
 //! tile columns bound every sum below `2^31`, `int_sums`: BFP 8 data a few binades apart);
 //! plain f64 sums (where every term is a multiple of the smallest unit below `2^53` of them);
-//! else running two-sums (`ExactSums`; a row whose sums were inexact is summed again exactly
-//! from recomputed partials).
+//! one `i64` per output the same way as the `i32` (sums below `2^63`: fp8 and MX products on
+//! slices), rounded from its two exact f64 halves; else running two-sums (`ExactSums`; a row
+//! whose sums were inexact is summed again exactly from recomputed partials).
 //!
 //! The integers are `i16`; `vpmaddwd` multiplies 16 pairs and adds adjacent products into 8
 //! `i32` lanes (twice the multiply-adds per instruction of an f32 FMA, half the bytes). The
@@ -34,21 +35,27 @@ use std::mem::MaybeUninit;
 /// Rows of one register block of the SIMD kernel (2 x 8 `i32` lanes); N must be a multiple.
 pub const ROW_BLOCK: usize = 16;
 
+/// Batch items of one register block of the SIMD kernel: 6 items x 2 row vectors = 12
+/// accumulators, with the 2 weight vectors and the broadcast vector 15 of the 16 registers.
+const ITEM_BLOCK: usize = 6;
+
 /// Batch items per task, at most: the running sums of one task (`2 * ITEMS * N` f64) stay in
 /// L2, and every weight tile is read once per this many items.
 const ITEMS: usize = 64;
 
 /// Batch items per task of a product with `rows` row tiles at batch `b`: [`ITEMS`], or fewer
 /// where that would leave a thread idle (a product of one or two row tiles, as in convolutions
-/// and classifier heads, was one or two tasks). A multiple of the SIMD kernel's 6-item
-/// register block, so that only the last block of a task is a partial one.
+/// and classifier heads, was one or two tasks). A multiple of the SIMD kernel's register block
+/// of items ([`ITEM_BLOCK`]), so that only the last block of a task is a partial one.
 fn items_per_task(b: usize, rows: usize, threads: usize) -> usize {
     let blocks = b.div_ceil(ITEMS);
     if rows * blocks >= 2 * threads {
         return ITEMS;
     }
     let want = (2 * threads).div_ceil(rows);
-    b.div_ceil(want).next_multiple_of(6).clamp(6, ITEMS)
+    b.div_ceil(want)
+        .next_multiple_of(ITEM_BLOCK)
+        .clamp(ITEM_BLOCK, ITEMS)
 }
 
 /// Values per task, at least, when a vector is converted to integers: with 4 Ki, a task was a
@@ -1038,7 +1045,7 @@ fn matvec_tasks(
             // The sums of the cheap paths cover the live rows only: the rows after them have no
             // nonzero weight, so their sums are exact zeros, written as +0.0.
             let live = w.live_rows[i];
-            if int_sums(spec, w, x, i, b0, items) {
+            if int_sums(spec, w, x, i, b0, items, 32) {
                 // One i32 sum per output across the tile columns, on the row's and the
                 // item's common units; scaled and rounded once at the end, item by item in L1,
                 // straight into the output.
@@ -1064,6 +1071,37 @@ fn matvec_tasks(
                 });
                 return;
             }
+            if int_sums(spec, w, x, i, b0, items, 64) {
+                // One i64 sum per output on the common units (fp8 and MX products on slices:
+                // their units spread too far for i32 or plain f64 sums), then each sum as two
+                // exact f64 terms, its high and low 32 bits scaled, rounded once as a running
+                // sum of two (re-summed exactly where the two do not add exactly in f64).
+                let mut acc = vec![0i64; items * live];
+                sum_tiles(simd, w, i, &part, &mut acc, live, |j| {
+                    (w.shifts(i, j), part.shifts(j))
+                });
+                let base_w = &w.aligned.base[i * n..][..live];
+                let halves = |e: usize| {
+                    let scale = base_w[e % live] * x.aligned.base[b0 + e / live];
+                    let a = acc[e];
+                    // a = hi 2^32 + lo exactly, each below 2^32 in magnitude: exact in f64, and
+                    // so are they scaled (fits keeps the units in the normal range).
+                    let (hi, lo) = ((a >> 32) as f64 * pow2(32), (a & 0xffff_ffff) as f64);
+                    (hi * scale, lo * scale)
+                };
+                let (mut s, mut err) = (vec![0.0f64; items * live], vec![0.0f64; items * live]);
+                let (hi, lo): (Vec<f64>, Vec<f64>) = (0..items * live).map(halves).unzip();
+                ExactSums::add(&mut s, &mut err, &hi);
+                ExactSums::add(&mut s, &mut err, &lo);
+                sums.finish(&mut s, &err, |e, slow| {
+                    slow.add(hi[e]);
+                    slow.add(lo[e]);
+                });
+                write_runs(&mut runs, items, live, |k, out| {
+                    out.write_copy_of_slice(&s[k * live..][..live]);
+                });
+                return;
+            }
             let y: Vec<f64> = if spec.accumulation == Accumulation::Exact {
                 // Running two-sums over the tile columns, fed straight from the kernel (the
                 // columns that are zero for every item add nothing: skipped).
@@ -1073,7 +1111,14 @@ fn matvec_tasks(
                         let at = bi * n + r0..bi * n + r0 + ROW_BLOCK;
                         ExactSums::add(&mut s[at.clone()], &mut err[at], &scaled(j, bi, r0, p));
                     });
-                    kernel(simd, w.tile(i, j), part.ints(j), n, &mut sink);
+                    kernel(
+                        simd,
+                        w.tile(i, j),
+                        part.ints(j),
+                        part.units(j),
+                        n,
+                        &mut sink,
+                    );
                 }
                 // Inexact running sums (rare): the row's partials again, one by one.
                 sums.finish(&mut s, &err, |e, slow| {
@@ -1092,7 +1137,7 @@ fn matvec_tasks(
                     let mut sink = Emit(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
                         t[bi * n + r0..][..ROW_BLOCK].copy_from_slice(&scaled(j, bi, r0, p));
                     });
-                    kernel(simd, w.tile(i, j), part.ints(j), n, &mut sink);
+                    kernel(simd, w.tile(i, j), part.ints(j), &[], n, &mut sink);
                 }
                 let mut acc = RowAcc::new(spec);
                 (0..items * n)
@@ -1147,23 +1192,26 @@ impl<'a> Items<'a> {
     /// convolution's padding taps read such columns for every item, and a recurrence's zero
     /// initial state does at its first step.
     fn empty(&self, j: usize) -> bool {
-        self.x.unit[j * self.x.b + self.b0..][..self.len]
-            .iter()
-            .all(|&u| u == ZERO_RUN)
+        self.units(j).iter().all(|&u| u == ZERO_RUN)
+    }
+
+    /// The units of tile column `j`, by item (`ZERO_RUN` for an all-zero run).
+    fn units(&self, j: usize) -> &'a [i32] {
+        &self.x.unit[j * self.x.b + self.b0..][..self.len]
     }
 }
 
 /// The sums of row tile `i` over every tile column into `s` (`live` per item): column `j`'s
 /// partials of the items `part`, with the factors `factors(j)` (per row, per item). Columns
 /// that are zero for every item add nothing and are skipped ([`Items::empty`]).
-fn sum_tiles<'a, U: Factor + 'a>(
+fn sum_tiles<'a, S: Sum>(
     simd: bool,
     w: &IntWeights,
     i: usize,
     part: &Items<'a>,
-    s: &mut [U::Sum],
+    s: &mut [S],
     live: usize,
-    factors: impl Fn(usize) -> (&'a [U], &'a [U]),
+    factors: impl Fn(usize) -> (&'a [S::Factor], &'a [S::Factor]),
 ) {
     for j in (0..part.x.cols()).filter(|&j| !part.empty(j)) {
         let (fw, fx) = factors(j);
@@ -1173,7 +1221,14 @@ fn sum_tiles<'a, U: Factor + 'a>(
             x: fx,
             n: live,
         };
-        kernel(simd, w.tile(i, j), part.ints(j), w.n, &mut sink);
+        kernel(
+            simd,
+            w.tile(i, j),
+            part.ints(j),
+            part.units(j),
+            w.n,
+            &mut sink,
+        );
     }
 }
 
@@ -1217,12 +1272,13 @@ fn sum_bits(w: &IntWeights, x: &IntVector, spread: u32) -> u32 {
     ceil_log2(x.cols()) + ceil_log2(w.n) + w.bits + x.bits + spread
 }
 
-/// Whether the outputs of row tile `i` for items `b0..b0 + items` can be summed in `i32` on
-/// the rows' and items' common units ([`Aligned`]), for `exact` accumulation: every shifted
-/// partial and every sum of them below `2^31` in magnitude. `|q| < 2^bits` on each side, so
-/// `|P| < n 2^(bits_w + bits_x)`; a shift adds at most the spans; `cols` terms. The sum is
-/// then exact, and so is its scaling by `2^(base_w + base_x)` (powers of two that [`fits`]
-/// keeps in range): the same exact sum that [`plain_sums`] adds in f64, rounded once.
+/// Whether the outputs of row tile `i` for items `b0..b0 + items` can be summed in integers
+/// of `width` bits (`i32`: 32, `i64`: 64) on the rows' and items' common units
+/// ([`Aligned`]), for `exact` accumulation: every shifted partial and every sum of them below
+/// `2^(width - 1)` in magnitude. `|q| < 2^bits` on each side, so `|P| < n 2^(bits_w +
+/// bits_x)`; a shift adds at most the spans; `cols` terms. The sum is then exact, and so is
+/// its scaling by `2^(base_w + base_x)` (powers of two that [`fits`] keeps in range): the
+/// same exact sum that [`plain_sums`] adds in f64, rounded once.
 fn int_sums(
     spec: &MatVec,
     w: &IntWeights,
@@ -1230,13 +1286,14 @@ fn int_sums(
     i: usize,
     b0: usize,
     items: usize,
+    width: u32,
 ) -> bool {
     let span_x = (0..x.cols())
         .flat_map(|j| &x.aligned.shift[j * x.b + b0..][..items])
         .copied()
         .max()
         .unwrap_or(0) as u32;
-    spec.accumulation == Accumulation::Exact && sum_bits(w, x, w.shift_span[i] + span_x) <= 31
+    spec.accumulation == Accumulation::Exact && sum_bits(w, x, w.shift_span[i] + span_x) < width
 }
 
 /// Whether every output of `w x` is such a plain sum (for the whole batch), so that a kernel
@@ -1273,27 +1330,27 @@ trait Sink {
 /// Running sums of one task over the tile columns: `s[item * n + r] += term(P, w[r],
 /// x[item])`, with the factors of the current tile column per row (`w`) and per item (`x`).
 /// Plain f64 sums of the scaled partials (`w`, `x` the scales `2^u`; the common case of
-/// `exact` accumulation), or `i32` sums on common units (`w`, `x` the shifts of [`Aligned`],
-/// which [`int_sums`] bounds below `2^31`). The SIMD kernel does the same in vector
-/// registers. `n` is the sums per item: the tile's N, or fewer where the rows after them have
-/// no nonzero weight (`live_rows` of [`IntWeights`]; the kernel skips such row blocks for
-/// this sink, whose partials would add zeros).
-struct Sums<'a, U: Factor> {
-    s: &'a mut [U::Sum],
-    w: &'a [U],
-    x: &'a [U],
+/// `exact` accumulation), or integer sums on common units (`w`, `x` the shifts of
+/// [`Aligned`]): `i32` where [`int_sums`] bounds them below `2^31`, `i64` below `2^63`. The
+/// SIMD kernel does the same in vector registers. `n` is the sums per item: the tile's N, or
+/// fewer where the rows after them have no nonzero weight (`live_rows` of [`IntWeights`]; the
+/// kernel skips such row blocks for this sink, whose partials would add zeros).
+struct Sums<'a, S: Sum> {
+    s: &'a mut [S],
+    w: &'a [S::Factor],
+    x: &'a [S::Factor],
     n: usize,
 }
 
-/// A factor of [`Sums`]: what one partial adds.
-trait Factor: Copy + Sized {
-    type Sum: Copy + std::ops::AddAssign;
-    fn term(p: i32, w: Self, x: Self) -> Self::Sum;
+/// A sum of [`Sums`]: what one partial adds, from its row's and its item's factors.
+trait Sum: Copy + std::ops::AddAssign + Sized {
+    type Factor: Copy + 'static;
+    fn term(p: i32, w: Self::Factor, x: Self::Factor) -> Self;
     fn epilogue<'a>(sums: Sums<'a, Self>) -> Epilogue<'a>;
 }
 
-impl Factor for f64 {
-    type Sum = f64;
+impl Sum for f64 {
+    type Factor = f64;
     #[inline(always)]
     fn term(p: i32, w: f64, x: f64) -> f64 {
         f64::from(p) * w * x
@@ -1303,8 +1360,8 @@ impl Factor for f64 {
     }
 }
 
-impl Factor for i32 {
-    type Sum = i32;
+impl Sum for i32 {
+    type Factor = i32;
     #[inline(always)]
     fn term(p: i32, w: i32, x: i32) -> i32 {
         p << (w + x)
@@ -1314,13 +1371,25 @@ impl Factor for i32 {
     }
 }
 
+impl Sum for i64 {
+    type Factor = i32;
+    #[inline(always)]
+    fn term(p: i32, w: i32, x: i32) -> i64 {
+        i64::from(p) << (w + x)
+    }
+    fn epilogue<'a>(sums: Sums<'a, i64>) -> Epilogue<'a> {
+        Epilogue::Wide(sums)
+    }
+}
+
 /// The sums of a [`Sums`] sink, by kind.
 enum Epilogue<'a> {
     Plain(Sums<'a, f64>),
     Int(Sums<'a, i32>),
+    Wide(Sums<'a, i64>),
 }
 
-impl<U: Factor> Sums<'_, U> {
+impl<S: Sum> Sums<'_, S> {
     /// Whether rows `r0..r0 + ROW_BLOCK` of items `b0..b0 + items` lie inside every buffer.
     fn covers(&self, r0: usize, b0: usize, items: usize) -> bool {
         self.w.len() >= r0 + ROW_BLOCK
@@ -1330,18 +1399,18 @@ impl<U: Factor> Sums<'_, U> {
     }
 }
 
-impl<U: Factor> Sink for Sums<'_, U> {
+impl<S: Sum> Sink for Sums<'_, S> {
     #[inline(always)]
     fn take(&mut self, item: usize, r0: usize, p: &[i32; ROW_BLOCK]) {
         let (w, x) = (&self.w[r0..][..ROW_BLOCK], self.x[item]);
         let s = &mut self.s[item * self.n + r0..][..ROW_BLOCK];
         for k in 0..ROW_BLOCK {
-            s[k] += U::term(p[k], w[k], x);
+            s[k] += S::term(p[k], w[k], x);
         }
     }
 
     fn sums(&mut self) -> Option<Epilogue<'_>> {
-        Some(U::epilogue(Sums {
+        Some(S::epilogue(Sums {
             s: &mut *self.s,
             w: self.w,
             x: self.x,
@@ -1378,21 +1447,26 @@ impl<F: FnMut(usize, usize, &[i32; ROW_BLOCK])> Sink for Adds<F> {
     }
 }
 
-/// Integer partials of one packed matrix tile with the vector tiles `xs` (`[items][n]`),
-/// handed to `sink`. A sink that adds each partial ([`Sink::adds`]) does not get the row
-/// blocks without a nonzero weight (partials 0); every other sink gets every block. The scalar loop
-/// multiplies every lane of a block (it is the reference the tests hold the SIMD kernel and
-/// the tiles' reach to).
-fn kernel(simd: bool, tile: Tile<'_>, xs: &[i16], n: usize, sink: &mut impl Sink) {
+/// Integer partials of one packed matrix tile with the vector tiles `xs` (`[items][n]`, with
+/// their `units`, or none), handed to `sink`. A sink that adds each partial ([`Sink::adds`])
+/// does not get the row blocks without a nonzero weight, nor (SIMD kernel) the register
+/// blocks of items whose tiles are all zero (unit `ZERO_RUN`): their partials are 0. Every
+/// other sink gets every block. The scalar loop multiplies every lane of every item (it is the
+/// reference the tests hold the SIMD kernel, the tiles' reach and the items' units to).
+fn kernel(simd: bool, tile: Tile<'_>, xs: &[i16], units: &[i32], n: usize, sink: &mut impl Sink) {
     assert!(supports(n) && tile.ints.len() == n * n && xs.len().is_multiple_of(n));
     assert!(tile.reach.len() == n / ROW_BLOCK && tile.reach.iter().all(|&p| 2 * p as usize <= n));
+    assert!(units.is_empty() || units.len() == xs.len() / n);
     let skip_empty = sink.adds();
     #[cfg(target_arch = "x86_64")]
     if simd && self::simd() {
         // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of
         // ROW_BLOCK and the lengths and reaches are asserted above; every access of
         // `avx2::tile` is inside them.
-        unsafe { avx2::tile(tile, skip_empty, xs, n, sink) };
+        let zero = |b0: usize, c: usize| {
+            skip_empty && !units.is_empty() && units[b0..b0 + c].iter().all(|&u| u == ZERO_RUN)
+        };
+        unsafe { avx2::tile(tile, skip_empty, xs, zero, n, sink) };
         return;
     }
     let _ = simd;
@@ -1423,19 +1497,19 @@ mod avx2 {
     use super::{Epilogue, ROW_BLOCK, Sink, Tile};
     use std::arch::x86_64::*;
 
-    /// Items per register block: 6 items x 2 row vectors = 12 accumulators, with the 2 weight
-    /// vectors and the broadcast vector 15 of the 16 registers.
-    const ITEMS: usize = 6;
+    const ITEMS: usize = super::ITEM_BLOCK;
 
     /// # Safety
     /// AVX2 and FMA must be present; `n % ROW_BLOCK == 0`, `tile.ints.len() == n * n`,
     /// `tile.reach.len() == n / ROW_BLOCK` and every `2 * tile.reach[rb] <= n`, `xs.len()` a
-    /// multiple of `n`. With `skip_empty`, row blocks of reach 0 are not handed to `sink`.
+    /// multiple of `n`. With `skip_empty`, row blocks of reach 0 are not handed to `sink`;
+    /// register blocks of items `b0..b0 + c` where `zero(b0, c)` are not either.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile(
         tile: Tile<'_>,
         skip_empty: bool,
         xs: &[i16],
+        zero: impl Fn(usize, usize) -> bool,
         n: usize,
         sink: &mut impl Sink,
     ) {
@@ -1445,10 +1519,10 @@ mod avx2 {
         // SAFETY: as this function's contract.
         unsafe {
             match n {
-                64 => tile_n::<64>(tile, skip_empty, xs, n, sink),
-                128 => tile_n::<128>(tile, skip_empty, xs, n, sink),
-                256 => tile_n::<256>(tile, skip_empty, xs, n, sink),
-                _ => tile_n::<0>(tile, skip_empty, xs, n, sink),
+                64 => tile_n::<64>(tile, skip_empty, xs, &zero, n, sink),
+                128 => tile_n::<128>(tile, skip_empty, xs, &zero, n, sink),
+                256 => tile_n::<256>(tile, skip_empty, xs, &zero, n, sink),
+                _ => tile_n::<0>(tile, skip_empty, xs, &zero, n, sink),
             }
         }
     }
@@ -1459,6 +1533,7 @@ mod avx2 {
         tile: Tile<'_>,
         skip_empty: bool,
         xs: &[i16],
+        zero: &impl Fn(usize, usize) -> bool,
         n: usize,
         sink: &mut impl Sink,
     ) {
@@ -1473,6 +1548,10 @@ mod avx2 {
             let mut b0 = 0;
             while b0 < items {
                 let c = (items - b0).min(ITEMS);
+                if zero(b0, c) {
+                    b0 += c;
+                    continue;
+                }
                 // SAFETY: as the function's contract; block() reads the row block `w` and
                 // items b0..b0 + c of `xs`.
                 unsafe {
@@ -1545,6 +1624,45 @@ mod avx2 {
                                 _mm256_sllv_epi32(*v, shift),
                             );
                             _mm256_storeu_si256(sp, total);
+                        }
+                    }
+                }
+                return;
+            }
+            Some(Epilogue::Wide(sums)) => {
+                // s[item * n + r] += P << (w[r] + x[item]), in i64: each half of a register's
+                // eight partials sign-extended, shifted by its rows' shifts, added.
+                assert!(sums.covers(r0, b0, C));
+                let (s, n) = (sums.s, sums.n);
+                // SAFETY: r0 + 16 <= w.len() (asserted above).
+                let row_shift = unsafe {
+                    [
+                        _mm256_loadu_si256(sums.w.as_ptr().add(r0) as *const __m256i),
+                        _mm256_loadu_si256(sums.w.as_ptr().add(r0 + 8) as *const __m256i),
+                    ]
+                };
+                let wide = |v: __m256i| {
+                    [
+                        _mm256_cvtepi32_epi64(_mm256_castsi256_si128(v)),
+                        _mm256_cvtepi32_epi64(_mm256_extracti128_si256::<1>(v)),
+                    ]
+                };
+                for (c, a) in acc.iter().enumerate() {
+                    let item_shift = _mm256_set1_epi32(sums.x[b0 + c]);
+                    for (t, v) in a.iter().enumerate() {
+                        let shift = wide(_mm256_add_epi32(row_shift[t], item_shift));
+                        for (h, p) in wide(*v).into_iter().enumerate() {
+                            // SAFETY: (b0 + c) * n + r0 + 8 t + 4 h + 4 <= (b0 + C) * n <=
+                            // s.len() (r0 + 16 <= n and the length, asserted above).
+                            unsafe {
+                                let sp = s.as_mut_ptr().add((b0 + c) * n + r0 + 8 * t + 4 * h)
+                                    as *mut __m256i;
+                                let total = _mm256_add_epi64(
+                                    _mm256_loadu_si256(sp),
+                                    _mm256_sllv_epi64(p, shift[h]),
+                                );
+                                _mm256_storeu_si256(sp, total);
+                            }
                         }
                     }
                 }
@@ -2002,6 +2120,8 @@ pub(crate) mod tests {
                         simd,
                         tile,
                         xs,
+                        // Units given: an emitting sink still gets every block.
+                        &xi.unit[..b],
                         n,
                         &mut Emit(|bi, r0, p: &_| v.push((bi, r0, *p))),
                     );
@@ -2087,6 +2207,7 @@ pub(crate) mod tests {
                             simd,
                             wi.tile(i, j),
                             xs,
+                            &xi.unit[j * b..][..b],
                             n,
                             &mut Emit(|bi, r0, p: &_| v.push((bi, r0, *p))),
                         );
@@ -2114,7 +2235,7 @@ pub(crate) mod tests {
             .map(|k| ((xorshift(&mut s) % 255) as f64 - 127.0) * 2f64.powi(k % 5 - 2))
             .collect();
         let xi = IntVector::new(&x, 5, 1, 128).expect("fits");
-        assert!(int_sums(&padded, &wi, &xi, 0, 0, 5));
+        assert!(int_sums(&padded, &wi, &xi, 0, 0, 5, 32));
         let want = matvec_exact(&padded, &x, 5, &w);
         for simd in [false, true] {
             assert_eq!(
@@ -2149,7 +2270,7 @@ pub(crate) mod tests {
             assert_eq!(wi.live_rows, [32, 16, 0]);
             // Tile (0, 0): block 0 holds row 2, block 1 is empty.
             assert_eq!(wi.tile(0, 0).reach, &[16, 0]);
-            let int_path = int_sums(&stack, &wi, &xi, 0, 0, 4);
+            let int_path = int_sums(&stack, &wi, &xi, 0, 0, 4, 32);
             assert_eq!(int_path, high == 1.0);
             assert!(int_path || plain_sums(&stack, &wi, &xi, 0, 0, 4));
             let want = matvec_exact(&stack, &x, 4, &w);
@@ -2251,8 +2372,8 @@ pub(crate) mod tests {
             assert_eq!(skipped(12, 1), [1]);
             assert_eq!(skipped(0, 13), [1]);
             assert_eq!(skipped(7, 1), [1, 3]);
-            let cheap =
-                int_sums(&product, &wi, &xi, 0, 0, 6) || plain_sums(&product, &wi, &xi, 0, 0, 6);
+            let cheap = int_sums(&product, &wi, &xi, 0, 0, 6, 32)
+                || plain_sums(&product, &wi, &xi, 0, 0, 6);
             assert_eq!(cheap, spread == 3, "spread {spread}");
             for per_task in [6, 12, 18] {
                 for simd in [false, true] {
@@ -2264,6 +2385,54 @@ pub(crate) mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// The SIMD kernel skips the register blocks (6 items) whose vector tiles are all zero
+    /// for a sink that adds: with items 0..6 zero (a whole block), item 8 (one of a block)
+    /// and item 12 (the last block, alone), only items 6..12 reach the sink, and every sum
+    /// equals the scalar kernel's, which multiplies every item.
+    #[test]
+    fn kernel_skips_register_blocks_of_zero_vectors() {
+        let mut s = 0x1f83_d9ab_fb41_bd6bu64;
+        let (n, b) = (128, 13);
+        let w = run_values(&mut s, n, n, 3);
+        let mut x = run_values(&mut s, n, b, 3);
+        for (bi, run) in x.chunks_mut(n).enumerate() {
+            if bi < 6 || bi == 8 || bi == 12 {
+                run.fill(0.0);
+            } else if run.iter().all(|v| *v == 0.0) {
+                run.fill(1.0);
+            }
+        }
+        let wi = IntWeights::new(&w, 1, 1, n).expect("fits");
+        let xi = IntVector::new(&x, b, 1, n).expect("fits");
+        assert!(
+            xi.unit
+                .iter()
+                .enumerate()
+                .all(|(bi, &u)| (u == ZERO_RUN) == (bi < 6 || bi == 8 || bi == 12))
+        );
+        let sums = |simd: bool| {
+            let (mut sum, mut items) = (vec![0i64; b * n], std::collections::BTreeSet::new());
+            let mut sink = Adds(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
+                items.insert(bi);
+                for (k, &v) in p.iter().enumerate() {
+                    sum[bi * n + r0 + k] += i64::from(v);
+                }
+            });
+            kernel(simd, wi.tile(0, 0), &xi.q, &xi.unit, n, &mut sink);
+            (sum, items)
+        };
+        let (want, all) = sums(false);
+        assert_eq!(all.len(), b, "the scalar kernel takes every item");
+        let (got, taken) = sums(true);
+        assert_eq!(got, want);
+        if simd() {
+            assert_eq!(
+                taken.into_iter().collect::<Vec<_>>(),
+                (6..12).collect::<Vec<_>>()
+            );
         }
     }
 
@@ -2321,6 +2490,70 @@ pub(crate) mod tests {
         assert!(!fits(&wt, &xt));
     }
 
+    /// The i64 sums on common units ([`int_sums`] of width 64) give the exact reference's bits
+    /// where neither i32 nor plain f64 sums are exact, up to their bound: BFP 8 mantissas at
+    /// their largest with weight and vector units `a` and `c` binades apart across two tile
+    /// columns (both up in tile column 1, so its partials move up `a + c` binades), `1 + 7 + 7 +
+    /// 7 + a + c <= 63` taken and one binade more refused (the running two-sums then give the
+    /// same bits). At `a + c >= 32` the sums pass `2^53`: their two f64 halves do not add
+    /// exactly and are summed again exactly (fp64 outputs keep the low half's bits). Outputs
+    /// in fp64, fp32 and fp16, mixed signs, an all-zero weight row run and an all-zero item.
+    #[test]
+    fn wide_int_sums_equal_the_exact_reference_up_to_their_bound() {
+        let (n, rows, cols, b) = (128, 1, 2, 9);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (a, c) in [
+            (16, 15),
+            (16, 16),
+            (20, 10),
+            (30, 11),
+            (20, 21),
+            (21, 21),
+            (0, 42),
+        ] {
+            let mut w = vec![0.0; rows * cols * n * n];
+            for (e, v) in w.iter_mut().enumerate() {
+                // Every row run holds a 127: its unit is the tile's.
+                let (t, r) = (e / (n * n), e / n % n);
+                let q = [127.0, -127.0, 126.0][(r + e) % 3];
+                *v = match (t, r) {
+                    (1, 3) => 0.0,
+                    (1, _) => q * 2f64.powi(a - 40),
+                    _ => q * 2f64.powi(-40),
+                };
+            }
+            let mut x = vec![0.0; b * cols * n];
+            for (e, v) in x.iter_mut().enumerate() {
+                let (item, j, l) = (e / (cols * n), e / n % cols, e % n);
+                let q = match item {
+                    4 => 0.0,
+                    5 => [127.0, -127.0, 99.0][l % 3],
+                    _ => 127.0 - (l % 5) as f64,
+                };
+                *v = q * 2f64.powi(if j == 1 { c - 20 } else { -20 });
+            }
+            let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+            let xi = IntVector::new(&x, b, cols, n).expect("fits");
+            assert!(fits(&wi, &xi));
+            let wide = a + c <= 41;
+            for out in [FloatFormat::FP64, FloatFormat::FP32, FloatFormat::FP16] {
+                let product = spec(n, rows, cols, Accumulation::Exact, out);
+                assert!(!int_sums(&product, &wi, &xi, 0, 0, b, 32), "a {a} c {c}");
+                assert_eq!(plain_sums(&product, &wi, &xi, 0, 0, b), a + c <= 31);
+                assert_eq!(
+                    int_sums(&product, &wi, &xi, 0, 0, b, 64),
+                    wide,
+                    "a {a} c {c}"
+                );
+                let want = matvec_exact(&product, &x, b, &w);
+                for simd in [false, true] {
+                    let got = matvec(&product, &wi, &xi, simd);
+                    assert_eq!(bits(&got), bits(&want), "a {a} c {c} {out:?} simd {simd}");
+                }
+            }
+        }
+    }
+
     /// The i32 sums on common units ([`int_sums`]) give the exact reference's bits where the
     /// bound admits them, up to the bound: BFP 8 mantissas at their largest (+-127, so a tile
     /// partial is +-128 * 127^2) with weight and vector units `a` and `c` binades apart across
@@ -2362,7 +2595,7 @@ pub(crate) mod tests {
             let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
             let xi = IntVector::new(&x, b, cols, n).expect("fits");
             assert!(fits(&wi, &xi));
-            let taken = int_sums(&to_fp32, &wi, &xi, 0, 0, b);
+            let taken = int_sums(&to_fp32, &wi, &xi, 0, 0, b, 32);
             assert_eq!(taken, a + c <= 9, "a {a} c {c}");
             for simd in [false, true] {
                 assert_eq!(
@@ -2389,7 +2622,7 @@ pub(crate) mod tests {
         let want = matvec_exact(&to_fp16, &x, b, &w);
         let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
         let xi = IntVector::new(&x, b, cols, n).expect("fits");
-        assert!((0..rows).all(|i| int_sums(&to_fp16, &wi, &xi, i, 0, 64)));
+        assert!((0..rows).all(|i| int_sums(&to_fp16, &wi, &xi, i, 0, 64, 32)));
         for simd in [false, true] {
             assert_eq!(
                 bits(&matvec(&to_fp16, &wi, &xi, simd)),
