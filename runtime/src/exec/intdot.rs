@@ -1494,7 +1494,7 @@ fn dot_scalar(tile: &[i16], x: &[i16], n: usize, r: usize) -> i32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Epilogue, ROW_BLOCK, Sink, Tile};
+    use super::{Epilogue, ROW_BLOCK, Sink, Sum, Sums, Tile};
     use std::arch::x86_64::*;
 
     const ITEMS: usize = super::ITEM_BLOCK;
@@ -1569,6 +1569,26 @@ mod avx2 {
         }
     }
 
+    /// The shifts of rows `r0..r0 + 16` of an integer sink, once it is checked to cover rows
+    /// `r0..r0 + 16` of items `b0..b0 + c` (the epilogue's stores rely on it).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn row_shifts<S: Sum<Factor = i32>>(
+        sums: &Sums<'_, S>,
+        r0: usize,
+        b0: usize,
+        c: usize,
+    ) -> [__m256i; 2] {
+        assert!(sums.covers(r0, b0, c));
+        // SAFETY: r0 + 16 <= w.len() (asserted above).
+        unsafe {
+            [
+                _mm256_loadu_si256(sums.w.as_ptr().add(r0) as *const __m256i),
+                _mm256_loadu_si256(sums.w.as_ptr().add(r0 + 8) as *const __m256i),
+            ]
+        }
+    }
+
     /// Rows `rb * 16..` + 16 of items `b0..b0 + C`: `w` is the row block's first lane pairs,
     /// `[pairs][16][2]` (all `n / 2` of them, or up to its last nonzero weight).
     #[target_feature(enable = "avx2,fma")]
@@ -1602,15 +1622,8 @@ mod avx2 {
         match sink.sums() {
             Some(Epilogue::Int(sums)) => {
                 // s[item * n + r] += P << (w[r] + x[item]).
-                assert!(sums.covers(r0, b0, C));
+                let row_shift = row_shifts(&sums, r0, b0, C);
                 let (s, n) = (sums.s, sums.n);
-                // SAFETY: r0 + 16 <= w.len() (asserted above).
-                let row_shift = unsafe {
-                    [
-                        _mm256_loadu_si256(sums.w.as_ptr().add(r0) as *const __m256i),
-                        _mm256_loadu_si256(sums.w.as_ptr().add(r0 + 8) as *const __m256i),
-                    ]
-                };
                 for (c, a) in acc.iter().enumerate() {
                     let item_shift = _mm256_set1_epi32(sums.x[b0 + c]);
                     for (t, v) in a.iter().enumerate() {
@@ -1632,15 +1645,8 @@ mod avx2 {
             Some(Epilogue::Wide(sums)) => {
                 // s[item * n + r] += P << (w[r] + x[item]), in i64: each half of a register's
                 // eight partials sign-extended, shifted by its rows' shifts, added.
-                assert!(sums.covers(r0, b0, C));
+                let row_shift = row_shifts(&sums, r0, b0, C);
                 let (s, n) = (sums.s, sums.n);
-                // SAFETY: r0 + 16 <= w.len() (asserted above).
-                let row_shift = unsafe {
-                    [
-                        _mm256_loadu_si256(sums.w.as_ptr().add(r0) as *const __m256i),
-                        _mm256_loadu_si256(sums.w.as_ptr().add(r0 + 8) as *const __m256i),
-                    ]
-                };
                 let wide = |v: __m256i| {
                     [
                         _mm256_cvtepi32_epi64(_mm256_castsi256_si128(v)),
@@ -2490,6 +2496,23 @@ pub(crate) mod tests {
         assert!(!fits(&wt, &xt));
     }
 
+    /// Vectors for the integer sums' bound tests (two tile columns): column 0 in units
+    /// `2^base`, column 1 in `2^(base + c)`; item 4 all zero, item 5 with mixed signs, the
+    /// others 123 to 127 (7 bits, as BFP 8 mantissas at their largest).
+    fn bound_items(b: usize, cols: usize, n: usize, base: i32, c: i32) -> Vec<f64> {
+        (0..b * cols * n)
+            .map(|e| {
+                let (item, j, l) = (e / (cols * n), e / n % cols, e % n);
+                let q = match item {
+                    4 => 0.0,
+                    5 => [127.0, -127.0, 99.0][l % 3],
+                    _ => 127.0 - (l % 5) as f64,
+                };
+                q * 2f64.powi(if j == 1 { base + c } else { base })
+            })
+            .collect()
+    }
+
     /// The i64 sums on common units ([`int_sums`] of width 64) give the exact reference's bits
     /// where neither i32 nor plain f64 sums are exact, up to their bound: BFP 8 mantissas at
     /// their largest with weight and vector units `a` and `c` binades apart across two tile
@@ -2522,16 +2545,7 @@ pub(crate) mod tests {
                     _ => q * 2f64.powi(-40),
                 };
             }
-            let mut x = vec![0.0; b * cols * n];
-            for (e, v) in x.iter_mut().enumerate() {
-                let (item, j, l) = (e / (cols * n), e / n % cols, e % n);
-                let q = match item {
-                    4 => 0.0,
-                    5 => [127.0, -127.0, 99.0][l % 3],
-                    _ => 127.0 - (l % 5) as f64,
-                };
-                *v = q * 2f64.powi(if j == 1 { c - 20 } else { -20 });
-            }
+            let x = bound_items(b, cols, n, -20, c);
             let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
             let xi = IntVector::new(&x, b, cols, n).expect("fits");
             assert!(fits(&wi, &xi));
@@ -2579,18 +2593,7 @@ pub(crate) mod tests {
                     _ => q,
                 };
             }
-            // Items: tile 0 in units 2^0, tile 1 in 2^c; item 4 all zero; item 5
-            // with mixed signs.
-            let mut x = vec![0.0; b * cols * n];
-            for (e, v) in x.iter_mut().enumerate() {
-                let (item, j, l) = (e / (cols * n), e / n % cols, e % n);
-                let q = match item {
-                    4 => 0.0,
-                    5 => [127.0, -127.0, 99.0][l % 3],
-                    _ => 127.0,
-                };
-                *v = if j == 1 { q * 2f64.powi(c) } else { q };
-            }
+            let x = bound_items(b, cols, n, 0, c);
             let want = matvec_exact(&to_fp32, &x, b, &w);
             let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
             let xi = IntVector::new(&x, b, cols, n).expect("fits");
