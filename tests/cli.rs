@@ -147,17 +147,10 @@ fn bench_shards_are_reported_and_zero_is_refused() {
 /// blocks of one element, all silently. A count of 1 is accepted by the same flags.
 #[test]
 fn zero_counts_are_usage_errors_naming_the_flag() {
-    let quantize_input = std::env::temp_dir().join("nnpc_zero_counts.safetensors");
-    let o = nnpc(&[
-        "run",
-        "samples/mlp2_relu.nnp",
-        "--batch",
-        "2",
-        "-o",
-        quantize_input.to_str().expect("utf-8 temp path"),
-    ]);
+    let quantize_input = common::scratch("zero_counts").join("outputs.safetensors");
+    let q = common::arg(&quantize_input);
+    let o = nnpc(&["run", "samples/mlp2_relu.nnp", "--batch", "2", "-o", q]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let q = quantize_input.to_str().expect("utf-8 temp path");
     let fast = ["--reps", "1", "--skip-emulator"];
     let cases: Vec<(&str, Vec<&str>)> = vec![
         ("--batch", vec!["run", "samples/mlp2_relu.nnp"]),

@@ -78,8 +78,8 @@ pub struct Args {
     /// Shards of items each warm run goes in, side by side (1: the whole batch in one pass).
     /// Default: one per thread for graphs whose products' weights are at most 1 Mi elements,
     /// else 1. The outputs are the same bits either way.
-    #[arg(long, value_name = "K")]
-    pub shards: Option<std::num::NonZeroUsize>,
+    #[arg(long, value_name = "K", value_parser = super::at_least_one)]
+    pub shards: Option<usize>,
     /// Elements of the quantize-kernel tensor.
     #[arg(long, value_name = "LEN", default_value_t = 4 << 20, hide = true, value_parser = super::at_least_one)]
     pub kernel_len: usize,
@@ -163,7 +163,7 @@ fn measure(
     let opts = ExecOptions {
         float_matmul: args.float_matmul,
         device: args.device.into(),
-        batch_shards: args.shards.map(std::num::NonZeroUsize::get),
+        batch_shards: args.shards,
         ..ExecOptions::default()
     };
     let mut session = Session::new(graph, &opts).map_err(|e| fail(&e))?;

@@ -1080,23 +1080,17 @@ fn matvec_tasks(
                 sum_tiles(simd, w, i, &part, &mut acc, live, |j| {
                     (w.shifts(i, j), part.shifts(j))
                 });
-                let base_w = &w.aligned.base[i * n..][..live];
-                let halves = |e: usize| {
+                let (base_w, m) = (&w.aligned.base[i * n..][..live], items * live);
+                // The terms [hi; lo]: a = hi 2^32 + lo exactly, each below 2^32 in magnitude,
+                // so exact in f64, and so are they scaled (fits keeps the units normal).
+                let mut halves = vec![0.0f64; 2 * m];
+                for (e, &a) in acc.iter().enumerate() {
                     let scale = base_w[e % live] * x.aligned.base[b0 + e / live];
-                    let a = acc[e];
-                    // a = hi 2^32 + lo exactly, each below 2^32 in magnitude: exact in f64, and
-                    // so are they scaled (fits keeps the units in the normal range).
-                    let (hi, lo) = ((a >> 32) as f64 * pow2(32), (a & 0xffff_ffff) as f64);
-                    (hi * scale, lo * scale)
-                };
-                let (mut s, mut err) = (vec![0.0f64; items * live], vec![0.0f64; items * live]);
-                let (hi, lo): (Vec<f64>, Vec<f64>) = (0..items * live).map(halves).unzip();
-                ExactSums::add(&mut s, &mut err, &hi);
-                ExactSums::add(&mut s, &mut err, &lo);
-                sums.finish(&mut s, &err, |e, slow| {
-                    slow.add(hi[e]);
-                    slow.add(lo[e]);
-                });
+                    halves[e] = (a >> 32) as f64 * pow2(32) * scale;
+                    halves[m + e] = (a & 0xffff_ffff) as f64 * scale;
+                }
+                let mut s = vec![0.0f64; m];
+                sums.run(&halves, m, 2, &mut s);
                 write_runs(&mut runs, items, live, |k, out| {
                     out.write_copy_of_slice(&s[k * live..][..live]);
                 });
@@ -1494,10 +1488,8 @@ fn dot_scalar(tile: &[i16], x: &[i16], n: usize, r: usize) -> i32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Epilogue, ROW_BLOCK, Sink, Sum, Sums, Tile};
+    use super::{Epilogue, ITEM_BLOCK, ROW_BLOCK, Sink, Sum, Sums, Tile};
     use std::arch::x86_64::*;
-
-    const ITEMS: usize = super::ITEM_BLOCK;
 
     /// # Safety
     /// AVX2 and FMA must be present; `n % ROW_BLOCK == 0`, `tile.ints.len() == n * n`,
@@ -1547,7 +1539,7 @@ mod avx2 {
             let w = &tile.ints[rb * ROW_BLOCK * n..][..ROW_BLOCK * 2 * pairs as usize];
             let mut b0 = 0;
             while b0 < items {
-                let c = (items - b0).min(ITEMS);
+                let c = (items - b0).min(ITEM_BLOCK);
                 if zero(b0, c) {
                     b0 += c;
                     continue;

@@ -336,7 +336,8 @@ impl ExactSums {
         }
     }
 
-    /// `out[i]` = the rounded exact sum of `partials[t * stride + i]` over `t < terms`.
+    /// `out[i]` = the rounded exact sum of `partials[t * stride + i]` over `t < terms`, in
+    /// blocks of [`SUM_BLOCK`] elements.
     pub(crate) fn run<T: Copy + Into<f64>>(
         &self,
         partials: &[T],
@@ -344,17 +345,20 @@ impl ExactSums {
         terms: usize,
         out: &mut [f64],
     ) {
-        let mut err = [0.0f64; SUM_BLOCK];
-        let err = &mut err[..out.len()];
-        out.fill(0.0);
-        for t in 0..terms {
-            Self::add(out, err, &partials[t * stride..][..out.len()]);
-        }
-        self.finish(out, err, |i, slow| {
+        for (blk, out) in out.chunks_mut(SUM_BLOCK).enumerate() {
+            let partials = &partials[blk * SUM_BLOCK..];
+            let mut err = [0.0f64; SUM_BLOCK];
+            let err = &mut err[..out.len()];
+            out.fill(0.0);
             for t in 0..terms {
-                slow.add(partials[t * stride + i].into());
+                Self::add(out, err, &partials[t * stride..][..out.len()]);
             }
-        });
+            self.finish(out, err, |i, slow| {
+                for t in 0..terms {
+                    slow.add(partials[t * stride + i].into());
+                }
+            });
+        }
     }
 
     /// Add one term to every running sum (`s[i] += terms[i]`), and the two-sum error of that
