@@ -1991,7 +1991,8 @@ pub fn run_differential(
     // as `nnpc run` runs it (outputs only, pruned; the integer kernel where the CPU has AVX2,
     // or on the GPU with `NNPC_DIFF_DEVICE=cuda`), or through its JSON form. Each in a session
     // that runs it twice: the first run (the whole batch), then a warm run in 2 shards of
-    // items (on the CPU).
+    // items (on the CPU). The traced session goes in chunks of at most 2 items (its first
+    // chunk computes the constants; its warm chunks go in shards).
     let twice = |g: &SwGraph, opts: ExecOptions| -> Result<[Execution; 2], String> {
         let opts = ExecOptions {
             batch_shards: Some(2),
@@ -2006,6 +2007,7 @@ pub fn run_differential(
         let keep = ExecOptions {
             keep_writes: true,
             float_matmul: true,
+            chunk_items: Some(2),
             ..ExecOptions::default()
         };
         let traced = twice(&g, keep)?;

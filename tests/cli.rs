@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{nnpc, stderr};
+use common::{nnpc, stderr, stdout};
 use std::path::PathBuf;
 
 fn scratch_file(name: &str, text: &str) -> PathBuf {
@@ -92,6 +92,29 @@ fn lstm_run_bytes(dir: &str, extra: &[&str]) -> Vec<u8> {
     std::fs::read(&out).expect("output written")
 }
 
+/// A batch in chunks of items (`--chunk-items`, here 1 and 2 of 3) writes the same bytes as
+/// in one pass, and `nnpc diff` in chunks finds the emulator's dump concordant.
+#[test]
+fn runs_in_chunks_give_the_same_bytes() {
+    let whole = lstm_run_bytes("chunks_whole", &[]);
+    assert!(!whole.is_empty());
+    assert_eq!(whole, lstm_run_bytes("chunks_two", &["--chunk-items", "2"]));
+    let hw = common::scratch("chunks_diff").join("hw.safetensors");
+    let h = common::arg(&hw);
+    let o = nnpc(&["emulate", "samples/lstm.nnp", "--batch", "3", "-o", h]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = nnpc(&[
+        "diff",
+        "samples/lstm.nnp",
+        "--hardware",
+        h,
+        "--chunk-items",
+        "2",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("(concordant)"), "{}", stdout(&o));
+}
+
 #[test]
 fn run_gives_the_same_bytes_on_the_float_path() {
     // `--float-matmul` forces the float BLAS path where the integer kernel would run: the
@@ -141,10 +164,11 @@ fn bench_shards_are_reported_and_zero_is_refused() {
     assert!(stderr(&o).contains("--shards"), "{}", stderr(&o));
 }
 
-/// A count of 0 (`--batch`, `--reps`, `--emu-batch`, `--native`) is a usage error (2) naming
-/// the flag, before any work: before, `--batch 0` ran one item, `--emu-batch 0` timed one
-/// emulated item against the whole batch (an inflated ratio) and `--native 0` quantized in
-/// blocks of one element, all silently. A count of 1 is accepted by the same flags.
+/// A count of 0 (`--batch`, `--reps`, `--emu-batch`, `--native`, `--chunk-items`) is a usage
+/// error (2) naming the flag, before any work: before, `--batch 0` ran one item,
+/// `--emu-batch 0` timed one emulated item against the whole batch (an inflated ratio) and
+/// `--native 0` quantized in blocks of one element, all silently. A count of 1 is accepted by
+/// the same flags.
 #[test]
 fn zero_counts_are_usage_errors_naming_the_flag() {
     let quantize_input = common::scratch("zero_counts").join("outputs.safetensors");
@@ -175,6 +199,11 @@ fn zero_counts_are_usage_errors_naming_the_flag() {
             ],
         ),
         ("--native", vec!["quantize", "--format", "bfp(mant = 5)", q]),
+        ("--chunk-items", vec!["run", "samples/mlp2_relu.nnp"]),
+        (
+            "--chunk-items",
+            vec!["diff", "samples/mlp2_relu.nnp", "--hardware", q],
+        ),
     ];
     for (flag, base) in cases {
         for (value, code) in [("0", 2), ("1", 0)] {

@@ -30,6 +30,16 @@ pub enum DiffError {
     },
     #[error("the program's storage format `{0}` is not a float format")]
     Storage(String),
+    #[error(
+        "tensor `{name}` holds {found} values but its shape {shape} has {expected}; help: a \
+         tensor's values must fill its shape exactly"
+    )]
+    Elements {
+        name: String,
+        shape: String,
+        expected: usize,
+        found: usize,
+    },
 }
 
 /// Upper bounds of the ULP histogram buckets: 0, 1, 2, 4, 8, ... 2^15, then larger, then NaN.
@@ -145,6 +155,18 @@ pub fn diff_outputs(
             .get(&decl.name)
             .ok_or_else(|| DiffError::MissingOutput(decl.name.clone()))?;
         let hw = batched_like(&decl.name, hw, sw)?;
+        // Both compared element for element, none left over (a tensor's fields are public).
+        for t in [&*hw, sw] {
+            let expected: usize = t.shape.iter().product();
+            if t.len() != expected {
+                return Err(DiffError::Elements {
+                    name: decl.name.clone(),
+                    shape: ShapeDisplay(&t.shape).to_string(),
+                    expected,
+                    found: t.len(),
+                });
+            }
+        }
         let row_len = decl.row_len();
         let rows = decl.rows();
         let mut out = OutputDiff {
@@ -295,6 +317,33 @@ fn last_write(program: &Program, mem: Mem, reg: u32) -> Option<nnp_grammar::Span
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tensor whose values do not fill its shape (its fields are public) is an error naming
+    /// it, on either side, not a comparison of the common prefix.
+    #[test]
+    fn values_that_do_not_fill_their_shape_are_an_error() {
+        let text = "input x : [1, 4]\noutput y : [1, 4]\n\nv_rd netq\nv_wr netq\nend_chain\n";
+        let src = std::sync::Arc::new(nnp_grammar::SourceFile::new("t.nnp", text));
+        let program = nnp_grammar::check(src, None).expect("checks").program;
+        let full = Tensor::new(vec![2, 1, 4], vec![0.5; 8]).expect("fills its shape");
+        let short = Tensor {
+            shape: vec![2, 1, 4],
+            data: vec![0.5; 4],
+        };
+        let outputs = |t: &Tensor| Outputs::from([("y".to_string(), t.clone())]);
+        let same = diff_outputs(&program, &outputs(&full), &outputs(&full), 1).expect("diffs");
+        assert!(same.concordant && same.elements == 8);
+        for (hw, sw) in [(&short, &full), (&full, &short)] {
+            let e = diff_outputs(&program, &outputs(hw), &outputs(sw), 1);
+            assert!(
+                matches!(
+                    &e,
+                    Err(DiffError::Elements { name, expected: 8, found: 4, .. }) if name == "y"
+                ),
+                "{e:?}"
+            );
+        }
+    }
 
     #[test]
     fn ordinal_distance_counts_representable_steps() {

@@ -73,6 +73,17 @@ impl fmt::Display for ShapeDisplay<'_> {
 /// values in the storage format held as f32.
 pub type Outputs = BTreeMap<String, Tensor>;
 
+/// A progress callback of a run over a batch (the emulator's, a session's): called with the
+/// number of batch items just finished.
+#[derive(Clone)]
+pub struct Progress(pub std::sync::Arc<dyn Fn(usize) + Send + Sync>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress(..)")
+    }
+}
+
 /// Weights and inputs for one run of a program over `batch` input sets.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostData {

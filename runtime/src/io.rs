@@ -17,6 +17,7 @@
 
 use crate::host::{ShapeDisplay, Tensor};
 use half::{bf16, f16};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -122,8 +123,7 @@ pub fn write_tensors(
         move |source| IoError::Write { path: p, source }
     };
     if has_ext(path, "safetensors") {
-        let bytes = safetensors_encode(tensors, dtype, path)?;
-        return std::fs::write(path, bytes).map_err(write_err(path));
+        return safetensors_write(tensors, dtype, path);
     }
     if has_ext(path, "npy") {
         let mut it = tensors.values();
@@ -187,22 +187,21 @@ pub fn to_tiles(name: &str, t: &Tensor, native: usize, matrix: bool) -> Result<T
 
 /// Every tensor in `layout`: unchanged for [`Layout::Logical`], [`to_tiles`] for
 /// [`Layout::Tiles`] (`is_matrix(name)` picks the matrix layout).
-pub fn to_layout(
-    tensors: &BTreeMap<String, Tensor>,
+pub fn to_layout<'t>(
+    tensors: &'t BTreeMap<String, Tensor>,
     layout: Layout,
     native: usize,
     is_matrix: impl Fn(&str) -> bool,
-) -> Result<BTreeMap<String, Tensor>, IoError> {
-    tensors
-        .iter()
-        .map(|(name, t)| {
-            let t = match layout {
-                Layout::Logical => t.clone(),
-                Layout::Tiles => to_tiles(name, t, native, is_matrix(name))?,
-            };
-            Ok((name.clone(), t))
-        })
-        .collect()
+) -> Result<Cow<'t, BTreeMap<String, Tensor>>, IoError> {
+    match layout {
+        // No copy: a large batch's outputs are the largest thing `nnpc run` holds.
+        Layout::Logical => Ok(Cow::Borrowed(tensors)),
+        Layout::Tiles => tensors
+            .iter()
+            .map(|(name, t)| Ok((name.clone(), to_tiles(name, t, native, is_matrix(name))?)))
+            .collect::<Result<_, _>>()
+            .map(Cow::Owned),
+    }
 }
 
 /// The logical tensor of shape `logical` from its native-tile layout (pad lanes dropped).
@@ -258,12 +257,20 @@ fn layout_err(name: &str, shape: &[usize], message: &str) -> IoError {
 // Element conversion
 
 fn encode_values(data: &[f32], dtype: Dtype) -> Vec<u8> {
+    // Sized once and filled in place (a `flat_map` collect grows its buffer as it goes).
     match dtype {
-        Dtype::F16 => data
-            .iter()
-            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-            .collect(),
-        Dtype::F32 => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        Dtype::F16 => {
+            let mut out = Vec::with_capacity(data.len() * 2);
+            data.iter()
+                .for_each(|&v| out.extend_from_slice(&f16::from_f32(v).to_le_bytes()));
+            out
+        }
+        Dtype::F32 => {
+            let mut out = Vec::with_capacity(data.len() * 4);
+            data.iter()
+                .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            out
+        }
     }
 }
 
@@ -336,11 +343,13 @@ fn safetensors_decode(bytes: &[u8], path: &Path) -> Result<BTreeMap<String, Tens
     Ok(out)
 }
 
-fn safetensors_encode(
+/// Write `tensors` as a safetensors file, streamed: the values are encoded tensor by tensor,
+/// never the whole file in memory.
+fn safetensors_write(
     tensors: &BTreeMap<String, Tensor>,
     dtype: Dtype,
     path: &Path,
-) -> Result<Vec<u8>, IoError> {
+) -> Result<(), IoError> {
     let st_dtype = match dtype {
         Dtype::F16 => safetensors::Dtype::F16,
         Dtype::F32 => safetensors::Dtype::F32,
@@ -349,9 +358,15 @@ fn safetensors_encode(
         .iter()
         .map(|(n, t)| (n.clone(), t.shape.clone(), encode_values(&t.data, dtype)))
         .collect();
-    let err = |e: safetensors::SafeTensorError| IoError::Safetensors {
-        path: path.to_path_buf(),
-        message: e.to_string(),
+    let err = |e: safetensors::SafeTensorError| match e {
+        safetensors::SafeTensorError::IoError(source) => IoError::Write {
+            path: path.to_path_buf(),
+            source,
+        },
+        e => IoError::Safetensors {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        },
     };
     let views = buffers
         .iter()
@@ -362,7 +377,7 @@ fn safetensors_encode(
             ))
         })
         .collect::<Result<Vec<_>, IoError>>()?;
-    safetensors::serialize(views, None).map_err(err)
+    safetensors::serialize_to_file(views, None, path).map_err(err)
 }
 
 // ---------------------------------------------------------------------------------------------

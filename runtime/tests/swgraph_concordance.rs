@@ -71,6 +71,7 @@ fn assert_same(case: &str, hw: &Outputs, sw: &Outputs) {
     for (name, h) in hw {
         let s = &sw[name];
         assert_eq!(h.shape, s.shape, "{case}: shape of `{name}`");
+        assert_eq!(h.data.len(), s.data.len(), "{case}: elements of `{name}`");
         let diff = h
             .data
             .iter()
@@ -166,6 +167,30 @@ fn warm_runs_in_shards_match_the_emulator() {
             "{case}"
         );
         assert_same(&case, &hw.outputs, &sharded.outputs);
+        // In chunks of at most 5 items (0..4, 4..8, 8..13), one after the other: the first run
+        // computes the constants in its first chunk, whole; every later chunk, of the first
+        // run or the warm one, goes in 2 shards.
+        let opts = ExecOptions {
+            batch_shards: Some(2),
+            chunk_items: Some(5),
+            ..ExecOptions::default()
+        };
+        let mut session = exec::Session::new(&graph, &opts).expect("session");
+        let first = session.run(&clean).expect("first run in chunks");
+        let chunked = session.run(&nan).expect("warm run in chunks");
+        let counts = |e: &exec::Execution| (e.chunks, e.shards);
+        assert_eq!(
+            (counts(&first), counts(&chunked)),
+            ((3, 2), (3, 2)),
+            "{case}"
+        );
+        assert_same(&format!("{case}, chunks"), &hw.outputs, &chunked.outputs);
+        let clean_whole = exec::execute(&graph, &clean, &ExecOptions::default()).expect("runs");
+        assert_same(
+            &format!("{case}, chunked first run"),
+            &clean_whole.outputs,
+            &first.outputs,
+        );
         let paths = |e: &exec::Execution| (e.int_products, e.quantized_to_ints, e.concats_skipped);
         assert_eq!(paths(&sharded), paths(&whole), "{case}: paths");
         // A shard whose items fit the plain kernel takes it where the whole batch needs slices.
@@ -245,6 +270,14 @@ fn traces_match_the_emulator_record_for_record() {
         let warm = session.run(&data).expect("warm run");
         assert_eq!(warm.shards, 2);
         same_records(&warm, "warm, in shards");
+        // Chunks of 1 and 2 items, the first run's first chunk computing the constants.
+        let chunks = ExecOptions {
+            chunk_items: Some(2),
+            ..opts
+        };
+        let first = exec::execute(&graph, &data, &chunks).expect("runs in chunks");
+        assert_eq!(first.chunks, 2);
+        same_records(&first, "first run, in chunks");
     }
     std::fs::remove_file(&inline).ok();
 }

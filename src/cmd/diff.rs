@@ -1,6 +1,6 @@
 //! `nnpc diff`: compare a hardware output dump (or trace) with the software graph, bit for bit.
 
-use super::host_args::{DataArgs, LayoutArg};
+use super::host_args::{ChunkArgs, DataArgs, LayoutArg};
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::{self, Roots};
 use nnp_runtime::diff::{DiffReport, diff_outputs};
@@ -46,6 +46,8 @@ pub struct Args {
     pub target: Option<String>,
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub chunks: ChunkArgs,
     /// How many mismatching elements to list.
     #[arg(long, value_name = "K", default_value_t = 10)]
     pub first: usize,
@@ -83,7 +85,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         keep_writes: args.trace.is_some(),
         ..ExecOptions::default()
     };
-    let software = exec::execute(&graph, &data, &opts).map_err(|e| miette::miette!("{e}"))?;
+    let software = args.chunks.execute(&graph, &data, opts)?;
     let mut report = diff_outputs(&program, &hardware, &software.outputs, args.first)
         .map_err(|e| miette::miette!("`{}`: {e}", args.hardware.display()))?;
     if let Some(path) = &args.trace {

@@ -2,10 +2,14 @@
 //! the host data comes from and how outputs are written. One definition, so the emulator and
 //! the software graph always see the same data for the same flags.
 
+use indicatif::{ProgressBar, ProgressStyle};
 use nnp_grammar::Program;
-use nnp_runtime::host::{HostData, HostError, LoadOptions, Outputs, ShapeDisplay};
+use nnp_lowering::swgraph::SwGraph;
+use nnp_runtime::exec::{ExecOptions, Execution, Session};
+use nnp_runtime::host::{HostData, HostError, LoadOptions, Outputs, Progress, ShapeDisplay};
 use nnp_runtime::io::{self, Dtype, Layout};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Host data: weight and input files, or seeded random data of the declared shapes.
 #[derive(clap::Args, Clone, Debug)]
@@ -51,6 +55,45 @@ impl DataArgs {
             self.inputs.as_deref(),
             &opts,
         )
+    }
+}
+
+/// How a software graph goes through a large batch.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ChunkArgs {
+    /// Items per chunk: the batch runs in consecutive chunks of at most this many input sets,
+    /// so memory stays bounded whatever the batch (default: as many as 32 MiB of the graph's
+    /// values allow, or 256 where that is fewer). The same bits for any value.
+    #[arg(long, value_name = "N", value_parser = super::at_least_one)]
+    pub chunk_items: Option<usize>,
+}
+
+impl ChunkArgs {
+    /// Run `graph` on `data` in a fresh session with these chunks, with a progress bar on a
+    /// terminal when the batch takes more than one chunk.
+    pub fn execute(
+        &self,
+        graph: &SwGraph,
+        data: &HostData,
+        opts: ExecOptions,
+    ) -> miette::Result<Execution> {
+        let opts = ExecOptions {
+            chunk_items: self.chunk_items,
+            ..opts
+        };
+        let mut session = Session::new(graph, &opts).map_err(|e| miette::miette!("{e}"))?;
+        // indicatif draws nothing when stderr is not a terminal.
+        let bar = ProgressBar::new(data.batch as u64).with_style(
+            ProgressStyle::with_template("running {bar:30} {pos}/{len} input sets, {eta} left")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        if session.chunk_count(data.batch) > 1 {
+            let tick = bar.clone();
+            session.set_progress(Some(Progress(Arc::new(move |n| tick.inc(n as u64)))));
+        }
+        let result = session.run(data);
+        bar.finish_and_clear();
+        result.map_err(|e| miette::miette!("{e}"))
     }
 }
 

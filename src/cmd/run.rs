@@ -1,6 +1,6 @@
 //! `nnpc run`: execute firmware (or a compiled graph) as a software graph on candle-core.
 
-use super::host_args::{DataArgs, OutputArgs, RunSummary};
+use super::host_args::{ChunkArgs, DataArgs, OutputArgs, RunSummary};
 use nnp_grammar::{Program, SourceFile, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::exec::{self, DeviceKind, ExecOptions};
@@ -22,7 +22,8 @@ use std::time::Instant;
   nnpc run samples/lstm.nnp --batch 64 --seed 7 -o sw.safetensors --trace sw.trace.jsonl
   nnpc compile samples/lstm.nnp -o lstm.swg.json && nnpc run lstm.swg.json --batch 256
   nnpc run prog.nnp --target samples/targets/fp32.toml --weights w.safetensors --inputs x.npy
-  nnpc run prog.nnp -o out_dir --layout tiles --dtype f32 --json")]
+  nnpc run prog.nnp -o out_dir --layout tiles --dtype f32 --json
+  nnpc run samples/lstm.nnp --batch 1000000 --chunk-items 8192 -o sw.safetensors")]
 pub struct Args {
     /// The firmware file (.nnp) or compiled graph (.swg.json).
     pub file: PathBuf,
@@ -34,6 +35,8 @@ pub struct Args {
     pub data: DataArgs,
     #[command(flatten)]
     pub out: OutputArgs,
+    #[command(flatten)]
+    pub chunks: ChunkArgs,
     /// Write the trace of every `v_wr` as JSON lines (the emulator's format: docs/emulator.md).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
@@ -135,7 +138,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         ..ExecOptions::default()
     };
     let start = Instant::now();
-    let result = exec::execute(&graph, &data, &opts).map_err(|e| miette::miette!("{e}"))?;
+    let result = args.chunks.execute(&graph, &data, opts)?;
     let secs = start.elapsed().as_secs_f64();
     if let Some(path) = &args.trace {
         let records = exec::trace::records(&graph, &result, data.batch)

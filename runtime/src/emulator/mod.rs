@@ -17,6 +17,7 @@ pub mod mvm;
 pub use crate::trace::{TraceError, TraceRecord, read_trace, write_trace};
 pub use exact::ExactSum;
 
+pub use crate::host::Progress;
 use crate::host::{HostData, Outputs, Tensor};
 use nnp_grammar::{Program, Span};
 use rayon::prelude::*;
@@ -37,16 +38,6 @@ pub struct EmuOptions {
 
 /// Largest chunk when progress is reported, so a long run reports often.
 pub const PROGRESS_CHUNK: usize = 32;
-
-/// A progress callback: called with the number of batch items just finished.
-#[derive(Clone)]
-pub struct Progress(pub std::sync::Arc<dyn Fn(usize) + Send + Sync>);
-
-impl fmt::Debug for Progress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Progress(..)")
-    }
-}
 
 /// What a run produced.
 #[derive(Clone, Debug)]

@@ -23,7 +23,7 @@ pub mod quant;
 mod rounded;
 pub mod trace;
 
-use crate::host::{HostData, Outputs, Tensor as HostTensor};
+use crate::host::{HostData, Outputs, Progress, Tensor as HostTensor};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use matmul::{MIN_CHUNK, MatVec};
 use mfu::ActTable;
@@ -60,6 +60,11 @@ pub struct ExecOptions {
     /// graphs of small weights, else the whole batch), `Some(1)` runs every batch whole; for
     /// comparisons and tests (the results are the same bits).
     pub batch_shards: Option<usize>,
+    /// Items per chunk: a run goes through its batch in consecutive chunks of at most this
+    /// many items, one after the other, so its intermediate values stay bounded whatever the
+    /// batch ([`Session::chunks`]). `None` chooses from [`CHUNK_BYTES`]; the results are the
+    /// same bits.
+    pub chunk_items: Option<usize>,
 }
 
 /// The value a `v_wr` wrote, on the host: `[batch, lanes]` storage values.
@@ -101,9 +106,12 @@ pub struct Execution {
     /// concat ([`Session::through`]).
     pub concats_skipped: usize,
     /// Shards of items the run went in, side by side ([`Session::run`]): 1 for the whole
-    /// batch in one pass. A sharded run counts a node on a path above where every shard took
-    /// it.
+    /// batch (or chunk) in one pass, else the most of any chunk. A sharded run counts a node
+    /// on a path above where every shard took it.
     pub shards: usize,
+    /// Chunks of items the run went in, one after the other ([`Session::chunks`]): 1 for a
+    /// batch that fits one.
+    pub chunks: usize,
 }
 
 /// Why a graph could not be executed.
@@ -218,6 +226,13 @@ pub struct Session<'g> {
     through: Vec<bool>,
     /// The evaluation order ([`fused::schedule`]).
     order: Vec<usize>,
+    /// Position in `order` of the last reader of every value, so tensors are freed as soon as
+    /// possible.
+    last_use: Vec<usize>,
+    /// Bytes per batch item of the values a run holds at once, at most ([`peak_item_bytes`]).
+    item_bytes: usize,
+    /// Told how many items each chunk of a run covered, after it ([`Session::set_progress`]).
+    progress: Option<Progress>,
     /// Whether the products' weights are at most [`SMALL_WEIGHTS`]: then warm runs go in
     /// shards ([`Session::shards`]).
     small: bool,
@@ -261,6 +276,13 @@ impl<'g> Session<'g> {
         let arranged = chunked_stacks(graph, &plan);
         let to_ints = quantized_vectors(graph, &constant, &keep, opts.keep_writes);
         let through = concats_to_ints(graph, &constant, &to_ints, opts.keep_writes);
+        let mut last_use = vec![0usize; len];
+        for (pos, &i) in order.iter().enumerate() {
+            for v in reads(graph, &through, i) {
+                last_use[v.index()] = pos;
+            }
+        }
+        let item_bytes = peak_item_bytes(graph, &order, &constant, &last_use);
         // The distinct weight stacks of the products, in elements.
         let weights: HashMap<ValueId, usize> = graph
             .nodes
@@ -279,6 +301,9 @@ impl<'g> Session<'g> {
             dev: Device::Cpu,
             gpu,
             order,
+            last_use,
+            item_bytes,
+            progress: None,
             constant,
             keep,
             consts: vec![None; len],
@@ -299,24 +324,80 @@ impl<'g> Session<'g> {
         self.gpu.as_deref().map(gpu::Gpu::name)
     }
 
-    /// Run the graph on `data` (`data.batch` input sets). A warm run of a graph with small
-    /// weights goes in shards of items, one per thread ([`Session::run_shards`]).
+    /// Tell `progress` how many items each chunk of a run covered, after it (a run of one
+    /// chunk reports once, at its end).
+    pub fn set_progress(&mut self, progress: Option<Progress>) {
+        self.progress = progress;
+    }
+
+    /// Run the graph on `data` (`data.batch` input sets), in chunks of items one after the
+    /// other ([`Session::chunks`]). A warm chunk of a graph with small weights goes in shards
+    /// of items, one per thread ([`Session::run_shards`]).
     pub fn run(&mut self, data: &HostData) -> Result<Execution, ExecError> {
         // On one of rayon's threads: every op's parallel loop then starts on this thread at
         // once, with idle threads joining as they wake, instead of the caller handing it to
         // the pool and sleeping until it is done (two wake-ups per op, each tens of
         // microseconds on a virtual machine). The GPU binds its context on whichever thread
         // calls it (`gpu`).
-        rayon::scope(|_| match self.shards(data.batch) {
-            Some(shards) => self.run_shards(data, shards),
-            None => self.run_whole(data),
+        rayon::scope(|_| {
+            let chunks = self.chunks(data.batch);
+            if std::env::var_os("NNPC_EXEC_PROFILE").is_some() {
+                eprintln!(
+                    "profile: {} chunk(s) of at most {} items ({} bytes per item at most)",
+                    chunks.len(),
+                    chunks.iter().map(Range::len).max().unwrap_or(0),
+                    self.item_bytes
+                );
+            }
+            let (count, mut shards, mut all) = (chunks.len(), 1, None);
+            for items in chunks {
+                let done = items.len();
+                match self.shards(items.clone()) {
+                    Some(s) => {
+                        shards = shards.max(s.len());
+                        for part in self.run_shards(data, s)? {
+                            self.merge(&mut all, part, data.batch);
+                        }
+                    }
+                    None => {
+                        let part = self.run_whole(data, items)?;
+                        self.merge(&mut all, part, data.batch);
+                    }
+                }
+                if let Some(p) = &self.progress {
+                    (p.0)(done);
+                }
+            }
+            Ok(self.execution(all, shards, count))
         })
     }
 
-    /// The shards a run at batch `b` takes ([`Session::run_shards`]): a warm run on the CPU of
-    /// a graph with [`Session::small`] weights, one shard per thread of at least
-    /// [`MIN_SHARD_ITEMS`] items (or `batch_shards`); `None` to run the batch whole.
-    fn shards(&self, b: usize) -> Option<Vec<Range<usize>>> {
+    /// How many chunks a run at batch `b` takes ([`Session::chunks`]).
+    pub fn chunk_count(&self, b: usize) -> usize {
+        self.chunks(b).len()
+    }
+
+    /// The chunks a run at batch `b` takes: consecutive ranges of nearly equal size, none
+    /// over `chunk_items`, or by default over what [`CHUNK_BYTES`] of the values a run holds
+    /// at once ([`Session::item_bytes`]) allow, or [`MIN_CHUNK_ITEMS`] if that is more. Every
+    /// op computes each item alone, so the bits are those of one pass over the batch.
+    fn chunks(&self, b: usize) -> Vec<Range<usize>> {
+        let most = self
+            .opts
+            .chunk_items
+            .unwrap_or_else(|| (CHUNK_BYTES / self.item_bytes.max(1)).max(MIN_CHUNK_ITEMS))
+            .max(1);
+        let count = b.div_ceil(most).max(1);
+        (0..count)
+            .map(|k| k * b / count..(k + 1) * b / count)
+            .collect()
+    }
+
+    /// The shards a run takes of the items `items` ([`Session::run_shards`]): a warm run on
+    /// the CPU of a graph with [`Session::small`] weights, one shard per thread of at least
+    /// [`MIN_SHARD_ITEMS`] items (or `batch_shards`); `None` to run the items whole.
+    fn shards(&self, items: Range<usize>) -> Option<Vec<Range<usize>>> {
+        let b = items.len();
         let count = match self.opts.batch_shards {
             Some(k) => k.min(b),
             None if self.small => rayon::current_num_threads().min(b / MIN_SHARD_ITEMS),
@@ -324,22 +405,22 @@ impl<'g> Session<'g> {
         };
         (self.warm && self.gpu.is_none() && count > 1).then(|| {
             (0..count)
-                .map(|k| k * b / count..(k + 1) * b / count)
+                .map(|k| items.start + k * b / count..items.start + (k + 1) * b / count)
                 .collect()
         })
     }
 
-    /// The whole batch in one pass (a first run computes and keeps the constants).
-    fn run_whole(&mut self, data: &HostData) -> Result<Execution, ExecError> {
+    /// The items `items` in one pass (a first run computes and keeps the constants).
+    fn run_whole(&mut self, data: &HostData, items: Range<usize>) -> Result<Part, ExecError> {
         let mut caches = std::mem::take(&mut self.caches);
-        let part = self.run_items(data, 0..data.batch, &mut caches);
+        let part = self.run_items(data, items, &mut caches);
         self.caches = caches;
         let mut part = part?;
         for (i, t) in part.consts.drain(..) {
             self.consts[i] = Some(t);
         }
         self.warm = true;
-        Ok(self.execution(vec![part]))
+        Ok(part)
     }
 
     /// A warm run in shards of consecutive items, side by side on rayon's threads: each shard
@@ -351,7 +432,7 @@ impl<'g> Session<'g> {
         &mut self,
         data: &HostData,
         shards: Vec<Range<usize>>,
-    ) -> Result<Execution, ExecError> {
+    ) -> Result<Vec<Part>, ExecError> {
         let this = &*self;
         let mut parts = shards
             .into_par_iter()
@@ -365,31 +446,42 @@ impl<'g> Session<'g> {
         if let Some((_, caches)) = parts.first_mut() {
             self.caches = std::mem::take(caches);
         }
-        Ok(self.execution(parts.into_iter().map(|(part, _)| part).collect()))
+        Ok(parts.into_iter().map(|(part, _)| part).collect())
     }
 
-    /// The execution of a batch from its parts, in item order: outputs and written values
-    /// concatenated (a constant's written value is one item in every part), and a node
-    /// counted on a fast path where every part took it.
-    fn execution(&self, parts: Vec<Part>) -> Execution {
-        let shards = parts.len();
-        let mut parts = parts.into_iter();
-        let mut all = parts.next().unwrap_or_default();
-        for part in parts {
-            for (name, t) in &mut all.outputs {
-                if let Some(more) = part.outputs.get(name) {
-                    t.data.extend_from_slice(&more.data);
-                    t.shape[0] += more.shape[0];
-                }
+    /// Append `part` (the next items in order) to `all`, the parts so far of a run at batch
+    /// `b`: outputs and written values concatenated (a constant's written value is one item
+    /// in every part), and a node counted on a fast path where every part took it. The first
+    /// append makes room for the whole batch's outputs at the first part's size per item, so
+    /// a run of many chunks holds each output once.
+    fn merge(&self, all: &mut Option<Part>, part: Part, b: usize) {
+        let Some(all) = all else {
+            *all = Some(part);
+            return;
+        };
+        for (name, t) in &mut all.outputs {
+            if let Some(more) = part.outputs.get(name) {
+                // A no-op once the room is there.
+                let per_item = t.data.len().checked_div(t.shape[0]).unwrap_or(0);
+                t.data
+                    .reserve_exact(per_item * b.saturating_sub(t.shape[0]).max(more.shape[0]));
+                t.data.extend_from_slice(&more.data);
+                t.shape[0] += more.shape[0];
             }
-            for (id, w) in &mut all.written {
-                if let (false, Some(more)) = (self.constant[id.index()], part.written.get(id)) {
-                    w.data.extend_from_slice(&more.data);
-                    w.batch += more.batch;
-                }
-            }
-            all.paths = all.paths.intersection(&part.paths).copied().collect();
         }
+        for (id, w) in &mut all.written {
+            if let (false, Some(more)) = (self.constant[id.index()], part.written.get(id)) {
+                w.data.extend_from_slice(&more.data);
+                w.batch += more.batch;
+            }
+        }
+        all.paths = all.paths.intersection(&part.paths).copied().collect();
+    }
+
+    /// The execution of a batch from its parts merged ([`Session::merge`]), in `chunks`
+    /// chunks of at most `shards` shards each.
+    fn execution(&self, all: Option<Part>, shards: usize, chunks: usize) -> Execution {
+        let all = all.unwrap_or_default();
         let count = |path| taken(&all.paths, path);
         Execution {
             int_products: count(Path::IntKernel),
@@ -399,6 +491,7 @@ impl<'g> Session<'g> {
             quantized_to_ints: count(Path::QuantizedToInts),
             concats_skipped: count(Path::ConcatSkipped),
             shards,
+            chunks,
             outputs: all.outputs,
             written: all.written,
         }
@@ -434,13 +527,7 @@ impl<'g> Session<'g> {
             prefetched: HashMap::new(),
             prof: std::env::var_os("NNPC_EXEC_PROFILE").map(|_| Vec::new()),
         };
-        // Position of the last reader of every value, so tensors are freed as soon as possible.
-        let mut last_use = vec![0usize; graph.nodes.len()];
-        for (pos, &i) in self.order.iter().enumerate() {
-            for v in reads(graph, &self.through, i) {
-                last_use[v.index()] = pos;
-            }
-        }
+        let last_use = &self.last_use;
         let traced: std::collections::HashSet<ValueId> = if self.opts.keep_writes {
             graph.writes.iter().map(|w| w.value).collect()
         } else {
@@ -452,7 +539,7 @@ impl<'g> Session<'g> {
             .map(|o| (o.name.clone(), vec![None; o.rows]))
             .collect();
         let mut written = HashMap::new();
-        let mut regions = fused::regions(graph, &self.constant, &self.order, &last_use, &traced)
+        let mut regions = fused::regions(graph, &self.constant, &self.order, last_use, &traced)
             .into_iter()
             .peekable();
         let mut in_region = 0..0;
@@ -486,7 +573,7 @@ impl<'g> Session<'g> {
                     ex.values[k] = Some(t);
                 }
                 for (p, &k) in (reg.start..reg.end).zip(nodes) {
-                    release(&mut ex.values, reads(graph, &self.through, k), &last_use, p);
+                    release(&mut ex.values, reads(graph, &self.through, k), last_use, p);
                 }
                 tally(&mut ex.prof, "fused mfu", t0, reg.end - reg.start);
                 in_region = reg.start..reg.end;
@@ -512,7 +599,7 @@ impl<'g> Session<'g> {
                 release(
                     &mut ex.values,
                     reads(graph, &self.through, i),
-                    &last_use,
+                    last_use,
                     pos,
                 );
                 tally(&mut ex.prof, "quantize to ints", t0, 1);
@@ -534,7 +621,7 @@ impl<'g> Session<'g> {
                     release(
                         &mut ex.values,
                         reads(graph, &self.through, i),
-                        &last_use,
+                        last_use,
                         pos,
                     );
                     tally(&mut ex.prof, "prepare weights", t0, 1);
@@ -547,7 +634,7 @@ impl<'g> Session<'g> {
                     release(
                         &mut ex.values,
                         reads(graph, &self.through, i),
-                        &last_use,
+                        last_use,
                         pos,
                     );
                     tally(&mut ex.prof, "prepare weights", t0, 1);
@@ -588,7 +675,7 @@ impl<'g> Session<'g> {
             release(
                 &mut ex.values,
                 reads(graph, &self.through, i),
-                &last_use,
+                last_use,
                 pos,
             );
             let kind = match (&self.plan.stacks[i], &self.plan.inputs[i]) {
@@ -622,6 +709,57 @@ impl<'g> Session<'g> {
             consts,
         })
     }
+}
+
+/// Bytes per chunk of the values a run holds at once, at most, by default
+/// ([`Session::chunks`]): a batch of any size runs in bounded memory, and a chunk this size
+/// still gives every op thousands of items of a small graph.
+pub const CHUNK_BYTES: usize = 32 << 20;
+
+/// The default limit of items per chunk is at least this ([`Session::chunks`]): four of the
+/// integer kernel's tasks of items, each reading its weight tiles once.
+const MIN_CHUNK_ITEMS: usize = 256;
+
+/// Bytes per batch item of the values a run holds at once, at most: the largest sum, over the
+/// positions of the evaluation order, of the non-constant values alive there (from the node
+/// that makes them to their last reader; the values outputs read stay to the end of the run),
+/// as f64 elements. Values a fused region keeps only in its scratch rows are counted as
+/// tensors, so this is an upper bound.
+fn peak_item_bytes(
+    graph: &SwGraph,
+    order: &[usize],
+    constant: &[bool],
+    last_use: &[usize],
+) -> usize {
+    let elements = |ty: &Ty| match ty {
+        Ty::Logical { shape } => shape.iter().product(),
+        Ty::Vector { tiles } => *tiles as usize * graph.native,
+        Ty::TileStack { tiles } => *tiles as usize * graph.native * graph.native,
+        Ty::None => 0,
+    };
+    let to_end: Vec<bool> = {
+        let mut v = vec![false; graph.nodes.len()];
+        for node in &graph.nodes {
+            if let Op::Output { src, .. } = &node.op {
+                v[src.index()] = true;
+            }
+        }
+        v
+    };
+    let mut freed_at = vec![0usize; order.len()];
+    let (mut live, mut peak) = (0usize, 0usize);
+    for (pos, &i) in order.iter().enumerate() {
+        if !constant[i] {
+            let bytes = elements(&graph.nodes[i].ty) * std::mem::size_of::<f64>();
+            live += bytes;
+            if !to_end[i] {
+                freed_at[last_use[i].max(pos)] += bytes;
+            }
+        }
+        peak = peak.max(live);
+        live -= freed_at[pos];
+    }
+    peak
 }
 
 /// Items per shard of a warm run, at least ([`Session::shards`]).
@@ -2113,7 +2251,7 @@ mod tests {
     use super::*;
     use crate::emulator::{self, EmuOptions};
     use nnp_grammar::SourceFile;
-    use nnp_lowering::swgraph::{Roots, lower, optimize};
+    use nnp_lowering::swgraph::{Node, Roots, lower, optimize};
 
     /// The outputs' bit patterns, NaN canonical (NaN payloads are not part of the contract).
     fn bits(o: &Outputs) -> Vec<(String, Vec<u32>)> {
@@ -2159,6 +2297,135 @@ mod tests {
             .count()
     }
 
+    /// The bytes per item a run holds at once, by hand (N = 2): an input of 4 lanes (4 f64),
+    /// padded to 3 tiles (6 f64) that an output reads, the relu of the padded value and the
+    /// sum of the relu with itself. The input is freed after the pad and the constant is not
+    /// counted; the padded value stays to the end (an output's), so at the sum the padded
+    /// value, the relu and the sum are alive: 3 x 6 f64. With the output reading the input
+    /// instead, the padded value goes after the relu: at the sum, 4 + 6 + 6 f64.
+    #[test]
+    fn peak_item_bytes_by_hand() {
+        let v = Ty::Vector { tiles: 3 };
+        let output = |src: u32| Node {
+            op: Op::Output {
+                name: "y".into(),
+                row: 0,
+                src: ValueId(src),
+            },
+            ty: Ty::None,
+        };
+        let mut graph = SwGraph {
+            version: nnp_lowering::swgraph::SWGRAPH_VERSION,
+            source: "hand".into(),
+            target: "hand".into(),
+            native: 2,
+            storage: FloatFormat::FP16,
+            nodes: vec![
+                Node {
+                    op: Op::Input {
+                        name: "x".into(),
+                        shape: vec![4],
+                    },
+                    ty: Ty::Logical { shape: vec![4] },
+                },
+                Node {
+                    op: Op::Zero { shape: vec![6] },
+                    ty: Ty::Logical { shape: vec![6] },
+                },
+                Node {
+                    op: Op::PadToTiles {
+                        src: ValueId(0),
+                        layout: TileLayout::Vector,
+                        pad: 0.0,
+                    },
+                    ty: v.clone(),
+                },
+                output(2),
+                Node {
+                    op: Op::Unary {
+                        op: UnOp::Relu,
+                        src: ValueId(2),
+                        format: FloatFormat::FP16,
+                        table: None,
+                    },
+                    ty: v.clone(),
+                },
+                Node {
+                    op: Op::Binary {
+                        op: nnp_lowering::swgraph::BinOp::Add,
+                        a: ValueId(4),
+                        b: ValueId(4),
+                        format: FloatFormat::FP16,
+                    },
+                    ty: v,
+                },
+            ],
+            outputs: vec![],
+            decls: vec![],
+            writes: vec![],
+        };
+        let order: Vec<usize> = (0..6).collect();
+        let constant = [false, true, false, false, false, false];
+        // Last readers: the input's at position 2, the padded value's at 4 (the relu), the
+        // relu's at 5; the rest are read by nothing.
+        let last_use = [2, 0, 4, 0, 5, 0];
+        assert_eq!(
+            peak_item_bytes(&graph, &order, &constant, &last_use),
+            3 * 6 * 8
+        );
+        graph.nodes[3] = output(0);
+        let last_use = [3, 0, 4, 0, 5, 0];
+        assert_eq!(
+            peak_item_bytes(&graph, &order, &constant, &last_use),
+            (4 + 6 + 6) * 8
+        );
+    }
+
+    /// The chunks of a run, by hand: `chunk_items` consecutive ranges of nearly equal size,
+    /// the first run too; by default none over what [`CHUNK_BYTES`] allow at the session's
+    /// bytes per item, or over 256 items where those allow fewer.
+    #[test]
+    fn chunks_by_hand() {
+        let (program, g) = lstm_sample_on(None);
+        let data = HostData::random(&program, 2, 1);
+        let session = |k: Option<usize>| {
+            let opts = ExecOptions {
+                chunk_items: k,
+                ..ExecOptions::default()
+            };
+            Session::new(&g, &opts).expect("session")
+        };
+        let s = session(Some(5));
+        assert_eq!(s.chunks(13), vec![0..4, 4..8, 8..13]);
+        assert_eq!(s.chunks(5), vec![0..5]);
+        assert_eq!(s.chunks(1), vec![0..1]);
+        let mut warm = session(Some(5));
+        warm.run(&data).expect("first run");
+        assert_eq!(warm.chunks(11), vec![0..3, 3..7, 7..11]);
+        assert_eq!(session(Some(1)).chunks(3), vec![0..1, 1..2, 2..3]);
+        // By default: the README's LSTM holds at most a few tens of KiB per item (2 tiles of
+        // h and c, 4 gates of 2 tiles, at f64), so a batch of 256 is one chunk, and a million
+        // items go in chunks of at most CHUNK_BYTES.
+        let d = session(None);
+        assert!((1_000..100_000).contains(&d.item_bytes), "{}", d.item_bytes);
+        assert_eq!(d.chunks(256), vec![0..256]);
+        let big = d.chunks(1_000_000);
+        assert!(big.len() > 1);
+        assert_eq!((big[0].start, big[big.len() - 1].end), (0, 1_000_000));
+        assert!(big.windows(2).all(|p| p[0].end == p[1].start));
+        assert!(
+            big.iter().all(|r| r.len() * d.item_bytes <= CHUNK_BYTES),
+            "{:?}",
+            &big[..2]
+        );
+        // A graph of large values per item still takes chunks of up to 256 items.
+        let mut fat = session(None);
+        fat.item_bytes = CHUNK_BYTES;
+        assert_eq!(fat.chunks(600), vec![0..200, 200..400, 400..600]);
+        assert_eq!(fat.chunks(512), vec![0..256, 256..512]);
+        assert_eq!(fat.chunks(100), vec![0..100]);
+    }
+
     /// The shards of a run, by hand: none for a first run, `batch_shards` consecutive ranges
     /// of nearly equal size (at most one per item) for warm ones, and by default one per
     /// thread of at least 4 items for a graph of small weights only.
@@ -2175,7 +2442,7 @@ mod tests {
             if warm {
                 s.run(&data).expect("first run");
             }
-            s.shards(b)
+            s.shards(0..b)
         };
         assert_eq!(shards(Some(3), false, 13), None);
         assert_eq!(shards(Some(3), true, 13), Some(vec![0..4, 4..8, 8..13]));
