@@ -1,12 +1,10 @@
 //! `nnpc emulate`: run firmware on the instruction-level hardware model.
 
 use super::host_args::{DataArgs, OutputArgs, RunSummary};
-use indicatif::{ProgressBar, ProgressStyle};
 use nnp_grammar::SourceFile;
-use nnp_runtime::emulator::{self, EmuError, EmuOptions, PROGRESS_CHUNK, Progress};
+use nnp_runtime::emulator::{self, EmuError, EmuOptions, PROGRESS_CHUNK};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Execute a checked program on the emulator (the hardware model) and write its outputs.
@@ -71,17 +69,11 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         .data
         .host_data(&program, None)
         .map_err(|e| miette::miette!("{e}"))?;
-    // A bar on a terminal (indicatif draws nothing when stderr is not one).
-    let bar = ProgressBar::new(data.batch as u64).with_style(
-        ProgressStyle::with_template("emulating {bar:30} {pos}/{len} input sets, {eta} left")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let tick = bar.clone();
+    let (bar, tick) = super::input_sets_bar("emulating", data.batch);
     let opts = EmuOptions {
         trace: args.trace.is_some(),
         chunk: None,
-        progress: (data.batch >= 2 * PROGRESS_CHUNK)
-            .then(|| Progress(Arc::new(move |n| tick.inc(n as u64)))),
+        progress: (data.batch >= 2 * PROGRESS_CHUNK).then_some(tick),
     };
     let start = Instant::now();
     let result = emulator::emulate(&program, &data, &opts);

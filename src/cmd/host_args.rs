@@ -2,14 +2,12 @@
 //! the host data comes from and how outputs are written. One definition, so the emulator and
 //! the software graph always see the same data for the same flags.
 
-use indicatif::{ProgressBar, ProgressStyle};
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::SwGraph;
 use nnp_runtime::exec::{ExecOptions, Execution, Session};
-use nnp_runtime::host::{HostData, HostError, LoadOptions, Outputs, Progress, ShapeDisplay};
+use nnp_runtime::host::{HostData, HostError, LoadOptions, Outputs, ShapeDisplay};
 use nnp_runtime::io::{self, Dtype, Layout};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// Host data: weight and input files, or seeded random data of the declared shapes.
 #[derive(clap::Args, Clone, Debug)]
@@ -82,14 +80,9 @@ impl ChunkArgs {
             ..opts
         };
         let mut session = Session::new(graph, &opts).map_err(|e| miette::miette!("{e}"))?;
-        // indicatif draws nothing when stderr is not a terminal.
-        let bar = ProgressBar::new(data.batch as u64).with_style(
-            ProgressStyle::with_template("running {bar:30} {pos}/{len} input sets, {eta} left")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
+        let (bar, tick) = super::input_sets_bar("running", data.batch);
         if session.chunk_count(data.batch) > 1 {
-            let tick = bar.clone();
-            session.set_progress(Some(Progress(Arc::new(move |n| tick.inc(n as u64)))));
+            session.set_progress(Some(tick));
         }
         let result = session.run(data);
         bar.finish_and_clear();

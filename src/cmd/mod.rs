@@ -11,10 +11,13 @@ pub mod host_args;
 pub mod quantize;
 pub mod run;
 
+use indicatif::{ProgressBar, ProgressStyle};
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::SwGraph;
+use nnp_runtime::host::Progress;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// A count flag's value (`--batch`, `--reps`, `--native`, ...): a positive integer. 0 is a
 /// usage error naming the flag (clap adds it), not a silent 1.
@@ -24,6 +27,19 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// A bar of `batch` input sets labelled `verb` (indicatif draws nothing when stderr is not a
+/// terminal), and the progress callback that advances it.
+pub fn input_sets_bar(verb: &str, batch: usize) -> (ProgressBar, Progress) {
+    let bar = ProgressBar::new(batch as u64).with_style(
+        ProgressStyle::with_template(&format!(
+            "{verb} {{bar:30}} {{pos}}/{{len}} input sets, {{eta}} left"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let tick = bar.clone();
+    (bar, Progress(Arc::new(move |n| tick.inc(n as u64))))
 }
 
 /// Load and check a firmware file; on failure print the diagnostics and return the exit status

@@ -464,7 +464,7 @@ impl<'g> Session<'g> {
                 // A no-op once the room is there.
                 let per_item = t.data.len().checked_div(t.shape[0]).unwrap_or(0);
                 t.data
-                    .reserve_exact(per_item * b.saturating_sub(t.shape[0]).max(more.shape[0]));
+                    .reserve_exact(per_item * b.saturating_sub(t.shape[0]));
                 t.data.extend_from_slice(&more.data);
                 t.shape[0] += more.shape[0];
             }
