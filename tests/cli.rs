@@ -115,6 +115,79 @@ fn runs_in_chunks_give_the_same_bytes() {
     assert!(stdout(&o).contains("(concordant)"), "{}", stdout(&o));
 }
 
+/// `nnpc run` writes each chunk's outputs to the file as it is done; the files are the bytes
+/// `nnpc emulate` writes for the same data in one piece (the emulator's own outputs), in the
+/// safetensors, `.npy` and directory kinds, in tiles and as f32.
+#[test]
+fn streamed_outputs_are_the_emulators_bytes() {
+    let dir = common::scratch("streamed");
+    for (name, extra) in [
+        ("out.safetensors", vec![]),
+        ("out.npy", vec!["--layout", "tiles", "--dtype", "f32"]),
+        ("out_dir", vec!["--layout", "tiles"]),
+    ] {
+        let run = dir.join("run").join(name);
+        let emu = dir.join("emu").join(name);
+        for (cmd, path) in [("run", &run), ("emulate", &emu)] {
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+            let mut args = vec![cmd, "samples/mlp2_relu.nnp", "--batch", "7"];
+            args.extend(["--chunk-items", "3"].iter().filter(|_| cmd == "run"));
+            args.extend(["-o", common::arg(path)]);
+            args.extend(&extra);
+            let o = nnpc(&args);
+            assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        }
+        let bytes = |p: &std::path::Path| -> Vec<(String, Vec<u8>)> {
+            if !p.is_dir() {
+                return vec![(String::new(), std::fs::read(p).expect("file"))];
+            }
+            let mut files: Vec<_> = std::fs::read_dir(p)
+                .expect("dir")
+                .map(|e| {
+                    let e = e.expect("entry");
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    (name, std::fs::read(e.path()).expect("file"))
+                })
+                .collect();
+            files.sort();
+            files
+        };
+        let (r, e) = (bytes(&run), bytes(&emu));
+        assert!(
+            !r.is_empty() && r.iter().all(|(_, b)| b.len() > 128),
+            "{name}"
+        );
+        assert!(r == e, "{name}: the run's files differ from the emulator's");
+    }
+}
+
+/// An output path that cannot be written is refused before the run, naming the path, and
+/// leaves nothing behind.
+#[test]
+fn an_unwritable_output_fails_before_the_run() {
+    let dir = common::scratch("unwritable");
+    let bad = dir
+        .join("no")
+        .join("such")
+        .join("dir")
+        .join("out.safetensors");
+    let o = nnpc(&[
+        "run",
+        "samples/lstm.nnp",
+        "--batch",
+        "3",
+        "-o",
+        common::arg(&bad),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    // (miette wraps the long path over lines.)
+    assert!(err.contains("cannot write `"), "{err}");
+    assert!(err.contains("out.safetensors`: No such file"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 0);
+}
+
 #[test]
 fn run_gives_the_same_bytes_on_the_float_path() {
     // `--float-matmul` forces the float BLAS path where the integer kernel would run: the

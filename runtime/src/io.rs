@@ -29,6 +29,16 @@ pub enum Dtype {
     F32,
 }
 
+impl Dtype {
+    /// Bytes per value.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F16 => 2,
+            Dtype::F32 => 4,
+        }
+    }
+}
+
 /// How tensors are laid out in files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Layout {
@@ -112,35 +122,20 @@ pub fn read_tensors(path: &Path) -> Result<BTreeMap<String, Tensor>, IoError> {
     }
 }
 
-/// Write tensors to a file or directory (see the module docs).
+/// Write tensors to a file or directory (see the module docs): one piece of an
+/// [`ItemWriter`] per tensor.
 pub fn write_tensors(
     path: &Path,
     tensors: &BTreeMap<String, Tensor>,
     dtype: Dtype,
 ) -> Result<(), IoError> {
-    let write_err = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| IoError::Write { path: p, source }
-    };
-    if has_ext(path, "safetensors") {
-        return safetensors_write(tensors, dtype, path);
-    }
-    if has_ext(path, "npy") {
-        let mut it = tensors.values();
-        return match (it.next(), it.next()) {
-            (Some(t), None) => std::fs::write(path, npy_encode(t, dtype)).map_err(write_err(path)),
-            _ => Err(IoError::NotOne {
-                path: path.to_path_buf(),
-                count: tensors.len(),
-            }),
-        };
-    }
-    std::fs::create_dir_all(path).map_err(write_err(path))?;
-    for (name, t) in tensors {
-        let p = path.join(format!("{name}.npy"));
-        std::fs::write(&p, npy_encode(t, dtype)).map_err(write_err(&p))?;
-    }
-    Ok(())
+    let shapes = tensors
+        .iter()
+        .map(|(name, t)| (name.clone(), t.shape.clone()))
+        .collect();
+    let mut writer = ItemWriter::create(path, &shapes, dtype)?;
+    writer.write_items(0, tensors)?;
+    writer.finish()
 }
 
 fn has_ext(path: &Path, ext: &str) -> bool {
@@ -180,9 +175,27 @@ pub fn to_tiles(name: &str, t: &Tensor, native: usize, matrix: bool) -> Result<T
     for r in 0..rows {
         data[r * tiles * n..r * tiles * n + c].copy_from_slice(&t.data[r * c..(r + 1) * c]);
     }
-    let mut shape = t.shape[..t.shape.len().saturating_sub(1)].to_vec();
-    shape.extend([tiles, n]);
-    Ok(Tensor { shape, data })
+    Ok(Tensor {
+        shape: tiles_shape(&t.shape, n, false),
+        data,
+    })
+}
+
+/// The shape [`to_tiles`] gives a tensor of shape `shape` (a matrix: its first two
+/// dimensions as rows and columns).
+pub fn tiles_shape(shape: &[usize], native: usize, matrix: bool) -> Vec<usize> {
+    let n = native.max(1);
+    if matrix {
+        let (r, c) = (
+            shape.first().copied().unwrap_or(1),
+            shape.get(1).copied().unwrap_or(1),
+        );
+        return vec![r.div_ceil(n), c.div_ceil(n), n, n];
+    }
+    let c = shape.last().copied().unwrap_or(1);
+    let mut out = shape[..shape.len().saturating_sub(1)].to_vec();
+    out.extend([c.div_ceil(n), n]);
+    out
 }
 
 /// Every tensor in `layout`: unchanged for [`Layout::Logical`], [`to_tiles`] for
@@ -213,7 +226,10 @@ pub fn from_tiles(
     matrix: bool,
 ) -> Result<Tensor, IoError> {
     let n = native.max(1);
-    let expected = to_tiles(name, &Tensor::zeros(logical.to_vec()), n, matrix)?.shape;
+    if matrix && logical.len() != 2 {
+        return Err(layout_err(name, logical, "a matrix must be 2-D"));
+    }
+    let expected = tiles_shape(logical, n, matrix);
     if t.shape != expected {
         return Err(layout_err(
             name,
@@ -343,41 +359,211 @@ fn safetensors_decode(bytes: &[u8], path: &Path) -> Result<BTreeMap<String, Tens
     Ok(out)
 }
 
-/// Write `tensors` as a safetensors file, streamed: the values are encoded tensor by tensor,
-/// never the whole file in memory.
-fn safetensors_write(
-    tensors: &BTreeMap<String, Tensor>,
+/// The header of a safetensors file of `shapes`, all of `dtype`, their values in name order:
+/// the 8-byte length and the JSON, padded with spaces to a multiple of 8 as the crate's
+/// `serialize` does (the same bytes: `safetensors_files_are_the_crates_bytes`).
+fn safetensors_header(
+    shapes: &BTreeMap<String, Vec<usize>>,
     dtype: Dtype,
     path: &Path,
-) -> Result<(), IoError> {
+) -> Result<Vec<u8>, IoError> {
+    use safetensors::tensor::{Metadata, TensorInfo};
     let st_dtype = match dtype {
         Dtype::F16 => safetensors::Dtype::F16,
         Dtype::F32 => safetensors::Dtype::F32,
     };
-    let buffers: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+    let mut offset = 0;
+    let infos = shapes
         .iter()
-        .map(|(n, t)| (n.clone(), t.shape.clone(), encode_values(&t.data, dtype)))
+        .map(|(name, shape)| {
+            let end = offset + shape.iter().product::<usize>() * dtype.size();
+            let info = TensorInfo {
+                dtype: st_dtype,
+                shape: shape.clone(),
+                data_offsets: (offset, end),
+            };
+            offset = end;
+            (name.clone(), info)
+        })
         .collect();
-    let err = |e: safetensors::SafeTensorError| match e {
-        safetensors::SafeTensorError::IoError(source) => IoError::Write {
+    let err = |message: String| IoError::Safetensors {
+        path: path.to_path_buf(),
+        message,
+    };
+    let metadata = Metadata::new(None, infos).map_err(|e| err(e.to_string()))?;
+    let mut json = serde_json::to_string(&metadata)
+        .map_err(|e| err(e.to_string()))?
+        .into_bytes();
+    json.resize(json.len().next_multiple_of(8), b' ');
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend(json);
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing in pieces
+
+/// Tensor files written in pieces of consecutive items (the first dimension) as a run
+/// produces them, so a large batch's outputs never sit whole in memory. The files go by the
+/// path as in [`write_tensors`] (which writes each tensor as one piece). Each file is written
+/// under a temporary name next to its place (`.NAME.nnpc-PID.tmp`) and renamed there by
+/// [`ItemWriter::finish`]: a run that fails or is dropped leaves no file half-written and an
+/// existing one untouched.
+pub struct ItemWriter {
+    dtype: Dtype,
+    files: Vec<PendingFile>,
+    /// Each tensor's file (an index into `files`), where its values start there, and its
+    /// shape.
+    slots: BTreeMap<String, (usize, u64, Vec<usize>)>,
+}
+
+/// A file being written under a temporary name.
+struct PendingFile {
+    file: std::fs::File,
+    temp: PathBuf,
+    path: PathBuf,
+}
+
+impl ItemWriter {
+    /// Create the files for tensors of `shapes`, holding their headers (the values read as
+    /// zeros until written).
+    pub fn create(
+        path: &Path,
+        shapes: &BTreeMap<String, Vec<usize>>,
+        dtype: Dtype,
+    ) -> Result<ItemWriter, IoError> {
+        let mut writer = ItemWriter {
+            dtype,
+            files: Vec::new(),
+            slots: BTreeMap::new(),
+        };
+        let bytes = |shape: &[usize]| (shape.iter().product::<usize>() * dtype.size()) as u64;
+        if has_ext(path, "safetensors") {
+            let header = safetensors_header(shapes, dtype, path)?;
+            let total = shapes.values().map(|s| bytes(s)).sum();
+            writer.open(path, &header, total)?;
+            let mut start = header.len() as u64;
+            for (name, shape) in shapes {
+                writer.slots.insert(name.clone(), (0, start, shape.clone()));
+                start += bytes(shape);
+            }
+            return Ok(writer);
+        }
+        let one = has_ext(path, "npy");
+        if one && shapes.len() != 1 {
+            return Err(IoError::NotOne {
+                path: path.to_path_buf(),
+                count: shapes.len(),
+            });
+        }
+        if !one {
+            std::fs::create_dir_all(path).map_err(|source| IoError::Write {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        }
+        for (name, shape) in shapes {
+            let file = if one {
+                path.to_path_buf()
+            } else {
+                path.join(format!("{name}.npy"))
+            };
+            let header = npy_header(shape, dtype);
+            let index = writer.open(&file, &header, bytes(shape))?;
+            let start = header.len() as u64;
+            writer
+                .slots
+                .insert(name.clone(), (index, start, shape.clone()));
+        }
+        Ok(writer)
+    }
+
+    /// Open a temporary file for `path` holding `header` and room for `values` bytes after
+    /// it; its index in `files`.
+    fn open(&mut self, path: &Path, header: &[u8], values: u64) -> Result<usize, IoError> {
+        use std::io::Write;
+        let err = |source| IoError::Write {
             path: path.to_path_buf(),
             source,
-        },
-        e => IoError::Safetensors {
+        };
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let temp = path.with_file_name(format!(
+            ".{}.nnpc-{}.tmp",
+            name.unwrap_or_default(),
+            std::process::id()
+        ));
+        let mut file = std::fs::File::create(&temp).map_err(err)?;
+        let ready = file
+            .write_all(header)
+            .and_then(|()| file.set_len(header.len() as u64 + values));
+        // Kept even when that failed, so `Drop` removes it.
+        self.files.push(PendingFile {
+            file,
+            temp,
             path: path.to_path_buf(),
-            message: e.to_string(),
-        },
-    };
-    let views = buffers
-        .iter()
-        .map(|(n, s, b)| {
-            Ok((
-                n.as_str(),
-                safetensors::tensor::TensorView::new(st_dtype, s.clone(), b).map_err(err)?,
-            ))
-        })
-        .collect::<Result<Vec<_>, IoError>>()?;
-    safetensors::serialize_to_file(views, None, path).map_err(err)
+        });
+        ready.map_err(err)?;
+        Ok(self.files.len() - 1)
+    }
+
+    /// Write the values of `tensors`, each holding consecutive items from item `first` of its
+    /// tensor (all of a tensor's dimensions but the first are whole).
+    pub fn write_items(
+        &mut self,
+        first: usize,
+        tensors: &BTreeMap<String, Tensor>,
+    ) -> Result<(), IoError> {
+        use std::io::{Seek, SeekFrom, Write};
+        for (name, t) in tensors {
+            let piece_err = |message: String| layout_err(name, &t.shape, &message);
+            let Some((index, start, shape)) = self.slots.get(name) else {
+                return Err(piece_err("the file was created without it".into()));
+            };
+            let per_item = shape.iter().skip(1).product::<usize>();
+            let at = first * per_item;
+            if at + t.len() > shape.iter().product::<usize>() {
+                return Err(piece_err(format!(
+                    "items from {first} do not fit its file's shape {}",
+                    ShapeDisplay(shape)
+                )));
+            }
+            let pending = &mut self.files[*index];
+            let err = |source| IoError::Write {
+                path: pending.path.clone(),
+                source,
+            };
+            let offset = start + (at * self.dtype.size()) as u64;
+            pending.file.seek(SeekFrom::Start(offset)).map_err(err)?;
+            pending
+                .file
+                .write_all(&encode_values(&t.data, self.dtype))
+                .map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// Put every file in its place.
+    pub fn finish(mut self) -> Result<(), IoError> {
+        for pending in std::mem::take(&mut self.files) {
+            let err = |source| IoError::Write {
+                path: pending.path.clone(),
+                source,
+            };
+            if let Err(e) = std::fs::rename(&pending.temp, &pending.path) {
+                let _ = std::fs::remove_file(&pending.temp);
+                return Err(err(e));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ItemWriter {
+    fn drop(&mut self) {
+        for pending in &self.files {
+            let _ = std::fs::remove_file(&pending.temp);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -385,18 +571,26 @@ fn safetensors_write(
 
 const NPY_MAGIC: &[u8] = b"\x93NUMPY";
 
-/// Encode one tensor as `.npy` version 1.0 (header padded to a multiple of 64 bytes).
+/// Encode one tensor as `.npy` version 1.0 ([`npy_header`] and the values).
 pub fn npy_encode(t: &Tensor, dtype: Dtype) -> Vec<u8> {
+    let mut out = npy_header(&t.shape, dtype);
+    out.extend(encode_values(&t.data, dtype));
+    out
+}
+
+/// The header of a `.npy` version 1.0 file of `shape` (padded to a multiple of 64 bytes): the
+/// values follow it, in C order.
+fn npy_header(shape: &[usize], dtype: Dtype) -> Vec<u8> {
     let descr = match dtype {
         Dtype::F16 => "<f2",
         Dtype::F32 => "<f4",
     };
-    let shape = match t.shape.len() {
-        0 => "()".to_string(),
-        1 => format!("({},)", t.shape[0]),
+    let shape = match shape {
+        [] => "()".to_string(),
+        [d] => format!("({d},)"),
         _ => format!(
             "({})",
-            t.shape
+            shape
                 .iter()
                 .map(|d| d.to_string())
                 .collect::<Vec<_>>()
@@ -408,12 +602,11 @@ pub fn npy_encode(t: &Tensor, dtype: Dtype) -> Vec<u8> {
     let unpadded = 10 + header.len() + 1;
     header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
     header.push('\n');
-    let mut out = Vec::with_capacity(10 + header.len() + t.len() * 4);
+    let mut out = Vec::with_capacity(10 + header.len());
     out.extend_from_slice(NPY_MAGIC);
     out.extend_from_slice(&[1, 0]);
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
-    out.extend(encode_values(&t.data, dtype));
     out
 }
 
@@ -535,6 +728,7 @@ pub fn read_table(path: &Path) -> Result<Vec<u16>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ops::Range;
 
     #[test]
     fn table_files_are_little_endian_and_sized() {
@@ -557,6 +751,185 @@ mod tests {
                 .unwrap_err()
                 .starts_with("cannot be read")
         );
+    }
+
+    /// A scratch directory of its own for one test.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("nnpc-io-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Tensors of several shapes (a scalar, a vector, batches of rows) with values an f16
+    /// holds exactly, so both dtypes round-trip.
+    fn sample_tensors() -> BTreeMap<String, Tensor> {
+        let values = |n: usize| (0..n).map(|i| i as f32 * 0.25 - 3.0).collect::<Vec<_>>();
+        [
+            ("a_scalar", vec![]),
+            ("b_vec", vec![5]),
+            ("c_rows", vec![7, 2, 3]),
+            ("d_empty", vec![0, 4]),
+        ]
+        .into_iter()
+        .map(|(name, shape): (&str, Vec<usize>)| {
+            let n = shape.iter().product();
+            (name.to_string(), Tensor::new(shape, values(n)).unwrap())
+        })
+        .collect()
+    }
+
+    /// The safetensors file we write is byte for byte what the crate's own `serialize` makes
+    /// of the same tensors (the reference implementation of the format), for both dtypes.
+    #[test]
+    fn safetensors_files_are_the_crates_bytes() {
+        let dir = scratch("st-bytes");
+        let tensors = sample_tensors();
+        for (dtype, st) in [
+            (Dtype::F16, safetensors::Dtype::F16),
+            (Dtype::F32, safetensors::Dtype::F32),
+        ] {
+            let path = dir.join("t.safetensors");
+            write_tensors(&path, &tensors, dtype).unwrap();
+            let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+                .iter()
+                .map(|(n, t)| (n.clone(), t.shape.clone(), encode_values(&t.data, dtype)))
+                .collect();
+            let views = bytes.iter().map(|(n, shape, b)| {
+                let view = safetensors::tensor::TensorView::new(st, shape.clone(), b).unwrap();
+                (n.as_str(), view)
+            });
+            let want = safetensors::serialize(views, None).unwrap();
+            assert_eq!(std::fs::read(&path).unwrap(), want, "{dtype:?}");
+            assert_eq!(read_tensors(&path).unwrap(), tensors);
+        }
+    }
+
+    /// Pieces of items written in any order give the bytes of one whole write, in every kind
+    /// of file; until `finish` only the temporary files exist, and a writer dropped before it
+    /// leaves neither them nor a changed file behind.
+    #[test]
+    fn pieces_give_the_bytes_of_one_write() {
+        let dir = scratch("pieces");
+        let whole = sample_tensors();
+        // c_rows in pieces of items 4..7, 0..1, 1..4, the other tensors whole.
+        let piece = |items: Range<usize>| {
+            let t = &whole["c_rows"];
+            let data = t.data[items.start * 6..items.end * 6].to_vec();
+            let t = Tensor::new(vec![items.len(), 2, 3], data).unwrap();
+            BTreeMap::from([("c_rows".to_string(), t)])
+        };
+        let rest: BTreeMap<String, Tensor> = whole
+            .iter()
+            .filter(|(n, _)| *n != "c_rows")
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        let shapes = whole
+            .iter()
+            .map(|(n, t)| (n.clone(), t.shape.clone()))
+            .collect();
+        let one = BTreeMap::from([("c_rows".to_string(), whole["c_rows"].clone())]);
+        let one_shape = BTreeMap::from([("c_rows".to_string(), vec![7, 2, 3])]);
+        let listing = |d: &Path| {
+            let mut names: Vec<String> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        for dtype in [Dtype::F16, Dtype::F32] {
+            for (name, tensors, shapes) in [
+                ("t.safetensors", &whole, &shapes),
+                ("dir", &whole, &shapes),
+                ("one.npy", &one, &one_shape),
+            ] {
+                let (a, b) = (
+                    dir.join(format!("whole-{dtype:?}")).join(name),
+                    dir.join(format!("pieces-{dtype:?}")).join(name),
+                );
+                std::fs::create_dir_all(a.parent().unwrap()).unwrap();
+                std::fs::create_dir_all(b.parent().unwrap()).unwrap();
+                write_tensors(&a, tensors, dtype).unwrap();
+                let mut w = ItemWriter::create(&b, shapes, dtype).unwrap();
+                for items in [4..7, 0..1, 1..4] {
+                    w.write_items(items.start, &piece(items)).unwrap();
+                }
+                if tensors.len() > 1 {
+                    w.write_items(0, &rest).unwrap();
+                }
+                assert!(!b.exists() || b.is_dir(), "{name} before finish");
+                if b.is_dir() {
+                    assert!(listing(&b).iter().all(|n| n.ends_with(".tmp")), "{name}");
+                }
+                w.finish().unwrap();
+                let files = |p: &Path| -> Vec<Vec<u8>> {
+                    if p.is_dir() {
+                        let names = listing(p);
+                        names
+                            .iter()
+                            .map(|n| std::fs::read(p.join(n)).unwrap())
+                            .collect()
+                    } else {
+                        vec![std::fs::read(p).unwrap()]
+                    }
+                };
+                assert_eq!(files(&a), files(&b), "{name} {dtype:?}");
+                // (A `.npy` file's tensor is named by its stem.)
+                let back: Vec<Tensor> = read_tensors(&b).unwrap().into_values().collect();
+                let want: Vec<Tensor> = tensors.values().cloned().collect();
+                assert_eq!(back, want, "{name} {dtype:?}");
+            }
+        }
+        let pieces = dir.join("pieces-F32");
+        assert_eq!(
+            listing(&pieces.join("dir")),
+            ["a_scalar.npy", "b_vec.npy", "c_rows.npy", "d_empty.npy"]
+        );
+        // Dropped before finish: the existing file keeps its bytes, no temporary file stays.
+        let kept = pieces.join("t.safetensors");
+        let before = std::fs::read(&kept).unwrap();
+        let mut w = ItemWriter::create(&kept, &shapes, Dtype::F32).unwrap();
+        w.write_items(0, &piece(0..2)).unwrap();
+        assert_eq!(listing(&pieces).len(), 4, "the temporary file is there");
+        drop(w);
+        assert_eq!(std::fs::read(&kept).unwrap(), before);
+        assert_eq!(listing(&pieces), ["dir", "one.npy", "t.safetensors"]);
+    }
+
+    /// A piece that does not fit its tensor, a tensor the file was not made for and a place
+    /// that cannot be written are errors naming the tensor or the file.
+    #[test]
+    fn pieces_that_do_not_fit_are_errors() {
+        let dir = scratch("misfit");
+        let shapes = BTreeMap::from([("x".to_string(), vec![3, 2])]);
+        let path = dir.join("x.safetensors");
+        let mut w = ItemWriter::create(&path, &shapes, Dtype::F16).unwrap();
+        let two = |name: &str| {
+            let t = Tensor::new(vec![2, 2], vec![1.0; 4]).unwrap();
+            BTreeMap::from([(name.to_string(), t)])
+        };
+        let e = w.write_items(2, &two("x")).unwrap_err().to_string();
+        assert!(
+            e.contains("items from 2 do not fit its file's shape [3, 2]"),
+            "{e}"
+        );
+        let e = w.write_items(0, &two("y")).unwrap_err().to_string();
+        assert!(e.contains("`y`") && e.contains("created without it"), "{e}");
+        w.write_items(1, &two("x")).unwrap();
+        drop(w);
+        assert!(!path.exists());
+        let nowhere = dir.join("no").join("such").join("x.safetensors");
+        let e = ItemWriter::create(&nowhere, &shapes, Dtype::F16)
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .starts_with(&format!("cannot write `{}`", nowhere.display())),
+            "{e}"
+        );
+        let e = ItemWriter::create(&dir.join("two.npy"), &BTreeMap::new(), Dtype::F16);
+        assert!(matches!(e, Err(IoError::NotOne { count: 0, .. })));
     }
 
     #[test]

@@ -98,7 +98,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         file: &args.file,
         program: &program,
         nodes: None,
-        outputs: &emu.outputs,
+        outputs: &super::host_args::output_shapes(&emu.outputs),
         batch: data.batch,
         secs,
         output_file: args.out.output.as_deref(),

@@ -4,9 +4,11 @@
 
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::SwGraph;
-use nnp_runtime::exec::{ExecOptions, Execution, Session};
+use nnp_runtime::exec::{ExecError, ExecOptions, Execution, Session};
 use nnp_runtime::host::{HostData, HostError, LoadOptions, Outputs, ShapeDisplay};
-use nnp_runtime::io::{self, Dtype, Layout};
+use nnp_runtime::io::{self, Dtype, IoError, Layout};
+use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// Host data: weight and input files, or seeded random data of the declared shapes.
@@ -68,12 +70,35 @@ pub struct ChunkArgs {
 
 impl ChunkArgs {
     /// Run `graph` on `data` in a fresh session with these chunks, with a progress bar on a
-    /// terminal when the batch takes more than one chunk.
+    /// terminal when the batch takes more than one chunk; the outputs of the whole batch in
+    /// the execution.
     pub fn execute(
         &self,
         graph: &SwGraph,
         data: &HostData,
         opts: ExecOptions,
+    ) -> miette::Result<Execution> {
+        self.with_session(graph, data, opts, |session| session.run(data))
+    }
+
+    /// Run as [`ChunkArgs::execute`] does, handing each chunk's outputs to `sink` as it is
+    /// done ([`Session::run_each`]): the run holds one chunk's outputs at a time.
+    pub fn execute_each<E: From<ExecError> + Send + std::fmt::Display>(
+        &self,
+        graph: &SwGraph,
+        data: &HostData,
+        opts: ExecOptions,
+        sink: impl FnMut(Range<usize>, Outputs) -> Result<(), E> + Send,
+    ) -> miette::Result<Execution> {
+        self.with_session(graph, data, opts, |session| session.run_each(data, sink))
+    }
+
+    fn with_session<E: std::fmt::Display>(
+        &self,
+        graph: &SwGraph,
+        data: &HostData,
+        opts: ExecOptions,
+        run: impl FnOnce(&mut Session) -> Result<Execution, E>,
     ) -> miette::Result<Execution> {
         let opts = ExecOptions {
             chunk_items: self.chunk_items,
@@ -84,7 +109,7 @@ impl ChunkArgs {
         if session.chunk_count(data.batch) > 1 {
             session.set_progress(Some(tick));
         }
-        let result = session.run(data);
+        let result = run(&mut session);
         bar.finish_and_clear();
         result.map_err(|e| miette::miette!("{e}"))
     }
@@ -139,6 +164,37 @@ impl OutputArgs {
         io::write_tensors(path, &tensors, self.dtype(program)).map_err(|e| miette::miette!("{e}"))
     }
 
+    /// The files for outputs of the logical shapes `shapes`, written in pieces of items as a
+    /// run produces them ([`OutputWriter::write`]), if `-o` was given. Created before the run,
+    /// so a path that cannot be written fails at once.
+    pub fn writer(
+        &self,
+        program: &Program,
+        shapes: &BTreeMap<String, Vec<usize>>,
+    ) -> miette::Result<Option<OutputWriter>> {
+        let Some(path) = &self.output else {
+            return Ok(None);
+        };
+        let (layout, native) = (self.layout.into(), program.native());
+        let laid_out = shapes
+            .iter()
+            .map(|(name, shape)| {
+                let shape = match layout {
+                    Layout::Logical => shape.clone(),
+                    Layout::Tiles => io::tiles_shape(shape, native, false),
+                };
+                (name.clone(), shape)
+            })
+            .collect();
+        let files = io::ItemWriter::create(path, &laid_out, self.dtype(program))
+            .map_err(|e| miette::miette!("{e}"))?;
+        Ok(Some(OutputWriter {
+            files,
+            layout,
+            native,
+        }))
+    }
+
     /// f16 when every value of the storage format is an f16, else f32 (exact either way).
     fn dtype(&self, program: &Program) -> Dtype {
         match self.dtype {
@@ -150,6 +206,34 @@ impl OutputArgs {
             },
         }
     }
+}
+
+/// Outputs written in pieces of items, in `-o`'s layout ([`OutputArgs::writer`]).
+pub struct OutputWriter {
+    files: io::ItemWriter,
+    layout: Layout,
+    native: usize,
+}
+
+impl OutputWriter {
+    /// Write the outputs of the items from `first` on.
+    pub fn write(&mut self, first: usize, outputs: &Outputs) -> Result<(), IoError> {
+        let tensors = io::to_layout(outputs, self.layout, self.native, |_| false)?;
+        self.files.write_items(first, &tensors)
+    }
+
+    /// Put the files in their places.
+    pub fn finish(self) -> Result<(), IoError> {
+        self.files.finish()
+    }
+}
+
+/// The shape of every output.
+pub fn output_shapes(outputs: &Outputs) -> BTreeMap<String, Vec<usize>> {
+    outputs
+        .iter()
+        .map(|(name, t)| (name.clone(), t.shape.clone()))
+        .collect()
 }
 
 /// Input vectors of one batch item: the rows the host pushes on netq (at least one).
@@ -171,7 +255,8 @@ pub struct RunSummary<'a> {
     pub program: &'a Program,
     /// Graph nodes, for the software graph.
     pub nodes: Option<usize>,
-    pub outputs: &'a Outputs,
+    /// The logical shape of every output ([`output_shapes`]).
+    pub outputs: &'a BTreeMap<String, Vec<usize>>,
     pub batch: usize,
     pub secs: f64,
     pub output_file: Option<&'a Path>,
@@ -189,7 +274,7 @@ impl RunSummary<'_> {
             let outs: Vec<serde_json::Value> = self
                 .outputs
                 .iter()
-                .map(|(n, t)| serde_json::json!({ "name": n, "shape": t.shape }))
+                .map(|(n, shape)| serde_json::json!({ "name": n, "shape": shape }))
                 .collect();
             let mut v = serde_json::json!({
                 "file": self.file,
@@ -217,8 +302,8 @@ impl RunSummary<'_> {
             p.native(),
             self.batch
         );
-        for (name, t) in self.outputs {
-            println!("  output {name}: {}", ShapeDisplay(&t.shape));
+        for (name, shape) in self.outputs {
+            println!("  output {name}: {}", ShapeDisplay(shape));
         }
         println!(
             "  {:.3} ms, {vectors} input vectors, {per_s:.0} vectors/s",

@@ -3,7 +3,9 @@
 use super::host_args::{ChunkArgs, DataArgs, OutputArgs, RunSummary};
 use nnp_grammar::{Program, SourceFile, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
-use nnp_runtime::exec::{self, DeviceKind, ExecOptions};
+use nnp_runtime::exec::{self, DeviceKind, ExecError, ExecOptions};
+use nnp_runtime::io::IoError;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -89,6 +91,15 @@ fn host_program(g: &SwGraph) -> Program {
     }
 }
 
+/// Why a chunk's outputs could not be taken: the run failed, or writing them did.
+#[derive(Debug, thiserror::Error)]
+enum SinkError {
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    #[error(transparent)]
+    Write(IoError),
+}
+
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let roots = if args.trace.is_some() {
         Roots::OutputsAndWrites
@@ -137,21 +148,39 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         float_matmul: args.float_matmul,
         ..ExecOptions::default()
     };
+    let shapes: BTreeMap<String, Vec<usize>> = graph
+        .outputs
+        .iter()
+        .map(|o| {
+            let shape = [data.batch].into_iter().chain(o.shape.iter().copied());
+            (o.name.clone(), shape.collect())
+        })
+        .collect();
+    let mut writer = args.out.writer(&program, &shapes)?;
     let start = Instant::now();
-    let result = args.chunks.execute(&graph, &data, opts)?;
+    // Each chunk's outputs go to the files as the chunk is done: the run never holds the
+    // whole batch's.
+    let result =
+        args.chunks
+            .execute_each(&graph, &data, opts, |items, outputs| match &mut writer {
+                Some(w) => w.write(items.start, &outputs).map_err(SinkError::Write),
+                None => Ok(()),
+            })?;
     let secs = start.elapsed().as_secs_f64();
     if let Some(path) = &args.trace {
         let records = exec::trace::records(&graph, &result, data.batch)
             .ok_or_else(|| miette::miette!("internal: the run kept no written values"))?;
         nnp_runtime::trace::write_trace(path, &records).map_err(|e| miette::miette!("{e}"))?;
     }
-    args.out.write(&program, &result.outputs)?;
+    if let Some(w) = writer {
+        w.finish().map_err(|e| miette::miette!("{e}"))?;
+    }
     RunSummary {
         engine: "software graph on",
         file: &args.file,
         program: &program,
         nodes: Some(graph.nodes.len()),
-        outputs: &result.outputs,
+        outputs: &shapes,
         batch: data.batch,
         secs,
         output_file: args.out.output.as_deref(),

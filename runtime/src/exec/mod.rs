@@ -331,9 +331,27 @@ impl<'g> Session<'g> {
     }
 
     /// Run the graph on `data` (`data.batch` input sets), in chunks of items one after the
-    /// other ([`Session::chunks`]). A warm chunk of a graph with small weights goes in shards
-    /// of items, one per thread ([`Session::run_shards`]).
+    /// other ([`Session::chunks`]), with the outputs of the whole batch in the execution. A
+    /// warm chunk of a graph with small weights goes in shards of items, one per thread
+    /// ([`Session::run_shards`]).
     pub fn run(&mut self, data: &HostData) -> Result<Execution, ExecError> {
+        let mut outputs = Outputs::new();
+        let run = self.run_each(data, |_, part| {
+            append_outputs(&mut outputs, part, data.batch);
+            Ok::<_, ExecError>(())
+        })?;
+        Ok(Execution { outputs, ..run })
+    }
+
+    /// Run like [`Session::run`], but hand each chunk's outputs to `sink` with the chunk's
+    /// items as soon as the chunk is done, in order, instead of holding the whole batch's: a
+    /// run of any batch then holds one chunk's values at a time. The execution returned has
+    /// no outputs (written values are merged as in `run`); an error of `sink` stops the run.
+    pub fn run_each<E: From<ExecError> + Send>(
+        &mut self,
+        data: &HostData,
+        mut sink: impl FnMut(Range<usize>, Outputs) -> Result<(), E> + Send,
+    ) -> Result<Execution, E> {
         // On one of rayon's threads: every op's parallel loop then starts on this thread at
         // once, with idle threads joining as they wake, instead of the caller handing it to
         // the pool and sleeping until it is done (two wake-ups per op, each tens of
@@ -351,21 +369,25 @@ impl<'g> Session<'g> {
             }
             let (count, mut shards, mut all) = (chunks.len(), 1, None);
             for items in chunks {
-                let done = items.len();
+                let mut chunk = None;
                 match self.shards(items.clone()) {
                     Some(s) => {
                         shards = shards.max(s.len());
                         for part in self.run_shards(data, s)? {
-                            self.merge(&mut all, part, data.batch);
+                            self.merge(&mut chunk, part, items.len());
                         }
                     }
                     None => {
-                        let part = self.run_whole(data, items)?;
-                        self.merge(&mut all, part, data.batch);
+                        let part = self.run_whole(data, items.clone())?;
+                        self.merge(&mut chunk, part, items.len());
                     }
                 }
+                let mut chunk = chunk.unwrap_or_default();
+                let outputs = std::mem::take(&mut chunk.outputs);
+                self.merge(&mut all, chunk, data.batch);
+                sink(items.clone(), outputs)?;
                 if let Some(p) = &self.progress {
-                    (p.0)(done);
+                    (p.0)(items.len());
                 }
             }
             Ok(self.execution(all, shards, count))
@@ -449,26 +471,16 @@ impl<'g> Session<'g> {
         Ok(parts.into_iter().map(|(part, _)| part).collect())
     }
 
-    /// Append `part` (the next items in order) to `all`, the parts so far of a run at batch
-    /// `b`: outputs and written values concatenated (a constant's written value is one item
-    /// in every part), and a node counted on a fast path where every part took it. The first
-    /// append makes room for the whole batch's outputs at the first part's size per item, so
-    /// a run of many chunks holds each output once.
+    /// Append `part` (the next items in order) to `all`, the parts so far of `b` items:
+    /// outputs ([`append_outputs`]) and written values concatenated (a constant's written
+    /// value is one item in every part), and a node counted on a fast path where every part
+    /// took it.
     fn merge(&self, all: &mut Option<Part>, part: Part, b: usize) {
         let Some(all) = all else {
             *all = Some(part);
             return;
         };
-        for (name, t) in &mut all.outputs {
-            if let Some(more) = part.outputs.get(name) {
-                // A no-op once the room is there.
-                let per_item = t.data.len().checked_div(t.shape[0]).unwrap_or(0);
-                t.data
-                    .reserve_exact(per_item * b.saturating_sub(t.shape[0]));
-                t.data.extend_from_slice(&more.data);
-                t.shape[0] += more.shape[0];
-            }
-        }
+        append_outputs(&mut all.outputs, part.outputs, b);
         for (id, w) in &mut all.written {
             if let (false, Some(more)) = (self.constant[id.index()], part.written.get(id)) {
                 w.data.extend_from_slice(&more.data);
@@ -787,6 +799,26 @@ type Paths = BTreeSet<(Path, usize)>;
 /// The nodes of `paths` that took `path`.
 fn taken(paths: &Paths, path: Path) -> usize {
     paths.iter().filter(|(p, _)| *p == path).count()
+}
+
+/// Append `more` (the outputs of the next items in order) to `all`, the outputs so far of a
+/// run of `b` items. The first append after the first part makes room for all `b` items at
+/// that part's size per item, so a run of many parts holds each output once.
+pub(crate) fn append_outputs(all: &mut Outputs, more: Outputs, b: usize) {
+    if all.is_empty() {
+        *all = more;
+        return;
+    }
+    for (name, t) in all.iter_mut() {
+        if let Some(more) = more.get(name) {
+            // A no-op once the room is there.
+            let per_item = t.data.len().checked_div(t.shape[0]).unwrap_or(0);
+            t.data
+                .reserve_exact(per_item * b.saturating_sub(t.shape[0]));
+            t.data.extend_from_slice(&more.data);
+            t.shape[0] += more.shape[0];
+        }
+    }
 }
 
 /// What one pass over some items of a batch produced.
@@ -2424,6 +2456,60 @@ mod tests {
         assert_eq!(fat.chunks(600), vec![0..200, 200..400, 400..600]);
         assert_eq!(fat.chunks(512), vec![0..256, 256..512]);
         assert_eq!(fat.chunks(100), vec![0..100]);
+    }
+
+    /// `run_each` hands every chunk's outputs to its sink in order, with the chunk's items,
+    /// and the pieces laid end to end are the outputs of one pass (and of `run`, cold and
+    /// warm); a sink's error stops the run at that chunk.
+    #[test]
+    fn run_each_hands_chunks_in_order() {
+        let (program, g) = lstm_sample_on(None);
+        let data = HostData::random(&program, 13, 4);
+        let one_pass = execute(&g, &data, &ExecOptions::default()).expect("one pass");
+        let opts = ExecOptions {
+            chunk_items: Some(5),
+            ..ExecOptions::default()
+        };
+        let mut s = Session::new(&g, &opts).expect("session");
+        for _ in 0..2 {
+            let mut pieces = Vec::new();
+            let run = s
+                .run_each(&data, |items, outputs| {
+                    pieces.push((items, outputs));
+                    Ok::<_, ExecError>(())
+                })
+                .expect("run_each");
+            assert!(run.outputs.is_empty());
+            assert_eq!(run.chunks, 3);
+            let ranges: Vec<_> = pieces.iter().map(|(r, _)| r.clone()).collect();
+            assert_eq!(ranges, vec![0..4, 4..8, 8..13]);
+            for (name, whole) in &one_pass.outputs {
+                let per_item = whole.len() / 13;
+                for (items, outputs) in &pieces {
+                    let t = &outputs[name];
+                    assert_eq!(t.shape[0], items.len());
+                    assert_eq!(&t.shape[1..], &whole.shape[1..]);
+                    let want = &whole.data[items.start * per_item..items.end * per_item];
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&t.data), bits(want), "{name} {items:?}");
+                }
+            }
+        }
+        assert_eq!(
+            bits(&s.run(&data).expect("run").outputs),
+            bits(&one_pass.outputs)
+        );
+        let mut calls = 0;
+        let stopped = s.run_each(&data, |items, _| {
+            calls += 1;
+            if items.start > 0 {
+                return Err(ExecError::Device(format!("sink refused {items:?}")));
+            }
+            Ok(())
+        });
+        assert_eq!(calls, 2);
+        let e = stopped.err().map(|e| e.to_string());
+        assert_eq!(e.as_deref(), Some("sink refused 4..8"));
     }
 
     /// The shards of a run, by hand: none for a first run, `batch_shards` consecutive ranges
