@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// Run firmware as its software graph (candle-core, bit-identical to the hardware) and write
@@ -91,13 +92,34 @@ fn host_program(g: &SwGraph) -> Program {
     }
 }
 
-/// Why a chunk's outputs could not be taken: the run failed, or writing them did.
+/// Why a chunk's outputs could not be taken: the run failed, writing them did, or the user
+/// interrupted the run.
 #[derive(Debug, thiserror::Error)]
 enum SinkError {
     #[error(transparent)]
     Exec(#[from] ExecError),
     #[error(transparent)]
     Write(IoError),
+    #[error(
+        "interrupted after {done} of {batch} input sets; no output was written (a file already \
+         there is left as it was)"
+    )]
+    Interrupted { done: usize, batch: usize },
+}
+
+/// Set by Ctrl-C or SIGTERM during `nnpc run -o` ([`stop_on_interrupt`]).
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// From here on, Ctrl-C (or SIGTERM) stops the run after the chunk it is in, so the output
+/// files' temporary copies are removed on the way out instead of staying behind; a second one
+/// exits at once.
+fn stop_on_interrupt() {
+    // Where no handler can be set, a signal ends the process as before.
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
@@ -157,15 +179,33 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         })
         .collect();
     let mut writer = args.out.writer(&program, &shapes)?;
+    if writer.is_some() {
+        stop_on_interrupt();
+    }
     let start = Instant::now();
     // Each chunk's outputs go to the files as the chunk is done: the run never holds the
     // whole batch's.
-    let result =
-        args.chunks
-            .execute_each(&graph, &data, opts, |items, outputs| match &mut writer {
+    let run = args
+        .chunks
+        .execute_each(&graph, &data, opts, |items, outputs| {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                let (done, batch) = (items.start, data.batch);
+                return Err(SinkError::Interrupted { done, batch });
+            }
+            match &mut writer {
                 Some(w) => w.write(items.start, &outputs).map_err(SinkError::Write),
                 None => Ok(()),
-            })?;
+            }
+        });
+    let result = match run {
+        Ok(result) => result,
+        Err(e) if INTERRUPTED.load(Ordering::SeqCst) => {
+            drop(writer);
+            eprintln!("{e}");
+            return Ok(ExitCode::from(130));
+        }
+        Err(e) => return Err(e),
+    };
     let secs = start.elapsed().as_secs_f64();
     if let Some(path) = &args.trace {
         let records = exec::trace::records(&graph, &result, data.batch)
