@@ -154,14 +154,15 @@ pub enum DtypeArg {
 }
 
 impl OutputArgs {
-    /// Write `outputs` if `-o` was given.
+    /// Write `outputs` if `-o` was given: one piece of [`OutputArgs::writer`].
     pub fn write(&self, program: &Program, outputs: &Outputs) -> miette::Result<()> {
-        let Some(path) = &self.output else {
+        let Some(mut writer) = self.writer(program, &output_shapes(outputs))? else {
             return Ok(());
         };
-        let tensors = io::to_layout(outputs, self.layout.into(), program.native(), |_| false)
-            .map_err(|e| miette::miette!("{e}"))?;
-        io::write_tensors(path, &tensors, self.dtype(program)).map_err(|e| miette::miette!("{e}"))
+        writer
+            .write(0, outputs)
+            .and_then(|()| writer.finish())
+            .map_err(|e| miette::miette!("{e}"))
     }
 
     /// The files for outputs of the logical shapes `shapes`, written in pieces of items as a

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Run firmware as its software graph (candle-core, bit-identical to the hardware) and write
 /// its outputs. Accepts a firmware file (.nnp) or a graph written by `nnpc compile`
@@ -184,7 +184,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     }
     let start = Instant::now();
     // Each chunk's outputs go to the files as the chunk is done: the run never holds the
-    // whole batch's.
+    // whole batch's. The time reported is the run's alone, without that writing, as when the
+    // outputs were written after the run.
+    let mut writing = Duration::ZERO;
     let run = args
         .chunks
         .execute_each(&graph, &data, opts, |items, outputs| {
@@ -192,10 +194,13 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 let (done, batch) = (items.start, data.batch);
                 return Err(SinkError::Interrupted { done, batch });
             }
-            match &mut writer {
-                Some(w) => w.write(items.start, &outputs).map_err(SinkError::Write),
-                None => Ok(()),
-            }
+            let Some(w) = &mut writer else {
+                return Ok(());
+            };
+            let t0 = Instant::now();
+            let written = w.write(items.start, &outputs).map_err(SinkError::Write);
+            writing += t0.elapsed();
+            written
         });
     let result = match run {
         Ok(result) => result,
@@ -206,7 +211,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         }
         Err(e) => return Err(e),
     };
-    let secs = start.elapsed().as_secs_f64();
+    let secs = start.elapsed().saturating_sub(writing).as_secs_f64();
     if let Some(path) = &args.trace {
         let records = exec::trace::records(&graph, &result, data.batch)
             .ok_or_else(|| miette::miette!("internal: the run kept no written values"))?;
