@@ -14,7 +14,8 @@
 //! value is `u = (next_u32() >> 8) * 2^-24` (uniform in [0, 1)), mapped to `a + (b - a) * u` in
 //! f64, and stored as f32, in row-major order: matrices `U(-1, 1) / sqrt(cols)`, vectors
 //! `U(-0.5, 0.5)`, inputs `U(-1, 1)` (batch item 0 first, so item 0 does not depend on the
-//! batch size). Declarations `= 0` are zero.
+//! batch size, and any items' values can be made alone: [`HostData::random_inputs`]).
+//! Declarations `= 0` are zero.
 
 use crate::io::{self, IoError};
 use nnp_grammar::{Decl, DeclKind, Init, Program};
@@ -23,6 +24,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Range;
 use std::path::Path;
 
 /// A dense tensor of f32 values, logical row-major layout.
@@ -181,12 +183,15 @@ fn fnv1a64(s: &str) -> u64 {
     h
 }
 
-/// `n` values uniform in `[lo, hi)` from the stream of `name` (see the module docs).
-fn uniform(name: &str, seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f32> {
+/// Values `first..first + n` uniform in `[lo, hi)` of the stream of `name` (see the module
+/// docs).
+fn uniform(name: &str, seed: u64, first: usize, n: usize, lo: f64, hi: f64) -> Vec<f32> {
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.to_le_bytes());
     key[8..16].copy_from_slice(&fnv1a64(name).to_le_bytes());
     let mut rng = ChaCha8Rng::from_seed(key);
+    // One 32-bit word of the stream per value.
+    rng.set_word_pos(first as u128);
     (0..n)
         .map(|_| {
             let u = (rng.next_u32() >> 8) as f64 * (1.0 / (1u64 << 24) as f64);
@@ -195,11 +200,14 @@ fn uniform(name: &str, seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f32> {
         .collect()
 }
 
-/// Seeded random values for one declaration (inputs get the leading batch dimension).
-fn random_tensor(d: &Decl, batch: usize, seed: u64) -> Tensor {
+/// Seeded random values for one declaration: for an input, those of the batch items `items`
+/// (shape `[items, ...decl.shape]`).
+fn random_tensor(d: &Decl, items: Range<usize>, seed: u64) -> Tensor {
     let mut shape = d.shape.clone();
+    let mut first = 0;
     if d.kind == DeclKind::Input {
-        shape.insert(0, batch);
+        first = items.start * shape.iter().product::<usize>();
+        shape.insert(0, items.len());
     }
     let n: usize = shape.iter().product();
     if d.init == Init::Zero {
@@ -208,10 +216,10 @@ fn random_tensor(d: &Decl, batch: usize, seed: u64) -> Tensor {
     let data = match d.kind {
         DeclKind::Matrix => {
             let s = (d.row_len().max(1) as f64).sqrt();
-            uniform(&d.name, seed, n, -1.0 / s, 1.0 / s)
+            uniform(&d.name, seed, first, n, -1.0 / s, 1.0 / s)
         }
-        DeclKind::Vector => uniform(&d.name, seed, n, -0.5, 0.5),
-        _ => uniform(&d.name, seed, n, -1.0, 1.0),
+        DeclKind::Vector => uniform(&d.name, seed, first, n, -0.5, 0.5),
+        _ => uniform(&d.name, seed, first, n, -1.0, 1.0),
     };
     Tensor { shape, data }
 }
@@ -231,17 +239,27 @@ impl HostData {
     /// Seeded random data of the declared shapes (see the module docs for the exact recipe).
     pub fn random(program: &Program, batch: usize, seed: u64) -> HostData {
         let weights = weight_decls(program)
-            .map(|d| (d.name.clone(), random_tensor(d, batch, seed)))
-            .collect();
-        let inputs = program
-            .inputs()
-            .map(|d| (d.name.clone(), random_tensor(d, batch, seed)))
+            .map(|d| (d.name.clone(), random_tensor(d, 0..1, seed)))
             .collect();
         HostData {
             batch,
             weights,
-            inputs,
+            inputs: HostData::random_inputs(program, 0..batch, seed),
         }
+    }
+
+    /// The inputs of the batch items `items` of any batch [`HostData::random`] makes with
+    /// `seed` (each input's stream read from those items' first value on): a large batch's
+    /// inputs a piece at a time.
+    pub fn random_inputs(
+        program: &Program,
+        items: Range<usize>,
+        seed: u64,
+    ) -> BTreeMap<String, Tensor> {
+        program
+            .inputs()
+            .map(|d| (d.name.clone(), random_tensor(d, items.clone(), seed)))
+            .collect()
     }
 
     /// Load weights and inputs from files (safetensors, `.npy`, or a directory of `.npy`; see
@@ -309,7 +327,7 @@ impl HostData {
         for d in weight_decls(program) {
             let t = match tensors.remove(&d.name) {
                 Some(t) => t,
-                None if opts.random_missing => random_tensor(d, batch, opts.seed),
+                None if opts.random_missing => random_tensor(d, 0..batch, opts.seed),
                 None => return Err(missing(d, ShapeDisplay(&d.shape).to_string())),
             };
             if t.shape != d.shape {
@@ -333,7 +351,7 @@ impl HostData {
             let t = match tensors.remove(&d.name) {
                 Some(t) => t,
                 None if d.init == Init::Zero || opts.random_missing => {
-                    random_tensor(d, batch, opts.seed)
+                    random_tensor(d, 0..batch, opts.seed)
                 }
                 None => {
                     let expected =

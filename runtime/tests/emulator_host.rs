@@ -59,6 +59,42 @@ fn random_data_is_deterministic_and_shaped() {
     assert_eq!(one.inputs["x"].data, a.inputs["x"].data[..12]);
 }
 
+/// The random inputs are the documented recipe's values (each input's ChaCha8 stream keyed by
+/// the seed and the FNV-1a hash of its name, one 32-bit word per value, computed here from the
+/// recipe with rand_chacha), and pieces of items (`random_inputs`) are those items' values.
+#[test]
+fn random_inputs_in_pieces_are_the_recipes_values() {
+    use rand_chacha::ChaCha8Rng;
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    let p = program(SRC, target(""));
+    let fnv1a64 = |s: &str| {
+        s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&9u64.to_le_bytes());
+    key[8..16].copy_from_slice(&fnv1a64("x").to_le_bytes());
+    let mut rng = ChaCha8Rng::from_seed(key);
+    let want: Vec<u32> = (0..7 * 12)
+        .map(|_| {
+            let u = f64::from(rng.next_u32() >> 8) / f64::from(1u32 << 24);
+            ((-1.0 + 2.0 * u) as f32).to_bits()
+        })
+        .collect();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&HostData::random(&p, 7, 9).inputs["x"].data), want);
+    for items in [0..3, 3..4, 4..7, 2..6, 6..7] {
+        let piece = HostData::random_inputs(&p, items.clone(), 9);
+        assert_eq!(piece["x"].shape, vec![items.len(), 2, 6]);
+        assert_eq!(
+            bits(&piece["x"].data),
+            want[items.start * 12..items.end * 12],
+            "{items:?}"
+        );
+    }
+}
+
 #[test]
 fn load_errors_name_the_tensor_and_the_fix() {
     let p = program(SRC, target(""));

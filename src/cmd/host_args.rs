@@ -3,11 +3,12 @@
 //! the software graph always see the same data for the same flags.
 
 use nnp_grammar::Program;
-use nnp_lowering::swgraph::SwGraph;
+use nnp_lowering::swgraph::{GraphError, SwGraph};
 use nnp_runtime::exec::{ExecError, ExecOptions, Execution, Session};
-use nnp_runtime::host::{HostData, HostError, LoadOptions, Outputs, ShapeDisplay};
+use nnp_runtime::host::{HostData, HostError, LoadOptions, Outputs, ShapeDisplay, Tensor};
 use nnp_runtime::io::{self, Dtype, IoError, Layout};
 use std::collections::BTreeMap;
+use std::fmt::Display;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,12 @@ pub struct DataArgs {
 impl DataArgs {
     /// The host data these flags describe; `fallback_batch` is used when neither `--batch`
     /// nor batched input files say how many input sets there are.
+    /// The batch of seeded random data when no files are given (`None` with files).
+    pub fn random_batch(&self) -> Option<usize> {
+        let random = self.weights.is_none() && self.inputs.is_none();
+        random.then(|| self.batch.unwrap_or(1).max(1))
+    }
+
     pub fn host_data(
         &self,
         program: &Program,
@@ -78,25 +85,62 @@ impl ChunkArgs {
         data: &HostData,
         opts: ExecOptions,
     ) -> miette::Result<Execution> {
-        self.with_session(graph, data, opts, |session| session.run(data))
+        self.with_session(graph, data.batch, opts, |session| session.run(data))
     }
 
     /// Run as [`ChunkArgs::execute`] does, handing each chunk's outputs to `sink` as it is
     /// done ([`Session::run_each`]): the run holds one chunk's outputs at a time.
-    pub fn execute_each<E: From<ExecError> + Send + std::fmt::Display>(
+    pub fn execute_each<E: From<ExecError> + Send + Display>(
         &self,
         graph: &SwGraph,
         data: &HostData,
         opts: ExecOptions,
         sink: impl FnMut(Range<usize>, Outputs) -> Result<(), E> + Send,
     ) -> miette::Result<Execution> {
-        self.with_session(graph, data, opts, |session| session.run_each(data, sink))
+        self.with_session(graph, data.batch, opts, |session| {
+            session.run_each(data, sink)
+        })
     }
 
-    fn with_session<E: std::fmt::Display>(
+    /// Run as [`ChunkArgs::execute_each`] does on `batch` items whose inputs `inputs` makes a
+    /// chunk at a time, just before the chunk runs (`data` holds the weights): the run never
+    /// holds the whole batch's inputs either.
+    pub fn execute_each_made<E: From<ExecError> + Send + Display>(
         &self,
         graph: &SwGraph,
-        data: &HostData,
+        (mut data, batch): (HostData, usize),
+        opts: ExecOptions,
+        mut inputs: impl FnMut(Range<usize>) -> BTreeMap<String, Tensor> + Send,
+        mut sink: impl FnMut(Range<usize>, Outputs) -> Result<(), E> + Send,
+    ) -> miette::Result<Execution> {
+        self.with_session(graph, batch, opts, |session| {
+            let chunks = session.chunks(batch);
+            let count = chunks.len();
+            let mut last = None;
+            for items in chunks {
+                data.inputs = inputs(items.clone());
+                data.batch = items.len();
+                let at = items.start;
+                let run = session.run_each(&data, |part, outputs| {
+                    sink(at + part.start..at + part.end, outputs)
+                })?;
+                last = Some(Execution {
+                    chunks: count,
+                    ..run
+                });
+            }
+            last.ok_or_else(|| {
+                E::from(ExecError::Graph(GraphError::Other(
+                    "internal: a run of no chunks".into(),
+                )))
+            })
+        })
+    }
+
+    fn with_session<E: Display>(
+        &self,
+        graph: &SwGraph,
+        batch: usize,
         opts: ExecOptions,
         run: impl FnOnce(&mut Session) -> Result<Execution, E>,
     ) -> miette::Result<Execution> {
@@ -105,8 +149,8 @@ impl ChunkArgs {
             ..opts
         };
         let mut session = Session::new(graph, &opts).map_err(|e| miette::miette!("{e}"))?;
-        let (bar, tick) = super::input_sets_bar("running", data.batch);
-        if session.chunk_count(data.batch) > 1 {
+        let (bar, tick) = super::input_sets_bar("running", batch);
+        if session.chunks(batch).len() > 1 {
             session.set_progress(Some(tick));
         }
         let result = run(&mut session);

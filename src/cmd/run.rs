@@ -4,8 +4,10 @@ use super::host_args::{ChunkArgs, DataArgs, OutputArgs, RunSummary};
 use nnp_grammar::{Program, SourceFile, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::exec::{self, DeviceKind, ExecError, ExecOptions};
+use nnp_runtime::host::{HostData, Outputs};
 use nnp_runtime::io::IoError;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -160,10 +162,18 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         };
         (swgraph::optimize(&g, roots), program)
     };
-    let data = args
-        .data
-        .host_data(&program, None)
-        .map_err(|e| miette::miette!("{e}"))?;
+    // Seeded random data is made a chunk at a time (without --trace, which needs the whole
+    // batch's written values anyway); data from files is loaded whole.
+    // (`data` then holds the weights and no items.)
+    let random = args.data.random_batch().filter(|_| args.trace.is_none());
+    let data = match random {
+        Some(_) => HostData::random(&program, 0, args.data.seed),
+        None => args
+            .data
+            .host_data(&program, None)
+            .map_err(|e| miette::miette!("{e}"))?,
+    };
+    let batch = random.unwrap_or(data.batch);
     let opts = ExecOptions {
         device: args.device.into(),
         keep_writes: args.trace.is_some(),
@@ -174,7 +184,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         .outputs
         .iter()
         .map(|o| {
-            let shape = [data.batch].into_iter().chain(o.shape.iter().copied());
+            let shape = [batch].into_iter().chain(o.shape.iter().copied());
             (o.name.clone(), shape.collect())
         })
         .collect();
@@ -184,24 +194,37 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     }
     let start = Instant::now();
     // Each chunk's outputs go to the files as the chunk is done: the run never holds the
-    // whole batch's. The time reported is the run's alone, without that writing, as when the
-    // outputs were written after the run.
+    // whole batch's. The time reported is the run's alone, without that writing or making
+    // random inputs, as when the data was made before the run and the outputs written after.
     let mut writing = Duration::ZERO;
-    let run = args
-        .chunks
-        .execute_each(&graph, &data, opts, |items, outputs| {
-            if INTERRUPTED.load(Ordering::SeqCst) {
-                let (done, batch) = (items.start, data.batch);
-                return Err(SinkError::Interrupted { done, batch });
-            }
-            let Some(w) = &mut writer else {
-                return Ok(());
+    let mut making = Duration::ZERO;
+    let mut sink = |items: Range<usize>, outputs: Outputs| {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            let done = items.start;
+            return Err(SinkError::Interrupted { done, batch });
+        }
+        let Some(w) = &mut writer else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        let written = w.write(items.start, &outputs).map_err(SinkError::Write);
+        writing += t0.elapsed();
+        written
+    };
+    let run = match random {
+        None => args.chunks.execute_each(&graph, &data, opts, &mut sink),
+        Some(_) => {
+            let inputs = |items| {
+                let t0 = Instant::now();
+                let made = HostData::random_inputs(&program, items, args.data.seed);
+                making += t0.elapsed();
+                made
             };
-            let t0 = Instant::now();
-            let written = w.write(items.start, &outputs).map_err(SinkError::Write);
-            writing += t0.elapsed();
-            written
-        });
+            let made = (data, batch);
+            args.chunks
+                .execute_each_made(&graph, made, opts, inputs, &mut sink)
+        }
+    };
     let result = match run {
         Ok(result) => result,
         Err(e) if INTERRUPTED.load(Ordering::SeqCst) => {
@@ -211,9 +234,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         }
         Err(e) => return Err(e),
     };
-    let secs = start.elapsed().saturating_sub(writing).as_secs_f64();
+    let secs = start
+        .elapsed()
+        .saturating_sub(writing + making)
+        .as_secs_f64();
     if let Some(path) = &args.trace {
-        let records = exec::trace::records(&graph, &result, data.batch)
+        let records = exec::trace::records(&graph, &result, batch)
             .ok_or_else(|| miette::miette!("internal: the run kept no written values"))?;
         nnp_runtime::trace::write_trace(path, &records).map_err(|e| miette::miette!("{e}"))?;
     }
@@ -226,7 +252,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         program: &program,
         nodes: Some(graph.nodes.len()),
         outputs: &shapes,
-        batch: data.batch,
+        batch,
         secs,
         output_file: args.out.output.as_deref(),
         trace_file: args.trace.as_deref(),

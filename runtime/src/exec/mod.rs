@@ -394,16 +394,12 @@ impl<'g> Session<'g> {
         })
     }
 
-    /// How many chunks a run at batch `b` takes ([`Session::chunks`]).
-    pub fn chunk_count(&self, b: usize) -> usize {
-        self.chunks(b).len()
-    }
-
     /// The chunks a run at batch `b` takes: consecutive ranges of nearly equal size, none
     /// over `chunk_items`, or by default over what [`CHUNK_BYTES`] of the values a run holds
     /// at once ([`Session::item_bytes`]) allow, or [`MIN_CHUNK_ITEMS`] if that is more. Every
-    /// op computes each item alone, so the bits are those of one pass over the batch.
-    fn chunks(&self, b: usize) -> Vec<Range<usize>> {
+    /// op computes each item alone, so the bits are those of one pass over the batch. At
+    /// least one range, whatever `b`.
+    pub fn chunks(&self, b: usize) -> Vec<Range<usize>> {
         let most = self
             .opts
             .chunk_items
