@@ -34,14 +34,14 @@ pub struct DataArgs {
 }
 
 impl DataArgs {
-    /// The host data these flags describe; `fallback_batch` is used when neither `--batch`
-    /// nor batched input files say how many input sets there are.
     /// The batch of seeded random data when no files are given (`None` with files).
     pub fn random_batch(&self) -> Option<usize> {
         let random = self.weights.is_none() && self.inputs.is_none();
         random.then(|| self.batch.unwrap_or(1).max(1))
     }
 
+    /// The host data these flags describe; `fallback_batch` is used when neither `--batch`
+    /// nor batched input files say how many input sets there are.
     pub fn host_data(
         &self,
         program: &Program,

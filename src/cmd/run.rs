@@ -163,8 +163,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         (swgraph::optimize(&g, roots), program)
     };
     // Seeded random data is made a chunk at a time (without --trace, which needs the whole
-    // batch's written values anyway); data from files is loaded whole.
-    // (`data` then holds the weights and no items.)
+    // batch's written values anyway): `data` then holds the weights and no items. Data from
+    // files is loaded whole.
     let random = args.data.random_batch().filter(|_| args.trace.is_none());
     let data = match random {
         Some(_) => HostData::random(&program, 0, args.data.seed),
