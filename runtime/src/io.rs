@@ -486,6 +486,10 @@ impl ItemWriter {
             path: path.to_path_buf(),
             source,
         };
+        // The rename at the end would fail: say so before the run.
+        if path.is_dir() {
+            return Err(err(std::io::ErrorKind::IsADirectory.into()));
+        }
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         let temp = path.with_file_name(format!(
             ".{}.nnpc-{}.tmp",
@@ -930,6 +934,21 @@ mod tests {
         );
         let e = ItemWriter::create(&dir.join("two.npy"), &BTreeMap::new(), Dtype::F16);
         assert!(matches!(e, Err(IoError::NotOne { count: 0, .. })));
+        // A file's place taken by a directory: refused when the writer is made.
+        let taken = dir.join("taken.safetensors");
+        std::fs::create_dir_all(&taken).unwrap();
+        let e = ItemWriter::create(&taken, &shapes, Dtype::F16)
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            format!("cannot write `{}`: is a directory", taken.display())
+        );
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary file"
+        );
     }
 
     #[test]
