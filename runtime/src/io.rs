@@ -364,6 +364,7 @@ fn safetensors_decode(bytes: &[u8], path: &Path) -> Result<BTreeMap<String, Tens
 /// `serialize` does (the same bytes: `safetensors_files_are_the_crates_bytes`).
 fn safetensors_header(
     shapes: &BTreeMap<String, Vec<usize>>,
+    spans: &[(usize, usize)],
     dtype: Dtype,
     path: &Path,
 ) -> Result<Vec<u8>, IoError> {
@@ -372,17 +373,15 @@ fn safetensors_header(
         Dtype::F16 => safetensors::Dtype::F16,
         Dtype::F32 => safetensors::Dtype::F32,
     };
-    let mut offset = 0;
     let infos = shapes
         .iter()
-        .map(|(name, shape)| {
-            let end = offset + shape.iter().product::<usize>() * dtype.size();
+        .zip(spans)
+        .map(|((name, shape), &data_offsets)| {
             let info = TensorInfo {
                 dtype: st_dtype,
                 shape: shape.clone(),
-                data_offsets: (offset, end),
+                data_offsets,
             };
-            offset = end;
             (name.clone(), info)
         })
         .collect();
@@ -437,15 +436,23 @@ impl ItemWriter {
             files: Vec::new(),
             slots: BTreeMap::new(),
         };
-        let bytes = |shape: &[usize]| (shape.iter().product::<usize>() * dtype.size()) as u64;
+        let bytes = |shape: &[usize]| shape.iter().product::<usize>() * dtype.size();
         if has_ext(path, "safetensors") {
-            let header = safetensors_header(shapes, dtype, path)?;
-            let total = shapes.values().map(|s| bytes(s)).sum();
-            writer.open(path, &header, total)?;
-            let mut start = header.len() as u64;
-            for (name, shape) in shapes {
+            // Each tensor's values after the previous one's, in name order.
+            let mut end = 0;
+            let spans: Vec<(usize, usize)> = shapes
+                .values()
+                .map(|shape| {
+                    let start = end;
+                    end += bytes(shape);
+                    (start, end)
+                })
+                .collect();
+            let header = safetensors_header(shapes, &spans, dtype, path)?;
+            writer.open(path, &header, end as u64)?;
+            for ((name, shape), (start, _)) in shapes.iter().zip(spans) {
+                let start = (header.len() + start) as u64;
                 writer.slots.insert(name.clone(), (0, start, shape.clone()));
-                start += bytes(shape);
             }
             return Ok(writer);
         }
@@ -469,7 +476,7 @@ impl ItemWriter {
                 path.join(format!("{name}.npy"))
             };
             let header = npy_header(shape, dtype);
-            let index = writer.open(&file, &header, bytes(shape))?;
+            let index = writer.open(&file, &header, bytes(shape) as u64)?;
             let start = header.len() as u64;
             writer
                 .slots

@@ -34,10 +34,11 @@ pub struct DataArgs {
 }
 
 impl DataArgs {
-    /// The batch of seeded random data when no files are given (`None` with files).
-    pub fn random_batch(&self) -> Option<usize> {
+    /// The batch of seeded random data when no files are given (`None` with files);
+    /// `fallback_batch` as in [`DataArgs::host_data`].
+    pub fn random_batch(&self, fallback_batch: Option<usize>) -> Option<usize> {
         let random = self.weights.is_none() && self.inputs.is_none();
-        random.then(|| self.batch.unwrap_or(1).max(1))
+        random.then(|| self.batch.or(fallback_batch).unwrap_or(1).max(1))
     }
 
     /// The host data these flags describe; `fallback_batch` is used when neither `--batch`
@@ -47,8 +48,7 @@ impl DataArgs {
         program: &Program,
         fallback_batch: Option<usize>,
     ) -> Result<HostData, HostError> {
-        if self.weights.is_none() && self.inputs.is_none() {
-            let batch = self.batch.or(fallback_batch).unwrap_or(1).max(1);
+        if let Some(batch) = self.random_batch(fallback_batch) {
             return Ok(HostData::random(program, batch, self.seed));
         }
         let opts = LoadOptions {
@@ -104,7 +104,8 @@ impl ChunkArgs {
 
     /// Run as [`ChunkArgs::execute_each`] does on `batch` items whose inputs `inputs` makes a
     /// chunk at a time, just before the chunk runs (`data` holds the weights): the run never
-    /// holds the whole batch's inputs either.
+    /// holds the whole batch's inputs either. Each chunk is a run of its own, so the
+    /// execution's path and shard counts are those of the last chunk.
     pub fn execute_each_made<E: From<ExecError> + Send + Display>(
         &self,
         graph: &SwGraph,

@@ -165,7 +165,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     // Seeded random data is made a chunk at a time (without --trace, which needs the whole
     // batch's written values anyway): `data` then holds the weights and no items. Data from
     // files is loaded whole.
-    let random = args.data.random_batch().filter(|_| args.trace.is_none());
+    let random = args
+        .data
+        .random_batch(None)
+        .filter(|_| args.trace.is_none());
     let data = match random {
         Some(_) => HostData::random(&program, 0, args.data.seed),
         None => args

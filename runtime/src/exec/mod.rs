@@ -800,7 +800,7 @@ fn taken(paths: &Paths, path: Path) -> usize {
 /// Append `more` (the outputs of the next items in order) to `all`, the outputs so far of a
 /// run of `b` items. The first append after the first part makes room for all `b` items at
 /// that part's size per item, so a run of many parts holds each output once.
-pub(crate) fn append_outputs(all: &mut Outputs, more: Outputs, b: usize) {
+fn append_outputs(all: &mut Outputs, more: Outputs, b: usize) {
     if all.is_empty() {
         *all = more;
         return;
