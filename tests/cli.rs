@@ -161,6 +161,74 @@ fn streamed_outputs_are_the_emulators_bytes() {
     }
 }
 
+/// `nnpc run` reads inputs from files a chunk at a time: with chunks of 3 out of 7 items it
+/// writes the bytes the emulator writes from the same files (f16 `.npy`, a directory of f32
+/// `.npy`), and from f32 files holding the seeded random data it writes the bytes of the run
+/// on that random data. A NaN in item 5 fails the run in its chunk with the message the
+/// emulator gives for the whole batch, and leaves no output behind.
+#[test]
+fn inputs_from_files_are_read_chunk_by_chunk() {
+    use nnp_runtime::host::HostData;
+    use nnp_runtime::io::{Dtype, write_tensors};
+    let dir = common::scratch("fed");
+    let program = nnpc::load_program(common::root().join("samples/mlp2_relu.nnp"), None)
+        .expect("sample loads");
+    let data = HostData::random(&program, 7, 11);
+    let w = dir.join("w.safetensors");
+    write_tensors(&w, &data.weights, Dtype::F32).expect("weights");
+    let x16 = dir.join("x16").join("x.npy");
+    let x32 = dir.join("x32");
+    std::fs::create_dir_all(x16.parent().expect("parent")).expect("dir");
+    write_tensors(&x16, &data.inputs, Dtype::F16).expect("inputs");
+    write_tensors(&x32, &data.inputs, Dtype::F32).expect("inputs");
+    let run = |cmd: &str, inputs: Option<&std::path::Path>, out: &str| {
+        let out = dir.join(out);
+        let mut args = vec![cmd, "samples/mlp2_relu.nnp", "-o", common::arg(&out)];
+        match inputs {
+            Some(x) => args.extend(["--weights", common::arg(&w), "--inputs", common::arg(x)]),
+            None => args.extend(["--batch", "7", "--seed", "11"]),
+        }
+        args.extend(["--chunk-items", "3"].iter().filter(|_| cmd == "run"));
+        let o = nnpc(&args);
+        (o, out)
+    };
+    let bytes = |(o, out): (std::process::Output, PathBuf)| {
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        std::fs::read(out).expect("output")
+    };
+    for (x, name) in [(&x16, "f16.safetensors"), (&x32, "f32.safetensors")] {
+        let fed = bytes(run("run", Some(x), &format!("run-{name}")));
+        assert!(fed.len() > 1000);
+        let emulated = bytes(run("emulate", Some(x), &format!("emu-{name}")));
+        assert!(
+            fed == emulated,
+            "{name}: the run's file differs from the emulator's"
+        );
+    }
+    let random = bytes(run("run", None, "random.safetensors"));
+    assert!(random == bytes(run("run", Some(&x32), "again.safetensors")));
+    // A NaN at value 7 of item 5: flat index 5 * T * 200 + 7.
+    let mut bad = data.inputs.clone();
+    let x = bad.get_mut("x").expect("x");
+    let per_item = x.data.len() / 7;
+    x.data[5 * per_item + 7] = f32::NAN;
+    let xnan = dir.join("xnan");
+    write_tensors(&xnan, &bad, Dtype::F32).expect("inputs");
+    let (o, out) = run("run", Some(&xnan), "nan.safetensors");
+    assert_eq!(o.status.code(), Some(2));
+    let want = format!("tensor `x` holds NaN at flat index {}", 5 * per_item + 7);
+    assert!(common::message(&o).contains(&want), "{}", stderr(&o));
+    let (emu, _) = run("emulate", Some(&xnan), "nan-emu.safetensors");
+    assert_eq!(common::message(&o), common::message(&emu));
+    assert!(!out.exists());
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".nan"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}
+
 /// An output path that cannot be written is refused before the run, naming the path, and
 /// leaves nothing behind.
 #[test]

@@ -8,6 +8,9 @@
 //! - Inputs: one [`Tensor`] per `input` declaration, shape `[batch, ...decl.shape]`.
 //! - Values are plain f32. The engines round them to the storage format on entry (NUMERICS.md
 //!   section 1); a file holding f64 is rounded to f32 when read (the host's data type).
+//! - A run through a large batch in chunks takes its inputs a range of items at a time from an
+//!   [`InputFeed`] ([`HostData::open`] for files, [`InputFeed::random`]), so it never holds the
+//!   whole batch's; [`HostData::whole`] makes the whole batch of a feed.
 //!
 //! Seeded random data ([`HostData::random`]) is deterministic: each tensor has its own ChaCha8
 //! stream keyed by 32 bytes `seed (u64 LE) ++ fnv1a64(name) (u64 LE) ++ 16 zero bytes`. Each
@@ -143,6 +146,8 @@ pub enum HostError {
     },
     #[error("batch size must be at least 1")]
     ZeroBatch,
+    #[error("internal: inputs of items {}..{} asked of a batch of {batch}", items.start, items.end)]
+    NoItems { items: Range<usize>, batch: usize },
 }
 
 /// How [`HostData::load_with`] treats what the files lack. The default: batch inferred, no
@@ -224,26 +229,131 @@ fn random_tensor(d: &Decl, items: Range<usize>, seed: u64) -> Tensor {
     Tensor { shape, data }
 }
 
-fn check_finite(name: &str, t: &Tensor) -> Result<(), HostError> {
+/// `Err` naming the first value of `t` that is not finite; `offset` is the flat index of
+/// `t`'s first value in the whole tensor it is a piece of.
+fn check_finite(name: &str, t: &Tensor, offset: usize) -> Result<(), HostError> {
     match t.data.iter().position(|v| !v.is_finite()) {
-        Some(index) => Err(HostError::NonFinite {
+        Some(at) => Err(HostError::NonFinite {
             name: name.to_string(),
-            index,
-            value: t.data[index],
+            index: offset + at,
+            value: t.data[at],
         }),
         None => Ok(()),
+    }
+}
+
+/// A tensor found for a declaration: in memory, or in a file, read when it is needed.
+#[derive(Clone, Debug)]
+enum Found {
+    Memory(Tensor),
+    Stored(io::StoredTensor),
+}
+
+impl Found {
+    fn shape(&self) -> &[usize] {
+        match self {
+            Found::Memory(t) => &t.shape,
+            Found::Stored(t) => &t.shape,
+        }
+    }
+
+    fn whole(self) -> Result<Tensor, IoError> {
+        match self {
+            Found::Memory(t) => Ok(t),
+            Found::Stored(t) => t.read(),
+        }
+    }
+
+    /// Items `items` of its first dimension.
+    fn items(&self, items: Range<usize>) -> Result<Tensor, IoError> {
+        match self {
+            Found::Memory(t) => {
+                let per_item: usize = t.shape.iter().skip(1).product();
+                let mut shape = t.shape.clone();
+                shape[0] = items.len();
+                let data = t.data[items.start * per_item..items.end * per_item].to_vec();
+                Ok(Tensor { shape, data })
+            }
+            Found::Stored(t) => t.read_items(items),
+        }
+    }
+}
+
+/// Where one input's values come from.
+#[derive(Clone, Debug)]
+enum Feed {
+    /// `[batch, ...shape]` values.
+    Batched(Found),
+    /// One input set, the same for every item (checked finite once).
+    Broadcast(Tensor),
+    /// Seeded random values (zeros for an input declared `= 0`).
+    Random(Decl, u64),
+}
+
+/// The inputs of a run over `batch` items, made or read a range of items at a time
+/// ([`InputFeed::items`]): a run that goes through a large batch in chunks holds one chunk's
+/// inputs, whether they come from files or are seeded random data. Every check that needs no
+/// values (names, shapes, batch sizes) is done when the feed is made; values are checked
+/// finite as they are read.
+#[derive(Clone, Debug)]
+pub struct InputFeed {
+    pub batch: usize,
+    /// Every input declaration's feed, in declaration order.
+    feeds: Vec<(String, Feed)>,
+}
+
+impl InputFeed {
+    /// Seeded random inputs ([`HostData::random_inputs`]) of `batch` items.
+    pub fn random(program: &Program, batch: usize, seed: u64) -> InputFeed {
+        let feeds = program
+            .inputs()
+            .map(|d| (d.name.clone(), Feed::Random(d.clone(), seed)))
+            .collect();
+        InputFeed { batch, feeds }
+    }
+
+    /// The inputs of items `items` (each of shape `[items.len(), ...decl.shape]`). A value
+    /// that is not finite is an error naming its flat index in the whole batch's tensor.
+    pub fn items(&self, items: Range<usize>) -> Result<BTreeMap<String, Tensor>, HostError> {
+        if items.end > self.batch {
+            return Err(HostError::NoItems {
+                items,
+                batch: self.batch,
+            });
+        }
+        let mut out = BTreeMap::new();
+        for (name, feed) in &self.feeds {
+            let t = match feed {
+                Feed::Batched(found) => {
+                    let t = found.items(items.clone())?;
+                    check_finite(name, &t, items.start * (t.len() / items.len().max(1)))?;
+                    t
+                }
+                Feed::Broadcast(one) => {
+                    let mut data = Vec::with_capacity(one.len() * items.len());
+                    for _ in items.clone() {
+                        data.extend_from_slice(&one.data);
+                    }
+                    let shape = std::iter::once(items.len()).chain(one.shape.iter().copied());
+                    Tensor {
+                        shape: shape.collect(),
+                        data,
+                    }
+                }
+                Feed::Random(d, seed) => random_tensor(d, items.clone(), *seed),
+            };
+            out.insert(name.clone(), t);
+        }
+        Ok(out)
     }
 }
 
 impl HostData {
     /// Seeded random data of the declared shapes (see the module docs for the exact recipe).
     pub fn random(program: &Program, batch: usize, seed: u64) -> HostData {
-        let weights = weight_decls(program)
-            .map(|d| (d.name.clone(), random_tensor(d, 0..1, seed)))
-            .collect();
         HostData {
             batch,
-            weights,
+            weights: random_weights(program, seed),
             inputs: HostData::random_inputs(program, 0..batch, seed),
         }
     }
@@ -285,11 +395,25 @@ impl HostData {
         inputs: Option<&Path>,
         opts: &LoadOptions,
     ) -> Result<HostData, HostError> {
+        let (weights, feed) = HostData::open(program, weights, inputs, opts)?;
+        HostData::whole(weights, &feed)
+    }
+
+    /// What [`HostData::load_with`] loads, with the inputs left in their files to be read a
+    /// range of items at a time ([`InputFeed::items`]): the weights, and the feed of the
+    /// inputs. Only the files' headers and the weights' values are read here.
+    pub fn open(
+        program: &Program,
+        weights: Option<&Path>,
+        inputs: Option<&Path>,
+        opts: &LoadOptions,
+    ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
         let mut tensors = BTreeMap::new();
         let mut searched = Vec::new();
         // The inputs file first, so a name present in both files takes the weights file's entry.
         for path in [inputs, weights].into_iter().flatten() {
-            tensors.extend(io::read_tensors(path)?);
+            let stored = io::index_tensors(path)?;
+            tensors.extend(stored.into_iter().map(|(n, t)| (n, Found::Stored(t))));
             searched.push(format!("`{}`", path.display()));
         }
         let searched = match (searched.is_empty(), weights.is_none()) {
@@ -297,26 +421,49 @@ impl HostData {
             (false, true) => format!("{} (no weights file was given)", searched.join(" and ")),
             (false, false) => searched.join(" and "),
         };
-        HostData::from_tensors(program, tensors, opts, &searched)
+        HostData::feed(program, tensors, opts, &searched)
     }
 
     /// Host data from tensors already in memory, keyed by declaration name. `searched` names
     /// where they came from, for error messages.
     pub fn from_tensors(
         program: &Program,
-        mut tensors: BTreeMap<String, Tensor>,
+        tensors: BTreeMap<String, Tensor>,
         opts: &LoadOptions,
         searched: &str,
     ) -> Result<HostData, HostError> {
+        let found = tensors
+            .into_iter()
+            .map(|(name, t)| (name, Found::Memory(t)))
+            .collect();
+        let (weights, feed) = HostData::feed(program, found, opts, searched)?;
+        HostData::whole(weights, &feed)
+    }
+
+    /// The whole batch of `feed` with `weights`.
+    pub fn whole(
+        weights: BTreeMap<String, Tensor>,
+        feed: &InputFeed,
+    ) -> Result<HostData, HostError> {
+        Ok(HostData {
+            batch: feed.batch,
+            weights,
+            inputs: feed.items(0..feed.batch)?,
+        })
+    }
+
+    /// The weights (read whole and checked) and the inputs' feed from the tensors found for
+    /// the declarations: every check of names and shapes.
+    fn feed(
+        program: &Program,
+        mut tensors: BTreeMap<String, Found>,
+        opts: &LoadOptions,
+        searched: &str,
+    ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
         let batch = match opts.batch {
             Some(0) => return Err(HostError::ZeroBatch),
             Some(b) => b,
             None => infer_batch(program, &tensors)?,
-        };
-        let mut data = HostData {
-            batch,
-            weights: BTreeMap::new(),
-            inputs: BTreeMap::new(),
         };
         let missing = |d: &Decl, expected: String| HostError::Missing {
             name: d.name.clone(),
@@ -324,10 +471,11 @@ impl HostData {
             expected,
             searched: searched.to_string(),
         };
+        let mut weights = BTreeMap::new();
         for d in weight_decls(program) {
             let t = match tensors.remove(&d.name) {
-                Some(t) => t,
-                None if opts.random_missing => random_tensor(d, 0..batch, opts.seed),
+                Some(found) => found.whole()?,
+                None if opts.random_missing => random_tensor(d, 0..1, opts.seed),
                 None => return Err(missing(d, ShapeDisplay(&d.shape).to_string())),
             };
             if t.shape != d.shape {
@@ -341,17 +489,39 @@ impl HostData {
                         .into(),
                 });
             }
-            check_finite(&d.name, &t)?;
-            data.weights.insert(d.name.clone(), t);
+            check_finite(&d.name, &t, 0)?;
+            weights.insert(d.name.clone(), t);
         }
+        let mut feeds = Vec::new();
         for d in program.inputs() {
             let batched: Vec<usize> = std::iter::once(batch)
                 .chain(d.shape.iter().copied())
                 .collect();
-            let t = match tensors.remove(&d.name) {
-                Some(t) => t,
+            let feed = match tensors.remove(&d.name) {
+                Some(found) if found.shape() == batched => Feed::Batched(found),
+                Some(found) if found.shape() == d.shape => {
+                    let one = found.whole()?;
+                    check_finite(&d.name, &one, 0)?;
+                    Feed::Broadcast(one)
+                }
+                Some(found) => {
+                    return Err(HostError::Shape {
+                        name: d.name.clone(),
+                        kind: "input",
+                        expected: format!(
+                            "{} or {}",
+                            ShapeDisplay(&d.shape),
+                            ShapeDisplay(&batched)
+                        ),
+                        found: ShapeDisplay(found.shape()).to_string(),
+                        help: format!(
+                            "an input is the declared shape (one set, used for every batch item) \
+                             or the declared shape with a leading batch dimension of {batch}"
+                        ),
+                    });
+                }
                 None if d.init == Init::Zero || opts.random_missing => {
-                    random_tensor(d, 0..batch, opts.seed)
+                    Feed::Random(d.clone(), opts.seed)
                 }
                 None => {
                     let expected =
@@ -359,34 +529,9 @@ impl HostData {
                     return Err(missing(d, expected));
                 }
             };
-            let t = if t.shape == batched {
-                t
-            } else if t.shape == d.shape {
-                // One input set, broadcast to every batch item.
-                let mut out = Vec::with_capacity(t.len() * batch);
-                for _ in 0..batch {
-                    out.extend_from_slice(&t.data);
-                }
-                Tensor {
-                    shape: batched,
-                    data: out,
-                }
-            } else {
-                return Err(HostError::Shape {
-                    name: d.name.clone(),
-                    kind: "input",
-                    expected: format!("{} or {}", ShapeDisplay(&d.shape), ShapeDisplay(&batched)),
-                    found: ShapeDisplay(&t.shape).to_string(),
-                    help: format!(
-                        "an input is the declared shape (one set, used for every batch item) or \
-                         the declared shape with a leading batch dimension of {batch}"
-                    ),
-                });
-            };
-            check_finite(&d.name, &t)?;
-            data.inputs.insert(d.name.clone(), t);
+            feeds.push((d.name.clone(), feed));
         }
-        Ok(data)
+        Ok((weights, InputFeed { batch, feeds }))
     }
 
     /// The input set of one batch item: `[...decl.shape]` values of `name`.
@@ -397,15 +542,23 @@ impl HostData {
     }
 }
 
+/// Seeded random values of every weight declaration.
+fn random_weights(program: &Program, seed: u64) -> BTreeMap<String, Tensor> {
+    weight_decls(program)
+        .map(|d| (d.name.clone(), random_tensor(d, 0..1, seed)))
+        .collect()
+}
+
 /// Batch size from inputs given as `[B, ...shape]`; 1 when none is batched.
-fn infer_batch(program: &Program, tensors: &BTreeMap<String, Tensor>) -> Result<usize, HostError> {
+fn infer_batch(program: &Program, tensors: &BTreeMap<String, Found>) -> Result<usize, HostError> {
     let mut found: Option<(String, usize)> = None;
     for d in program.inputs() {
         let Some(t) = tensors.get(&d.name) else {
             continue;
         };
-        if t.shape.len() == d.shape.len() + 1 && t.shape[1..] == d.shape[..] {
-            let b = t.shape[0];
+        let shape = t.shape();
+        if shape.len() == d.shape.len() + 1 && shape[1..] == d.shape[..] {
+            let b = shape[0];
             match &found {
                 Some((first, fb)) if *fb != b => {
                     return Err(HostError::BatchMismatch {

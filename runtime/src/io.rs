@@ -3,7 +3,8 @@
 //! - Reading ([`read_tensors`]) goes by the path: a directory loads every `*.npy` (named by file
 //!   stem) and `*.safetensors` inside it; `*.npy` is one tensor named by its stem; anything else is
 //!   read as safetensors. Dtypes f16, bf16 (safetensors only), f32 and f64 are accepted and
-//!   converted to f32 (f64 is rounded to nearest f32).
+//!   converted to f32 (f64 is rounded to nearest f32). [`index_tensors`] reads only the
+//!   headers: its [`StoredTensor`]s read their values when asked, whole or a range of items.
 //! - Writing ([`write_tensors`]) goes by the path too: `*.safetensors` writes one file; `*.npy`
 //!   writes one file when there is exactly one tensor; anything else is a directory of
 //!   `NAME.npy`. Values are written as f16 or f32 ([`Dtype`]).
@@ -19,6 +20,7 @@ use crate::host::{ShapeDisplay, Tensor};
 use half::{bf16, f16};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// Element type written to files.
@@ -88,8 +90,19 @@ pub enum IoError {
     },
 }
 
-/// Read every tensor from a file or directory (see the module docs).
+/// Read every tensor from a file or directory (see the module docs): [`index_tensors`], each
+/// read whole.
 pub fn read_tensors(path: &Path) -> Result<BTreeMap<String, Tensor>, IoError> {
+    index_tensors(path)?
+        .into_iter()
+        .map(|(name, t)| Ok((name, t.read()?)))
+        .collect()
+}
+
+/// Every tensor of a file or directory (see the module docs) as its file's header describes
+/// it, no values read: each is read when asked ([`StoredTensor`]). The headers are checked
+/// against the file's length here, so a truncated file fails before anything runs.
+pub fn index_tensors(path: &Path) -> Result<BTreeMap<String, StoredTensor>, IoError> {
     let read_err = |source| IoError::Read {
         path: path.to_path_buf(),
         source,
@@ -103,22 +116,74 @@ pub fn read_tensors(path: &Path) -> Result<BTreeMap<String, Tensor>, IoError> {
         entries.sort();
         for p in entries {
             match p.extension().and_then(|e| e.to_str()) {
-                Some("npy") | Some("safetensors") => out.extend(read_tensors(&p)?),
+                Some("npy") | Some("safetensors") => out.extend(index_tensors(&p)?),
                 _ => {}
             }
         }
         return Ok(out);
     }
-    let bytes = std::fs::read(path).map_err(read_err)?;
+    let mut file = std::fs::File::open(path).map_err(read_err)?;
+    let len = file.metadata().map_err(read_err)?.len();
     if has_ext(path, "npy") {
         let name = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let t = npy_decode(&bytes, path)?;
-        Ok(BTreeMap::from([(name, t)]))
+        Ok(BTreeMap::from([(name, npy_index(&mut file, len, path)?)]))
     } else {
-        safetensors_decode(&bytes, path)
+        safetensors_index(&mut file, len, path)
+    }
+}
+
+/// A tensor in a file, known by its header: its values are read when asked, whole or a range
+/// of items (its first dimension) at a time, so a large file never sits whole in memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredTensor {
+    pub shape: Vec<usize>,
+    path: PathBuf,
+    /// Where its values start in the file.
+    offset: u64,
+    ty: ReadType,
+}
+
+impl StoredTensor {
+    /// Every value, as f32.
+    pub fn read(&self) -> Result<Tensor, IoError> {
+        self.read_values(0, self.shape.clone())
+    }
+
+    /// The values of items `items` (shape `[items.len(), ...shape[1..]]`), as f32.
+    pub fn read_items(&self, items: Range<usize>) -> Result<Tensor, IoError> {
+        let (&count, rest) = self.shape.split_first().unwrap_or((&1, &[]));
+        if items.start > items.end || items.end > count {
+            return Err(layout_err(
+                &self.path.display().to_string(),
+                &self.shape,
+                &format!("it has no items {}..{}", items.start, items.end),
+            ));
+        }
+        let per_item: usize = rest.iter().product();
+        let shape = std::iter::once(items.len()).chain(rest.iter().copied());
+        self.read_values(items.start * per_item, shape.collect())
+    }
+
+    /// The values from value `first` on, as many as `shape` holds.
+    fn read_values(&self, first: usize, shape: Vec<usize>) -> Result<Tensor, IoError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let err = |source| IoError::Read {
+            path: self.path.clone(),
+            source,
+        };
+        let size = self.ty.size();
+        let mut bytes = vec![0u8; shape.iter().product::<usize>() * size];
+        let mut file = std::fs::File::open(&self.path).map_err(err)?;
+        file.seek(SeekFrom::Start(self.offset + (first * size) as u64))
+            .map_err(err)?;
+        file.read_exact(&mut bytes).map_err(err)?;
+        Ok(Tensor {
+            data: self.ty.decode(&bytes),
+            shape,
+        })
     }
 }
 
@@ -291,7 +356,7 @@ fn encode_values(data: &[f32], dtype: Dtype) -> Vec<u8> {
 }
 
 /// Little-endian element types we read.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ReadType {
     F16,
     Bf16,
@@ -326,15 +391,50 @@ impl ReadType {
 // ---------------------------------------------------------------------------------------------
 // safetensors
 
-fn safetensors_decode(bytes: &[u8], path: &Path) -> Result<BTreeMap<String, Tensor>, IoError> {
-    use safetensors::Dtype as St;
-    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| IoError::Safetensors {
+/// The tensors of a safetensors file from its header, checked as the crate's
+/// `SafeTensors::deserialize` checks it (header size, JSON, offsets, the file's length),
+/// without reading the values.
+fn safetensors_index(
+    file: &mut std::fs::File,
+    len: u64,
+    path: &Path,
+) -> Result<BTreeMap<String, StoredTensor>, IoError> {
+    use safetensors::{Dtype as St, SafeTensorError as E, tensor::Metadata};
+    use std::io::Read;
+    /// The crate's own limit.
+    const MAX_HEADER: u64 = 100_000_000;
+    let invalid = |message: String| IoError::Safetensors {
         path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let read_err = |source| IoError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut n = [0u8; 8];
+    if len < 8 {
+        return Err(invalid(E::HeaderTooSmall.to_string()));
+    }
+    file.read_exact(&mut n).map_err(read_err)?;
+    let n = u64::from_le_bytes(n);
+    if n > MAX_HEADER {
+        return Err(invalid(E::HeaderTooLarge.to_string()));
+    }
+    if 8 + n > len {
+        return Err(invalid(E::InvalidHeaderLength.to_string()));
+    }
+    let mut header = vec![0u8; n as usize];
+    file.read_exact(&mut header).map_err(read_err)?;
+    let header =
+        std::str::from_utf8(&header).map_err(|e| invalid(E::InvalidHeader(e).to_string()))?;
+    let metadata: Metadata = serde_json::from_str(header)
+        .map_err(|e| invalid(E::InvalidHeaderDeserialization(e).to_string()))?;
+    if 8 + n + metadata.data_len() as u64 != len {
+        return Err(invalid(E::MetadataIncompleteBuffer.to_string()));
+    }
     let mut out = BTreeMap::new();
-    for (name, view) in st.tensors() {
-        let ty = match view.dtype() {
+    for (name, info) in metadata.tensors() {
+        let ty = match info.dtype {
             St::F16 => ReadType::F16,
             St::BF16 => ReadType::Bf16,
             St::F32 => ReadType::F32,
@@ -347,14 +447,13 @@ fn safetensors_decode(bytes: &[u8], path: &Path) -> Result<BTreeMap<String, Tens
                 });
             }
         };
-        let data = ty.decode(view.data());
-        out.insert(
-            name,
-            Tensor {
-                shape: view.shape().to_vec(),
-                data,
-            },
-        );
+        let stored = StoredTensor {
+            shape: info.shape.clone(),
+            path: path.to_path_buf(),
+            offset: 8 + n + info.data_offsets.0 as u64,
+            ty,
+        };
+        out.insert(name, stored);
     }
     Ok(out)
 }
@@ -623,25 +722,82 @@ fn npy_header(shape: &[usize], dtype: Dtype) -> Vec<u8> {
 
 /// Decode a `.npy` file; `path` names it in errors.
 pub fn npy_decode(bytes: &[u8], path: &Path) -> Result<Tensor, IoError> {
-    let err = |message: String| IoError::Npy {
+    let start = npy_header_end(bytes, path)?;
+    let (ty, shape) = npy_parse_header(bytes, start, path)?;
+    let need = npy_check_length(&shape, ty, bytes.len() as u64 - start as u64, path)?;
+    let data = &bytes[start..start + need as usize];
+    Ok(Tensor {
+        data: ty.decode(data),
+        shape,
+    })
+}
+
+/// The tensor of a `.npy` file from its header, checked against the file's length `len`.
+fn npy_index(file: &mut std::fs::File, len: u64, path: &Path) -> Result<StoredTensor, IoError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let read_err = |source| IoError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut read_head = |bytes: u64| {
+        let mut head = vec![0u8; len.min(bytes) as usize];
+        file.seek(SeekFrom::Start(0))
+            .and_then(|_| file.read_exact(&mut head))
+            .map(|()| head)
+            .map_err(read_err)
+    };
+    // Magic, version and the header's length, then the whole header.
+    let start = npy_header_end(&read_head(12)?, path)?;
+    let head = read_head(start as u64)?;
+    let (ty, shape) = npy_parse_header(&head, start, path)?;
+    npy_check_length(&shape, ty, len.saturating_sub(start as u64), path)?;
+    Ok(StoredTensor {
+        shape,
+        path: path.to_path_buf(),
+        offset: start as u64,
+        ty,
+    })
+}
+
+fn npy_err(path: &Path, message: String) -> IoError {
+    IoError::Npy {
         path: path.to_path_buf(),
         message,
-    };
+    }
+}
+
+/// Where the values of a `.npy` file start, from its first 12 bytes (or all it has): the
+/// magic, the version and the header's length.
+fn npy_header_end(bytes: &[u8], path: &Path) -> Result<usize, IoError> {
     if bytes.len() < 10 || &bytes[..6] != NPY_MAGIC {
-        return Err(err(
-            "missing the `\\x93NUMPY` magic; is this a .npy file?".into()
+        return Err(npy_err(
+            path,
+            "missing the `\\x93NUMPY` magic; is this a .npy file?".into(),
         ));
     }
-    let (header_len, start) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (
-            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-            12,
-        ),
-        v => return Err(err(format!("unsupported format version {v}.{}", bytes[7]))),
-    };
+    match bytes[6] {
+        1 => Ok(10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize),
+        2 | 3 if bytes.len() >= 12 => {
+            Ok(12 + u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize)
+        }
+        v => Err(npy_err(
+            path,
+            format!("unsupported format version {v}.{}", bytes[7]),
+        )),
+    }
+}
+
+/// The element type and shape in the header of a `.npy` file whose values start at `start`
+/// (`bytes` holds at least its first `start` bytes).
+fn npy_parse_header(
+    bytes: &[u8],
+    start: usize,
+    path: &Path,
+) -> Result<(ReadType, Vec<usize>), IoError> {
+    let err = |message: String| npy_err(path, message);
+    let header_start = if bytes.get(6) == Some(&1) { 10 } else { 12 };
     let header = bytes
-        .get(start..start + header_len)
+        .get(header_start..start)
         .ok_or_else(|| err("truncated header".into()))?;
     let header = std::str::from_utf8(header).map_err(|_| err("header is not text".into()))?;
     let descr = dict_value(header, "descr").ok_or_else(|| err("header has no 'descr'".into()))?;
@@ -683,20 +839,27 @@ pub fn npy_decode(bytes: &[u8], path: &Path) -> Result<Tensor, IoError> {
         .map(|s| s.parse::<usize>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| err(format!("malformed shape `{shape_text}`")))?;
-    let count: usize = shape.iter().product();
-    let data = &bytes[start + header_len..];
-    let need = count * ty.size();
-    if data.len() < need {
-        return Err(err(format!(
-            "truncated data: shape {} needs {need} bytes, the file has {}",
-            ShapeDisplay(&shape),
-            data.len()
-        )));
+    Ok((ty, shape))
+}
+
+/// The bytes of values a `.npy` file of `shape` holds, checked against the `have` bytes
+/// after its header.
+fn npy_check_length(shape: &[usize], ty: ReadType, have: u64, path: &Path) -> Result<u64, IoError> {
+    let need = shape
+        .iter()
+        .try_fold(ty.size(), |n, &d| n.checked_mul(d))
+        .map(|n| n as u64);
+    match need {
+        Some(need) if need <= have => Ok(need),
+        _ => Err(npy_err(
+            path,
+            format!(
+                "truncated data: shape {} needs {} bytes, the file has {have}",
+                ShapeDisplay(shape),
+                need.map_or("more than 2^64".to_string(), |n| n.to_string())
+            ),
+        )),
     }
-    Ok(Tensor {
-        data: ty.decode(&data[..need]),
-        shape,
-    })
 }
 
 /// The raw text of `'key': VALUE` in a numpy header dict (VALUE up to the next top-level comma).
@@ -814,6 +977,110 @@ mod tests {
             assert_eq!(std::fs::read(&path).unwrap(), want, "{dtype:?}");
             assert_eq!(read_tensors(&path).unwrap(), tensors);
         }
+    }
+
+    /// Tensors indexed by their headers read, whole and by ranges of items, the values the
+    /// files hold: safetensors files made by the crate's own `serialize` in every dtype we
+    /// read, a `.npy` file of format version 2.0 made by hand, and a directory. A file that
+    /// is short is refused when it is indexed, and one cut short after that fails to read.
+    #[test]
+    fn stored_tensors_read_the_files_values_by_items() {
+        use safetensors::Dtype as St;
+        let dir = scratch("stored");
+        // Every value is a multiple of 0.25 below 8 in magnitude: exact in f16 and bf16.
+        let tensors = sample_tensors();
+        let le = |dtype: St, v: &[f32]| -> Vec<u8> {
+            v.iter()
+                .flat_map(|&x| match dtype {
+                    St::F16 => half::f16::from_f32(x).to_le_bytes().to_vec(),
+                    St::BF16 => half::bf16::from_f32(x).to_le_bytes().to_vec(),
+                    St::F32 => x.to_le_bytes().to_vec(),
+                    _ => f64::from(x).to_le_bytes().to_vec(),
+                })
+                .collect()
+        };
+        let items = |t: &Tensor, r: Range<usize>| {
+            let per: usize = t.shape[1..].iter().product();
+            t.data[r.start * per..r.end * per].to_vec()
+        };
+        for dtype in [St::F16, St::BF16, St::F32, St::F64] {
+            let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+                .iter()
+                .map(|(n, t)| (n.clone(), t.shape.clone(), le(dtype, &t.data)))
+                .collect();
+            let views = bytes.iter().map(|(n, shape, b)| {
+                let view = safetensors::tensor::TensorView::new(dtype, shape.clone(), b).unwrap();
+                (n.as_str(), view)
+            });
+            let file = safetensors::serialize(views, None).unwrap();
+            let path = dir.join("t.safetensors");
+            std::fs::write(&path, &file).unwrap();
+            let stored = index_tensors(&path).unwrap();
+            assert_eq!(stored.len(), tensors.len());
+            for (name, t) in &tensors {
+                let s = &stored[name];
+                assert_eq!(s.shape, t.shape, "{dtype:?} {name}");
+                assert_eq!(&s.read().unwrap(), t, "{dtype:?} {name}");
+            }
+            let rows = &stored["c_rows"];
+            for r in [0..7, 0..1, 3..5, 6..7, 4..4] {
+                let got = rows.read_items(r.clone()).unwrap();
+                assert_eq!(got.shape, vec![r.len(), 2, 3], "{dtype:?} {r:?}");
+                assert_eq!(
+                    got.data,
+                    items(&tensors["c_rows"], r.clone()),
+                    "{dtype:?} {r:?}"
+                );
+            }
+            assert!(rows.read_items(5..8).is_err(), "past the end");
+            // One byte short: refused at the index, before any value is read.
+            std::fs::write(&path, &file[..file.len() - 1]).unwrap();
+            let e = index_tensors(&path).unwrap_err().to_string();
+            assert!(e.contains("incomplete metadata"), "{e}");
+        }
+        // A `.npy` of format version 2.0 (a 4-byte header length), f8 values.
+        let t = &tensors["c_rows"];
+        let mut header =
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (7, 2, 3), }".to_string();
+        while !(12 + header.len() + 1).is_multiple_of(64) {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut file = b"\x93NUMPY\x02\x00".to_vec();
+        file.extend((header.len() as u32).to_le_bytes());
+        file.extend(header.as_bytes());
+        file.extend(le(St::F64, &t.data));
+        let npy = dir.join("rows.npy");
+        std::fs::write(&npy, &file).unwrap();
+        let stored = index_tensors(&npy).unwrap();
+        let rows = &stored["rows"];
+        assert_eq!(&rows.read().unwrap(), t);
+        assert_eq!(rows.read_items(2..5).unwrap().data, items(t, 2..5));
+        // The same file in a directory, named by its stem.
+        let sub = dir.join("sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(sub.join("x.npy"), &file).unwrap();
+        assert_eq!(
+            index_tensors(&sub).unwrap()["x"]
+                .read_items(6..7)
+                .unwrap()
+                .data,
+            items(t, 6..7)
+        );
+        // Cut short after it was indexed: reading fails, naming the file.
+        std::fs::write(&npy, &file[..file.len() - 8]).unwrap();
+        let e = rows.read_items(6..7).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("cannot read `{}`", npy.display())),
+            "{e}"
+        );
+        assert_eq!(rows.read_items(0..6).unwrap().data, items(t, 0..6));
+        // Short when indexed: refused with the sizes.
+        let e = index_tensors(&npy).unwrap_err().to_string();
+        assert!(
+            e.contains("truncated data: shape [7, 2, 3] needs 336 bytes"),
+            "{e}"
+        );
     }
 
     /// Pieces of items written in any order give the bytes of one whole write, in every kind

@@ -167,6 +167,59 @@ fn inputs_broadcast_or_carry_the_batch() {
     );
 }
 
+/// `HostData::open` reads the weights and only the headers of the inputs; its feed gives
+/// any range of items, from a batched file or a broadcast one, with the values of the whole
+/// batch (the random recipe they were written from), and finds a NaN in the range that holds
+/// it, naming the same flat index as loading the whole batch does.
+#[test]
+fn input_feeds_read_ranges_of_items_from_files() {
+    let p = program(SRC, target(""));
+    let data = HostData::random(&p, 7, 5);
+    let w = tmp("feed", "w.safetensors");
+    io::write_tensors(&w, &data.weights, Dtype::F32).unwrap();
+    let x = tmp("feed", "x.npy");
+    io::write_tensors(&x, &data.inputs, Dtype::F32).unwrap();
+    let (weights, feed) = HostData::open(&p, Some(&w), Some(&x), &LoadOptions::default()).unwrap();
+    assert_eq!((feed.batch, &weights), (7, &data.weights));
+    for r in [0..3, 3..6, 6..7, 2..5, 0..7] {
+        let got = feed.items(r.clone()).unwrap();
+        assert_eq!(got, HostData::random_inputs(&p, r.clone(), 5), "{r:?}");
+    }
+    assert!(matches!(feed.items(5..8), Err(HostError::NoItems { .. })));
+    // One set in the declared shape: every item gets it.
+    let one = tmp("feed", "one");
+    let first = t(&[2, 6], &data.inputs["x"].data[..12]);
+    io::write_tensors(
+        &one,
+        &BTreeMap::from([("x".to_string(), first.clone())]),
+        Dtype::F32,
+    )
+    .unwrap();
+    let opts = LoadOptions {
+        batch: Some(4),
+        ..LoadOptions::default()
+    };
+    let (_, feed) = HostData::open(&p, Some(&w), Some(&one), &opts).unwrap();
+    let got = &feed.items(1..3).unwrap()["x"];
+    assert_eq!(got.shape, vec![2, 2, 6]);
+    assert_eq!(got.data, [first.data.clone(), first.data].concat());
+    // A NaN in item 5 (value 7 of its 12): opening reads no input value, so it succeeds; the
+    // range holding it fails with the index in the whole batch, 5 * 12 + 7.
+    let mut bad = data.inputs.clone();
+    bad.get_mut("x").unwrap().data[67] = f32::NAN;
+    let xnan = tmp("feed-nan", "x.npy");
+    io::write_tensors(&xnan, &bad, Dtype::F32).unwrap();
+    let (_, feed) = HostData::open(&p, Some(&w), Some(&xnan), &LoadOptions::default()).unwrap();
+    assert!(feed.items(0..5).is_ok());
+    let e = feed.items(3..6).unwrap_err();
+    assert!(
+        matches!(&e, HostError::NonFinite { name, index: 67, .. } if name == "x"),
+        "{e}"
+    );
+    let whole = HostData::load(&p, Some(&w), Some(&xnan), None).unwrap_err();
+    assert_eq!(whole.to_string(), e.to_string());
+}
+
 #[test]
 fn files_round_trip_and_load_by_name() {
     let p = program(SRC, target(""));

@@ -5,7 +5,9 @@
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::{GraphError, SwGraph};
 use nnp_runtime::exec::{ExecError, ExecOptions, Execution, Session};
-use nnp_runtime::host::{HostData, HostError, LoadOptions, Outputs, ShapeDisplay, Tensor};
+use nnp_runtime::host::{
+    HostData, HostError, InputFeed, LoadOptions, Outputs, ShapeDisplay, Tensor,
+};
 use nnp_runtime::io::{self, Dtype, IoError, Layout};
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -48,15 +50,27 @@ impl DataArgs {
         program: &Program,
         fallback_batch: Option<usize>,
     ) -> Result<HostData, HostError> {
+        let (weights, feed) = self.feed(program, fallback_batch)?;
+        HostData::whole(weights, &feed)
+    }
+
+    /// [`DataArgs::host_data`] with the inputs made or read a range of items at a time: the
+    /// weights, and the inputs' feed.
+    pub fn feed(
+        &self,
+        program: &Program,
+        fallback_batch: Option<usize>,
+    ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
         if let Some(batch) = self.random_batch(fallback_batch) {
-            return Ok(HostData::random(program, batch, self.seed));
+            let weights = HostData::random(program, 0, self.seed).weights;
+            return Ok((weights, InputFeed::random(program, batch, self.seed)));
         }
         let opts = LoadOptions {
             batch: self.batch.or(fallback_batch),
             random_missing: self.random_missing,
             seed: self.seed,
         };
-        HostData::load_with(
+        HostData::open(
             program,
             self.weights.as_deref(),
             self.inputs.as_deref(),
@@ -102,24 +116,29 @@ impl ChunkArgs {
         })
     }
 
-    /// Run as [`ChunkArgs::execute_each`] does on `batch` items whose inputs `inputs` makes a
-    /// chunk at a time, just before the chunk runs (`data` holds the weights): the run never
-    /// holds the whole batch's inputs either. Each chunk is a run of its own, so the
-    /// execution's path and shard counts are those of the last chunk.
-    pub fn execute_each_made<E: From<ExecError> + Send + Display>(
+    /// Run as [`ChunkArgs::execute_each`] does on `batch` items whose inputs `inputs` makes
+    /// or reads a chunk at a time, just before the chunk runs: the run never holds the whole
+    /// batch's inputs either. Each chunk is a run of its own, so the execution's path and
+    /// shard counts are those of the last chunk.
+    pub fn execute_each_fed<E: From<ExecError> + Send + Display>(
         &self,
         graph: &SwGraph,
-        (mut data, batch): (HostData, usize),
+        (weights, batch): (BTreeMap<String, Tensor>, usize),
         opts: ExecOptions,
-        mut inputs: impl FnMut(Range<usize>) -> BTreeMap<String, Tensor> + Send,
+        mut inputs: impl FnMut(Range<usize>) -> Result<BTreeMap<String, Tensor>, E> + Send,
         mut sink: impl FnMut(Range<usize>, Outputs) -> Result<(), E> + Send,
     ) -> miette::Result<Execution> {
         self.with_session(graph, batch, opts, |session| {
             let chunks = session.chunks(batch);
             let count = chunks.len();
+            let mut data = HostData {
+                batch: 0,
+                weights,
+                inputs: BTreeMap::new(),
+            };
             let mut last = None;
             for items in chunks {
-                data.inputs = inputs(items.clone());
+                data.inputs = inputs(items.clone())?;
                 data.batch = items.len();
                 let at = items.start;
                 let run = session.run_each(&data, |part, outputs| {

@@ -4,7 +4,7 @@ use super::host_args::{ChunkArgs, DataArgs, OutputArgs, RunSummary};
 use nnp_grammar::{Program, SourceFile, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::exec::{self, DeviceKind, ExecError, ExecOptions};
-use nnp_runtime::host::{HostData, Outputs};
+use nnp_runtime::host::{HostData, HostError, Outputs};
 use nnp_runtime::io::IoError;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -94,14 +94,16 @@ fn host_program(g: &SwGraph) -> Program {
     }
 }
 
-/// Why a chunk's outputs could not be taken: the run failed, writing them did, or the user
-/// interrupted the run.
+/// Why a chunk could not be run or its outputs taken: its inputs could not be read, the run
+/// failed, writing the outputs did, or the user interrupted the run.
 #[derive(Debug, thiserror::Error)]
 enum SinkError {
     #[error(transparent)]
     Exec(#[from] ExecError),
     #[error(transparent)]
     Write(IoError),
+    #[error(transparent)]
+    Input(HostError),
     #[error(
         "interrupted after {done} of {batch} input sets; no output was written (a file already \
          there is left as it was)"
@@ -162,21 +164,20 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         };
         (swgraph::optimize(&g, roots), program)
     };
-    // Seeded random data is made a chunk at a time (without --trace, which needs the whole
-    // batch's written values anyway): `data` then holds the weights and no items. Data from
-    // files is loaded whole.
-    let random = args
+    // Inputs, from files or seeded random, are read or made a chunk at a time (except with
+    // --trace, which needs the whole batch's written values anyway).
+    let (mut weights, feed) = args
         .data
-        .random_batch(None)
-        .filter(|_| args.trace.is_none());
-    let data = match random {
-        Some(_) => HostData::random(&program, 0, args.data.seed),
-        None => args
-            .data
-            .host_data(&program, None)
-            .map_err(|e| miette::miette!("{e}"))?,
+        .feed(&program, None)
+        .map_err(|e| miette::miette!("{e}"))?;
+    let batch = feed.batch;
+    let whole = match args.trace {
+        Some(_) => Some(
+            HostData::whole(std::mem::take(&mut weights), &feed)
+                .map_err(|e| miette::miette!("{e}"))?,
+        ),
+        None => None,
     };
-    let batch = random.unwrap_or(data.batch);
     let opts = ExecOptions {
         device: args.device.into(),
         keep_writes: args.trace.is_some(),
@@ -197,10 +198,11 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     }
     let start = Instant::now();
     // Each chunk's outputs go to the files as the chunk is done: the run never holds the
-    // whole batch's. The time reported is the run's alone, without that writing or making
-    // random inputs, as when the data was made before the run and the outputs written after.
+    // whole batch's. The time reported is the run's alone, without that writing or reading
+    // or making inputs, as when the data was loaded before the run and the outputs written
+    // after.
     let mut writing = Duration::ZERO;
-    let mut making = Duration::ZERO;
+    let mut feeding = Duration::ZERO;
     let mut sink = |items: Range<usize>, outputs: Outputs| {
         if INTERRUPTED.load(Ordering::SeqCst) {
             let done = items.start;
@@ -214,19 +216,17 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         writing += t0.elapsed();
         written
     };
-    let run = match random {
-        None => args.chunks.execute_each(&graph, &data, opts, &mut sink),
-        Some(_) => {
-            let inputs = |items| {
-                let t0 = Instant::now();
-                let made = HostData::random_inputs(&program, items, args.data.seed);
-                making += t0.elapsed();
-                made
-            };
-            let made = (data, batch);
-            args.chunks
-                .execute_each_made(&graph, made, opts, inputs, &mut sink)
-        }
+    let run = if let Some(data) = &whole {
+        args.chunks.execute_each(&graph, data, opts, &mut sink)
+    } else {
+        let inputs = |items| {
+            let t0 = Instant::now();
+            let fed = feed.items(items).map_err(SinkError::Input);
+            feeding += t0.elapsed();
+            fed
+        };
+        args.chunks
+            .execute_each_fed(&graph, (weights, batch), opts, inputs, &mut sink)
     };
     let result = match run {
         Ok(result) => result,
@@ -239,7 +239,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     };
     let secs = start
         .elapsed()
-        .saturating_sub(writing + making)
+        .saturating_sub(writing + feeding)
         .as_secs_f64();
     if let Some(path) = &args.trace {
         let records = exec::trace::records(&graph, &result, batch)
