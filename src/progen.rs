@@ -2056,7 +2056,7 @@ pub fn compare_traces(
     trace: &[nnp_runtime::trace::TraceRecord],
     batch: usize,
 ) -> Result<usize, Outcome> {
-    let records = nnp_runtime::exec::trace::records(graph, traced, batch)
+    let records = nnp_runtime::exec::trace::records(graph, traced, 0..batch)
         .ok_or_else(|| Outcome::GraphError("trace: the graph kept no written values".into()))?;
     let cmp = nnp_runtime::trace::compare_traces(trace, &records)
         .map_err(|e| Outcome::GraphError(format!("trace: {e}")))?;

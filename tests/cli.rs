@@ -161,11 +161,12 @@ fn streamed_outputs_are_the_emulators_bytes() {
     }
 }
 
-/// `nnpc run` reads inputs from files a chunk at a time: with chunks of 3 out of 7 items it
-/// writes the bytes the emulator writes from the same files (f16 `.npy`, a directory of f32
-/// `.npy`), and from f32 files holding the seeded random data it writes the bytes of the run
-/// on that random data. A NaN in item 5 fails the run in its chunk with the message the
-/// emulator gives for the whole batch, and leaves no output behind.
+/// `nnpc run` reads inputs from files and writes its outputs and trace a chunk at a time: with
+/// chunks of 3 out of 7 items it writes the output and trace bytes the emulator writes from
+/// the same files (f16 `.npy`, a directory of f32 `.npy`), and from f32 files holding the
+/// seeded random data it writes the bytes of the run on that random data. A NaN in item 5
+/// fails the run in its chunk with the message the emulator gives for the whole batch, and
+/// leaves no output or trace behind.
 #[test]
 fn inputs_from_files_are_read_chunk_by_chunk() {
     use nnp_runtime::host::HostData;
@@ -181,28 +182,35 @@ fn inputs_from_files_are_read_chunk_by_chunk() {
     std::fs::create_dir_all(x16.parent().expect("parent")).expect("dir");
     write_tensors(&x16, &data.inputs, Dtype::F16).expect("inputs");
     write_tensors(&x32, &data.inputs, Dtype::F32).expect("inputs");
+    // Every run writes its outputs to `out` and its trace to `out.jsonl`.
     let run = |cmd: &str, inputs: Option<&std::path::Path>, out: &str| {
-        let out = dir.join(out);
+        let (out, trace) = (dir.join(out), dir.join(format!("{out}.jsonl")));
         let mut args = vec![cmd, "samples/mlp2_relu.nnp", "-o", common::arg(&out)];
+        args.extend(["--trace", common::arg(&trace)]);
         match inputs {
             Some(x) => args.extend(["--weights", common::arg(&w), "--inputs", common::arg(x)]),
             None => args.extend(["--batch", "7", "--seed", "11"]),
         }
         args.extend(["--chunk-items", "3"].iter().filter(|_| cmd == "run"));
         let o = nnpc(&args);
-        (o, out)
+        (o, out, trace)
     };
-    let bytes = |(o, out): (std::process::Output, PathBuf)| {
+    let bytes = |(o, out, trace): (std::process::Output, PathBuf, PathBuf)| {
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        std::fs::read(out).expect("output")
+        let read = |p| std::fs::read(p).expect("output");
+        (read(out), read(trace))
     };
     for (x, name) in [(&x16, "f16.safetensors"), (&x32, "f32.safetensors")] {
         let fed = bytes(run("run", Some(x), &format!("run-{name}")));
-        assert!(fed.len() > 1000);
+        assert!(fed.0.len() > 1000 && fed.1.len() > 1000);
         let emulated = bytes(run("emulate", Some(x), &format!("emu-{name}")));
         assert!(
-            fed == emulated,
+            fed.0 == emulated.0,
             "{name}: the run's file differs from the emulator's"
+        );
+        assert!(
+            fed.1 == emulated.1,
+            "{name}: the run's trace differs from the emulator's"
         );
     }
     let random = bytes(run("run", None, "random.safetensors"));
@@ -214,13 +222,13 @@ fn inputs_from_files_are_read_chunk_by_chunk() {
     x.data[5 * per_item + 7] = f32::NAN;
     let xnan = dir.join("xnan");
     write_tensors(&xnan, &bad, Dtype::F32).expect("inputs");
-    let (o, out) = run("run", Some(&xnan), "nan.safetensors");
+    let (o, out, trace) = run("run", Some(&xnan), "nan.safetensors");
     assert_eq!(o.status.code(), Some(2));
     let want = format!("tensor `x` holds NaN at flat index {}", 5 * per_item + 7);
     assert!(common::message(&o).contains(&want), "{}", stderr(&o));
-    let (emu, _) = run("emulate", Some(&xnan), "nan-emu.safetensors");
+    let (emu, ..) = run("emulate", Some(&xnan), "nan-emu.safetensors");
     assert_eq!(common::message(&o), common::message(&emu));
-    assert!(!out.exists());
+    assert!(!out.exists() && !trace.exists());
     let left: Vec<_> = std::fs::read_dir(&dir)
         .expect("dir")
         .filter_map(|e| e.ok())

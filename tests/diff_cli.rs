@@ -3,8 +3,10 @@
 //! naming the tensor; traces name the first divergent `v_wr`.
 
 use half::f16;
+use nnp_runtime::host::Tensor;
 use nnp_runtime::io::{Dtype, read_tensors, write_tensors};
 use nnp_runtime::trace::{read_trace, write_trace};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -245,4 +247,87 @@ fn the_first_divergent_v_wr_is_named() {
     let err = message(&o);
     assert!(err.contains("has 11 records for batch item 2"), "{err}");
     assert!(err.contains("software graph wrote 12"), "{err}");
+}
+
+/// A dump is compared a chunk at a time as the run produces its outputs: with chunks of 3 of
+/// 7 items, three flipped bits (items 1, 5 and 6) are all counted, the first two are listed
+/// with their indices in the whole batch, and the report is the one-chunk report to the bit
+/// (counts, histogram, errors, QSNR), for a dump in logical and in tile layout.
+#[test]
+fn a_dump_is_compared_chunk_by_chunk() {
+    let dir = scratch("chunks");
+    let hw = dir.join("hw.safetensors");
+    let o = nnpc(&[
+        "emulate",
+        "samples/mlp2_relu.nnp",
+        "--batch",
+        "7",
+        "--seed",
+        "5",
+        "-o",
+        s(&hw),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut dump = read_tensors(&hw).expect("dump");
+    let y = dump.get_mut("y").expect("output y");
+    assert_eq!(y.shape, vec![7, 4, 100]);
+    // y[1, 2, 5], y[5, 0, 99], y[6, 3, 0]: one ULP each.
+    for flat in [400 + 200 + 5, 5 * 400 + 99, 6 * 400 + 300] {
+        let bits = f16::from_f32(y.data[flat]).to_bits();
+        y.data[flat] = f16::from_bits(bits ^ 1).to_f32();
+    }
+    let bad = dir.join("bad.safetensors");
+    write_tensors(&bad, &dump, Dtype::F16).expect("write");
+    let tiles: BTreeMap<String, Tensor> = dump
+        .iter()
+        .map(|(n, t)| {
+            (
+                n.clone(),
+                nnp_runtime::io::to_tiles(n, t, 128, false).expect("tiles"),
+            )
+        })
+        .collect();
+    let bad_tiles = dir.join("bad_tiles.safetensors");
+    write_tensors(&bad_tiles, &tiles, Dtype::F16).expect("write");
+
+    let report = |dump: &Path, chunk: &str, layout: &str| -> serde_json::Value {
+        let o = diff_mlp(
+            dump,
+            5,
+            &[
+                "--chunk-items",
+                chunk,
+                "--first",
+                "2",
+                "--layout",
+                layout,
+                "--json",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).expect("json")
+    };
+    let r = report(&bad, "3", "logical");
+    assert_eq!(
+        (r["elements"].clone(), r["bit_exact"].clone()),
+        (2800.into(), 2797.into())
+    );
+    assert_eq!(r["ulp_histogram"][1], 3);
+    let m = r["mismatches"].as_array().expect("mismatches");
+    let indices: Vec<_> = m.iter().map(|m| m["index"].clone()).collect();
+    assert_eq!(
+        indices,
+        vec![serde_json::json!([1, 2, 5]), serde_json::json!([5, 0, 99])]
+    );
+    assert_eq!(r["outputs"][0]["shape"], serde_json::json!([7, 4, 100]));
+    assert_eq!(
+        r,
+        report(&bad, "7", "logical"),
+        "chunks of 3 against one chunk"
+    );
+    assert_eq!(
+        r,
+        report(&bad_tiles, "2", "tiles"),
+        "the tile layout's dump"
+    );
 }

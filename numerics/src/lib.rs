@@ -29,4 +29,4 @@ pub use format::{
     PotFormat, Specials, TwoHotFormat,
 };
 pub use rounding::{Rounding, floor_log2, pow2};
-pub use stats::{ErrorStats, error_stats, qsnr};
+pub use stats::{ErrorAcc, ErrorStats, error_stats, qsnr};

@@ -47,22 +47,40 @@ pub fn qsnr_mean(x: &[f64], q: &[f64], len: usize) -> f64 {
 }
 
 pub fn error_stats(x: &[f64], q: &[f64]) -> ErrorStats {
-    let mut s = ErrorStats::default();
-    let (mut sig, mut err, mut abs) = (0.0f64, 0.0f64, 0.0f64);
-    for (a, b) in x.iter().zip(q) {
+    let mut acc = ErrorAcc::default();
+    for (&a, &b) in x.iter().zip(q) {
+        acc.add(a, b);
+    }
+    acc.stats()
+}
+
+/// [`error_stats`] a pair at a time: a tensor compared in pieces, in order, gives the stats
+/// of the whole (the sums run in the same order).
+#[derive(Clone, Debug, Default)]
+pub struct ErrorAcc {
+    s: ErrorStats,
+    sig: f64,
+    err: f64,
+    abs: f64,
+}
+
+impl ErrorAcc {
+    /// Count the pair of reference `a` and quantized `b`.
+    pub fn add(&mut self, a: f64, b: f64) {
+        let s = &mut self.s;
         if !a.is_finite() || !b.is_finite() {
             s.nonfinite += 1;
-            continue;
+            return;
         }
         s.count += 1;
         let d = b - a;
-        sig += a * a;
-        err += d * d;
-        abs += d.abs();
+        self.sig += a * a;
+        self.err += d * d;
+        self.abs += d.abs();
         s.max_abs_err = s.max_abs_err.max(d.abs());
-        if *a != 0.0 {
+        if a != 0.0 {
             s.max_rel_err = s.max_rel_err.max(d.abs() / a.abs());
-            if *b == 0.0 {
+            if b == 0.0 {
                 s.flushed += 1;
             }
         }
@@ -70,14 +88,19 @@ pub fn error_stats(x: &[f64], q: &[f64]) -> ErrorStats {
             s.changed += 1;
         }
     }
-    if s.count > 0 {
-        s.mean_abs_err = abs / s.count as f64;
-        s.rmse = (err / s.count as f64).sqrt();
+
+    /// The stats of every pair counted so far.
+    pub fn stats(&self) -> ErrorStats {
+        let mut s = self.s.clone();
+        if s.count > 0 {
+            s.mean_abs_err = self.abs / s.count as f64;
+            s.rmse = (self.err / s.count as f64).sqrt();
+        }
+        s.qsnr_db = if self.err == 0.0 {
+            f64::INFINITY
+        } else {
+            -10.0 * (self.err / self.sig).log10()
+        };
+        s
     }
-    s.qsnr_db = if err == 0.0 {
-        f64::INFINITY
-    } else {
-        -10.0 * (err / sig).log10()
-    };
-    s
 }

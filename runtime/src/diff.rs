@@ -7,6 +7,7 @@
 
 use crate::host::{Outputs, ShapeDisplay, Tensor, storage_bits};
 use nnp_grammar::{ChainBody, DeclKind, Mem, Program};
+use nnp_numerics::{ErrorAcc, FloatFormat};
 use serde::{Deserialize, Serialize};
 
 /// Why two output sets cannot be compared.
@@ -120,120 +121,204 @@ fn histogram_bucket(ulps: Option<u64>) -> usize {
     }
 }
 
-/// Compare `software` against `hardware` for every output of `program`.
+/// Compare `software` against `hardware` for every output of `program`: one piece of a
+/// [`DiffBuilder`].
 pub fn diff_outputs(
     program: &Program,
     hardware: &Outputs,
     software: &Outputs,
     first: usize,
 ) -> Result<DiffReport, DiffError> {
-    let storage = *program
-        .target
-        .numerics
-        .storage
-        .as_float()
-        .ok_or_else(|| DiffError::Storage(program.target.numerics.storage.to_string()))?;
-    let width = storage.bits().min(32);
-    let n = program.native();
-    let mut report = DiffReport {
-        schema: "nnpc.diff/1".into(),
-        elements: 0,
-        bit_exact: 0,
-        concordant: true,
-        max_ulps: 0,
-        ulp_histogram: vec![0; ULP_BUCKETS + 2],
-        outputs: Vec::new(),
-        mismatches: Vec::new(),
-        trace: None,
-    };
-    let outputs = program.decls.iter().enumerate();
-    for (decl_idx, decl) in outputs.filter(|(_, d)| d.kind == DeclKind::Output) {
-        let sw = software
-            .get(&decl.name)
-            .ok_or_else(|| DiffError::MissingOutput(decl.name.clone()))?;
-        let hw = hardware
-            .get(&decl.name)
-            .ok_or_else(|| DiffError::MissingOutput(decl.name.clone()))?;
-        let hw = batched_like(&decl.name, hw, sw)?;
-        // Both compared element for element, none left over (a tensor's fields are public).
-        for t in [&*hw, sw] {
-            let expected: usize = t.shape.iter().product();
-            if t.len() != expected {
-                return Err(DiffError::Elements {
-                    name: decl.name.clone(),
-                    shape: ShapeDisplay(&t.shape).to_string(),
-                    expected,
-                    found: t.len(),
-                });
-            }
-        }
-        let row_len = decl.row_len();
-        let rows = decl.rows();
-        let mut out = OutputDiff {
-            name: decl.name.clone(),
-            shape: sw.shape.clone(),
-            elements: sw.len(),
-            bit_exact: 0,
-            max_ulps: 0,
-            nan_mismatches: 0,
-            max_abs_err: 0.0,
-            max_rel_err: 0.0,
-            qsnr_db: f64::INFINITY,
-        };
-        for (flat, (&h, &s)) in hw.data.iter().zip(&sw.data).enumerate() {
-            let (hb, sb) = (storage_bits(&storage, h), storage_bits(&storage, s));
-            let ulps = if hb == sb {
-                Some(0)
-            } else if h.is_nan() || s.is_nan() {
-                None
-            } else {
-                Some(ordinal(hb, width).abs_diff(ordinal(sb, width)))
-            };
-            report.ulp_histogram[histogram_bucket(ulps)] += 1;
-            match ulps {
-                Some(0) => out.bit_exact += 1,
-                Some(d) => out.max_ulps = out.max_ulps.max(d),
-                None => out.nan_mismatches += 1,
-            }
-            if ulps != Some(0) && report.mismatches.len() < first {
-                let per_item = (rows * row_len).max(1);
-                let (item, within) = (flat / per_item, flat % per_item);
-                let (row, col) = (within / row_len.max(1), within % row_len.max(1));
-                let mut index = vec![item];
-                index.extend(unflatten(within, &decl.shape));
-                let writer = writer_of(program, decl_idx, row);
-                report.mismatches.push(Mismatch {
-                    output: decl.name.clone(),
-                    index,
-                    tile: col / n,
-                    lane: col % n,
-                    hardware: h,
-                    software: s,
-                    hardware_bits: hb,
-                    software_bits: sb,
-                    ulps,
-                    line: writer.map(|(l, _)| l),
-                    source: writer.map(|(_, t)| t.to_string()),
-                });
-            }
-        }
-        let (x, q): (Vec<f64>, Vec<f64>) = hw
-            .data
-            .iter()
-            .zip(&sw.data)
-            .map(|(&h, &s)| (f64::from(h), f64::from(s)))
-            .unzip();
-        let stats = nnp_numerics::error_stats(&x, &q);
-        out.max_abs_err = stats.max_abs_err;
-        out.max_rel_err = stats.max_rel_err;
-        out.qsnr_db = stats.qsnr_db;
-        report.elements += out.elements;
-        report.bit_exact += out.bit_exact;
-        report.max_ulps = report.max_ulps.max(out.max_ulps);
-        report.outputs.push(out);
+    let mut diff = DiffBuilder::new(program, first)?;
+    diff.add(0, hardware, software)?;
+    Ok(diff.finish())
+}
+
+/// A comparison made a range of items at a time, so that the outputs of a run in chunks are
+/// compared with the same items of the dump as each chunk is done, never held whole. Pieces
+/// added in item order give the report of one comparison of the whole tensors (every count,
+/// maximum and sum runs in the same order).
+pub struct DiffBuilder<'p> {
+    program: &'p Program,
+    storage: FloatFormat,
+    /// How many mismatches to list.
+    first: usize,
+    ulp_histogram: Vec<u64>,
+    /// Every output, in declaration order: its declaration's index and what is counted so far.
+    outputs: Vec<(usize, OutputAcc)>,
+}
+
+/// One output's comparison so far.
+struct OutputAcc {
+    diff: OutputDiff,
+    stats: ErrorAcc,
+    /// Its first mismatches, at most the builder's `first`.
+    mismatches: Vec<Mismatch>,
+}
+
+impl<'p> DiffBuilder<'p> {
+    /// A comparison of the outputs of `program` listing the `first` mismatches.
+    pub fn new(program: &'p Program, first: usize) -> Result<DiffBuilder<'p>, DiffError> {
+        let storage = *program
+            .target
+            .numerics
+            .storage
+            .as_float()
+            .ok_or_else(|| DiffError::Storage(program.target.numerics.storage.to_string()))?;
+        let outputs = program.decls.iter().enumerate();
+        let outputs = outputs
+            .filter(|(_, d)| d.kind == DeclKind::Output)
+            .map(|(i, d)| {
+                let diff = OutputDiff {
+                    name: d.name.clone(),
+                    shape: Vec::new(),
+                    elements: 0,
+                    bit_exact: 0,
+                    max_ulps: 0,
+                    nan_mismatches: 0,
+                    max_abs_err: 0.0,
+                    max_rel_err: 0.0,
+                    qsnr_db: f64::INFINITY,
+                };
+                let acc = OutputAcc {
+                    diff,
+                    stats: ErrorAcc::default(),
+                    mismatches: Vec::new(),
+                };
+                (i, acc)
+            })
+            .collect();
+        Ok(DiffBuilder {
+            program,
+            storage,
+            first,
+            ulp_histogram: vec![0; ULP_BUCKETS + 2],
+            outputs,
+        })
     }
-    report.concordant = report.bit_exact == report.elements;
-    Ok(report)
+
+    /// Compare the items from `first_item` on that `hardware` and `software` hold (the same
+    /// items of every output; `[items, ...declared shape]`, or a hardware tensor without the
+    /// batch dimension where the software holds one item).
+    pub fn add(
+        &mut self,
+        first_item: usize,
+        hardware: &Outputs,
+        software: &Outputs,
+    ) -> Result<(), DiffError> {
+        let (program, storage) = (self.program, self.storage);
+        let width = storage.bits().min(32);
+        let n = program.native();
+        for (decl_idx, acc) in &mut self.outputs {
+            let decl = &program.decls[*decl_idx];
+            let sw = software
+                .get(&decl.name)
+                .ok_or_else(|| DiffError::MissingOutput(decl.name.clone()))?;
+            let hw = hardware
+                .get(&decl.name)
+                .ok_or_else(|| DiffError::MissingOutput(decl.name.clone()))?;
+            let hw = batched_like(&decl.name, hw, sw)?;
+            // Both compared element for element, none left over (a tensor's fields are public).
+            for t in [&*hw, sw] {
+                let expected: usize = t.shape.iter().product();
+                if t.len() != expected {
+                    return Err(DiffError::Elements {
+                        name: decl.name.clone(),
+                        shape: ShapeDisplay(&t.shape).to_string(),
+                        expected,
+                        found: t.len(),
+                    });
+                }
+            }
+            let out = &mut acc.diff;
+            // The whole tensor's shape: the first piece's, with every later piece's items.
+            match (out.shape.first_mut(), sw.shape.first()) {
+                (Some(total), Some(items)) => *total += items,
+                _ => out.shape = sw.shape.clone(),
+            }
+            out.elements += sw.len();
+            let (row_len, rows) = (decl.row_len(), decl.rows());
+            let per_item = (rows * row_len).max(1);
+            for (flat, (&h, &s)) in hw.data.iter().zip(&sw.data).enumerate() {
+                // Equal values have equal encodings: only the others are encoded (most of a
+                // dump's elements, and encoding is most of the time of a comparison).
+                let (hb, sb) = match h.to_bits() == s.to_bits() {
+                    true => (0, 0),
+                    false => (storage_bits(&storage, h), storage_bits(&storage, s)),
+                };
+                // Concordance is equality of the encodings. Two that differ are at least one
+                // ULP apart: -0 and +0 (0 apart on the number line) differ in their sign.
+                let ulps = if hb == sb {
+                    Some(0)
+                } else if h.is_nan() || s.is_nan() {
+                    None
+                } else {
+                    Some(ordinal(hb, width).abs_diff(ordinal(sb, width)).max(1))
+                };
+                self.ulp_histogram[histogram_bucket(ulps)] += 1;
+                acc.stats.add(f64::from(h), f64::from(s));
+                match ulps {
+                    Some(0) => out.bit_exact += 1,
+                    Some(d) => out.max_ulps = out.max_ulps.max(d),
+                    None => out.nan_mismatches += 1,
+                }
+                if ulps != Some(0) && acc.mismatches.len() < self.first {
+                    let (item, within) = (first_item + flat / per_item, flat % per_item);
+                    let (row, col) = (within / row_len.max(1), within % row_len.max(1));
+                    let mut index = vec![item];
+                    index.extend(unflatten(within, &decl.shape));
+                    let writer = writer_of(program, *decl_idx, row);
+                    acc.mismatches.push(Mismatch {
+                        output: decl.name.clone(),
+                        index,
+                        tile: col / n,
+                        lane: col % n,
+                        hardware: h,
+                        software: s,
+                        hardware_bits: hb,
+                        software_bits: sb,
+                        ulps,
+                        line: writer.map(|(l, _)| l),
+                        source: writer.map(|(_, t)| t.to_string()),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The report of every piece added.
+    pub fn finish(self) -> DiffReport {
+        let mut report = DiffReport {
+            schema: "nnpc.diff/1".into(),
+            elements: 0,
+            bit_exact: 0,
+            concordant: true,
+            max_ulps: 0,
+            ulp_histogram: self.ulp_histogram,
+            outputs: Vec::new(),
+            mismatches: Vec::new(),
+            trace: None,
+        };
+        for (_, acc) in self.outputs {
+            let mut out = acc.diff;
+            let stats = acc.stats.stats();
+            out.max_abs_err = stats.max_abs_err;
+            out.max_rel_err = stats.max_rel_err;
+            out.qsnr_db = stats.qsnr_db;
+            report.elements += out.elements;
+            report.bit_exact += out.bit_exact;
+            report.max_ulps = report.max_ulps.max(out.max_ulps);
+            report.outputs.push(out);
+            // In output order, as one comparison of the whole tensors lists them.
+            let room = self.first - report.mismatches.len();
+            report
+                .mismatches
+                .extend(acc.mismatches.into_iter().take(room));
+        }
+        report.concordant = report.bit_exact == report.elements;
+        report
+    }
 }
 
 /// The hardware tensor with the software tensor's shape: a dump of one input set may omit the
@@ -343,6 +428,63 @@ mod tests {
                 "{e:?}"
             );
         }
+    }
+
+    /// Special values by hand (fp16 storage, one output of 4 lanes, 3 items): two NaNs of
+    /// different payloads are equal (canonical NaN); -0 and +0 differ (1 ULP, their sign);
+    /// 65504 and infinity are 1 ULP apart, as are 1 and 1 + 2^-10; NaN against a number has no
+    /// distance; -1 and 1 are 2 x 0x3C00 apart. The report made of two pieces (items 0..1 and
+    /// 1..3) is the report of one comparison.
+    #[test]
+    fn special_values_by_hand_and_pieces_give_the_whole_report() {
+        let text = "input x : [1, 4]\noutput y : [1, 4]\n\nv_rd netq\nv_wr netq\nend_chain\n";
+        let src = std::sync::Arc::new(nnp_grammar::SourceFile::new("t.nnp", text));
+        let program = nnp_grammar::check(src, None).expect("checks").program;
+        let nan2 = f32::from_bits(0x7FC0_0001);
+        let hw = [
+            [f32::NAN, 1.0, -0.0, 65504.0],
+            [1.0, 2.0, f32::NAN, 0.5],
+            [-1.0, 0.25, 0.0, 100.0],
+        ];
+        let sw = [
+            [nan2, 1.0, 0.0, f32::INFINITY],
+            [1.0 + 2f32.powi(-10), 2.0, 3.0, 0.5],
+            [1.0, 0.25, 0.0, 100.0],
+        ];
+        let outputs = |rows: &[[f32; 4]]| {
+            let data = rows.iter().flatten().copied().collect();
+            let t = Tensor::new(vec![rows.len(), 1, 4], data).expect("fills its shape");
+            Outputs::from([("y".to_string(), t)])
+        };
+        let whole = diff_outputs(&program, &outputs(&hw), &outputs(&sw), 3).expect("diffs");
+        assert_eq!((whole.elements, whole.bit_exact), (12, 7));
+        assert!(!whole.concordant);
+        let mut histogram = vec![0; ULP_BUCKETS + 2];
+        (histogram[0], histogram[1], histogram[16], histogram[18]) = (7, 3, 1, 1);
+        assert_eq!(whole.ulp_histogram, histogram);
+        assert_eq!(whole.max_ulps, 2 * 0x3C00);
+        let y = &whole.outputs[0];
+        assert_eq!((y.nan_mismatches, y.max_abs_err), (1, 2.0));
+        let listed: Vec<_> = whole
+            .mismatches
+            .iter()
+            .map(|m| (m.index.clone(), m.hardware_bits, m.software_bits, m.ulps))
+            .collect();
+        let want = vec![
+            (vec![0, 0, 2], 0x8000, 0x0000, Some(1)),
+            (vec![0, 0, 3], 0x7BFF, 0x7C00, Some(1)),
+            (vec![1, 0, 0], 0x3C00, 0x3C01, Some(1)),
+        ];
+        assert_eq!(listed, want);
+        assert!(whole.mismatches.iter().all(|m| m.line == Some(5)));
+        let mut pieces = DiffBuilder::new(&program, 3).expect("fp16 storage");
+        pieces
+            .add(0, &outputs(&hw[..1]), &outputs(&sw[..1]))
+            .expect("diffs");
+        pieces
+            .add(1, &outputs(&hw[1..]), &outputs(&sw[1..]))
+            .expect("diffs");
+        assert_eq!(pieces.finish(), whole);
     }
 
     #[test]

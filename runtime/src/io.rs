@@ -509,17 +509,58 @@ fn safetensors_header(
 /// existing one untouched.
 pub struct ItemWriter {
     dtype: Dtype,
-    files: Vec<PendingFile>,
+    files: Vec<TempFile>,
     /// Each tensor's file (an index into `files`), where its values start there, and its
     /// shape.
     slots: BTreeMap<String, (usize, u64, Vec<usize>)>,
 }
 
-/// A file being written under a temporary name.
-struct PendingFile {
-    file: std::fs::File,
+/// A file written under a temporary name next to its place (`.NAME.nnpc-PID.tmp`) and
+/// renamed there by [`TempFile::finish`]; dropped before that, it is removed, so a failed or
+/// interrupted run leaves no file half-written and an existing one untouched.
+pub struct TempFile {
+    pub file: std::fs::File,
     temp: PathBuf,
     path: PathBuf,
+}
+
+impl TempFile {
+    /// Create the temporary file of `path`. A directory in `path`'s place is refused now,
+    /// since the rename at the end would fail.
+    pub fn create(path: &Path) -> Result<TempFile, std::io::Error> {
+        if path.is_dir() {
+            return Err(std::io::ErrorKind::IsADirectory.into());
+        }
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let temp = path.with_file_name(format!(
+            ".{}.nnpc-{}.tmp",
+            name.unwrap_or_default(),
+            std::process::id()
+        ));
+        let file = std::fs::File::create(&temp)?;
+        Ok(TempFile {
+            file,
+            temp,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The place the file goes to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Put the file in its place.
+    pub fn finish(self) -> Result<(), std::io::Error> {
+        std::fs::rename(&self.temp, &self.path)
+        // `Drop` then finds no temporary file to remove (or removes it if the rename failed).
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.temp);
+    }
 }
 
 impl ItemWriter {
@@ -592,26 +633,13 @@ impl ItemWriter {
             path: path.to_path_buf(),
             source,
         };
-        // The rename at the end would fail: say so before the run.
-        if path.is_dir() {
-            return Err(err(std::io::ErrorKind::IsADirectory.into()));
-        }
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        let temp = path.with_file_name(format!(
-            ".{}.nnpc-{}.tmp",
-            name.unwrap_or_default(),
-            std::process::id()
-        ));
-        let mut file = std::fs::File::create(&temp).map_err(err)?;
+        let mut file = TempFile::create(path).map_err(err)?;
         let ready = file
+            .file
             .write_all(header)
-            .and_then(|()| file.set_len(header.len() as u64 + values));
-        // Kept even when that failed, so `Drop` removes it.
-        self.files.push(PendingFile {
-            file,
-            temp,
-            path: path.to_path_buf(),
-        });
+            .and_then(|()| file.file.set_len(header.len() as u64 + values));
+        // Kept even when that failed, so that it is removed with the writer.
+        self.files.push(file);
         ready.map_err(err)?;
         Ok(self.files.len() - 1)
     }
@@ -638,41 +666,26 @@ impl ItemWriter {
                 )));
             }
             let pending = &mut self.files[*index];
-            let err = |source| IoError::Write {
-                path: pending.path.clone(),
-                source,
-            };
             let offset = start + (at * self.dtype.size()) as u64;
-            pending.file.seek(SeekFrom::Start(offset)).map_err(err)?;
-            pending
-                .file
-                .write_all(&encode_values(&t.data, self.dtype))
-                .map_err(err)?;
+            let bytes = encode_values(&t.data, self.dtype);
+            let written = (pending.file.seek(SeekFrom::Start(offset)))
+                .and_then(|_| pending.file.write_all(&bytes));
+            written.map_err(|source| IoError::Write {
+                path: pending.path().to_path_buf(),
+                source,
+            })?;
         }
         Ok(())
     }
 
     /// Put every file in its place.
-    pub fn finish(mut self) -> Result<(), IoError> {
-        for pending in std::mem::take(&mut self.files) {
-            let err = |source| IoError::Write {
-                path: pending.path.clone(),
-                source,
-            };
-            if let Err(e) = std::fs::rename(&pending.temp, &pending.path) {
-                let _ = std::fs::remove_file(&pending.temp);
-                return Err(err(e));
-            }
+    pub fn finish(self) -> Result<(), IoError> {
+        for file in self.files {
+            let path = file.path().to_path_buf();
+            file.finish()
+                .map_err(|source| IoError::Write { path, source })?;
         }
         Ok(())
-    }
-}
-
-impl Drop for ItemWriter {
-    fn drop(&mut self) {
-        for pending in &self.files {
-            let _ = std::fs::remove_file(&pending.temp);
-        }
     }
 }
 

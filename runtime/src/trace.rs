@@ -47,19 +47,56 @@ pub enum TraceError {
     },
 }
 
-/// Write records as JSON lines.
+/// Write records as JSON lines: one piece of a [`TraceWriter`].
 pub fn write_trace(path: &Path, records: &[TraceRecord]) -> Result<(), TraceError> {
-    let err = |source| TraceError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::create(path).map_err(err)?;
-    let mut w = BufWriter::new(file);
-    for r in records {
-        serde_json::to_writer(&mut w, r).map_err(|e| err(e.into()))?;
-        w.write_all(b"\n").map_err(err)?;
+    let mut w = TraceWriter::create(path)?;
+    w.write(records)?;
+    w.finish()
+}
+
+/// A trace file written in pieces of records as a run produces them, so a large batch's trace
+/// never sits whole in memory. Written under a temporary name and put in its place by
+/// [`TraceWriter::finish`] ([`crate::io::TempFile`]): a run that fails leaves none behind.
+pub struct TraceWriter {
+    out: BufWriter<std::fs::File>,
+    file: crate::io::TempFile,
+}
+
+impl TraceWriter {
+    /// Create the file (under its temporary name).
+    pub fn create(path: &Path) -> Result<TraceWriter, TraceError> {
+        let err = |source| TraceError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = crate::io::TempFile::create(path).map_err(err)?;
+        let out = BufWriter::new(file.file.try_clone().map_err(err)?);
+        Ok(TraceWriter { out, file })
     }
-    w.flush().map_err(err)
+
+    /// Append `records`, one JSON line each.
+    pub fn write(&mut self, records: &[TraceRecord]) -> Result<(), TraceError> {
+        let err = |source| TraceError::Write {
+            path: self.file.path().to_path_buf(),
+            source,
+        };
+        for r in records {
+            serde_json::to_writer(&mut self.out, r).map_err(|e| err(e.into()))?;
+            self.out.write_all(b"\n").map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// Put the file in its place.
+    pub fn finish(mut self) -> Result<(), TraceError> {
+        let path = self.file.path().to_path_buf();
+        let err = |source| TraceError::Write {
+            path: path.clone(),
+            source,
+        };
+        self.out.flush().map_err(&err)?;
+        self.file.finish().map_err(err)
+    }
 }
 
 /// Read a JSON-lines trace (blank lines are skipped).

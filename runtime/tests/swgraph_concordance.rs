@@ -246,7 +246,7 @@ fn traces_match_the_emulator_record_for_record() {
         let graph = swgraph::lower(&program).expect("lowers");
         let hw = hw.trace.expect("trace asked for");
         let same_records = |run: &exec::Execution, how: &str| {
-            let sw = exec::trace::records(&graph, run, data.batch).expect("kept writes");
+            let sw = exec::trace::records(&graph, run, 0..data.batch).expect("kept writes");
             assert_eq!(hw.len(), sw.len(), "{sample} ({how}): record count");
             for (h, s) in hw.iter().zip(&sw) {
                 // Same JSON, field for field.

@@ -1,14 +1,16 @@
 //! `nnpc diff`: compare a hardware output dump (or trace) with the software graph, bit for bit.
 
-use super::host_args::{ChunkArgs, DataArgs, LayoutArg};
+use super::host_args::{ChunkArgs, ChunkError, DataArgs, LayoutArg};
 use nnp_grammar::Program;
-use nnp_lowering::swgraph::{self, Roots};
-use nnp_runtime::diff::{DiffReport, diff_outputs};
-use nnp_runtime::exec::{self, ExecOptions};
+use nnp_lowering::swgraph::{self, GraphError, Roots};
+use nnp_runtime::diff::{DiffBuilder, DiffError, DiffReport};
+use nnp_runtime::exec::{self, ExecError, ExecOptions, Execution};
 use nnp_runtime::host::{Outputs, ShapeDisplay};
-use nnp_runtime::io;
+use nnp_runtime::io::{self, IoError, StoredTensor};
 use nnp_runtime::trace::{compare_traces, read_trace};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Run the firmware's software graph on the data the hardware saw and compare every output
@@ -61,16 +63,14 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let dump = io::read_tensors(&args.hardware).map_err(|e| miette::miette!("{e}"))?;
-    let batch = dump_batch(&program, &dump, args.layout);
-    let hardware = match args.layout {
-        LayoutArg::Logical => dump,
-        LayoutArg::Tiles => untile(&program, &dump, batch.unwrap_or(1))?,
-    };
-    let data = args
+    let dump = Dump::open(&program, &args.hardware, args.layout)?;
+    let (weights, feed) = args
         .data
-        .host_data(&program, batch)
+        .feed(&program, dump.batch(&program))
         .map_err(|e| miette::miette!("{e}"))?;
+    let batch = feed.batch;
+    dump.check(&program, batch)
+        .map_err(|e| miette::miette!("`{}`: {e}", args.hardware.display()))?;
 
     let roots = if args.trace.is_some() {
         Roots::OutputsAndWrites
@@ -85,15 +85,36 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         keep_writes: args.trace.is_some(),
         ..ExecOptions::default()
     };
-    let software = args.chunks.execute(&graph, &data, opts)?;
-    let mut report = diff_outputs(&program, &hardware, &software.outputs, args.first)
-        .map_err(|e| miette::miette!("`{}`: {e}", args.hardware.display()))?;
+    let mut diff = DiffBuilder::new(&program, args.first).map_err(|e| miette::miette!("{e}"))?;
+    let mut sw_trace = Vec::new();
+    // Each chunk's outputs are compared with the dump's items as the chunk is done: the run
+    // holds one chunk's inputs, outputs and dump items at a time (and, with --trace, the
+    // software's trace records, compared with the hardware's whole trace at the end).
+    let inputs = |items| feed.items(items).map_err(ChunkError::Input);
+    let sink = |items: Range<usize>, run: Execution| {
+        let hardware = dump
+            .items(&program, items.clone())
+            .map_err(ChunkError::Io)?;
+        diff.add(items.start, &hardware, &run.outputs)
+            .map_err(|source| ChunkError::Diff {
+                path: args.hardware.clone(),
+                source,
+            })?;
+        if args.trace.is_some() {
+            let records = exec::trace::records(&graph, &run, items)
+                .ok_or_else(|| GraphError::Other("internal: the run kept no written values".into()))
+                .map_err(ExecError::from)?;
+            sw_trace.extend(records);
+        }
+        Ok(())
+    };
+    args.chunks
+        .execute_fed(&graph, (weights, batch), opts, inputs, sink)?;
+    let mut report = diff.finish();
     if let Some(path) = &args.trace {
         let hw = read_trace(path).map_err(|e| miette::miette!("{e}"))?;
-        let sw = exec::trace::records(&graph, &software, data.batch)
-            .ok_or_else(|| miette::miette!("internal: the run kept no written values"))?;
-        let cmp =
-            compare_traces(&hw, &sw).map_err(|e| miette::miette!("`{}`: {e}", path.display()))?;
+        let cmp = compare_traces(&hw, &sw_trace)
+            .map_err(|e| miette::miette!("`{}`: {e}", path.display()))?;
         report.trace = Some(cmp);
     }
 
@@ -101,7 +122,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         let v = serde_json::to_string_pretty(&report).map_err(|e| miette::miette!("{e}"))?;
         println!("{v}");
     } else {
-        print_report(&args, &program, &report, data.batch);
+        print_report(&args, &program, &report, batch);
     }
     let trace_ok = report.trace.as_ref().is_none_or(|t| t.first.is_none());
     Ok(if report.concordant && trace_ok {
@@ -111,33 +132,98 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     })
 }
 
-/// The batch of a dump: the leading dimension of the first output, when it has more dimensions
-/// than the declaration (logical) or its tile layout.
-fn dump_batch(program: &Program, dump: &Outputs, layout: LayoutArg) -> Option<usize> {
-    program.outputs().find_map(|d| {
-        let t = dump.get(&d.name)?;
-        let rank = match layout {
-            LayoutArg::Logical => d.shape.len(),
-            LayoutArg::Tiles => d.shape.len() + 1,
-        };
-        (t.shape.len() > rank).then(|| t.shape[0])
-    })
+/// The hardware's dump, its headers read: each output's values are read a range of items at
+/// a time ([`Dump::items`]).
+struct Dump {
+    tensors: BTreeMap<String, StoredTensor>,
+    layout: LayoutArg,
+    /// Whether each output's tensor has the batch dimension (a dump of one input set may
+    /// leave it out).
+    batched: BTreeMap<String, bool>,
 }
 
-/// The dump's outputs in logical layout, from native tiles.
-fn untile(program: &Program, dump: &Outputs, batch: usize) -> miette::Result<Outputs> {
-    let mut out = Outputs::new();
-    for d in program.outputs() {
-        let Some(t) = dump.get(&d.name) else {
-            continue; // reported as missing by the comparison
-        };
-        let mut logical = vec![batch];
-        logical.extend(&d.shape);
-        let t = io::from_tiles(&d.name, t, &logical, program.native(), false)
-            .map_err(|e| miette::miette!("{e}"))?;
-        out.insert(d.name.clone(), t);
+impl Dump {
+    fn open(program: &Program, path: &Path, layout: LayoutArg) -> miette::Result<Dump> {
+        let tensors = io::index_tensors(path).map_err(|e| miette::miette!("{e}"))?;
+        let batched = program
+            .outputs()
+            .filter_map(|d| {
+                let t = tensors.get(&d.name)?;
+                let rank = match layout {
+                    LayoutArg::Logical => d.shape.len(),
+                    LayoutArg::Tiles => d.shape.len() + 1,
+                };
+                Some((d.name.clone(), t.shape.len() > rank))
+            })
+            .collect();
+        Ok(Dump {
+            tensors,
+            layout,
+            batched,
+        })
     }
-    Ok(out)
+
+    /// The batch of the dump: the leading dimension of the first output (in declaration
+    /// order) that has one.
+    fn batch(&self, program: &Program) -> Option<usize> {
+        program.outputs().find_map(|d| {
+            let batched = self.batched.get(&d.name).copied().unwrap_or(false);
+            batched.then(|| self.tensors.get(&d.name)?.shape.first().copied())?
+        })
+    }
+
+    /// Every output is in the dump with the shape of `batch` items (in the dump's layout), so
+    /// that every range of items can be read: checked before the run.
+    fn check(&self, program: &Program, batch: usize) -> Result<(), DiffError> {
+        for d in program.outputs() {
+            let t = self
+                .tensors
+                .get(&d.name)
+                .ok_or_else(|| DiffError::MissingOutput(d.name.clone()))?;
+            let logical: Vec<usize> = std::iter::once(batch).chain(d.shape.clone()).collect();
+            let (whole, one, layout) = match self.layout {
+                LayoutArg::Logical => (logical, d.shape.clone(), ""),
+                LayoutArg::Tiles => {
+                    let tiles = |s: &[usize]| io::tiles_shape(s, program.native(), false);
+                    (tiles(&logical), tiles(&d.shape), " in native tiles")
+                }
+            };
+            if t.shape != whole && !(batch == 1 && t.shape == one) {
+                return Err(DiffError::Shape {
+                    name: d.name.clone(),
+                    expected: format!("{}{layout}", ShapeDisplay(&whole)),
+                    found: ShapeDisplay(&t.shape).to_string(),
+                    batch,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Items `items` of every output, in logical layout (a tensor without the batch
+    /// dimension whole, in its declared shape).
+    fn items(&self, program: &Program, items: Range<usize>) -> Result<Outputs, IoError> {
+        let mut out = Outputs::new();
+        for d in program.outputs() {
+            let Some(t) = self.tensors.get(&d.name) else {
+                continue; // reported as missing by the comparison
+            };
+            let batched = self.batched.get(&d.name).copied().unwrap_or(false);
+            let (piece, mut logical) = match batched {
+                true => (t.read_items(items.clone())?, vec![items.len()]),
+                false => (t.read()?, Vec::new()),
+            };
+            logical.extend(&d.shape);
+            let piece = match self.layout {
+                LayoutArg::Logical => piece,
+                LayoutArg::Tiles => {
+                    io::from_tiles(&d.name, &piece, &logical, program.native(), false)?
+                }
+            };
+            out.insert(d.name.clone(), piece);
+        }
+        Ok(out)
+    }
 }
 
 /// Bucket labels of the ULP histogram (see `DiffReport::ulp_histogram`).

@@ -3,12 +3,14 @@
 //! the software graph always see the same data for the same flags.
 
 use nnp_grammar::Program;
-use nnp_lowering::swgraph::{GraphError, SwGraph};
+use nnp_lowering::swgraph::SwGraph;
+use nnp_runtime::diff::DiffError;
 use nnp_runtime::exec::{ExecError, ExecOptions, Execution, Session};
 use nnp_runtime::host::{
     HostData, HostError, InputFeed, LoadOptions, Outputs, ShapeDisplay, Tensor,
 };
 use nnp_runtime::io::{self, Dtype, IoError, Layout};
+use nnp_runtime::trace::TraceError;
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::ops::Range;
@@ -79,6 +81,28 @@ impl DataArgs {
     }
 }
 
+/// Why a run in chunks stopped: a chunk's inputs could not be read, the run failed, its
+/// outputs or trace could not be written (or the dump's items to compare them with read),
+/// they could not be compared, or the user interrupted the run.
+#[derive(Debug, thiserror::Error)]
+pub enum ChunkError {
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    #[error(transparent)]
+    Input(HostError),
+    #[error(transparent)]
+    Io(IoError),
+    #[error(transparent)]
+    Trace(TraceError),
+    #[error("`{path}`: {source}")]
+    Diff { path: PathBuf, source: DiffError },
+    #[error(
+        "interrupted after {done} of {batch} input sets; no output was written (a file already \
+         there is left as it was)"
+    )]
+    Interrupted { done: usize, batch: usize },
+}
+
 /// How a software graph goes through a large batch.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ChunkArgs {
@@ -90,80 +114,44 @@ pub struct ChunkArgs {
 }
 
 impl ChunkArgs {
-    /// Run `graph` on `data` in a fresh session with these chunks, with a progress bar on a
-    /// terminal when the batch takes more than one chunk; the outputs of the whole batch in
-    /// the execution.
-    pub fn execute(
-        &self,
-        graph: &SwGraph,
-        data: &HostData,
-        opts: ExecOptions,
-    ) -> miette::Result<Execution> {
-        self.with_session(graph, data.batch, opts, |session| session.run(data))
-    }
-
-    /// Run as [`ChunkArgs::execute`] does, handing each chunk's outputs to `sink` as it is
-    /// done ([`Session::run_each`]): the run holds one chunk's outputs at a time.
-    pub fn execute_each<E: From<ExecError> + Send + Display>(
-        &self,
-        graph: &SwGraph,
-        data: &HostData,
-        opts: ExecOptions,
-        sink: impl FnMut(Range<usize>, Outputs) -> Result<(), E> + Send,
-    ) -> miette::Result<Execution> {
-        self.with_session(graph, data.batch, opts, |session| {
-            session.run_each(data, sink)
-        })
-    }
-
-    /// Run as [`ChunkArgs::execute_each`] does on `batch` items whose inputs `inputs` makes
-    /// or reads a chunk at a time, just before the chunk runs: the run never holds the whole
-    /// batch's inputs either. Each chunk is a run of its own, so the execution's path and
-    /// shard counts are those of the last chunk.
-    pub fn execute_each_fed<E: From<ExecError> + Send + Display>(
+    /// Run `graph` on `batch` items in a fresh session with these chunks, with a progress bar
+    /// on a terminal when the batch takes more than one chunk. `inputs` makes or reads each
+    /// chunk's inputs just before the chunk runs, with `weights`, and `sink` takes the
+    /// chunk's execution (its outputs, and its written values with `keep_writes`) as soon as
+    /// it is done, with the chunk's items: the run never holds more than one chunk's inputs,
+    /// values and outputs, whatever the batch. An error of either stops the run.
+    pub fn execute_fed<E: From<ExecError> + Send + Display>(
         &self,
         graph: &SwGraph,
         (weights, batch): (BTreeMap<String, Tensor>, usize),
         opts: ExecOptions,
         mut inputs: impl FnMut(Range<usize>) -> Result<BTreeMap<String, Tensor>, E> + Send,
-        mut sink: impl FnMut(Range<usize>, Outputs) -> Result<(), E> + Send,
-    ) -> miette::Result<Execution> {
+        mut sink: impl FnMut(Range<usize>, Execution) -> Result<(), E> + Send,
+    ) -> miette::Result<()> {
         self.with_session(graph, batch, opts, |session| {
-            let chunks = session.chunks(batch);
-            let count = chunks.len();
             let mut data = HostData {
                 batch: 0,
                 weights,
                 inputs: BTreeMap::new(),
             };
-            let mut last = None;
-            for items in chunks {
+            // Each is one of the session's own chunks, so it runs as one.
+            for items in session.chunks(batch) {
                 data.inputs = inputs(items.clone())?;
                 data.batch = items.len();
-                let at = items.start;
-                let run = session.run_each(&data, |part, outputs| {
-                    sink(at + part.start..at + part.end, outputs)
-                })?;
-                last = Some(Execution {
-                    chunks: count,
-                    ..run
-                });
+                let run = session.run(&data)?;
+                sink(items, run)?;
             }
-            last.ok_or_else(|| {
-                E::from(ExecError::Graph(GraphError::Other(
-                    "internal: a run of no chunks".into(),
-                )))
-            })
+            Ok::<_, E>(())
         })
     }
 
-    fn with_session<E: Display>(
+    fn with_session<T, E: Display>(
         &self,
         graph: &SwGraph,
         batch: usize,
         opts: ExecOptions,
-        run: impl FnOnce(&mut Session) -> Result<Execution, E>,
-    ) -> miette::Result<Execution> {
+        run: impl FnOnce(&mut Session) -> Result<T, E>,
+    ) -> miette::Result<T> {
         let opts = ExecOptions {
             chunk_items: self.chunk_items,
             ..opts

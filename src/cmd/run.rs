@@ -1,11 +1,10 @@
 //! `nnpc run`: execute firmware (or a compiled graph) as a software graph on candle-core.
 
-use super::host_args::{ChunkArgs, DataArgs, OutputArgs, RunSummary};
+use super::host_args::{ChunkArgs, ChunkError, DataArgs, OutputArgs, RunSummary};
 use nnp_grammar::{Program, SourceFile, Target};
-use nnp_lowering::swgraph::{self, Roots, SwGraph};
-use nnp_runtime::exec::{self, DeviceKind, ExecError, ExecOptions};
-use nnp_runtime::host::{HostData, HostError, Outputs};
-use nnp_runtime::io::IoError;
+use nnp_lowering::swgraph::{self, GraphError, Roots, SwGraph};
+use nnp_runtime::exec::{self, DeviceKind, ExecError, ExecOptions, Execution};
+use nnp_runtime::trace::TraceWriter;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -94,23 +93,6 @@ fn host_program(g: &SwGraph) -> Program {
     }
 }
 
-/// Why a chunk could not be run or its outputs taken: its inputs could not be read, the run
-/// failed, writing the outputs did, or the user interrupted the run.
-#[derive(Debug, thiserror::Error)]
-enum SinkError {
-    #[error(transparent)]
-    Exec(#[from] ExecError),
-    #[error(transparent)]
-    Write(IoError),
-    #[error(transparent)]
-    Input(HostError),
-    #[error(
-        "interrupted after {done} of {batch} input sets; no output was written (a file already \
-         there is left as it was)"
-    )]
-    Interrupted { done: usize, batch: usize },
-}
-
 /// Set by Ctrl-C or SIGTERM during `nnpc run -o` ([`stop_on_interrupt`]).
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -164,20 +146,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         };
         (swgraph::optimize(&g, roots), program)
     };
-    // Inputs, from files or seeded random, are read or made a chunk at a time (except with
-    // --trace, which needs the whole batch's written values anyway).
-    let (mut weights, feed) = args
+    // Inputs, from files or seeded random, are read or made a chunk at a time.
+    let (weights, feed) = args
         .data
         .feed(&program, None)
         .map_err(|e| miette::miette!("{e}"))?;
     let batch = feed.batch;
-    let whole = match args.trace {
-        Some(_) => Some(
-            HostData::whole(std::mem::take(&mut weights), &feed)
-                .map_err(|e| miette::miette!("{e}"))?,
-        ),
-        None => None,
-    };
     let opts = ExecOptions {
         device: args.device.into(),
         keep_writes: args.trace.is_some(),
@@ -192,59 +166,64 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (o.name.clone(), shape.collect())
         })
         .collect();
+    // The files are made before the run, so a path that cannot be written fails at once.
     let mut writer = args.out.writer(&program, &shapes)?;
-    if writer.is_some() {
+    let mut tracer = match &args.trace {
+        Some(path) => Some(TraceWriter::create(path).map_err(|e| miette::miette!("{e}"))?),
+        None => None,
+    };
+    if writer.is_some() || tracer.is_some() {
         stop_on_interrupt();
     }
     let start = Instant::now();
-    // Each chunk's outputs go to the files as the chunk is done: the run never holds the
-    // whole batch's. The time reported is the run's alone, without that writing or reading
-    // or making inputs, as when the data was loaded before the run and the outputs written
-    // after.
+    // Each chunk's outputs and trace records go to the files as the chunk is done: the run
+    // never holds the whole batch's. The time reported is the run's alone, without that
+    // writing or reading or making inputs, as when the data was loaded before the run and
+    // the outputs written after.
     let mut writing = Duration::ZERO;
     let mut feeding = Duration::ZERO;
-    let mut sink = |items: Range<usize>, outputs: Outputs| {
+    let inputs = |items| {
+        let t0 = Instant::now();
+        let fed = feed.items(items).map_err(ChunkError::Input);
+        feeding += t0.elapsed();
+        fed
+    };
+    let sink = |items: Range<usize>, run: Execution| {
         if INTERRUPTED.load(Ordering::SeqCst) {
             let done = items.start;
-            return Err(SinkError::Interrupted { done, batch });
+            return Err(ChunkError::Interrupted { done, batch });
         }
-        let Some(w) = &mut writer else {
-            return Ok(());
-        };
         let t0 = Instant::now();
-        let written = w.write(items.start, &outputs).map_err(SinkError::Write);
+        if let Some(w) = &mut writer {
+            w.write(items.start, &run.outputs).map_err(ChunkError::Io)?;
+        }
+        if let Some(t) = &mut tracer {
+            let records = exec::trace::records(&graph, &run, items)
+                .ok_or_else(|| GraphError::Other("internal: the run kept no written values".into()))
+                .map_err(ExecError::from)?;
+            t.write(&records).map_err(ChunkError::Trace)?;
+        }
         writing += t0.elapsed();
-        written
+        Ok(())
     };
-    let run = if let Some(data) = &whole {
-        args.chunks.execute_each(&graph, data, opts, &mut sink)
-    } else {
-        let inputs = |items| {
-            let t0 = Instant::now();
-            let fed = feed.items(items).map_err(SinkError::Input);
-            feeding += t0.elapsed();
-            fed
-        };
-        args.chunks
-            .execute_each_fed(&graph, (weights, batch), opts, inputs, &mut sink)
-    };
-    let result = match run {
-        Ok(result) => result,
+    let run = args
+        .chunks
+        .execute_fed(&graph, (weights, batch), opts, inputs, sink);
+    match run {
+        Ok(()) => {}
         Err(e) if INTERRUPTED.load(Ordering::SeqCst) => {
-            drop(writer);
+            drop((writer, tracer));
             eprintln!("{e}");
             return Ok(ExitCode::from(130));
         }
         Err(e) => return Err(e),
-    };
+    }
     let secs = start
         .elapsed()
         .saturating_sub(writing + feeding)
         .as_secs_f64();
-    if let Some(path) = &args.trace {
-        let records = exec::trace::records(&graph, &result, batch)
-            .ok_or_else(|| miette::miette!("internal: the run kept no written values"))?;
-        nnp_runtime::trace::write_trace(path, &records).map_err(|e| miette::miette!("{e}"))?;
+    if let Some(t) = tracer {
+        t.finish().map_err(|e| miette::miette!("{e}"))?;
     }
     if let Some(w) = writer {
         w.finish().map_err(|e| miette::miette!("{e}"))?;

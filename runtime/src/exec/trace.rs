@@ -6,15 +6,18 @@ use super::{Execution, WrittenValue};
 use crate::host::storage_bits;
 use crate::trace::TraceRecord;
 use nnp_lowering::swgraph::SwGraph;
+use std::ops::Range;
 
-/// The trace of a run made with `keep_writes`; `None` when the run did not keep the values.
-pub fn records(graph: &SwGraph, exec: &Execution, batch: usize) -> Option<Vec<TraceRecord>> {
-    let mut out = Vec::with_capacity(graph.writes.len() * batch);
-    for item in 0..batch {
+/// The trace of a run made with `keep_writes` of the batch items `items` (the run's items,
+/// numbered from `items.start`: a chunk of a larger batch); `None` when the run did not keep
+/// the values.
+pub fn records(graph: &SwGraph, exec: &Execution, items: Range<usize>) -> Option<Vec<TraceRecord>> {
+    let mut out = Vec::with_capacity(graph.writes.len() * items.len());
+    for (item, global) in items.enumerate() {
         for w in &graph.writes {
             let v: &WrittenValue = exec.written.get(&w.value)?;
             out.push(TraceRecord {
-                item,
+                item: global,
                 chain: w.chain,
                 iteration: w.iteration,
                 dst: w.dst.to_string(),
