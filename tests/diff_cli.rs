@@ -26,12 +26,17 @@ fn lines_with(sample: &str, needle: &str) -> Vec<usize> {
 
 /// Emulate `sample` at batch 3 into `dir/hw.safetensors` (and a trace).
 fn emulate(sample: &str, dir: &Path) -> (PathBuf, PathBuf) {
+    emulate_batch(sample, dir, "3")
+}
+
+/// Emulate `sample` at batch `batch` with seed 5 into `dir/hw.safetensors` (and a trace).
+fn emulate_batch(sample: &str, dir: &Path, batch: &str) -> (PathBuf, PathBuf) {
     let (hw, tr) = (dir.join("hw.safetensors"), dir.join("hw.jsonl"));
     let o = nnpc(&[
         "emulate",
         sample,
         "--batch",
-        "3",
+        batch,
         "--seed",
         "5",
         "-o",
@@ -256,18 +261,7 @@ fn the_first_divergent_v_wr_is_named() {
 #[test]
 fn a_dump_is_compared_chunk_by_chunk() {
     let dir = scratch("chunks");
-    let hw = dir.join("hw.safetensors");
-    let o = nnpc(&[
-        "emulate",
-        "samples/mlp2_relu.nnp",
-        "--batch",
-        "7",
-        "--seed",
-        "5",
-        "-o",
-        s(&hw),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (hw, _) = emulate_batch("samples/mlp2_relu.nnp", &dir, "7");
     let mut dump = read_tensors(&hw).expect("dump");
     let y = dump.get_mut("y").expect("output y");
     assert_eq!(y.shape, vec![7, 4, 100]);
