@@ -1,10 +1,10 @@
 //! `nnpc diff`: compare a hardware output dump (or trace) with the software graph, bit for bit.
 
-use super::host_args::{ChunkArgs, ChunkError, DataArgs, LayoutArg};
+use super::host_args::{ChunkArgs, ChunkError, DataArgs, LayoutArg, trace_records};
 use nnp_grammar::Program;
-use nnp_lowering::swgraph::{self, GraphError, Roots};
+use nnp_lowering::swgraph::{self, Roots};
 use nnp_runtime::diff::{DiffBuilder, DiffError, DiffReport};
-use nnp_runtime::exec::{self, ExecError, ExecOptions, Execution};
+use nnp_runtime::exec::{ExecOptions, Execution};
 use nnp_runtime::host::{Outputs, ShapeDisplay};
 use nnp_runtime::io::{self, IoError, StoredTensor};
 use nnp_runtime::trace::{compare_traces, read_trace};
@@ -101,10 +101,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 source,
             })?;
         if args.trace.is_some() {
-            let records = exec::trace::records(&graph, &run, items)
-                .ok_or_else(|| GraphError::Other("internal: the run kept no written values".into()))
-                .map_err(ExecError::from)?;
-            sw_trace.extend(records);
+            sw_trace.extend(trace_records(&graph, &run, items)?);
         }
         Ok(())
     };

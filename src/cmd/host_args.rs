@@ -3,14 +3,14 @@
 //! the software graph always see the same data for the same flags.
 
 use nnp_grammar::Program;
-use nnp_lowering::swgraph::SwGraph;
+use nnp_lowering::swgraph::{GraphError, SwGraph};
 use nnp_runtime::diff::DiffError;
 use nnp_runtime::exec::{ExecError, ExecOptions, Execution, Session};
 use nnp_runtime::host::{
     HostData, HostError, InputFeed, LoadOptions, Outputs, ShapeDisplay, Tensor,
 };
 use nnp_runtime::io::{self, Dtype, IoError, Layout};
-use nnp_runtime::trace::TraceError;
+use nnp_runtime::trace::{TraceError, TraceRecord};
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::ops::Range;
@@ -101,6 +101,19 @@ pub enum ChunkError {
          there is left as it was)"
     )]
     Interrupted { done: usize, batch: usize },
+}
+
+/// The trace records of a chunk's run made with `keep_writes`, numbered from the chunk's
+/// first item.
+pub fn trace_records(
+    graph: &SwGraph,
+    run: &Execution,
+    items: Range<usize>,
+) -> Result<Vec<TraceRecord>, ChunkError> {
+    nnp_runtime::exec::trace::records(graph, run, items).ok_or_else(|| {
+        let e = GraphError::Other("internal: the run kept no written values".into());
+        ChunkError::Exec(e.into())
+    })
 }
 
 /// How a software graph goes through a large batch.

@@ -1,9 +1,9 @@
 //! `nnpc run`: execute firmware (or a compiled graph) as a software graph on candle-core.
 
-use super::host_args::{ChunkArgs, ChunkError, DataArgs, OutputArgs, RunSummary};
+use super::host_args::{ChunkArgs, ChunkError, DataArgs, OutputArgs, RunSummary, trace_records};
 use nnp_grammar::{Program, SourceFile, Target};
-use nnp_lowering::swgraph::{self, GraphError, Roots, SwGraph};
-use nnp_runtime::exec::{self, DeviceKind, ExecError, ExecOptions, Execution};
+use nnp_lowering::swgraph::{self, Roots, SwGraph};
+use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution};
 use nnp_runtime::trace::TraceWriter;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -93,12 +93,12 @@ fn host_program(g: &SwGraph) -> Program {
     }
 }
 
-/// Set by Ctrl-C or SIGTERM during `nnpc run -o` ([`stop_on_interrupt`]).
+/// Set by Ctrl-C or SIGTERM during `nnpc run -o` or `--trace` ([`stop_on_interrupt`]).
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// From here on, Ctrl-C (or SIGTERM) stops the run after the chunk it is in, so the output
-/// files' temporary copies are removed on the way out instead of staying behind; a second one
-/// exits at once.
+/// and trace files' temporary copies are removed on the way out instead of staying behind; a
+/// second one exits at once.
 fn stop_on_interrupt() {
     // Where no handler can be set, a signal ends the process as before.
     let _ = ctrlc::set_handler(|| {
@@ -198,10 +198,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             w.write(items.start, &run.outputs).map_err(ChunkError::Io)?;
         }
         if let Some(t) = &mut tracer {
-            let records = exec::trace::records(&graph, &run, items)
-                .ok_or_else(|| GraphError::Other("internal: the run kept no written values".into()))
-                .map_err(ExecError::from)?;
-            t.write(&records).map_err(ChunkError::Trace)?;
+            t.write(&trace_records(&graph, &run, items)?)
+                .map_err(ChunkError::Trace)?;
         }
         writing += t0.elapsed();
         Ok(())
