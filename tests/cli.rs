@@ -164,9 +164,10 @@ fn streamed_outputs_are_the_emulators_bytes() {
 /// `nnpc run` reads inputs from files and writes its outputs and trace a chunk at a time: with
 /// chunks of 3 out of 7 items it writes the output and trace bytes the emulator writes from
 /// the same files (f16 `.npy`, a directory of f32 `.npy`), and from f32 files holding the
-/// seeded random data it writes the bytes of the run on that random data. A NaN in item 5
-/// fails the run in its chunk with the message the emulator gives for the whole batch, and
-/// leaves no output or trace behind.
+/// seeded random data it writes the bytes of the run on that random data. The emulator in
+/// pieces of 3 writes the bytes of the whole emulation. A NaN in item 5 fails the run (and the
+/// emulator in pieces) in its chunk with the message the emulator gives for the whole batch,
+/// and leaves no output or trace behind.
 #[test]
 fn inputs_from_files_are_read_chunk_by_chunk() {
     use nnp_runtime::host::HostData;
@@ -182,8 +183,13 @@ fn inputs_from_files_are_read_chunk_by_chunk() {
     std::fs::create_dir_all(x16.parent().expect("parent")).expect("dir");
     write_tensors(&x16, &data.inputs, Dtype::F16).expect("inputs");
     write_tensors(&x32, &data.inputs, Dtype::F32).expect("inputs");
-    // Every run writes its outputs to `out` and its trace to `out.jsonl`.
+    // Every run writes its outputs to `out` and its trace to `out.jsonl`; `run` goes in chunks
+    // of 3 items, `emulate` whole, `emulate-pieces` in pieces of 3.
     let run = |cmd: &str, inputs: Option<&std::path::Path>, out: &str| {
+        let (cmd, chunked) = match cmd {
+            "emulate-pieces" => ("emulate", true),
+            cmd => (cmd, cmd == "run"),
+        };
         let (out, trace) = (dir.join(out), dir.join(format!("{out}.jsonl")));
         let mut args = vec![cmd, "samples/mlp2_relu.nnp", "-o", common::arg(&out)];
         args.extend(["--trace", common::arg(&trace)]);
@@ -191,7 +197,7 @@ fn inputs_from_files_are_read_chunk_by_chunk() {
             Some(x) => args.extend(["--weights", common::arg(&w), "--inputs", common::arg(x)]),
             None => args.extend(["--batch", "7", "--seed", "11"]),
         }
-        args.extend(["--chunk-items", "3"].iter().filter(|_| cmd == "run"));
+        args.extend(["--chunk-items", "3"].iter().filter(|_| chunked));
         let o = nnpc(&args);
         (o, out, trace)
     };
@@ -212,6 +218,8 @@ fn inputs_from_files_are_read_chunk_by_chunk() {
             fed.1 == emulated.1,
             "{name}: the run's trace differs from the emulator's"
         );
+        let pieces = bytes(run("emulate-pieces", Some(x), &format!("pieces-{name}")));
+        assert!(pieces == emulated, "{name}: the emulator in pieces of 3");
     }
     let random = bytes(run("run", None, "random.safetensors"));
     assert!(random == bytes(run("run", Some(&x32), "again.safetensors")));
@@ -227,6 +235,9 @@ fn inputs_from_files_are_read_chunk_by_chunk() {
     let want = format!("tensor `x` holds NaN at flat index {}", 5 * per_item + 7);
     assert!(common::message(&o).contains(&want), "{}", stderr(&o));
     let (emu, ..) = run("emulate", Some(&xnan), "nan-emu.safetensors");
+    assert_eq!(common::message(&o), common::message(&emu));
+    assert!(!out.exists() && !trace.exists());
+    let (emu, out, trace) = run("emulate-pieces", Some(&xnan), "nan-pieces.safetensors");
     assert_eq!(common::message(&o), common::message(&emu));
     assert!(!out.exists() && !trace.exists());
     let left: Vec<_> = std::fs::read_dir(&dir)

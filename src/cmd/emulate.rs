@@ -1,11 +1,16 @@
 //! `nnpc emulate`: run firmware on the instruction-level hardware model.
 
-use super::host_args::{DataArgs, OutputArgs, RunSummary};
+use super::host_args::{
+    ChunkError, DataArgs, OutputArgs, RunSummary, interrupted, stop_on_interrupt,
+};
 use nnp_grammar::SourceFile;
 use nnp_runtime::emulator::{self, EmuError, EmuOptions, PROGRESS_CHUNK};
+use nnp_runtime::host::HostData;
+use nnp_runtime::trace::TraceWriter;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Execute a checked program on the emulator (the hardware model) and write its outputs.
 ///
@@ -32,6 +37,11 @@ pub struct Args {
     /// Write the trace of every `v_wr` as JSON lines (format: docs/emulator.md).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Items emulated at a time: each piece's inputs are read just before it runs and its
+    /// outputs and trace written as it is done, so memory stays bounded whatever the batch.
+    /// The same bits for any value.
+    #[arg(long, value_name = "N", default_value_t = PIECE_ITEMS, value_parser = super::at_least_one)]
+    pub chunk_items: usize,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -60,46 +70,106 @@ fn render(src: &SourceFile, e: &EmuError) -> miette::Report {
     })
 }
 
+/// Batch items emulated at a time by default (`--chunk-items`): each piece's inputs are read
+/// or made just before it runs, and its outputs and trace written as it is done, so the
+/// emulator never holds more than a piece's values whatever the batch. The emulator splits a
+/// piece over its threads, so a piece should keep them all busy.
+const PIECE_ITEMS: usize = 4096;
+
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let program = match super::load(&args.file, args.target.as_deref()) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let data = args
+    let (weights, feed) = args
         .data
-        .host_data(&program, None)
+        .feed(&program, None)
         .map_err(|e| miette::miette!("{e}"))?;
-    let (bar, tick) = super::input_sets_bar("emulating", data.batch);
-    let opts = EmuOptions {
+    let batch = feed.batch;
+    let shapes: BTreeMap<String, Vec<usize>> = program
+        .outputs()
+        .map(|d| {
+            let shape = std::iter::once(batch).chain(d.shape.iter().copied());
+            (d.name.clone(), shape.collect())
+        })
+        .collect();
+    // The files are made before the run, so a path that cannot be written fails at once.
+    let mut writer = args.out.writer(&program, &shapes)?;
+    let mut tracer = match &args.trace {
+        Some(path) => Some(TraceWriter::create(path).map_err(|e| miette::miette!("{e}"))?),
+        None => None,
+    };
+    if writer.is_some() || tracer.is_some() {
+        stop_on_interrupt();
+    }
+    let (bar, tick) = super::input_sets_bar("emulating", batch);
+    let mut opts = EmuOptions {
         trace: args.trace.is_some(),
-        chunk: None,
-        progress: (data.batch >= 2 * PROGRESS_CHUNK).then_some(tick),
+        progress: (batch >= 2 * PROGRESS_CHUNK).then_some(tick),
+        ..EmuOptions::default()
+    };
+    let mut data = HostData {
+        batch: 0,
+        weights,
+        inputs: BTreeMap::new(),
     };
     let start = Instant::now();
-    let result = emulator::emulate(&program, &data, &opts);
-    bar.finish_and_clear();
-    let emu = match result {
-        Ok(e) => e,
-        Err(e @ (EmuError::Data { .. } | EmuError::Table { .. })) => {
-            return Err(miette::miette!("{e}"));
+    // The time reported is the emulation's alone, as when the data was loaded before it and
+    // the outputs written after.
+    let mut io = Duration::ZERO;
+    for first in (0..batch).step_by(args.chunk_items) {
+        let items = first..(first + args.chunk_items).min(batch);
+        if interrupted() {
+            bar.finish_and_clear();
+            drop((writer, tracer));
+            let e = ChunkError::Interrupted { done: first, batch };
+            eprintln!("{e}");
+            return Ok(ExitCode::from(130));
         }
-        Err(e) => {
-            eprintln!("{:?}", render(&program.source, &e));
-            return Ok(ExitCode::from(1));
+        let t0 = Instant::now();
+        data.inputs = feed
+            .items(items.clone())
+            .map_err(|e| miette::miette!("{e}"))?;
+        data.batch = items.len();
+        io += t0.elapsed();
+        opts.first_item = first;
+        let emu = match emulator::emulate(&program, &data, &opts) {
+            Ok(e) => e,
+            Err(e @ (EmuError::Data { .. } | EmuError::Table { .. })) => {
+                bar.finish_and_clear();
+                return Err(miette::miette!("{e}"));
+            }
+            Err(e) => {
+                bar.finish_and_clear();
+                eprintln!("{:?}", render(&program.source, &e));
+                return Ok(ExitCode::from(1));
+            }
+        };
+        let t0 = Instant::now();
+        if let Some(w) = &mut writer {
+            w.write(first, &emu.outputs)
+                .map_err(|e| miette::miette!("{e}"))?;
         }
-    };
-    let secs = start.elapsed().as_secs_f64();
-    if let (Some(path), Some(trace)) = (&args.trace, &emu.trace) {
-        emulator::write_trace(path, trace).map_err(|e| miette::miette!("{e}"))?;
+        if let (Some(t), Some(records)) = (&mut tracer, &emu.trace) {
+            t.write(records).map_err(|e| miette::miette!("{e}"))?;
+        }
+        io += t0.elapsed();
     }
-    args.out.write(&program, &emu.outputs)?;
+    bar.finish_and_clear();
+    let secs = start.elapsed().saturating_sub(io).as_secs_f64();
+    if let Some(t) = tracer {
+        t.finish().map_err(|e| miette::miette!("{e}"))?;
+    }
+    if let Some(w) = writer {
+        w.finish().map_err(|e| miette::miette!("{e}"))?;
+    }
     RunSummary {
         engine: "emulated on",
         file: &args.file,
         program: &program,
         nodes: None,
-        outputs: &super::host_args::output_shapes(&emu.outputs),
-        batch: data.batch,
+        outputs: &shapes,
+        batch,
         secs,
         output_file: args.out.output.as_deref(),
         trace_file: args.trace.as_deref(),

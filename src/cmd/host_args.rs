@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Host data: weight and input files, or seeded random data of the declared shapes.
 #[derive(clap::Args, Clone, Debug)]
@@ -39,25 +40,15 @@ pub struct DataArgs {
 
 impl DataArgs {
     /// The batch of seeded random data when no files are given (`None` with files);
-    /// `fallback_batch` as in [`DataArgs::host_data`].
+    /// `fallback_batch` as in [`DataArgs::feed`].
     pub fn random_batch(&self, fallback_batch: Option<usize>) -> Option<usize> {
         let random = self.weights.is_none() && self.inputs.is_none();
         random.then(|| self.batch.or(fallback_batch).unwrap_or(1).max(1))
     }
 
-    /// The host data these flags describe; `fallback_batch` is used when neither `--batch`
-    /// nor batched input files say how many input sets there are.
-    pub fn host_data(
-        &self,
-        program: &Program,
-        fallback_batch: Option<usize>,
-    ) -> Result<HostData, HostError> {
-        let (weights, feed) = self.feed(program, fallback_batch)?;
-        HostData::whole(weights, &feed)
-    }
-
-    /// [`DataArgs::host_data`] with the inputs made or read a range of items at a time: the
-    /// weights, and the inputs' feed.
+    /// The host data these flags describe, the inputs made or read a range of items at a
+    /// time: the weights, and the inputs' feed. `fallback_batch` is used when neither
+    /// `--batch` nor batched input files say how many input sets there are.
     pub fn feed(
         &self,
         program: &Program,
@@ -114,6 +105,26 @@ pub fn trace_records(
         let e = GraphError::Other("internal: the run kept no written values".into());
         ChunkError::Exec(e.into())
     })
+}
+
+/// Set by Ctrl-C or SIGTERM once [`stop_on_interrupt`] is called.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// From here on, Ctrl-C (or SIGTERM) stops a run after the chunk it is in (the run checks
+/// [`interrupted`]), so the output and trace files' temporary copies are removed on the way
+/// out instead of staying behind; a second one exits at once.
+pub fn stop_on_interrupt() {
+    // Where no handler can be set, a signal ends the process as before.
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
+}
+
+/// Whether Ctrl-C or SIGTERM came since [`stop_on_interrupt`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
 }
 
 /// How a software graph goes through a large batch.
@@ -219,17 +230,6 @@ pub enum DtypeArg {
 }
 
 impl OutputArgs {
-    /// Write `outputs` if `-o` was given: one piece of [`OutputArgs::writer`].
-    pub fn write(&self, program: &Program, outputs: &Outputs) -> miette::Result<()> {
-        let Some(mut writer) = self.writer(program, &output_shapes(outputs))? else {
-            return Ok(());
-        };
-        writer
-            .write(0, outputs)
-            .and_then(|()| writer.finish())
-            .map_err(|e| miette::miette!("{e}"))
-    }
-
     /// The files for outputs of the logical shapes `shapes`, written in pieces of items as a
     /// run produces them ([`OutputWriter::write`]), if `-o` was given. Created before the run,
     /// so a path that cannot be written fails at once.
@@ -294,14 +294,6 @@ impl OutputWriter {
     }
 }
 
-/// The shape of every output.
-pub fn output_shapes(outputs: &Outputs) -> BTreeMap<String, Vec<usize>> {
-    outputs
-        .iter()
-        .map(|(name, t)| (name.clone(), t.shape.clone()))
-        .collect()
-}
-
 /// Input vectors of one batch item: the rows the host pushes on netq (at least one).
 pub fn input_rows(program: &Program) -> usize {
     program
@@ -321,7 +313,7 @@ pub struct RunSummary<'a> {
     pub program: &'a Program,
     /// Graph nodes, for the software graph.
     pub nodes: Option<usize>,
-    /// The logical shape of every output ([`output_shapes`]).
+    /// The logical shape of every output, batch first.
     pub outputs: &'a BTreeMap<String, Vec<usize>>,
     pub batch: usize,
     pub secs: f64,

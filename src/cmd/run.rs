@@ -1,6 +1,9 @@
 //! `nnpc run`: execute firmware (or a compiled graph) as a software graph on candle-core.
 
-use super::host_args::{ChunkArgs, ChunkError, DataArgs, OutputArgs, RunSummary, trace_records};
+use super::host_args::{
+    ChunkArgs, ChunkError, DataArgs, OutputArgs, RunSummary, interrupted, stop_on_interrupt,
+    trace_records,
+};
 use nnp_grammar::{Program, SourceFile, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution};
@@ -10,7 +13,6 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Run firmware as its software graph (candle-core, bit-identical to the hardware) and write
@@ -91,21 +93,6 @@ fn host_program(g: &SwGraph) -> Program {
         pops: Vec::new(),
         pushes: Vec::new(),
     }
-}
-
-/// Set by Ctrl-C or SIGTERM during `nnpc run -o` or `--trace` ([`stop_on_interrupt`]).
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-/// From here on, Ctrl-C (or SIGTERM) stops the run after the chunk it is in, so the output
-/// and trace files' temporary copies are removed on the way out instead of staying behind; a
-/// second one exits at once.
-fn stop_on_interrupt() {
-    // Where no handler can be set, a signal ends the process as before.
-    let _ = ctrlc::set_handler(|| {
-        if INTERRUPTED.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-    });
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
@@ -189,7 +176,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         fed
     };
     let sink = |items: Range<usize>, run: Execution| {
-        if INTERRUPTED.load(Ordering::SeqCst) {
+        if interrupted() {
             let done = items.start;
             return Err(ChunkError::Interrupted { done, batch });
         }
@@ -209,7 +196,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         .execute_fed(&graph, (weights, batch), opts, inputs, sink);
     match run {
         Ok(()) => {}
-        Err(e) if INTERRUPTED.load(Ordering::SeqCst) => {
+        Err(e) if interrupted() => {
             drop((writer, tracer));
             eprintln!("{e}");
             return Ok(ExitCode::from(130));

@@ -245,6 +245,8 @@ impl<'a> Shared<'a> {
 struct Machine<'s, 'a> {
     sh: &'s Shared<'a>,
     items: Range<usize>,
+    /// The number of the data's item 0 in the batch it is a piece of (errors and records).
+    first_item: usize,
     b: usize,
     vregs: HashMap<(Mem, u32), Vec<f32>>,
     tiles: HashMap<(Mem, u32), Arc<[f32]>>,
@@ -266,10 +268,13 @@ struct At {
     iteration: u32,
 }
 
+/// Run the items `items` of the data; errors and trace records number them from
+/// `first_item` (the data's item 0 in a larger batch).
 pub fn run_chunk(
     sh: &Shared<'_>,
     items: Range<usize>,
     trace: bool,
+    first_item: usize,
 ) -> Result<ChunkResult, EmuError> {
     let p = sh.p;
     let b = items.len();
@@ -289,6 +294,7 @@ pub fn run_chunk(
         pushes: 0,
         trace: trace.then(|| vec![Vec::new(); b]),
         items,
+        first_item,
     };
     for (i, d) in p.decls.iter().enumerate() {
         match (d.kind, d.place) {
@@ -319,7 +325,7 @@ pub fn run_chunk(
 impl Machine<'_, '_> {
     fn site(&self, at: At, span: Span) -> Site {
         Site {
-            item: self.items.start,
+            item: self.first_item + self.items.start,
             chain: at.chain,
             iteration: at.iteration,
             span,
@@ -687,7 +693,7 @@ impl Machine<'_, '_> {
                 let line = self.sh.p.line(w.span);
                 for (k, recs) in trace.iter_mut().enumerate() {
                     recs.push(TraceRecord {
-                        item: self.items.start + k,
+                        item: self.first_item + self.items.start + k,
                         chain: at.chain,
                         iteration: at.iteration,
                         dst: w.dst.to_string(),

@@ -34,6 +34,9 @@ pub struct EmuOptions {
     pub chunk: Option<usize>,
     /// Told how many batch items finished, chunk by chunk (from worker threads).
     pub progress: Option<Progress>,
+    /// The number of the data's first item in a larger batch emulated a piece at a time:
+    /// trace records and error sites count from it (0: the data is the whole batch).
+    pub first_item: usize,
 }
 
 /// Largest chunk when progress is reported, so a long run reports often.
@@ -208,7 +211,7 @@ pub fn emulate(
         .map(|&s| {
             let items = s..(s + chunk).min(batch);
             let done = items.len();
-            let r = machine::run_chunk(&shared, items, opts.trace);
+            let r = machine::run_chunk(&shared, items, opts.trace, opts.first_item);
             if let Some(Progress(report)) = &opts.progress {
                 report(done);
             }
