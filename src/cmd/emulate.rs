@@ -1,12 +1,9 @@
 //! `nnpc emulate`: run firmware on the instruction-level hardware model.
 
-use super::host_args::{
-    ChunkError, DataArgs, OutputArgs, RunSummary, interrupted, stop_on_interrupt,
-};
+use super::host_args::{ChunkError, DataArgs, OutputArgs, RunSummary, interrupted};
 use nnp_grammar::SourceFile;
 use nnp_runtime::emulator::{self, EmuError, EmuOptions, PROGRESS_CHUNK};
 use nnp_runtime::host::HostData;
-use nnp_runtime::trace::TraceWriter;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -93,15 +90,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (d.name.clone(), shape.collect())
         })
         .collect();
-    // The files are made before the run, so a path that cannot be written fails at once.
-    let mut writer = args.out.writer(&program, &shapes)?;
-    let mut tracer = match &args.trace {
-        Some(path) => Some(TraceWriter::create(path).map_err(|e| miette::miette!("{e}"))?),
-        None => None,
-    };
-    if writer.is_some() || tracer.is_some() {
-        stop_on_interrupt();
-    }
+    let (mut writer, mut tracer) = args.out.files(&program, &shapes, args.trace.as_deref())?;
     let (bar, tick) = super::input_sets_bar("emulating", batch);
     let mut opts = EmuOptions {
         trace: args.trace.is_some(),

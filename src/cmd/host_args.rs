@@ -10,7 +10,7 @@ use nnp_runtime::host::{
     HostData, HostError, InputFeed, LoadOptions, Outputs, ShapeDisplay, Tensor,
 };
 use nnp_runtime::io::{self, Dtype, IoError, Layout};
-use nnp_runtime::trace::{TraceError, TraceRecord};
+use nnp_runtime::trace::{TraceError, TraceRecord, TraceWriter};
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::ops::Range;
@@ -230,6 +230,26 @@ pub enum DtypeArg {
 }
 
 impl OutputArgs {
+    /// The output files ([`OutputArgs::writer`]) and the trace file `trace` of a run, made
+    /// before it so that a path that cannot be written fails at once; once either exists,
+    /// Ctrl-C stops the run after its chunk ([`stop_on_interrupt`]) to remove them.
+    pub fn files(
+        &self,
+        program: &Program,
+        shapes: &BTreeMap<String, Vec<usize>>,
+        trace: Option<&Path>,
+    ) -> miette::Result<(Option<OutputWriter>, Option<TraceWriter>)> {
+        let writer = self.writer(program, shapes)?;
+        let tracer = match trace {
+            Some(path) => Some(TraceWriter::create(path).map_err(|e| miette::miette!("{e}"))?),
+            None => None,
+        };
+        if writer.is_some() || tracer.is_some() {
+            stop_on_interrupt();
+        }
+        Ok((writer, tracer))
+    }
+
     /// The files for outputs of the logical shapes `shapes`, written in pieces of items as a
     /// run produces them ([`OutputWriter::write`]), if `-o` was given. Created before the run,
     /// so a path that cannot be written fails at once.

@@ -1,13 +1,11 @@
 //! `nnpc run`: execute firmware (or a compiled graph) as a software graph on candle-core.
 
 use super::host_args::{
-    ChunkArgs, ChunkError, DataArgs, OutputArgs, RunSummary, interrupted, stop_on_interrupt,
-    trace_records,
+    ChunkArgs, ChunkError, DataArgs, OutputArgs, RunSummary, interrupted, trace_records,
 };
 use nnp_grammar::{Program, SourceFile, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution};
-use nnp_runtime::trace::TraceWriter;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -153,15 +151,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (o.name.clone(), shape.collect())
         })
         .collect();
-    // The files are made before the run, so a path that cannot be written fails at once.
-    let mut writer = args.out.writer(&program, &shapes)?;
-    let mut tracer = match &args.trace {
-        Some(path) => Some(TraceWriter::create(path).map_err(|e| miette::miette!("{e}"))?),
-        None => None,
-    };
-    if writer.is_some() || tracer.is_some() {
-        stop_on_interrupt();
-    }
+    let (mut writer, mut tracer) = args.out.files(&program, &shapes, args.trace.as_deref())?;
     let start = Instant::now();
     // Each chunk's outputs and trace records go to the files as the chunk is done: the run
     // never holds the whole batch's. The time reported is the run's alone, without that
