@@ -5,7 +5,7 @@
 //! of the storage format, and for the first few the output name, logical index, native tile and
 //! lane, and the firmware line of the `v_wr` that produced the element.
 
-use crate::host::{Outputs, ShapeDisplay, Tensor, storage_bits};
+use crate::host::{Outputs, ShapeDisplay, Tensor, Unfilled, storage_bits};
 use nnp_grammar::{ChainBody, DeclKind, Mem, Program};
 use nnp_numerics::{ErrorAcc, FloatFormat};
 use serde::{Deserialize, Serialize};
@@ -31,16 +31,8 @@ pub enum DiffError {
     },
     #[error("the program's storage format `{0}` is not a float format")]
     Storage(String),
-    #[error(
-        "tensor `{name}` holds {found} values but its shape {shape} has {expected}; help: a \
-         tensor's values must fill its shape exactly"
-    )]
-    Elements {
-        name: String,
-        shape: String,
-        expected: usize,
-        found: usize,
-    },
+    #[error(transparent)]
+    Elements(#[from] Unfilled),
 }
 
 /// Upper bounds of the ULP histogram buckets: 0, 1, 2, 4, 8, ... 2^15, then larger, then NaN.
@@ -219,17 +211,8 @@ impl<'p> DiffBuilder<'p> {
                 .ok_or_else(|| DiffError::MissingOutput(decl.name.clone()))?;
             let hw = batched_like(&decl.name, hw, sw)?;
             // Both compared element for element, none left over (a tensor's fields are public).
-            for t in [&*hw, sw] {
-                let expected: usize = t.shape.iter().product();
-                if t.len() != expected {
-                    return Err(DiffError::Elements {
-                        name: decl.name.clone(),
-                        shape: ShapeDisplay(&t.shape).to_string(),
-                        expected,
-                        found: t.len(),
-                    });
-                }
-            }
+            hw.check_filled(&decl.name)?;
+            sw.check_filled(&decl.name)?;
             let out = &mut acc.diff;
             // The whole tensor's shape: the first piece's, with every later piece's items.
             match (out.shape.first_mut(), sw.shape.first()) {
@@ -423,7 +406,7 @@ mod tests {
             assert!(
                 matches!(
                     &e,
-                    Err(DiffError::Elements { name, expected: 8, found: 4, .. }) if name == "y"
+                    Err(DiffError::Elements(Unfilled { name, expected: 8, found: 4, .. })) if name == "y"
                 ),
                 "{e:?}"
             );

@@ -56,6 +56,34 @@ impl Tensor {
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
+
+    /// `Err` when its values do not fill its shape (the fields are public, so a tensor built
+    /// by hand may not); `name` names it in the error.
+    pub fn check_filled(&self, name: &str) -> Result<(), Unfilled> {
+        let expected: usize = self.shape.iter().product();
+        if self.len() == expected {
+            return Ok(());
+        }
+        Err(Unfilled {
+            name: name.to_string(),
+            shape: ShapeDisplay(&self.shape).to_string(),
+            expected,
+            found: self.len(),
+        })
+    }
+}
+
+/// A tensor whose values do not fill its shape ([`Tensor::check_filled`]).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "tensor `{name}` holds {found} values but its shape {shape} has {expected}; help: a \
+     tensor's values must fill its shape exactly"
+)]
+pub struct Unfilled {
+    pub name: String,
+    pub shape: String,
+    pub expected: usize,
+    pub found: usize,
 }
 
 /// Shapes printed as `[2, 3]`.
@@ -146,6 +174,8 @@ pub enum HostError {
     },
     #[error("batch size must be at least 1")]
     ZeroBatch,
+    #[error(transparent)]
+    Elements(#[from] Unfilled),
     #[error("internal: inputs of items {}..{} asked of a batch of {batch}", items.start, items.end)]
     NoItems { items: Range<usize>, batch: usize },
 }
@@ -353,9 +383,16 @@ impl HostData {
     pub fn random(program: &Program, batch: usize, seed: u64) -> HostData {
         HostData {
             batch,
-            weights: random_weights(program, seed),
+            weights: HostData::random_weights(program, seed),
             inputs: HostData::random_inputs(program, 0..batch, seed),
         }
+    }
+
+    /// The weights [`HostData::random`] makes with `seed`.
+    pub fn random_weights(program: &Program, seed: u64) -> BTreeMap<String, Tensor> {
+        weight_decls(program)
+            .map(|d| (d.name.clone(), random_tensor(d, 0..1, seed)))
+            .collect()
     }
 
     /// The inputs of the batch items `items` of any batch [`HostData::random`] makes with
@@ -471,6 +508,13 @@ impl HostData {
             expected,
             searched: searched.to_string(),
         };
+        // Tensors in memory may be built by hand (their fields are public): one whose values
+        // do not fill its shape would be read out of bounds.
+        for (name, found) in &tensors {
+            if let Found::Memory(t) = found {
+                t.check_filled(name)?;
+            }
+        }
         let mut weights = BTreeMap::new();
         for d in weight_decls(program) {
             let t = match tensors.remove(&d.name) {
@@ -540,13 +584,6 @@ impl HostData {
         let per = t.len().checked_div(self.batch)?;
         t.data.get(item * per..(item + 1) * per)
     }
-}
-
-/// Seeded random values of every weight declaration.
-fn random_weights(program: &Program, seed: u64) -> BTreeMap<String, Tensor> {
-    weight_decls(program)
-        .map(|d| (d.name.clone(), random_tensor(d, 0..1, seed)))
-        .collect()
 }
 
 /// Batch size from inputs given as `[B, ...shape]`; 1 when none is batched.

@@ -694,13 +694,6 @@ impl ItemWriter {
 
 const NPY_MAGIC: &[u8] = b"\x93NUMPY";
 
-/// Encode one tensor as `.npy` version 1.0 ([`npy_header`] and the values).
-pub fn npy_encode(t: &Tensor, dtype: Dtype) -> Vec<u8> {
-    let mut out = npy_header(&t.shape, dtype);
-    out.extend(encode_values(&t.data, dtype));
-    out
-}
-
 /// The header of a `.npy` version 1.0 file of `shape` (padded to a multiple of 64 bytes): the
 /// values follow it, in C order.
 fn npy_header(shape: &[usize], dtype: Dtype) -> Vec<u8> {
@@ -731,18 +724,6 @@ fn npy_header(shape: &[usize], dtype: Dtype) -> Vec<u8> {
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
     out
-}
-
-/// Decode a `.npy` file; `path` names it in errors.
-pub fn npy_decode(bytes: &[u8], path: &Path) -> Result<Tensor, IoError> {
-    let start = npy_header_end(bytes, path)?;
-    let (ty, shape) = npy_parse_header(bytes, start, path)?;
-    let need = npy_check_length(&shape, ty, bytes.len() as u64 - start as u64, path)?;
-    let data = &bytes[start..start + need as usize];
-    Ok(Tensor {
-        data: ty.decode(data),
-        shape,
-    })
 }
 
 /// The tensor of a `.npy` file from its header, checked against the file's length `len`.
@@ -1240,30 +1221,41 @@ mod tests {
 
     #[test]
     fn npy_round_trip_and_header_alignment() {
+        let dir = scratch("npy");
+        let path = dir.join("x.npy");
         let t = Tensor::new(vec![2, 3], vec![1.0, -2.0, 0.5, 3.0, 4.0, -0.25]).unwrap();
+        let one = BTreeMap::from([("x".to_string(), t.clone())]);
         for dtype in [Dtype::F16, Dtype::F32] {
-            let bytes = npy_encode(&t, dtype);
+            write_tensors(&path, &one, dtype).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
             let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
             assert_eq!((10 + header_len) % 64, 0);
-            assert_eq!(npy_decode(&bytes, Path::new("x.npy")).unwrap(), t);
+            assert_eq!(read_tensors(&path).unwrap(), one);
         }
     }
 
     #[test]
     fn npy_errors_are_clear() {
+        let dir = scratch("npy-errors");
+        let path = dir.join("x.npy");
         let t = Tensor::new(vec![4], vec![1.0; 4]).unwrap();
-        let bytes = npy_encode(&t, Dtype::F32);
-        let e = npy_decode(&bytes[..bytes.len() - 3], Path::new("x.npy")).unwrap_err();
+        write_tensors(&path, &BTreeMap::from([("x".to_string(), t)]), Dtype::F32).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let decode = |bytes: &[u8]| {
+            std::fs::write(&path, bytes).unwrap();
+            read_tensors(&path).unwrap_err()
+        };
+        let e = decode(&bytes[..bytes.len() - 3]);
         assert!(e.to_string().contains("truncated data"), "{e}");
         let mut fortran = bytes.clone();
         let pos = fortran.windows(5).position(|w| w == b"False").unwrap();
         fortran[pos..pos + 5].copy_from_slice(b"True ");
-        let e = npy_decode(&fortran, Path::new("x.npy")).unwrap_err();
+        let e = decode(&fortran);
         assert!(e.to_string().contains("Fortran"), "{e}");
         let mut be = bytes.clone();
         let pos = be.windows(3).position(|w| w == b"<f4").unwrap();
         be[pos] = b'>';
-        let e = npy_decode(&be, Path::new("x.npy")).unwrap_err();
+        let e = decode(&be);
         assert!(e.to_string().contains(">f4"), "{e}");
     }
 

@@ -2,7 +2,7 @@
 
 mod emulator_util;
 use emulator_util::*;
-use nnp_runtime::host::{HostData, HostError, LoadOptions, Tensor};
+use nnp_runtime::host::{HostData, HostError, LoadOptions, Tensor, Unfilled};
 use nnp_runtime::io::{self, Dtype};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -136,6 +136,18 @@ fn load_errors_name_the_tensor_and_the_fix() {
     assert!(
         msg.contains("`b`") && msg.contains("NaN") && msg.contains("index 1"),
         "{msg}"
+    );
+    // Values that do not fill the shape (the fields are public): an error, not a panic.
+    let short = Tensor {
+        shape: vec![3, 2, 6],
+        data: vec![0.0; 12],
+    };
+    m.insert("b".to_string(), Tensor::zeros(vec![4]));
+    m.insert("x".to_string(), short);
+    let e = HostData::from_tensors(&p, m, &LoadOptions::default(), "f").unwrap_err();
+    assert!(
+        matches!(&e, HostError::Elements(Unfilled { name, expected: 36, found: 12, .. }) if name == "x"),
+        "{e}"
     );
 }
 

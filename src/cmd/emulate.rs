@@ -90,7 +90,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (d.name.clone(), shape.collect())
         })
         .collect();
-    let (mut writer, mut tracer) = args.out.files(&program, &shapes, args.trace.as_deref())?;
+    let mut files = args.out.files(&program, &shapes, args.trace.as_deref())?;
     let (bar, tick) = super::input_sets_bar("emulating", batch);
     let mut opts = EmuOptions {
         trace: args.trace.is_some(),
@@ -110,7 +110,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         let items = first..(first + args.chunk_items).min(batch);
         if interrupted() {
             bar.finish_and_clear();
-            drop((writer, tracer));
+            drop(files);
             let e = ChunkError::Interrupted { done: first, batch };
             eprintln!("{e}");
             return Ok(ExitCode::from(130));
@@ -135,23 +135,15 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             }
         };
         let t0 = Instant::now();
-        if let Some(w) = &mut writer {
-            w.write(first, &emu.outputs)
-                .map_err(|e| miette::miette!("{e}"))?;
-        }
-        if let (Some(t), Some(records)) = (&mut tracer, &emu.trace) {
-            t.write(records).map_err(|e| miette::miette!("{e}"))?;
-        }
+        let records = || Ok(emu.trace.unwrap_or_default());
+        files
+            .write(first, &emu.outputs, records)
+            .map_err(|e| miette::miette!("{e}"))?;
         io += t0.elapsed();
     }
     bar.finish_and_clear();
     let secs = start.elapsed().saturating_sub(io).as_secs_f64();
-    if let Some(t) = tracer {
-        t.finish().map_err(|e| miette::miette!("{e}"))?;
-    }
-    if let Some(w) = writer {
-        w.finish().map_err(|e| miette::miette!("{e}"))?;
-    }
+    files.finish()?;
     RunSummary {
         engine: "emulated on",
         file: &args.file,

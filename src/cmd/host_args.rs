@@ -55,7 +55,7 @@ impl DataArgs {
         fallback_batch: Option<usize>,
     ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
         if let Some(batch) = self.random_batch(fallback_batch) {
-            let weights = HostData::random(program, 0, self.seed).weights;
+            let weights = HostData::random_weights(program, self.seed);
             return Ok((weights, InputFeed::random(program, batch, self.seed)));
         }
         let opts = LoadOptions {
@@ -238,7 +238,7 @@ impl OutputArgs {
         program: &Program,
         shapes: &BTreeMap<String, Vec<usize>>,
         trace: Option<&Path>,
-    ) -> miette::Result<(Option<OutputWriter>, Option<TraceWriter>)> {
+    ) -> miette::Result<RunFiles> {
         let writer = self.writer(program, shapes)?;
         let tracer = match trace {
             Some(path) => Some(TraceWriter::create(path).map_err(|e| miette::miette!("{e}"))?),
@@ -247,7 +247,7 @@ impl OutputArgs {
         if writer.is_some() || tracer.is_some() {
             stop_on_interrupt();
         }
-        Ok((writer, tracer))
+        Ok(RunFiles { writer, tracer })
     }
 
     /// The files for outputs of the logical shapes `shapes`, written in pieces of items as a
@@ -291,6 +291,44 @@ impl OutputArgs {
                 _ => Dtype::F32,
             },
         }
+    }
+}
+
+/// The output and trace files of a run ([`OutputArgs::files`]), written a chunk at a time
+/// under temporary names and put in their places by [`RunFiles::finish`]; dropped before
+/// that, they leave nothing behind.
+pub struct RunFiles {
+    writer: Option<OutputWriter>,
+    tracer: Option<TraceWriter>,
+}
+
+impl RunFiles {
+    /// Write the outputs of the items from `first` on and, with a trace file, their trace
+    /// records (`records` makes them, only then).
+    pub fn write(
+        &mut self,
+        first: usize,
+        outputs: &Outputs,
+        records: impl FnOnce() -> Result<Vec<TraceRecord>, ChunkError>,
+    ) -> Result<(), ChunkError> {
+        if let Some(w) = &mut self.writer {
+            w.write(first, outputs).map_err(ChunkError::Io)?;
+        }
+        if let Some(t) = &mut self.tracer {
+            t.write(&records()?).map_err(ChunkError::Trace)?;
+        }
+        Ok(())
+    }
+
+    /// Put every file in its place.
+    pub fn finish(self) -> miette::Result<()> {
+        if let Some(t) = self.tracer {
+            t.finish().map_err(|e| miette::miette!("{e}"))?;
+        }
+        if let Some(w) = self.writer {
+            w.finish().map_err(|e| miette::miette!("{e}"))?;
+        }
+        Ok(())
     }
 }
 

@@ -151,7 +151,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (o.name.clone(), shape.collect())
         })
         .collect();
-    let (mut writer, mut tracer) = args.out.files(&program, &shapes, args.trace.as_deref())?;
+    let mut files = args.out.files(&program, &shapes, args.trace.as_deref())?;
     let start = Instant::now();
     // Each chunk's outputs and trace records go to the files as the chunk is done: the run
     // never holds the whole batch's. The time reported is the run's alone, without that
@@ -171,13 +171,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             return Err(ChunkError::Interrupted { done, batch });
         }
         let t0 = Instant::now();
-        if let Some(w) = &mut writer {
-            w.write(items.start, &run.outputs).map_err(ChunkError::Io)?;
-        }
-        if let Some(t) = &mut tracer {
-            t.write(&trace_records(&graph, &run, items)?)
-                .map_err(ChunkError::Trace)?;
-        }
+        let records = || trace_records(&graph, &run, items.clone());
+        files.write(items.start, &run.outputs, records)?;
         writing += t0.elapsed();
         Ok(())
     };
@@ -187,7 +182,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     match run {
         Ok(()) => {}
         Err(e) if interrupted() => {
-            drop((writer, tracer));
+            drop(files);
             eprintln!("{e}");
             return Ok(ExitCode::from(130));
         }
@@ -197,12 +192,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         .elapsed()
         .saturating_sub(writing + feeding)
         .as_secs_f64();
-    if let Some(t) = tracer {
-        t.finish().map_err(|e| miette::miette!("{e}"))?;
-    }
-    if let Some(w) = writer {
-        w.finish().map_err(|e| miette::miette!("{e}"))?;
-    }
+    files.finish()?;
     RunSummary {
         engine: "software graph on",
         file: &args.file,
