@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufWriter, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// One destination of one `v_wr` at one iteration, for one batch item.
@@ -101,27 +102,145 @@ impl TraceWriter {
 
 /// Read a JSON-lines trace (blank lines are skipped).
 pub fn read_trace(path: &Path) -> Result<Vec<TraceRecord>, TraceError> {
-    let file = std::fs::File::open(path).map_err(|source| TraceError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let file = std::fs::File::open(path).map_err(|source| read_err(path, source))?;
     let mut out = Vec::new();
     for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| TraceError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let rec = serde_json::from_str(&line).map_err(|e| TraceError::Parse {
-            path: path.to_path_buf(),
-            line: i + 1,
-            message: e.to_string(),
-        })?;
-        out.push(rec);
+        let line = line.map_err(|source| read_err(path, source))?;
+        out.extend(parse_line::<TraceRecord>(path, i + 1, line.as_bytes())?);
     }
     Ok(out)
+}
+
+fn read_err(path: &Path, source: std::io::Error) -> TraceError {
+    TraceError::Read {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One line of a trace file as a `T` (a record, or only its item), or `None` for a blank line.
+fn parse_line<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    line: usize,
+    bytes: &[u8],
+) -> Result<Option<T>, TraceError> {
+    if bytes.trim_ascii().is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_slice(bytes)
+        .map(Some)
+        .map_err(|e| TraceError::Parse {
+            path: path.to_path_buf(),
+            line,
+            message: e.to_string(),
+        })
+}
+
+/// A record's item alone (its other fields are checked as JSON, not kept).
+#[derive(Deserialize)]
+struct ItemOf {
+    item: usize,
+}
+
+/// A trace file indexed by batch item when it is opened (one pass over its lines, keeping
+/// only where each item's records are), so the records of a range of items are read and
+/// parsed on their own ([`TraceFile::read_items`]): a trace of any size is compared a chunk
+/// of items at a time. The records may come in any order of items; those of one item keep
+/// their order in the file (execution order).
+pub struct TraceFile {
+    path: PathBuf,
+    /// Runs of consecutive lines of one item, by item, then by place in the file.
+    runs: Vec<Run>,
+}
+
+/// Lines `line..` of a trace file, bytes `start..end`: records of one item.
+struct Run {
+    item: usize,
+    start: u64,
+    end: u64,
+    /// 1-based number of the run's first line.
+    line: usize,
+}
+
+impl TraceFile {
+    /// Index the trace at `path`. A line that is not JSON, or has no `item`, is an error
+    /// here; a record's other fields are checked when its items are read.
+    pub fn open(path: &Path) -> Result<TraceFile, TraceError> {
+        let file = std::fs::File::open(path).map_err(|source| read_err(path, source))?;
+        let mut reader = std::io::BufReader::new(file);
+        let (mut runs, mut buf, mut at, mut line) = (Vec::<Run>::new(), Vec::new(), 0u64, 0);
+        loop {
+            buf.clear();
+            let len = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|source| read_err(path, source))?;
+            if len == 0 {
+                break;
+            }
+            line += 1;
+            let (start, end) = (at, at + len as u64);
+            at = end;
+            let Some(ItemOf { item }) = parse_line(path, line, &buf)? else {
+                continue;
+            };
+            match runs.last_mut() {
+                Some(run) if run.item == item => run.end = end,
+                _ => runs.push(Run {
+                    item,
+                    start,
+                    end,
+                    line,
+                }),
+            }
+        }
+        // Stable: an item's runs stay in file order.
+        runs.sort_by_key(|r| r.item);
+        Ok(TraceFile {
+            path: path.to_path_buf(),
+            runs,
+        })
+    }
+
+    /// The records of items `items` (ranges past the trace's last item are fine), by item,
+    /// each item's in file order.
+    pub fn read_items(&self, items: Range<usize>) -> Result<Vec<TraceRecord>, TraceError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let path = &self.path;
+        let first = self.runs.partition_point(|r| r.item < items.start);
+        let runs = self.runs[first..].iter().take_while(|r| r.item < items.end);
+        let mut file = None;
+        let (mut out, mut buf) = (Vec::new(), Vec::new());
+        for run in runs {
+            let file = match &mut file {
+                Some(f) => f,
+                None => file.insert(std::fs::File::open(path).map_err(|e| read_err(path, e))?),
+            };
+            buf.resize((run.end - run.start) as usize, 0);
+            file.seek(SeekFrom::Start(run.start))
+                .and_then(|_| file.read_exact(&mut buf))
+                .map_err(|e| read_err(path, e))?;
+            for (k, bytes) in buf.split(|&b| b == b'\n').enumerate() {
+                let line = run.line + k;
+                let Some(record) = parse_line::<TraceRecord>(path, line, bytes)? else {
+                    continue;
+                };
+                // Only a file changed since it was indexed gets here.
+                if record.item != run.item {
+                    return Err(TraceError::Parse {
+                        path: path.clone(),
+                        line,
+                        message: format!(
+                            "the record is of item {}, not {} as when the file was opened \
+                             (was it changed?)",
+                            record.item, run.item
+                        ),
+                    });
+                }
+                out.push(record);
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Where two traces of the same program first part ways.
@@ -144,7 +263,7 @@ pub struct TraceDivergence {
 }
 
 /// Record-by-record comparison of a hardware (or emulator) trace with a software trace.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceComparison {
     pub records: usize,
     pub identical: usize,
@@ -220,76 +339,99 @@ fn by_item(records: &[TraceRecord]) -> std::collections::BTreeMap<usize, Vec<&Tr
     items
 }
 
-/// Compare two traces record by record. Bits are compared as patterns (NaN canonical on both
-/// sides); the records themselves (chain, iteration, destination, address, line, width) must
-/// match one for one, or the traces are not of the same execution.
+/// Compare two traces record by record: one piece of a [`TraceComparer`]. Bits are compared
+/// as patterns (NaN canonical on both sides); the records themselves (chain, iteration,
+/// destination, address, line, width) must match one for one, or the traces are not of the
+/// same execution.
 pub fn compare_traces(
     hardware: &[TraceRecord],
     software: &[TraceRecord],
 ) -> Result<TraceComparison, TraceMismatch> {
-    let (hw, sw) = (by_item(hardware), by_item(software));
-    let mut cmp = TraceComparison {
-        records: 0,
-        identical: 0,
-        first: None,
-    };
-    let empty = Vec::new();
-    for item in hw
-        .keys()
-        .chain(sw.keys())
-        .copied()
-        .collect::<std::collections::BTreeSet<_>>()
-    {
-        let (h, s) = (
-            hw.get(&item).unwrap_or(&empty),
-            sw.get(&item).unwrap_or(&empty),
-        );
-        if h.len() != s.len() {
-            return Err(TraceMismatch::Count {
-                item,
-                hardware: h.len(),
-                software: s.len(),
-            });
-        }
-        for (position, (h, s)) in h.iter().zip(s).enumerate() {
-            if !h.same_write(s) {
-                return Err(TraceMismatch::OutOfStep {
+    let mut cmp = TraceComparer::default();
+    cmp.add(hardware, software)?;
+    Ok(cmp.finish())
+}
+
+/// A comparison of two traces built from pieces of items, each piece every record of its
+/// items on both sides, the pieces in increasing order of items: the result (and the first
+/// error) is the one of comparing the whole traces at once.
+#[derive(Default)]
+pub struct TraceComparer {
+    cmp: TraceComparison,
+}
+
+impl TraceComparer {
+    /// Compare the records of the next piece of items.
+    pub fn add(
+        &mut self,
+        hardware: &[TraceRecord],
+        software: &[TraceRecord],
+    ) -> Result<(), TraceMismatch> {
+        let (hw, sw) = (by_item(hardware), by_item(software));
+        let cmp = &mut self.cmp;
+        let empty = Vec::new();
+        for item in hw
+            .keys()
+            .chain(sw.keys())
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            let (h, s) = (
+                hw.get(&item).unwrap_or(&empty),
+                sw.get(&item).unwrap_or(&empty),
+            );
+            if h.len() != s.len() {
+                return Err(TraceMismatch::Count {
                     item,
-                    position,
-                    hardware: h.describe(),
-                    software: s.describe(),
+                    hardware: h.len(),
+                    software: s.len(),
                 });
             }
-            cmp.records += 1;
-            let differing: Vec<usize> = (0..h.bits.len())
-                .filter(|&i| h.bits[i] != s.bits[i])
-                .collect();
-            let Some(&lane) = differing.first() else {
-                cmp.identical += 1;
-                continue;
-            };
-            let earlier = cmp
-                .first
-                .as_ref()
-                .is_none_or(|f| (position, item) < (f.position, f.item));
-            if earlier {
-                cmp.first = Some(TraceDivergence {
-                    item,
-                    position,
-                    chain: h.chain,
-                    iteration: h.iteration,
-                    dst: h.dst.clone(),
-                    addr: h.addr,
-                    line: h.line,
-                    lanes_differing: differing.len(),
-                    first_lane: lane,
-                    hardware_bits: h.bits[lane],
-                    software_bits: s.bits[lane],
-                });
+            for (position, (h, s)) in h.iter().zip(s).enumerate() {
+                if !h.same_write(s) {
+                    return Err(TraceMismatch::OutOfStep {
+                        item,
+                        position,
+                        hardware: h.describe(),
+                        software: s.describe(),
+                    });
+                }
+                cmp.records += 1;
+                let differing: Vec<usize> = (0..h.bits.len())
+                    .filter(|&i| h.bits[i] != s.bits[i])
+                    .collect();
+                let Some(&lane) = differing.first() else {
+                    cmp.identical += 1;
+                    continue;
+                };
+                let earlier = cmp
+                    .first
+                    .as_ref()
+                    .is_none_or(|f| (position, item) < (f.position, f.item));
+                if earlier {
+                    cmp.first = Some(TraceDivergence {
+                        item,
+                        position,
+                        chain: h.chain,
+                        iteration: h.iteration,
+                        dst: h.dst.clone(),
+                        addr: h.addr,
+                        line: h.line,
+                        lanes_differing: differing.len(),
+                        first_lane: lane,
+                        hardware_bits: h.bits[lane],
+                        software_bits: s.bits[lane],
+                    });
+                }
             }
         }
+        Ok(())
     }
-    Ok(cmp)
+
+    /// The comparison of every piece.
+    pub fn finish(self) -> TraceComparison {
+        self.cmp
+    }
 }
 
 #[cfg(test)]
@@ -360,5 +502,81 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Records of items 0 to 2 interleaved in the file, with blank lines: each range of items
+    /// reads its items' records, by item, each item's in file order; errors name the line of
+    /// the file, counting the blank ones.
+    #[test]
+    fn a_trace_file_reads_ranges_of_items_in_any_order() {
+        let dir = std::env::temp_dir().join(format!("nnpc-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("t.jsonl");
+        let line = |r: &TraceRecord| serde_json::to_string(r).expect("json");
+        let recs = [
+            rec(1, 0, vec![10]),
+            rec(0, 0, vec![20]),
+            rec(0, 1, vec![21]),
+            rec(2, 0, vec![30]),
+            rec(1, 1, vec![11]),
+            rec(0, 2, vec![22]),
+        ];
+        let mut text: Vec<String> = recs.iter().map(line).collect();
+        text.insert(3, String::new()); // line 4 is blank
+        std::fs::write(&path, text.join("\n")).expect("write");
+
+        let file = TraceFile::open(&path).expect("index");
+        let bits = |items| -> Vec<u32> {
+            let got = file.read_items(items).expect("read");
+            got.iter().map(|r| r.bits[0]).collect()
+        };
+        assert_eq!(bits(0..1), [20, 21, 22]);
+        assert_eq!(bits(1..3), [10, 11, 30]);
+        assert_eq!(bits(0..usize::MAX), [20, 21, 22, 10, 11, 30]);
+        assert_eq!(bits(3..usize::MAX), [] as [u32; 0]);
+
+        // Line 6 (item 1's second record) loses its bits: found when item 1 is read.
+        text[5] = text[5].replace("\"bits\":[11]", "\"bits\":\"x\"");
+        std::fs::write(&path, text.join("\n")).expect("write");
+        let file = TraceFile::open(&path).expect("index");
+        assert_eq!(file.read_items(0..1).expect("item 0").len(), 3);
+        let err = file.read_items(1..2).expect_err("bad bits").to_string();
+        assert!(err.contains("line 6 is not a trace record"), "{err}");
+
+        // A line that is not JSON stops the opening, with its line.
+        text[6] = "{\"item\": 0,".into();
+        std::fs::write(&path, text.join("\n")).expect("write");
+        let err = TraceFile::open(&path).err().expect("bad json").to_string();
+        assert!(err.contains("line 7 is not a trace record"), "{err}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Pieces of items give the whole comparison: the counts carry on, and a later piece's
+    /// divergence at an earlier position replaces an earlier piece's.
+    #[test]
+    fn pieces_give_the_whole_comparison() {
+        let hw: Vec<TraceRecord> = (0..4)
+            .flat_map(|item| (0..3).map(move |chain| rec(item, chain, vec![1, 2, 3])))
+            .collect();
+        let mut sw = hw.clone();
+        sw[3 + 2].bits[1] = 9; // item 1, position 2
+        sw[3 * 3 + 1].bits[2] = 9; // item 3, position 1: the earliest
+        sw[3 * 3 + 2].bits[0] = 9; // item 3, position 2
+        let whole = compare_traces(&hw, &sw).expect("same execution");
+        let mut pieces = TraceComparer::default();
+        for items in [0..2, 2..3, 3..4] {
+            let of = |t: &[TraceRecord]| -> Vec<TraceRecord> {
+                t.iter()
+                    .filter(|r| items.contains(&r.item))
+                    .cloned()
+                    .collect()
+            };
+            pieces.add(&of(&hw), &of(&sw)).expect("same execution");
+        }
+        let pieces = pieces.finish();
+        assert_eq!(pieces, whole);
+        assert_eq!((whole.records, whole.identical), (12, 9));
+        let f = whole.first.expect("diverges");
+        assert_eq!((f.item, f.position, f.first_lane), (3, 1, 2));
     }
 }

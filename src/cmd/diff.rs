@@ -7,7 +7,7 @@ use nnp_runtime::diff::{DiffBuilder, DiffError, DiffReport};
 use nnp_runtime::exec::{ExecOptions, Execution};
 use nnp_runtime::host::{Outputs, ShapeDisplay};
 use nnp_runtime::io::{self, IoError, StoredTensor};
-use nnp_runtime::trace::{compare_traces, read_trace};
+use nnp_runtime::trace::{TraceComparer, TraceFile, TraceRecord};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -86,10 +86,19 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         ..ExecOptions::default()
     };
     let mut diff = DiffBuilder::new(&program, args.first).map_err(|e| miette::miette!("{e}"))?;
-    let mut sw_trace = Vec::new();
-    // Each chunk's outputs are compared with the dump's items as the chunk is done: the run
-    // holds one chunk's inputs, outputs and dump items at a time (and, with --trace, the
-    // software's trace records, compared with the hardware's whole trace at the end).
+    // The hardware trace's lines are indexed by item before the run (a malformed line stops
+    // it there); its records are read a chunk of items at a time.
+    let hw_trace = match args.trace.as_deref() {
+        Some(path) => Some((
+            path,
+            TraceFile::open(path).map_err(|e| miette::miette!("{e}"))?,
+        )),
+        None => None,
+    };
+    let mut traces = TraceComparer::default();
+    // Each chunk's outputs are compared with the dump's items as the chunk is done, and with
+    // --trace its records with the same items' records of the hardware trace: the run holds
+    // one chunk's inputs, outputs, dump items and trace records at a time.
     let inputs = |items| feed.items(items).map_err(ChunkError::Input);
     let sink = |items: Range<usize>, run: Execution| {
         let hardware = dump
@@ -100,19 +109,23 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 path: args.hardware.clone(),
                 source,
             })?;
-        if args.trace.is_some() {
-            sw_trace.extend(trace_records(&graph, &run, items)?);
+        if let Some((path, file)) = &hw_trace {
+            let software = trace_records(&graph, &run, items.clone())?;
+            let hardware = file.read_items(items).map_err(ChunkError::Trace)?;
+            compare_trace_piece(&mut traces, path, &hardware, &software)?;
         }
         Ok(())
     };
     args.chunks
         .execute_fed(&graph, (weights, batch), opts, inputs, sink)?;
     let mut report = diff.finish();
-    if let Some(path) = &args.trace {
-        let hw = read_trace(path).map_err(|e| miette::miette!("{e}"))?;
-        let cmp = compare_traces(&hw, &sw_trace)
-            .map_err(|e| miette::miette!("`{}`: {e}", path.display()))?;
-        report.trace = Some(cmp);
+    if let Some((path, file)) = &hw_trace {
+        // Records of items past the batch: a trace of another execution.
+        let extra = file
+            .read_items(batch..usize::MAX)
+            .map_err(|e| miette::miette!("{e}"))?;
+        compare_trace_piece(&mut traces, path, &extra, &[]).map_err(|e| miette::miette!("{e}"))?;
+        report.trace = Some(traces.finish());
     }
 
     if args.json {
@@ -127,6 +140,21 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Compare a piece of the traces, an error naming the hardware trace.
+fn compare_trace_piece(
+    traces: &mut TraceComparer,
+    path: &Path,
+    hardware: &[TraceRecord],
+    software: &[TraceRecord],
+) -> Result<(), ChunkError> {
+    traces
+        .add(hardware, software)
+        .map_err(|source| ChunkError::TraceMismatch {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// The hardware's dump, its headers read: each output's values are read a range of items at

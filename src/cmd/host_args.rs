@@ -10,7 +10,7 @@ use nnp_runtime::host::{
     HostData, HostError, InputFeed, LoadOptions, Outputs, ShapeDisplay, Tensor,
 };
 use nnp_runtime::io::{self, Dtype, IoError, Layout};
-use nnp_runtime::trace::{TraceError, TraceRecord, TraceWriter};
+use nnp_runtime::trace::{TraceError, TraceMismatch, TraceRecord, TraceWriter};
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::ops::Range;
@@ -87,6 +87,11 @@ pub enum ChunkError {
     Trace(TraceError),
     #[error("`{path}`: {source}")]
     Diff { path: PathBuf, source: DiffError },
+    #[error("`{path}`: {source}")]
+    TraceMismatch {
+        path: PathBuf,
+        source: TraceMismatch,
+    },
     #[error(
         "interrupted after {done} of {batch} input sets; no output was written (a file already \
          there is left as it was)"
