@@ -7,7 +7,7 @@
 
 mod emulator_util;
 use emulator_util::*;
-use nnp_runtime::emulator::EmuError;
+use nnp_runtime::emulator::{EmuError, EmuOptions, emulate};
 
 const BFP8: &str = "";
 
@@ -542,6 +542,49 @@ fn nonfinite_error_names_the_instruction() {
     )
     .unwrap_err();
     assert!(matches!(err, EmuError::NonFinite { .. }), "{err}");
+}
+
+/// A non-finite value names its item in the whole batch: item 3 of 5 overflows, emulated in
+/// lockstep chunks of 2 (item 3 is the second of its chunk) as the piece of a larger batch
+/// that starts at item 100 (`nnpc emulate` in pieces): batch item 103; an input of item 4
+/// that becomes infinite on load: batch item 104.
+#[test]
+fn nonfinite_error_names_the_item_in_the_whole_batch() {
+    let p = program(&mvm_src(1, 1), target("nonfinite = \"error\""));
+    let mut x = vec![1.0; 5 * 4];
+    x[3 * 4 + 2] = 60000.0;
+    let d = data(
+        &p,
+        &[
+            ("W", t(&[4, 4], &identity(4, 2.0))),
+            ("x", t(&[5, 1, 4], &x)),
+        ],
+    );
+    let opts = EmuOptions {
+        chunk: Some(2),
+        first_item: 100,
+        ..EmuOptions::default()
+    };
+    match emulate(&p, &d, &opts).unwrap_err() {
+        EmuError::NonFinite { site, op, lane, .. } => {
+            assert_eq!((op, site.item, site.line, lane), ("mv_mul", 103, 11, 2));
+        }
+        other => panic!("wrong error: {other}"),
+    }
+    // On host load: 65520 in item 4 rounds to inf in fp16 as netq is read.
+    let mut x = vec![1.0; 5 * 4];
+    x[4 * 4 + 1] = 65520.0;
+    let d = data(
+        &p,
+        &[
+            ("W", t(&[4, 4], &identity(4, 2.0))),
+            ("x", t(&[5, 1, 4], &x)),
+        ],
+    );
+    match emulate(&p, &d, &opts).unwrap_err() {
+        EmuError::NonFinite { site, lane, .. } => assert_eq!((site.item, lane), (104, 1)),
+        other => panic!("wrong error: {other}"),
+    }
 }
 
 #[test]

@@ -126,7 +126,7 @@ impl<'a> Shared<'a> {
                 DeclKind::Matrix => sh.load_matrix(d, place.mem, place.addr)?,
                 DeclKind::Vector => {
                     let values = sh.weight_values(d)?;
-                    let rows = sh.host_rows(d, d.rows(), values.as_deref())?;
+                    let rows = sh.host_rows(d, d.rows(), values.as_deref(), 0)?;
                     for (k, reg) in rows.chunks(sh.n).enumerate() {
                         sh.vregs
                             .insert((place.mem, place.addr + k as u32), reg.into());
@@ -159,14 +159,16 @@ impl<'a> Shared<'a> {
         Ok(Some(t.data.clone()))
     }
 
-    fn check_loaded(&self, d: &Decl, values: &[f32]) -> Result<(), EmuError> {
+    /// A value that became infinite on load (under `nonfinite = "error"`), of batch item
+    /// `item` (0 for weights, which every item shares).
+    fn check_loaded(&self, d: &Decl, values: &[f32], item: usize) -> Result<(), EmuError> {
         if !self.nonfinite_error {
             return Ok(());
         }
         match values.iter().position(|v| !v.is_finite()) {
             Some(lane) => Err(EmuError::NonFinite {
                 site: Site {
-                    item: 0,
+                    item,
                     chain: 0,
                     iteration: 0,
                     span: d.span,
@@ -182,12 +184,13 @@ impl<'a> Shared<'a> {
 
     /// A vector-like declaration's registers: rows padded to whole tiles with `pad`, rounded to
     /// storage, then the declaration's own format (per padded row) and storage again.
-    /// `values = None` is `= 0`.
+    /// `values = None` is `= 0`; `item` as [`Shared::check_loaded`].
     fn host_rows(
         &self,
         d: &Decl,
         rows: usize,
         values: Option<&[f32]>,
+        item: usize,
     ) -> Result<Vec<f32>, EmuError> {
         let (n, c) = (self.n, d.row_len());
         let width = d.row_tiles(n) * n;
@@ -212,7 +215,7 @@ impl<'a> Shared<'a> {
                 }
             }
         }
-        self.check_loaded(d, &out)?;
+        self.check_loaded(d, &out, item)?;
         Ok(out)
     }
 
@@ -232,7 +235,7 @@ impl<'a> Shared<'a> {
                         }
                     }
                 }
-                self.check_loaded(d, &tile)?;
+                self.check_loaded(d, &tile, 0)?;
                 self.tiles
                     .insert((mem, base + (ti * tc + tj) as u32), tile.into());
             }
@@ -389,7 +392,9 @@ impl Machine<'_, '_> {
         let mut all = vec![0.0f32; self.b * per_item];
         for (k, item) in self.items.clone().enumerate() {
             let values = self.input_values(d, item)?;
-            let rows = self.sh.host_rows(d, d.rows(), Some(values))?;
+            let rows = self
+                .sh
+                .host_rows(d, d.rows(), Some(values), self.first_item + item)?;
             all[k * per_item..(k + 1) * per_item].copy_from_slice(&rows);
         }
         for reg in 0..d.tiles(n) {
@@ -442,9 +447,12 @@ impl Machine<'_, '_> {
             let c = d.row_len();
             for (k, item) in self.items.clone().enumerate() {
                 let values = self.input_values(d, item)?;
-                let lanes = self
-                    .sh
-                    .host_rows(d, 1, Some(&values[row * c..(row + 1) * c]))?;
+                let lanes = self.sh.host_rows(
+                    d,
+                    1,
+                    Some(&values[row * c..(row + 1) * c]),
+                    self.first_item + item,
+                )?;
                 for (o, v) in x[k * tiles * n..(k + 1) * tiles * n].iter_mut().zip(&lanes) {
                     *o = f64::from(*v);
                 }
@@ -576,7 +584,7 @@ impl Machine<'_, '_> {
         }
         if let Some(i) = v.iter().position(|x| !x.is_finite()) {
             let mut site = self.site(at, span);
-            site.item = self.items.start + i / per_item.max(1);
+            site.item += i / per_item.max(1);
             return Err(EmuError::NonFinite {
                 site,
                 op,
