@@ -587,6 +587,66 @@ fn nonfinite_error_names_the_item_in_the_whole_batch() {
     }
 }
 
+/// Under `nonfinite = "error"` the batch fails with its lowest failing item, at that item's
+/// first non-finite value, however the items are split into lockstep chunks: item 1
+/// overflows at `mv_mul` (line 11), item 0 only at the later `v_exp` (line 12; e^12 >
+/// 65504), item 2 never. Item 0's `v_exp` it is, in one chunk of 3 or in chunks of 1 or 2.
+#[test]
+fn nonfinite_error_is_the_lowest_items_first() {
+    let src = mvm_src(1, 1).replace("mv_mul mrf[W]\n", "mv_mul mrf[W]\nv_exp\n");
+    let p = program(&src, target("nonfinite = \"error\""));
+    let x = [6.0, 0.0, 0.0, 0.0, 60000.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0];
+    let d = data(
+        &p,
+        &[
+            ("W", t(&[4, 4], &identity(4, 2.0))),
+            ("x", t(&[3, 1, 4], &x)),
+        ],
+    );
+    for chunk in [3, 2, 1] {
+        let opts = EmuOptions {
+            chunk: Some(chunk),
+            ..EmuOptions::default()
+        };
+        match emulate(&p, &d, &opts).unwrap_err() {
+            EmuError::NonFinite { site, op, lane, .. } => assert_eq!(
+                (op, site.item, site.line, site.chain, lane),
+                ("v_exp", 0, 12, 1, 0),
+                "chunks of {chunk}"
+            ),
+            other => panic!("wrong error: {other}"),
+        }
+    }
+    // An error that stops every item (a row left on netq at the end) is item 0's error
+    // unless item 0 overflowed before it: item 1's overflow does not count.
+    let mut leftover = p.clone();
+    leftover.decls[1].shape = vec![2, 4];
+    for (overflows, leftover_error) in [(1, true), (0, false)] {
+        let mut x = vec![1.0; 3 * 2 * 4];
+        x[overflows * 8] = 60000.0;
+        let d = data(
+            &leftover,
+            &[
+                ("W", t(&[4, 4], &identity(4, 2.0))),
+                ("x", t(&[3, 2, 4], &x)),
+            ],
+        );
+        for chunk in [3, 1] {
+            let opts = EmuOptions {
+                chunk: Some(chunk),
+                ..EmuOptions::default()
+            };
+            let err = emulate(&leftover, &d, &opts).unwrap_err();
+            let got = match err {
+                EmuError::NetqLeftover { .. } => true,
+                EmuError::NonFinite { site, .. } if site.item == overflows => false,
+                other => panic!("wrong error: {other}"),
+            };
+            assert_eq!(got, leftover_error, "item {overflows}, chunks of {chunk}");
+        }
+    }
+}
+
 #[test]
 fn netq_underflow_leftover_and_uninitialised_reads() {
     let src = "\

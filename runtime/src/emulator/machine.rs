@@ -17,7 +17,7 @@ use nnp_grammar::{
 };
 use nnp_numerics::activation::Activation;
 use nnp_numerics::{FloatFormat, Format};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -126,7 +126,8 @@ impl<'a> Shared<'a> {
                 DeclKind::Matrix => sh.load_matrix(d, place.mem, place.addr)?,
                 DeclKind::Vector => {
                     let values = sh.weight_values(d)?;
-                    let rows = sh.host_rows(d, d.rows(), values.as_deref(), 0)?;
+                    let rows = sh.host_rows(d, d.rows(), values.as_deref());
+                    sh.check_loaded(d, &rows, 0)?;
                     for (k, reg) in rows.chunks(sh.n).enumerate() {
                         sh.vregs
                             .insert((place.mem, place.addr + k as u32), reg.into());
@@ -184,14 +185,8 @@ impl<'a> Shared<'a> {
 
     /// A vector-like declaration's registers: rows padded to whole tiles with `pad`, rounded to
     /// storage, then the declaration's own format (per padded row) and storage again.
-    /// `values = None` is `= 0`; `item` as [`Shared::check_loaded`].
-    fn host_rows(
-        &self,
-        d: &Decl,
-        rows: usize,
-        values: Option<&[f32]>,
-        item: usize,
-    ) -> Result<Vec<f32>, EmuError> {
+    /// `values = None` is `= 0`.
+    fn host_rows(&self, d: &Decl, rows: usize, values: Option<&[f32]>) -> Vec<f32> {
         let (n, c) = (self.n, d.row_len());
         let width = d.row_tiles(n) * n;
         let pad = self.load_fmt.round(d.pad) as f32;
@@ -215,8 +210,7 @@ impl<'a> Shared<'a> {
                 }
             }
         }
-        self.check_loaded(d, &out, item)?;
-        Ok(out)
+        out
     }
 
     fn load_matrix(&mut self, d: &Decl, mem: Mem, base: u32) -> Result<(), EmuError> {
@@ -262,6 +256,10 @@ struct Machine<'s, 'a> {
     outputs: HashMap<usize, Vec<f32>>,
     pushes: u32,
     trace: Option<Vec<Vec<TraceRecord>>>,
+    /// Under `nonfinite = "error"`: each failed item's first non-finite value (by its number
+    /// in the batch). Its run goes on with the others in lockstep; the chunk then fails with
+    /// its lowest item's, so the error does not depend on how the batch is split.
+    failed: BTreeMap<usize, EmuError>,
 }
 
 /// Where we are, for errors.
@@ -279,7 +277,6 @@ pub fn run_chunk(
     trace: bool,
     first_item: usize,
 ) -> Result<ChunkResult, EmuError> {
-    let p = sh.p;
     let b = items.len();
     let mut m = Machine {
         sh,
@@ -298,34 +295,54 @@ pub fn run_chunk(
         trace: trace.then(|| vec![Vec::new(); b]),
         items,
         first_item,
+        failed: BTreeMap::new(),
     };
-    for (i, d) in p.decls.iter().enumerate() {
-        match (d.kind, d.place) {
-            (DeclKind::Input, None) => m.netq_in.extend((0..d.rows()).map(|r| (i, r))),
-            (DeclKind::Input, Some(place)) => m.load_placed_input(d, place.mem, place.addr)?,
-            (DeclKind::Output, None) => {
-                m.out_slots.extend((0..d.rows()).map(|r| (i, r)));
-                m.outputs.insert(i, vec![0.0; b * d.elements()]);
-            }
-            _ => {}
-        }
+    let run = m.run();
+    let first = m.first_item + m.items.start;
+    let failed = std::mem::take(&mut m.failed).pop_first();
+    // An error that stops the run stops every item there, the chunk's first one too: it is
+    // that item's error unless a non-finite value of its came before. Else the lowest item
+    // with a non-finite value fails the chunk.
+    match (failed, run.and_then(|()| m.finish())) {
+        (Some((item, e)), Err(_)) if item == first => Err(e),
+        (_, Err(stop)) => Err(stop),
+        (Some((_, e)), Ok(_)) => Err(e),
+        (None, done) => done,
     }
-    for c in &p.chains {
-        for t in 0..c.iterations {
-            let at = At {
-                chain: c.index,
-                iteration: t,
-            };
-            match &c.body {
-                ChainBody::Vector(vc) => m.vector_chain(vc, at)?,
-                ChainBody::Matrix(mc) => m.matrix_chain(mc, at)?,
-            }
-        }
-    }
-    m.finish()
 }
 
 impl Machine<'_, '_> {
+    /// Every item's program: placed inputs loaded, then the chains in order.
+    fn run(&mut self) -> Result<(), EmuError> {
+        let (p, b) = (self.sh.p, self.b);
+        for (i, d) in p.decls.iter().enumerate() {
+            match (d.kind, d.place) {
+                (DeclKind::Input, None) => self.netq_in.extend((0..d.rows()).map(|r| (i, r))),
+                (DeclKind::Input, Some(place)) => {
+                    self.load_placed_input(d, place.mem, place.addr)?
+                }
+                (DeclKind::Output, None) => {
+                    self.out_slots.extend((0..d.rows()).map(|r| (i, r)));
+                    self.outputs.insert(i, vec![0.0; b * d.elements()]);
+                }
+                _ => {}
+            }
+        }
+        for c in &p.chains {
+            for t in 0..c.iterations {
+                let at = At {
+                    chain: c.index,
+                    iteration: t,
+                };
+                match &c.body {
+                    ChainBody::Vector(vc) => self.vector_chain(vc, at)?,
+                    ChainBody::Matrix(mc) => self.matrix_chain(mc, at)?,
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn site(&self, at: At, span: Span) -> Site {
         Site {
             item: self.first_item + self.items.start,
@@ -392,9 +409,8 @@ impl Machine<'_, '_> {
         let mut all = vec![0.0f32; self.b * per_item];
         for (k, item) in self.items.clone().enumerate() {
             let values = self.input_values(d, item)?;
-            let rows = self
-                .sh
-                .host_rows(d, d.rows(), Some(values), self.first_item + item)?;
+            let rows = self.sh.host_rows(d, d.rows(), Some(values));
+            self.loaded(d, &rows, item);
             all[k * per_item..(k + 1) * per_item].copy_from_slice(&rows);
         }
         for reg in 0..d.tiles(n) {
@@ -447,12 +463,10 @@ impl Machine<'_, '_> {
             let c = d.row_len();
             for (k, item) in self.items.clone().enumerate() {
                 let values = self.input_values(d, item)?;
-                let lanes = self.sh.host_rows(
-                    d,
-                    1,
-                    Some(&values[row * c..(row + 1) * c]),
-                    self.first_item + item,
-                )?;
+                let lanes = self
+                    .sh
+                    .host_rows(d, 1, Some(&values[row * c..(row + 1) * c]));
+                self.loaded(d, &lanes, item);
                 for (o, v) in x[k * tiles * n..(k + 1) * tiles * n].iter_mut().zip(&lanes) {
                     *o = f64::from(*v);
                 }
@@ -567,32 +581,37 @@ impl Machine<'_, '_> {
                 }
             }
         }
-        self.check_finite(&y, rows * n, "mv_mul", at, mm.span)?;
+        self.check_finite(&y, rows * n, "mv_mul", at, mm.span);
         Ok(y)
     }
 
-    fn check_finite(
-        &self,
-        v: &[f64],
-        per_item: usize,
-        op: &'static str,
-        at: At,
-        span: Span,
-    ) -> Result<(), EmuError> {
+    /// Under `nonfinite = "error"`, each item's first non-finite lane of `v` (`[item][lane]`,
+    /// `per_item` lanes each) fails that item ([`Machine::failed`]).
+    fn check_finite(&mut self, v: &[f64], per_item: usize, op: &'static str, at: At, span: Span) {
         if !self.sh.nonfinite_error {
-            return Ok(());
+            return;
         }
-        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-            let mut site = self.site(at, span);
-            site.item += i / per_item.max(1);
-            return Err(EmuError::NonFinite {
-                site,
-                op,
-                value: v[i],
-                lane: i % per_item.max(1),
-            });
+        for (k, lanes) in v.chunks(per_item.max(1)).enumerate() {
+            if let Some(lane) = lanes.iter().position(|x| !x.is_finite()) {
+                let mut site = self.site(at, span);
+                site.item += k;
+                let e = EmuError::NonFinite {
+                    site,
+                    op,
+                    value: lanes[lane],
+                    lane,
+                };
+                self.failed.entry(site.item).or_insert(e);
+            }
         }
-        Ok(())
+    }
+
+    /// [`Shared::check_loaded`] for an input of the chunk's item `item` (data numbering).
+    fn loaded(&mut self, d: &Decl, values: &[f32], item: usize) {
+        let item = self.first_item + item;
+        if let Err(e) = self.sh.check_loaded(d, values, item) {
+            self.failed.entry(item).or_insert(e);
+        }
     }
 
     fn vector_chain(&mut self, vc: &VectorChain, at: At) -> Result<(), EmuError> {
@@ -662,7 +681,7 @@ impl Machine<'_, '_> {
                     }
                 }
             }
-            self.check_finite(&y, per_item, op.kind.mnemonic(), at, op.span)?;
+            self.check_finite(&y, per_item, op.kind.mnemonic(), at, op.span);
         }
         // v_wr: round to storage once, write every destination.
         let st = vc
