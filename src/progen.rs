@@ -420,6 +420,10 @@ struct Gen<'c> {
     mfus: usize,
     sizes: [u32; 6],
     accumulation: &'static str,
+    /// A quarter of the targets forbid NaN/Inf (`nonfinite = "error"`): both engines must then
+    /// stop at the same value (drawn from its own stream, so the rest of a seed's program is
+    /// what it was before the knob).
+    nonfinite_error: bool,
     defaults: [String; 4],
     spaces: Vec<(SpaceId, Space)>,
     decls: Vec<DeclM>,
@@ -472,6 +476,7 @@ impl<'c> Gen<'c> {
             mfus,
             sizes,
             accumulation,
+            nonfinite_error: Rng::keyed(seed, "nonfinite").chance(0.25),
             defaults,
             spaces,
             decls: Vec::new(),
@@ -1329,11 +1334,16 @@ impl<'c> Gen<'c> {
              asvrf = {asvrf}\nmulvrf = {mulvrf}\nmrf = {mrf}\ndram = {dram}\n\
              dram_tiles = {dram_tiles}\n\n[numerics]\nstorage = \"fp16\"\n\
              mvm_vector = \"{mv}\"\nmvm_matrix = \"{mm}\"\nmvm_output = \"{mo}\"\n\
-             mfu_input = \"{mf}\"\naccumulation = \"{acc}\"\n",
+             mfu_input = \"{mf}\"\naccumulation = \"{acc}\"\n{nf}",
             seed = self.seed,
             n = self.n,
             mfus = self.mfus,
             acc = self.accumulation,
+            nf = if self.nonfinite_error {
+                "nonfinite = \"error\"\n"
+            } else {
+                ""
+            },
         )
     }
 }
@@ -1762,6 +1772,10 @@ pub enum Outcome {
         /// The paths the outputs' run took.
         paths: Paths,
     },
+    /// Both engines stopped at the same NaN or infinity that the target forbids
+    /// (`nonfinite = "error"`), with this error: every run of the graph (first and warm, traced
+    /// and not) said what the emulator said.
+    SameError(String),
     /// The target or the program was rejected (a generator bug when it came from [`generate`]).
     Invalid(String),
     /// The emulator failed (error or panic) on a valid program.
@@ -1847,6 +1861,7 @@ impl Outcome {
     pub fn kind(&self) -> &'static str {
         match self {
             Outcome::Concordant { .. } => "concordant",
+            Outcome::SameError(_) => "same error",
             Outcome::Invalid(_) => "invalid",
             Outcome::EmulatorError(_) => "emulator error",
             Outcome::GraphError(_) => "graph error",
@@ -1855,7 +1870,7 @@ impl Outcome {
         }
     }
     pub fn is_failure(&self) -> bool {
-        !matches!(self, Outcome::Concordant { .. })
+        !matches!(self, Outcome::Concordant { .. } | Outcome::SameError(_))
     }
 }
 
@@ -1871,6 +1886,7 @@ impl std::fmt::Display for Outcome {
                 "concordant ({elements} output elements, {written} written lanes, {paths})"
             ),
             Outcome::Invalid(m) => write!(f, "invalid program: {m}"),
+            Outcome::SameError(m) => write!(f, "both engines stopped: {m}"),
             Outcome::EmulatorError(m) => write!(f, "emulator failed: {m}"),
             Outcome::GraphError(m) => write!(f, "software graph failed: {m}"),
             Outcome::Mismatch(r) => {
@@ -1936,7 +1952,7 @@ pub fn run_differential(
 ) -> Outcome {
     use nnp_grammar::{SourceFile, Target, check};
     use nnp_lowering::swgraph::{Roots, SwGraph, optimize};
-    use nnp_runtime::emulator::{EmuOptions, emulate};
+    use nnp_runtime::emulator::{EmuError, EmuOptions, emulate};
     use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution, Session};
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::sync::Arc;
@@ -1982,8 +1998,11 @@ pub fn run_differential(
         trace: true,
         ..EmuOptions::default()
     };
+    // A NaN or infinity the target forbids stops the emulator: the graph must stop with the
+    // same error.
     let emu = match catch_unwind(AssertUnwindSafe(|| emulate(&program, &data, &emu_opts))) {
-        Ok(Ok(e)) => e,
+        Ok(Ok(e)) => Ok(e),
+        Ok(Err(e @ EmuError::NonFinite { .. })) => Err(e.to_string()),
         Ok(Err(e)) => return Outcome::EmulatorError(e.to_string()),
         Err(p) => return Outcome::EmulatorError(panic_text(p)),
     };
@@ -1993,14 +2012,15 @@ pub fn run_differential(
     // that runs it twice: the first run (the whole batch), then a warm run in 2 shards of
     // items (on the CPU). The traced session goes in chunks of at most 2 items (its first
     // chunk computes the constants; its warm chunks go in shards).
-    let twice = |g: &SwGraph, opts: ExecOptions| -> Result<[Execution; 2], String> {
+    type Twice = [Result<Execution, nnp_runtime::exec::ExecError>; 2];
+    let twice = |g: &SwGraph, opts: ExecOptions| -> Result<Twice, String> {
         let opts = ExecOptions {
             batch_shards: Some(2),
             ..opts
         };
         let mut session = Session::new(g, &opts).map_err(|e| e.to_string())?;
-        let first = session.run(&data).map_err(|e| e.to_string())?;
-        Ok([first, session.run(&data).map_err(|e| e.to_string())?])
+        let first = session.run(&data);
+        Ok([first, session.run(&data)])
     };
     let sw = catch_unwind(AssertUnwindSafe(|| -> Result<_, String> {
         let g = nnp_lowering::swgraph::lower(&program).map_err(|e| e.to_string())?;
@@ -2024,6 +2044,30 @@ pub fn run_differential(
         Ok(Ok(x)) => x,
         Ok(Err(e)) => return Outcome::GraphError(e),
         Err(p) => return Outcome::GraphError(panic_text(p)),
+    };
+    // Every run stops where the emulator stopped, or none does.
+    let emu = match emu {
+        Ok(emu) => emu,
+        Err(emu) => {
+            for run in traced.iter().chain(&plain) {
+                let graph = match run {
+                    Err(e) if e.to_string() == emu => continue,
+                    Err(e) => e.to_string(),
+                    Ok(_) => "ran".to_string(),
+                };
+                let message = format!("the emulator stopped ({emu}); the graph: {graph}");
+                return Outcome::GraphError(message);
+            }
+            return Outcome::SameError(emu);
+        }
+    };
+    let runs = |[a, b]: Twice| match (a, b) {
+        (Ok(a), Ok(b)) => Ok([a, b]),
+        (Err(e), _) | (_, Err(e)) => Err(Outcome::GraphError(e.to_string())),
+    };
+    let (traced, plain) = match (runs(traced), runs(plain)) {
+        (Ok(traced), Ok(plain)) => (traced, plain),
+        (Err(out), _) | (_, Err(out)) => return out,
     };
     let trace = emu.trace.unwrap_or_default();
     let mut lanes = 0;
@@ -2104,132 +2148,4 @@ pub fn minimize_failure(
     });
     let out = run_differential(&s, &t, data_seed, batch, data_cfg, json);
     (s, t, out)
-}
-
-#[cfg(test)]
-mod scratch_tests {
-    use super::*;
-    #[test]
-    fn scratch() {
-        let cfg = GenConfig::default();
-        let n: u64 = std::env::var("SCRATCH_N")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(20);
-        let mut kinds = std::collections::BTreeMap::new();
-        for seed in 0..n {
-            let g = generate(seed, &cfg);
-            let out = run_differential(
-                &g.source,
-                &g.target_toml,
-                seed,
-                3,
-                &DataConfig::default(),
-                false,
-            );
-            if out.is_failure() && std::env::var("SCRATCH_SHOW").is_ok() {
-                eprintln!("=== seed {seed}: {out}\n{}\n{}", g.source, g.target_toml);
-            } else if out.is_failure() {
-                eprintln!("=== seed {seed}: {out}");
-            }
-            *kinds.entry(out.kind()).or_insert(0) += 1;
-        }
-        eprintln!("{kinds:?}");
-    }
-    #[test]
-    fn stats() {
-        use nnp_grammar::{SourceFile, Target, check};
-        let cfg = GenConfig::default();
-        let mut hist = std::collections::BTreeMap::new();
-        for seed in 0..300u64 {
-            let g = generate(seed, &cfg);
-            let t = Target::from_toml(&g.target_toml, "g").unwrap();
-            let p = check(
-                std::sync::Arc::new(SourceFile::new("g", g.source.clone())),
-                Some(t),
-            )
-            .unwrap()
-            .program;
-            let d = host_data(&p, 3, seed, &DataConfig::default());
-            let e = nnp_runtime::emulator::emulate(&p, &d, &Default::default()).unwrap();
-            for (_, t) in e.outputs {
-                for x in t.data {
-                    let c = if x.is_nan() {
-                        "nan"
-                    } else if x.is_infinite() {
-                        "inf"
-                    } else if x == 0.0 {
-                        "zero"
-                    } else if x.abs() < 6.1e-5 {
-                        "subnormal"
-                    } else if x.abs() >= 32768.0 {
-                        "huge"
-                    } else {
-                        "normal"
-                    };
-                    *hist.entry(c).or_insert(0) += 1;
-                }
-            }
-        }
-        eprintln!("{hist:?}");
-    }
-    #[test]
-    fn showmin() {
-        use nnp_grammar::{ChainBody, OpKind, SourceFile, Target, check};
-        let g = generate(5, &GenConfig::large());
-        let pred = |s: &str, t: &str| {
-            let Ok(target) = Target::from_toml(t, "g") else {
-                return false;
-            };
-            match check(std::sync::Arc::new(SourceFile::new("m", s)), Some(target)) {
-                Ok(out) => out.program.chains.iter().any(|c| match &c.body {
-                    ChainBody::Vector(v) => {
-                        v.ops.iter().any(|o| o.kind == OpKind::Mul) && v.read.window.is_some()
-                    }
-                    _ => false,
-                }),
-                Err(_) => false,
-            }
-        };
-        eprintln!("{}", g.source);
-        let (a, b) = minimize(&g.source, &g.target_toml, pred);
-        eprintln!("----\n{a}\n{b}");
-    }
-    #[test]
-    fn file() {
-        let (Ok(src), Ok(toml)) = (
-            std::fs::read_to_string("/tmp/p.nnp"),
-            std::fs::read_to_string("/tmp/p.toml"),
-        ) else {
-            return;
-        };
-        let seed: u64 = std::env::var("SHOW_SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        eprintln!(
-            "{}",
-            run_differential(&src, &toml, seed, 3, &DataConfig::default(), false)
-        );
-    }
-    #[test]
-    fn show() {
-        let seed: u64 = std::env::var("SHOW_SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(3);
-        let g = generate(seed, &GenConfig::default());
-        eprintln!("{}\n{}", g.source, g.target_toml);
-        eprintln!(
-            "{}",
-            run_differential(
-                &g.source,
-                &g.target_toml,
-                seed,
-                3,
-                &DataConfig::default(),
-                false
-            )
-        );
-    }
 }

@@ -419,3 +419,123 @@ fn zero_counts_are_usage_errors_naming_the_flag() {
         }
     }
 }
+
+/// Under a target with `nonfinite = "error"`, `nnpc run`, `nnpc diff` and `nnpc emulate` stop
+/// at the same NaN/Inf with the same message and exit status 1, writing nothing: the lowest
+/// item that has one, at its first in execution order. Item 1 overflows at `v_exp` (e^12),
+/// item 2 at `mv_mul` (2 x 60000), item 3 on load (65520 rounds to inf): item 1's `v_exp`,
+/// however the batch is chunked. A matrix that overflows on load stops every item first.
+#[test]
+fn forbidden_nonfinite_values_stop_every_engine_alike() {
+    use nnp_runtime::host::Tensor;
+    use nnp_runtime::io::{Dtype, write_tensors};
+    use std::collections::BTreeMap;
+    let dir = common::scratch("nonfinite");
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    };
+    let prog = file(
+        "p.nnp",
+        "matrix W : [4, 4] at mrf[0]\ninput x : [1, 4]\noutput y : [1, 4]\n\
+         s_wr rows, 1\nv_rd netq\nv_wr ivrf[0]\nend_chain\n\
+         s_wr rows, 1\ns_wr cols, 1\nv_rd ivrf[0]\nmv_mul mrf[W]\nv_exp\nv_wr netq\nend_chain\n",
+    );
+    let target = file(
+        "err.toml",
+        "name = \"err\"\n[numerics]\nnonfinite = \"error\"\n",
+    );
+    let tensors = |file: &str, name: &str, shape: &[usize], data: Vec<f32>| {
+        let t = Tensor::new(shape.to_vec(), data).expect("shape");
+        let path = dir.join(file);
+        write_tensors(&path, &BTreeMap::from([(name.to_string(), t)]), Dtype::F32).expect("write");
+        path
+    };
+    let mut w = vec![0.0; 16];
+    (0..4).for_each(|i| w[i * 5] = 2.0);
+    let good_w = tensors("w.safetensors", "W", &[4, 4], w.clone());
+    w[2 * 4 + 3] = 65520.0;
+    let bad_w = tensors("bad_w.safetensors", "W", &[4, 4], w);
+    let mut x = vec![1.0; 16];
+    x[4] = 6.0;
+    x[8] = 60000.0;
+    x[12 + 1] = 65520.0;
+    let x = tensors("x.safetensors", "x", &[4, 1, 4], x);
+    let hw = tensors("hw.safetensors", "y", &[4, 1, 4], vec![0.0; 16]);
+    let out = dir.join("out.safetensors");
+
+    let stop = |cmd: &str, weights: &std::path::Path, extra: &[&str]| -> String {
+        let mut args = vec![cmd, common::arg(&prog), "--target", common::arg(&target)];
+        args.extend([
+            "--weights",
+            common::arg(weights),
+            "--inputs",
+            common::arg(&x),
+        ]);
+        if cmd == "diff" {
+            args.extend(["--hardware", common::arg(&hw)]);
+        } else {
+            args.extend(["-o", common::arg(&out)]);
+        }
+        args.extend(extra);
+        let o = nnpc(&args);
+        assert_eq!(o.status.code(), Some(1), "{cmd} {extra:?}: {}", stderr(&o));
+        assert!(!out.exists(), "{cmd} {extra:?} wrote its output");
+        let m = common::message(&o);
+        assert!(!m.contains("stack backtrace"), "{m}");
+        m
+    };
+    let emulated = stop("emulate", &good_w, &[]);
+    assert!(
+        emulated.contains(
+            "`v_exp` produced inf in lane 0 and the target forbids NaN/Inf (line 12, chain 1, \
+             iteration 0, batch item 1)"
+        ),
+        "{emulated}"
+    );
+    for (cmd, extra) in [
+        ("run", &[][..]),
+        ("run", &["--chunk-items", "1"][..]),
+        ("run", &["--chunk-items", "3"][..]),
+        ("emulate", &["--chunk-items", "1"][..]),
+        ("diff", &["--chunk-items", "1"][..]),
+    ] {
+        assert_eq!(stop(cmd, &good_w, extra), emulated, "{cmd} {extra:?}");
+    }
+    // A compiled graph keeps the checks; run alone it has no source text to show.
+    let graph = dir.join("p.swg.json");
+    let args = [
+        "compile",
+        common::arg(&prog),
+        "--target",
+        common::arg(&target),
+    ];
+    let o = nnpc(&[&args[..], &["-o", common::arg(&graph)]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = nnpc(&[
+        "run",
+        common::arg(&graph),
+        "--weights",
+        common::arg(&good_w),
+        "--inputs",
+        common::arg(&x),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let m = common::message(&o);
+    assert!(
+        m.contains("(line 12, chain 1, iteration 0, batch item 1)"),
+        "{m}"
+    );
+    assert!(!m.contains("Failed to read"), "{m}");
+    // Lane 2 x 128 + 3 of the matrix's first tile (N = 128), item 0, at its declaration.
+    let emulated = stop("emulate", &bad_w, &[]);
+    assert!(
+        emulated.contains(
+            "`host load (rounding to the storage format)` produced inf in lane 259 and the \
+             target forbids NaN/Inf (line 1, chain 0, iteration 0, batch item 0)"
+        ),
+        "{emulated}"
+    );
+    assert_eq!(stop("run", &bad_w, &["--chunk-items", "1"]), emulated);
+}

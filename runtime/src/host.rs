@@ -617,6 +617,10 @@ fn infer_batch(program: &Program, tensors: &BTreeMap<String, Found>) -> Result<u
     }
 }
 
+/// The help of a NaN or infinity that the target forbids (emulator and software graph).
+pub const NONFINITE_HELP: &str =
+    "the target sets `nonfinite = \"error\"`; scale the data or use `allow`";
+
 /// The bit pattern of `x` in float format `fmt` (sign, exponent field, mantissa field; width
 /// `fmt.bits()`, right-aligned in the u32), as [`FloatFormat::encode`] gives it: `x` should be a
 /// value of the format (a storage value; anything else is rounded first), and every NaN becomes

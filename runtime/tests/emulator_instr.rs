@@ -595,7 +595,9 @@ fn nonfinite_error_names_the_item_in_the_whole_batch() {
 fn nonfinite_error_is_the_lowest_items_first() {
     let src = mvm_src(1, 1).replace("mv_mul mrf[W]\n", "mv_mul mrf[W]\nv_exp\n");
     let p = program(&src, target("nonfinite = \"error\""));
-    let x = [6.0, 0.0, 0.0, 0.0, 60000.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0];
+    let x = [
+        6.0, 0.0, 0.0, 0.0, 60000.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0,
+    ];
     let d = data(
         &p,
         &[

@@ -441,6 +441,7 @@ fn matvec_graph(rows: usize, cols: usize, fmt: Format, acc: Accumulation) -> SwG
         }],
         decls: vec![],
         writes: vec![],
+        checks: vec![],
     }
 }
 

@@ -83,4 +83,10 @@ fn print_summary(g: &SwGraph, out: &Path) {
         g.writes.len(),
         g.outputs.len()
     );
+    if !g.checks.is_empty() {
+        println!(
+            "  {} values checked for NaN/Inf (the target says nonfinite = \"error\")",
+            g.checks.len()
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! `nnpc diff`: compare a hardware output dump (or trace) with the software graph, bit for bit.
 
-use super::host_args::{ChunkArgs, ChunkError, DataArgs, LayoutArg, trace_records};
+use super::host_args::{ChunkArgs, ChunkError, DataArgs, LayoutArg, run_failed, trace_records};
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::{self, Roots};
 use nnp_runtime::diff::{DiffBuilder, DiffError, DiffReport};
@@ -116,8 +116,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         }
         Ok(())
     };
-    args.chunks
-        .execute_fed(&graph, (weights, batch), opts, inputs, sink)?;
+    if let Err(e) = args
+        .chunks
+        .execute_fed(&graph, (weights, batch), opts, inputs, sink)
+    {
+        return run_failed(&program, e);
+    }
     let mut report = diff.finish();
     if let Some((path, file)) = &hw_trace {
         // Records of items past the batch: a trace of another execution.

@@ -44,27 +44,8 @@ pub struct Args {
     pub json: bool,
 }
 
-/// A runtime error rendered with its source line.
-#[derive(Debug, thiserror::Error, miette::Diagnostic)]
-#[error("{message}")]
-#[diagnostic(code(nnp::emulate))]
-struct RuntimeError {
-    message: String,
-    #[source_code]
-    src: miette::NamedSource<String>,
-    #[label("here")]
-    span: Option<miette::SourceSpan>,
-    #[help]
-    help: Option<String>,
-}
-
 fn render(src: &SourceFile, e: &EmuError) -> miette::Report {
-    miette::Report::new(RuntimeError {
-        message: e.to_string(),
-        src: src.named(),
-        span: e.span().map(Into::into),
-        help: e.help().map(str::to_string),
-    })
+    super::runtime_error(src, e, e.span(), e.help())
 }
 
 /// Batch items emulated at a time by default (`--chunk-items`): each piece's inputs are read

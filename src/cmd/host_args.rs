@@ -12,9 +12,9 @@ use nnp_runtime::host::{
 use nnp_runtime::io::{self, Dtype, IoError, Layout};
 use nnp_runtime::trace::{TraceError, TraceMismatch, TraceRecord, TraceWriter};
 use std::collections::BTreeMap;
-use std::fmt::Display;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Host data: weight and input files, or seeded random data of the declared shapes.
@@ -148,51 +148,53 @@ impl ChunkArgs {
     /// chunk's inputs just before the chunk runs, with `weights`, and `sink` takes the
     /// chunk's execution (its outputs, and its written values with `keep_writes`) as soon as
     /// it is done, with the chunk's items: the run never holds more than one chunk's inputs,
-    /// values and outputs, whatever the batch. An error of either stops the run.
-    pub fn execute_fed<E: From<ExecError> + Send + Display>(
+    /// values and outputs, whatever the batch. An error of either stops the run
+    /// ([`run_failed`] says how it ends).
+    pub fn execute_fed(
         &self,
         graph: &SwGraph,
         (weights, batch): (BTreeMap<String, Tensor>, usize),
         opts: ExecOptions,
-        mut inputs: impl FnMut(Range<usize>) -> Result<BTreeMap<String, Tensor>, E> + Send,
-        mut sink: impl FnMut(Range<usize>, Execution) -> Result<(), E> + Send,
-    ) -> miette::Result<()> {
-        self.with_session(graph, batch, opts, |session| {
-            let mut data = HostData {
-                batch: 0,
-                weights,
-                inputs: BTreeMap::new(),
-            };
-            // Each is one of the session's own chunks, so it runs as one.
-            for items in session.chunks(batch) {
-                data.inputs = inputs(items.clone())?;
-                data.batch = items.len();
-                let run = session.run(&data)?;
-                sink(items, run)?;
-            }
-            Ok::<_, E>(())
-        })
-    }
-
-    fn with_session<T, E: Display>(
-        &self,
-        graph: &SwGraph,
-        batch: usize,
-        opts: ExecOptions,
-        run: impl FnOnce(&mut Session) -> Result<T, E>,
-    ) -> miette::Result<T> {
+        mut inputs: impl FnMut(Range<usize>) -> Result<BTreeMap<String, Tensor>, ChunkError> + Send,
+        mut sink: impl FnMut(Range<usize>, Execution) -> Result<(), ChunkError> + Send,
+    ) -> Result<(), ChunkError> {
         let opts = ExecOptions {
             chunk_items: self.chunk_items,
             ..opts
         };
-        let mut session = Session::new(graph, &opts).map_err(|e| miette::miette!("{e}"))?;
+        let mut session = Session::new(graph, &opts)?;
         let (bar, tick) = super::input_sets_bar("running", batch);
         if session.chunks(batch).len() > 1 {
             session.set_progress(Some(tick));
         }
-        let result = run(&mut session);
+        let mut data = HostData {
+            batch: 0,
+            weights,
+            inputs: BTreeMap::new(),
+        };
+        // Each is one of the session's own chunks, so it runs as one.
+        let run = session.chunks(batch).into_iter().try_for_each(|items| {
+            data.inputs = inputs(items.clone())?;
+            data.batch = items.len();
+            let run = session.run(&data).map_err(|e| e.in_batch(items.start))?;
+            sink(items, run)
+        });
         bar.finish_and_clear();
-        result.map_err(|e| miette::miette!("{e}"))
+        run
+    }
+}
+
+/// How a run that failed with `e` ends: a NaN or infinity that the target forbids is a
+/// runtime error of the firmware, shown at its instruction with exit status 1 (as `nnpc
+/// emulate` shows it); any other error is reported as one (exit status 2).
+pub fn run_failed(program: &Program, e: ChunkError) -> miette::Result<ExitCode> {
+    match e {
+        ChunkError::Exec(e @ ExecError::NonFinite { .. }) => {
+            let report = super::runtime_error(&program.source, &e, e.span(), e.help());
+            eprintln!("{report:?}");
+            Ok(ExitCode::from(1))
+        }
+        e => Err(miette::miette!("{e}")),
     }
 }
 

@@ -21,6 +21,38 @@ use std::sync::Arc;
 
 /// A count flag's value (`--batch`, `--reps`, `--native`, ...): a positive integer. 0 is a
 /// usage error naming the flag (clap adds it), not a silent 1.
+/// A runtime error of the firmware rendered with its source line.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error("{message}")]
+#[diagnostic(code(nnp::runtime))]
+struct RuntimeError {
+    message: String,
+    #[source_code]
+    src: miette::NamedSource<String>,
+    #[label("here")]
+    span: Option<miette::SourceSpan>,
+    #[help]
+    help: Option<String>,
+}
+
+/// The runtime error `e` of the firmware in `src`, pointing at `span` (where `src` holds it:
+/// a compiled graph run alone has no source text; the message names the line), with `help`.
+pub fn runtime_error(
+    src: &nnp_grammar::SourceFile,
+    e: &dyn std::fmt::Display,
+    span: Option<nnp_grammar::Span>,
+    help: Option<&str>,
+) -> miette::Report {
+    miette::Report::new(RuntimeError {
+        message: e.to_string(),
+        src: src.named(),
+        span: span
+            .filter(|s| s.end as usize <= src.text.len())
+            .map(Into::into),
+        help: help.map(str::to_string),
+    })
+}
+
 pub fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),

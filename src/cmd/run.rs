@@ -1,7 +1,7 @@
 //! `nnpc run`: execute firmware (or a compiled graph) as a software graph on candle-core.
 
 use super::host_args::{
-    ChunkArgs, ChunkError, DataArgs, OutputArgs, RunSummary, interrupted, trace_records,
+    ChunkArgs, ChunkError, DataArgs, OutputArgs, RunSummary, interrupted, run_failed, trace_records,
 };
 use nnp_grammar::{Program, SourceFile, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
@@ -186,7 +186,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             eprintln!("{e}");
             return Ok(ExitCode::from(130));
         }
-        Err(e) => return Err(e),
+        Err(e) => return run_failed(&program, e),
     }
     let secs = start
         .elapsed()

@@ -2,11 +2,11 @@
 //! (and which tile of it) each register holds, and emit nodes only for real data flow.
 
 use super::{
-    BinOp, BlockAxis, Node, Op, OutputInfo, Roots, SWGRAPH_VERSION, SwGraph, TableFn, TileLayout,
-    TileSlice, UnOp, ValueId, WriteRecord, infer_ty, optimize,
+    BinOp, BlockAxis, FiniteCheck, Node, Op, OutputInfo, Roots, SWGRAPH_VERSION, SwGraph, TableFn,
+    TileLayout, TileSlice, UnOp, ValueId, WriteRecord, infer_ty, optimize,
 };
 use nnp_grammar::{
-    ChainBody, DeclKind, Init, Mem, OpKind, Program, QuantConfig, Span, VectorChain,
+    ChainBody, DeclKind, Init, Mem, NonFinite, OpKind, Program, QuantConfig, Span, VectorChain,
 };
 use nnp_numerics::{FloatFormat, Format};
 use std::collections::HashMap;
@@ -77,6 +77,7 @@ pub fn lower_raw(program: &Program) -> Result<SwGraph, LowerError> {
         mtiles: HashMap::new(),
         inputs: HashMap::new(),
         writes: Vec::new(),
+        checks: Vec::new(),
         pops: 0,
         pushes: 0,
         storage,
@@ -127,6 +128,7 @@ pub fn lower_raw(program: &Program) -> Result<SwGraph, LowerError> {
         outputs,
         decls: program.decls.clone(),
         writes: lw.writes,
+        checks: lw.checks,
     })
 }
 
@@ -149,13 +151,79 @@ struct Lowering<'p> {
     /// Input declaration index -> its register image (all rows).
     inputs: HashMap<usize, ValueId>,
     writes: Vec<WriteRecord>,
+    /// Under `nonfinite = "error"`, the values checked, in execution order.
+    checks: Vec<FiniteCheck>,
     /// Cursors into `Program::pops` / `Program::pushes`.
     pops: usize,
     pushes: usize,
     storage: FloatFormat,
 }
 
+/// What a [`FiniteCheck`] looks at, and where it is in the program.
+struct Checked {
+    value: ValueId,
+    /// `(first tile, tiles)` of each item's value, or `None` for all.
+    tiles: Option<(u32, u32)>,
+    per_tile: bool,
+    weight: bool,
+    op: &'static str,
+    chain: usize,
+    iteration: u32,
+    span: Span,
+}
+
+impl Checked {
+    /// An instruction's result, every lane of every item.
+    fn op(value: ValueId, op: &'static str, chain: usize, iteration: u32, span: Span) -> Self {
+        Checked {
+            value,
+            tiles: None,
+            per_tile: false,
+            weight: false,
+            op,
+            chain,
+            iteration,
+            span,
+        }
+    }
+
+    /// A declaration's value as loaded (the emulator names its declaration, chain 0).
+    fn load(value: ValueId, span: Span, weight: bool) -> Self {
+        Checked {
+            value,
+            tiles: None,
+            per_tile: false,
+            weight,
+            op: "host load (rounding to the storage format)",
+            chain: 0,
+            iteration: 0,
+            span,
+        }
+    }
+}
+
 impl Lowering<'_> {
+    /// Check `c.value` for NaN/Inf when the target says `nonfinite = "error"` (the next check
+    /// in execution order).
+    fn check(&mut self, c: Checked) {
+        if self.p.target.numerics.nonfinite != NonFinite::Error {
+            return;
+        }
+        let (first_tile, tiles) = c.tiles.unwrap_or((0, self.tiles_of(c.value)));
+        self.checks.push(FiniteCheck {
+            value: c.value,
+            first_tile,
+            tiles,
+            per_tile: c.per_tile,
+            weight: c.weight,
+            op: c.op.to_string(),
+            chain: c.chain,
+            iteration: c.iteration,
+            line: self.p.line(c.span),
+            span: c.span,
+        });
+    }
+
     fn push(&mut self, op: Op) -> Result<ValueId, LowerError> {
         let ty = infer_ty(&op, &self.nodes, self.n).map_err(LowerError::Internal)?;
         self.nodes.push(Node { op, ty });
@@ -191,6 +259,8 @@ impl Lowering<'_> {
     /// Host loading of every declaration (NUMERICS.md section 1, semantics.md "Memories"):
     /// pad, round to storage, then the declaration's own format per padded row.
     fn load_decls(&mut self) -> Result<(), LowerError> {
+        // The emulator loads every weight, then each item's placed inputs: checks in that order.
+        let mut placed_inputs = Vec::new();
         for (i, d) in self.p.decls.iter().enumerate() {
             let line = self.p.line(d.span);
             let logical = |lw: &mut Self| -> Result<ValueId, LowerError> {
@@ -228,6 +298,10 @@ impl Lowering<'_> {
                         src: v,
                         format: self.storage,
                     })?;
+                    self.check(Checked {
+                        per_tile: true,
+                        ..Checked::load(v, d.span, true)
+                    });
                     for k in 0..self.tiles_of(v) {
                         self.mtiles.insert((place.mem, place.addr + k), (v, k));
                     }
@@ -266,6 +340,11 @@ impl Lowering<'_> {
                     }
                     match d.place {
                         Some(place) => {
+                            if d.kind == DeclKind::Input {
+                                placed_inputs.push(Checked::load(v, d.span, false));
+                            } else {
+                                self.check(Checked::load(v, d.span, true));
+                            }
                             for k in 0..self.tiles_of(v) {
                                 self.vregs.insert((place.mem, place.addr + k), (v, k));
                             }
@@ -276,6 +355,9 @@ impl Lowering<'_> {
                     }
                 }
             }
+        }
+        for c in placed_inputs {
+            self.check(c);
         }
         Ok(())
     }
@@ -319,6 +401,10 @@ impl Lowering<'_> {
                     v.read.tiles, d.name
                 )));
             }
+            self.check(Checked {
+                tiles: Some((slot.row as u32 * rt, rt)),
+                ..Checked::load(image, d.span, false)
+            });
             let refs: Vec<_> = (0..rt).map(|k| (image, slot.row as u32 * rt + k)).collect();
             self.gather(&refs)?
         } else {
@@ -382,7 +468,7 @@ impl Lowering<'_> {
                         refs.push((qs, tile));
                     }
                     let w = self.gather(&refs)?;
-                    self.push(Op::TiledMatVec {
+                    let y = self.push(Op::TiledMatVec {
                         x,
                         w,
                         rows,
@@ -391,7 +477,9 @@ impl Lowering<'_> {
                         vector_format: q.mvm_vector,
                         matrix_format: mv.matrix_format,
                         output,
-                    })?
+                    })?;
+                    self.check(Checked::op(y, "mv_mul", chain, t, mv.span));
+                    y
                 }
             };
         if self.tiles_of(carried) != width {
@@ -450,6 +538,7 @@ impl Lowering<'_> {
                 }
             };
             carried = self.push(node)?;
+            self.check(Checked::op(carried, op.kind.mnemonic(), chain, t, op.span));
         }
 
         // v_wr: one storage rounding, every destination gets the same value.

@@ -339,6 +339,34 @@ pub struct SwGraph {
     pub decls: Vec<Decl>,
     /// One record per executed `v_wr` (per iteration), in execution order.
     pub writes: Vec<WriteRecord>,
+    /// Under the target's `nonfinite = "error"`: the values checked for NaN/Inf, in execution
+    /// order (none otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<FiniteCheck>,
+}
+
+/// A value that must hold no NaN or infinity under `nonfinite = "error"` (docs/semantics.md,
+/// "Emulator and host data"): a weight or input as loaded, a `mv_mul` result, an MFU op's
+/// result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FiniteCheck {
+    pub value: ValueId,
+    /// The tiles of each item's value that are checked: `tiles` of them from `first_tile`
+    /// (one input row as netq pops it; else the whole value).
+    pub first_tile: u32,
+    pub tiles: u32,
+    /// Lanes are numbered within each matrix tile (a matrix as loaded), else across the
+    /// checked tiles.
+    pub per_tile: bool,
+    /// A weight, which every batch item shares: its error is item 0's.
+    pub weight: bool,
+    /// What made the value: `mv_mul`, an MFU op's mnemonic, or the host load.
+    pub op: String,
+    pub chain: usize,
+    pub iteration: u32,
+    /// 1-based source line and span of the instruction (of the declaration for a load).
+    pub line: usize,
+    pub span: Span,
 }
 
 /// A graph that is not well formed (a hand-edited or foreign JSON file).
@@ -440,6 +468,19 @@ impl SwGraph {
                 return Err(GraphError::Other(format!(
                     "{id} writes row {row} of output `{name}`, which the graph's outputs list \
                      has no room for (or the row has the wrong length)"
+                )));
+            }
+        }
+        for c in &self.checks {
+            let tiles = self.nodes.get(c.value.index()).and_then(|n| n.ty.tiles());
+            let end = u64::from(c.first_tile) + u64::from(c.tiles);
+            if tiles.is_none_or(|t| end > u64::from(t)) {
+                return Err(GraphError::Other(format!(
+                    "the non-finite check of line {} names tiles {}..{} of {}, which it lacks",
+                    c.line,
+                    c.first_tile,
+                    c.first_tile + c.tiles,
+                    c.value
                 )));
             }
         }

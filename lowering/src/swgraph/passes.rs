@@ -66,6 +66,9 @@ fn merge(g: &SwGraph) -> SwGraph {
     for w in &mut out.writes {
         w.value = map[w.value.index()];
     }
+    for c in &mut out.checks {
+        c.value = map[c.value.index()];
+    }
     out
 }
 
@@ -80,6 +83,10 @@ fn prune(g: &SwGraph, roots: Roots) -> SwGraph {
         for w in &g.writes {
             live[w.value.index()] = true;
         }
+    }
+    // A checked value is a root: a run fails where the hardware would.
+    for c in &g.checks {
+        live[c.value.index()] = true;
     }
     // Inputs always precede their readers, so one backward sweep marks everything live.
     for i in (0..g.nodes.len()).rev() {
@@ -103,6 +110,9 @@ fn prune(g: &SwGraph, roots: Roots) -> SwGraph {
             op,
             ty: node.ty.clone(),
         });
+    }
+    for c in &mut out.checks {
+        c.value = map[c.value.index()];
     }
     match roots {
         Roots::Outputs => out.writes.clear(),

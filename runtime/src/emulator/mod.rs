@@ -182,9 +182,7 @@ impl EmuError {
                 "declare the register (a `vector ... at`, `= 0`) or write it before this chain"
             }
             EmuError::OutOfRange { .. } => "check the address and its per-iteration increment",
-            EmuError::NonFinite { .. } => {
-                "the target sets `nonfinite = \"error\"`; scale the data or use `allow`"
-            }
+            EmuError::NonFinite { .. } => crate::host::NONFINITE_HELP,
             _ => return None,
         })
     }

@@ -297,6 +297,7 @@ mod tests {
             outputs: vec![],
             decls: vec![],
             writes: vec![],
+            checks: vec![],
         }
     }
 

@@ -27,10 +27,11 @@ use crate::host::{HostData, Outputs, Progress, Tensor as HostTensor};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use matmul::{MIN_CHUNK, MatVec};
 use mfu::ActTable;
-use nnp_lowering::swgraph::{GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
+use nnp_grammar::Span;
+use nnp_lowering::swgraph::{FiniteCheck, GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
 use nnp_numerics::{FloatFormat, Format};
 use rayon::prelude::*;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -140,6 +141,49 @@ pub enum ExecError {
         op: &'static str,
         message: String,
     },
+    /// A NaN or infinity where the target says `nonfinite = "error"` (the emulator's
+    /// `EmuError::NonFinite`, in its words).
+    #[error(
+        "`{op}` produced {value} in lane {lane} and the target forbids NaN/Inf (line {line}, \
+         chain {chain}, iteration {iteration}, batch item {item})"
+    )]
+    NonFinite {
+        op: String,
+        value: f64,
+        lane: usize,
+        line: usize,
+        span: Span,
+        chain: usize,
+        iteration: u32,
+        item: usize,
+    },
+}
+
+impl ExecError {
+    /// The error of a run of items `first..` of a larger batch, its item numbered in that
+    /// batch.
+    pub fn in_batch(mut self, first: usize) -> ExecError {
+        if let ExecError::NonFinite { item, .. } = &mut self {
+            *item += first;
+        }
+        self
+    }
+
+    /// The source span of the instruction a runtime error of the firmware points at.
+    pub fn span(&self) -> Option<Span> {
+        match self {
+            ExecError::NonFinite { span, .. } => Some(*span),
+            _ => None,
+        }
+    }
+
+    /// What the user can do about a runtime error of the firmware.
+    pub fn help(&self) -> Option<&'static str> {
+        match self {
+            ExecError::NonFinite { .. } => Some(crate::host::NONFINITE_HELP),
+            _ => None,
+        }
+    }
 }
 
 /// A short message of a candle error (its Display may carry a backtrace after the first line).
@@ -236,6 +280,9 @@ pub struct Session<'g> {
     /// Whether the products' weights are at most [`SMALL_WEIGHTS`]: then warm runs go in
     /// shards ([`Session::shards`]).
     small: bool,
+    /// The values a run hands back in `Execution::written`: every `v_wr`'s with
+    /// `keep_writes`, and the checked values of a target with `nonfinite = "error"`.
+    handed: HashSet<ValueId>,
     warm: bool,
     caches: Caches,
 }
@@ -263,19 +310,27 @@ impl<'g> Session<'g> {
                 }
             }
         }
-        if opts.keep_writes {
-            for w in &graph.writes {
-                keep[w.value.index()] |= constant[w.value.index()];
-            }
+        // The values a run hands back (`Execution::written`): every `v_wr`'s for traces, and
+        // those the target's `nonfinite = "error"` checks.
+        let written = opts
+            .keep_writes
+            .then_some(&graph.writes)
+            .into_iter()
+            .flatten();
+        let handed: HashSet<ValueId> = (written.map(|w| w.value))
+            .chain(graph.checks.iter().map(|c| c.value))
+            .collect();
+        for v in &handed {
+            keep[v.index()] |= constant[v.index()];
         }
         let order = fused::schedule(graph, &constant, gpu.is_some() || opts.products_first);
         // Every constant stack that only products read, kept or not (a product of constants
         // reads its stack once), goes to the plan; the kept ones may be kept as integers.
-        let product_only = weight_stacks(graph, &constant, opts.keep_writes);
-        let plan = prepare::plan(graph, &product_only, opts.keep_writes);
+        let product_only = weight_stacks(graph, &constant, &handed);
+        let plan = prepare::plan(graph, &product_only, &handed);
         let arranged = chunked_stacks(graph, &plan);
-        let to_ints = quantized_vectors(graph, &constant, &keep, opts.keep_writes);
-        let through = concats_to_ints(graph, &constant, &to_ints, opts.keep_writes);
+        let to_ints = quantized_vectors(graph, &constant, &keep, &handed);
+        let through = concats_to_ints(graph, &constant, &to_ints, &handed);
         let mut last_use = vec![0usize; len];
         for (pos, &i) in order.iter().enumerate() {
             for v in reads(graph, &through, i) {
@@ -314,6 +369,7 @@ impl<'g> Session<'g> {
             to_ints,
             through,
             small: weights.values().sum::<usize>() <= SMALL_WEIGHTS,
+            handed,
             warm: false,
             caches: Caches::default(),
         })
@@ -383,6 +439,13 @@ impl<'g> Session<'g> {
                     }
                 }
                 let mut chunk = chunk.unwrap_or_default();
+                if let Some(e) = self.nonfinite(&chunk.written, items.clone())? {
+                    return Err(e.into());
+                }
+                if !self.opts.keep_writes {
+                    // Only the checks needed them.
+                    chunk.written.clear();
+                }
                 let outputs = std::mem::take(&mut chunk.outputs);
                 self.merge(&mut all, chunk, data.batch);
                 sink(items.clone(), outputs)?;
@@ -392,6 +455,59 @@ impl<'g> Session<'g> {
             }
             Ok(self.execution(all, shards, count))
         })
+    }
+
+    /// Under `nonfinite = "error"` (the graph's checks): the error of a NaN or infinity in the
+    /// values of a chunk's items `items` (`written`), as the emulator gives it: a weight's
+    /// first (item 0), else the lowest item with one, at its first check in execution order.
+    fn nonfinite(
+        &self,
+        written: &HashMap<ValueId, WrittenValue>,
+        items: Range<usize>,
+    ) -> Result<Option<ExecError>, ExecError> {
+        let checks = &self.graph.checks;
+        if checks.is_empty() {
+            return Ok(None);
+        }
+        let internal = || GraphError::Other("internal: a checked value was not kept".into());
+        // The first NaN or infinity of item `item` in check `c`: (lane, value).
+        let first_bad = |c: &FiniteCheck, item: usize| -> Result<Option<(usize, f64)>, ExecError> {
+            let w = written.get(&c.value).ok_or_else(internal)?;
+            let tiles = self.graph.nodes[c.value.index()].ty.tiles().unwrap_or(1);
+            let unit = w.lanes / tiles.max(1) as usize;
+            let start = c.first_tile as usize * unit;
+            let lanes = (w.item(item))
+                .get(start..start + c.tiles as usize * unit)
+                .ok_or_else(internal)?;
+            Ok(lanes.iter().position(|v| !v.is_finite()).map(|i| {
+                let lane = if c.per_tile { i % unit.max(1) } else { i };
+                (lane, lanes[i])
+            }))
+        };
+        let error =
+            |c: &FiniteCheck, item: usize, (lane, value): (usize, f64)| ExecError::NonFinite {
+                op: c.op.clone(),
+                value,
+                lane,
+                line: c.line,
+                span: c.span,
+                chain: c.chain,
+                iteration: c.iteration,
+                item,
+            };
+        for c in checks.iter().filter(|c| c.weight) {
+            if let Some(bad) = first_bad(c, 0)? {
+                return Ok(Some(error(c, 0, bad)));
+            }
+        }
+        for item in items.clone() {
+            for c in checks.iter().filter(|c| !c.weight) {
+                if let Some(bad) = first_bad(c, item - items.start)? {
+                    return Ok(Some(error(c, item, bad)));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The chunks a run at batch `b` takes: consecutive ranges of nearly equal size, none
@@ -536,18 +652,14 @@ impl<'g> Session<'g> {
             prof: std::env::var_os("NNPC_EXEC_PROFILE").map(|_| Vec::new()),
         };
         let last_use = &self.last_use;
-        let traced: std::collections::HashSet<ValueId> = if self.opts.keep_writes {
-            graph.writes.iter().map(|w| w.value).collect()
-        } else {
-            Default::default()
-        };
+        let traced = &self.handed;
         let mut rows: HashMap<String, Vec<Option<Tensor>>> = graph
             .outputs
             .iter()
             .map(|o| (o.name.clone(), vec![None; o.rows]))
             .collect();
         let mut written = HashMap::new();
-        let mut regions = fused::regions(graph, &self.constant, &self.order, last_use, &traced)
+        let mut regions = fused::regions(graph, &self.constant, &self.order, last_use, traced)
             .into_iter()
             .peekable();
         let mut in_region = 0..0;
@@ -841,15 +953,15 @@ fn reads(graph: &SwGraph, through: &[bool], i: usize) -> Vec<ValueId> {
 }
 
 /// The `concat` nodes of vectors that only `quantize` nodes of [`quantized_vectors`] read,
-/// and no trace (`traced`), not constant (a warm run skips those anyway).
+/// and that a run does not hand back (`handed`), not constant (a warm run skips those anyway).
 fn concats_to_ints(
     graph: &SwGraph,
     constant: &[bool],
     to_ints: &[Option<quant::BfpInts>],
-    traced: bool,
+    handed: &HashSet<ValueId>,
 ) -> Vec<bool> {
-    let other = read_beside(graph, traced, |i, _| to_ints[i].is_none());
-    let read = read_beside(graph, false, |_, _| true);
+    let other = read_beside(graph, handed, |i, _| to_ints[i].is_none());
+    let read = read_beside(graph, &HashSet::new(), |_, _| true);
     graph
         .nodes
         .iter()
@@ -865,12 +977,16 @@ fn concats_to_ints(
 }
 
 /// The values marked in `among` that only products read, as their matrix, with one
-/// `(rows, cols)` for all of them, and that no trace reads (`traced`): `(rows, cols)` per value,
-/// `None` for every other value.
-fn weight_stacks(graph: &SwGraph, among: &[bool], traced: bool) -> Vec<Option<(usize, usize)>> {
+/// `(rows, cols)` for all of them, and that a run does not hand back (`handed`): `(rows,
+/// cols)` per value, `None` for every other value.
+fn weight_stacks(
+    graph: &SwGraph,
+    among: &[bool],
+    handed: &HashSet<ValueId>,
+) -> Vec<Option<(usize, usize)>> {
     let len = graph.nodes.len();
     let mut stacks = vec![None; len];
-    let mut other = read_beside_products(graph, traced);
+    let mut other = read_beside_products(graph, handed);
     for node in &graph.nodes {
         if let Some((spec, x, w)) = product_spec(&node.op, graph.native) {
             other[x.index()] = true;
@@ -889,18 +1005,18 @@ fn weight_stacks(graph: &SwGraph, among: &[bool], traced: bool) -> Vec<Option<(u
     stacks
 }
 
-/// The `quantize` nodes that only products read, each as its vector, and no trace reads
-/// (`traced`), in a format [`quant::BfpInts`] quantizes straight to the integer kernel's
+/// The `quantize` nodes that only products read, each as its vector, and that a run does not
+/// hand back (`handed`), in a format [`quant::BfpInts`] quantizes straight to the integer kernel's
 /// integers: that format by node. A constant one only where the session keeps no value of it
 /// (`keep`): its products are constant too, computed with it in the first run.
 fn quantized_vectors(
     graph: &SwGraph,
     constant: &[bool],
     keep: &[bool],
-    traced: bool,
+    handed: &HashSet<ValueId>,
 ) -> Vec<Option<quant::BfpInts>> {
     let n = graph.native;
-    let mut other = read_beside_products(graph, traced);
+    let mut other = read_beside_products(graph, handed);
     let mut as_x = vec![false; graph.nodes.len()];
     for node in &graph.nodes {
         if let Some((_, x, w)) = product_spec(&node.op, n) {
@@ -924,17 +1040,18 @@ fn quantized_vectors(
         .collect()
 }
 
-/// The values a node other than a product reads, or a trace (`traced`).
-fn read_beside_products(graph: &SwGraph, traced: bool) -> Vec<bool> {
-    read_beside(graph, traced, |_, node| {
+/// The values a node other than a product reads, or that a run hands back (`handed`).
+fn read_beside_products(graph: &SwGraph, handed: &HashSet<ValueId>) -> Vec<bool> {
+    read_beside(graph, handed, |_, node| {
         product_spec(&node.op, graph.native).is_none()
     })
 }
 
-/// The values that a node for which `reader(i, node)` holds reads, or a trace (`traced`).
+/// The values that a node for which `reader(i, node)` holds reads, or that a run hands back
+/// (`handed`).
 fn read_beside(
     graph: &SwGraph,
-    traced: bool,
+    handed: &HashSet<ValueId>,
     reader: impl Fn(usize, &nnp_lowering::swgraph::Node) -> bool,
 ) -> Vec<bool> {
     let mut read = vec![false; graph.nodes.len()];
@@ -943,12 +1060,7 @@ fn read_beside(
             node.op.inputs().iter().for_each(|v| read[v.index()] = true);
         }
     }
-    if traced {
-        graph
-            .writes
-            .iter()
-            .for_each(|w| read[w.value.index()] = true);
-    }
+    handed.iter().for_each(|v| read[v.index()] = true);
     read
 }
 
@@ -2391,6 +2503,7 @@ mod tests {
             outputs: vec![],
             decls: vec![],
             writes: vec![],
+            checks: vec![],
         };
         let order: Vec<usize> = (0..6).collect();
         let constant = [false, true, false, false, false, false];

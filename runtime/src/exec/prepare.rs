@@ -13,9 +13,10 @@
 
 use super::intdot::{IntWeights, TileSource};
 use super::quant;
-use nnp_lowering::swgraph::{BlockAxis, Op, SwGraph, TileLayout};
+use nnp_lowering::swgraph::{BlockAxis, Op, SwGraph, TileLayout, ValueId};
 use nnp_numerics::{FloatFormat, Format};
 use rayon::prelude::*;
+use std::collections::HashSet;
 
 /// A chain of the lowering, by node: `weight -> pad_to_tiles -> [round] -> quantize`, where
 /// every link is read by the next alone, with the formats it applies.
@@ -81,9 +82,13 @@ pub(crate) struct Plan {
 
 /// The plan for the weight stacks in `stacks` (`(rows, cols)` of the products that read them,
 /// [`super::weight_stacks`]): every such stack that is a chain's value, or a `concat` of
-/// slices of chains' values, with `rows * cols` tiles in all. With `traced`, a value that a
-/// trace reads is not skipped.
-pub(crate) fn plan(graph: &SwGraph, stacks: &[Option<(usize, usize)>], traced: bool) -> Plan {
+/// slices of chains' values, with `rows * cols` tiles in all. A value a run hands back
+/// (`handed`: traces, non-finite checks) is not skipped.
+pub(crate) fn plan(
+    graph: &SwGraph,
+    stacks: &[Option<(usize, usize)>],
+    handed: &HashSet<ValueId>,
+) -> Plan {
     let (n, len) = (graph.native, graph.nodes.len());
     let mut readers: Vec<Vec<usize>> = vec![Vec::new(); len];
     for (i, node) in graph.nodes.iter().enumerate() {
@@ -94,12 +99,7 @@ pub(crate) fn plan(graph: &SwGraph, stacks: &[Option<(usize, usize)>], traced: b
         }
     }
     let mut read_by_trace = vec![false; len];
-    if traced {
-        graph
-            .writes
-            .iter()
-            .for_each(|w| read_by_trace[w.value.index()] = true);
-    }
+    handed.iter().for_each(|v| read_by_trace[v.index()] = true);
     let only_reader = |v: usize, r: usize| readers[v] == [r] && !read_by_trace[v];
     let op = |v: usize| &graph.nodes[v].op;
     let chain = |q: usize| {
