@@ -423,8 +423,9 @@ fn zero_counts_are_usage_errors_naming_the_flag() {
 /// Under a target with `nonfinite = "error"`, `nnpc run`, `nnpc diff` and `nnpc emulate` stop
 /// at the same NaN/Inf with the same message and exit status 1, writing nothing: the lowest
 /// item that has one, at its first in execution order. Item 1 overflows at `v_exp` (e^12),
-/// item 2 at `mv_mul` (2 x 60000), item 3 on load (65520 rounds to inf): item 1's `v_exp`,
-/// however the batch is chunked. A matrix that overflows on load stops every item first.
+/// item 2 at `mv_mul` (2 x 60000), item 3 on load (65520 rounds to inf): item 1's `v_exp`
+/// (not the `v_relu` after it, with which the graph fuses it), however the batch is chunked. A
+/// matrix that overflows on load stops every item first.
 #[test]
 fn forbidden_nonfinite_values_stop_every_engine_alike() {
     use nnp_runtime::host::Tensor;
@@ -440,7 +441,7 @@ fn forbidden_nonfinite_values_stop_every_engine_alike() {
         "p.nnp",
         "matrix W : [4, 4] at mrf[0]\ninput x : [1, 4]\noutput y : [1, 4]\n\
          s_wr rows, 1\nv_rd netq\nv_wr ivrf[0]\nend_chain\n\
-         s_wr rows, 1\ns_wr cols, 1\nv_rd ivrf[0]\nmv_mul mrf[W]\nv_exp\nv_wr netq\nend_chain\n",
+         s_wr rows, 1\ns_wr cols, 1\nv_rd ivrf[0]\nmv_mul mrf[W]\nv_exp\nv_relu\nv_wr netq\nend_chain\n",
     );
     let target = file(
         "err.toml",

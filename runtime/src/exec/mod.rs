@@ -13,6 +13,7 @@
 
 pub mod baseline;
 pub mod exact;
+mod finite;
 mod fused;
 mod gpu;
 pub mod intdot;
@@ -28,7 +29,7 @@ use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use matmul::{MIN_CHUNK, MatVec};
 use mfu::ActTable;
 use nnp_grammar::Span;
-use nnp_lowering::swgraph::{FiniteCheck, GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
+use nnp_lowering::swgraph::{GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
 use nnp_numerics::{FloatFormat, Format};
 use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -281,8 +282,13 @@ pub struct Session<'g> {
     /// shards ([`Session::shards`]).
     small: bool,
     /// The values a run hands back in `Execution::written`: every `v_wr`'s with
-    /// `keep_writes`, and the checked values of a target with `nonfinite = "error"`.
+    /// `keep_writes`.
+    traced: HashSet<ValueId>,
+    /// Those and the checked values: every one is made whole (never only inside a fused
+    /// region or a skipped concat).
     handed: HashSet<ValueId>,
+    /// The values a run scans for NaN/Inf as it computes them (`nonfinite = "error"`).
+    checks: finite::Checks,
     warm: bool,
     caches: Caches,
 }
@@ -310,14 +316,9 @@ impl<'g> Session<'g> {
                 }
             }
         }
-        // The values a run hands back (`Execution::written`): every `v_wr`'s for traces, and
-        // those the target's `nonfinite = "error"` checks.
-        let written = opts
-            .keep_writes
-            .then_some(&graph.writes)
-            .into_iter()
-            .flatten();
-        let handed: HashSet<ValueId> = (written.map(|w| w.value))
+        // The values a run hands back, whole: every `v_wr`'s for traces, and those the
+        // target's `nonfinite = "error"` checks (scanned as they are made).
+        let handed: HashSet<ValueId> = written_values(graph, opts.keep_writes)
             .chain(graph.checks.iter().map(|c| c.value))
             .collect();
         for v in &handed {
@@ -369,7 +370,9 @@ impl<'g> Session<'g> {
             to_ints,
             through,
             small: weights.values().sum::<usize>() <= SMALL_WEIGHTS,
+            traced: written_values(graph, opts.keep_writes).collect(),
             handed,
+            checks: finite::Checks::new(graph),
             warm: false,
             caches: Caches::default(),
         })
@@ -439,12 +442,8 @@ impl<'g> Session<'g> {
                     }
                 }
                 let mut chunk = chunk.unwrap_or_default();
-                if let Some(e) = self.nonfinite(&chunk.written, items.clone())? {
+                if let Some(e) = chunk.found.error(self.graph) {
                     return Err(e.into());
-                }
-                if !self.opts.keep_writes {
-                    // Only the checks needed them.
-                    chunk.written.clear();
                 }
                 let outputs = std::mem::take(&mut chunk.outputs);
                 self.merge(&mut all, chunk, data.batch);
@@ -455,59 +454,6 @@ impl<'g> Session<'g> {
             }
             Ok(self.execution(all, shards, count))
         })
-    }
-
-    /// Under `nonfinite = "error"` (the graph's checks): the error of a NaN or infinity in the
-    /// values of a chunk's items `items` (`written`), as the emulator gives it: a weight's
-    /// first (item 0), else the lowest item with one, at its first check in execution order.
-    fn nonfinite(
-        &self,
-        written: &HashMap<ValueId, WrittenValue>,
-        items: Range<usize>,
-    ) -> Result<Option<ExecError>, ExecError> {
-        let checks = &self.graph.checks;
-        if checks.is_empty() {
-            return Ok(None);
-        }
-        let internal = || GraphError::Other("internal: a checked value was not kept".into());
-        // The first NaN or infinity of item `item` in check `c`: (lane, value).
-        let first_bad = |c: &FiniteCheck, item: usize| -> Result<Option<(usize, f64)>, ExecError> {
-            let w = written.get(&c.value).ok_or_else(internal)?;
-            let tiles = self.graph.nodes[c.value.index()].ty.tiles().unwrap_or(1);
-            let unit = w.lanes / tiles.max(1) as usize;
-            let start = c.first_tile as usize * unit;
-            let lanes = (w.item(item))
-                .get(start..start + c.tiles as usize * unit)
-                .ok_or_else(internal)?;
-            Ok(lanes.iter().position(|v| !v.is_finite()).map(|i| {
-                let lane = if c.per_tile { i % unit.max(1) } else { i };
-                (lane, lanes[i])
-            }))
-        };
-        let error =
-            |c: &FiniteCheck, item: usize, (lane, value): (usize, f64)| ExecError::NonFinite {
-                op: c.op.clone(),
-                value,
-                lane,
-                line: c.line,
-                span: c.span,
-                chain: c.chain,
-                iteration: c.iteration,
-                item,
-            };
-        for c in checks.iter().filter(|c| c.weight) {
-            if let Some(bad) = first_bad(c, 0)? {
-                return Ok(Some(error(c, 0, bad)));
-            }
-        }
-        for item in items.clone() {
-            for c in checks.iter().filter(|c| !c.weight) {
-                if let Some(bad) = first_bad(c, item - items.start)? {
-                    return Ok(Some(error(c, item, bad)));
-                }
-            }
-        }
-        Ok(None)
     }
 
     /// The chunks a run at batch `b` takes: consecutive ranges of nearly equal size, none
@@ -593,6 +539,7 @@ impl<'g> Session<'g> {
             return;
         };
         append_outputs(&mut all.outputs, part.outputs, b);
+        all.found.merge(part.found);
         for (id, w) in &mut all.written {
             if let (false, Some(more)) = (self.constant[id.index()], part.written.get(id)) {
                 w.data.extend_from_slice(&more.data);
@@ -652,16 +599,26 @@ impl<'g> Session<'g> {
             prof: std::env::var_os("NNPC_EXEC_PROFILE").map(|_| Vec::new()),
         };
         let last_use = &self.last_use;
-        let traced = &self.handed;
+        let traced = &self.traced;
+        let first = ex.items.start;
+        let mut found = finite::Found::default();
+        // A value a run hands back: kept for the trace, scanned by the checks.
+        let mut hand = |id: ValueId, t: &Tensor, written: &mut HashMap<ValueId, WrittenValue>| {
+            if traced.contains(&id) {
+                written.insert(id, to_written(t)?);
+            }
+            self.checks.scan(graph, id, t, first, &mut found)
+        };
         let mut rows: HashMap<String, Vec<Option<Tensor>>> = graph
             .outputs
             .iter()
             .map(|o| (o.name.clone(), vec![None; o.rows]))
             .collect();
         let mut written = HashMap::new();
-        let mut regions = fused::regions(graph, &self.constant, &self.order, last_use, traced)
-            .into_iter()
-            .peekable();
+        let mut regions =
+            fused::regions(graph, &self.constant, &self.order, last_use, &self.handed)
+                .into_iter()
+                .peekable();
         let mut in_region = 0..0;
         // Where `Executor::keep_as_ints` would keep weight stacks as integers, `prepare` makes
         // them so.
@@ -687,9 +644,7 @@ impl<'g> Session<'g> {
                 let values = ex.eval_mfu(nodes, &reg.kept).map_err(exec_err)?;
                 let kept = nodes.iter().zip(&reg.kept).filter(|(_, k)| **k);
                 for ((&k, _), t) in kept.zip(values) {
-                    if traced.contains(&ValueId(k as u32)) {
-                        written.insert(ValueId(k as u32), to_written(&t).map_err(fail)?);
-                    }
+                    hand(ValueId(k as u32), &t, &mut written).map_err(fail)?;
                     ex.values[k] = Some(t);
                 }
                 for (p, &k) in (reg.start..reg.end).zip(nodes) {
@@ -702,8 +657,8 @@ impl<'g> Session<'g> {
             let id = ValueId(i as u32);
             if warm && self.constant[i] {
                 // Computed by an earlier run; kept when anything of this run reads it.
-                if let (true, Some(t)) = (traced.contains(&id), &self.consts[i]) {
-                    written.insert(id, to_written(t).map_err(fail)?);
+                if let Some(t) = &self.consts[i] {
+                    hand(id, t, &mut written).map_err(fail)?;
                 }
                 continue;
             }
@@ -778,9 +733,7 @@ impl<'g> Session<'g> {
                     Some(t) => t,
                     None => ex.eval(i).map_err(exec_err)?,
                 };
-                if traced.contains(&id) {
-                    written.insert(id, to_written(&t).map_err(fail)?);
-                }
+                hand(id, &t, &mut written).map_err(fail)?;
                 let as_ints = match self.stacks[i] {
                     Some(dims) => ex.keep_as_ints(id, &t, dims).map_err(exec_err)?,
                     None => false,
@@ -825,6 +778,7 @@ impl<'g> Session<'g> {
         Ok(Part {
             outputs: collect_outputs(graph, ex.batch(), rows)?,
             written,
+            found,
             paths: ex.paths,
             consts,
         })
@@ -934,6 +888,8 @@ fn append_outputs(all: &mut Outputs, more: Outputs, b: usize) {
 struct Part {
     outputs: Outputs,
     written: HashMap<ValueId, WrittenValue>,
+    /// Under `nonfinite = "error"`: the NaNs and infinities the checks found.
+    found: finite::Found,
     paths: Paths,
     /// Constant values to keep for the session (computed by a first run).
     consts: Vec<(usize, Tensor)>,
@@ -1038,6 +994,12 @@ fn quantized_vectors(
             _ => None,
         })
         .collect()
+}
+
+/// The values of the graph's `v_wr`s when a run keeps them (`keep_writes`).
+fn written_values(graph: &SwGraph, keep_writes: bool) -> impl Iterator<Item = ValueId> + '_ {
+    let writes = if keep_writes { &graph.writes[..] } else { &[] };
+    writes.iter().map(|w| w.value)
 }
 
 /// The values a node other than a product reads, or that a run hands back (`handed`).

@@ -1,0 +1,133 @@
+//! `nonfinite = "error"` in the software graph: every checked value ([`SwGraph::checks`]) is
+//! scanned for NaN and infinity as a run computes it, each item's earliest failing check kept,
+//! so a chunk fails with the emulator's error (docs/semantics.md, "Emulator and host data")
+//! without holding any value longer than the run itself does.
+
+use super::ExecError;
+use candle_core::Tensor;
+use nnp_lowering::swgraph::{FiniteCheck, SwGraph, ValueId};
+use std::collections::{BTreeMap, HashMap};
+
+/// The checks of each checked value (indices into the graph's checks, in execution order).
+#[derive(Default)]
+pub(super) struct Checks(HashMap<ValueId, Vec<usize>>);
+
+/// A NaN or infinity a check found: the check, the lane, the value.
+#[derive(Clone, Copy, Debug)]
+struct Bad {
+    check: usize,
+    lane: usize,
+    value: f64,
+}
+
+/// What the checks found in a part of a run: a weight's earliest failing check, and each item's
+/// (by its number in the run's data).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Found {
+    weight: Option<Bad>,
+    items: BTreeMap<usize, Bad>,
+}
+
+/// Keep the earlier (in execution order) of `slot` and `bad`.
+fn keep_earliest(slot: &mut Option<Bad>, bad: Bad) {
+    if slot.is_none_or(|b| bad.check < b.check) {
+        *slot = Some(bad);
+    }
+}
+
+/// Keep item `item`'s earlier of what it had and `bad`.
+fn keep_item(items: &mut BTreeMap<usize, Bad>, item: usize, bad: Bad) {
+    let slot = items.entry(item).or_insert(bad);
+    if bad.check < slot.check {
+        *slot = bad;
+    }
+}
+
+impl Checks {
+    pub(super) fn new(graph: &SwGraph) -> Checks {
+        let mut of: HashMap<ValueId, Vec<usize>> = HashMap::new();
+        for (k, c) in graph.checks.iter().enumerate() {
+            of.entry(c.value).or_default().push(k);
+        }
+        Checks(of)
+    }
+
+    /// Scan value `id`, computed as `t` (`[items, ...]`, or one item for a constant) for the
+    /// items from `first` on (numbered in the run's data), into `found`.
+    pub(super) fn scan(
+        &self,
+        graph: &SwGraph,
+        id: ValueId,
+        t: &Tensor,
+        first: usize,
+        found: &mut Found,
+    ) -> candle_core::Result<()> {
+        let Some(checks) = self.0.get(&id) else {
+            return Ok(());
+        };
+        let data: Vec<f64> = t.flatten_all()?.to_vec1()?;
+        if data.iter().all(|v| v.is_finite()) {
+            return Ok(());
+        }
+        let batch = t.dims().first().copied().unwrap_or(1).max(1);
+        let lanes = data.len() / batch;
+        let tiles = graph.nodes[id.index()].ty.tiles().unwrap_or(1).max(1) as usize;
+        let unit = lanes / tiles;
+        for &k in checks {
+            let c: &FiniteCheck = &graph.checks[k];
+            let (start, len) = (c.first_tile as usize * unit, c.tiles as usize * unit);
+            for (item, values) in data.chunks(lanes.max(1)).enumerate() {
+                let Some(checked) = values.get(start..start + len) else {
+                    continue;
+                };
+                let Some(i) = checked.iter().position(|v| !v.is_finite()) else {
+                    continue;
+                };
+                let lane = if c.per_tile { i % unit.max(1) } else { i };
+                let bad = Bad {
+                    check: k,
+                    lane,
+                    value: checked[i],
+                };
+                if c.weight {
+                    keep_earliest(&mut found.weight, bad);
+                } else {
+                    keep_item(&mut found.items, first + item, bad);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Found {
+    /// Add what another part of the run found (other items, the same weights).
+    pub(super) fn merge(&mut self, other: Found) {
+        if let Some(bad) = other.weight {
+            keep_earliest(&mut self.weight, bad);
+        }
+        for (item, bad) in other.items {
+            keep_item(&mut self.items, item, bad);
+        }
+    }
+
+    /// The emulator's error for what was found: a weight's (item 0), else the lowest item's
+    /// earliest.
+    pub(super) fn error(&self, graph: &SwGraph) -> Option<ExecError> {
+        let (item, bad) = match self.weight {
+            Some(bad) => (0, bad),
+            None => self.items.first_key_value().map(|(&i, &b)| (i, b))?,
+        };
+        let c = &graph.checks[bad.check];
+        Some(ExecError::NonFinite {
+            op: c.op.clone(),
+            value: bad.value,
+            lane: bad.lane,
+            line: c.line,
+            span: c.span,
+            chain: c.chain,
+            iteration: c.iteration,
+            item,
+        })
+    }
+}
