@@ -287,8 +287,10 @@ pub struct Session<'g> {
     /// Those and the checked values: every one is made whole (never only inside a fused
     /// region or a skipped concat).
     handed: HashSet<ValueId>,
-    /// The values a run scans for NaN/Inf as it computes them (`nonfinite = "error"`).
+    /// The values a run scans for NaN/Inf as it computes them (`nonfinite = "error"`), and
+    /// what the first run found in the constant ones (weights), which later runs reuse.
     checks: finite::Checks,
+    const_found: finite::Found,
     warm: bool,
     caches: Caches,
 }
@@ -373,6 +375,7 @@ impl<'g> Session<'g> {
             traced: written_values(graph, opts.keep_writes).collect(),
             handed,
             checks: finite::Checks::new(graph),
+            const_found: finite::Found::default(),
             warm: false,
             caches: Caches::default(),
         })
@@ -442,6 +445,7 @@ impl<'g> Session<'g> {
                     }
                 }
                 let mut chunk = chunk.unwrap_or_default();
+                chunk.found.merge(self.const_found.clone());
                 if let Some(e) = chunk.found.error(self.graph) {
                     return Err(e.into());
                 }
@@ -499,6 +503,8 @@ impl<'g> Session<'g> {
         for (i, t) in part.consts.drain(..) {
             self.consts[i] = Some(t);
         }
+        self.const_found
+            .merge(std::mem::take(&mut part.const_found));
         self.warm = true;
         Ok(part)
     }
@@ -601,13 +607,18 @@ impl<'g> Session<'g> {
         let last_use = &self.last_use;
         let traced = &self.traced;
         let first = ex.items.start;
-        let mut found = finite::Found::default();
-        // A value a run hands back: kept for the trace, scanned by the checks.
+        let (mut found, mut const_found) = Default::default();
+        // A value a run hands back: kept for the trace, scanned by the checks (a constant by
+        // the run that computes it: the session keeps what that found).
         let mut hand = |id: ValueId, t: &Tensor, written: &mut HashMap<ValueId, WrittenValue>| {
             if traced.contains(&id) {
                 written.insert(id, to_written(t)?);
             }
-            self.checks.scan(graph, id, t, first, &mut found)
+            match (self.constant[id.index()], warm) {
+                (false, _) => self.checks.scan(graph, id, t, first, &mut found),
+                (true, false) => self.checks.scan(graph, id, t, first, &mut const_found),
+                (true, true) => Ok(()),
+            }
         };
         let mut rows: HashMap<String, Vec<Option<Tensor>>> = graph
             .outputs
@@ -779,6 +790,7 @@ impl<'g> Session<'g> {
             outputs: collect_outputs(graph, ex.batch(), rows)?,
             written,
             found,
+            const_found,
             paths: ex.paths,
             consts,
         })
@@ -888,8 +900,10 @@ fn append_outputs(all: &mut Outputs, more: Outputs, b: usize) {
 struct Part {
     outputs: Outputs,
     written: HashMap<ValueId, WrittenValue>,
-    /// Under `nonfinite = "error"`: the NaNs and infinities the checks found.
+    /// Under `nonfinite = "error"`: the NaNs and infinities the checks found in the part's
+    /// values, and in the constants it computed (a first run).
     found: finite::Found,
+    const_found: finite::Found,
     paths: Paths,
     /// Constant values to keep for the session (computed by a first run).
     consts: Vec<(usize, Tensor)>,
