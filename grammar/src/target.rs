@@ -33,6 +33,12 @@ pub enum NonFinite {
     Error,
 }
 
+impl NonFinite {
+    /// What an error of a value that became infinite on load names as its op (the emulator's
+    /// and the software graph's errors say it alike).
+    pub const HOST_LOAD: &'static str = "host load (rounding to the storage format)";
+}
+
 /// Memory sizes, in registers (vector memories) or N x N tiles (`mrf`, `dram_tiles`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -544,6 +544,14 @@ fn nonfinite_error_names_the_instruction() {
     assert!(matches!(err, EmuError::NonFinite { .. }), "{err}");
 }
 
+/// Data for [`mvm_src`]`(1, 1)`: `W = 2 I` and the inputs `x` of shape `shape`.
+fn doubled(p: &nnp_grammar::Program, x: &[f32], shape: &[usize]) -> nnp_runtime::host::HostData {
+    data(
+        p,
+        &[("W", t(&[4, 4], &identity(4, 2.0))), ("x", t(shape, x))],
+    )
+}
+
 /// A non-finite value names its item in the whole batch: item 3 of 5 overflows, emulated in
 /// lockstep chunks of 2 (item 3 is the second of its chunk) as the piece of a larger batch
 /// that starts at item 100 (`nnpc emulate` in pieces): batch item 103; an input of item 4
@@ -553,13 +561,7 @@ fn nonfinite_error_names_the_item_in_the_whole_batch() {
     let p = program(&mvm_src(1, 1), target("nonfinite = \"error\""));
     let mut x = vec![1.0; 5 * 4];
     x[3 * 4 + 2] = 60000.0;
-    let d = data(
-        &p,
-        &[
-            ("W", t(&[4, 4], &identity(4, 2.0))),
-            ("x", t(&[5, 1, 4], &x)),
-        ],
-    );
+    let d = doubled(&p, &x, &[5, 1, 4]);
     let opts = EmuOptions {
         chunk: Some(2),
         first_item: 100,
@@ -574,13 +576,7 @@ fn nonfinite_error_names_the_item_in_the_whole_batch() {
     // On host load: 65520 in item 4 rounds to inf in fp16 as netq is read.
     let mut x = vec![1.0; 5 * 4];
     x[4 * 4 + 1] = 65520.0;
-    let d = data(
-        &p,
-        &[
-            ("W", t(&[4, 4], &identity(4, 2.0))),
-            ("x", t(&[5, 1, 4], &x)),
-        ],
-    );
+    let d = doubled(&p, &x, &[5, 1, 4]);
     match emulate(&p, &d, &opts).unwrap_err() {
         EmuError::NonFinite { site, lane, .. } => assert_eq!((site.item, lane), (104, 1)),
         other => panic!("wrong error: {other}"),
@@ -598,13 +594,7 @@ fn nonfinite_error_is_the_lowest_items_first() {
     let x = [
         6.0, 0.0, 0.0, 0.0, 60000.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0,
     ];
-    let d = data(
-        &p,
-        &[
-            ("W", t(&[4, 4], &identity(4, 2.0))),
-            ("x", t(&[3, 1, 4], &x)),
-        ],
-    );
+    let d = doubled(&p, &x, &[3, 1, 4]);
     for chunk in [3, 2, 1] {
         let opts = EmuOptions {
             chunk: Some(chunk),
@@ -626,13 +616,7 @@ fn nonfinite_error_is_the_lowest_items_first() {
     for (overflows, leftover_error) in [(1, true), (0, false)] {
         let mut x = vec![1.0; 3 * 2 * 4];
         x[overflows * 8] = 60000.0;
-        let d = data(
-            &leftover,
-            &[
-                ("W", t(&[4, 4], &identity(4, 2.0))),
-                ("x", t(&[3, 2, 4], &x)),
-            ],
-        );
+        let d = doubled(&leftover, &x, &[3, 2, 4]);
         for chunk in [3, 1] {
             let opts = EmuOptions {
                 chunk: Some(chunk),

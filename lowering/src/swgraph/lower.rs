@@ -164,7 +164,6 @@ struct Checked {
     value: ValueId,
     /// `(first tile, tiles)` of each item's value, or `None` for all.
     tiles: Option<(u32, u32)>,
-    per_tile: bool,
     weight: bool,
     op: &'static str,
     chain: usize,
@@ -178,7 +177,6 @@ impl Checked {
         Checked {
             value,
             tiles: None,
-            per_tile: false,
             weight: false,
             op,
             chain,
@@ -192,9 +190,8 @@ impl Checked {
         Checked {
             value,
             tiles: None,
-            per_tile: false,
             weight,
-            op: "host load (rounding to the storage format)",
+            op: NonFinite::HOST_LOAD,
             chain: 0,
             iteration: 0,
             span,
@@ -214,7 +211,6 @@ impl Lowering<'_> {
             value: c.value,
             first_tile,
             tiles,
-            per_tile: c.per_tile,
             weight: c.weight,
             op: c.op.to_string(),
             chain: c.chain,
@@ -298,10 +294,7 @@ impl Lowering<'_> {
                         src: v,
                         format: self.storage,
                     })?;
-                    self.check(Checked {
-                        per_tile: true,
-                        ..Checked::load(v, d.span, true)
-                    });
+                    self.check(Checked::load(v, d.span, true));
                     for k in 0..self.tiles_of(v) {
                         self.mtiles.insert((place.mem, place.addr + k), (v, k));
                     }

@@ -355,9 +355,6 @@ pub struct FiniteCheck {
     /// (one input row as netq pops it; else the whole value).
     pub first_tile: u32,
     pub tiles: u32,
-    /// Lanes are numbered within each matrix tile (a matrix as loaded), else across the
-    /// checked tiles.
-    pub per_tile: bool,
     /// A weight, which every batch item shares: its error is item 0's.
     pub weight: bool,
     /// What made the value: `mv_mul`, an MFU op's mnemonic, or the host load.

@@ -175,7 +175,7 @@ impl<'a> Shared<'a> {
                     span: d.span,
                     line: self.p.line(d.span),
                 },
-                op: "host load (rounding to the storage format)",
+                op: NonFinite::HOST_LOAD,
                 value: f64::from(values[lane]),
                 lane,
             }),

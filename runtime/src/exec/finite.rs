@@ -5,7 +5,7 @@
 
 use super::ExecError;
 use candle_core::Tensor;
-use nnp_lowering::swgraph::{FiniteCheck, SwGraph, ValueId};
+use nnp_lowering::swgraph::{FiniteCheck, SwGraph, Ty, ValueId};
 use std::collections::{BTreeMap, HashMap};
 
 /// The checks of each checked value (indices into the graph's checks, in execution order).
@@ -71,8 +71,12 @@ impl Checks {
         }
         let batch = t.dims().first().copied().unwrap_or(1).max(1);
         let lanes = data.len() / batch;
-        let tiles = graph.nodes[id.index()].ty.tiles().unwrap_or(1).max(1) as usize;
+        let ty = &graph.nodes[id.index()].ty;
+        let tiles = ty.tiles().unwrap_or(1).max(1) as usize;
         let unit = lanes / tiles;
+        // A matrix's lanes are numbered within each tile (the emulator checks it tile by
+        // tile), a vector's across the checked tiles.
+        let per_tile = matches!(ty, Ty::TileStack { .. });
         for &k in checks {
             let c: &FiniteCheck = &graph.checks[k];
             let (start, len) = (c.first_tile as usize * unit, c.tiles as usize * unit);
@@ -83,7 +87,7 @@ impl Checks {
                 let Some(i) = checked.iter().position(|v| !v.is_finite()) else {
                     continue;
                 };
-                let lane = if c.per_tile { i % unit.max(1) } else { i };
+                let lane = if per_tile { i % unit.max(1) } else { i };
                 let bad = Bad {
                     check: k,
                     lane,
