@@ -52,6 +52,11 @@ impl Checks {
         Checks(of)
     }
 
+    /// Whether value `id` is checked at all.
+    pub(super) fn has(&self, id: ValueId) -> bool {
+        self.0.contains_key(&id)
+    }
+
     /// Scan value `id`, computed as `t` (`[items, ...]`, or one item for a constant) for the
     /// items from `first` on (numbered in the run's data), into `found`.
     pub(super) fn scan(
@@ -62,15 +67,33 @@ impl Checks {
         first: usize,
         found: &mut Found,
     ) -> candle_core::Result<()> {
-        let Some(checks) = self.0.get(&id) else {
-            return Ok(());
-        };
-        let data: Vec<f64> = t.flatten_all()?.to_vec1()?;
-        if data.iter().all(|v| v.is_finite()) {
+        if !self.has(id) {
             return Ok(());
         }
         let batch = t.dims().first().copied().unwrap_or(1).max(1);
-        let lanes = data.len() / batch;
+        super::with_host(t, |data| {
+            self.scan_rows(graph, id, data, data.len() / batch, first, found)
+        })
+    }
+
+    /// Scan rows of value `id` (`lanes` values each, the first of them item `first` of the
+    /// run's data), into `found`. Rows that are all finite, nearly always all of them, cost one
+    /// pass that the compiler vectorizes.
+    pub(super) fn scan_rows(
+        &self,
+        graph: &SwGraph,
+        id: ValueId,
+        rows: &[f64],
+        lanes: usize,
+        first: usize,
+        found: &mut Found,
+    ) {
+        let Some(checks) = self.0.get(&id) else {
+            return;
+        };
+        if lanes == 0 || all_finite(rows) {
+            return;
+        }
         let ty = &graph.nodes[id.index()].ty;
         let tiles = ty.tiles().unwrap_or(1).max(1) as usize;
         let unit = lanes / tiles;
@@ -80,7 +103,7 @@ impl Checks {
         for &k in checks {
             let c: &FiniteCheck = &graph.checks[k];
             let (start, len) = (c.first_tile as usize * unit, c.tiles as usize * unit);
-            for (item, values) in data.chunks(lanes.max(1)).enumerate() {
+            for (item, values) in rows.chunks(lanes).enumerate() {
                 let Some(checked) = values.get(start..start + len) else {
                     continue;
                 };
@@ -100,8 +123,14 @@ impl Checks {
                 }
             }
         }
-        Ok(())
     }
+}
+
+/// Whether every value is finite: a branch-free pass over the exponent fields.
+fn all_finite(v: &[f64]) -> bool {
+    const EXP: u64 = 0x7ff0_0000_0000_0000;
+    !v.iter()
+        .fold(false, |bad, x| bad | (x.to_bits() & EXP == EXP))
 }
 
 impl Found {
@@ -133,5 +162,42 @@ impl Found {
             iteration: c.iteration,
             item,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::all_finite;
+
+    /// The exponent-field test against `f64::is_finite`, each special value alone at every
+    /// position of a run longer than a vector register.
+    #[test]
+    fn all_finite_finds_every_nan_and_infinity() {
+        let finite = [
+            0.0,
+            -0.0,
+            1.0,
+            -2.5,
+            f64::MAX,
+            f64::MIN,
+            f64::MIN_POSITIVE,
+            5e-324,
+        ];
+        assert!(all_finite(&finite));
+        assert!(all_finite(&[]));
+        let nan_bits = f64::from_bits(0x7ff0_0000_0000_0001);
+        for bad in [
+            f64::NAN,
+            -f64::NAN,
+            nan_bits,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ] {
+            for at in 0..11 {
+                let mut v = vec![1.0; 11];
+                v[at] = bad;
+                assert!(!all_finite(&v), "{bad} at {at}");
+            }
+        }
     }
 }

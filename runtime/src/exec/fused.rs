@@ -190,14 +190,17 @@ pub(crate) enum Step {
 
 /// Run the steps of a region over `batch` rows of `len` elements. `outer[o]` holds the values
 /// from outside (`batch * len` elements, or `len`: one row for every item); `kept[k]`: step k's
-/// value is returned (in step order, one `batch * len` vector per kept step).
-pub(crate) fn run(
+/// value is returned (in step order, one `batch * len` vector per kept step). Each task hands
+/// every step's rows to `scan(step, first_row, rows, state)` while they are in its scratch,
+/// kept or not (the non-finite checks); the tasks' states come back too.
+pub(crate) fn run<S: Default + Send>(
     steps: &[Step],
     kept: &[bool],
     outer: &[&[f64]],
     batch: usize,
     len: usize,
-) -> Vec<Vec<f64>> {
+    scan: impl Fn(usize, usize, &[f64], &mut S) + Sync,
+) -> (Vec<Vec<f64>>, Vec<S>) {
     // Chunks of whole rows, about 1024 elements: the steps' rows stay in L2.
     let rows_per = (1024 / len.max(1)).max(1);
     let tasks = batch.div_ceil(rows_per);
@@ -221,7 +224,7 @@ pub(crate) fn run(
     // Scratch rows for every step, one buffer per worker (each step overwrites its rows before
     // any later step reads them).
     let scratch_len = steps.len() * rows_per * len;
-    pieces.into_par_iter().enumerate().for_each_init(
+    let states = pieces.into_par_iter().enumerate().map_init(
         || vec![0.0f64; scratch_len],
         |scratch, (t, mut pieces)| {
             let r0 = t * rows_per;
@@ -261,14 +264,20 @@ pub(crate) fn run(
             for ((k, _), piece) in kept_steps.zip(pieces.iter_mut()) {
                 piece.write_copy_of_slice(&scratch[k * size..][..size]);
             }
+            let mut state = S::default();
+            for k in 0..steps.len() {
+                scan(k, r0, &scratch[k * size..][..size], &mut state);
+            }
+            state
         },
     );
+    let states: Vec<S> = states.collect();
     for v in values.iter_mut() {
         // SAFETY: the pieces partition the first batch * len elements of the capacity, and
         // every task wrote each of its pieces in full.
         unsafe { v.set_len(batch * len) };
     }
-    values
+    (values, states)
 }
 
 #[cfg(test)]
@@ -402,6 +411,48 @@ mod tests {
             schedule(&graph, &constant, false),
             vec![0, 2, 1, 3, 4, 5, 6, 7, 8]
         );
+    }
+
+    /// A region's pass hands every step's rows to `scan`, kept or not, each task's rows
+    /// numbered in the batch: rows of 1024 elements are one row per task.
+    #[test]
+    fn run_scans_every_steps_rows() {
+        let len = 1024;
+        // Row r of the input is r - 1.5 everywhere; the bias is one row of 0.25.
+        let x: Vec<f64> = (0..3).flat_map(|r| vec![r as f64 - 1.5; len]).collect();
+        let bias = vec![0.25; len];
+        let steps = [
+            Step::Binary {
+                op: BinOp::Add,
+                format: FloatFormat::FP16,
+                a: Src::Outer(0),
+                b: Src::Outer(1),
+                rounded: [false; 2],
+            },
+            Step::Relu(FloatFormat::FP16, Src::Local(0)),
+        ];
+        let scan = |k: usize, r0: usize, rows: &[f64], seen: &mut Vec<(usize, usize, f64)>| {
+            assert_eq!(rows.len(), len, "one whole row per task");
+            assert!(rows.iter().all(|v| *v == rows[0]));
+            seen.push((k, r0, rows[0]));
+        };
+        let (values, states) = run(&steps, &[false, true], &[&x, &bias], 3, len, scan);
+        let seen: Vec<_> = states.into_iter().flatten().collect();
+        // x + 0.25 = -1.25, -0.25, 0.75; relu: +0, +0, 0.75.
+        assert_eq!(
+            seen,
+            vec![
+                (0, 0, -1.25),
+                (1, 0, 0.0),
+                (0, 1, -0.25),
+                (1, 1, 0.0),
+                (0, 2, 0.75),
+                (1, 2, 0.75)
+            ]
+        );
+        assert_eq!(values.len(), 1, "only the relu is kept");
+        assert_eq!(values[0][..len], vec![0.0; len][..]);
+        assert_eq!(values[0][2 * len..], vec![0.75; len][..]);
     }
 
     #[test]

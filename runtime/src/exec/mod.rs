@@ -284,9 +284,6 @@ pub struct Session<'g> {
     /// The values a run hands back in `Execution::written`: every `v_wr`'s with
     /// `keep_writes`.
     traced: HashSet<ValueId>,
-    /// Those and the checked values: every one is made whole (never only inside a fused
-    /// region or a skipped concat).
-    handed: HashSet<ValueId>,
     /// The values a run scans for NaN/Inf as it computes them (`nonfinite = "error"`), and
     /// what the first run found in the constant ones (weights), which later runs reuse.
     checks: finite::Checks,
@@ -318,8 +315,10 @@ impl<'g> Session<'g> {
                 }
             }
         }
-        // The values a run hands back, whole: every `v_wr`'s for traces, and those the
-        // target's `nonfinite = "error"` checks (scanned as they are made).
+        // The values a run hands back or scans: every `v_wr`'s for traces, and those the
+        // target's `nonfinite = "error"` checks. Each is made whole (never only inside a
+        // prepared stack or a skipped concat); only a fused region's checked values stay in
+        // its scratch rows, scanned there (`fused::run`).
         let handed: HashSet<ValueId> = written_values(graph, opts.keep_writes)
             .chain(graph.checks.iter().map(|c| c.value))
             .collect();
@@ -373,7 +372,6 @@ impl<'g> Session<'g> {
             through,
             small: weights.values().sum::<usize>() <= SMALL_WEIGHTS,
             traced: written_values(graph, opts.keep_writes).collect(),
-            handed,
             checks: finite::Checks::new(graph),
             const_found: finite::Found::default(),
             warm: false,
@@ -608,12 +606,18 @@ impl<'g> Session<'g> {
         let traced = &self.traced;
         let first = ex.items.start;
         let (mut found, mut const_found) = Default::default();
+        let mut fused_found = finite::Found::default();
         // A value a run hands back: kept for the trace, scanned by the checks (a constant by
-        // the run that computes it: the session keeps what that found).
-        let mut hand = |id: ValueId, t: &Tensor, written: &mut HashMap<ValueId, WrittenValue>| {
+        // the run that computes it: the session keeps what that found). A fused region's
+        // values are scanned in its pass (`scan_region`).
+        let trace = |id: ValueId, t: &Tensor, written: &mut HashMap<ValueId, WrittenValue>| {
             if traced.contains(&id) {
                 written.insert(id, to_written(t)?);
             }
+            Ok(())
+        };
+        let mut hand = |id: ValueId, t: &Tensor, written: &mut HashMap<ValueId, WrittenValue>| {
+            trace(id, t, written)?;
             match (self.constant[id.index()], warm) {
                 (false, _) => self.checks.scan(graph, id, t, first, &mut found),
                 (true, false) => self.checks.scan(graph, id, t, first, &mut const_found),
@@ -627,7 +631,7 @@ impl<'g> Session<'g> {
             .collect();
         let mut written = HashMap::new();
         let mut regions =
-            fused::regions(graph, &self.constant, &self.order, last_use, &self.handed)
+            fused::regions(graph, &self.constant, &self.order, last_use, &self.traced)
                 .into_iter()
                 .peekable();
         let mut in_region = 0..0;
@@ -652,10 +656,19 @@ impl<'g> Session<'g> {
             if let Some(reg) = regions.next_if(|r| r.start == pos) {
                 // A run of element-wise MFU ops, evaluated together (`fused`).
                 let nodes = &self.order[reg.start..reg.end];
-                let values = ex.eval_mfu(nodes, &reg.kept).map_err(exec_err)?;
+                let len = ex.n * graph.nodes[nodes[0]].ty.tiles().unwrap_or(0) as usize;
+                let scan_region =
+                    |k: usize, item: usize, rows: &[f64], found: &mut finite::Found| {
+                        let id = ValueId(k as u32);
+                        self.checks.scan_rows(graph, id, rows, len, item, found)
+                    };
+                let (values, parts) = ex
+                    .eval_mfu(nodes, &reg.kept, scan_region)
+                    .map_err(exec_err)?;
+                parts.into_iter().for_each(|part| fused_found.merge(part));
                 let kept = nodes.iter().zip(&reg.kept).filter(|(_, k)| **k);
                 for ((&k, _), t) in kept.zip(values) {
-                    hand(ValueId(k as u32), &t, &mut written).map_err(fail)?;
+                    trace(ValueId(k as u32), &t, &mut written).map_err(fail)?;
                     ex.values[k] = Some(t);
                 }
                 for (p, &k) in (reg.start..reg.end).zip(nodes) {
@@ -786,6 +799,7 @@ impl<'g> Session<'g> {
                 count(Path::Slices)
             );
         }
+        found.merge(fused_found);
         Ok(Part {
             outputs: collect_outputs(graph, ex.batch(), rows)?,
             written,
@@ -1333,7 +1347,8 @@ impl<'a> Executor<'a> {
             }
             // Every other MFU op: a region of one node (`fused`).
             Op::Binary { .. } | Op::Unary { .. } => self
-                .eval_mfu(&[i], &[true])?
+                .eval_mfu(&[i], &[true], |_, _, _, _: &mut ()| {})?
+                .0
                 .pop()
                 .ok_or_else(|| internal("an MFU op gave no value"))?,
             Op::Output { .. } => return Err(internal("output evaluated as a value").into()),
@@ -1343,7 +1358,14 @@ impl<'a> Executor<'a> {
     /// Element-wise MFU nodes (binary ops, relu, pass, table activations on vectors of one
     /// length, each after its operands), evaluated together ([`fused`]): the values of the
     /// nodes whose `kept` is set, in node order.
-    fn eval_mfu(&mut self, nodes: &[usize], kept: &[bool]) -> Result<Vec<Tensor>, Failure> {
+    /// The kept values of a fused region of MFU ops (`fused`), and what `scan` found in the
+    /// values of its nodes (`scan(node, first_item, rows, state)`, items numbered in the run).
+    fn eval_mfu<S: Default + Send>(
+        &mut self,
+        nodes: &[usize],
+        kept: &[bool],
+        scan: impl Fn(usize, usize, &[f64], &mut S) + Sync,
+    ) -> Result<(Vec<Tensor>, Vec<S>), Failure> {
         use fused::{Src, Step};
         let len = match nodes.first().map(|&k| &self.g.nodes[k].ty) {
             Some(Ty::Vector { tiles }) => *tiles as usize * self.n,
@@ -1411,11 +1433,15 @@ impl<'a> Executor<'a> {
                 _ => return Err(internal("a region operand is not a contiguous f64 vector").into()),
             }
         }
-        let values = fused::run(&steps, kept, &slices, batch, len);
-        Ok(values
+        let first = self.items.start;
+        let (values, found) = fused::run(&steps, kept, &slices, batch, len, |k, r0, rows, s| {
+            scan(nodes[k], first + r0, rows, s)
+        });
+        let values = values
             .into_iter()
             .map(|v| Tensor::from_vec(v, (batch, len), &self.dev))
-            .collect::<candle_core::Result<Vec<_>>>()?)
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok((values, found))
     }
 
     /// Whether every element of `v` is rounded to `f` already ([`rounded`]).
