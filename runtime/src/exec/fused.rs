@@ -230,6 +230,7 @@ pub(crate) fn run<S: Default + Send>(
             let r0 = t * rows_per;
             let rows = rows_per.min(batch - r0);
             let size = rows * len;
+            let mut state = S::default();
             for (k, step) in steps.iter().enumerate() {
                 let (done, rest) = scratch.split_at_mut(k * size);
                 let out = &mut rest[..size];
@@ -256,6 +257,8 @@ pub(crate) fn run<S: Default + Send>(
                         }
                     }
                 }
+                // Scanned while its rows are in L1.
+                scan(k, r0, out, &mut state);
             }
             // Every piece written in full (the `set_len` below relies on it; a length mismatch
             // panics in `write_copy_of_slice`).
@@ -263,10 +266,6 @@ pub(crate) fn run<S: Default + Send>(
             assert_eq!(kept_steps.clone().count(), pieces.len());
             for ((k, _), piece) in kept_steps.zip(pieces.iter_mut()) {
                 piece.write_copy_of_slice(&scratch[k * size..][..size]);
-            }
-            let mut state = S::default();
-            for k in 0..steps.len() {
-                scan(k, r0, &scratch[k * size..][..size], &mut state);
             }
             state
         },
