@@ -339,7 +339,8 @@ impl<'g> Session<'g> {
                 last_use[v.index()] = pos;
             }
         }
-        let item_bytes = peak_item_bytes(graph, &order, &constant, &last_use);
+        let traced: HashSet<ValueId> = written_values(graph, opts.keep_writes).collect();
+        let item_bytes = peak_item_bytes(graph, &order, &constant, &last_use, &traced);
         // The distinct weight stacks of the products, in elements.
         let weights: HashMap<ValueId, usize> = graph
             .nodes
@@ -371,7 +372,7 @@ impl<'g> Session<'g> {
             to_ints,
             through,
             small: weights.values().sum::<usize>() <= SMALL_WEIGHTS,
-            traced: written_values(graph, opts.keep_writes).collect(),
+            traced,
             checks: finite::Checks::new(graph),
             const_found: finite::Found::default(),
             warm: false,
@@ -824,12 +825,16 @@ const MIN_CHUNK_ITEMS: usize = 256;
 /// positions of the evaluation order, of the non-constant values alive there (from the node
 /// that makes them to their last reader; the values outputs read stay to the end of the run),
 /// as f64 elements. Values a fused region keeps only in its scratch rows are counted as
-/// tensors, so this is an upper bound.
+/// tensors, so this is an upper bound. A `traced` value is also held from the node that makes
+/// it to the end of the chunk, as the written value's f64 copy and its trace records' 32-bit
+/// patterns ([`TRACED_BYTES`] per element): a traced run of the README LSTM holds more of
+/// those than of anything else.
 fn peak_item_bytes(
     graph: &SwGraph,
     order: &[usize],
     constant: &[bool],
     last_use: &[usize],
+    traced: &HashSet<ValueId>,
 ) -> usize {
     let elements = |ty: &Ty| match ty {
         Ty::Logical { shape } => shape.iter().product(),
@@ -850,10 +855,14 @@ fn peak_item_bytes(
     let (mut live, mut peak) = (0usize, 0usize);
     for (pos, &i) in order.iter().enumerate() {
         if !constant[i] {
-            let bytes = elements(&graph.nodes[i].ty) * std::mem::size_of::<f64>();
+            let count = elements(&graph.nodes[i].ty);
+            let bytes = count * std::mem::size_of::<f64>();
             live += bytes;
             if !to_end[i] {
                 freed_at[last_use[i].max(pos)] += bytes;
+            }
+            if traced.contains(&ValueId(i as u32)) {
+                live += count * TRACED_BYTES;
             }
         }
         peak = peak.max(live);
@@ -861,6 +870,10 @@ fn peak_item_bytes(
     }
     peak
 }
+
+/// Bytes per element a run holds to the end of a chunk for a traced value: the written
+/// value's f64 and its record's storage bits (`u32`).
+const TRACED_BYTES: usize = std::mem::size_of::<f64>() + std::mem::size_of::<u32>();
 
 /// Items per shard of a warm run, at least ([`Session::shards`]).
 const MIN_SHARD_ITEMS: usize = 4;
@@ -2512,14 +2525,21 @@ mod tests {
         // Last readers: the input's at position 2, the padded value's at 4 (the relu), the
         // relu's at 5; the rest are read by nothing.
         let last_use = [2, 0, 4, 0, 5, 0];
+        let none = HashSet::new();
         assert_eq!(
-            peak_item_bytes(&graph, &order, &constant, &last_use),
+            peak_item_bytes(&graph, &order, &constant, &last_use, &none),
             3 * 6 * 8
+        );
+        // A traced relu adds its written copy (6 f64) and its records' bits (6 u32).
+        let relu: HashSet<ValueId> = [ValueId(4)].into();
+        assert_eq!(
+            peak_item_bytes(&graph, &order, &constant, &last_use, &relu),
+            3 * 6 * 8 + 6 * (8 + 4)
         );
         graph.nodes[3] = output(0);
         let last_use = [3, 0, 4, 0, 5, 0];
         assert_eq!(
-            peak_item_bytes(&graph, &order, &constant, &last_use),
+            peak_item_bytes(&graph, &order, &constant, &last_use, &none),
             (4 + 6 + 6) * 8
         );
     }
