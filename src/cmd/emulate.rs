@@ -35,10 +35,10 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Items emulated at a time: each piece's inputs are read just before it runs and its
-    /// outputs and trace written as it is done, so memory stays bounded whatever the batch.
-    /// The same bits for any value.
-    #[arg(long, value_name = "N", default_value_t = PIECE_ITEMS, value_parser = super::at_least_one)]
-    pub chunk_items: usize,
+    /// outputs and trace written as it is done, so memory stays bounded whatever the batch
+    /// (default: 4096, or 1024 with --trace). The same bits for any value.
+    #[arg(long, value_name = "N", value_parser = super::at_least_one)]
+    pub chunk_items: Option<usize>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -53,6 +53,11 @@ fn render(src: &SourceFile, e: &EmuError) -> miette::Report {
 /// emulator never holds more than a piece's values whatever the batch. The emulator splits a
 /// piece over its threads, so a piece should keep them all busy.
 const PIECE_ITEMS: usize = 4096;
+
+/// [`PIECE_ITEMS`] of a traced emulation: a piece holds its trace records until it is written,
+/// and the README LSTM's are 45 KB per item (275 MB at 4096 items, 84 to 87 MB at 1024, in
+/// the same time).
+const TRACED_PIECE_ITEMS: usize = 1024;
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let program = match super::load(&args.file, args.target.as_deref()) {
@@ -87,8 +92,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     // The time reported is the emulation's alone, as when the data was loaded before it and
     // the outputs written after.
     let mut io = Duration::ZERO;
-    for first in (0..batch).step_by(args.chunk_items) {
-        let items = first..(first + args.chunk_items).min(batch);
+    let piece = args.chunk_items.unwrap_or(match args.trace {
+        Some(_) => TRACED_PIECE_ITEMS,
+        None => PIECE_ITEMS,
+    });
+    for first in (0..batch).step_by(piece) {
+        let items = first..(first + piece).min(batch);
         if interrupted() {
             bar.finish_and_clear();
             drop(files);
