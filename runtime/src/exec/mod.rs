@@ -657,12 +657,10 @@ impl<'g> Session<'g> {
             if let Some(reg) = regions.next_if(|r| r.start == pos) {
                 // A run of element-wise MFU ops, evaluated together (`fused`).
                 let nodes = &self.order[reg.start..reg.end];
-                let len = ex.n * graph.nodes[nodes[0]].ty.tiles().unwrap_or(0) as usize;
-                let scan_region =
-                    |k: usize, item: usize, rows: &[f64], found: &mut finite::Found| {
-                        let id = ValueId(k as u32);
-                        self.checks.scan_rows(graph, id, rows, len, item, found)
-                    };
+                let scan_region = |k: usize, item, rows: &[f64], len, found: &mut finite::Found| {
+                    let id = ValueId(k as u32);
+                    self.checks.scan_rows(graph, id, rows, len, item, found)
+                };
                 let (values, parts) = ex
                     .eval_mfu(nodes, &reg.kept, scan_region)
                     .map_err(exec_err)?;
@@ -1360,7 +1358,7 @@ impl<'a> Executor<'a> {
             }
             // Every other MFU op: a region of one node (`fused`).
             Op::Binary { .. } | Op::Unary { .. } => self
-                .eval_mfu(&[i], &[true], |_, _, _, _: &mut ()| {})?
+                .eval_mfu(&[i], &[true], |_, _, _, _, _: &mut ()| {})?
                 .0
                 .pop()
                 .ok_or_else(|| internal("an MFU op gave no value"))?,
@@ -1372,12 +1370,13 @@ impl<'a> Executor<'a> {
     /// length, each after its operands), evaluated together ([`fused`]): the values of the
     /// nodes whose `kept` is set, in node order.
     /// The kept values of a fused region of MFU ops (`fused`), and what `scan` found in the
-    /// values of its nodes (`scan(node, first_item, rows, state)`, items numbered in the run).
+    /// values of its nodes (`scan(node, first_item, rows, lanes, state)`: whole rows of `lanes`
+    /// values, items numbered in the run).
     fn eval_mfu<S: Default + Send>(
         &mut self,
         nodes: &[usize],
         kept: &[bool],
-        scan: impl Fn(usize, usize, &[f64], &mut S) + Sync,
+        scan: impl Fn(usize, usize, &[f64], usize, &mut S) + Sync,
     ) -> Result<(Vec<Tensor>, Vec<S>), Failure> {
         use fused::{Src, Step};
         let len = match nodes.first().map(|&k| &self.g.nodes[k].ty) {
@@ -1448,7 +1447,7 @@ impl<'a> Executor<'a> {
         }
         let first = self.items.start;
         let (values, found) = fused::run(&steps, kept, &slices, batch, len, |k, r0, rows, s| {
-            scan(nodes[k], first + r0, rows, s)
+            scan(nodes[k], first + r0, rows, len, s)
         });
         let values = values
             .into_iter()
