@@ -630,15 +630,11 @@ pub fn storage_bits(fmt: &FloatFormat, x: f32) -> u32 {
     // The common storage formats by `half`'s conversions and f32's own bits: the same single
     // nearest-even rounding from `x` as the general encoding, many times faster (a trace
     // encodes every written lane).
+    // NaNs take the general encoding too: it makes them canonical.
     match *fmt {
-        FloatFormat::FP16 | FloatFormat::BF16 | FloatFormat::FP32 if x.is_nan() => {
-            // The canonical quiet NaN: exponent all ones, top mantissa bit.
-            let (w, m) = (fmt.exp_bits, fmt.mant_bits);
-            (((1 << w) - 1) << m) | (1 << (m - 1))
-        }
-        FloatFormat::FP16 => u32::from(half::f16::from_f32(x).to_bits()),
-        FloatFormat::BF16 => u32::from(half::bf16::from_f32(x).to_bits()),
-        FloatFormat::FP32 => x.to_bits(),
+        FloatFormat::FP16 if !x.is_nan() => u32::from(half::f16::from_f32(x).to_bits()),
+        FloatFormat::BF16 if !x.is_nan() => u32::from(half::bf16::from_f32(x).to_bits()),
+        FloatFormat::FP32 if !x.is_nan() => x.to_bits(),
         _ => fmt.encode(f64::from(x)) as u32,
     }
 }

@@ -7,8 +7,8 @@ use nnp_grammar::{
     OpKind, Place, Program, QuantConfig, Read, SourceFile, Span, Target, VectorChain, Write,
 };
 use nnp_lowering::swgraph::{
-    self, BlockAxis, GraphError, Node, Op, OutputInfo, SWGRAPH_VERSION, SwGraph, TileLayout, Ty,
-    ValueId,
+    self, BlockAxis, FiniteCheck, GraphError, Node, Op, OutputInfo, SWGRAPH_VERSION, SwGraph,
+    TileLayout, Ty, ValueId,
 };
 use nnp_numerics::{FloatFormat, Format};
 use nnp_runtime::exec::{self, ExecOptions, matmul};
@@ -317,6 +317,34 @@ fn json_round_trip_and_validation() {
     let mut renamed = g.clone();
     renamed.outputs[0].name = "other".into();
     assert!(SwGraph::from_json(&renamed.to_json()).is_err());
+    // A non-finite check of tiles its value lacks, or of no value, is refused (tile numbers
+    // near u32::MAX included: no overflow).
+    let product = g
+        .nodes
+        .iter()
+        .position(|n| matches!(n.op, Op::TiledMatVec { .. }))
+        .expect("a product");
+    let check = |value: u32, first_tile: u32, tiles: u32| {
+        let mut checked = g.clone();
+        checked.checks.push(FiniteCheck {
+            value: ValueId(value),
+            first_tile,
+            tiles,
+            weight: false,
+            op: "mv_mul".into(),
+            chain: 1,
+            iteration: 0,
+            line: 9,
+            span: Span::new(0, 0),
+        });
+        SwGraph::from_json(&checked.to_json()).map(|_| ())
+    };
+    let tiles = g.nodes[product].ty.tiles().expect("a vector");
+    assert!(check(product as u32, 0, tiles).is_ok());
+    assert!(check(product as u32, 1, tiles).is_err());
+    let far = check(product as u32, u32::MAX, u32::MAX).expect_err("past the value");
+    assert!(far.to_string().contains("which it lacks"), "{far}");
+    assert!(check(g.nodes.len() as u32, 0, 1).is_err());
 }
 
 #[test]

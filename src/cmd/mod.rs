@@ -19,8 +19,6 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-/// A count flag's value (`--batch`, `--reps`, `--native`, ...): a positive integer. 0 is a
-/// usage error naming the flag (clap adds it), not a silent 1.
 /// A runtime error of the firmware rendered with its source line.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 #[error("{message}")]
@@ -53,6 +51,8 @@ pub fn runtime_error(
     })
 }
 
+/// A count flag's value (`--batch`, `--reps`, `--native`, ...): a positive integer. 0 is a
+/// usage error naming the flag (clap adds it), not a silent 1.
 pub fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),

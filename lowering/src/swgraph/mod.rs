@@ -473,11 +473,8 @@ impl SwGraph {
             let end = u64::from(c.first_tile) + u64::from(c.tiles);
             if tiles.is_none_or(|t| end > u64::from(t)) {
                 return Err(GraphError::Other(format!(
-                    "the non-finite check of line {} names tiles {}..{} of {}, which it lacks",
-                    c.line,
-                    c.first_tile,
-                    c.first_tile + c.tiles,
-                    c.value
+                    "the non-finite check of line {} names tiles {}..{end} of {}, which it lacks",
+                    c.line, c.first_tile, c.value
                 )));
             }
         }

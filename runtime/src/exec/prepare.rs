@@ -98,9 +98,9 @@ pub(crate) fn plan(
             }
         }
     }
-    let mut read_by_trace = vec![false; len];
-    handed.iter().for_each(|v| read_by_trace[v.index()] = true);
-    let only_reader = |v: usize, r: usize| readers[v] == [r] && !read_by_trace[v];
+    let mut handed_value = vec![false; len];
+    handed.iter().for_each(|v| handed_value[v.index()] = true);
+    let only_reader = |v: usize, r: usize| readers[v] == [r] && !handed_value[v];
     let op = |v: usize| &graph.nodes[v].op;
     let chain = |q: usize| {
         let Op::Quantize {
@@ -186,7 +186,7 @@ pub(crate) fn plan(
     for part in stacks.iter().flatten().flat_map(|s| &s.parts) {
         let q = part.chain.quantize;
         let own = stacks[q].is_some();
-        if own || (!read_by_trace[q] && readers[q].iter().all(|&r| stacks[r].is_some())) {
+        if own || (!handed_value[q] && readers[q].iter().all(|&r| stacks[r].is_some())) {
             part.chain.links().for_each(|l| skipped[l] = true);
             skipped[q] |= !own;
         }
