@@ -10,6 +10,7 @@
 //! values read after the region (or traced) become tensors. Every element goes through the
 //! kernels of [`mfu`] exactly as in an op of its own, so the bits are the same.
 
+use super::f16c::F16c;
 use super::mfu::{self, ActTable};
 use nnp_lowering::swgraph::{BinOp, Op, SwGraph, Ty, UnOp, ValueId};
 use nnp_numerics::FloatFormat;
@@ -188,14 +189,149 @@ pub(crate) enum Step {
     },
 }
 
+/// How a region's rows are held and computed.
+pub(crate) trait Lanes: Sync {
+    type L: Copy + Default + Send + Sync;
+    /// Whether operands from outside are converted (into a task's buffer) to be read.
+    const CONVERTS: bool;
+    /// Rows of an operand from outside the region as lanes: `x` itself, or converted into
+    /// `buf` (rounded to the region's format unless `rounded`: every step that reads it
+    /// knows it rounded already).
+    fn outer<'a>(&self, x: &'a [f64], rounded: bool, buf: &'a mut [Self::L]) -> &'a [Self::L];
+    /// One row of one step.
+    fn step(&self, step: &Step, a: &[Self::L], b: &[Self::L], out: &mut [Self::L]);
+    /// Rows as f64 into `out` (same length).
+    fn write(&self, x: &[Self::L], out: &mut [MaybeUninit<f64>]);
+    /// Rows as f64: `x` itself, or converted into `buf`.
+    fn as_f64<'a>(&self, x: &'a [Self::L], buf: &'a mut Vec<f64>) -> &'a [f64];
+}
+
+/// f64 lanes and the [`mfu`] kernels: any format.
+pub(crate) struct F64Lanes;
+
+impl Lanes for F64Lanes {
+    type L = f64;
+    const CONVERTS: bool = false;
+
+    fn outer<'a>(&self, x: &'a [f64], _: bool, _: &'a mut [f64]) -> &'a [f64] {
+        x
+    }
+
+    fn step(&self, step: &Step, a: &[f64], b: &[f64], o: &mut [f64]) {
+        match step {
+            Step::Binary {
+                op,
+                format,
+                rounded,
+                ..
+            } => mfu::binary(*op, format, a, b, o, *rounded),
+            Step::Relu(f, _) => mfu::relu(f, a, o),
+            Step::Pass(f, _) => mfu::pass(f, a, o),
+            Step::Activation { table, rounded, .. } => mfu::activate(table, a, o, *rounded),
+        }
+    }
+
+    fn write(&self, x: &[f64], out: &mut [MaybeUninit<f64>]) {
+        out.write_copy_of_slice(x);
+    }
+
+    fn as_f64<'a>(&self, x: &'a [f64], _: &'a mut Vec<f64>) -> &'a [f64] {
+        x
+    }
+}
+
+/// fp16 values on f32 lanes with the [`F16c`] kernels: regions whose every step rounds to
+/// fp16 (the default MFU format), on CPUs with F16C.
+#[cfg(target_arch = "x86_64")]
+impl Lanes for F16c {
+    type L = f32;
+    const CONVERTS: bool = true;
+
+    fn outer<'a>(&self, x: &'a [f64], rounded: bool, buf: &'a mut [f32]) -> &'a [f32] {
+        let buf = &mut buf[..x.len()];
+        self.narrow(x, rounded, buf);
+        buf
+    }
+
+    fn step(&self, step: &Step, a: &[f32], b: &[f32], o: &mut [f32]) {
+        // Every operand is fp16 already (`F16c::for_steps`): rounded as it was read, or an
+        // earlier step's fp16 value.
+        match step {
+            Step::Binary { op, .. } => self.binary(*op, a, b, o),
+            Step::Relu(..) => self.relu(a, o),
+            Step::Pass(..) => o.copy_from_slice(a),
+            Step::Activation { table, .. } => self.activate(table, a, o),
+        }
+    }
+
+    fn write(&self, x: &[f32], out: &mut [MaybeUninit<f64>]) {
+        self.widen(x, out);
+    }
+
+    fn as_f64<'a>(&self, x: &'a [f32], buf: &'a mut Vec<f64>) -> &'a [f64] {
+        buf.clear();
+        buf.extend(x.iter().map(|v| f64::from(*v)));
+        buf
+    }
+}
+
+impl F16c {
+    /// The kernels for a region's `steps` where they apply: every step rounds to IEEE fp16
+    /// (with its table for an activation) and the CPU has F16C.
+    pub(crate) fn for_steps(steps: &[Step]) -> Option<F16c> {
+        let fp16 = |f: &FloatFormat| *f == FloatFormat::FP16;
+        let all = steps.iter().all(|s| match s {
+            Step::Binary { format, .. } | Step::Relu(format, _) | Step::Pass(format, _) => {
+                fp16(format)
+            }
+            Step::Activation { table, .. } => fp16(table.format()),
+        });
+        if all { F16c::new() } else { None }
+    }
+}
+
+/// Whether every step that reads outer operand `i` knows it rounded to its format already
+/// (relu and pass round their operand always).
+fn outer_rounded(steps: &[Step], i: usize) -> bool {
+    let is = |s: &Src| matches!(s, Src::Outer(j) if *j == i);
+    steps.iter().all(|s| match s {
+        Step::Binary { a, b, rounded, .. } => (!is(a) || rounded[0]) && (!is(b) || rounded[1]),
+        Step::Relu(_, x) | Step::Pass(_, x) => !is(x),
+        Step::Activation { x, rounded, .. } => !is(x) || *rounded,
+    })
+}
+
 /// Run the steps of a region over `batch` rows of `len` elements. `outer[o]` holds the values
 /// from outside (`batch * len` elements, or `len`: one row for every item); `kept[k]`: step k's
 /// value is returned (in step order, one `batch * len` vector per kept step). Each task hands
-/// every step's rows to `scan(step, first_row, rows, state)` while they are in its scratch,
-/// kept or not (the non-finite checks); the tasks' states come back too.
+/// the rows of every step with `scanned[k]` to `scan(step, first_row, rows, state)` while
+/// they are in its scratch (the non-finite checks); the tasks' states come back too.
+///
+/// Regions of fp16 steps run on f32 lanes where the CPU has F16C ([`F16c`]), the others on
+/// f64 lanes; the bits are the same.
 pub(crate) fn run<S: Default + Send>(
     steps: &[Step],
     kept: &[bool],
+    scanned: &[bool],
+    outer: &[&[f64]],
+    batch: usize,
+    len: usize,
+    scan: impl Fn(usize, usize, &[f64], &mut S) + Sync,
+) -> (Vec<Vec<f64>>, Vec<S>) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k) = F16c::for_steps(steps) {
+        return run_on(&k, steps, kept, scanned, outer, batch, len, scan);
+    }
+    run_on(&F64Lanes, steps, kept, scanned, outer, batch, len, scan)
+}
+
+/// [`run`] on the lanes of `kernels`.
+#[allow(clippy::too_many_arguments)]
+fn run_on<K: Lanes, S: Default + Send>(
+    kernels: &K,
+    steps: &[Step],
+    kept: &[bool],
+    scanned: &[bool],
     outer: &[&[f64]],
     batch: usize,
     len: usize,
@@ -221,51 +357,73 @@ pub(crate) fn run<S: Default + Send>(
             pieces[t].push(piece);
         }
     }
-    // Scratch rows for every step, one buffer per worker (each step overwrites its rows before
-    // any later step reads them).
+    let rounded: Vec<bool> = (0..outer.len()).map(|i| outer_rounded(steps, i)).collect();
+    // Per worker: scratch rows for every step (each step overwrites its rows before any
+    // later step reads them), the outer operands' rows where they are converted, a buffer for
+    // rows scanned as f64.
     let scratch_len = steps.len() * rows_per * len;
+    let outer_len = if K::CONVERTS {
+        outer.len() * rows_per * len
+    } else {
+        0
+    };
     let states = pieces.into_par_iter().enumerate().map_init(
-        || vec![0.0f64; scratch_len],
-        |scratch, (t, mut pieces)| {
+        || {
+            let scratch = vec![K::L::default(); scratch_len];
+            (scratch, vec![K::L::default(); outer_len], Vec::new())
+        },
+        |(scratch, outer_buf, wide), (t, mut pieces)| {
             let r0 = t * rows_per;
             let rows = rows_per.min(batch - r0);
             let size = rows * len;
+            // The task's rows of each outer operand (one row: the same for every item).
+            let mut free = &mut outer_buf[..];
+            let ins: Vec<&[K::L]> = outer
+                .iter()
+                .zip(&rounded)
+                .map(|(x, &r)| {
+                    let x = if x.len() == len {
+                        *x
+                    } else {
+                        &x[r0 * len..][..size]
+                    };
+                    let buf = std::mem::take(&mut free);
+                    let (buf, rest) = buf.split_at_mut(if K::CONVERTS { x.len() } else { 0 });
+                    free = rest;
+                    kernels.outer(x, r, buf)
+                })
+                .collect();
             let mut state = S::default();
             for (k, step) in steps.iter().enumerate() {
                 let (done, rest) = scratch.split_at_mut(k * size);
                 let out = &mut rest[..size];
                 for (r, o) in out.chunks_mut(len).enumerate() {
-                    let row = |s: Src| -> &[f64] {
+                    let row = |s: Src| -> &[K::L] {
                         match s {
                             Src::Local(j) => &done[j * size + r * len..][..len],
-                            Src::Outer(i) if outer[i].len() == len => &outer[i][..len],
-                            Src::Outer(i) => &outer[i][(r0 + r) * len..][..len],
+                            Src::Outer(i) if ins[i].len() == len => ins[i],
+                            Src::Outer(i) => &ins[i][r * len..][..len],
                         }
                     };
-                    match step {
-                        Step::Binary {
-                            op,
-                            format,
-                            a,
-                            b,
-                            rounded,
-                        } => mfu::binary(*op, format, row(*a), row(*b), o, *rounded),
-                        Step::Relu(f, x) => mfu::relu(f, row(*x), o),
-                        Step::Pass(f, x) => mfu::pass(f, row(*x), o),
-                        Step::Activation { table, x, rounded } => {
-                            mfu::activate(table, row(*x), o, *rounded)
+                    let (a, b) = match step {
+                        Step::Binary { a, b, .. } => (row(*a), row(*b)),
+                        Step::Relu(_, x) | Step::Pass(_, x) | Step::Activation { x, .. } => {
+                            (row(*x), row(*x))
                         }
-                    }
+                    };
+                    kernels.step(step, a, b, o);
                 }
-                // Scanned while its rows are in L1.
-                scan(k, r0, out, &mut state);
+                if scanned.get(k).copied().unwrap_or(false) {
+                    // Scanned while its rows are in L1.
+                    scan(k, r0, kernels.as_f64(out, wide), &mut state);
+                }
             }
-            // Every piece written in full (the `set_len` below relies on it; a length mismatch
-            // panics in `write_copy_of_slice`).
+            // Every piece written in full (the `set_len` below relies on it).
             let kept_steps = kept.iter().enumerate().filter(|(_, k)| **k);
             assert_eq!(kept_steps.clone().count(), pieces.len());
             for ((k, _), piece) in kept_steps.zip(pieces.iter_mut()) {
-                piece.write_copy_of_slice(&scratch[k * size..][..size]);
+                assert_eq!(piece.len(), size);
+                kernels.write(&scratch[k * size..][..size], piece);
             }
             state
         },
@@ -273,7 +431,7 @@ pub(crate) fn run<S: Default + Send>(
     let states: Vec<S> = states.collect();
     for v in values.iter_mut() {
         // SAFETY: the pieces partition the first batch * len elements of the capacity, and
-        // every task wrote each of its pieces in full.
+        // every task wrote each of its pieces in full (asserted above).
         unsafe { v.set_len(batch * len) };
     }
     (values, states)
@@ -282,7 +440,7 @@ pub(crate) fn run<S: Default + Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nnp_lowering::swgraph::Node;
+    use nnp_lowering::swgraph::{Node, TableFn};
 
     fn last_uses(graph: &SwGraph, order: &[usize]) -> Vec<usize> {
         let mut last_use = vec![0; graph.nodes.len()];
@@ -435,7 +593,15 @@ mod tests {
             assert!(rows.iter().all(|v| *v == rows[0]));
             seen.push((k, r0, rows[0]));
         };
-        let (values, states) = run(&steps, &[false, true], &[&x, &bias], 3, len, scan);
+        let (values, states) = run(
+            &steps,
+            &[false, true],
+            &[true; 2],
+            &[&x, &bias],
+            3,
+            len,
+            scan,
+        );
         let seen: Vec<_> = states.into_iter().flatten().collect();
         // x + 0.25 = -1.25, -0.25, 0.75; relu: +0, +0, 0.75.
         assert_eq!(
@@ -452,6 +618,117 @@ mod tests {
         assert_eq!(values.len(), 1, "only the relu is kept");
         assert_eq!(values[0][..len], vec![0.0; len][..]);
         assert_eq!(values[0][2 * len..], vec![0.75; len][..]);
+    }
+
+    /// A region of every kind of step, on f32 lanes ([`F16c`]) and on f64 lanes: the same
+    /// kept values bit for bit (NaN as NaN) and the same rows scanned, on fp16 values with
+    /// specials, an operand that is not rounded yet (f64 values between fp16 values, ties,
+    /// beyond the range), a one-row operand broadcast over the batch, rows of 21 lanes (a
+    /// partial group of lanes) and a last task of fewer rows. A region with a step in another
+    /// format does not take the f32 lanes.
+    #[test]
+    fn f32_lanes_give_the_f64_lanes_bits() {
+        let (batch, len) = (301, 21);
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let specials = [
+            0.0,
+            -0.0,
+            65504.0,
+            -65504.0,
+            2f64.powi(-24),
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        let mut fp16 = |i: usize| match i % 23 {
+            0..7 => specials[i % 23],
+            _ => half::f16::from_bits(next() as u16).to_f64(),
+        };
+        let x: Vec<f64> = (0..batch * len).map(&mut fp16).collect();
+        let h: Vec<f64> = (0..batch * len).map(|i| fp16(i + 5)).collect();
+        // Not fp16 values: products of fp16 values (ties and in between), and overflows.
+        let raw: Vec<f64> = x
+            .iter()
+            .zip(&h)
+            .enumerate()
+            .map(|(i, (a, b))| {
+                if i % 29 == 0 {
+                    65520.0
+                } else {
+                    a * b * 1.000_1
+                }
+            })
+            .collect();
+        let bias: Vec<f64> = (0..len).map(|i| fp16(i * 3)).collect();
+        let tables: Vec<ActTable> = [TableFn::Sigm, TableFn::Tanh, TableFn::Exp]
+            .map(|f| ActTable::load(f, &FloatFormat::FP16, None).expect("built-in"))
+            .into();
+        let bin = |op, a, b, rounded| Step::Binary {
+            op,
+            format: FloatFormat::FP16,
+            a,
+            b,
+            rounded,
+        };
+        let act = |t: usize, x| Step::Activation {
+            table: tables[t].clone(),
+            x,
+            rounded: true,
+        };
+        use Src::{Local, Outer};
+        let steps = vec![
+            bin(BinOp::Add, Outer(0), Outer(3), [true, true]),
+            bin(BinOp::Mul, Outer(2), Local(0), [false, true]),
+            act(0, Local(1)),
+            act(1, Outer(1)),
+            bin(BinOp::Sub, Local(2), Local(3), [true; 2]),
+            bin(BinOp::Max, Local(4), Outer(0), [true; 2]),
+            Step::Relu(FloatFormat::FP16, Local(5)),
+            Step::Pass(FloatFormat::FP16, Outer(2)),
+            act(2, Local(6)),
+            bin(BinOp::Mul, Local(8), Local(7), [true; 2]),
+        ];
+        let kept = [
+            true, false, true, false, true, true, false, true, true, true,
+        ];
+        let scanned = [
+            false, true, false, true, false, false, true, false, true, true,
+        ];
+        let outer: [&[f64]; 4] = [&x, &h, &raw, &bias];
+        let scan = |k: usize, r0: usize, rows: &[f64], seen: &mut Vec<(usize, usize, u64)>| {
+            let bits = rows
+                .iter()
+                .fold(0u64, |acc, v| acc.rotate_left(5) ^ nan_bits(*v));
+            seen.push((k, r0, bits));
+        };
+        let f16c = F16c::for_steps(&steps).expect("fp16 steps on a CPU with F16C");
+        let (v32, s32) = run_on(&f16c, &steps, &kept, &scanned, &outer, batch, len, scan);
+        let (v64, s64) = run_on(&F64Lanes, &steps, &kept, &scanned, &outer, batch, len, scan);
+        assert_eq!(v32.len(), 7);
+        for (k, (a, b)) in v32.iter().zip(&v64).enumerate() {
+            let (a, b): (Vec<u64>, Vec<u64>) = (
+                a.iter().map(|v| nan_bits(*v)).collect(),
+                b.iter().map(|v| nan_bits(*v)).collect(),
+            );
+            assert!(a == b, "kept value {k} differs");
+        }
+        // The data reach the specials: NaNs in the first add, 65520 rounded to infinity.
+        assert!(v64[0].iter().any(|v| v.is_nan()) && v64[4].contains(&f64::INFINITY));
+        assert_eq!(s32, s64);
+        // 21-lane rows: 48 rows per task, 7 tasks, each scanning 5 steps.
+        assert_eq!(s64.iter().map(Vec::len).sum::<usize>(), 7 * 5);
+        let mut other = steps;
+        other.push(Step::Relu(FloatFormat::BF16, Local(0)));
+        assert!(F16c::for_steps(&other).is_none());
+    }
+
+    fn nan_bits(v: f64) -> u64 {
+        if v.is_nan() { u64::MAX } else { v.to_bits() }
     }
 
     #[test]

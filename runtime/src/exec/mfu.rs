@@ -185,6 +185,9 @@ pub struct ActTable {
     kind: Activation,
     /// Output value for every input bit pattern (16-bit formats).
     values: Option<Values>,
+    /// The output bit patterns themselves, for an fp16 table (half the bytes of the f32
+    /// values: [`super::f16c`]'s lookups).
+    fp16: Option<Arc<Vec<u16>>>,
 }
 
 /// A table's outputs: as f32 where every value of the format is one (fp16, bf16: the table is
@@ -226,6 +229,10 @@ impl ActTable {
             None => activation::table_ref(kind, fmt).map(<[u16]>::to_vec),
         };
         let narrow = fmt.exp_bits <= 8 && fmt.mant_bits <= 23;
+        let fp16 = bits
+            .as_ref()
+            .filter(|_| *fmt == FloatFormat::FP16)
+            .map(|t| Arc::new(t.clone()));
         let values = bits.map(|t| {
             let v = t.iter().map(|&b| fmt.decode(u64::from(b)));
             if narrow {
@@ -239,6 +246,7 @@ impl ActTable {
             fmt: *fmt,
             kind,
             values,
+            fp16,
         })
     }
 
@@ -286,6 +294,17 @@ impl ActTable {
         for (x, o) in x.iter().zip(out.iter_mut()) {
             *o = lookup_fp16(v, nan, if rounded { *x } else { f.round(*x) });
         }
+    }
+
+    /// The table's output bit patterns and the index of its NaN entry, for an fp16 table.
+    pub(crate) fn fp16_bits(&self) -> Option<(&[u16; 1 << 16], u16)> {
+        let t = <&[u16; 1 << 16]>::try_from(self.fp16.as_deref()?.as_slice()).ok()?;
+        Some((t, bits16(&self.fmt, f64::NAN)))
+    }
+
+    /// The table's format.
+    pub(crate) fn format(&self) -> &FloatFormat {
+        &self.fmt
     }
 
     /// The activation of a value already rounded to the format.

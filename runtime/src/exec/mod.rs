@@ -13,6 +13,7 @@
 
 pub mod baseline;
 pub mod exact;
+mod f16c;
 mod finite;
 mod fused;
 mod gpu;
@@ -661,8 +662,12 @@ impl<'g> Session<'g> {
                     let id = ValueId(k as u32);
                     self.checks.scan_rows(graph, id, rows, len, item, found)
                 };
+                let scanned: Vec<bool> = nodes
+                    .iter()
+                    .map(|&k| self.checks.has(ValueId(k as u32)))
+                    .collect();
                 let (values, parts) = ex
-                    .eval_mfu(nodes, &reg.kept, scan_region)
+                    .eval_mfu(nodes, &reg.kept, &scanned, scan_region)
                     .map_err(exec_err)?;
                 parts.into_iter().for_each(|part| fused_found.merge(part));
                 let kept = nodes.iter().zip(&reg.kept).filter(|(_, k)| **k);
@@ -1358,7 +1363,7 @@ impl<'a> Executor<'a> {
             }
             // Every other MFU op: a region of one node (`fused`).
             Op::Binary { .. } | Op::Unary { .. } => self
-                .eval_mfu(&[i], &[true], |_, _, _, _, _: &mut ()| {})?
+                .eval_mfu(&[i], &[true], &[false], |_, _, _, _, _: &mut ()| {})?
                 .0
                 .pop()
                 .ok_or_else(|| internal("an MFU op gave no value"))?,
@@ -1368,14 +1373,14 @@ impl<'a> Executor<'a> {
 
     /// Element-wise MFU nodes (binary ops, relu, pass, table activations on vectors of one
     /// length, each after its operands), evaluated together ([`fused`]): the values of the
-    /// nodes whose `kept` is set, in node order.
-    /// The kept values of a fused region of MFU ops (`fused`), and what `scan` found in the
-    /// values of its nodes (`scan(node, first_item, rows, lanes, state)`: whole rows of `lanes`
-    /// values, items numbered in the run).
+    /// nodes whose `kept` is set, in node order, and what `scan` found in the values of the
+    /// nodes whose `scanned` is set (`scan(node, first_item, rows, lanes, state)`: whole rows
+    /// of `lanes` values, items numbered in the run).
     fn eval_mfu<S: Default + Send>(
         &mut self,
         nodes: &[usize],
         kept: &[bool],
+        scanned: &[bool],
         scan: impl Fn(usize, usize, &[f64], usize, &mut S) + Sync,
     ) -> Result<(Vec<Tensor>, Vec<S>), Failure> {
         use fused::{Src, Step};
@@ -1446,9 +1451,15 @@ impl<'a> Executor<'a> {
             }
         }
         let first = self.items.start;
-        let (values, found) = fused::run(&steps, kept, &slices, batch, len, |k, r0, rows, s| {
-            scan(nodes[k], first + r0, rows, len, s)
-        });
+        let (values, found) = fused::run(
+            &steps,
+            kept,
+            scanned,
+            &slices,
+            batch,
+            len,
+            |k, r0, rows, s| scan(nodes[k], first + r0, rows, len, s),
+        );
         let values = values
             .into_iter()
             .map(|v| Tensor::from_vec(v, (batch, len), &self.dev))
