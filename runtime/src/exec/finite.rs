@@ -126,11 +126,31 @@ impl Checks {
     }
 }
 
-/// Whether every value is finite: a branch-free pass over the exponent fields.
-fn all_finite(v: &[f64]) -> bool {
+/// A float whose exponent field tells whether it is finite.
+pub(super) trait ExponentField: Copy {
+    /// The exponent field (all ones: a NaN or an infinity).
+    const EXP: u64;
+    fn bits(self) -> u64;
+}
+
+impl ExponentField for f64 {
     const EXP: u64 = 0x7ff0_0000_0000_0000;
+    fn bits(self) -> u64 {
+        self.to_bits()
+    }
+}
+
+impl ExponentField for f32 {
+    const EXP: u64 = 0x7f80_0000;
+    fn bits(self) -> u64 {
+        u64::from(self.to_bits())
+    }
+}
+
+/// Whether every value is finite: a branch-free pass over the exponent fields.
+pub(super) fn all_finite<T: ExponentField>(v: &[T]) -> bool {
     !v.iter()
-        .fold(false, |bad, x| bad | (x.to_bits() & EXP == EXP))
+        .fold(false, |bad, x| bad | (x.bits() & T::EXP == T::EXP))
 }
 
 impl Found {
@@ -184,7 +204,7 @@ mod tests {
             5e-324,
         ];
         assert!(all_finite(&finite));
-        assert!(all_finite(&[]));
+        assert!(all_finite::<f64>(&[]));
         let nan_bits = f64::from_bits(0x7ff0_0000_0000_0001);
         for bad in [
             f64::NAN,
@@ -195,6 +215,34 @@ mod tests {
         ] {
             for at in 0..11 {
                 let mut v = vec![1.0; 11];
+                v[at] = bad;
+                assert!(!all_finite(&v), "{bad} at {at}");
+            }
+        }
+    }
+
+    /// The same for f32 (the fused regions' f32 lanes).
+    #[test]
+    fn all_finite_finds_every_f32_nan_and_infinity() {
+        let finite = [
+            0.0f32,
+            -0.0,
+            1.0,
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+            1e-45,
+        ];
+        assert!(all_finite(&finite));
+        for bad in [
+            f32::NAN,
+            -f32::NAN,
+            f32::from_bits(0x7f80_0001),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ] {
+            for at in 0..19 {
+                let mut v = vec![1.0f32; 19];
                 v[at] = bad;
                 assert!(!all_finite(&v), "{bad} at {at}");
             }

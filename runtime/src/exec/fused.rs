@@ -11,6 +11,7 @@
 //! kernels of [`mfu`] exactly as in an op of its own, so the bits are the same.
 
 use super::f16c::F16c;
+use super::finite::{ExponentField, all_finite};
 use super::mfu::{self, ActTable};
 use nnp_lowering::swgraph::{BinOp, Op, SwGraph, Ty, UnOp, ValueId};
 use nnp_numerics::FloatFormat;
@@ -191,7 +192,7 @@ pub(crate) enum Step {
 
 /// How a region's rows are held and computed.
 pub(crate) trait Lanes: Sync {
-    type L: Copy + Default + Send + Sync;
+    type L: Copy + Default + Send + Sync + ExponentField;
     /// Whether operands from outside are converted (into a task's buffer) to be read.
     const CONVERTS: bool;
     /// Rows of an operand from outside the region as lanes: `x` itself, or converted into
@@ -304,8 +305,9 @@ fn outer_rounded(steps: &[Step], i: usize) -> bool {
 /// Run the steps of a region over `batch` rows of `len` elements. `outer[o]` holds the values
 /// from outside (`batch * len` elements, or `len`: one row for every item); `kept[k]`: step k's
 /// value is returned (in step order, one `batch * len` vector per kept step). Each task hands
-/// the rows of every step with `scanned[k]` to `scan(step, first_row, rows, state)` while
-/// they are in its scratch (the non-finite checks); the tasks' states come back too.
+/// its rows of every step with `scanned[k]` that hold a NaN or an infinity to
+/// `scan(step, first_row, rows, state)` while they are in its scratch (the non-finite checks);
+/// the tasks' states come back too.
 ///
 /// Regions of fp16 steps run on f32 lanes where the CPU has F16C ([`F16c`]), the others on
 /// f64 lanes; the bits are the same.
@@ -413,8 +415,9 @@ fn run_on<K: Lanes, S: Default + Send>(
                     };
                     kernels.step(step, a, b, o);
                 }
-                if scanned.get(k).copied().unwrap_or(false) {
-                    // Scanned while its rows are in L1.
+                if scanned.get(k).copied().unwrap_or(false) && !all_finite(out) {
+                    // Tested while its rows are in L1; only rows with a NaN or an infinity
+                    // are scanned further (as f64).
                     scan(k, r0, kernels.as_f64(out, wide), &mut state);
                 }
             }
@@ -570,54 +573,54 @@ mod tests {
         );
     }
 
-    /// A region's pass hands every step's rows to `scan`, kept or not, each task's rows
-    /// numbered in the batch: rows of 1024 elements are one row per task.
+    /// A region's pass hands the rows of every scanned step that hold a NaN or an infinity
+    /// to `scan`, kept or not, each task's rows numbered in the batch: rows of 1024 elements
+    /// are one row per task. On f64 lanes (a bf16 region) and f32 lanes (fp16) alike.
     #[test]
-    fn run_scans_every_steps_rows() {
+    fn run_scans_the_rows_with_nans_or_infinities() {
         let len = 1024;
-        // Row r of the input is r - 1.5 everywhere; the bias is one row of 0.25.
-        let x: Vec<f64> = (0..3).flat_map(|r| vec![r as f64 - 1.5; len]).collect();
+        // Row r of the input is r - 1.5 everywhere, except row 1: +inf in lane 7. The bias is
+        // one row of 0.25.
+        let mut x: Vec<f64> = (0..3).flat_map(|r| vec![r as f64 - 1.5; len]).collect();
+        x[len + 7] = f64::INFINITY;
         let bias = vec![0.25; len];
-        let steps = [
-            Step::Binary {
-                op: BinOp::Add,
-                format: FloatFormat::FP16,
-                a: Src::Outer(0),
-                b: Src::Outer(1),
-                rounded: [false; 2],
-            },
-            Step::Relu(FloatFormat::FP16, Src::Local(0)),
-        ];
-        let scan = |k: usize, r0: usize, rows: &[f64], seen: &mut Vec<(usize, usize, f64)>| {
-            assert_eq!(rows.len(), len, "one whole row per task");
-            assert!(rows.iter().all(|v| *v == rows[0]));
-            seen.push((k, r0, rows[0]));
-        };
-        let (values, states) = run(
-            &steps,
-            &[false, true],
-            &[true; 2],
-            &[&x, &bias],
-            3,
-            len,
-            scan,
-        );
-        let seen: Vec<_> = states.into_iter().flatten().collect();
-        // x + 0.25 = -1.25, -0.25, 0.75; relu: +0, +0, 0.75.
-        assert_eq!(
-            seen,
-            vec![
-                (0, 0, -1.25),
-                (1, 0, 0.0),
-                (0, 1, -0.25),
-                (1, 1, 0.0),
-                (0, 2, 0.75),
-                (1, 2, 0.75)
-            ]
-        );
-        assert_eq!(values.len(), 1, "only the relu is kept");
-        assert_eq!(values[0][..len], vec![0.0; len][..]);
-        assert_eq!(values[0][2 * len..], vec![0.75; len][..]);
+        for format in [FloatFormat::BF16, FloatFormat::FP16] {
+            let steps = [
+                Step::Binary {
+                    op: BinOp::Add,
+                    format,
+                    a: Src::Outer(0),
+                    b: Src::Outer(1),
+                    rounded: [false; 2],
+                },
+                Step::Relu(format, Src::Local(0)),
+            ];
+            let scan = |k: usize, r0: usize, rows: &[f64], seen: &mut Vec<(usize, usize, f64)>| {
+                assert_eq!(rows.len(), len, "one whole row per task");
+                seen.push((k, r0, rows[0]));
+                seen.push((k, r0, rows[7]));
+            };
+            let (values, states) = run(
+                &steps,
+                &[false, true],
+                &[true; 2],
+                &[&x, &bias],
+                3,
+                len,
+                scan,
+            );
+            let seen: Vec<_> = states.into_iter().flatten().collect();
+            // Row 1: x + 0.25 = -0.25 and inf; relu: +0 and inf. Rows 0 and 2 are finite.
+            let inf = f64::INFINITY;
+            assert_eq!(
+                seen,
+                vec![(0, 1, -0.25), (0, 1, inf), (1, 1, 0.0), (1, 1, inf)],
+                "{format:?}"
+            );
+            assert_eq!(values.len(), 1, "only the relu is kept");
+            assert_eq!(values[0][..len], vec![0.0; len][..]);
+            assert_eq!(values[0][2 * len..], vec![0.75; len][..]);
+        }
     }
 
     /// A region of every kind of step, on f32 lanes ([`F16c`]) and on f64 lanes: the same
@@ -720,7 +723,8 @@ mod tests {
         // The data reach the specials: NaNs in the first add, 65520 rounded to infinity.
         assert!(v64[0].iter().any(|v| v.is_nan()) && v64[4].contains(&f64::INFINITY));
         assert_eq!(s32, s64);
-        // 21-lane rows: 48 rows per task, 7 tasks, each scanning 5 steps.
+        // 21-lane rows: 48 rows per task, 7 tasks; the rows of each of the 5 scanned steps
+        // hold a NaN in every task (the data's NaNs reach them all).
         assert_eq!(s64.iter().map(Vec::len).sum::<usize>(), 7 * 5);
         let mut other = steps;
         other.push(Step::Relu(FloatFormat::BF16, Local(0)));
