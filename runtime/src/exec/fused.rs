@@ -302,142 +302,151 @@ fn outer_rounded(steps: &[Step], i: usize) -> bool {
     })
 }
 
-/// Run the steps of a region over `batch` rows of `len` elements. `outer[o]` holds the values
-/// from outside (`batch * len` elements, or `len`: one row for every item); `kept[k]`: step k's
-/// value is returned (in step order, one `batch * len` vector per kept step). Each task hands
-/// its rows of every step with `scanned[k]` that hold a NaN or an infinity to
-/// `scan(step, first_row, rows, state)` while they are in its scratch (the non-finite checks);
-/// the tasks' states come back too.
-///
-/// Regions of fp16 steps run on f32 lanes where the CPU has F16C ([`F16c`]), the others on
-/// f64 lanes; the bits are the same.
-pub(crate) fn run<S: Default + Send>(
-    steps: &[Step],
-    kept: &[bool],
-    scanned: &[bool],
-    outer: &[&[f64]],
-    batch: usize,
-    len: usize,
-    scan: impl Fn(usize, usize, &[f64], &mut S) + Sync,
-) -> (Vec<Vec<f64>>, Vec<S>) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(k) = F16c::for_steps(steps) {
-        return run_on(&k, steps, kept, scanned, outer, batch, len, scan);
-    }
-    run_on(&F64Lanes, steps, kept, scanned, outer, batch, len, scan)
+/// One pass of a region: its steps over `batch` rows of `len` elements. `outer[o]` holds the
+/// values from outside (`batch * len` elements, or `len`: one row for every item); `kept[k]`:
+/// step k's value is returned (in step order, one `batch * len` vector per kept step);
+/// `scanned[k]`: step k's rows that hold a NaN or an infinity go to the pass's `scan`.
+#[derive(Clone, Copy)]
+pub(crate) struct RegionPass<'a> {
+    pub steps: &'a [Step],
+    pub kept: &'a [bool],
+    pub scanned: &'a [bool],
+    pub outer: &'a [&'a [f64]],
+    pub batch: usize,
+    pub len: usize,
 }
 
-/// [`run`] on the lanes of `kernels`.
-#[allow(clippy::too_many_arguments)]
-fn run_on<K: Lanes, S: Default + Send>(
-    kernels: &K,
-    steps: &[Step],
-    kept: &[bool],
-    scanned: &[bool],
-    outer: &[&[f64]],
-    batch: usize,
-    len: usize,
-    scan: impl Fn(usize, usize, &[f64], &mut S) + Sync,
-) -> (Vec<Vec<f64>>, Vec<S>) {
-    // Chunks of whole rows, about 1024 elements: the steps' rows stay in L2.
-    let rows_per = (1024 / len.max(1)).max(1);
-    let tasks = batch.div_ceil(rows_per);
-    let mut values: Vec<Vec<f64>> = kept
-        .iter()
-        .filter(|k| **k)
-        .map(|_| Vec::with_capacity(batch * len))
-        .collect();
-    // Each task's pieces of the kept values, written once by that task.
-    let mut pieces: Vec<Vec<&mut [MaybeUninit<f64>]>> = (0..tasks)
-        .map(|_| Vec::with_capacity(values.len()))
-        .collect();
-    for v in values.iter_mut() {
-        for (t, piece) in v.spare_capacity_mut()[..batch * len]
-            .chunks_mut(rows_per * len)
-            .enumerate()
-        {
-            pieces[t].push(piece);
+impl RegionPass<'_> {
+    /// The kept values, and the tasks' states of `scan(step, first_row, rows, state)`, called
+    /// with each task's scanned rows while they are in its scratch (the non-finite checks).
+    ///
+    /// Regions of fp16 steps run on f32 lanes where the CPU has F16C ([`F16c`]), the others on
+    /// f64 lanes; the bits are the same.
+    pub(crate) fn run<S: Default + Send>(
+        &self,
+        scan: impl Fn(usize, usize, &[f64], &mut S) + Sync,
+    ) -> (Vec<Vec<f64>>, Vec<S>) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(k) = F16c::for_steps(self.steps) {
+            return self.run_on(&k, scan);
         }
+        self.run_on(&F64Lanes, scan)
     }
-    let rounded: Vec<bool> = (0..outer.len()).map(|i| outer_rounded(steps, i)).collect();
-    // Per worker: scratch rows for every step (each step overwrites its rows before any
-    // later step reads them), the outer operands' rows where they are converted, a buffer for
-    // rows scanned as f64.
-    let scratch_len = steps.len() * rows_per * len;
-    let outer_len = if K::CONVERTS {
-        outer.len() * rows_per * len
-    } else {
-        0
-    };
-    let states = pieces.into_par_iter().enumerate().map_init(
-        || {
-            let scratch = vec![K::L::default(); scratch_len];
-            (scratch, vec![K::L::default(); outer_len], Vec::new())
-        },
-        |(scratch, outer_buf, wide), (t, mut pieces)| {
-            let r0 = t * rows_per;
-            let rows = rows_per.min(batch - r0);
-            let size = rows * len;
-            // The task's rows of each outer operand (one row: the same for every item).
-            let mut free = &mut outer_buf[..];
-            let ins: Vec<&[K::L]> = outer
-                .iter()
-                .zip(&rounded)
-                .map(|(x, &r)| {
-                    let x = if x.len() == len {
-                        *x
-                    } else {
-                        &x[r0 * len..][..size]
-                    };
-                    let buf = std::mem::take(&mut free);
-                    let (buf, rest) = buf.split_at_mut(if K::CONVERTS { x.len() } else { 0 });
-                    free = rest;
-                    kernels.outer(x, r, buf)
-                })
-                .collect();
-            let mut state = S::default();
-            for (k, step) in steps.iter().enumerate() {
-                let (done, rest) = scratch.split_at_mut(k * size);
-                let out = &mut rest[..size];
-                for (r, o) in out.chunks_mut(len).enumerate() {
-                    let row = |s: Src| -> &[K::L] {
-                        match s {
-                            Src::Local(j) => &done[j * size + r * len..][..len],
-                            Src::Outer(i) if ins[i].len() == len => ins[i],
-                            Src::Outer(i) => &ins[i][r * len..][..len],
-                        }
-                    };
-                    let (a, b) = match step {
-                        Step::Binary { a, b, .. } => (row(*a), row(*b)),
-                        Step::Relu(_, x) | Step::Pass(_, x) | Step::Activation { x, .. } => {
-                            (row(*x), row(*x))
-                        }
-                    };
-                    kernels.step(step, a, b, o);
-                }
-                if scanned.get(k).copied().unwrap_or(false) && !all_finite(out) {
-                    // Tested while its rows are in L1; only rows with a NaN or an infinity
-                    // are scanned further (as f64).
-                    scan(k, r0, kernels.as_f64(out, wide), &mut state);
-                }
+
+    /// [`RegionPass::run`] on the lanes of `kernels`.
+    fn run_on<K: Lanes, S: Default + Send>(
+        &self,
+        kernels: &K,
+        scan: impl Fn(usize, usize, &[f64], &mut S) + Sync,
+    ) -> (Vec<Vec<f64>>, Vec<S>) {
+        let RegionPass {
+            steps,
+            kept,
+            scanned,
+            outer,
+            batch,
+            len,
+        } = *self;
+        // Chunks of whole rows, about 1024 elements: the steps' rows stay in L2.
+        let rows_per = (1024 / len.max(1)).max(1);
+        let tasks = batch.div_ceil(rows_per);
+        let mut values: Vec<Vec<f64>> = kept
+            .iter()
+            .filter(|k| **k)
+            .map(|_| Vec::with_capacity(batch * len))
+            .collect();
+        // Each task's pieces of the kept values, written once by that task.
+        let mut pieces: Vec<Vec<&mut [MaybeUninit<f64>]>> = (0..tasks)
+            .map(|_| Vec::with_capacity(values.len()))
+            .collect();
+        for v in values.iter_mut() {
+            for (t, piece) in v.spare_capacity_mut()[..batch * len]
+                .chunks_mut(rows_per * len)
+                .enumerate()
+            {
+                pieces[t].push(piece);
             }
-            // Every piece written in full (the `set_len` below relies on it).
-            let kept_steps = kept.iter().enumerate().filter(|(_, k)| **k);
-            assert_eq!(kept_steps.clone().count(), pieces.len());
-            for ((k, _), piece) in kept_steps.zip(pieces.iter_mut()) {
-                assert_eq!(piece.len(), size);
-                kernels.write(&scratch[k * size..][..size], piece);
-            }
-            state
-        },
-    );
-    let states: Vec<S> = states.collect();
-    for v in values.iter_mut() {
-        // SAFETY: the pieces partition the first batch * len elements of the capacity, and
-        // every task wrote each of its pieces in full (asserted above).
-        unsafe { v.set_len(batch * len) };
+        }
+        let rounded: Vec<bool> = (0..outer.len()).map(|i| outer_rounded(steps, i)).collect();
+        // Per worker: scratch rows for every step (each step overwrites its rows before any
+        // later step reads them), the outer operands' rows where they are converted, a buffer for
+        // rows scanned as f64.
+        let scratch_len = steps.len() * rows_per * len;
+        let outer_len = if K::CONVERTS {
+            outer.len() * rows_per * len
+        } else {
+            0
+        };
+        let states = pieces.into_par_iter().enumerate().map_init(
+            || {
+                let scratch = vec![K::L::default(); scratch_len];
+                (scratch, vec![K::L::default(); outer_len], Vec::new())
+            },
+            |(scratch, outer_buf, wide), (t, mut pieces)| {
+                let r0 = t * rows_per;
+                let rows = rows_per.min(batch - r0);
+                let size = rows * len;
+                // The task's rows of each outer operand (one row: the same for every item).
+                let mut free = &mut outer_buf[..];
+                let ins: Vec<&[K::L]> = outer
+                    .iter()
+                    .zip(&rounded)
+                    .map(|(x, &r)| {
+                        let x = if x.len() == len {
+                            *x
+                        } else {
+                            &x[r0 * len..][..size]
+                        };
+                        let buf = std::mem::take(&mut free);
+                        let (buf, rest) = buf.split_at_mut(if K::CONVERTS { x.len() } else { 0 });
+                        free = rest;
+                        kernels.outer(x, r, buf)
+                    })
+                    .collect();
+                let mut state = S::default();
+                for (k, step) in steps.iter().enumerate() {
+                    let (done, rest) = scratch.split_at_mut(k * size);
+                    let out = &mut rest[..size];
+                    for (r, o) in out.chunks_mut(len).enumerate() {
+                        let row = |s: Src| -> &[K::L] {
+                            match s {
+                                Src::Local(j) => &done[j * size + r * len..][..len],
+                                Src::Outer(i) if ins[i].len() == len => ins[i],
+                                Src::Outer(i) => &ins[i][r * len..][..len],
+                            }
+                        };
+                        let (a, b) = match step {
+                            Step::Binary { a, b, .. } => (row(*a), row(*b)),
+                            Step::Relu(_, x) | Step::Pass(_, x) | Step::Activation { x, .. } => {
+                                (row(*x), row(*x))
+                            }
+                        };
+                        kernels.step(step, a, b, o);
+                    }
+                    if scanned.get(k).copied().unwrap_or(false) && !all_finite(out) {
+                        // Tested while its rows are in L1; only rows with a NaN or an infinity
+                        // are scanned further (as f64).
+                        scan(k, r0, kernels.as_f64(out, wide), &mut state);
+                    }
+                }
+                // Every piece written in full (the `set_len` below relies on it).
+                let kept_steps = kept.iter().enumerate().filter(|(_, k)| **k);
+                assert_eq!(kept_steps.clone().count(), pieces.len());
+                for ((k, _), piece) in kept_steps.zip(pieces.iter_mut()) {
+                    assert_eq!(piece.len(), size);
+                    kernels.write(&scratch[k * size..][..size], piece);
+                }
+                state
+            },
+        );
+        let states: Vec<S> = states.collect();
+        for v in values.iter_mut() {
+            // SAFETY: the pieces partition the first batch * len elements of the capacity, and
+            // every task wrote each of its pieces in full (asserted above).
+            unsafe { v.set_len(batch * len) };
+        }
+        (values, states)
     }
-    (values, states)
 }
 
 #[cfg(test)]
@@ -600,15 +609,15 @@ mod tests {
                 seen.push((k, r0, rows[0]));
                 seen.push((k, r0, rows[7]));
             };
-            let (values, states) = run(
-                &steps,
-                &[false, true],
-                &[true; 2],
-                &[&x, &bias],
-                3,
+            let pass = RegionPass {
+                steps: &steps,
+                kept: &[false, true],
+                scanned: &[true; 2],
+                outer: &[&x, &bias],
+                batch: 3,
                 len,
-                scan,
-            );
+            };
+            let (values, states) = pass.run(scan);
             let seen: Vec<_> = states.into_iter().flatten().collect();
             // Row 1: x + 0.25 = -0.25 and inf; relu: +0 and inf. Rows 0 and 2 are finite.
             let inf = f64::INFINITY;
@@ -710,8 +719,16 @@ mod tests {
             seen.push((k, r0, bits));
         };
         let f16c = F16c::for_steps(&steps).expect("fp16 steps on a CPU with F16C");
-        let (v32, s32) = run_on(&f16c, &steps, &kept, &scanned, &outer, batch, len, scan);
-        let (v64, s64) = run_on(&F64Lanes, &steps, &kept, &scanned, &outer, batch, len, scan);
+        let pass = RegionPass {
+            steps: &steps,
+            kept: &kept,
+            scanned: &scanned,
+            outer: &outer,
+            batch,
+            len,
+        };
+        let (v32, s32) = pass.run_on(&f16c, scan);
+        let (v64, s64) = pass.run_on(&F64Lanes, scan);
         assert_eq!(v32.len(), 7);
         for (k, (a, b)) in v32.iter().zip(&v64).enumerate() {
             let (a, b): (Vec<u64>, Vec<u64>) = (

@@ -319,7 +319,7 @@ impl<'g> Session<'g> {
         // The values a run hands back or scans: every `v_wr`'s for traces, and those the
         // target's `nonfinite = "error"` checks. Each is made whole (never only inside a
         // prepared stack or a skipped concat); only a fused region's checked values stay in
-        // its scratch rows, scanned there (`fused::run`).
+        // its scratch rows, scanned there (`fused::RegionPass::run`).
         let handed: HashSet<ValueId> = written_values(graph, opts.keep_writes)
             .chain(graph.checks.iter().map(|c| c.value))
             .collect();
@@ -1451,15 +1451,15 @@ impl<'a> Executor<'a> {
             }
         }
         let first = self.items.start;
-        let (values, found) = fused::run(
-            &steps,
+        let pass = fused::RegionPass {
+            steps: &steps,
             kept,
             scanned,
-            &slices,
+            outer: &slices,
             batch,
             len,
-            |k, r0, rows, s| scan(nodes[k], first + r0, rows, len, s),
-        );
+        };
+        let (values, found) = pass.run(|k, r0, rows, s| scan(nodes[k], first + r0, rows, len, s));
         let values = values
             .into_iter()
             .map(|v| Tensor::from_vec(v, (batch, len), &self.dev))
