@@ -136,7 +136,7 @@ pub fn interrupted() -> bool {
 #[derive(clap::Args, Clone, Debug)]
 pub struct ChunkArgs {
     /// Items per chunk: the batch runs in consecutive chunks of at most this many input sets,
-    /// so memory stays bounded whatever the batch (default: as many as 32 MiB of the graph's
+    /// so memory stays bounded whatever the batch (default: as many as 8 MiB of the graph's
     /// values allow, or 256 where that is fewer). The same bits for any value.
     #[arg(long, value_name = "N", value_parser = super::at_least_one)]
     pub chunk_items: Option<usize>,
