@@ -82,7 +82,8 @@ impl F16c {
         match t.fp16_bits() {
             // SAFETY: as in `binary`.
             Some((v, nan)) => unsafe { lookup(v, nan, x, out) },
-            // Not a table of f32 values of fp16: the general lookup (exact on fp16 values).
+            // `F16c::for_steps` admits only tables with 16-bit outputs; any other is still
+            // exact through the general lookup.
             None => {
                 for (x, o) in x.iter().zip(out.iter_mut()) {
                     *o = t.apply(f64::from(*x)) as f32;
@@ -314,7 +315,7 @@ fn lookup8(t: &[u16; 1 << 16], nan_at: __m256i, x: __m256) -> __m256 {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
-    use crate::exec::mfu::{self, activation_kind};
+    use crate::exec::mfu::{self, activation_kind, nan_bits};
     use nnp_lowering::swgraph::TableFn;
     use nnp_numerics::{FloatFormat, activation};
 
@@ -323,11 +324,6 @@ mod tests {
     /// The kernels; every CPU these tests run on (x86-64 CI and workstations) has F16C.
     fn kernels() -> F16c {
         F16c::new().expect("the CPU has AVX2 and F16C")
-    }
-
-    /// Bits of a value, every NaN as one pattern (NaN payloads are not part of the contract).
-    fn nan_bits(v: f64) -> u64 {
-        if v.is_nan() { u64::MAX } else { v.to_bits() }
     }
 
     /// Every fp16 value, in pattern order, as f32.

@@ -187,7 +187,21 @@ impl Found {
 
 #[cfg(test)]
 mod tests {
-    use super::all_finite;
+    use super::{ExponentField, all_finite};
+    use std::fmt::Display;
+
+    /// `finite` all pass; each of `bad` alone fails at every position of `len` ones.
+    fn finds<T: ExponentField + Display>(finite: &[T], bad: &[T], one: T, len: usize) {
+        assert!(all_finite(finite));
+        assert!(all_finite::<T>(&[]));
+        for &b in bad {
+            for at in 0..len {
+                let mut v = vec![one; len];
+                v[at] = b;
+                assert!(!all_finite(&v), "{b} at {at}");
+            }
+        }
+    }
 
     /// The exponent-field test against `f64::is_finite`, each special value alone at every
     /// position of a run longer than a vector register.
@@ -203,22 +217,14 @@ mod tests {
             f64::MIN_POSITIVE,
             5e-324,
         ];
-        assert!(all_finite(&finite));
-        assert!(all_finite::<f64>(&[]));
-        let nan_bits = f64::from_bits(0x7ff0_0000_0000_0001);
-        for bad in [
+        let bad = [
             f64::NAN,
             -f64::NAN,
-            nan_bits,
+            f64::from_bits(0x7ff0_0000_0000_0001),
             f64::INFINITY,
             f64::NEG_INFINITY,
-        ] {
-            for at in 0..11 {
-                let mut v = vec![1.0; 11];
-                v[at] = bad;
-                assert!(!all_finite(&v), "{bad} at {at}");
-            }
-        }
+        ];
+        finds(&finite, &bad, 1.0, 11);
     }
 
     /// The same for f32 (the fused regions' f32 lanes).
@@ -233,19 +239,13 @@ mod tests {
             f32::MIN_POSITIVE,
             1e-45,
         ];
-        assert!(all_finite(&finite));
-        for bad in [
+        let bad = [
             f32::NAN,
             -f32::NAN,
             f32::from_bits(0x7f80_0001),
             f32::INFINITY,
             f32::NEG_INFINITY,
-        ] {
-            for at in 0..19 {
-                let mut v = vec![1.0f32; 19];
-                v[at] = bad;
-                assert!(!all_finite(&v), "{bad} at {at}");
-            }
-        }
+        ];
+        finds(&finite, &bad, 1.0, 19);
     }
 }

@@ -278,14 +278,14 @@ impl Lanes for F16c {
 
 impl F16c {
     /// The kernels for a region's `steps` where they apply: every step rounds to IEEE fp16
-    /// (with its table for an activation) and the CPU has F16C.
+    /// (an activation: its table is fp16's, with 16-bit outputs) and the CPU has F16C.
     pub(crate) fn for_steps(steps: &[Step]) -> Option<F16c> {
         let fp16 = |f: &FloatFormat| *f == FloatFormat::FP16;
         let all = steps.iter().all(|s| match s {
             Step::Binary { format, .. } | Step::Relu(format, _) | Step::Pass(format, _) => {
                 fp16(format)
             }
-            Step::Activation { table, .. } => fp16(table.format()),
+            Step::Activation { table, .. } => table.fp16_bits().is_some(),
         });
         if all { F16c::new() } else { None }
     }
@@ -452,6 +452,7 @@ impl RegionPass<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::mfu::nan_bits;
     use nnp_lowering::swgraph::{Node, TableFn};
 
     fn last_uses(graph: &SwGraph, order: &[usize]) -> Vec<usize> {
@@ -746,10 +747,6 @@ mod tests {
         let mut other = steps;
         other.push(Step::Relu(FloatFormat::BF16, Local(0)));
         assert!(F16c::for_steps(&other).is_none());
-    }
-
-    fn nan_bits(v: f64) -> u64 {
-        if v.is_nan() { u64::MAX } else { v.to_bits() }
     }
 
     #[test]

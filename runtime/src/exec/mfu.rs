@@ -302,11 +302,6 @@ impl ActTable {
         Some((t, bits16(&self.fmt, f64::NAN)))
     }
 
-    /// The table's format.
-    pub(crate) fn format(&self) -> &FloatFormat {
-        &self.fmt
-    }
-
     /// The activation of a value already rounded to the format.
     #[inline]
     pub fn apply(&self, x: f64) -> f64 {
@@ -471,6 +466,13 @@ fn plain_sum_is_exact(fmt: &FloatFormat, lanes: usize) -> bool {
     span + i64::from(lanes.next_power_of_two().trailing_zeros()) <= 53
 }
 
+/// Bits of a value, every NaN as one pattern (NaN payloads are not part of the contract): what
+/// the kernels' tests compare.
+#[cfg(test)]
+pub(crate) fn nan_bits(v: f64) -> u64 {
+    if v.is_nan() { u64::MAX } else { v.to_bits() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,11 +588,6 @@ mod tests {
         assert_eq!(bin(BinOp::Max, 0.0, -0.0).to_bits(), 0);
         assert_eq!(bin(BinOp::Max, -0.0, -0.0).to_bits(), (-0.0f64).to_bits());
         assert_eq!(bin(BinOp::Max, -3.0, -2.0), -2.0);
-    }
-
-    /// Bits of a value, every NaN as one pattern (NaN payloads are not part of the contract).
-    fn nan_bits(v: f64) -> u64 {
-        if v.is_nan() { u64::MAX } else { v.to_bits() }
     }
 
     /// Every fp16 pattern (the first 2^16 values, in order), each finite one times
