@@ -747,6 +747,15 @@ mod tests {
         let mut other = steps;
         other.push(Step::Relu(FloatFormat::BF16, Local(0)));
         assert!(F16c::for_steps(&other).is_none());
+        // Nor one whose activation's table is bf16's.
+        let bf16 = ActTable::load(TableFn::Sigm, &FloatFormat::BF16, None).expect("built-in");
+        assert!(F16c::for_steps(&[act(0, Outer(0))]).is_some());
+        let sigm = Step::Activation {
+            table: bf16,
+            x: Outer(0),
+            rounded: true,
+        };
+        assert!(F16c::for_steps(&[sigm]).is_none());
     }
 
     #[test]
