@@ -148,3 +148,16 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     .print(args.json);
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--chunk-items`' help states the defaults [`PIECE_ITEMS`] and [`TRACED_PIECE_ITEMS`].
+    #[test]
+    fn chunk_items_help_states_the_default_pieces() {
+        let help = super::super::host_args::arg_help::<Args>("chunk_items");
+        let stated = format!("(default: {PIECE_ITEMS}, or {TRACED_PIECE_ITEMS} with --trace)");
+        assert!(help.contains(&stated), "{help:?} should say {stated:?}");
+    }
+}

@@ -440,3 +440,31 @@ impl RunSummary<'_> {
         }
     }
 }
+
+/// The one-line help of argument `id` of the clap arguments `A`, as clap prints it unwrapped.
+#[cfg(test)]
+pub(crate) fn arg_help<A: clap::Args>(id: &str) -> String {
+    let cmd = A::augment_args(clap::Command::new("nnpc"));
+    let arg = cmd.get_arguments().find(|a| a.get_id() == id);
+    arg.and_then(|a| a.get_long_help().or(a.get_help()))
+        .map(ToString::to_string)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nnp_runtime::exec::{CHUNK_BYTES, MIN_CHUNK_ITEMS};
+
+    /// `--chunk-items`' help states the defaults the runtime's constants set.
+    #[test]
+    fn chunk_items_help_states_the_runtime_defaults() {
+        let help = arg_help::<ChunkArgs>("chunk_items");
+        let stated = format!(
+            "as many as {} MiB of the graph's values allow, or {} where that is fewer",
+            CHUNK_BYTES >> 20,
+            MIN_CHUNK_ITEMS
+        );
+        assert!(help.contains(&stated), "{help:?} should say {stated:?}");
+    }
+}

@@ -824,7 +824,7 @@ pub const CHUNK_BYTES: usize = 8 << 20;
 
 /// The default limit of items per chunk is at least this ([`Session::chunks`]): four of the
 /// integer kernel's tasks of items, each reading its weight tiles once.
-const MIN_CHUNK_ITEMS: usize = 256;
+pub const MIN_CHUNK_ITEMS: usize = 256;
 
 /// Bytes per batch item of the values a run holds at once, at most: the largest sum, over the
 /// positions of the evaluation order, of the non-constant values alive there (from the node
