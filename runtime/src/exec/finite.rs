@@ -71,7 +71,7 @@ impl Checks {
             return Ok(());
         }
         let batch = t.dims().first().copied().unwrap_or(1).max(1);
-        super::with_host(t, |data| {
+        super::tensors::with_host(t, |data| {
             self.scan_rows(graph, id, data, data.len() / batch, first, found)
         })
     }

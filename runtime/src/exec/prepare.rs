@@ -81,7 +81,7 @@ pub(crate) struct Plan {
 }
 
 /// The plan for the weight stacks in `stacks` (`(rows, cols)` of the products that read them,
-/// [`super::weight_stacks`]): every such stack that is a chain's value, or a `concat` of
+/// [`super::session::weight_stacks`]): every such stack that is a chain's value, or a `concat` of
 /// slices of chains' values, with `rows * cols` tiles in all. A value a run hands back
 /// (`handed`: traces, non-finite checks) is not skipped.
 pub(crate) fn plan(
@@ -303,7 +303,7 @@ pub(crate) fn f64_stack(parts: &[Source], grid: (usize, usize, usize)) -> Option
 
 /// The stack of [`f64_stack`] as the float path's chunked matmul reads it, never whole as
 /// f64: `[cols * n / k, rows * n, k]` (chunk `(j, d)` of tile column `j` first, then row `i n
-/// + r` of the matrix, then the `k` lanes `d k ..` of that chunk, as `super::arrange_w` lays
+/// + r` of the matrix, then the `k` lanes `d k ..` of that chunk, as `super::products::arrange_w` lays
 /// it out), each value converted by `to`. `None` where the parts do not make the stack or `k`
 /// does not divide `n`.
 pub(crate) fn arranged_stack<T: Copy + Default + Send>(
@@ -389,8 +389,8 @@ fn tile_maker<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::arrange_w;
     use crate::exec::intdot::tests::xorshift;
+    use crate::exec::products::arrange_w;
     use crate::exec::quant::{quantize_runs, round_slice};
     use candle_core::{DType, Device, Tensor};
 
