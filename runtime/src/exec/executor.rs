@@ -65,7 +65,7 @@ pub(super) struct Executor<'a> {
 
 /// Tiles of values as integers, by (value, tile): one column each ([`intdot::IntVector`] of
 /// one tile column; `None`: the tile has no integer form).
-pub(super) type TileInts = HashMap<(ValueId, usize), Option<Arc<intdot::IntVector>>>;
+type TileInts = HashMap<(ValueId, usize), Option<Arc<intdot::IntVector>>>;
 
 /// Seconds and counts per line of the profile; `None` when not profiling.
 pub(super) type Profile = Option<Vec<(&'static str, f64, usize)>>;
@@ -337,7 +337,7 @@ impl<'a> Executor<'a> {
     }
 
     /// Whether every element of `v` is rounded to `f` already ([`super::rounded`]).
-    pub(super) fn is_rounded(&self, v: ValueId, f: &FloatFormat) -> bool {
+    fn is_rounded(&self, v: ValueId, f: &FloatFormat) -> bool {
         self.rounded.get(v.index()).copied().flatten() == Some(*f)
     }
 

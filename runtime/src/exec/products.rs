@@ -169,7 +169,7 @@ impl<'a> Executor<'a> {
     /// Cache `wi` as the integers of weight stack `w`, and keep them as its only form when
     /// they give back its f64 tensor of `shape` ([`intdot::IntWeights::restore`]); whether
     /// they do.
-    pub(super) fn cache_ints(
+    fn cache_ints(
         &mut self,
         w: ValueId,
         wi: Option<Arc<intdot::IntWeights>>,
@@ -317,7 +317,7 @@ impl<'a> Executor<'a> {
     }
 
     /// Whether the weight stack `w` is available: computed, or kept as integers.
-    pub(super) fn weights_ready(&self, w: ValueId) -> bool {
+    fn weights_ready(&self, w: ValueId) -> bool {
         self.ready(w) || self.caches.as_ints.contains_key(&w)
     }
 
@@ -405,7 +405,7 @@ impl<'a> Executor<'a> {
 
     /// Tile `k` of value `v` ([b, len]) quantized in format `f` to one column of integers,
     /// once per run.
-    pub(super) fn tile_ints(
+    fn tile_ints(
         &mut self,
         v: ValueId,
         k: usize,
@@ -434,7 +434,7 @@ impl<'a> Executor<'a> {
     }
 
     /// Whether a product's vector `x` is available: computed, or as integers.
-    pub(super) fn vector_ready(&self, x: ValueId) -> bool {
+    fn vector_ready(&self, x: ValueId) -> bool {
         self.ready(x) || matches!(self.int_x.get(&x), Some(Some(_)))
     }
 
@@ -474,7 +474,7 @@ impl<'a> Executor<'a> {
 
     /// A weight stack's form in the cache `pick` picks, kept for the session when `cacheable`
     /// (a constant stack), else made anew by `make`.
-    pub(super) fn weight_side<V: Clone>(
+    fn weight_side<V: Clone>(
         &mut self,
         pick: fn(&mut Caches) -> &mut HashMap<ValueId, V>,
         w: ValueId,
@@ -494,7 +494,7 @@ impl<'a> Executor<'a> {
     /// The integer operands of a product (weights cached for the session when `cacheable`,
     /// the vector for the run), when both fit the integer kernel.
     #[allow(clippy::type_complexity)]
-    pub(super) fn int_operands(
+    fn int_operands(
         &mut self,
         spec: &MatVec,
         Operands { x, w, b, cacheable }: Operands,
@@ -522,7 +522,7 @@ impl<'a> Executor<'a> {
     /// The product of weight stack `w` (sliced once for the session when `cacheable`) and
     /// vector `x` on integer slices ([`intdot::SlicedWeights`]), or `None` where the operands
     /// take too many slices (the float path then computes it).
-    pub(super) fn sliced_product(
+    fn sliced_product(
         &mut self,
         spec: &MatVec,
         Operands { x, w, b, cacheable }: Operands,
@@ -548,7 +548,7 @@ impl<'a> Executor<'a> {
 
     /// Integer operands on the GPU, uploaded once (weights per session when `cacheable`, the
     /// vector per run).
-    pub(super) fn gpu_operands(
+    fn gpu_operands(
         &mut self,
         gpu: &gpu::Gpu,
         (x, xi): (ValueId, &intdot::IntVector),
@@ -675,7 +675,7 @@ pub(super) fn product_spec(op: &Op, n: usize) -> Option<(MatVec, ValueId, ValueI
 }
 
 /// A weight stack as integers for [`intdot`], `None` when it does not fit.
-pub(super) fn int_weights(
+fn int_weights(
     t: &Tensor,
     rows: usize,
     cols: usize,
@@ -706,7 +706,7 @@ pub(super) struct Operands {
     pub(super) x: ValueId,
     pub(super) w: ValueId,
     pub(super) b: usize,
-    pub(super) cacheable: bool,
+    cacheable: bool,
 }
 
 /// The float path's matmul of a product of these formats: the chunk whose partials it proves
@@ -749,13 +749,7 @@ pub(super) fn chunked_stacks(graph: &SwGraph, plan: &prepare::Plan) -> Vec<Optio
 }
 
 /// A vector `[b, cols*n]` as `[chunks, k, b]`.
-pub(super) fn arrange_x(
-    t: &Tensor,
-    b: usize,
-    cols: usize,
-    n: usize,
-    k: usize,
-) -> candle_core::Result<Tensor> {
+fn arrange_x(t: &Tensor, b: usize, cols: usize, n: usize, k: usize) -> candle_core::Result<Tensor> {
     t.reshape((b, cols * n / k, k))?
         .permute((1, 2, 0))?
         .contiguous()
@@ -763,7 +757,7 @@ pub(super) fn arrange_x(
 
 /// A contiguous f64 matrix `[r, c]` transposed to `[c, r]` and converted to f32 (exact for
 /// values [`matmul::exact_chunk_f32`] admits) or kept f64, in cache-sized tiles.
-pub(super) struct TransposeTo(DType);
+struct TransposeTo(DType);
 
 impl CustomOp1 for TransposeTo {
     fn name(&self) -> &'static str {
@@ -786,7 +780,7 @@ impl CustomOp1 for TransposeTo {
 }
 
 /// [`matmul::sum_partials`] as a CPU custom op on f32 or f64 partials.
-pub(super) struct SumPartials {
+struct SumPartials {
     pub(super) spec: MatVec,
     pub(super) k: usize,
     pub(super) pairs: usize,

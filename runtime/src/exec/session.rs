@@ -645,7 +645,7 @@ pub const MIN_CHUNK_ITEMS: usize = 256;
 /// it to the end of the chunk, as the written value's f64 copy and its trace records' 32-bit
 /// patterns ([`TRACED_BYTES`] per element): a traced run of the README LSTM holds more of
 /// those than of anything else.
-pub(super) fn peak_item_bytes(
+fn peak_item_bytes(
     graph: &SwGraph,
     order: &[usize],
     constant: &[bool],
@@ -689,15 +689,15 @@ pub(super) fn peak_item_bytes(
 
 /// Bytes per element a run holds to the end of a chunk for a traced value: the written
 /// value's f64 and its record's storage bits (`u32`).
-pub(super) const TRACED_BYTES: usize = std::mem::size_of::<f64>() + std::mem::size_of::<u32>();
+const TRACED_BYTES: usize = std::mem::size_of::<f64>() + std::mem::size_of::<u32>();
 
 /// Items per shard of a warm run, at least ([`Session::shards`]).
-pub(super) const MIN_SHARD_ITEMS: usize = 4;
+const MIN_SHARD_ITEMS: usize = 4;
 
 /// Weights (elements of the distinct weight stacks that products read) of a graph whose warm
 /// runs go in shards, at most ([`Session::small`]): 1 Mi elements are 2 MiB as the kernel's
 /// integers, which every shard then reads from the shared caches.
-pub(super) const SMALL_WEIGHTS: usize = 1 << 20;
+const SMALL_WEIGHTS: usize = 1 << 20;
 
 /// A fast path a node took ([`Execution`]'s counts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -721,7 +721,7 @@ pub(super) fn taken(paths: &Paths, path: Path) -> usize {
 /// Append `more` (the outputs of the next items in order) to `all`, the outputs so far of a
 /// run of `b` items. The first append after the first part makes room for all `b` items at
 /// that part's size per item, so a run of many parts holds each output once.
-pub(super) fn append_outputs(all: &mut Outputs, more: Outputs, b: usize) {
+fn append_outputs(all: &mut Outputs, more: Outputs, b: usize) {
     if all.is_empty() {
         *all = more;
         return;
@@ -746,10 +746,10 @@ pub(super) struct Part {
     /// Under `nonfinite = "error"`: the NaNs and infinities the checks found in the part's
     /// values, and in the constants it computed (a first run).
     pub(super) found: finite::Found,
-    pub(super) const_found: finite::Found,
+    const_found: finite::Found,
     pub(super) paths: Paths,
     /// Constant values to keep for the session (computed by a first run).
-    pub(super) consts: Vec<(usize, Tensor)>,
+    consts: Vec<(usize, Tensor)>,
 }
 
 /// The values node `i` reads: its inputs and, where it quantizes a concat the run may skip
@@ -767,7 +767,7 @@ pub(super) fn reads(graph: &SwGraph, through: &[bool], i: usize) -> Vec<ValueId>
 
 /// The `concat` nodes of vectors that only `quantize` nodes of [`quantized_vectors`] read,
 /// and that a run does not hand back (`handed`), not constant (a warm run skips those anyway).
-pub(super) fn concats_to_ints(
+fn concats_to_ints(
     graph: &SwGraph,
     constant: &[bool],
     to_ints: &[Option<quant::BfpInts>],
@@ -822,7 +822,7 @@ pub(super) fn weight_stacks(
 /// hand back (`handed`), in a format [`quant::BfpInts`] quantizes straight to the integer kernel's
 /// integers: that format by node. A constant one only where the session keeps no value of it
 /// (`keep`): its products are constant too, computed with it in the first run.
-pub(super) fn quantized_vectors(
+fn quantized_vectors(
     graph: &SwGraph,
     constant: &[bool],
     keep: &[bool],
@@ -854,16 +854,13 @@ pub(super) fn quantized_vectors(
 }
 
 /// The values of the graph's `v_wr`s when a run keeps them (`keep_writes`).
-pub(super) fn written_values(
-    graph: &SwGraph,
-    keep_writes: bool,
-) -> impl Iterator<Item = ValueId> + '_ {
+fn written_values(graph: &SwGraph, keep_writes: bool) -> impl Iterator<Item = ValueId> + '_ {
     let writes = if keep_writes { &graph.writes[..] } else { &[] };
     writes.iter().map(|w| w.value)
 }
 
 /// The values a node other than a product reads, or that a run hands back (`handed`).
-pub(super) fn read_beside_products(graph: &SwGraph, handed: &HashSet<ValueId>) -> Vec<bool> {
+fn read_beside_products(graph: &SwGraph, handed: &HashSet<ValueId>) -> Vec<bool> {
     read_beside(graph, handed, |_, node| {
         product_spec(&node.op, graph.native).is_none()
     })
@@ -871,7 +868,7 @@ pub(super) fn read_beside_products(graph: &SwGraph, handed: &HashSet<ValueId>) -
 
 /// The values that a node for which `reader(i, node)` holds reads, or that a run hands back
 /// (`handed`).
-pub(super) fn read_beside(
+fn read_beside(
     graph: &SwGraph,
     handed: &HashSet<ValueId>,
     reader: impl Fn(usize, &nnp_lowering::swgraph::Node) -> bool,
@@ -888,7 +885,7 @@ pub(super) fn read_beside(
 
 /// Free the values `vs` read at position `pos` of the evaluation order that nothing later
 /// reads.
-pub(super) fn release(
+fn release(
     values: &mut [Option<Tensor>],
     vs: impl IntoIterator<Item = ValueId>,
     last_use: &[usize],
@@ -915,7 +912,7 @@ pub(super) fn tally(prof: &mut Profile, name: &'static str, t0: std::time::Insta
 }
 
 /// Assemble the output tensors from their rows.
-pub(super) fn collect_outputs(
+fn collect_outputs(
     graph: &SwGraph,
     batch: usize,
     mut rows: HashMap<String, Vec<Option<Tensor>>>,
@@ -950,7 +947,7 @@ pub(super) fn collect_outputs(
     Ok(outputs)
 }
 
-pub(super) fn to_written(t: &Tensor) -> candle_core::Result<WrittenValue> {
+fn to_written(t: &Tensor) -> candle_core::Result<WrittenValue> {
     let dims = t.dims().to_vec();
     let batch = dims.first().copied().unwrap_or(1);
     let data: Vec<f64> = t.flatten_all()?.to_device(&Device::Cpu)?.to_vec1()?;

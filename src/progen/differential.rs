@@ -1,0 +1,395 @@
+//! One differential step: check, emulate, run the software graph, compare bit patterns.
+
+use super::{DataConfig, host_data, minimize};
+use nnp_runtime::diff::DiffReport;
+use nnp_runtime::trace::TraceDivergence;
+
+/// What one program did under both engines.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Both engines agree on every bit of every output.
+    Concordant {
+        /// Output elements compared (over the batch).
+        elements: usize,
+        /// Lanes of `v_wr` values compared (over the trace and the batch).
+        written: usize,
+        /// The paths the outputs' run took.
+        paths: Paths,
+    },
+    /// Both engines stopped at the same NaN or infinity that the target forbids
+    /// (`nonfinite = "error"`), with this error: every run of the graph (first and warm, traced
+    /// and not) said what the emulator said.
+    SameError(String),
+    /// The target or the program was rejected (a generator bug when it came from [`generate`]).
+    Invalid(String),
+    /// The emulator failed (error or panic) on a valid program.
+    EmulatorError(String),
+    /// Lowering or executing the software graph failed (error or panic) on a valid program.
+    GraphError(String),
+    /// The engines disagree on an output: `nnpc diff`'s report, the emulator as the hardware
+    /// (its first mismatch is the first differing element).
+    Mismatch(Box<DiffReport>),
+    /// The engines disagree on a `v_wr` (emulator trace vs the graph's write records): the
+    /// first divergent write in execution order.
+    TraceMismatch(TraceDivergence),
+}
+
+/// The paths a run took where the software graph has more than one, counted: the outputs'
+/// run of a differential test takes the integer kernel where it can, its traced run the float
+/// path for every product.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Paths {
+    /// Products computed on the integer kernel.
+    pub int_products: usize,
+    /// Of those, the products computed on the GPU (`NNPC_DIFF_DEVICE=cuda`).
+    pub gpu_products: usize,
+    /// Of those, the products on integer slices (fp8 and MX formats).
+    pub sliced_products: usize,
+    /// Weight stacks prepared in one pass from the host's weights.
+    pub one_pass_stacks: usize,
+    /// Vectors quantized straight to the integer kernel's integers.
+    pub quantized_to_ints: usize,
+    /// Of those, the vectors assembled from their concat's parts without the concat.
+    pub concats_skipped: usize,
+}
+
+impl Paths {
+    /// The counts of one run.
+    pub fn of(run: &nnp_runtime::exec::Execution) -> Paths {
+        Paths {
+            int_products: run.int_products,
+            gpu_products: run.gpu_products,
+            sliced_products: run.sliced_products,
+            one_pass_stacks: run.one_pass_stacks,
+            quantized_to_ints: run.quantized_to_ints,
+            concats_skipped: run.concats_skipped,
+        }
+    }
+}
+
+impl std::ops::Add for Paths {
+    type Output = Paths;
+
+    /// The counts of both.
+    fn add(self, o: Paths) -> Paths {
+        Paths {
+            int_products: self.int_products + o.int_products,
+            gpu_products: self.gpu_products + o.gpu_products,
+            sliced_products: self.sliced_products + o.sliced_products,
+            one_pass_stacks: self.one_pass_stacks + o.one_pass_stacks,
+            quantized_to_ints: self.quantized_to_ints + o.quantized_to_ints,
+            concats_skipped: self.concats_skipped + o.concats_skipped,
+        }
+    }
+}
+
+impl std::fmt::Display for Paths {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} products on the integer kernel ({} on the GPU, {} on integer slices), {} weight \
+             stacks prepared in one pass, {} vectors quantized straight to integers ({} of them \
+             from a concat's parts)",
+            self.int_products,
+            self.gpu_products,
+            self.sliced_products,
+            self.one_pass_stacks,
+            self.quantized_to_ints,
+            self.concats_skipped
+        )
+    }
+}
+
+impl Outcome {
+    /// A short name of the variant: minimizing keeps it unchanged.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Outcome::Concordant { .. } => "concordant",
+            Outcome::SameError(_) => "same error",
+            Outcome::Invalid(_) => "invalid",
+            Outcome::EmulatorError(_) => "emulator error",
+            Outcome::GraphError(_) => "graph error",
+            Outcome::Mismatch(_) => "mismatch",
+            Outcome::TraceMismatch(_) => "trace mismatch",
+        }
+    }
+    pub fn is_failure(&self) -> bool {
+        !matches!(self, Outcome::Concordant { .. } | Outcome::SameError(_))
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Concordant {
+                elements,
+                written,
+                paths,
+            } => write!(
+                f,
+                "concordant ({elements} output elements, {written} written lanes, {paths})"
+            ),
+            Outcome::Invalid(m) => write!(f, "invalid program: {m}"),
+            Outcome::SameError(m) => write!(f, "both engines stopped: {m}"),
+            Outcome::EmulatorError(m) => write!(f, "emulator failed: {m}"),
+            Outcome::GraphError(m) => write!(f, "software graph failed: {m}"),
+            Outcome::Mismatch(r) => {
+                write!(
+                    f,
+                    "mismatch in {} of {} elements",
+                    r.elements - r.bit_exact,
+                    r.elements
+                )?;
+                if let Some(m) = r.mismatches.first() {
+                    write!(
+                        f,
+                        "; first: output `{}` index {:?} (batch item first): emulator {:e} \
+                         (bits {:#06x}), software graph {:e} (bits {:#06x})",
+                        m.output, m.index, m.hardware, m.hardware_bits, m.software, m.software_bits
+                    )?;
+                }
+                Ok(())
+            }
+            Outcome::TraceMismatch(t) => write!(
+                f,
+                "first divergent write: chain {} iteration {} `v_wr {}` (register/push {}, line \
+                 {}), batch item {} lane {}: emulator bits {:#06x}, software graph bits {:#06x}",
+                t.chain,
+                t.iteration,
+                t.dst,
+                t.addr,
+                t.line,
+                t.item,
+                t.first_lane,
+                t.hardware_bits,
+                t.software_bits
+            ),
+        }
+    }
+}
+
+fn panic_text(e: Box<dyn std::any::Any + Send>) -> String {
+    let msg = e
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| e.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("panicked: {msg}")
+}
+
+/// Check `source` for the target in `target_toml`, build [`host_data`] (`batch` input sets from
+/// `data_seed`), run the emulator (with its trace) and the software graph, and compare storage
+/// bit patterns ([`nnp_runtime::host::storage_bits`]: every NaN is the canonical NaN): first
+/// every `v_wr` (the emulator's trace against the graph's write records, so writes no output
+/// reads are checked too), then every output element of the graph pruned to its outputs, as
+/// `nnp_runtime::exec::run_program` runs it (the `nnpc run` path; through a JSON round trip of
+/// the graph when `json` is set). Each graph runs twice in one session, the first run and a warm
+/// run in 2 shards of items, and both are compared. Panics in either engine are caught and
+/// reported as that engine's failure.
+pub fn run_differential(
+    source: &str,
+    target_toml: &str,
+    data_seed: u64,
+    batch: usize,
+    data_cfg: &DataConfig,
+    json: bool,
+) -> Outcome {
+    use nnp_grammar::{SourceFile, Target, check};
+    use nnp_lowering::swgraph::{Roots, SwGraph, optimize};
+    use nnp_runtime::emulator::{EmuError, EmuOptions, emulate};
+    use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution, Session};
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use std::sync::Arc;
+
+    /// The options of the outputs' run: `NNPC_DIFF_DEVICE=cuda` puts its integer products on
+    /// the GPU (a build with the `cuda` feature), anything else or nothing keeps them on the CPU.
+    /// Odd seeds evaluate in the products-first order, the GPU's, on the CPU too.
+    fn run_options(data_seed: u64) -> ExecOptions {
+        let cuda = std::env::var("NNPC_DIFF_DEVICE").is_ok_and(|d| d == "cuda");
+        ExecOptions {
+            device: if cuda {
+                DeviceKind::Cuda
+            } else {
+                DeviceKind::Cpu
+            },
+            products_first: data_seed % 2 == 1,
+            ..ExecOptions::default()
+        }
+    }
+
+    let target = match Target::from_toml(target_toml, "gen.toml") {
+        Ok(t) => t,
+        Err(e) => return Outcome::Invalid(format!("target: {e}")),
+    };
+    let src = Arc::new(SourceFile::new("gen.nnp", source));
+    let program = match check(src.clone(), Some(target)) {
+        Ok(out) => out.program,
+        Err(diags) => {
+            let d = diags.iter().find(|d| d.is_error()).or(diags.first());
+            let text = d.map_or("rejected".to_string(), |d| {
+                format!(
+                    "{} (line {}: `{}`)",
+                    d.message,
+                    src.line_of(d.span().start),
+                    src.line_text(d.span().start)
+                )
+            });
+            return Outcome::Invalid(text);
+        }
+    };
+    let data = host_data(&program, batch, data_seed, data_cfg);
+    let emu_opts = EmuOptions {
+        trace: true,
+        ..EmuOptions::default()
+    };
+    // A NaN or infinity the target forbids stops the emulator: the graph must stop with the
+    // same error.
+    let emu = match catch_unwind(AssertUnwindSafe(|| emulate(&program, &data, &emu_opts))) {
+        Ok(Ok(e)) => Ok(e),
+        Ok(Err(e @ EmuError::NonFinite { .. })) => Err(e.to_string()),
+        Ok(Err(e)) => return Outcome::EmulatorError(e.to_string()),
+        Err(p) => return Outcome::EmulatorError(panic_text(p)),
+    };
+    // The graph twice: with every write kept (traces) on the float BLAS path of products, and
+    // as `nnpc run` runs it (outputs only, pruned; the integer kernel where the CPU has AVX2,
+    // or on the GPU with `NNPC_DIFF_DEVICE=cuda`), or through its JSON form. Each in a session
+    // that runs it twice: the first run (the whole batch), then a warm run in 2 shards of
+    // items (on the CPU). The traced session goes in chunks of at most 2 items (its first
+    // chunk computes the constants; its warm chunks go in shards).
+    type Twice = [Result<Execution, nnp_runtime::exec::ExecError>; 2];
+    let twice = |g: &SwGraph, opts: ExecOptions| -> Result<Twice, String> {
+        let opts = ExecOptions {
+            batch_shards: Some(2),
+            ..opts
+        };
+        let mut session = Session::new(g, &opts).map_err(|e| e.to_string())?;
+        let first = session.run(&data);
+        Ok([first, session.run(&data)])
+    };
+    let sw = catch_unwind(AssertUnwindSafe(|| -> Result<_, String> {
+        let g = nnp_lowering::swgraph::lower(&program).map_err(|e| e.to_string())?;
+        let keep = ExecOptions {
+            keep_writes: true,
+            float_matmul: true,
+            chunk_items: Some(2),
+            ..ExecOptions::default()
+        };
+        let traced = twice(&g, keep)?;
+        let plain = if json {
+            let g =
+                SwGraph::from_json(&g.to_json()).map_err(|e| format!("JSON round trip: {e}"))?;
+            twice(&g, run_options(data_seed))?
+        } else {
+            twice(&optimize(&g, Roots::Outputs), run_options(data_seed))?
+        };
+        Ok((g, traced, plain))
+    }));
+    let (graph, traced, plain) = match sw {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => return Outcome::GraphError(e),
+        Err(p) => return Outcome::GraphError(panic_text(p)),
+    };
+    // Every run stops where the emulator stopped, or none does.
+    let emu = match emu {
+        Ok(emu) => emu,
+        Err(emu) => {
+            for run in traced.iter().chain(&plain) {
+                let graph = match run {
+                    Err(e) if e.to_string() == emu => continue,
+                    Err(e) => e.to_string(),
+                    Ok(_) => "ran".to_string(),
+                };
+                let message = format!("the emulator stopped ({emu}); the graph: {graph}");
+                return Outcome::GraphError(message);
+            }
+            return Outcome::SameError(emu);
+        }
+    };
+    let runs = |[a, b]: Twice| match (a, b) {
+        (Ok(a), Ok(b)) => Ok([a, b]),
+        (Err(e), _) | (_, Err(e)) => Err(Outcome::GraphError(e.to_string())),
+    };
+    let (traced, plain) = match (runs(traced), runs(plain)) {
+        (Ok(traced), Ok(plain)) => (traced, plain),
+        (Err(out), _) | (_, Err(out)) => return out,
+    };
+    let trace = emu.trace.unwrap_or_default();
+    let mut lanes = 0;
+    for traced in &traced {
+        lanes = match compare_traces(&graph, traced, &trace, data.batch) {
+            Ok(lanes) => lanes,
+            Err(out) => return out,
+        };
+    }
+    let mut elements = 0;
+    for plain in &plain {
+        elements = match compare_outputs(&program, &emu.outputs, &plain.outputs) {
+            Outcome::Concordant { elements, .. } => elements,
+            other => return other,
+        };
+    }
+    Outcome::Concordant {
+        elements,
+        written: lanes,
+        paths: Paths::of(&plain[0]),
+    }
+}
+
+/// Compare every `v_wr` of the emulator's trace with the graph's write records, in execution
+/// order (`nnpc diff --trace`'s comparison): the lanes compared when they agree, else the first
+/// divergence.
+pub fn compare_traces(
+    graph: &nnp_lowering::swgraph::SwGraph,
+    traced: &nnp_runtime::exec::Execution,
+    trace: &[nnp_runtime::trace::TraceRecord],
+    batch: usize,
+) -> Result<usize, Outcome> {
+    let records = nnp_runtime::exec::trace::records(graph, traced, 0..batch)
+        .ok_or_else(|| Outcome::GraphError("trace: the graph kept no written values".into()))?;
+    let cmp = nnp_runtime::trace::compare_traces(trace, &records)
+        .map_err(|e| Outcome::GraphError(format!("trace: {e}")))?;
+    match cmp.first {
+        Some(d) => Err(Outcome::TraceMismatch(d)),
+        None => Ok(records.iter().map(|r| r.bits.len()).sum()),
+    }
+}
+
+/// Compare two engines' outputs element by element on their storage bit patterns (`nnpc
+/// diff`'s comparison: every NaN is the canonical NaN).
+pub fn compare_outputs(
+    program: &nnp_grammar::Program,
+    emu: &nnp_runtime::host::Outputs,
+    sw: &nnp_runtime::host::Outputs,
+) -> Outcome {
+    match nnp_runtime::diff::diff_outputs(program, emu, sw, 1) {
+        Err(e) => Outcome::GraphError(e.to_string()),
+        Ok(r) if r.concordant => Outcome::Concordant {
+            elements: r.elements,
+            written: 0,
+            paths: Paths::default(),
+        },
+        Ok(r) => Outcome::Mismatch(Box::new(r)),
+    }
+}
+
+/// [`minimize`] a failing program, keeping the same kind of failure on the same data.
+pub fn minimize_failure(
+    source: &str,
+    target_toml: &str,
+    data_seed: u64,
+    batch: usize,
+    data_cfg: &DataConfig,
+    json: bool,
+) -> (String, String, Outcome) {
+    let first = run_differential(source, target_toml, data_seed, batch, data_cfg, json);
+    let kind = first.kind();
+    if !first.is_failure() || matches!(first, Outcome::Invalid(_)) {
+        // Nothing to shrink: any edit that breaks the program would "still fail".
+        return (source.to_string(), target_toml.to_string(), first);
+    }
+    let (s, t) = minimize(source, target_toml, |s, t| {
+        run_differential(s, t, data_seed, batch, data_cfg, json).kind() == kind
+    });
+    let out = run_differential(&s, &t, data_seed, batch, data_cfg, json);
+    (s, t, out)
+}
