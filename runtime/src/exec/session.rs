@@ -466,6 +466,16 @@ impl<'g> Session<'g> {
                 Failure::Candle(c) => fail(c),
                 Failure::Exec(x) => x,
             };
+            // Node `i` done: free what nothing later reads, and count its time as `kind`.
+            let finish = |ex: &mut Executor, kind| {
+                release(
+                    &mut ex.values,
+                    reads(graph, &self.through, i),
+                    last_use,
+                    pos,
+                );
+                tally(&mut ex.prof, kind, t0, 1);
+            };
             if let Some(reg) = regions.next_if(|r| r.start == pos) {
                 // A run of element-wise MFU ops, evaluated together (`fused`).
                 let nodes = &self.order[reg.start..reg.end];
@@ -510,13 +520,7 @@ impl<'g> Session<'g> {
                 && ex.quantize_to_ints(i, f).map_err(exec_err)?
             {
                 ex.paths.insert((Path::QuantizedToInts, i));
-                release(
-                    &mut ex.values,
-                    reads(graph, &self.through, i),
-                    last_use,
-                    pos,
-                );
-                tally(&mut ex.prof, "quantize to ints", t0, 1);
+                finish(&mut ex, "quantize to ints");
                 continue;
             }
             // A weight stack goes from the host's weights straight to the form the session
@@ -532,26 +536,14 @@ impl<'g> Session<'g> {
                 if let Some(key) = arranged {
                     ex.prepare_arranged(id, stack, key).map_err(exec_err)?;
                     ex.paths.insert((Path::OnePass, i));
-                    release(
-                        &mut ex.values,
-                        reads(graph, &self.through, i),
-                        last_use,
-                        pos,
-                    );
-                    tally(&mut ex.prof, "prepare weights", t0, 1);
+                    finish(&mut ex, "prepare weights");
                     continue;
                 } else if !ints {
                     prepared = Some(ex.prepare_f64(stack).map_err(exec_err)?);
                     ex.paths.insert((Path::OnePass, i));
                 } else if ex.prepare_ints(id, stack).map_err(exec_err)? {
                     ex.paths.insert((Path::OnePass, i));
-                    release(
-                        &mut ex.values,
-                        reads(graph, &self.through, i),
-                        last_use,
-                        pos,
-                    );
-                    tally(&mut ex.prof, "prepare weights", t0, 1);
+                    finish(&mut ex, "prepare weights");
                     continue;
                 } else {
                     // No integer form: the chains node by node, then the stack as usual.
@@ -584,18 +576,12 @@ impl<'g> Session<'g> {
                     ex.values[i] = Some(t);
                 }
             }
-            release(
-                &mut ex.values,
-                reads(graph, &self.through, i),
-                last_use,
-                pos,
-            );
             let kind = match (&self.plan.stacks[i], &self.plan.inputs[i]) {
                 (Some(_), _) if !ints => "prepare weights",
                 (_, Some(_)) => "input",
                 _ => node.op.name(),
             };
-            tally(&mut ex.prof, kind, t0, 1);
+            finish(&mut ex, kind);
         }
         if let Some(prof) = &ex.prof {
             let items = &ex.items;
