@@ -17,7 +17,7 @@ mod program;
 
 pub use data::{DataConfig, host_data};
 pub use differential::{
-    Outcome, Paths, compare_outputs, compare_traces, minimize_failure, run_differential,
+    Outcome, compare_outputs, compare_traces, minimize_failure, run_differential,
 };
 pub use minimize::minimize;
 use program::Gen;

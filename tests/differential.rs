@@ -8,8 +8,9 @@
 //! differing element.
 
 use nnp_grammar::{ChainBody, DeclKind, Init, Mem, OpKind, SourceFile, Target, check};
+use nnp_runtime::exec::PathCounts;
 use nnpc::progen::{
-    DataConfig, GenConfig, Outcome, Paths, compare_outputs, generate, minimize, minimize_failure,
+    DataConfig, GenConfig, Outcome, compare_outputs, generate, minimize, minimize_failure,
     run_differential,
 };
 use std::collections::BTreeSet;
@@ -55,7 +56,7 @@ fn checked(source: &str, toml: &str) -> nnp_grammar::Program {
 
 /// Run `count` programs from seed `base` on every core; minimize and print failures. Returns
 /// the paths the outputs' runs took, counted over all of them.
-fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> Paths {
+fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> PathCounts {
     let data = DataConfig::default();
     let start = Instant::now();
     let next = AtomicU64::new(base);
@@ -64,7 +65,7 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> Paths {
     let elements = AtomicU64::new(0);
     let lanes = AtomicU64::new(0);
     let stopped = AtomicU64::new(0);
-    let paths = Mutex::new(Paths::default());
+    let paths = Mutex::new(PathCounts::default());
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
         for _ in 0..threads {

@@ -109,7 +109,7 @@ fn every_sample_on_every_declared_target_matches_the_emulator() {
             t1.elapsed().as_secs_f64()
         );
         assert_same(&case, &hw.outputs, &sw.outputs);
-        int_products += sw.int_products;
+        int_products += sw.paths.int_products;
         // The float BLAS path, which the integer kernel replaces where the CPU has AVX2.
         let float = ExecOptions {
             float_matmul: true,
@@ -119,7 +119,7 @@ fn every_sample_on_every_declared_target_matches_the_emulator() {
             .unwrap_or_else(|e| panic!("{case}: software graph (float path): {e}"));
         assert_same(&format!("{case} (float path)"), &hw.outputs, &sw.outputs);
         assert_eq!(
-            sw.int_products, 0,
+            sw.paths.int_products, 0,
             "{case}: float path took the integer kernel"
         );
     }
@@ -191,14 +191,20 @@ fn warm_runs_in_shards_match_the_emulator() {
             &clean_whole.outputs,
             &first.outputs,
         );
-        let paths = |e: &exec::Execution| (e.int_products, e.quantized_to_ints, e.concats_skipped);
+        let paths = |e: &exec::Execution| {
+            (
+                e.paths.int_products,
+                e.paths.quantized_to_ints,
+                e.paths.concats_skipped,
+            )
+        };
         assert_eq!(paths(&sharded), paths(&whole), "{case}: paths");
         // A shard whose items fit the plain kernel takes it where the whole batch needs slices.
         assert!(
-            sharded.sliced_products <= whole.sliced_products,
+            sharded.paths.sliced_products <= whole.paths.sliced_products,
             "{case}: slices"
         );
-        moved += first.int_products - sharded.int_products;
+        moved += first.paths.int_products - sharded.paths.int_products;
     }
     // The NaN sent products off the integer kernel in some cases (the shards disagreed there).
     assert_eq!(moved > 0, exec::intdot::simd(), "{moved} products moved");

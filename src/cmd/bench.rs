@@ -169,8 +169,11 @@ fn measure(
     let mut session = Session::new(graph, &opts).map_err(|e| fail(&e))?;
     let t = Instant::now();
     let sw = session.run(&data).map_err(|e| fail(&e))?;
-    let (int_products, gpu_products, sliced_products) =
-        (sw.int_products, sw.gpu_products, sw.sliced_products);
+    let (int_products, gpu_products, sliced_products) = (
+        sw.paths.int_products,
+        sw.paths.gpu_products,
+        sw.paths.sliced_products,
+    );
     let gpu = session.gpu_name().map(str::to_string);
     let cold_s = t.elapsed().as_secs_f64();
     let peak_run_kib = vm_hwm_kib();

@@ -2,6 +2,7 @@
 
 use super::{DataConfig, host_data, minimize};
 use nnp_runtime::diff::DiffReport;
+use nnp_runtime::exec::PathCounts;
 use nnp_runtime::trace::TraceDivergence;
 
 /// What one program did under both engines.
@@ -14,7 +15,7 @@ pub enum Outcome {
         /// Lanes of `v_wr` values compared (over the trace and the batch).
         written: usize,
         /// The paths the outputs' run took.
-        paths: Paths,
+        paths: PathCounts,
     },
     /// Both engines stopped at the same NaN or infinity that the target forbids
     /// (`nonfinite = "error"`), with this error: every run of the graph (first and warm, traced
@@ -32,72 +33,6 @@ pub enum Outcome {
     /// The engines disagree on a `v_wr` (emulator trace vs the graph's write records): the
     /// first divergent write in execution order.
     TraceMismatch(TraceDivergence),
-}
-
-/// The paths a run took where the software graph has more than one, counted: the outputs'
-/// run of a differential test takes the integer kernel where it can, its traced run the float
-/// path for every product.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Paths {
-    /// Products computed on the integer kernel.
-    pub int_products: usize,
-    /// Of those, the products computed on the GPU (`NNPC_DIFF_DEVICE=cuda`).
-    pub gpu_products: usize,
-    /// Of those, the products on integer slices (fp8 and MX formats).
-    pub sliced_products: usize,
-    /// Weight stacks prepared in one pass from the host's weights.
-    pub one_pass_stacks: usize,
-    /// Vectors quantized straight to the integer kernel's integers.
-    pub quantized_to_ints: usize,
-    /// Of those, the vectors assembled from their concat's parts without the concat.
-    pub concats_skipped: usize,
-}
-
-impl Paths {
-    /// The counts of one run.
-    pub fn of(run: &nnp_runtime::exec::Execution) -> Paths {
-        Paths {
-            int_products: run.int_products,
-            gpu_products: run.gpu_products,
-            sliced_products: run.sliced_products,
-            one_pass_stacks: run.one_pass_stacks,
-            quantized_to_ints: run.quantized_to_ints,
-            concats_skipped: run.concats_skipped,
-        }
-    }
-}
-
-impl std::ops::Add for Paths {
-    type Output = Paths;
-
-    /// The counts of both.
-    fn add(self, o: Paths) -> Paths {
-        Paths {
-            int_products: self.int_products + o.int_products,
-            gpu_products: self.gpu_products + o.gpu_products,
-            sliced_products: self.sliced_products + o.sliced_products,
-            one_pass_stacks: self.one_pass_stacks + o.one_pass_stacks,
-            quantized_to_ints: self.quantized_to_ints + o.quantized_to_ints,
-            concats_skipped: self.concats_skipped + o.concats_skipped,
-        }
-    }
-}
-
-impl std::fmt::Display for Paths {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} products on the integer kernel ({} on the GPU, {} on integer slices), {} weight \
-             stacks prepared in one pass, {} vectors quantized straight to integers ({} of them \
-             from a concat's parts)",
-            self.int_products,
-            self.gpu_products,
-            self.sliced_products,
-            self.one_pass_stacks,
-            self.quantized_to_ints,
-            self.concats_skipped
-        )
-    }
 }
 
 impl Outcome {
@@ -331,7 +266,7 @@ pub fn run_differential(
     Outcome::Concordant {
         elements,
         written: lanes,
-        paths: Paths::of(&plain[0]),
+        paths: plain[0].paths,
     }
 }
 
@@ -366,7 +301,7 @@ pub fn compare_outputs(
         Ok(r) if r.concordant => Outcome::Concordant {
             elements: r.elements,
             written: 0,
-            paths: Paths::default(),
+            paths: PathCounts::default(),
         },
         Ok(r) => Outcome::Mismatch(Box::new(r)),
     }

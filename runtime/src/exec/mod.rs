@@ -92,29 +92,70 @@ pub struct Execution {
     pub outputs: Outputs,
     /// With `keep_writes`: the value of every written value id.
     pub written: HashMap<ValueId, WrittenValue>,
-    /// Products (`TiledMatVec` nodes) this run computed on the integer kernel ([`intdot`]);
-    /// the others took a float path.
+    /// The nodes that took each fast path.
+    pub paths: PathCounts,
+    /// Shards of items the run went in, side by side ([`Session::run`]): 1 for the whole
+    /// batch (or chunk) in one pass, else the most of any chunk. A sharded run counts a node
+    /// on a path where every shard took it.
+    pub shards: usize,
+    /// Chunks of items the run went in, one after the other ([`Session::chunks`]): 1 for a
+    /// batch that fits one.
+    pub chunks: usize,
+}
+
+/// The nodes of a run that took each fast path ([`Execution::paths`]). A sharded or chunked
+/// run counts a node on a path where every shard and chunk took it; `+` adds the counts of
+/// several runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathCounts {
+    /// Products (`TiledMatVec` nodes) computed on the integer kernel ([`intdot`]); the others
+    /// took a float path.
     pub int_products: usize,
     /// Of those, the products computed on the GPU (`DeviceKind::Cuda`).
     pub gpu_products: usize,
     /// Of those, the products whose operands the kernel took in slices (fp8 and MX formats:
     /// [`intdot::SlicedWeights`]).
     pub sliced_products: usize,
-    /// Weight stacks this run prepared in one pass from the host's weights (`prepare`).
+    /// Weight stacks prepared in one pass from the host's weights (`prepare`).
     pub one_pass_stacks: usize,
-    /// Vectors this run quantized straight to the integer kernel's integers (BFP `quantize`
+    /// Vectors quantized straight to the integer kernel's integers (BFP `quantize`
     /// nodes that only products read: [`intdot::IntVector::quantized`]).
     pub quantized_to_ints: usize,
     /// Of those, the vectors assembled from their concat's parts, tile by tile, without the
     /// concat ([`Session::through`]).
     pub concats_skipped: usize,
-    /// Shards of items the run went in, side by side ([`Session::run`]): 1 for the whole
-    /// batch (or chunk) in one pass, else the most of any chunk. A sharded run counts a node
-    /// on a path above where every shard took it.
-    pub shards: usize,
-    /// Chunks of items the run went in, one after the other ([`Session::chunks`]): 1 for a
-    /// batch that fits one.
-    pub chunks: usize,
+}
+
+impl std::ops::Add for PathCounts {
+    type Output = PathCounts;
+
+    fn add(self, o: PathCounts) -> PathCounts {
+        PathCounts {
+            int_products: self.int_products + o.int_products,
+            gpu_products: self.gpu_products + o.gpu_products,
+            sliced_products: self.sliced_products + o.sliced_products,
+            one_pass_stacks: self.one_pass_stacks + o.one_pass_stacks,
+            quantized_to_ints: self.quantized_to_ints + o.quantized_to_ints,
+            concats_skipped: self.concats_skipped + o.concats_skipped,
+        }
+    }
+}
+
+impl std::fmt::Display for PathCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} products on the integer kernel ({} on the GPU, {} on integer slices), {} weight \
+             stacks prepared in one pass, {} vectors quantized straight to integers ({} of them \
+             from a concat's parts)",
+            self.int_products,
+            self.gpu_products,
+            self.sliced_products,
+            self.one_pass_stacks,
+            self.quantized_to_ints,
+            self.concats_skipped
+        )
+    }
 }
 
 /// Why a graph could not be executed.

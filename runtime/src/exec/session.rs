@@ -5,8 +5,8 @@ use super::executor::{Executor, Failure, Profile};
 use super::mfu::ActTable;
 use super::products::{chunked_stacks, product_spec};
 use super::{
-    DeviceKind, ExecError, ExecOptions, Execution, WrittenValue, finite, fused, gpu, intdot,
-    prepare, quant, rounded, short,
+    DeviceKind, ExecError, ExecOptions, Execution, PathCounts, WrittenValue, finite, fused, gpu,
+    intdot, prepare, quant, rounded, short,
 };
 use crate::host::{HostData, Outputs, Progress, Tensor as HostTensor};
 use candle_core::{DType, Device, Tensor};
@@ -370,14 +370,8 @@ impl<'g> Session<'g> {
     /// chunks of at most `shards` shards each.
     fn execution(&self, all: Option<Part>, shards: usize, chunks: usize) -> Execution {
         let all = all.unwrap_or_default();
-        let count = |path| taken(&all.paths, path);
         Execution {
-            int_products: count(Path::IntKernel),
-            gpu_products: count(Path::Gpu),
-            sliced_products: count(Path::Slices),
-            one_pass_stacks: count(Path::OnePass),
-            quantized_to_ints: count(Path::QuantizedToInts),
-            concats_skipped: count(Path::ConcatSkipped),
+            paths: counts(&all.paths),
             shards,
             chunks,
             outputs: all.outputs,
@@ -591,14 +585,7 @@ impl<'g> Session<'g> {
                     secs * 1e3
                 );
             }
-            let count = |path| taken(&ex.paths, path);
-            eprintln!(
-                "profile: items {items:?}: {} products on the integer kernel ({} on the GPU, {} \
-                 in slices)",
-                count(Path::IntKernel),
-                count(Path::Gpu),
-                count(Path::Slices)
-            );
+            eprintln!("profile: items {items:?}: {}", counts(&ex.paths));
         }
         found.merge(fused_found);
         Ok(Part {
@@ -699,9 +686,17 @@ pub(super) enum Path {
 /// The nodes of a run that took each fast path.
 pub(super) type Paths = BTreeSet<(Path, usize)>;
 
-/// The nodes of `paths` that took `path`.
-pub(super) fn taken(paths: &Paths, path: Path) -> usize {
-    paths.iter().filter(|(p, _)| *p == path).count()
+/// How many nodes of `paths` took each path.
+fn counts(paths: &Paths) -> PathCounts {
+    let taken = |path| paths.iter().filter(|(p, _)| *p == path).count();
+    PathCounts {
+        int_products: taken(Path::IntKernel),
+        gpu_products: taken(Path::Gpu),
+        sliced_products: taken(Path::Slices),
+        one_pass_stacks: taken(Path::OnePass),
+        quantized_to_ints: taken(Path::QuantizedToInts),
+        concats_skipped: taken(Path::ConcatSkipped),
+    }
 }
 
 /// Append `more` (the outputs of the next items in order) to `all`, the outputs so far of a

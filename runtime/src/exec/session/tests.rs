@@ -369,7 +369,7 @@ fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
         let out = session.run(&fed).expect("run");
         // The float path's f64 stacks have no integer form to miss.
         let fallbacks = usize::from(overflow && !float_matmul);
-        assert_eq!(out.one_pass_stacks, stacks - fallbacks);
+        assert_eq!(out.paths.one_pass_stacks, stacks - fallbacks);
         // The vectors of the products, x_t and h_(t-1) of T = 4 steps, go straight to
         // integers where the kernel runs (Uc's NaN block makes h_1 onwards NaN: those are
         // quantized as f64 as before).
@@ -380,7 +380,7 @@ fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
             (false, false) => 8,
         };
         assert_eq!(
-            out.quantized_to_ints, quantized,
+            out.paths.quantized_to_ints, quantized,
             "{float_matmul} {overflow}"
         );
         let emu = emulator::emulate(&program, &fed, &EmuOptions::default()).expect("emulates");
@@ -447,8 +447,8 @@ fn vectors_quantized_to_ints_serve_float_products_too() {
     for (run, int_products, quantized) in [("first", 28, 8), ("warm", 28 - 3, 7)] {
         let out = session.run(&data).expect("run");
         assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{run} run");
-        assert_eq!(out.quantized_to_ints, quantized, "{run} run");
-        assert_eq!(out.int_products, int_products, "{run} run");
+        assert_eq!(out.paths.quantized_to_ints, quantized, "{run} run");
+        assert_eq!(out.paths.int_products, int_products, "{run} run");
     }
 }
 
@@ -478,7 +478,11 @@ fn concats_quantized_part_by_part_give_the_emulators_bits() {
         for run in ["first", "warm"] {
             let out = session.run(&data).expect("run");
             assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{run} run");
-            let counts = (out.concats_skipped, out.quantized_to_ints, out.int_products);
+            let counts = (
+                out.paths.concats_skipped,
+                out.paths.quantized_to_ints,
+                out.paths.int_products,
+            );
             assert_eq!(counts, (16, 16, 16), "{run} run");
         }
     }
@@ -494,11 +498,11 @@ fn concats_quantized_part_by_part_give_the_emulators_bits() {
     let out = session.run(&data).expect("run");
     assert_eq!(bits(&out.outputs), bits(&emu.outputs), "NaN pixel");
     assert_eq!(
-        (out.concats_skipped, out.quantized_to_ints),
+        (out.paths.concats_skipped, out.paths.quantized_to_ints),
         (7, 7),
         "NaN pixel"
     );
-    assert_eq!(out.int_products, 7, "NaN pixel");
+    assert_eq!(out.paths.int_products, 7, "NaN pixel");
 }
 
 /// Missing or mis-shaped weights are errors that name the tensor, on the one-pass path as
@@ -563,7 +567,10 @@ fn weights_kept_as_integers_are_restored_for_the_float_path() {
     let first = session
         .run(&HostData::random(&program, 2, 1))
         .expect("first run");
-    assert_eq!(first.int_products, products, "every product on the kernel");
+    assert_eq!(
+        first.paths.int_products, products,
+        "every product on the kernel"
+    );
     let stacks = session.stacks.iter().flatten().count();
     assert!(stacks > 0, "the sample's weights are read by products only");
     assert_eq!(session.caches.as_ints.len(), stacks);
@@ -579,7 +586,7 @@ fn weights_kept_as_integers_are_restored_for_the_float_path() {
     }
     let warm = session.run(&fed).expect("run with non-finite inputs");
     assert!(
-        warm.int_products < products,
+        warm.paths.int_products < products,
         "no product took the float path"
     );
     let emu = emulator::emulate(&program, &fed, &EmuOptions::default()).expect("emulates");
@@ -625,18 +632,21 @@ fn fp8_and_mx_products_on_integer_slices_give_the_emulators_bits() {
             let emu = emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
             assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{name} seed {seed}");
             // Every product on slices; a warm run reuses the products of constants.
-            assert_eq!(out.int_products, out.sliced_products, "{name} seed {seed}");
+            assert_eq!(
+                out.paths.int_products, out.paths.sliced_products,
+                "{name} seed {seed}"
+            );
             if seed == 1 {
-                assert_eq!(out.sliced_products, products, "{name} first run");
+                assert_eq!(out.paths.sliced_products, products, "{name} first run");
             }
-            warm = out.sliced_products;
+            warm = out.paths.sliced_products;
         }
         let mut nan = HostData::random(&program, 3, 1);
         nan.inputs.get_mut("x").expect("x").data[5] = f32::NAN;
         let out = session.run(&nan).expect("runs");
         let emu = emulator::emulate(&program, &nan, &EmuOptions::default()).expect("emulates");
         assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{name} NaN input");
-        assert!(out.sliced_products < products, "{name} NaN input");
+        assert!(out.paths.sliced_products < products, "{name} NaN input");
         // A session whose first run has a NaN in every x_t (so that the first vector of
         // every W stack has one) slices its weights all the same: the next run takes the
         // slices for every product, as a warm run does.
@@ -650,8 +660,11 @@ fn fp8_and_mx_products_on_integer_slices_give_the_emulators_bits() {
         let out = session.run(&clean).expect("runs");
         let emu = emulator::emulate(&program, &clean, &EmuOptions::default()).expect("emulates");
         assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{name} after NaN");
-        assert_eq!(out.int_products, out.sliced_products, "{name} after NaN");
-        assert_eq!(out.sliced_products, warm, "{name} after NaN");
-        assert!(first.sliced_products < warm, "{name} NaN first");
+        assert_eq!(
+            out.paths.int_products, out.paths.sliced_products,
+            "{name} after NaN"
+        );
+        assert_eq!(out.paths.sliced_products, warm, "{name} after NaN");
+        assert!(first.paths.sliced_products < warm, "{name} NaN first");
     }
 }
