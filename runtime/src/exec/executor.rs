@@ -119,7 +119,7 @@ impl<'a> Executor<'a> {
 
     /// The host tensor `name` ([`Executor::host_tensor`]) as an f64 tensor `[batch or 1,
     /// shape]`.
-    pub(super) fn host(&self, name: &str, input: bool, shape: &[usize]) -> Result<Tensor, Failure> {
+    fn host(&self, name: &str, input: bool, shape: &[usize]) -> Result<Tensor, Failure> {
         let t = self.host_tensor(name, input, shape)?;
         let mut dims = vec![if input { self.batch() } else { 1 }];
         dims.extend(shape);
@@ -341,7 +341,7 @@ impl<'a> Executor<'a> {
         self.rounded.get(v.index()).copied().flatten() == Some(*f)
     }
 
-    pub(super) fn table(
+    fn table(
         &mut self,
         op: UnOp,
         f: &FloatFormat,

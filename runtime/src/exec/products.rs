@@ -184,10 +184,7 @@ impl<'a> Executor<'a> {
     }
 
     /// The parts of `stack` on the host's weights, checked.
-    pub(super) fn sources<'s>(
-        &self,
-        stack: &'s prepare::Stack,
-    ) -> Result<Vec<prepare::Source<'s>>, ExecError>
+    fn sources<'s>(&self, stack: &'s prepare::Stack) -> Result<Vec<prepare::Source<'s>>, ExecError>
     where
         'a: 's,
     {
@@ -312,7 +309,7 @@ impl<'a> Executor<'a> {
     }
 
     /// Whether value `v` is computed and not yet freed in this run.
-    pub(super) fn ready(&self, v: ValueId) -> bool {
+    fn ready(&self, v: ValueId) -> bool {
         self.values.get(v.index()).is_some_and(Option::is_some)
     }
 
@@ -323,7 +320,7 @@ impl<'a> Executor<'a> {
 
     /// The weight stack `w` as a tensor: its value, or restored from the integers it is kept
     /// as (then held for the rest of the run).
-    pub(super) fn weights(&mut self, w: ValueId) -> Result<Tensor, Failure> {
+    fn weights(&mut self, w: ValueId) -> Result<Tensor, Failure> {
         if let Some(t) = self.values.get(w.index()).and_then(Option::as_ref) {
             return Ok(t.clone());
         }
@@ -377,7 +374,7 @@ impl<'a> Executor<'a> {
     /// [`Executor::quantize_to_ints`] of a quantize node `q` whose concat of `parts` the run
     /// skipped: each tile of each part quantized once per run ([`Executor::tile_ints`]), then
     /// the vector assembled from them; `false` when a tile has no integer form.
-    pub(super) fn quantize_parts_to_ints(
+    fn quantize_parts_to_ints(
         &mut self,
         q: usize,
         parts: &[nnp_lowering::swgraph::TileSlice],
@@ -439,7 +436,7 @@ impl<'a> Executor<'a> {
     }
 
     /// The batch of a product's vector `x`.
-    pub(super) fn batch_of(&self, x: ValueId) -> Result<usize, ExecError> {
+    fn batch_of(&self, x: ValueId) -> Result<usize, ExecError> {
         match self.int_x.get(&x) {
             Some(Some(xi)) => Ok(xi.batch()),
             _ => Ok(self.value(x)?.dims()[0]),
@@ -448,7 +445,7 @@ impl<'a> Executor<'a> {
 
     /// A product's vector `x` as a tensor: its value, or restored from the integers it was
     /// quantized to ([`Executor::quantize_to_ints`]; then held for the rest of the run).
-    pub(super) fn vector(&mut self, x: ValueId) -> Result<Tensor, Failure> {
+    fn vector(&mut self, x: ValueId) -> Result<Tensor, Failure> {
         if let Some(t) = self.values.get(x.index()).and_then(Option::as_ref) {
             return Ok(t.clone());
         }
@@ -462,7 +459,7 @@ impl<'a> Executor<'a> {
     }
 
     /// The operands of a product of `w` and `x` at batch `b`.
-    pub(super) fn operands(&self, x: ValueId, w: ValueId, b: usize) -> Operands {
+    fn operands(&self, x: ValueId, w: ValueId, b: usize) -> Operands {
         Operands {
             x,
             w,
@@ -702,10 +699,10 @@ pub(super) fn arrange_w(
 /// The operands of one product: vector `x` at batch `b`, weight stack `w`, and whether work on
 /// the weights is kept for the session (a constant stack).
 #[derive(Clone, Copy)]
-pub(super) struct Operands {
-    pub(super) x: ValueId,
-    pub(super) w: ValueId,
-    pub(super) b: usize,
+struct Operands {
+    x: ValueId,
+    w: ValueId,
+    b: usize,
     cacheable: bool,
 }
 
@@ -781,10 +778,10 @@ impl CustomOp1 for TransposeTo {
 
 /// [`matmul::sum_partials`] as a CPU custom op on f32 or f64 partials.
 struct SumPartials {
-    pub(super) spec: MatVec,
-    pub(super) k: usize,
-    pub(super) pairs: usize,
-    pub(super) b: usize,
+    spec: MatVec,
+    k: usize,
+    pairs: usize,
+    b: usize,
 }
 
 impl CustomOp1 for SumPartials {

@@ -735,7 +735,7 @@ pub(super) struct Part {
 
 /// The values node `i` reads: its inputs and, where it quantizes a concat the run may skip
 /// (`through`, [`Session::through`]), that concat's parts.
-pub(super) fn reads(graph: &SwGraph, through: &[bool], i: usize) -> Vec<ValueId> {
+fn reads(graph: &SwGraph, through: &[bool], i: usize) -> Vec<ValueId> {
     let mut vs = graph.nodes[i].op.inputs();
     if let Op::Quantize { src, .. } = &graph.nodes[i].op
         && through[src.index()]
@@ -773,7 +773,7 @@ fn concats_to_ints(
 /// The values marked in `among` that only products read, as their matrix, with one
 /// `(rows, cols)` for all of them, and that a run does not hand back (`handed`): `(rows,
 /// cols)` per value, `None` for every other value.
-pub(super) fn weight_stacks(
+fn weight_stacks(
     graph: &SwGraph,
     among: &[bool],
     handed: &HashSet<ValueId>,
