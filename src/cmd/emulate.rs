@@ -156,7 +156,7 @@ mod tests {
     /// `--chunk-items`' help states the defaults [`PIECE_ITEMS`] and [`TRACED_PIECE_ITEMS`].
     #[test]
     fn chunk_items_help_states_the_default_pieces() {
-        let help = super::super::host_args::arg_help::<Args>("chunk_items");
+        let help = crate::cmd::host_args::arg_help::<Args>("chunk_items");
         let stated = format!("(default: {PIECE_ITEMS}, or {TRACED_PIECE_ITEMS} with --trace)");
         assert!(help.contains(&stated), "{help:?} should say {stated:?}");
     }
