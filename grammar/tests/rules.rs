@@ -293,6 +293,11 @@ fn chain_needs_more_mfus_than_target_has() {
         at(&src, "v_tanh"),
     );
     assert_eq!(d.labels[1].span, at(&src, "v_sigm"));
+    let help = d.help.as_deref().unwrap_or_default();
+    assert!(
+        help.contains("at least 3 MFUs") && help.contains("`mfus = 3`"),
+        "{help}"
+    );
 }
 
 #[test]

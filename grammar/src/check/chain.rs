@@ -460,10 +460,14 @@ impl Checker {
                         ),
                     );
                 }
-                self.emit(d.help(
+                self.emit(d.help(format!(
                     "each MFU has one add/sub, one multiply and one activation unit: split the \
-                     chain (write the intermediate vector to a VRF and continue in a new chain)",
-                ));
+                     chain (write the intermediate vector to a VRF and continue in a new chain), \
+                     or run on a target with at least {} MFUs (`--target FILE`, whose TOML says \
+                     `mfus = {}`)",
+                    usize::from(k) + 1,
+                    usize::from(k) + 1
+                )));
             }
             self.push_op(kind, None, k, i.span);
             return;
