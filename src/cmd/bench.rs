@@ -169,11 +169,7 @@ fn measure(
     let mut session = Session::new(graph, &opts).map_err(|e| fail(&e))?;
     let t = Instant::now();
     let sw = session.run(&data).map_err(|e| fail(&e))?;
-    let (int_products, gpu_products, sliced_products) = (
-        sw.paths.int_products,
-        sw.paths.gpu_products,
-        sw.paths.sliced_products,
-    );
+    let paths = sw.paths;
     let gpu = session.gpu_name().map(str::to_string);
     let cold_s = t.elapsed().as_secs_f64();
     let peak_run_kib = vm_hwm_kib();
@@ -289,12 +285,12 @@ fn measure(
             // What the first run did, not what the flags suggest: data that does not fit
             // the integer kernel takes the float path product by product.
             "products": floor_calls,
-            "int_products": int_products,
+            "int_products": paths.int_products,
             // Of those, the products on the GPU (`--device cuda`), and its name.
-            "gpu_products": gpu_products,
+            "gpu_products": paths.gpu_products,
             "gpu": gpu,
             // Of those, the products whose fp8 or MX operands the kernel took in slices.
-            "sliced_products": sliced_products,
+            "sliced_products": paths.sliced_products,
             // Shards of items the warm runs went in (`--shards`).
             "shards": shards,
             "nodes": graph.nodes.len(),

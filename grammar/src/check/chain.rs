@@ -460,13 +460,12 @@ impl Checker {
                         ),
                     );
                 }
+                let need = usize::from(k) + 1;
                 self.emit(d.help(format!(
                     "each MFU has one add/sub, one multiply and one activation unit: split the \
                      chain (write the intermediate vector to a VRF and continue in a new chain), \
-                     or run on a target with at least {} MFUs (`--target FILE`, whose TOML says \
-                     `mfus = {}`)",
-                    usize::from(k) + 1,
-                    usize::from(k) + 1
+                     or run on a target with at least {need} MFUs (`--target FILE`, whose TOML \
+                     says `mfus = {need}`)"
                 )));
             }
             self.push_op(kind, None, k, i.span);

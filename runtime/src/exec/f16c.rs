@@ -8,7 +8,7 @@
 //!   correctly rounded fp16 result, as f32 has at least `2 * 11 + 2` significand bits
 //!   (NUMERICS.md section 1); a product of two fp16 values is exact in f32 anyway;
 //! - max, relu and pass return one of their operands (or +0), which is fp16 already;
-//! - the activations look the operand's fp16 bits up in the table's f32 values;
+//! - the activations look the operand's fp16 bits up in the table's 16-bit outputs;
 //! - an operand from outside the region is rounded to fp16 as it is read, which is what every
 //!   op of the region does to its operands. An f64 that is not fp16 is first rounded to f32
 //!   *to odd* (truncated, the last bit set if anything was dropped: exact in f32), so the
@@ -126,36 +126,52 @@ fn op8<const OP: u8>(x: __m256, y: __m256) -> __m256 {
     }
 }
 
-/// `out[i] = OP(a[i], b[i])` eight lanes at a time; a last partial group is computed on
-/// zero-padded copies. (The shortest of the three lengths rules.)
+/// Runs `$group` (an expression on the pointers `$pa`, `$pb`, `$po`, which it reads and writes
+/// `$w` lanes at) over the lanes of `a`, `b` and `out`: whole groups in place, then a last
+/// partial group on zero-padded copies. (The shortest of the three lengths rules.) The loop of
+/// [`map2`], [`narrow4`] and [`lookup`].
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_groups {
+    ($w:literal, $a:expr, $b:expr, $out:expr, |$pa:ident, $pb:ident, $po:ident| $group:expr) => {{
+        let (a, b, out) = ($a, $b, $out);
+        let n = out.len().min(a.len()).min(b.len());
+        let whole = n - n % $w;
+        let mut i = 0;
+        while i < whole {
+            // SAFETY: `$w` lanes from `i` lie inside every slice (`i + $w <= n`).
+            unsafe {
+                let ($pa, $pb, $po) = (
+                    a.as_ptr().add(i),
+                    b.as_ptr().add(i),
+                    out.as_mut_ptr().add(i),
+                );
+                $group;
+            }
+            i += $w;
+        }
+        if whole < n {
+            let mut ta = [Default::default(); $w];
+            let mut tb = [Default::default(); $w];
+            let mut to = [Default::default(); $w];
+            ta[..n - whole].copy_from_slice(&a[whole..n]);
+            tb[..n - whole].copy_from_slice(&b[whole..n]);
+            // SAFETY: local arrays of `$w` lanes.
+            unsafe {
+                let ($pa, $pb, $po) = (ta.as_ptr(), tb.as_ptr(), to.as_mut_ptr());
+                $group;
+            }
+            out[whole..n].copy_from_slice(&to[..n - whole]);
+        }
+    }};
+}
+
+/// `out[i] = OP(a[i], b[i])` eight lanes at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn map2<const OP: u8>(a: &[f32], b: &[f32], out: &mut [f32]) {
-    let n = out.len().min(a.len()).min(b.len());
-    let whole = n - n % 8;
-    let mut i = 0;
-    while i < whole {
-        // SAFETY: 8-element loads and store inside the slices (i + 8 <= n).
-        unsafe {
-            let y = op8::<OP>(
-                _mm256_loadu_ps(a.as_ptr().add(i)),
-                _mm256_loadu_ps(b.as_ptr().add(i)),
-            );
-            _mm256_storeu_ps(out.as_mut_ptr().add(i), y);
-        }
-        i += 8;
-    }
-    if whole < n {
-        let (mut ta, mut tb, mut to) = ([0f32; 8], [0f32; 8], [0f32; 8]);
-        ta[..n - whole].copy_from_slice(&a[whole..n]);
-        tb[..n - whole].copy_from_slice(&b[whole..n]);
-        // SAFETY: 8-element loads and store of local arrays.
-        unsafe {
-            let y = op8::<OP>(_mm256_loadu_ps(ta.as_ptr()), _mm256_loadu_ps(tb.as_ptr()));
-            _mm256_storeu_ps(to.as_mut_ptr(), y);
-        }
-        out[whole..n].copy_from_slice(&to[..n - whole]);
-    }
+    by_groups!(8, a, b, out, |pa, pb, po| {
+        _mm256_storeu_ps(po, op8::<OP>(_mm256_loadu_ps(pa), _mm256_loadu_ps(pb)))
+    });
 }
 
 /// f32 lanes rounded to fp16 (nearest-even, subnormals, overflow to infinity) and back.
@@ -201,32 +217,13 @@ fn narrow_group<const ROUNDED: bool>(v: __m256d) -> __m128 {
     _mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(f))
 }
 
-/// `out[i] = x[i]` rounded to fp16, as f32, four lanes at a time; a last partial group on a
-/// zero-padded copy.
+/// `out[i] = x[i]` rounded to fp16, as f32, four lanes at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn narrow4<const ROUNDED: bool>(x: &[f64], out: &mut [f32]) {
-    let n = out.len().min(x.len());
-    let whole = n - n % 4;
-    let mut i = 0;
-    while i < whole {
-        // SAFETY: 4-element load and store inside the slices (i + 4 <= n).
-        unsafe {
-            let v = narrow_group::<ROUNDED>(_mm256_loadu_pd(x.as_ptr().add(i)));
-            _mm_storeu_ps(out.as_mut_ptr().add(i), v);
-        }
-        i += 4;
-    }
-    if whole < n {
-        let (mut tx, mut to) = ([0f64; 4], [0f32; 4]);
-        tx[..n - whole].copy_from_slice(&x[whole..n]);
-        // SAFETY: 4-element load and store of local arrays.
-        unsafe {
-            let v = narrow_group::<ROUNDED>(_mm256_loadu_pd(tx.as_ptr()));
-            _mm_storeu_ps(to.as_mut_ptr(), v);
-        }
-        out[whole..n].copy_from_slice(&to[..n - whole]);
-    }
+    by_groups!(4, x, x, out, |px, _px, po| {
+        _mm_storeu_ps(po, narrow_group::<ROUNDED>(_mm256_loadu_pd(px)))
+    });
 }
 
 /// `out[i] = x[i]` as f64 (exact), four lanes at a time. (The shorter length rules.)
@@ -251,32 +248,14 @@ unsafe fn widen4(x: &[f32], out: &mut [MaybeUninit<f64>]) {
 }
 
 /// `out[i] = fp16 value of t[fp16 bits of x[i]]` (the entry `nan` for every NaN), eight lanes
-/// at a time; a last partial group on a zero-padded copy.
+/// at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn lookup(t: &[u16; 1 << 16], nan: u16, x: &[f32], out: &mut [f32]) {
     let nan_at = _mm256_set1_epi32(i32::from(nan));
-    let n = out.len().min(x.len());
-    let whole = n - n % 8;
-    let mut i = 0;
-    while i < whole {
-        // SAFETY: 8-element load and store inside the slices (i + 8 <= n).
-        unsafe {
-            let y = lookup8(t, nan_at, _mm256_loadu_ps(x.as_ptr().add(i)));
-            _mm256_storeu_ps(out.as_mut_ptr().add(i), y);
-        }
-        i += 8;
-    }
-    if whole < n {
-        let (mut tx, mut to) = ([0f32; 8], [0f32; 8]);
-        tx[..n - whole].copy_from_slice(&x[whole..n]);
-        // SAFETY: 8-element load and store of local arrays.
-        unsafe {
-            let y = lookup8(t, nan_at, _mm256_loadu_ps(tx.as_ptr()));
-            _mm256_storeu_ps(to.as_mut_ptr(), y);
-        }
-        out[whole..n].copy_from_slice(&to[..n - whole]);
-    }
+    by_groups!(8, x, x, out, |px, _px, po| {
+        _mm256_storeu_ps(po, lookup8(t, nan_at, _mm256_loadu_ps(px)))
+    });
 }
 
 /// One group of 8 lanes of [`lookup`].

@@ -187,7 +187,7 @@ pub struct ActTable {
     values: Option<Values>,
     /// The output bit patterns themselves, for an fp16 table (half the bytes of the f32
     /// values: [`super::f16c`]'s lookups).
-    fp16: Option<Arc<Vec<u16>>>,
+    fp16: Option<Arc<[u16; 1 << 16]>>,
 }
 
 /// A table's outputs: as f32 where every value of the format is one (fp16, bf16: the table is
@@ -232,7 +232,8 @@ impl ActTable {
         let fp16 = bits
             .as_ref()
             .filter(|_| *fmt == FloatFormat::FP16)
-            .map(|t| Arc::new(t.clone()));
+            .and_then(|t| Box::<[u16; 1 << 16]>::try_from(t.clone().into_boxed_slice()).ok())
+            .map(Arc::from);
         let values = bits.map(|t| {
             let v = t.iter().map(|&b| fmt.decode(u64::from(b)));
             if narrow {
@@ -298,8 +299,7 @@ impl ActTable {
 
     /// The table's output bit patterns and the index of its NaN entry, for an fp16 table.
     pub(crate) fn fp16_bits(&self) -> Option<(&[u16; 1 << 16], u16)> {
-        let t = <&[u16; 1 << 16]>::try_from(self.fp16.as_deref()?.as_slice()).ok()?;
-        Some((t, bits16(&self.fmt, f64::NAN)))
+        Some((self.fp16.as_deref()?, bits16(&self.fmt, f64::NAN)))
     }
 
     /// The activation of a value already rounded to the format.
