@@ -865,6 +865,50 @@ fn unknown_memory_suggests() {
     );
 }
 
+/// A declaration's or constant's name where a memory belongs: the help says what the name
+/// is and how to write the operand.
+#[test]
+fn unknown_memory_names_what_a_declared_name_is() {
+    let cases = [
+        (
+            "matrix W : [128, 128] at mrf[3]\ninput x : [128]\noutput y : [128]\n\
+             v_rd netq\nv_wr ivrf[0]\nend_chain\nv_rd ivrf[0]\nmv_mul W\nv_wr netq\nend_chain\n",
+            "W",
+            "`W` is the matrix declared at `mrf[3]`; a declared name stands for its base \
+             address inside the brackets: write `mrf[W]`",
+        ),
+        (
+            "input x : [128]\noutput y : [128]\nv_rd x\nv_wr netq\nend_chain\n",
+            "x",
+            "`x` is an input, which the host pushes on netq: read it with `v_rd netq`",
+        ),
+        (
+            "input x : [128]\noutput y : [128]\nv_rd netq\nv_wr y\nend_chain\n",
+            "y",
+            "`y` is an output that the host collects from netq: write it with `v_wr netq`",
+        ),
+        (
+            "let K = 7\ninput x : [128]\noutput y : [128]\nv_rd netq\nv_wr K\nend_chain\n",
+            "K",
+            "`K` is the constant 7, not a memory; an operand is a memory and an address, as in \
+             `ivrf[K]`",
+        ),
+    ];
+    for (src, name, help) in cases {
+        // The operand: the name's last occurrence, at the end of its line.
+        let operand = format!(" {name}\n");
+        let nth_use = src.matches(&operand).count() - 1;
+        let start = nth(src, &operand, nth_use).start as usize + 1;
+        let d = expect(
+            src,
+            codes::UNKNOWN_MEMORY,
+            &format!("unknown memory `{name}`"),
+            Span::new(start, start + name.len()),
+        );
+        assert_eq!(d.help.as_deref(), Some(help), "{src}");
+    }
+}
+
 #[test]
 fn v_wr_cannot_write_mrf() {
     let src = format!("{IO}v_rd netq\nv_wr mrf[0]\nv_wr netq\nend_chain\n");

@@ -17,7 +17,9 @@ use crate::ast::{self, Expr, File, Ident, Instr, Item, Operand};
 use crate::diagnostics::{Diagnostic, codes};
 use crate::isa::{self, Op};
 use crate::parse::parse;
-use crate::program::{Addr, Chain, Decl, Mem, NetqSlot, Program, QuantConfig, SourceFile, Span};
+use crate::program::{
+    Addr, Chain, Decl, DeclKind, Mem, NetqSlot, Place, Program, QuantConfig, SourceFile, Span,
+};
 use crate::target::{BUILTIN_TARGETS, Target};
 use chain::OpenChain;
 use eval::{Env, Eval, Value};
@@ -595,12 +597,13 @@ impl Checker {
                 let names = self.mem_names();
                 let d = Diagnostic::error(codes::UNKNOWN_MEMORY, format!("unknown memory `{s}`"))
                     .label(name.span, "not a memory of this target");
-                let d = match isa::nearest(s, &names) {
-                    Some(n) => d.help(format!(
+                let d = match (self.named_value(s), isa::nearest(s, &names)) {
+                    (Some(what), _) => d.help(what),
+                    (None, Some(n)) => d.help(format!(
                         "did you mean `{n}`? memories: {}",
                         names.join(", ")
                     )),
-                    None => d.help(format!("memories: {}", names.join(", "))),
+                    (None, None) => d.help(format!("memories: {}", names.join(", "))),
                 };
                 self.emit(d);
                 return None;
@@ -621,6 +624,38 @@ impl Checker {
             return None;
         }
         Some(mem)
+    }
+
+    /// What a name written where a memory belongs stands for, and how to write it: the
+    /// commonest slip is a declaration's name as the operand (`mv_mul W` for `mv_mul mrf[W]`).
+    fn named_value(&self, s: &str) -> Option<String> {
+        let decl = match self.env.get(s)? {
+            Value::Int(v) => {
+                return Some(format!(
+                    "`{s}` is the constant {v}, not a memory; an operand is a memory and an \
+                     address, as in `ivrf[{s}]`"
+                ));
+            }
+            Value::Decl(idx) => self.decls.get(idx)?,
+        };
+        let kind = match decl.kind {
+            DeclKind::Matrix => "matrix",
+            DeclKind::Vector => "vector",
+            DeclKind::Input => "input",
+            DeclKind::Output => "output",
+        };
+        Some(match decl.place {
+            Some(Place { mem, addr }) => format!(
+                "`{s}` is the {kind} declared at `{mem}[{addr}]`; a declared name stands for its \
+                 base address inside the brackets: write `{mem}[{s}]`"
+            ),
+            None if decl.kind == DeclKind::Input => format!(
+                "`{s}` is an input, which the host pushes on netq: read it with `v_rd netq`"
+            ),
+            None => format!(
+                "`{s}` is an {kind} that the host collects from netq: write it with `v_wr netq`"
+            ),
+        })
     }
 
     fn mem_names(&self) -> Vec<String> {
