@@ -418,11 +418,16 @@ fn netq_pops_must_match_input_rows() {
 fn netq_pop_width_must_match_input_row() {
     // A row of x is 256 lanes = 2 tiles; rows = 1 pops 1 tile.
     let src = "input x : [256]\noutput y : [128]\nv_rd netq\nv_wr netq\nend_chain\n";
-    expect(
+    let d = expect(
         src,
         codes::NETQ_WIDTH,
         "pops 1 tile but row 0 of input `x` is 2 tiles",
         at(src, "netq"),
+    );
+    assert_eq!(d.labels[0].text, "pops 1 tile");
+    assert_eq!(
+        d.help.as_deref(),
+        Some("a pop reads `rows` tiles: set `s_wr rows, 2` before the chain")
     );
 }
 

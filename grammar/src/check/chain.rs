@@ -1340,25 +1340,31 @@ impl Checker {
                     } else {
                         ("v_wr", "pushes", "output")
                     };
+                    // A chain that pops netq has no mv_mul (only ivrf feeds the MVM), so
+                    // both widths are `rows`.
                     let help = if pop {
                         format!(
-                            "a pop reads `rows` tiles (`cols` with mv_mul): set it to {row_tiles} before the chain"
+                            "a pop reads `rows` tiles: set `s_wr rows, {row_tiles}` before the chain"
                         )
                     } else {
                         format!("the carried vector is `rows` tiles: set `s_wr rows, {row_tiles}`")
                     };
+                    let count = |k: u32| format!("{k} tile{}", if k == 1 { "" } else { "s" });
                     self.emit(
                         Diagnostic::error(
                             codes::NETQ_WIDTH,
                             format!(
-                                "`{what} netq` {verb} {tiles} tile{} but row {row} of {kind} `{}` is {row_tiles} tile{}",
-                                if tiles == 1 { "" } else { "s" },
+                                "`{what} netq` {verb} {} but row {row} of {kind} `{}` is {}",
+                                count(tiles),
                                 d.name,
-                                if row_tiles == 1 { "" } else { "s" }
+                                count(row_tiles)
                             ),
                         )
-                        .label(span, format!("{verb} {tiles} tiles"))
-                        .label(self.decl_names[decl], format!("{shape}: {row_tiles} tiles per row (N = {})", self.n))
+                        .label(span, format!("{verb} {}", count(tiles)))
+                        .label(
+                            self.decl_names[decl],
+                            format!("{shape}: {row_tiles} tiles per row (N = {})", self.n),
+                        )
                         .help(help),
                     );
                 }
