@@ -81,6 +81,41 @@ fn bad_files_are_clear_errors_not_panics() {
     }
 }
 
+/// A library error's fix ("...; help: FIX" in its message) is miette's help line, under the
+/// message; and a tensor missing from the files names what they do hold.
+#[test]
+fn an_errors_fix_is_its_help_line() {
+    use nnp_runtime::io::{Dtype, write_tensors};
+    use std::collections::BTreeMap;
+    let dir = common::scratch("help_line");
+    let misnamed = dir.join("weights.npy");
+    let t = nnp_runtime::host::Tensor::zeros(vec![3]);
+    write_tensors(
+        &misnamed,
+        &BTreeMap::from([("weights".to_string(), t)]),
+        Dtype::F32,
+    )
+    .expect("npy");
+    let o = nnpc(&[
+        "run",
+        "samples/mlp2_relu.nnp",
+        "--weights",
+        common::arg(&misnamed),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let message = common::message(&o);
+    assert!(
+        message.contains("tensors found: `weights` help: add it to the weights/inputs file"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!message.contains("; help:"), "{}", stderr(&o));
+    let help_line = stderr(&o)
+        .lines()
+        .any(|l| l.trim_start().starts_with("help: add it"));
+    assert!(help_line, "{}", stderr(&o));
+}
+
 /// `nnpc run samples/lstm.nnp --batch 3` with `extra` flags: the output file's bytes.
 fn lstm_run_bytes(dir: &str, extra: &[&str]) -> Vec<u8> {
     let out = common::scratch(dir).join("out.safetensors");

@@ -133,8 +133,8 @@ pub enum HostError {
     #[error(transparent)]
     Io(#[from] IoError),
     #[error(
-        "no tensor named `{name}` for {kind} `{name}` (expected shape {expected}) in {searched}; \
-         help: add it to the weights/inputs file, declare it `= 0`, or pass the option that fills \
+        "no tensor named `{name}` for {kind} `{name}` (expected shape {expected}) in \
+         {searched}{held}; help: add it to the weights/inputs file, declare it `= 0`, or pass the option that fills \
          missing tensors with seeded random data (`--random-missing`)"
     )]
     Missing {
@@ -142,6 +142,8 @@ pub enum HostError {
         kind: &'static str,
         expected: String,
         searched: String,
+        /// `; tensors found: `a`, `b`` (the names the files do have), or empty.
+        held: String,
     },
     #[error(
         "tensor `{name}` has shape {found} but {kind} `{name}` expects {expected}; help: {help}"
@@ -154,8 +156,8 @@ pub enum HostError {
         help: String,
     },
     #[error(
-        "tensor `{name}` holds {value} at flat index {index}; host data must be finite \
-         (help: replace NaN/infinite entries before running)"
+        "tensor `{name}` holds {value} at flat index {index}; host data must be finite; \
+         help: replace NaN/infinite entries before running"
     )]
     NonFinite {
         name: String,
@@ -497,16 +499,22 @@ impl HostData {
         opts: &LoadOptions,
         searched: &str,
     ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
-        let batch = match opts.batch {
+        // The batch, and how an input's batched shape names it: `B` while nothing fixes it.
+        let (batch, batch_dim) = match opts.batch {
             Some(0) => return Err(HostError::ZeroBatch),
-            Some(b) => b,
-            None => infer_batch(program, &tensors)?,
+            Some(b) => (b, b.to_string()),
+            None => match infer_batch(program, &tensors)? {
+                Some(b) => (b, b.to_string()),
+                None => (1, "B".to_string()),
+            },
         };
+        let held = held_names(tensors.keys());
         let missing = |d: &Decl, expected: String| HostError::Missing {
             name: d.name.clone(),
             kind: kind_name(d),
             expected,
             searched: searched.to_string(),
+            held: held.clone(),
         };
         // Tensors in memory may be built by hand (their fields are public): one whose values
         // do not fill its shape would be read out of bounds.
@@ -541,6 +549,10 @@ impl HostData {
             let batched: Vec<usize> = std::iter::once(batch)
                 .chain(d.shape.iter().copied())
                 .collect();
+            let dims: Vec<String> = std::iter::once(batch_dim.clone())
+                .chain(d.shape.iter().map(usize::to_string))
+                .collect();
+            let expected = format!("{} or [{}]", ShapeDisplay(&d.shape), dims.join(", "));
             let feed = match tensors.remove(&d.name) {
                 Some(found) if found.shape() == batched => Feed::Batched(found),
                 Some(found) if found.shape() == d.shape => {
@@ -552,26 +564,18 @@ impl HostData {
                     return Err(HostError::Shape {
                         name: d.name.clone(),
                         kind: "input",
-                        expected: format!(
-                            "{} or {}",
-                            ShapeDisplay(&d.shape),
-                            ShapeDisplay(&batched)
-                        ),
+                        expected,
                         found: ShapeDisplay(found.shape()).to_string(),
                         help: format!(
                             "an input is the declared shape (one set, used for every batch item) \
-                             or the declared shape with a leading batch dimension of {batch}"
+                             or the declared shape with a leading batch dimension ({batch_dim})"
                         ),
                     });
                 }
                 None if d.init == Init::Zero || opts.random_missing => {
                     Feed::Random(d.clone(), opts.seed)
                 }
-                None => {
-                    let expected =
-                        format!("{} or {}", ShapeDisplay(&d.shape), ShapeDisplay(&batched));
-                    return Err(missing(d, expected));
-                }
+                None => return Err(missing(d, expected)),
             };
             feeds.push((d.name.clone(), feed));
         }
@@ -586,8 +590,26 @@ impl HostData {
     }
 }
 
-/// Batch size from inputs given as `[B, ...shape]`; 1 when none is batched.
-fn infer_batch(program: &Program, tensors: &BTreeMap<String, Found>) -> Result<usize, HostError> {
+/// `; tensors found: `a`, `b`` for the names of the tensors the files hold (the first 8), or
+/// empty when they hold none: a misnamed tensor (a `.npy` file's is its file's name) shows at once.
+fn held_names<'a>(names: impl ExactSizeIterator<Item = &'a String>) -> String {
+    const SHOWN: usize = 8;
+    let count = names.len();
+    if count == 0 {
+        return String::new();
+    }
+    let mut list: Vec<String> = names.take(SHOWN).map(|n| format!("`{n}`")).collect();
+    if count > SHOWN {
+        list.push(format!("and {} more", count - SHOWN));
+    }
+    format!("; tensors found: {}", list.join(", "))
+}
+
+/// Batch size from inputs given as `[B, ...shape]`; `None` when none is batched.
+fn infer_batch(
+    program: &Program,
+    tensors: &BTreeMap<String, Found>,
+) -> Result<Option<usize>, HostError> {
     let mut found: Option<(String, usize)> = None;
     for d in program.inputs() {
         let Some(t) = tensors.get(&d.name) else {
@@ -612,8 +634,7 @@ fn infer_batch(program: &Program, tensors: &BTreeMap<String, Found>) -> Result<u
     }
     match found {
         Some((_, 0)) => Err(HostError::ZeroBatch),
-        Some((_, b)) => Ok(b),
-        None => Ok(1),
+        found => Ok(found.map(|(_, b)| b)),
     }
 }
 

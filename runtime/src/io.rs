@@ -69,8 +69,8 @@ pub enum IoError {
     #[error("`{path}` is not a valid .npy file: {message}")]
     Npy { path: PathBuf, message: String },
     #[error(
-        "tensor `{name}` in `{path}` has dtype {dtype}; supported: f16, bf16, f32, f64 \
-         (help: convert it, e.g. `x.astype(numpy.float32)`)"
+        "tensor `{name}` in `{path}` has dtype {dtype}; supported: f16, bf16, f32, f64; \
+         help: convert it, e.g. `x.astype(numpy.float32)`"
     )]
     Dtype {
         path: PathBuf,
@@ -78,8 +78,8 @@ pub enum IoError {
         dtype: String,
     },
     #[error(
-        "`{path}` holds more than one tensor ({count}); a single `.npy` file holds one \
-         (help: write to a `.safetensors` file or a directory)"
+        "`{path}` holds more than one tensor ({count}); a single `.npy` file holds one; \
+         help: write to a `.safetensors` file or a directory"
     )]
     NotOne { path: PathBuf, count: usize },
     #[error("tensor `{name}` of shape {shape} cannot be converted: {message}")]
@@ -815,7 +815,7 @@ fn npy_parse_header(
         .ok_or_else(|| err("header has no 'fortran_order'".into()))?;
     if fortran.trim() != "False" {
         return Err(err(
-            "Fortran-order arrays are not supported (help: save `numpy.ascontiguousarray(x)`)"
+            "Fortran-order arrays are not supported; help: save `numpy.ascontiguousarray(x)`"
                 .into(),
         ));
     }

@@ -110,6 +110,16 @@ fn load_errors_name_the_tensor_and_the_fix() {
         "{msg}"
     );
     assert!(msg.contains("--random-missing"), "{msg}");
+    // It names what the files do hold, so a misnamed tensor shows at once.
+    m.insert("bias".to_string(), Tensor::zeros(vec![4]));
+    let msg = HostData::from_tensors(&p, m.clone(), &LoadOptions::default(), "`w.safetensors`")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("in `w.safetensors`; tensors found: `W`, `bias`; help:"),
+        "{msg}"
+    );
+    m.remove("bias");
     // With the fallback flag, b (and x) come from the seeded random data.
     let opts = LoadOptions {
         random_missing: true,
@@ -165,6 +175,18 @@ fn inputs_broadcast_or_carry_the_batch() {
     };
     let d = HostData::from_tensors(&p, m.clone(), &opts, "f").unwrap();
     assert_eq!(d.inputs["x"].shape, vec![3, 2, 6]);
+    // A shape neither one set nor [B, ...shape]: with nothing to fix the batch, the error
+    // writes it B; with --batch, the number.
+    m.insert("x".to_string(), Tensor::zeros(vec![5, 2, 7]));
+    let msg = |opts: &LoadOptions| {
+        HostData::from_tensors(&p, m.clone(), opts, "f")
+            .unwrap_err()
+            .to_string()
+    };
+    let any = msg(&LoadOptions::default());
+    assert!(any.contains("expects [2, 6] or [B, 2, 6];"), "{any}");
+    assert!(any.ends_with("leading batch dimension (B)"), "{any}");
+    assert!(msg(&opts).contains("expects [2, 6] or [3, 2, 6];"));
     // [B, ...shape] sets the batch when none is given.
     m.insert("x".to_string(), Tensor::zeros(vec![5, 2, 6]));
     let d = HostData::from_tensors(&p, m.clone(), &LoadOptions::default(), "f").unwrap();

@@ -151,7 +151,6 @@ fn measure(
     graph: &SwGraph,
     progress: &Progress,
 ) -> miette::Result<Value> {
-    let fail = |e: &dyn std::fmt::Display| miette::miette!("{e}");
     let (batch, reps) = (args.batch, args.reps);
     let rows = input_rows(program);
     let vectors = batch * rows;
@@ -166,9 +165,9 @@ fn measure(
         batch_shards: args.shards,
         ..ExecOptions::default()
     };
-    let mut session = Session::new(graph, &opts).map_err(|e| fail(&e))?;
+    let mut session = Session::new(graph, &opts).map_err(super::fail)?;
     let t = Instant::now();
-    let sw = session.run(&data).map_err(|e| fail(&e))?;
+    let sw = session.run(&data).map_err(super::fail)?;
     let paths = sw.paths;
     let gpu = session.gpu_name().map(str::to_string);
     let cold_s = t.elapsed().as_secs_f64();
@@ -176,16 +175,16 @@ fn measure(
     // Warm graph runs and the floor (the same products as plain f32 matmuls) alternate, so
     // both see the same machine load; medians of each.
     progress.phase("software graph and floor: timed runs");
-    let floor = Floor::new(graph, batch).map_err(|e| fail(&e))?;
-    floor.run().map_err(|e| fail(&e))?;
+    let floor = Floor::new(graph, batch).map_err(super::fail)?;
+    floor.run().map_err(super::fail)?;
     let mut shards = 1;
     let (sw_s, floor_s) = baseline::alternate(
         reps,
         || {
-            shards = session.run(&data).map_err(|e| fail(&e))?.shards;
+            shards = session.run(&data).map_err(super::fail)?.shards;
             Ok(())
         },
-        || floor.run().map_err(|e| fail(&e)),
+        || floor.run().map_err(super::fail),
     )?;
     let (floor_calls, floor_macs) = (floor.calls(), floor.macs());
     drop(floor);
@@ -205,7 +204,7 @@ fn measure(
         let mut times = repeat_while_short(reps, EMU_REPEAT_S, || {
             let t = Instant::now();
             let e = emulator::emulate(program, &edata, &EmuOptions::default());
-            let e = e.map_err(|e| fail(&e))?;
+            let e = e.map_err(super::fail)?;
             let secs = t.elapsed().as_secs_f64();
             same &= same_bits(&sw.outputs, &e.outputs, eb);
             Ok::<f64, miette::Report>(secs)
@@ -223,7 +222,7 @@ fn measure(
         _ => nnp_grammar::Target::bw_default().numerics.mvm_vector,
     };
     let k = baseline::quantize_vs_elementwise(&fmt, program.native(), args.kernel_len, 3 * reps)
-        .map_err(|e| fail(&e))?;
+        .map_err(super::fail)?;
     let peak_all_kib = vm_hwm_kib();
 
     let sw_vps = vectors as f64 / sw_s.max(1e-12);

@@ -38,7 +38,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     if args.json {
         let v: Vec<serde_json::Value> = diags.items.iter().map(|d| to_json(&src, d)).collect();
         let text = serde_json::to_string_pretty(&v)
-            .map_err(|e| miette::miette!("cannot write JSON: {e}"))?;
+            .map_err(|e| super::fail(format!("cannot write JSON: {e}")))?;
         // A closed pipe (`| head`) is not an error of the check.
         let _ = writeln!(std::io::stdout().lock(), "{text}");
     } else {

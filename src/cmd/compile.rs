@@ -58,7 +58,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         println!("{json}");
     } else {
         std::fs::write(&out, json + "\n")
-            .map_err(|e| miette::miette!("cannot write `{}`: {e}", out.display()))?;
+            .map_err(|e| super::fail(format!("cannot write `{}`: {e}", out.display())))?;
         print_summary(&graph, &out);
     }
     Ok(ExitCode::SUCCESS)

@@ -67,10 +67,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     let (weights, feed) = args
         .data
         .feed(&program, dump.batch(&program))
-        .map_err(|e| miette::miette!("{e}"))?;
+        .map_err(super::fail)?;
     let batch = feed.batch;
     dump.check(&program, batch)
-        .map_err(|e| miette::miette!("`{}`: {e}", args.hardware.display()))?;
+        .map_err(|e| super::fail(format!("`{}`: {e}", args.hardware.display())))?;
 
     let roots = if args.trace.is_some() {
         Roots::OutputsAndWrites
@@ -85,14 +85,11 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         keep_writes: args.trace.is_some(),
         ..ExecOptions::default()
     };
-    let mut diff = DiffBuilder::new(&program, args.first).map_err(|e| miette::miette!("{e}"))?;
+    let mut diff = DiffBuilder::new(&program, args.first).map_err(super::fail)?;
     // The hardware trace's lines are indexed by item before the run (a malformed line stops
     // it there); its records are read a chunk of items at a time.
     let hw_trace = match args.trace.as_deref() {
-        Some(path) => Some((
-            path,
-            TraceFile::open(path).map_err(|e| miette::miette!("{e}"))?,
-        )),
+        Some(path) => Some((path, TraceFile::open(path).map_err(super::fail)?)),
         None => None,
     };
     let mut traces = TraceComparer::default();
@@ -125,15 +122,13 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     let mut report = diff.finish();
     if let Some((path, file)) = &hw_trace {
         // Records of items past the batch: a trace of another execution.
-        let extra = file
-            .read_items(batch..usize::MAX)
-            .map_err(|e| miette::miette!("{e}"))?;
-        compare_trace_piece(&mut traces, path, &extra, &[]).map_err(|e| miette::miette!("{e}"))?;
+        let extra = file.read_items(batch..usize::MAX).map_err(super::fail)?;
+        compare_trace_piece(&mut traces, path, &extra, &[]).map_err(super::fail)?;
         report.trace = Some(traces.finish());
     }
 
     if args.json {
-        let v = serde_json::to_string_pretty(&report).map_err(|e| miette::miette!("{e}"))?;
+        let v = serde_json::to_string_pretty(&report).map_err(super::fail)?;
         println!("{v}");
     } else {
         print_report(&args, &program, &report, batch);
@@ -173,7 +168,7 @@ struct Dump {
 
 impl Dump {
     fn open(program: &Program, path: &Path, layout: LayoutArg) -> miette::Result<Dump> {
-        let tensors = io::index_tensors(path).map_err(|e| miette::miette!("{e}"))?;
+        let tensors = io::index_tensors(path).map_err(super::fail)?;
         let batched = program
             .outputs()
             .filter_map(|d| {

@@ -64,10 +64,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let (weights, feed) = args
-        .data
-        .feed(&program, None)
-        .map_err(|e| miette::miette!("{e}"))?;
+    let (weights, feed) = args.data.feed(&program, None).map_err(super::fail)?;
     let batch = feed.batch;
     let shapes: BTreeMap<String, Vec<usize>> = program
         .outputs()
@@ -106,9 +103,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             return Ok(ExitCode::from(130));
         }
         let t0 = Instant::now();
-        data.inputs = feed
-            .items(items.clone())
-            .map_err(|e| miette::miette!("{e}"))?;
+        data.inputs = feed.items(items.clone()).map_err(super::fail)?;
         data.batch = items.len();
         io += t0.elapsed();
         opts.first_item = first;
@@ -116,7 +111,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             Ok(e) => e,
             Err(e @ (EmuError::Data { .. } | EmuError::Table { .. })) => {
                 bar.finish_and_clear();
-                return Err(miette::miette!("{e}"));
+                return Err(super::fail(e));
             }
             Err(e) => {
                 bar.finish_and_clear();
@@ -128,7 +123,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         let records = || Ok(emu.trace.unwrap_or_default());
         files
             .write(first, &emu.outputs, records)
-            .map_err(|e| miette::miette!("{e}"))?;
+            .map_err(super::fail)?;
         io += t0.elapsed();
     }
     bar.finish_and_clear();

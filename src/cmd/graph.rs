@@ -79,14 +79,14 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             GraphFormat::Dot => graph.write_dot(program, &mut buf),
             GraphFormat::Json => graph.write_json(program, &mut buf),
         };
-        written.map_err(|e| miette::miette!("{e}"))?;
+        written.map_err(super::fail)?;
     }
     match &args.output {
         Some(path) => std::fs::write(path, &buf)
-            .map_err(|e| miette::miette!("cannot write `{}`: {e}", path.display()))?,
+            .map_err(|e| super::fail(format!("cannot write `{}`: {e}", path.display())))?,
         None => std::io::stdout()
             .write_all(&buf)
-            .map_err(|e| miette::miette!("cannot write to stdout: {e}"))?,
+            .map_err(|e| super::fail(format!("cannot write to stdout: {e}")))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -194,7 +194,7 @@ pub fn run_failed(program: &Program, e: ChunkError) -> miette::Result<ExitCode> 
             eprintln!("{report:?}");
             Ok(ExitCode::from(1))
         }
-        e => Err(miette::miette!("{e}")),
+        e => Err(super::fail(e)),
     }
 }
 
@@ -248,7 +248,7 @@ impl OutputArgs {
     ) -> miette::Result<RunFiles> {
         let writer = self.writer(program, shapes)?;
         let tracer = match trace {
-            Some(path) => Some(TraceWriter::create(path).map_err(|e| miette::miette!("{e}"))?),
+            Some(path) => Some(TraceWriter::create(path).map_err(super::fail)?),
             None => None,
         };
         if writer.is_some() || tracer.is_some() {
@@ -279,8 +279,8 @@ impl OutputArgs {
                 (name.clone(), shape)
             })
             .collect();
-        let files = io::ItemWriter::create(path, &laid_out, self.dtype(program))
-            .map_err(|e| miette::miette!("{e}"))?;
+        let files =
+            io::ItemWriter::create(path, &laid_out, self.dtype(program)).map_err(super::fail)?;
         Ok(Some(OutputWriter {
             files,
             layout,
@@ -330,10 +330,10 @@ impl RunFiles {
     /// Put every file in its place.
     pub fn finish(self) -> miette::Result<()> {
         if let Some(t) = self.tracer {
-            t.finish().map_err(|e| miette::miette!("{e}"))?;
+            t.finish().map_err(super::fail)?;
         }
         if let Some(w) = self.writer {
-            w.finish().map_err(|e| miette::miette!("{e}"))?;
+            w.finish().map_err(super::fail)?;
         }
         Ok(())
     }

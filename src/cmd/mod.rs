@@ -33,6 +33,30 @@ struct RuntimeError {
     help: Option<String>,
 }
 
+/// A library error as a report. The crates' errors are plain `thiserror` messages that end in
+/// "; help: ..." where there is a fix to name; the fix becomes miette's help line.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error("{message}")]
+struct Failure {
+    message: String,
+    #[help]
+    help: Option<String>,
+}
+
+/// `message` and the help it ends with, if any (see [`Failure`]).
+fn split_help(message: String) -> (String, Option<String>) {
+    match message.split_once("; help: ") {
+        Some((what, help)) => (what.to_string(), Some(help.to_string())),
+        None => (message, None),
+    }
+}
+
+/// The error `e` of a library crate, or of the CLI's own `format!`, as a report.
+pub fn fail(e: impl std::fmt::Display) -> miette::Report {
+    let (message, help) = split_help(e.to_string());
+    miette::Report::new(Failure { message, help })
+}
+
 /// The runtime error `e` of the firmware in `src`, pointing at `span` (where `src` holds it:
 /// a compiled graph run alone has no source text; the message names the line), with `help`.
 pub fn runtime_error(
@@ -41,13 +65,14 @@ pub fn runtime_error(
     span: Option<nnp_grammar::Span>,
     help: Option<&str>,
 ) -> miette::Report {
+    let (message, own_help) = split_help(e.to_string());
     miette::Report::new(RuntimeError {
-        message: e.to_string(),
+        message,
         src: src.named(),
         span: span
             .filter(|s| s.end as usize <= src.text.len())
             .map(Into::into),
-        help: help.map(str::to_string),
+        help: help.map(str::to_string).or(own_help),
     })
 }
 
@@ -87,7 +112,10 @@ pub fn load(file: &Path, target: Option<&str>) -> Result<Program, ExitCode> {
 /// Lower a checked program to its software graph; on failure print why and return status 1.
 pub fn lower(program: &Program) -> Result<SwGraph, ExitCode> {
     nnp_lowering::swgraph::lower(program).map_err(|e| {
-        eprintln!("{}: cannot lower: {e}", program.source.name);
+        eprintln!(
+            "{:?}",
+            fail(format!("{}: cannot lower: {e}", program.source.name))
+        );
         ExitCode::from(1)
     })
 }

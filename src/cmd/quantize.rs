@@ -116,7 +116,7 @@ pub struct Report {
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let format = parse_literal(&args.format)?;
-    let mut tensors = read_tensors(&args.input).map_err(|e| miette::miette!("{e}"))?;
+    let mut tensors = read_tensors(&args.input).map_err(super::fail)?;
     if let Some(name) = &args.tensor {
         let Some(t) = tensors.remove(name) else {
             let names: Vec<&str> = tensors.keys().map(String::as_str).collect();
@@ -181,11 +181,11 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             OutDtype::F16 => Dtype::F16,
             OutDtype::F32 => Dtype::F32,
         };
-        write_tensors(out, &out_tensors, dtype).map_err(|e| miette::miette!("{e}"))?;
+        write_tensors(out, &out_tensors, dtype).map_err(super::fail)?;
     }
     if args.json {
         let text = serde_json::to_string_pretty(&reports)
-            .map_err(|e| miette::miette!("cannot write JSON: {e}"))?;
+            .map_err(|e| super::fail(format!("cannot write JSON: {e}")))?;
         emit(&format!("{text}\n"))?;
     } else {
         print_table(&reports, &format)?;
@@ -261,7 +261,7 @@ fn emit(text: &str) -> miette::Result<()> {
     use std::io::Write;
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(miette::miette!("cannot write to stdout: {e}"))
+            Err(super::fail(format!("cannot write to stdout: {e}")))
         }
         _ => Ok(()),
     }

@@ -108,9 +108,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             ));
         }
         let text = std::fs::read_to_string(&args.file)
-            .map_err(|e| miette::miette!("cannot read `{}`: {e}", args.file.display()))?;
+            .map_err(|e| super::fail(format!("cannot read `{}`: {e}", args.file.display())))?;
         let g = SwGraph::from_json(&text)
-            .map_err(|e| miette::miette!("`{}`: {e}", args.file.display()))?;
+            .map_err(|e| super::fail(format!("`{}`: {e}", args.file.display())))?;
         if roots == Roots::OutputsAndWrites && g.writes.is_empty() {
             return Err(miette::miette!(
                 help = "compile without --outputs-only, or run the firmware file",
@@ -132,10 +132,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         (swgraph::optimize(&g, roots), program)
     };
     // Inputs, from files or seeded random, are read or made a chunk at a time.
-    let (weights, feed) = args
-        .data
-        .feed(&program, None)
-        .map_err(|e| miette::miette!("{e}"))?;
+    let (weights, feed) = args.data.feed(&program, None).map_err(super::fail)?;
     let batch = feed.batch;
     let opts = ExecOptions {
         device: args.device.into(),
