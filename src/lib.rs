@@ -33,7 +33,7 @@ pub enum LoadError {
     },
     /// The `--target` given cannot be loaded.
     #[error(transparent)]
-    #[diagnostic(code(nnp::target))]
+    #[diagnostic(transparent)]
     Target(#[from] TargetError),
     /// The firmware has errors (rendered with their source spans).
     #[error(transparent)]

@@ -2,9 +2,12 @@
 //!
 //! `bw-default` is built in; other targets are TOML files (schema in `docs/targets.md`).
 
+use miette::{NamedSource, SourceSpan};
 use nnp_numerics::Format;
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use toml::Spanned;
 
 /// How the MVM sums the products of one output row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -105,18 +108,38 @@ pub struct Target {
     pub base_dir: Option<PathBuf>,
 }
 
-/// A target file that cannot be used.
-#[derive(Debug, thiserror::Error)]
+/// A target file that cannot be used. An invalid file's error points at the key or value in
+/// the file's text (rendered by miette like a firmware diagnostic) where it has one.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum TargetError {
-    #[error("cannot read target file `{path}`: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    // The cause is in the message (not a `source`, which miette would print again).
+    #[error("cannot read target file `{path}`: {cause}")]
+    #[diagnostic(code(nnp::target))]
+    Read { path: String, cause: std::io::Error },
     #[error("target file `{path}` is not a valid target description: {message}")]
-    Invalid { path: String, message: String },
+    #[diagnostic(code(nnp::target))]
+    Invalid {
+        path: String,
+        message: String,
+        /// The file's text, where the error has a place in it.
+        #[source_code]
+        src: Option<NamedSource<String>>,
+        #[label("here")]
+        span: Option<SourceSpan>,
+    },
     #[error("unknown built-in target `{0}` (built-in targets: bw-default)")]
+    #[diagnostic(code(nnp::target))]
     UnknownBuiltin(String),
+}
+
+impl TargetError {
+    /// Where an invalid file's error points: a byte range of the file's text.
+    pub fn span(&self) -> Option<Range<usize>> {
+        match self {
+            TargetError::Invalid { span: Some(s), .. } => Some(s.offset()..s.offset() + s.len()),
+            _ => None,
+        }
+    }
 }
 
 /// The on-disk TOML shape; every field optional, defaults from `bw-default`.
@@ -124,8 +147,8 @@ pub enum TargetError {
 #[serde(deny_unknown_fields)]
 struct TargetFile {
     name: Option<String>,
-    native: Option<usize>,
-    mfus: Option<usize>,
+    native: Option<Spanned<usize>>,
+    mfus: Option<Spanned<usize>>,
     memory: Option<MemorySizes>,
     numerics: Option<NumericsFile>,
 }
@@ -133,11 +156,11 @@ struct TargetFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NumericsFile {
-    storage: Option<String>,
-    mvm_vector: Option<String>,
-    mvm_matrix: Option<String>,
-    mvm_output: Option<String>,
-    mfu_input: Option<String>,
+    storage: Option<Spanned<String>>,
+    mvm_vector: Option<Spanned<String>>,
+    mvm_matrix: Option<Spanned<String>>,
+    mvm_output: Option<Spanned<String>>,
+    mfu_input: Option<Spanned<String>>,
     accumulation: Option<Accumulation>,
     nonfinite: Option<NonFinite>,
     tables: Option<Tables>,
@@ -180,12 +203,18 @@ impl Target {
 
     /// Parse a target description from TOML text; `path` names it in errors.
     pub fn from_toml(text: &str, path: &str) -> Result<Target, TargetError> {
-        let invalid = |message: String| TargetError::Invalid {
+        let invalid = |message: String, span: Option<Range<usize>>| TargetError::Invalid {
             path: path.to_string(),
             message,
+            src: span
+                .as_ref()
+                .map(|_| NamedSource::new(path, text.to_string())),
+            span: span.map(|r| SourceSpan::from(r.start..r.end.max(r.start))),
         };
         let file: TargetFile =
-            toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
+            toml::from_str(text).map_err(|e| invalid(e.message().to_string(), e.span()))?;
+        // The span of each checked key's value (the built-in's values have none).
+        let mut spans: Vec<(&str, Range<usize>)> = Vec::new();
         let mut t = Target::bw_default();
         t.name = file.name.unwrap_or_else(|| {
             Path::new(path)
@@ -194,36 +223,50 @@ impl Target {
                 .unwrap_or_else(|| "target".into())
         });
         if let Some(n) = file.native {
-            t.native = n;
+            spans.push(("native", n.span()));
+            t.native = n.into_inner();
         }
         if let Some(m) = file.mfus {
-            t.mfus = m;
+            spans.push(("mfus", m.span()));
+            t.mfus = m.into_inner();
         }
+        let span_of = |key: &str, spans: &[(&str, Range<usize>)]| {
+            spans
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, r)| r.clone())
+        };
         if let Some(mem) = file.memory {
             t.memory = mem;
         }
         if !(1..=4096).contains(&t.native) {
-            return Err(invalid(format!(
-                "native = {} must be between 1 and 4096",
-                t.native
-            )));
+            return Err(invalid(
+                format!("native = {} must be between 1 and 4096", t.native),
+                span_of("native", &spans),
+            ));
         }
         if !(1..=8).contains(&t.mfus) {
-            return Err(invalid(format!(
-                "mfus = {} must be between 1 and 8",
-                t.mfus
-            )));
+            return Err(invalid(
+                format!("mfus = {} must be between 1 and 8", t.mfus),
+                span_of("mfus", &spans),
+            ));
         }
         if let Some(n) = file.numerics {
-            let parse =
-                |key: &str, v: Option<String>, slot: &mut Format| -> Result<(), TargetError> {
-                    if let Some(lit) = v {
-                        *slot = lit
-                            .parse()
-                            .map_err(|e| invalid(format!("numerics.{key} = \"{lit}\": {e}")))?;
-                    }
-                    Ok(())
-                };
+            let mut parse = |key: &'static str,
+                             v: Option<Spanned<String>>,
+                             slot: &mut Format|
+             -> Result<(), TargetError> {
+                if let Some(lit) = v {
+                    spans.push((key, lit.span()));
+                    *slot = lit.get_ref().parse().map_err(|e| {
+                        invalid(
+                            format!("numerics.{key} = \"{}\": {e}", lit.get_ref()),
+                            Some(lit.span()),
+                        )
+                    })?;
+                }
+                Ok(())
+            };
             let num = &mut t.numerics;
             parse("storage", n.storage, &mut num.storage)?;
             parse("mvm_vector", n.mvm_vector, &mut num.mvm_vector)?;
@@ -246,9 +289,13 @@ impl Target {
             ("mfu_input", &t.numerics.mfu_input),
         ] {
             if f.as_float().is_none() {
-                return Err(invalid(format!(
-                    "numerics.{key} = \"{f}\" must be a float format (fp16, bf16, fp32 or fp(e, m))"
-                )));
+                return Err(invalid(
+                    format!(
+                        "numerics.{key} = \"{f}\" must be a float format (fp16, bf16, fp32 or \
+                         fp(e, m))"
+                    ),
+                    span_of(key, &spans),
+                ));
             }
         }
         t.base_dir = Path::new(path).parent().map(Path::to_path_buf);
@@ -260,9 +307,9 @@ impl Target {
         if BUILTIN_TARGETS.contains(&name_or_path) {
             return Target::builtin(name_or_path);
         }
-        let text = std::fs::read_to_string(name_or_path).map_err(|source| TargetError::Read {
+        let text = std::fs::read_to_string(name_or_path).map_err(|cause| TargetError::Read {
             path: name_or_path.to_string(),
-            source,
+            cause,
         })?;
         Target::from_toml(&text, name_or_path)
     }
