@@ -7,6 +7,7 @@ use nnp_numerics::Format;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use toml::Spanned;
 
 /// How the MVM sums the products of one output row.
@@ -123,7 +124,7 @@ pub enum TargetError {
         message: String,
         /// The file's text, where the error has a place in it.
         #[source_code]
-        src: Option<NamedSource<String>>,
+        src: Option<Arc<NamedSource<String>>>,
         #[label("here")]
         span: Option<SourceSpan>,
     },
@@ -208,7 +209,7 @@ impl Target {
             message,
             src: span
                 .as_ref()
-                .map(|_| NamedSource::new(path, text.to_string())),
+                .map(|_| Arc::new(NamedSource::new(path, text.to_string()))),
             span: span.map(|r| SourceSpan::from(r.start..r.end.max(r.start))),
         };
         let file: TargetFile =
