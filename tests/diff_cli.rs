@@ -388,3 +388,89 @@ fn a_trace_is_compared_chunk_by_chunk_in_any_order() {
     assert!(err.contains("has 1 records for batch item 7"), "{err}");
     assert!(err.contains("software graph wrote 0"), "{err}");
 }
+
+/// `--explain`: a board whose numerics differ from the target in one setting (here the
+/// emulator run on a target file with that setting) is concordant under exactly that change
+/// of the target, which the report names as the line to put in the target file; a dump with
+/// a fault (one flipped bit) is concordant under none.
+#[test]
+fn explain_names_the_one_setting_a_board_differs_in() {
+    let dir = scratch("explain");
+    let boards = [
+        "accumulation = \"fp16-seq\"",
+        "mvm_vector = \"bfp(mant = 8, block = native, exp_bits = 5, round = away)\"",
+        "mfu_input = \"bf16\"",
+    ];
+    for (k, setting) in boards.iter().enumerate() {
+        let board = dir.join(format!("board{k}.toml"));
+        std::fs::write(&board, format!("[numerics]\n{setting}\n")).expect("target file");
+        let hw = dir.join(format!("hw{k}.safetensors"));
+        let o = nnpc(&[
+            "emulate",
+            "samples/mlp2_relu.nnp",
+            "--batch",
+            "16",
+            "--seed",
+            "5",
+            "--target",
+            s(&board),
+            "-o",
+            s(&hw),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = diff_mlp(&hw, 5, &["--explain", "--json"]);
+        assert_eq!(o.status.code(), Some(1), "{setting}: {}", stderr(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(r["concordant"], false, "{setting}");
+        let rows = r["explain"].as_array().expect("explain rows");
+        let concordant: Vec<&str> = rows
+            .iter()
+            .filter(|row| row["concordant"] == true)
+            .map(|row| row["change"].as_str().expect("change"))
+            .collect();
+        assert_eq!(concordant, [*setting], "{setting}");
+        for row in rows {
+            assert_eq!(row["elements"], 6400, "{row}");
+            assert!(row.get("error").is_none(), "{row}");
+        }
+        // The human report says the same.
+        let out = stdout(&diff_mlp(&hw, 5, &["--explain"]));
+        assert!(
+            out.contains(&format!(
+                "the dump is concordant with `bw-default` changed by `{setting}`"
+            )),
+            "{out}"
+        );
+    }
+    // A fault: the emulator's own dump with one bit flipped.
+    let hw = dir.join("hw_ok.safetensors");
+    let o = nnpc(&[
+        "emulate",
+        "samples/mlp2_relu.nnp",
+        "--batch",
+        "16",
+        "--seed",
+        "5",
+        "-o",
+        s(&hw),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut dump = read_tensors(&hw).expect("dump");
+    let y = dump.get_mut("y").expect("output y");
+    y.data[123] = f16::from_bits(f16::from_f32(y.data[123]).to_bits() ^ 1).to_f32();
+    let bad = dir.join("bad.safetensors");
+    write_tensors(&bad, &dump, Dtype::F16).expect("write");
+    let o = diff_mlp(&bad, 5, &["--explain"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("no single change of the numerics makes the dump concordant"),
+        "{out}"
+    );
+    assert!(!out.contains("(concordant)"), "{out}");
+    // A concordant dump has nothing to explain.
+    let o = diff_mlp(&hw, 5, &["--explain", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(r.get("explain").is_none(), "{r}");
+}

@@ -319,16 +319,29 @@ impl Format {
 
     /// The rounding mode of the format.
     pub fn rounding(&self) -> Rounding {
+        let mut f = *self;
+        *f.rounding_mut()
+    }
+
+    /// The same format with rounding mode `r`.
+    pub fn with_rounding(&self, r: Rounding) -> Format {
+        let mut f = *self;
+        *f.rounding_mut() = r;
+        f
+    }
+
+    /// Every format carries a rounding mode.
+    fn rounding_mut(&mut self) -> &mut Rounding {
         match self {
-            Format::Float(f) => f.rounding,
-            Format::Bfp(f) => f.rounding,
-            Format::Mx(f) => f.rounding,
-            Format::Hbfp(f) => f.rounding,
-            Format::Int(f) => f.rounding,
-            Format::Fixed(f) => f.rounding,
-            Format::DynFixed(f) => f.rounding,
-            Format::Pot(f) => f.rounding,
-            Format::TwoHot(f) => f.rounding,
+            Format::Float(f) => &mut f.rounding,
+            Format::Bfp(f) => &mut f.rounding,
+            Format::Mx(f) => &mut f.rounding,
+            Format::Hbfp(f) => &mut f.rounding,
+            Format::Int(f) => &mut f.rounding,
+            Format::Fixed(f) => &mut f.rounding,
+            Format::DynFixed(f) => &mut f.rounding,
+            Format::Pot(f) => &mut f.rounding,
+            Format::TwoHot(f) => &mut f.rounding,
         }
     }
 

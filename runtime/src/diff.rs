@@ -92,6 +92,10 @@ pub struct DiffReport {
     /// The per-`v_wr` trace comparison, when a hardware trace was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<crate::trace::TraceComparison>,
+    /// The software graph under each one-knob change of the target's numerics, when asked
+    /// for a dump that is not concordant ([`crate::explain`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Vec<crate::explain::ExplainRow>>,
 }
 
 /// Position of a bit pattern on the number line of a sign-magnitude format (monotone).
@@ -282,6 +286,7 @@ impl<'p> DiffBuilder<'p> {
             outputs: Vec::new(),
             mismatches: Vec::new(),
             trace: None,
+            explain: None,
         };
         for (_, acc) in self.outputs {
             let mut out = acc.diff;

@@ -5,6 +5,7 @@
 pub mod diff;
 pub mod emulator;
 pub mod exec;
+pub mod explain;
 pub mod host;
 pub mod io;
 pub mod trace;

@@ -1,11 +1,13 @@
 //! `nnpc diff`: compare a hardware output dump (or trace) with the software graph, bit for bit.
 
 use super::host_args::{ChunkArgs, ChunkError, DataArgs, LayoutArg, run_failed, trace_records};
+use indicatif::{ProgressBar, ProgressStyle};
 use nnp_grammar::Program;
-use nnp_lowering::swgraph::{self, Roots};
+use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::diff::{DiffBuilder, DiffError, DiffReport};
 use nnp_runtime::exec::{ExecOptions, Execution};
-use nnp_runtime::host::{Outputs, ShapeDisplay};
+use nnp_runtime::explain::{ExplainRow, one_knob_changes};
+use nnp_runtime::host::{InputFeed, Outputs, ShapeDisplay, Tensor};
 use nnp_runtime::io::{self, IoError, StoredTensor};
 use nnp_runtime::trace::{TraceComparer, TraceFile, TraceRecord};
 use std::collections::BTreeMap;
@@ -27,6 +29,7 @@ use std::process::ExitCode;
   nnpc emulate samples/lstm.nnp --batch 64 -o hw.safetensors && nnpc diff samples/lstm.nnp --hardware hw.safetensors
   nnpc diff prog.nnp --hardware board_dump.safetensors --weights w.safetensors --inputs x.npy --json
   nnpc diff prog.nnp --hardware dump_tiles.safetensors --layout tiles --first 50
+  nnpc diff prog.nnp --hardware board.safetensors --weights w.safetensors --inputs x.npy --explain
   nnpc emulate prog.nnp --trace hw.jsonl -o hw.safetensors && nnpc diff prog.nnp --hardware hw.safetensors --trace hw.jsonl")]
 pub struct Args {
     /// The firmware file (.nnp).
@@ -53,6 +56,13 @@ pub struct Args {
     /// How many mismatching elements to list.
     #[arg(long, value_name = "K", default_value_t = 10)]
     pub first: usize,
+    /// When the dump is not concordant, rerun the software graph under each one-knob change
+    /// of the target's numerics (accumulation; rounding of the MVM inputs, the MVM output, the
+    /// MFU input and storage; the MVM inputs' mantissa width; the MVM output's and MFU input's
+    /// float format) and say which change, if any, makes the dump concordant: a target file
+    /// that misdescribes the board, told apart from a fault. Each change is one more run.
+    #[arg(long)]
+    pub explain: bool,
     /// Print the report as JSON (schema `nnpc.diff/1`, docs/diff.md).
     #[arg(long)]
     pub json: bool,
@@ -81,11 +91,6 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Ok(g) => swgraph::optimize(&g, roots),
         Err(code) => return Ok(code),
     };
-    let opts = ExecOptions {
-        keep_writes: args.trace.is_some(),
-        ..ExecOptions::default()
-    };
-    let mut diff = DiffBuilder::new(&program, args.first).map_err(super::fail)?;
     // The hardware trace's lines are indexed by item before the run (a malformed line stops
     // it there); its records are read a chunk of items at a time.
     let hw_trace = match args.trace.as_deref() {
@@ -93,38 +98,28 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         None => None,
     };
     let mut traces = TraceComparer::default();
-    // Each chunk's outputs are compared with the dump's items as the chunk is done, and with
-    // --trace its records with the same items' records of the hardware trace: the run holds
-    // one chunk's inputs, outputs, dump items and trace records at a time.
-    let inputs = |items| feed.items(items).map_err(ChunkError::Input);
-    let sink = |items: Range<usize>, run: Execution| {
-        let hardware = dump
-            .items(&program, items.clone())
-            .map_err(ChunkError::Io)?;
-        diff.add(items.start, &hardware, &run.outputs)
-            .map_err(|source| ChunkError::Diff {
-                path: args.hardware.clone(),
-                source,
-            })?;
-        if let Some((path, file)) = &hw_trace {
-            let software = trace_records(&graph, &run, items.clone())?;
-            let hardware = file.read_items(items).map_err(ChunkError::Trace)?;
-            compare_trace_piece(&mut traces, path, &hardware, &software)?;
-        }
-        Ok(())
+    let run = Comparison {
+        args: &args,
+        dump: &dump,
+        feed: &feed,
     };
-    if let Err(e) = args
-        .chunks
-        .execute_fed(&graph, (weights, batch), opts, inputs, sink)
-    {
-        return run_failed(&program, e);
-    }
-    let mut report = diff.finish();
+    let trace = hw_trace
+        .as_ref()
+        .map(|(path, file)| (*path, file, &mut traces));
+    // The weights go to the run; --explain keeps a copy for its own runs.
+    let kept = args.explain.then(|| weights.clone());
+    let mut report = match run.compare(&program, &graph, weights, args.first, trace) {
+        Ok(report) => report,
+        Err(e) => return run_failed(&program, e),
+    };
     if let Some((path, file)) = &hw_trace {
         // Records of items past the batch: a trace of another execution.
         let extra = file.read_items(batch..usize::MAX).map_err(super::fail)?;
         compare_trace_piece(&mut traces, path, &extra, &[]).map_err(super::fail)?;
         report.trace = Some(traces.finish());
+    }
+    if let Some(weights) = kept.filter(|_| !report.concordant) {
+        report.explain = Some(run.explain(&program, &weights, report.elements));
     }
 
     if args.json {
@@ -139,6 +134,113 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// What every run of the software graph against the dump shares.
+struct Comparison<'a> {
+    args: &'a Args,
+    dump: &'a Dump,
+    feed: &'a InputFeed,
+}
+
+impl Comparison<'_> {
+    /// Run `graph` over the batch: each chunk's outputs are compared with the dump's items as
+    /// the chunk is done, and with `trace` its records with the same items' records of the
+    /// hardware trace. The run holds one chunk's inputs, outputs, dump items and trace records
+    /// at a time. The report lists the first `first` mismatches.
+    fn compare(
+        &self,
+        program: &Program,
+        graph: &SwGraph,
+        weights: BTreeMap<String, Tensor>,
+        first: usize,
+        mut trace: Option<(&Path, &TraceFile, &mut TraceComparer)>,
+    ) -> Result<DiffReport, ChunkError> {
+        let opts = ExecOptions {
+            keep_writes: trace.is_some(),
+            ..ExecOptions::default()
+        };
+        let path = &self.args.hardware;
+        let mut diff = DiffBuilder::new(program, first).map_err(|source| ChunkError::Diff {
+            path: path.clone(),
+            source,
+        })?;
+        let inputs = |items| self.feed.items(items).map_err(ChunkError::Input);
+        let sink = |items: Range<usize>, run: Execution| {
+            let hardware = self
+                .dump
+                .items(program, items.clone())
+                .map_err(ChunkError::Io)?;
+            diff.add(items.start, &hardware, &run.outputs)
+                .map_err(|source| ChunkError::Diff {
+                    path: path.clone(),
+                    source,
+                })?;
+            if let Some((trace_path, file, traces)) = &mut trace {
+                let software = trace_records(graph, &run, items.clone())?;
+                let hardware = file.read_items(items).map_err(ChunkError::Trace)?;
+                compare_trace_piece(traces, trace_path, &hardware, &software)?;
+            }
+            Ok(())
+        };
+        let batch = self.feed.batch;
+        self.args
+            .chunks
+            .execute_fed(graph, (weights, batch), opts, inputs, sink)?;
+        Ok(diff.finish())
+    }
+
+    /// The software graph under each one-knob change of `program`'s target numerics, against
+    /// the dump (`elements` of them): a change under which the firmware does not check, lower
+    /// or run is a row with its error.
+    fn explain(
+        &self,
+        program: &Program,
+        weights: &BTreeMap<String, Tensor>,
+        elements: usize,
+    ) -> Vec<ExplainRow> {
+        let changes = one_knob_changes(&program.target);
+        let bar = ProgressBar::new(changes.len() as u64).with_style(
+            ProgressStyle::with_template(
+                "explaining {bar:30} {pos}/{len} changes of the numerics, {eta} left",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let rows = changes
+            .into_iter()
+            .map(|c| {
+                let row = |bit_exact: usize, error: Option<String>| ExplainRow {
+                    change: c.change.clone(),
+                    elements,
+                    bit_exact,
+                    concordant: error.is_none() && bit_exact == elements,
+                    error,
+                };
+                let run = || -> Result<DiffReport, String> {
+                    let checked =
+                        nnp_grammar::check(program.source.clone(), Some(c.target.clone()));
+                    let changed = checked.map_err(|diags| {
+                        diags
+                            .first()
+                            .map_or("the firmware does not check".into(), |d| d.message.clone())
+                    })?;
+                    let graph = nnp_lowering::swgraph::lower(&changed.program)
+                        .map_err(|e| format!("cannot lower: {e}"))?;
+                    let graph = swgraph::optimize(&graph, Roots::Outputs);
+                    self.compare(&changed.program, &graph, weights.clone(), 0, None)
+                        .map_err(|e| e.to_string())
+                };
+                let row = match run() {
+                    Ok(report) => row(report.bit_exact, None),
+                    Err(e) => row(0, Some(e)),
+                };
+                bar.inc(1);
+                row
+            })
+            .collect();
+        bar.finish_and_clear();
+        rows
+    }
 }
 
 /// Compare a piece of the traces, an error naming the hardware trace.
@@ -350,6 +452,9 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
             }
         }
     }
+    if let Some(rows) = &report.explain {
+        print_explain(program, rows);
+    }
     println!(
         "bit-exact: {} of {}{}",
         report.bit_exact,
@@ -360,6 +465,58 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
             " (NOT concordant)"
         }
     );
+}
+
+/// The changes that make the dump concordant, else the closest few, and what that means.
+fn print_explain(program: &Program, rows: &[ExplainRow]) {
+    const SHOWN: usize = 5;
+    let target = &program.target.name;
+    println!(
+        "  explain: the software graph under {} one-knob changes of `{target}`'s numerics:",
+        rows.len()
+    );
+    let mut order: Vec<&ExplainRow> = rows.iter().collect();
+    order.sort_by_key(|r| std::cmp::Reverse((r.concordant, r.bit_exact)));
+    let shown = order.iter().filter(|r| r.concordant).count().max(SHOWN);
+    for r in order.iter().take(shown) {
+        let change = r.change.replace('\n', "; ");
+        match &r.error {
+            Some(e) => println!("    {change}: cannot run ({e})"),
+            None => println!(
+                "    {} of {} bit-exact{}  {change}",
+                r.bit_exact,
+                r.elements,
+                if r.concordant { " (concordant)" } else { "" }
+            ),
+        }
+    }
+    if rows.len() > shown {
+        println!(
+            "    ({} more: `--json` lists every one)",
+            rows.len() - shown
+        );
+    }
+    let concordant: Vec<&str> = order
+        .iter()
+        .filter(|r| r.concordant)
+        .map(|r| r.change.as_str())
+        .collect();
+    match concordant.as_slice() {
+        [] => println!(
+            "  no single change of the numerics makes the dump concordant: the board differs from \
+             `{target}` in more than one setting, or the firmware, the board or the data has a \
+             fault (`--trace` names the first divergent v_wr)"
+        ),
+        changes => println!(
+            "  the dump is concordant with `{target}` changed by {}: if the board does that, put \
+             it under [numerics] in its target file (docs/targets.md)",
+            changes
+                .iter()
+                .map(|c| format!("`{}`", c.replace('\n', "; ")))
+                .collect::<Vec<_>>()
+                .join(" or by ")
+        ),
+    }
 }
 
 #[cfg(test)]
