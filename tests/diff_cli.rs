@@ -389,6 +389,23 @@ fn a_trace_is_compared_chunk_by_chunk_in_any_order() {
     assert!(err.contains("software graph wrote 0"), "{err}");
 }
 
+/// `nnpc emulate samples/mlp2_relu.nnp --batch 16 --seed 5 EXTRA... -o HW`: `hw`.
+fn emulate_mlp16(hw: &Path, extra: &[&str]) -> PathBuf {
+    let mut args = vec![
+        "emulate",
+        "samples/mlp2_relu.nnp",
+        "--batch",
+        "16",
+        "--seed",
+        "5",
+    ];
+    args.extend(extra);
+    args.extend(["-o", s(hw)]);
+    let o = nnpc(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    hw.to_path_buf()
+}
+
 /// `--explain`: a board whose numerics differ from the target in one setting (here the
 /// emulator run on a target file with that setting) is concordant under exactly that change
 /// of the target, which the report names as the line to put in the target file; a dump with
@@ -404,20 +421,10 @@ fn explain_names_the_one_setting_a_board_differs_in() {
     for (k, setting) in boards.iter().enumerate() {
         let board = dir.join(format!("board{k}.toml"));
         std::fs::write(&board, format!("[numerics]\n{setting}\n")).expect("target file");
-        let hw = dir.join(format!("hw{k}.safetensors"));
-        let o = nnpc(&[
-            "emulate",
-            "samples/mlp2_relu.nnp",
-            "--batch",
-            "16",
-            "--seed",
-            "5",
-            "--target",
-            s(&board),
-            "-o",
-            s(&hw),
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        let hw = emulate_mlp16(
+            &dir.join(format!("hw{k}.safetensors")),
+            &["--target", s(&board)],
+        );
         let o = diff_mlp(&hw, 5, &["--explain", "--json"]);
         assert_eq!(o.status.code(), Some(1), "{setting}: {}", stderr(&o));
         let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
@@ -443,18 +450,7 @@ fn explain_names_the_one_setting_a_board_differs_in() {
         );
     }
     // A fault: the emulator's own dump with one bit flipped.
-    let hw = dir.join("hw_ok.safetensors");
-    let o = nnpc(&[
-        "emulate",
-        "samples/mlp2_relu.nnp",
-        "--batch",
-        "16",
-        "--seed",
-        "5",
-        "-o",
-        s(&hw),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let hw = emulate_mlp16(&dir.join("hw_ok.safetensors"), &[]);
     let mut dump = read_tensors(&hw).expect("dump");
     let y = dump.get_mut("y").expect("output y");
     y.data[123] = f16::from_bits(f16::from_f32(y.data[123]).to_bits() ^ 1).to_f32();
