@@ -46,6 +46,49 @@ fn check_exit_codes() {
     assert!(stderr(&o).contains("no_such_target"), "{}", stderr(&o));
 }
 
+/// `nnpc check --json` when the file or target cannot be used: exit 2, and the error as the
+/// array's one object on stdout; an invalid target file's at its line and column there.
+#[test]
+fn check_json_reports_unusable_files_as_objects() {
+    let target = scratch_file(
+        "bad_target.toml",
+        "native = 64\n[numerics]\naccumulation = \"fp33\"\n",
+    );
+    let json = |args: &[&str]| {
+        let o = nnpc(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+        assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
+        v[0].clone()
+    };
+    let t = target.to_str().expect("utf-8");
+    let d = json(&["check", "samples/lstm.nnp", "--target", t, "--json"]);
+    assert_eq!(
+        (d["code"].clone(), d["file"].clone()),
+        ("nnp::target".into(), t.into())
+    );
+    assert_eq!(
+        (d["start"]["line"].clone(), d["start"]["column"].clone()),
+        (3.into(), 16.into())
+    );
+    assert_eq!(d["end"]["column"], 22, "{d}");
+    assert!(
+        d["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("unknown variant `fp33`")),
+        "{d}"
+    );
+    let d = json(&["check", "samples/no_such_file.nnp", "--json"]);
+    assert_eq!(d["code"], "nnp::io");
+    assert!(d["start"].is_null());
+    assert!(
+        d["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no_such_file.nnp`: No such file")),
+        "{d}"
+    );
+}
+
 #[test]
 fn every_command_has_help_with_an_example() {
     for cmd in [

@@ -1,7 +1,8 @@
 //! `nnpc check`: parse and check a firmware file, print its diagnostics.
 
 use nnp_grammar::diagnostics::line_col;
-use nnp_grammar::{Diagnostic, Diagnostics, Severity, SourceFile};
+use nnp_grammar::{Diagnostic, Diagnostics, Severity, SourceFile, Span, TargetError};
+use nnpc::LoadError;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,8 +29,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    // Unreadable file or target: an `Err` here, exit 2 from main.
-    let (src, result) = crate::check_file(&args.file, args.target.as_deref())?;
+    // Unreadable file or target: an `Err` here, exit 2 from main (with --json, the error as
+    // the array's one object, on stdout).
+    let (src, result) = match crate::check_file(&args.file, args.target.as_deref()) {
+        Ok(checked) => checked,
+        Err(e) if args.json => {
+            print_json(&[load_error_json(&e)])?;
+            return Ok(e.exit_code());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let (diags, errors) = match result {
         Ok(out) => (out.warnings, false),
         Err(diags) => (diags, true),
@@ -37,10 +46,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     let diags = Diagnostics::new(&src, diags);
     if args.json {
         let v: Vec<serde_json::Value> = diags.items.iter().map(|d| to_json(&src, d)).collect();
-        let text = serde_json::to_string_pretty(&v)
-            .map_err(|e| super::fail(format!("cannot write JSON: {e}")))?;
-        // A closed pipe (`| head`) is not an error of the check.
-        let _ = writeln!(std::io::stdout().lock(), "{text}");
+        print_json(&v)?;
     } else {
         for d in &diags.items {
             eprintln!("{:?}", miette::Report::new(d.clone()));
@@ -61,6 +67,58 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
 
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
+}
+
+fn print_json(v: &[serde_json::Value]) -> miette::Result<()> {
+    let text = serde_json::to_string_pretty(v)
+        .map_err(|e| super::fail(format!("cannot write JSON: {e}")))?;
+    // A closed pipe (`| head`) is not an error of the check.
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+    Ok(())
+}
+
+/// A file or target that cannot be loaded, as a diagnostic object: an invalid target file's
+/// at its place in that file, any other without a place (`start`/`end` null).
+fn load_error_json(e: &LoadError) -> serde_json::Value {
+    if let LoadError::Target(
+        t @ TargetError::Invalid {
+            path,
+            src: Some(text),
+            ..
+        },
+    ) = e
+        && let Some(at) = t.span()
+    {
+        let file = SourceFile::new(path.clone(), text.inner().clone());
+        let d = Diagnostic::error("nnp::target", t.to_string())
+            .label(Span::new(at.start, at.end), "here");
+        return to_json(&file, &d);
+    }
+    let (code, file) = match e {
+        LoadError::Target(TargetError::Read { path, .. } | TargetError::Invalid { path, .. }) => {
+            ("nnp::target", path.clone())
+        }
+        LoadError::Target(TargetError::UnknownBuiltin(name)) => ("nnp::target", name.clone()),
+        LoadError::Read { path, .. } => ("nnp::io", path.clone()),
+        LoadError::Firmware(_) => ("nnp::firmware", String::new()),
+    };
+    // The message with its causes (a firmware file's read error keeps its cause apart).
+    let mut message = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        message = format!("{message}: {c}");
+        cause = c.source();
+    }
+    serde_json::json!({
+        "severity": "error",
+        "code": code,
+        "message": message,
+        "file": file,
+        "start": null,
+        "end": null,
+        "labels": [],
+        "help": null,
+    })
 }
 
 fn to_json(src: &SourceFile, d: &Diagnostic) -> serde_json::Value {
