@@ -134,8 +134,8 @@ pub enum HostError {
     Io(#[from] IoError),
     #[error(
         "no tensor named `{name}` for {kind} `{name}` (expected shape {expected}) in \
-         {searched}{held}; help: add it to the weights/inputs file, declare it `= 0`, or pass the option that fills \
-         missing tensors with seeded random data (`--random-missing`)"
+         {searched}{held}; help: add it to the weights/inputs file, declare it `= 0`, or pass \
+         the option that fills missing tensors with seeded random data (`--random-missing`)"
     )]
     Missing {
         name: String,
@@ -591,7 +591,8 @@ impl HostData {
 }
 
 /// `; tensors found: `a`, `b`` for the names of the tensors the files hold (the first 8), or
-/// empty when they hold none: a misnamed tensor (a `.npy` file's is its file's name) shows at once.
+/// empty when they hold none: a misnamed tensor shows at once (a `.npy` file's tensor is named
+/// after the file).
 fn held_names<'a>(names: impl ExactSizeIterator<Item = &'a String>) -> String {
     const SHOWN: usize = 8;
     let count = names.len();
