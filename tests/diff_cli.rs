@@ -77,6 +77,7 @@ fn emulator_dump_is_concordant() {
         "{out}"
     );
     assert!(out.contains("v_wr records identical"), "{out}");
+    assert!(!out.contains("--explain"), "nothing to explain: {out}");
 }
 
 #[test]
@@ -130,6 +131,10 @@ fn one_flipped_bit_is_reported_with_its_element_and_line() {
     );
     assert!(
         out.contains("bit-exact: 1199 of 1200 (NOT concordant)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("(`--explain` reruns the software graph"),
         "{out}"
     );
 }

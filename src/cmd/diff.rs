@@ -452,8 +452,13 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
             }
         }
     }
-    if let Some(rows) = &report.explain {
-        print_explain(program, rows);
+    match &report.explain {
+        Some(rows) => print_explain(program, rows),
+        None if !report.concordant => println!(
+            "  (`--explain` reruns the software graph under one-knob changes of the target's \
+             numerics, to tell a setting the target file gets wrong from a fault)"
+        ),
+        None => {}
     }
     println!(
         "bit-exact: {} of {}{}",
