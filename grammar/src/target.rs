@@ -25,6 +25,23 @@ pub enum Accumulation {
     Fp16Seq,
 }
 
+impl Accumulation {
+    pub const ALL: [Accumulation; 3] = [
+        Accumulation::Exact,
+        Accumulation::Fp32Seq,
+        Accumulation::Fp16Seq,
+    ];
+
+    /// The value a target file writes (`accumulation = "fp32-seq"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Accumulation::Exact => "exact",
+            Accumulation::Fp32Seq => "fp32-seq",
+            Accumulation::Fp16Seq => "fp16-seq",
+        }
+    }
+}
+
 /// What the machine does when an op produces NaN or infinity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub enum NonFinite {
@@ -214,8 +231,6 @@ impl Target {
         };
         let file: TargetFile =
             toml::from_str(text).map_err(|e| invalid(e.message().to_string(), e.span()))?;
-        // The span of each checked key's value (the built-in's values have none).
-        let mut spans: Vec<(&str, Range<usize>)> = Vec::new();
         let mut t = Target::bw_default();
         t.name = file.name.unwrap_or_else(|| {
             Path::new(path)
@@ -223,57 +238,52 @@ impl Target {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "target".into())
         });
-        if let Some(n) = file.native {
-            spans.push(("native", n.span()));
-            t.native = n.into_inner();
-        }
-        if let Some(m) = file.mfus {
-            spans.push(("mfus", m.span()));
-            t.mfus = m.into_inner();
-        }
-        let span_of = |key: &str, spans: &[(&str, Range<usize>)]| {
-            spans
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, r)| r.clone())
+        // Each value the file gives is checked where its span is at hand (bw-default's own
+        // values are valid).
+        let count = |key: &str, v: Option<Spanned<usize>>, max: usize, slot: &mut usize| {
+            if let Some(v) = v {
+                if !(1..=max).contains(v.get_ref()) {
+                    let message = format!("{key} = {} must be between 1 and {max}", v.get_ref());
+                    return Err(invalid(message, Some(v.span())));
+                }
+                *slot = v.into_inner();
+            }
+            Ok(())
         };
+        count("native", file.native, 4096, &mut t.native)?;
+        count("mfus", file.mfus, 8, &mut t.mfus)?;
         if let Some(mem) = file.memory {
             t.memory = mem;
         }
-        if !(1..=4096).contains(&t.native) {
-            return Err(invalid(
-                format!("native = {} must be between 1 and 4096", t.native),
-                span_of("native", &spans),
-            ));
-        }
-        if !(1..=8).contains(&t.mfus) {
-            return Err(invalid(
-                format!("mfus = {} must be between 1 and 8", t.mfus),
-                span_of("mfus", &spans),
-            ));
-        }
         if let Some(n) = file.numerics {
-            let mut parse = |key: &'static str,
-                             v: Option<Spanned<String>>,
-                             slot: &mut Format|
-             -> Result<(), TargetError> {
-                if let Some(lit) = v {
-                    spans.push((key, lit.span()));
-                    *slot = lit.get_ref().parse().map_err(|e| {
-                        invalid(
-                            format!("numerics.{key} = \"{}\": {e}", lit.get_ref()),
-                            Some(lit.span()),
-                        )
-                    })?;
+            // MFU and storage values are floats (`float`).
+            let parse = |key: &str, v: Option<Spanned<String>>, float: bool, slot: &mut Format| {
+                let Some(lit) = v else { return Ok(()) };
+                let at = Some(lit.span());
+                let f: Format = lit.get_ref().parse().map_err(|e| {
+                    invalid(
+                        format!("numerics.{key} = \"{}\": {e}", lit.get_ref()),
+                        at.clone(),
+                    )
+                })?;
+                if float && f.as_float().is_none() {
+                    return Err(invalid(
+                        format!(
+                            "numerics.{key} = \"{f}\" must be a float format (fp16, bf16, fp32 \
+                             or fp(e, m))"
+                        ),
+                        at,
+                    ));
                 }
+                *slot = f;
                 Ok(())
             };
             let num = &mut t.numerics;
-            parse("storage", n.storage, &mut num.storage)?;
-            parse("mvm_vector", n.mvm_vector, &mut num.mvm_vector)?;
-            parse("mvm_matrix", n.mvm_matrix, &mut num.mvm_matrix)?;
-            parse("mvm_output", n.mvm_output, &mut num.mvm_output)?;
-            parse("mfu_input", n.mfu_input, &mut num.mfu_input)?;
+            parse("storage", n.storage, true, &mut num.storage)?;
+            parse("mvm_vector", n.mvm_vector, false, &mut num.mvm_vector)?;
+            parse("mvm_matrix", n.mvm_matrix, false, &mut num.mvm_matrix)?;
+            parse("mvm_output", n.mvm_output, true, &mut num.mvm_output)?;
+            parse("mfu_input", n.mfu_input, true, &mut num.mfu_input)?;
             if let Some(a) = n.accumulation {
                 num.accumulation = a;
             }
@@ -282,21 +292,6 @@ impl Target {
             }
             if let Some(tables) = n.tables {
                 num.tables = tables;
-            }
-        }
-        for (key, f) in [
-            ("storage", &t.numerics.storage),
-            ("mvm_output", &t.numerics.mvm_output),
-            ("mfu_input", &t.numerics.mfu_input),
-        ] {
-            if f.as_float().is_none() {
-                return Err(invalid(
-                    format!(
-                        "numerics.{key} = \"{f}\" must be a float format (fp16, bf16, fp32 or \
-                         fp(e, m))"
-                    ),
-                    span_of(key, &spans),
-                ));
             }
         }
         t.base_dir = Path::new(path).parent().map(Path::to_path_buf);

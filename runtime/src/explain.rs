@@ -12,6 +12,7 @@
 //! The changes touch the target's numerics only: a chain with its own `quant` line, or a
 //! declaration with its own `quant FORMAT`, keeps that format.
 
+use nnp_grammar::target::TargetNumerics;
 use nnp_grammar::{Accumulation, Target};
 use nnp_numerics::{Format, Rounding};
 use serde::{Deserialize, Serialize};
@@ -44,54 +45,81 @@ const ROUNDINGS: [Rounding; 3] = [
     Rounding::TowardZero,
 ];
 
-const ACCUMULATIONS: [(Accumulation, &str); 3] = [
-    (Accumulation::Exact, "exact"),
-    (Accumulation::Fp32Seq, "fp32-seq"),
-    (Accumulation::Fp16Seq, "fp16-seq"),
-];
-
 const FLOATS: [Format; 3] = [Format::FP16, Format::BF16, Format::FP32];
 
-/// Where a quantization point's format lives in a target.
-type FormatSlot = fn(&mut Target) -> &mut Format;
+/// A quantization point of a target's numerics: its `[numerics]` key and where it lives.
+#[derive(Clone, Copy)]
+struct Point {
+    key: &'static str,
+    slot: fn(&mut TargetNumerics) -> &mut Format,
+}
+
+const STORAGE: Point = Point {
+    key: "storage",
+    slot: |n| &mut n.storage,
+};
+const MVM_VECTOR: Point = Point {
+    key: "mvm_vector",
+    slot: |n| &mut n.mvm_vector,
+};
+const MVM_MATRIX: Point = Point {
+    key: "mvm_matrix",
+    slot: |n| &mut n.mvm_matrix,
+};
+const MVM_OUTPUT: Point = Point {
+    key: "mvm_output",
+    slot: |n| &mut n.mvm_output,
+};
+const MFU_INPUT: Point = Point {
+    key: "mfu_input",
+    slot: |n| &mut n.mfu_input,
+};
+
+/// `t` with the points of `set` in their new formats, and the `[numerics]` lines that say so.
+fn with_formats(t: &Target, set: &[(Point, Format)]) -> NumericsChange {
+    let mut target = t.clone();
+    let lines: Vec<String> = set
+        .iter()
+        .map(|(p, f)| {
+            *(p.slot)(&mut target.numerics) = *f;
+            format!("{} = \"{f}\"", p.key)
+        })
+        .collect();
+    NumericsChange {
+        change: lines.join("\n"),
+        target,
+    }
+}
 
 /// Every one-knob change of `t`'s numerics, in this order: the accumulation; the rounding of
 /// each MVM input, then of both; the mantissa width of both MVM inputs one bit narrower and
 /// wider (block floating point); the MVM output's and the MFU input's float format; their
-/// rounding; the storage format's rounding.
+/// rounding, then the storage format's.
 pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
-    let mut out = Vec::new();
-    let mut push = |change: String, edit: &dyn Fn(&mut Target)| {
-        let mut target = t.clone();
-        edit(&mut target);
-        out.push(NumericsChange { change, target });
-    };
     let num = &t.numerics;
-    for (a, name) in ACCUMULATIONS {
-        if a != num.accumulation {
-            push(format!("accumulation = \"{name}\""), &|t| {
-                t.numerics.accumulation = a
-            });
-        }
-    }
-    let line = |key: &str, f: &Format| format!("{key} = \"{f}\"");
+    let mut out: Vec<NumericsChange> = Accumulation::ALL
+        .into_iter()
+        .filter(|a| *a != num.accumulation)
+        .map(|a| {
+            let mut target = t.clone();
+            target.numerics.accumulation = a;
+            NumericsChange {
+                change: format!("accumulation = \"{}\"", a.name()),
+                target,
+            }
+        })
+        .collect();
     let (vector, matrix) = (num.mvm_vector, num.mvm_matrix);
     for r in ROUNDINGS {
-        if r != vector.rounding() {
-            let f = vector.with_rounding(r);
-            push(line("mvm_vector", &f), &|t| t.numerics.mvm_vector = f);
+        let (v, m) = (vector.with_rounding(r), matrix.with_rounding(r));
+        if v != vector {
+            out.push(with_formats(t, &[(MVM_VECTOR, v)]));
         }
-        if r != matrix.rounding() {
-            let f = matrix.with_rounding(r);
-            push(line("mvm_matrix", &f), &|t| t.numerics.mvm_matrix = f);
+        if m != matrix {
+            out.push(with_formats(t, &[(MVM_MATRIX, m)]));
         }
-        if r != vector.rounding() && r != matrix.rounding() {
-            let (v, m) = (vector.with_rounding(r), matrix.with_rounding(r));
-            let change = format!("{}\n{}", line("mvm_vector", &v), line("mvm_matrix", &m));
-            push(change, &|t| {
-                t.numerics.mvm_vector = v;
-                t.numerics.mvm_matrix = m;
-            });
+        if v != vector && m != matrix {
+            out.push(with_formats(t, &[(MVM_VECTOR, v), (MVM_MATRIX, m)]));
         }
     }
     if let (Format::Bfp(v), Format::Bfp(m)) = (vector, matrix) {
@@ -103,38 +131,27 @@ pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
             if let (Some(vm), Some(mm)) = (width(v.mant), width(m.mant)) {
                 let (mut v, mut m) = (v, m);
                 (v.mant, m.mant) = (vm, mm);
-                let (v, m) = (Format::Bfp(v), Format::Bfp(m));
-                let change = format!("{}\n{}", line("mvm_vector", &v), line("mvm_matrix", &m));
-                push(change, &|t| {
-                    t.numerics.mvm_vector = v;
-                    t.numerics.mvm_matrix = m;
-                });
+                let set = [(MVM_VECTOR, Format::Bfp(v)), (MVM_MATRIX, Format::Bfp(m))];
+                out.push(with_formats(t, &set));
             }
         }
     }
-    let points: [(&str, FormatSlot, Format); 2] = [
-        ("mvm_output", |t| &mut t.numerics.mvm_output, num.mvm_output),
-        ("mfu_input", |t| &mut t.numerics.mfu_input, num.mfu_input),
+    for (p, current) in [(MVM_OUTPUT, num.mvm_output), (MFU_INPUT, num.mfu_input)] {
+        for f in FLOATS.into_iter().filter(|f| *f != current) {
+            out.push(with_formats(t, &[(p, f)]));
+        }
+    }
+    let rounded = [
+        (MVM_OUTPUT, num.mvm_output),
+        (MFU_INPUT, num.mfu_input),
+        (STORAGE, num.storage),
     ];
-    for (key, slot, current) in points {
-        for f in FLOATS {
-            if f != current {
-                push(line(key, &f), &|t| *slot(t) = f);
-            }
-        }
-    }
-    for (key, slot, current) in points {
+    for (p, current) in rounded {
         for r in ROUNDINGS {
-            if r != current.rounding() {
-                let f = current.with_rounding(r);
-                push(line(key, &f), &|t| *slot(t) = f);
+            let f = current.with_rounding(r);
+            if f != current {
+                out.push(with_formats(t, &[(p, f)]));
             }
-        }
-    }
-    for r in ROUNDINGS {
-        if r != num.storage.rounding() {
-            let f = num.storage.with_rounding(r);
-            push(line("storage", &f), &|t| t.numerics.storage = f);
         }
     }
     out

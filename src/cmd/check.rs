@@ -1,7 +1,7 @@
 //! `nnpc check`: parse and check a firmware file, print its diagnostics.
 
 use nnp_grammar::diagnostics::line_col;
-use nnp_grammar::{Diagnostic, Diagnostics, Severity, SourceFile, Span, TargetError};
+use nnp_grammar::{Diagnostic, Diagnostics, Severity, SourceFile, Span, TargetError, codes};
 use nnpc::LoadError;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -90,18 +90,17 @@ fn load_error_json(e: &LoadError) -> serde_json::Value {
         && let Some(at) = t.span()
     {
         let file = SourceFile::new(path.clone(), text.inner().clone());
-        let d = Diagnostic::error("nnp::target", t.to_string())
+        let d = Diagnostic::error(codes::TARGET, t.to_string())
             .label(Span::new(at.start, at.end), "here");
         return to_json(&file, &d);
     }
-    let (code, file) = match e {
-        LoadError::Target(TargetError::Read { path, .. } | TargetError::Invalid { path, .. }) => {
-            ("nnp::target", path.clone())
-        }
-        LoadError::Target(TargetError::UnknownBuiltin(name)) => ("nnp::target", name.clone()),
-        LoadError::Read { path, .. } => ("nnp::io", path.clone()),
-        LoadError::Firmware(_) => ("nnp::firmware", String::new()),
+    let file = match e {
+        LoadError::Target(TargetError::Read { path, .. } | TargetError::Invalid { path, .. })
+        | LoadError::Read { path, .. } => path.clone(),
+        LoadError::Target(TargetError::UnknownBuiltin(name)) => name.clone(),
+        LoadError::Firmware(_) => String::new(),
     };
+    let code = miette::Diagnostic::code(e).map(|c| c.to_string());
     // The message with its causes (a firmware file's read error keeps its cause apart).
     let mut message = e.to_string();
     let mut cause = std::error::Error::source(e);

@@ -1,12 +1,11 @@
 //! `nnpc diff`: compare a hardware output dump (or trace) with the software graph, bit for bit.
 
 use super::host_args::{ChunkArgs, ChunkError, DataArgs, LayoutArg, run_failed, trace_records};
-use indicatif::{ProgressBar, ProgressStyle};
-use nnp_grammar::Program;
+use nnp_grammar::{Program, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::diff::{DiffBuilder, DiffError, DiffReport};
 use nnp_runtime::exec::{ExecOptions, Execution};
-use nnp_runtime::explain::{ExplainRow, one_knob_changes};
+use nnp_runtime::explain::{ExplainRow, NumericsChange, one_knob_changes};
 use nnp_runtime::host::{InputFeed, Outputs, ShapeDisplay, Tensor};
 use nnp_runtime::io::{self, IoError, StoredTensor};
 use nnp_runtime::trace::{TraceComparer, TraceFile, TraceRecord};
@@ -200,46 +199,49 @@ impl Comparison<'_> {
         elements: usize,
     ) -> Vec<ExplainRow> {
         let changes = one_knob_changes(&program.target);
-        let bar = ProgressBar::new(changes.len() as u64).with_style(
-            ProgressStyle::with_template(
-                "explaining {bar:30} {pos}/{len} changes of the numerics, {eta} left",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
+        let bar = super::bar("explaining", changes.len(), "changes of the numerics");
         let rows = changes
             .into_iter()
-            .map(|c| {
-                let row = |bit_exact: usize, error: Option<String>| ExplainRow {
-                    change: c.change.clone(),
+            .map(|NumericsChange { change, target }| {
+                let (bit_exact, error) = match self.bit_exact_under(program, target, weights) {
+                    Ok(n) => (n, None),
+                    Err(e) => (0, Some(e)),
+                };
+                bar.inc(1);
+                ExplainRow {
+                    change,
                     elements,
                     bit_exact,
                     concordant: error.is_none() && bit_exact == elements,
                     error,
-                };
-                let run = || -> Result<DiffReport, String> {
-                    let checked =
-                        nnp_grammar::check(program.source.clone(), Some(c.target.clone()));
-                    let changed = checked.map_err(|diags| {
-                        diags
-                            .first()
-                            .map_or("the firmware does not check".into(), |d| d.message.clone())
-                    })?;
-                    let graph = nnp_lowering::swgraph::lower(&changed.program)
-                        .map_err(|e| format!("cannot lower: {e}"))?;
-                    let graph = swgraph::optimize(&graph, Roots::Outputs);
-                    self.compare(&changed.program, &graph, weights.clone(), 0, None)
-                        .map_err(|e| e.to_string())
-                };
-                let row = match run() {
-                    Ok(report) => row(report.bit_exact, None),
-                    Err(e) => row(0, Some(e)),
-                };
-                bar.inc(1);
-                row
+                }
             })
             .collect();
         bar.finish_and_clear();
         rows
+    }
+
+    /// The dump's bit-exact elements against `program` checked, lowered and run on `target`,
+    /// or why it could not be.
+    fn bit_exact_under(
+        &self,
+        program: &Program,
+        target: Target,
+        weights: &BTreeMap<String, Tensor>,
+    ) -> Result<usize, String> {
+        let checked =
+            nnp_grammar::check(program.source.clone(), Some(target)).map_err(|diags| {
+                diags
+                    .first()
+                    .map_or("the firmware does not check".into(), |d| d.message.clone())
+            })?;
+        let graph = nnp_lowering::swgraph::lower(&checked.program)
+            .map_err(|e| format!("cannot lower: {e}"))?;
+        let graph = swgraph::optimize(&graph, Roots::Outputs);
+        let report = self
+            .compare(&checked.program, &graph, weights.clone(), 0, None)
+            .map_err(|e| e.to_string())?;
+        Ok(report.bit_exact)
     }
 }
 
@@ -480,11 +482,18 @@ fn print_explain(program: &Program, rows: &[ExplainRow]) {
         "  explain: the software graph under {} one-knob changes of `{target}`'s numerics:",
         rows.len()
     );
+    // A change's lines on one line.
+    let one_line = |r: &ExplainRow| r.change.replace('\n', "; ");
     let mut order: Vec<&ExplainRow> = rows.iter().collect();
     order.sort_by_key(|r| std::cmp::Reverse((r.concordant, r.bit_exact)));
-    let shown = order.iter().filter(|r| r.concordant).count().max(SHOWN);
+    let concordant: Vec<String> = order
+        .iter()
+        .filter(|r| r.concordant)
+        .map(|r| format!("`{}`", one_line(r)))
+        .collect();
+    let shown = concordant.len().max(SHOWN);
     for r in order.iter().take(shown) {
-        let change = r.change.replace('\n', "; ");
+        let change = one_line(r);
         match &r.error {
             Some(e) => println!("    {change}: cannot run ({e})"),
             None => println!(
@@ -501,11 +510,6 @@ fn print_explain(program: &Program, rows: &[ExplainRow]) {
             rows.len() - shown
         );
     }
-    let concordant: Vec<&str> = order
-        .iter()
-        .filter(|r| r.concordant)
-        .map(|r| r.change.as_str())
-        .collect();
     match concordant.as_slice() {
         [] => println!(
             "  no single change of the numerics makes the dump concordant: the board differs from \
@@ -515,11 +519,7 @@ fn print_explain(program: &Program, rows: &[ExplainRow]) {
         changes => println!(
             "  the dump is concordant with `{target}` changed by {}: if the board does that, put \
              it under [numerics] in its target file (docs/targets.md)",
-            changes
-                .iter()
-                .map(|c| format!("`{}`", c.replace('\n', "; ")))
-                .collect::<Vec<_>>()
-                .join(" or by ")
+            changes.join(" or by ")
         ),
     }
 }

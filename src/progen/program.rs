@@ -2,7 +2,7 @@
 //! accepts, and the format literals it draws from.
 
 use super::{GenConfig, Rng};
-use nnp_grammar::{Mem, OpKind, Unit};
+use nnp_grammar::{Accumulation, Mem, OpKind, Unit};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -310,7 +310,7 @@ impl<'c> Gen<'c> {
         let mut sz = |lo: i64, hi: i64| (r.range(lo, hi) * 8) as u32;
         // ivrf, asvrf, mulvrf, mrf, dram, dram_tiles
         let sizes = [sz(4, 8), sz(3, 6), sz(3, 6), sz(4, 8), sz(6, 12), sz(3, 6)];
-        let accumulation = *r.pick(&["exact", "fp32-seq", "fp16-seq"]);
+        let accumulation = r.pick(&Accumulation::ALL).name();
         let defaults = [
             mvm_format(&mut r, n, cfg.all_formats),
             mvm_format(&mut r, n, cfg.all_formats),
