@@ -26,11 +26,20 @@ pub struct NumericsChange {
     pub target: Target,
 }
 
+/// How many items (from the first) every change runs on first: a change that is not
+/// bit-exact on all of them is not concordant and runs no further; one that is runs on the
+/// whole batch. Its counts are then of these items only ([`ExplainRow::items`]).
+pub const SCREEN_ITEMS: usize = 8;
+
 /// The software graph under one change, against the dump.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExplainRow {
     /// The change as TOML lines of `[numerics]` (see [`NumericsChange::change`]).
     pub change: String,
+    /// The batch items compared, from the first: the whole batch, or [`SCREEN_ITEMS`] where
+    /// they already tell that the change is not concordant.
+    pub items: usize,
+    /// The output elements of those items, and how many of them are bit-exact.
     pub elements: usize,
     pub bit_exact: usize,
     pub concordant: bool,
@@ -46,6 +55,31 @@ const ROUNDINGS: [Rounding; 3] = [
 ];
 
 const FLOATS: [Format; 3] = [Format::FP16, Format::BF16, Format::FP32];
+
+/// The catalogue's formats for the MVM's inputs (NUMERICS.md section 3): ms-fp8 and ms-fp9,
+/// MSFP12/13/16, OCP MX with each element type, and the `mxN` presets. A board built for one
+/// of them, diffed against a target of another, is concordant under that one.
+const MVM_CATALOGUE: [&str; 14] = [
+    "fp(5, 2)",
+    "fp(5, 3)",
+    "msfp(mant = 4)",
+    "msfp(mant = 5)",
+    "msfp(mant = 8)",
+    "mx(elem = fp8e4m3, block = 32)",
+    "mx(elem = fp8e5m2, block = 32)",
+    "mx(elem = fp6e3m2, block = 32)",
+    "mx(elem = fp6e2m3, block = 32)",
+    "mx(elem = fp4e2m1, block = 32)",
+    "mx(elem = int8, block = 32)",
+    "mx9",
+    "mx6",
+    "mx4",
+];
+
+/// [`MVM_CATALOGUE`]'s formats (each literal parses: `explain::tests`).
+fn mvm_catalogue() -> impl Iterator<Item = Format> {
+    MVM_CATALOGUE.iter().filter_map(|s| s.parse().ok())
+}
 
 /// A quantization point of a target's numerics: its `[numerics]` key and where it lives.
 #[derive(Clone, Copy)]
@@ -93,8 +127,9 @@ fn with_formats(t: &Target, set: &[(Point, Format)]) -> NumericsChange {
 
 /// Every one-knob change of `t`'s numerics, in this order: the accumulation; the rounding of
 /// each MVM input, then of both; the mantissa width of both MVM inputs one bit narrower and
-/// wider (block floating point); the MVM output's and the MFU input's float format; their
-/// rounding, then the storage format's.
+/// wider (block floating point); both MVM inputs in each other format of the catalogue's
+/// [`MVM_CATALOGUE`]; the MVM output's and the MFU input's float format; their rounding,
+/// then the storage format's.
 pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
     let num = &t.numerics;
     let mut out: Vec<NumericsChange> = Accumulation::ALL
@@ -136,6 +171,9 @@ pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
             }
         }
     }
+    for f in mvm_catalogue().filter(|f| (*f, *f) != (vector, matrix)) {
+        out.push(with_formats(t, &[(MVM_VECTOR, f), (MVM_MATRIX, f)]));
+    }
     for (p, current) in [(MVM_OUTPUT, num.mvm_output), (MFU_INPUT, num.mfu_input)] {
         for f in FLOATS.into_iter().filter(|f| *f != current) {
             out.push(with_formats(t, &[(p, f)]));
@@ -165,12 +203,18 @@ mod tests {
     /// parses back (under `[numerics]`) to exactly the changed target.
     #[test]
     fn changes_of_bw_default_are_target_file_lines() {
+        assert_eq!(
+            mvm_catalogue().count(),
+            MVM_CATALOGUE.len(),
+            "every literal parses"
+        );
         let base = Target::bw_default();
         let changes = one_knob_changes(&base);
         let text: Vec<&str> = changes.iter().map(|c| c.change.as_str()).collect();
-        // 2 accumulations; 2 roundings x (vector, matrix, both); mantissa 7 and 9; 2 float
-        // formats x 2 points; 2 roundings x 2 points; 2 storage roundings.
-        assert_eq!(changes.len(), 2 + 6 + 2 + 4 + 4 + 2, "{text:#?}");
+        // 2 accumulations; 2 roundings x (vector, matrix, both); mantissa 7 and 9; the 14 MVM
+        // formats of the catalogue; 2 float formats x 2 points; 2 roundings x 2 points; 2
+        // storage roundings.
+        assert_eq!(changes.len(), 2 + 6 + 2 + 14 + 4 + 4 + 2, "{text:#?}");
         assert_eq!(text[0], "accumulation = \"fp32-seq\"");
         assert_eq!(text[1], "accumulation = \"fp16-seq\"");
         assert_eq!(
@@ -182,8 +226,12 @@ mod tests {
             "mvm_vector = \"bfp(mant = 7, block = native, exp_bits = 5, round = even)\"\n\
              mvm_matrix = \"bfp(mant = 7, block = native, exp_bits = 5, round = even)\""
         );
-        assert_eq!(text[10], "mvm_output = \"bf16\"");
-        assert_eq!(text[19], "storage = \"fp(5, 10, round = zero)\"");
+        assert_eq!(
+            text[10],
+            "mvm_vector = \"fp(5, 2)\"\nmvm_matrix = \"fp(5, 2)\""
+        );
+        assert_eq!(text[24], "mvm_output = \"bf16\"");
+        assert_eq!(text[33], "storage = \"fp(5, 10, round = zero)\"");
         for c in &changes {
             let toml = format!("[numerics]\n{}\n", c.change);
             let parsed = Target::from_toml(&toml, "bw-default.toml")

@@ -5,7 +5,7 @@ use nnp_grammar::{Program, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::diff::{DiffBuilder, DiffError, DiffReport};
 use nnp_runtime::exec::{ExecOptions, Execution};
-use nnp_runtime::explain::{ExplainRow, NumericsChange, one_knob_changes};
+use nnp_runtime::explain::{ExplainRow, NumericsChange, SCREEN_ITEMS, one_knob_changes};
 use nnp_runtime::host::{InputFeed, Outputs, ShapeDisplay, Tensor};
 use nnp_runtime::io::{self, IoError, StoredTensor};
 use nnp_runtime::trace::{TraceComparer, TraceFile, TraceRecord};
@@ -57,9 +57,11 @@ pub struct Args {
     pub first: usize,
     /// When the dump is not concordant, rerun the software graph under each one-knob change
     /// of the target's numerics (accumulation; rounding of the MVM inputs, the MVM output, the
-    /// MFU input and storage; the MVM inputs' mantissa width; the MVM output's and MFU input's
-    /// float format) and say which change, if any, makes the dump concordant: a target file
-    /// that misdescribes the board, told apart from a fault. Each change is one more run.
+    /// MFU input and storage; the MVM inputs' mantissa width, or their format as another of
+    /// the catalogue's MVM formats; the MVM output's and MFU input's float format) and say
+    /// which change, if any, makes the dump concordant: a target file that misdescribes the
+    /// board, told apart from a fault. Each change runs on the first 8 items, and on the whole
+    /// batch where those are bit-exact.
     #[arg(long)]
     pub explain: bool,
     /// Print the report as JSON (schema `nnpc.diff/1`, docs/diff.md).
@@ -107,7 +109,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         .map(|(path, file)| (*path, file, &mut traces));
     // The weights go to the run; --explain keeps a copy for its own runs.
     let kept = args.explain.then(|| weights.clone());
-    let mut report = match run.compare(&program, &graph, weights, args.first, trace) {
+    let mut report = match run.compare(&program, &graph, weights, batch, args.first, trace) {
         Ok(report) => report,
         Err(e) => return run_failed(&program, e),
     };
@@ -118,7 +120,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         report.trace = Some(traces.finish());
     }
     if let Some(weights) = kept.filter(|_| !report.concordant) {
-        report.explain = Some(run.explain(&program, &weights, report.elements));
+        report.explain = Some(run.explain(&program, &weights));
     }
 
     if args.json {
@@ -143,15 +145,16 @@ struct Comparison<'a> {
 }
 
 impl Comparison<'_> {
-    /// Run `graph` over the batch: each chunk's outputs are compared with the dump's items as
-    /// the chunk is done, and with `trace` its records with the same items' records of the
-    /// hardware trace. The run holds one chunk's inputs, outputs, dump items and trace records
-    /// at a time. The report lists the first `first` mismatches.
+    /// Run `graph` over the first `items` of the batch: each chunk's outputs are compared with
+    /// the dump's items as the chunk is done, and with `trace` its records with the same
+    /// items' records of the hardware trace. The run holds one chunk's inputs, outputs, dump
+    /// items and trace records at a time. The report lists the first `first` mismatches.
     fn compare(
         &self,
         program: &Program,
         graph: &SwGraph,
         weights: BTreeMap<String, Tensor>,
+        items: usize,
         first: usize,
         mut trace: Option<(&Path, &TraceFile, &mut TraceComparer)>,
     ) -> Result<DiffReport, ChunkError> {
@@ -182,37 +185,35 @@ impl Comparison<'_> {
             }
             Ok(())
         };
-        let batch = self.feed.batch;
         self.args
             .chunks
-            .execute_fed(graph, (weights, batch), opts, inputs, sink)?;
+            .execute_fed(graph, (weights, items), opts, inputs, sink)?;
         Ok(diff.finish())
     }
 
     /// The software graph under each one-knob change of `program`'s target numerics, against
-    /// the dump (`elements` of them): a change under which the firmware does not check, lower
-    /// or run is a row with its error.
-    fn explain(
-        &self,
-        program: &Program,
-        weights: &BTreeMap<String, Tensor>,
-        elements: usize,
-    ) -> Vec<ExplainRow> {
+    /// the dump ([`Comparison::under`]). A change under which the firmware does not check,
+    /// lower or run is a row with its error.
+    fn explain(&self, program: &Program, weights: &BTreeMap<String, Tensor>) -> Vec<ExplainRow> {
         let changes = one_knob_changes(&program.target);
         let bar = super::bar("explaining", changes.len(), "changes of the numerics");
         let rows = changes
             .into_iter()
             .map(|NumericsChange { change, target }| {
-                let (bit_exact, error) = match self.bit_exact_under(program, target, weights) {
-                    Ok(n) => (n, None),
-                    Err(e) => (0, Some(e)),
-                };
+                let under = self.under(program, target, weights);
                 bar.inc(1);
+                let ((items, elements, bit_exact), error) = match under {
+                    Ok((items, r)) => ((items, r.elements, r.bit_exact), None),
+                    Err(e) => ((0, 0, 0), Some(e)),
+                };
                 ExplainRow {
+                    concordant: error.is_none()
+                        && items == self.feed.batch
+                        && bit_exact == elements,
                     change,
+                    items,
                     elements,
                     bit_exact,
-                    concordant: error.is_none() && bit_exact == elements,
                     error,
                 }
             })
@@ -221,14 +222,15 @@ impl Comparison<'_> {
         rows
     }
 
-    /// The dump's bit-exact elements against `program` checked, lowered and run on `target`,
-    /// or why it could not be.
-    fn bit_exact_under(
+    /// The dump against `program` checked, lowered and run on `target`: on its first
+    /// [`SCREEN_ITEMS`] items, then, where those are all bit-exact, on the whole batch. The
+    /// items compared and the report, or why the firmware could not check, lower or run.
+    fn under(
         &self,
         program: &Program,
         target: Target,
         weights: &BTreeMap<String, Tensor>,
-    ) -> Result<usize, String> {
+    ) -> Result<(usize, DiffReport), String> {
         let checked =
             nnp_grammar::check(program.source.clone(), Some(target)).map_err(|diags| {
                 diags
@@ -238,10 +240,18 @@ impl Comparison<'_> {
         let graph = nnp_lowering::swgraph::lower(&checked.program)
             .map_err(|e| format!("cannot lower: {e}"))?;
         let graph = swgraph::optimize(&graph, Roots::Outputs);
-        let report = self
-            .compare(&checked.program, &graph, weights.clone(), 0, None)
-            .map_err(|e| e.to_string())?;
-        Ok(report.bit_exact)
+        let compare = |items| {
+            self.compare(&checked.program, &graph, weights.clone(), items, 0, None)
+                .map(|report| (items, report))
+                .map_err(|e| e.to_string())
+        };
+        let (batch, screen) = (self.feed.batch, self.feed.batch.min(SCREEN_ITEMS));
+        let (items, report) = compare(screen)?;
+        if items < batch && report.bit_exact == report.elements {
+            compare(batch)
+        } else {
+            Ok((items, report))
+        }
     }
 }
 
@@ -455,7 +465,7 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
         }
     }
     match &report.explain {
-        Some(rows) => print_explain(program, rows),
+        Some(rows) => print_explain(program, rows, batch),
         None if !report.concordant => println!(
             "  (`--explain` reruns the software graph under one-knob changes of the target's \
              numerics, to tell a setting the target file gets wrong from a fault)"
@@ -475,7 +485,7 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
 }
 
 /// The changes that make the dump concordant, else the closest few, and what that means.
-fn print_explain(program: &Program, rows: &[ExplainRow]) {
+fn print_explain(program: &Program, rows: &[ExplainRow], batch: usize) {
     const SHOWN: usize = 5;
     let target = &program.target.name;
     println!(
@@ -484,8 +494,13 @@ fn print_explain(program: &Program, rows: &[ExplainRow]) {
     );
     // A change's lines on one line.
     let one_line = |r: &ExplainRow| r.change.replace('\n', "; ");
+    // Concordant first, then by the share of bit-exact elements (screened rows count fewer).
     let mut order: Vec<&ExplainRow> = rows.iter().collect();
-    order.sort_by_key(|r| std::cmp::Reverse((r.concordant, r.bit_exact)));
+    let share = |r: &ExplainRow| (r.bit_exact as u128, r.elements.max(1) as u128);
+    order.sort_by(|a, b| {
+        let ((a_exact, a_all), (b_exact, b_all)) = (share(a), share(b));
+        (b.concordant.cmp(&a.concordant)).then((b_exact * a_all).cmp(&(a_exact * b_all)))
+    });
     let concordant: Vec<String> = order
         .iter()
         .filter(|r| r.concordant)
@@ -497,9 +512,13 @@ fn print_explain(program: &Program, rows: &[ExplainRow]) {
         match &r.error {
             Some(e) => println!("    {change}: cannot run ({e})"),
             None => println!(
-                "    {} of {} bit-exact{}  {change}",
+                "    {} of {} bit-exact{}{}  {change}",
                 r.bit_exact,
                 r.elements,
+                match r.items < batch {
+                    true => format!(" in the first {} items", r.items),
+                    false => String::new(),
+                },
                 if r.concordant { " (concordant)" } else { "" }
             ),
         }
