@@ -494,3 +494,26 @@ fn explain_names_the_one_setting_a_board_differs_in() {
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert!(r.get("explain").is_none(), "{r}");
 }
+
+/// `nnpc diff --device cuda`: in a build with the feature (on a machine with a GPU) the
+/// emulator's dump is concordant with the products on the GPU; without it, the error says how
+/// to get one, with exit 2 and no panic.
+#[test]
+fn diff_on_cuda_is_concordant_or_says_how_to_get_it() {
+    let dir = scratch("cuda");
+    let hw = emulate_mlp16(&dir.join("hw.safetensors"), &[]);
+    let o = diff_mlp(&hw, 5, &["--device", "cuda"]);
+    let err = stderr(&o);
+    if cfg!(feature = "cuda") {
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        assert!(stdout(&o).contains("(concordant)"), "{}", stdout(&o));
+        return;
+    }
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let words: Vec<&str> = err.split_whitespace().filter(|w| *w != "│").collect();
+    assert!(
+        words.join(" ").contains("rebuild with `--features cuda`"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}

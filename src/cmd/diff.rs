@@ -1,6 +1,7 @@
 //! `nnpc diff`: compare a hardware output dump (or trace) with the software graph, bit for bit.
 
 use super::host_args::{ChunkArgs, ChunkError, DataArgs, LayoutArg, run_failed, trace_records};
+use super::run::DeviceArg;
 use nnp_grammar::{Program, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::diff::{DiffBuilder, DiffError, DiffReport};
@@ -52,6 +53,10 @@ pub struct Args {
     pub data: DataArgs,
     #[command(flatten)]
     pub chunks: ChunkArgs,
+    /// Where the software graph's integer products run: `cuda` puts them on the first CUDA
+    /// GPU, with the same bits (needs a build with `--features cuda`; docs/swgraph.md).
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
     /// How many mismatching elements to list.
     #[arg(long, value_name = "K", default_value_t = 10)]
     pub first: usize,
@@ -159,6 +164,7 @@ impl Comparison<'_> {
         mut trace: Option<(&Path, &TraceFile, &mut TraceComparer)>,
     ) -> Result<DiffReport, ChunkError> {
         let opts = ExecOptions {
+            device: self.args.device.into(),
             keep_writes: trace.is_some(),
             ..ExecOptions::default()
         };
