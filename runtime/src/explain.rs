@@ -7,7 +7,9 @@
 //! firmware bug that perturbs every element. Rerunning the software graph with each setting
 //! changed in turn tells them apart: if one change makes the dump concordant bit for bit, that
 //! change is what the target file gets wrong; if none does, a rounding difference of one
-//! setting is ruled out.
+//! setting is ruled out. A board that differs in two settings (another MVM format and
+//! another accumulation) usually has one of them bring the dump closer on its own: the
+//! changes of a second knob [`on_top_of`] the closest one find the pair.
 //!
 //! The changes touch the target's numerics only: a chain with its own `quant` line, or a
 //! declaration with its own `quant FORMAT`, keeps that format.
@@ -21,9 +23,22 @@ use serde::{Deserialize, Serialize};
 /// `[numerics]` table of a target file (docs/targets.md).
 #[derive(Clone, Debug)]
 pub struct NumericsChange {
-    /// The change as TOML lines of `[numerics]`: `accumulation = "fp32-seq"`.
-    pub change: String,
+    /// The `[numerics]` keys it sets, each with its TOML value: `("accumulation",
+    /// "\"fp32-seq\"")`.
+    pub settings: Vec<(&'static str, String)>,
     pub target: Target,
+}
+
+impl NumericsChange {
+    /// The change as TOML lines of `[numerics]`: `accumulation = "fp32-seq"`.
+    pub fn lines(&self) -> String {
+        let lines: Vec<String> = self
+            .settings
+            .iter()
+            .map(|(key, value)| format!("{key} = {value}"))
+            .collect();
+        lines.join("\n")
+    }
 }
 
 /// How many items (from the first) every change runs on first: a change that is not
@@ -34,8 +49,11 @@ pub const SCREEN_ITEMS: usize = 8;
 /// The software graph under one change, against the dump.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExplainRow {
-    /// The change as TOML lines of `[numerics]` (see [`NumericsChange::change`]).
+    /// The change as TOML lines of `[numerics]` ([`NumericsChange::lines`]).
     pub change: String,
+    /// How many knobs it turns: 1 (a one-knob change), or 2 (a change of [`on_top_of`] the
+    /// closest one-knob change, tried when none is concordant).
+    pub knobs: usize,
     /// The batch items compared, from the first: the whole batch, or [`SCREEN_ITEMS`] where
     /// they already tell that the change is not concordant.
     pub items: usize,
@@ -46,6 +64,29 @@ pub struct ExplainRow {
     /// Why the software graph could not run under the change (it is then not concordant).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+impl ExplainRow {
+    /// Its bit-exact elements against the elements compared.
+    pub fn share(&self) -> (usize, usize) {
+        (self.bit_exact, self.elements)
+    }
+}
+
+/// Orders two shares `(bit_exact, elements)` exactly (no rounding; none compared is 0).
+pub fn cmp_share(a: (usize, usize), b: (usize, usize)) -> std::cmp::Ordering {
+    let wide = |(n, of): (usize, usize)| (n as u128, of.max(1) as u128);
+    let ((an, aof), (bn, bof)) = (wide(a), wide(b));
+    (an * bof).cmp(&(bn * aof))
+}
+
+/// The row with the largest share of bit-exact elements among those that ran (the first of
+/// equals).
+pub fn closest(rows: &[ExplainRow]) -> Option<usize> {
+    (0..rows.len())
+        .rev()
+        .filter(|&i| rows[i].error.is_none())
+        .max_by(|&a, &b| cmp_share(rows[a].share(), rows[b].share()))
 }
 
 const ROUNDINGS: [Rounding; 3] = [
@@ -112,17 +153,14 @@ const MFU_INPUT: Point = Point {
 /// `t` with the points of `set` in their new formats, and the `[numerics]` lines that say so.
 fn with_formats(t: &Target, set: &[(Point, Format)]) -> NumericsChange {
     let mut target = t.clone();
-    let lines: Vec<String> = set
+    let settings = set
         .iter()
         .map(|(p, f)| {
             *(p.slot)(&mut target.numerics) = *f;
-            format!("{} = \"{f}\"", p.key)
+            (p.key, format!("\"{f}\""))
         })
         .collect();
-    NumericsChange {
-        change: lines.join("\n"),
-        target,
-    }
+    NumericsChange { settings, target }
 }
 
 /// Every one-knob change of `t`'s numerics, in this order: the accumulation; the rounding of
@@ -139,7 +177,7 @@ pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
             let mut target = t.clone();
             target.numerics.accumulation = a;
             NumericsChange {
-                change: format!("accumulation = \"{}\"", a.name()),
+                settings: vec![("accumulation", format!("\"{}\"", a.name()))],
                 target,
             }
         })
@@ -195,9 +233,47 @@ pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
     out
 }
 
+/// Two knobs of `t` at once: each one-knob change of `first`'s target (`first` is a change
+/// of `t`), written as `first`'s settings with the second's in place of those of the same
+/// key. Left out: those that come back to `t`, and those equal to a one-knob change of `t`
+/// (tried already).
+pub fn on_top_of(t: &Target, first: &NumericsChange) -> Vec<NumericsChange> {
+    let mut seen: Vec<TargetNumerics> = one_knob_changes(t)
+        .into_iter()
+        .map(|c| c.target.numerics)
+        .collect();
+    seen.push(t.numerics.clone());
+    let mut out = Vec::new();
+    for second in one_knob_changes(&first.target) {
+        if seen.contains(&second.target.numerics) {
+            continue;
+        }
+        seen.push(second.target.numerics.clone());
+        let replaced = |key: &str| second.settings.iter().any(|(k, _)| *k == key);
+        let mut settings: Vec<_> = (first.settings.iter())
+            .filter(|(key, _)| !replaced(key))
+            .cloned()
+            .collect();
+        settings.extend(second.settings);
+        out.push(NumericsChange {
+            settings,
+            target: second.target,
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `c`'s lines, under `[numerics]` in a target file, give exactly its target.
+    fn assert_parses_back(c: &NumericsChange) {
+        let toml = format!("[numerics]\n{}\n", c.lines());
+        let parsed = Target::from_toml(&toml, "bw-default.toml")
+            .unwrap_or_else(|e| panic!("{}: {e}", c.lines()));
+        assert_eq!(parsed.numerics, c.target.numerics, "{}", c.lines());
+    }
 
     /// bw-default's changes, one knob each, written as the TOML a target file takes: each
     /// parses back (under `[numerics]`) to exactly the changed target.
@@ -210,7 +286,7 @@ mod tests {
         );
         let base = Target::bw_default();
         let changes = one_knob_changes(&base);
-        let text: Vec<&str> = changes.iter().map(|c| c.change.as_str()).collect();
+        let text: Vec<String> = changes.iter().map(NumericsChange::lines).collect();
         // 2 accumulations; 2 roundings x (vector, matrix, both); mantissa 7 and 9; the 14 MVM
         // formats of the catalogue; 2 float formats x 2 points; 2 roundings x 2 points; 2
         // storage roundings.
@@ -233,11 +309,54 @@ mod tests {
         assert_eq!(text[24], "mvm_output = \"bf16\"");
         assert_eq!(text[33], "storage = \"fp(5, 10, round = zero)\"");
         for c in &changes {
-            let toml = format!("[numerics]\n{}\n", c.change);
-            let parsed = Target::from_toml(&toml, "bw-default.toml")
-                .unwrap_or_else(|e| panic!("{}: {e}", c.change));
-            assert_eq!(parsed.numerics, c.target.numerics, "{}", c.change);
-            assert_ne!(c.target.numerics, base.numerics, "{}", c.change);
+            assert_parses_back(c);
+            assert_ne!(c.target.numerics, base.numerics, "{}", c.lines());
+        }
+    }
+
+    /// Two knobs of bw-default: on top of its MX change (both MVM inputs), and on top of
+    /// `fp16-seq` accumulation. Counted by hand from the one-knob list: a change that comes
+    /// back to bw-default or equals one of its one-knob changes is left out.
+    #[test]
+    fn two_knobs_are_target_file_lines_not_tried_before() {
+        let base = Target::bw_default();
+        let singles = one_knob_changes(&base);
+        let mx = "mvm_vector = \"mx(elem = fp8e4m3, block = 32)\"\n\
+                  mvm_matrix = \"mx(elem = fp8e4m3, block = 32)\"";
+        let first = singles
+            .iter()
+            .find(|c| c.lines() == mx)
+            .expect("the MX change");
+        let pairs = on_top_of(&base, first);
+        let text: Vec<String> = pairs.iter().map(NumericsChange::lines).collect();
+        // 2 accumulations; MX's 2 other roundings x (vector, matrix, both); the catalogue's
+        // other 13 formats are one-knob changes of bw-default (left out); 2 float formats x 2
+        // points; 2 roundings x 2 points; 2 storage roundings.
+        assert_eq!(pairs.len(), 2 + 6 + 4 + 4 + 2, "{text:#?}");
+        assert_eq!(text[0], format!("{mx}\naccumulation = \"fp32-seq\""));
+        assert_eq!(
+            text[2],
+            "mvm_matrix = \"mx(elem = fp8e4m3, block = 32)\"\n\
+             mvm_vector = \"mx(elem = fp8e4m3, block = 32, round = away)\""
+        );
+        let acc = singles
+            .iter()
+            .find(|c| c.lines() == "accumulation = \"fp16-seq\"")
+            .expect("fp16-seq");
+        let on_acc = on_top_of(&base, acc);
+        // Every one-knob change of the fp16-seq target but the two accumulations (`exact`
+        // is bw-default, `fp32-seq` a one-knob change of it).
+        assert_eq!(on_acc.len(), singles.len() - 2);
+        for c in pairs.iter().chain(&on_acc) {
+            assert_parses_back(c);
+            assert_ne!(c.target.numerics, base.numerics, "{}", c.lines());
+            assert!(
+                singles
+                    .iter()
+                    .all(|s| s.target.numerics != c.target.numerics),
+                "{}",
+                c.lines()
+            );
         }
     }
 }

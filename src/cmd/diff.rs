@@ -6,7 +6,9 @@ use nnp_grammar::{Program, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::diff::{DiffBuilder, DiffError, DiffReport};
 use nnp_runtime::exec::{ExecOptions, Execution};
-use nnp_runtime::explain::{ExplainRow, NumericsChange, SCREEN_ITEMS, one_knob_changes};
+use nnp_runtime::explain::{
+    ExplainRow, NumericsChange, SCREEN_ITEMS, closest, cmp_share, on_top_of, one_knob_changes,
+};
 use nnp_runtime::host::{InputFeed, Outputs, ShapeDisplay, Tensor};
 use nnp_runtime::io::{self, IoError, StoredTensor};
 use nnp_runtime::trace::{TraceComparer, TraceFile, TraceRecord};
@@ -65,8 +67,9 @@ pub struct Args {
     /// MFU input and storage; the MVM inputs' mantissa width, or their format as another of
     /// the catalogue's MVM formats; the MVM output's and MFU input's float format) and say
     /// which change, if any, makes the dump concordant: a target file that misdescribes the
-    /// board, told apart from a fault. Each change runs on the first 8 items, and on the whole
-    /// batch where those are bit-exact.
+    /// board, told apart from a fault. When none does, each change of a second knob on top of
+    /// the closest one. Each change runs on the first 8 items, and on the whole batch where
+    /// those are bit-exact.
     #[arg(long)]
     pub explain: bool,
     /// Print the report as JSON (schema `nnpc.diff/1`, docs/diff.md).
@@ -125,7 +128,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         report.trace = Some(traces.finish());
     }
     if let Some(weights) = kept.filter(|_| !report.concordant) {
-        report.explain = Some(run.explain(&program, &weights));
+        let share = (report.bit_exact, report.elements);
+        report.explain = Some(run.explain(&program, &weights, share));
     }
 
     if args.json {
@@ -198,15 +202,41 @@ impl Comparison<'_> {
     }
 
     /// The software graph under each one-knob change of `program`'s target numerics, against
-    /// the dump ([`Comparison::under`]). A change under which the firmware does not check,
-    /// lower or run is a row with its error.
-    fn explain(&self, program: &Program, weights: &BTreeMap<String, Tensor>) -> Vec<ExplainRow> {
-        let changes = one_knob_changes(&program.target);
+    /// the dump ([`Comparison::under`]). When none is concordant and the closest is closer
+    /// than the target itself (`share`: the first comparison's bit-exact elements and
+    /// elements), under each change of a second knob on top of that one ([`on_top_of`]).
+    fn explain(
+        &self,
+        program: &Program,
+        weights: &BTreeMap<String, Tensor>,
+        share: (usize, usize),
+    ) -> Vec<ExplainRow> {
+        let singles = one_knob_changes(&program.target);
+        let mut rows = self.rows(program, &singles, 1, weights);
+        let closer = closest(&rows)
+            .filter(|&i| cmp_share(rows[i].share(), share).is_gt())
+            .filter(|_| !rows.iter().any(|r| r.concordant));
+        if let Some(i) = closer {
+            let pairs = on_top_of(&program.target, &singles[i]);
+            rows.extend(self.rows(program, &pairs, 2, weights));
+        }
+        rows
+    }
+
+    /// The rows of `changes`, each of `knobs` knobs; a change under which the firmware does
+    /// not check, lower or run is a row with its error.
+    fn rows(
+        &self,
+        program: &Program,
+        changes: &[NumericsChange],
+        knobs: usize,
+        weights: &BTreeMap<String, Tensor>,
+    ) -> Vec<ExplainRow> {
         let bar = super::bar("explaining", changes.len(), "changes of the numerics");
         let rows = changes
-            .into_iter()
-            .map(|NumericsChange { change, target }| {
-                let under = self.under(program, target, weights);
+            .iter()
+            .map(|change| {
+                let under = self.under(program, change.target.clone(), weights);
                 bar.inc(1);
                 let ((items, elements, bit_exact), error) = match under {
                     Ok((items, r)) => ((items, r.elements, r.bit_exact), None),
@@ -216,7 +246,8 @@ impl Comparison<'_> {
                     concordant: error.is_none()
                         && items == self.feed.batch
                         && bit_exact == elements,
-                    change,
+                    change: change.lines(),
+                    knobs,
                     items,
                     elements,
                     bit_exact,
@@ -492,29 +523,58 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
 
 /// The changes that make the dump concordant, else the closest few, and what that means.
 fn print_explain(program: &Program, rows: &[ExplainRow], batch: usize) {
-    const SHOWN: usize = 5;
     let target = &program.target.name;
+    let (singles, pairs): (Vec<&ExplainRow>, Vec<&ExplainRow>) =
+        rows.iter().partition(|r| r.knobs == 1);
     println!(
         "  explain: the software graph under {} one-knob changes of `{target}`'s numerics:",
-        rows.len()
+        singles.len()
     );
+    print_explain_rows(&singles, batch);
     // A change's lines on one line.
     let one_line = |r: &ExplainRow| r.change.replace('\n', "; ");
-    // Concordant first, then by the share of bit-exact elements (screened rows count fewer).
-    let mut order: Vec<&ExplainRow> = rows.iter().collect();
-    let share = |r: &ExplainRow| (r.bit_exact as u128, r.elements.max(1) as u128);
-    order.sort_by(|a, b| {
-        let ((a_exact, a_all), (b_exact, b_all)) = (share(a), share(b));
-        (b.concordant.cmp(&a.concordant)).then((b_exact * a_all).cmp(&(a_exact * b_all)))
-    });
-    let concordant: Vec<String> = order
+    // The one-knob rows come first; the closest of them is the one the pairs build on.
+    let first = closest(&rows[..singles.len()]).map(|i| one_line(&rows[i]));
+    if let (false, Some(first)) = (pairs.is_empty(), &first) {
+        println!(
+            "  none is concordant; the closest, `{first}`, with each of {} more changes on top:",
+            pairs.len()
+        );
+        print_explain_rows(&pairs, batch);
+    }
+    let concordant: Vec<String> = rows
         .iter()
         .filter(|r| r.concordant)
         .map(|r| format!("`{}`", one_line(r)))
         .collect();
-    let shown = concordant.len().max(SHOWN);
+    match (concordant.as_slice(), pairs.is_empty()) {
+        ([], true) => println!(
+            "  no single change of the numerics makes the dump concordant: the board differs from \
+             `{target}` in more than one setting, or the firmware, the board or the data has a \
+             fault (`--trace` names the first divergent v_wr)"
+        ),
+        ([], false) => println!(
+            "  no change of one knob, nor of two with the closest, makes the dump concordant: the \
+             board differs from `{target}` in more settings, or the firmware, the board or the \
+             data has a fault (`--trace` names the first divergent v_wr)"
+        ),
+        (changes, _) => println!(
+            "  the dump is concordant with `{target}` changed by {}: if the board does that, put \
+             it under [numerics] in its target file (docs/targets.md)",
+            changes.join(" or by ")
+        ),
+    }
+}
+
+/// The concordant rows, else the five closest by their share of bit-exact elements, then how
+/// many more there are.
+fn print_explain_rows(rows: &[&ExplainRow], batch: usize) {
+    const SHOWN: usize = 5;
+    let mut order = rows.to_vec();
+    order.sort_by(|a, b| (b.concordant.cmp(&a.concordant)).then(cmp_share(b.share(), a.share())));
+    let shown = order.iter().filter(|r| r.concordant).count().max(SHOWN);
     for r in order.iter().take(shown) {
-        let change = one_line(r);
+        let change = r.change.replace('\n', "; ");
         match &r.error {
             Some(e) => println!("    {change}: cannot run ({e})"),
             None => println!(
@@ -534,18 +594,6 @@ fn print_explain(program: &Program, rows: &[ExplainRow], batch: usize) {
             "    ({} more: `--json` lists every one)",
             rows.len() - shown
         );
-    }
-    match concordant.as_slice() {
-        [] => println!(
-            "  no single change of the numerics makes the dump concordant: the board differs from \
-             `{target}` in more than one setting, or the firmware, the board or the data has a \
-             fault (`--trace` names the first divergent v_wr)"
-        ),
-        changes => println!(
-            "  the dump is concordant with `{target}` changed by {}: if the board does that, put \
-             it under [numerics] in its target file (docs/targets.md)",
-            changes.join(" or by ")
-        ),
     }
 }
 
