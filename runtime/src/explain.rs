@@ -16,7 +16,7 @@
 
 use nnp_grammar::target::TargetNumerics;
 use nnp_grammar::{Accumulation, Target};
-use nnp_numerics::{Format, Rounding};
+use nnp_numerics::{Block, Format, Rounding};
 use serde::{Deserialize, Serialize};
 
 /// One change of a target's numerics: the target with it, and how to write it in the
@@ -165,7 +165,8 @@ fn with_formats(t: &Target, set: &[(Point, Format)]) -> NumericsChange {
 
 /// Every one-knob change of `t`'s numerics, in this order: the accumulation; the rounding of
 /// each MVM input, then of both; the mantissa width of both MVM inputs one bit narrower and
-/// wider (block floating point); both MVM inputs in each other format of the catalogue's
+/// wider, and their block (block floating point); both MVM inputs in each other format of the
+/// catalogue's
 /// [`MVM_CATALOGUE`]; the MVM output's and the MFU input's float format; their rounding,
 /// then the storage format's.
 pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
@@ -204,6 +205,17 @@ pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
             if let (Some(vm), Some(mm)) = (width(v.mant), width(m.mant)) {
                 let (mut v, mut m) = (v, m);
                 (v.mant, m.mant) = (vm, mm);
+                let set = [(MVM_VECTOR, Format::Bfp(v)), (MVM_MATRIX, Format::Bfp(m))];
+                out.push(with_formats(t, &set));
+            }
+        }
+        // The block of both: each power of two from 16 below the native dimension, or native.
+        let sizes = std::iter::successors(Some(16), |b| Some(b * 2)).take_while(|b| *b < t.native);
+        for block in sizes.map(Block::Size).chain([Block::Native]) {
+            let len = block.len(t.native);
+            if (v.block.len(t.native), m.block.len(t.native)) != (len, len) {
+                let (mut v, mut m) = (v, m);
+                (v.block, m.block) = (block, block);
                 let set = [(MVM_VECTOR, Format::Bfp(v)), (MVM_MATRIX, Format::Bfp(m))];
                 out.push(with_formats(t, &set));
             }
@@ -287,10 +299,10 @@ mod tests {
         let base = Target::bw_default();
         let changes = one_knob_changes(&base);
         let text: Vec<String> = changes.iter().map(NumericsChange::lines).collect();
-        // 2 accumulations; 2 roundings x (vector, matrix, both); mantissa 7 and 9; the 14 MVM
-        // formats of the catalogue; 2 float formats x 2 points; 2 roundings x 2 points; 2
-        // storage roundings.
-        assert_eq!(changes.len(), 2 + 6 + 2 + 14 + 4 + 4 + 2, "{text:#?}");
+        // 2 accumulations; 2 roundings x (vector, matrix, both); mantissa 7 and 9; blocks of
+        // 16, 32 and 64; the 14 MVM formats of the catalogue; 2 float formats x 2 points; 2
+        // roundings x 2 points; 2 storage roundings.
+        assert_eq!(changes.len(), 2 + 6 + 2 + 3 + 14 + 4 + 4 + 2, "{text:#?}");
         assert_eq!(text[0], "accumulation = \"fp32-seq\"");
         assert_eq!(text[1], "accumulation = \"fp16-seq\"");
         assert_eq!(
@@ -304,10 +316,32 @@ mod tests {
         );
         assert_eq!(
             text[10],
+            "mvm_vector = \"bfp(mant = 8, block = 16, exp_bits = 5, round = even)\"\n\
+             mvm_matrix = \"bfp(mant = 8, block = 16, exp_bits = 5, round = even)\""
+        );
+        assert_eq!(
+            text[13],
             "mvm_vector = \"fp(5, 2)\"\nmvm_matrix = \"fp(5, 2)\""
         );
-        assert_eq!(text[24], "mvm_output = \"bf16\"");
-        assert_eq!(text[33], "storage = \"fp(5, 10, round = zero)\"");
+        assert_eq!(text[27], "mvm_output = \"bf16\"");
+        assert_eq!(text[36], "storage = \"fp(5, 10, round = zero)\"");
+        // On a target of blocks of 32 (N = 128): 16, 64 and native instead.
+        let mut b32 = base.clone();
+        for f in [&mut b32.numerics.mvm_vector, &mut b32.numerics.mvm_matrix] {
+            if let Format::Bfp(b) = f {
+                b.block = Block::Size(32);
+            }
+        }
+        let blocks: Vec<String> = one_knob_changes(&b32)
+            .iter()
+            .map(NumericsChange::lines)
+            .filter(|l| l.starts_with("mvm_vector = \"bfp(mant = 8, block = "))
+            .filter(|l| l.contains("round = even"))
+            .collect();
+        assert_eq!(blocks.len(), 3, "{blocks:#?}");
+        for (line, block) in blocks.iter().zip(["16", "64", "native"]) {
+            assert!(line.contains(&format!("block = {block},")), "{line}");
+        }
         for c in &changes {
             assert_parses_back(c);
             assert_ne!(c.target.numerics, base.numerics, "{}", c.lines());
