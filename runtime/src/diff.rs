@@ -205,6 +205,7 @@ impl<'p> DiffBuilder<'p> {
         let (program, storage) = (self.program, self.storage);
         let width = storage.bits().min(32);
         let n = program.native();
+        let exact_bucket = histogram_bucket(Some(0));
         for (decl_idx, acc) in &mut self.outputs {
             let decl = &program.decls[*decl_idx];
             let sw = software
@@ -227,12 +228,15 @@ impl<'p> DiffBuilder<'p> {
             let (row_len, rows) = (decl.row_len(), decl.rows());
             let per_item = (rows * row_len).max(1);
             for (flat, (&h, &s)) in hw.data.iter().zip(&sw.data).enumerate() {
-                // Equal values have equal encodings: only the others are encoded (most of a
-                // dump's elements, and encoding is most of the time of a comparison).
-                let (hb, sb) = match h.to_bits() == s.to_bits() {
-                    true => (0, 0),
-                    false => (storage_bits(&storage, h), storage_bits(&storage, s)),
-                };
+                // Equal values have equal encodings and no error: only the others are encoded
+                // and measured (most of a dump's elements are equal).
+                if h.to_bits() == s.to_bits() {
+                    self.ulp_histogram[exact_bucket] += 1;
+                    acc.stats.add_equal(f64::from(h));
+                    out.bit_exact += 1;
+                    continue;
+                }
+                let (hb, sb) = (storage_bits(&storage, h), storage_bits(&storage, s));
                 // Concordance is equality of the encodings. Two that differ are at least one
                 // ULP apart: -0 and +0 (0 apart on the number line) differ in their sign.
                 let ulps = if hb == sb {
