@@ -531,8 +531,6 @@ fn print_explain(program: &Program, rows: &[ExplainRow], batch: usize) {
         singles.len()
     );
     print_explain_rows(&singles, batch);
-    // A change's lines on one line.
-    let one_line = |r: &ExplainRow| r.change.replace('\n', "; ");
     // The one-knob rows come first; the closest of them is the one the pairs build on.
     let first = closest(&rows[..singles.len()]).map(|i| one_line(&rows[i]));
     if let (false, Some(first)) = (pairs.is_empty(), &first) {
@@ -566,6 +564,11 @@ fn print_explain(program: &Program, rows: &[ExplainRow], batch: usize) {
     }
 }
 
+/// A change's lines on one line.
+fn one_line(r: &ExplainRow) -> String {
+    r.change.replace('\n', "; ")
+}
+
 /// The concordant rows, else the five closest by their share of bit-exact elements, then how
 /// many more there are.
 fn print_explain_rows(rows: &[&ExplainRow], batch: usize) {
@@ -574,16 +577,17 @@ fn print_explain_rows(rows: &[&ExplainRow], batch: usize) {
     order.sort_by(|a, b| (b.concordant.cmp(&a.concordant)).then(cmp_share(b.share(), a.share())));
     let shown = order.iter().filter(|r| r.concordant).count().max(SHOWN);
     for r in order.iter().take(shown) {
-        let change = r.change.replace('\n', "; ");
+        let change = one_line(r);
         match &r.error {
             Some(e) => println!("    {change}: cannot run ({e})"),
             None => println!(
                 "    {} of {} bit-exact{}{}  {change}",
                 r.bit_exact,
                 r.elements,
-                match r.items < batch {
-                    true => format!(" in the first {} items", r.items),
-                    false => String::new(),
+                if r.items < batch {
+                    format!(" in the first {} items", r.items)
+                } else {
+                    String::new()
                 },
                 if r.concordant { " (concordant)" } else { "" }
             ),
