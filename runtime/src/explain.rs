@@ -16,7 +16,7 @@
 
 use nnp_grammar::target::TargetNumerics;
 use nnp_grammar::{Accumulation, Target};
-use nnp_numerics::{Block, Format, Rounding};
+use nnp_numerics::{BfpFormat, Block, Format, MxElem, Rounding};
 use serde::{Deserialize, Serialize};
 
 /// One change of a target's numerics: the target with it, and how to write it in the
@@ -98,28 +98,23 @@ const ROUNDINGS: [Rounding; 3] = [
 const FLOATS: [Format; 3] = [Format::FP16, Format::BF16, Format::FP32];
 
 /// The catalogue's formats for the MVM's inputs (NUMERICS.md section 3): ms-fp8 and ms-fp9,
-/// MSFP12/13/16, OCP MX with each element type, and the `mxN` presets. A board built for one
-/// of them, diffed against a target of another, is concordant under that one.
-const MVM_CATALOGUE: [&str; 14] = [
-    "fp(5, 2)",
-    "fp(5, 3)",
-    "msfp(mant = 4)",
-    "msfp(mant = 5)",
-    "msfp(mant = 8)",
-    "mx(elem = fp8e4m3, block = 32)",
-    "mx(elem = fp8e5m2, block = 32)",
-    "mx(elem = fp6e3m2, block = 32)",
-    "mx(elem = fp6e2m3, block = 32)",
-    "mx(elem = fp4e2m1, block = 32)",
-    "mx(elem = int8, block = 32)",
-    "mx9",
-    "mx6",
-    "mx4",
-];
-
-/// [`MVM_CATALOGUE`]'s formats (each literal parses: `explain::tests`).
-fn mvm_catalogue() -> impl Iterator<Item = Format> {
-    MVM_CATALOGUE.iter().filter_map(|s| s.parse().ok())
+/// MSFP12/13/16, OCP MX in blocks of 32 with each element type, and the `mxN` presets. A
+/// board built for one of them, diffed against a target of another, is concordant under
+/// that one. (Each literal parses: `explain::tests`.)
+fn mvm_catalogue() -> Vec<Format> {
+    let floats_and_msfp = [
+        "fp(5, 2)",
+        "fp(5, 3)",
+        "msfp(mant = 4)",
+        "msfp(mant = 5)",
+        "msfp(mant = 8)",
+    ];
+    let mx = MxElem::ALL.map(|e| format!("mx(elem = {}, block = 32)", e.name()));
+    (floats_and_msfp.into_iter())
+        .chain(mx.iter().map(String::as_str))
+        .chain(["mx9", "mx6", "mx4"])
+        .filter_map(|s| s.parse().ok())
+        .collect()
 }
 
 /// A quantization point of a target's numerics: its `[numerics]` key and where it lives.
@@ -129,26 +124,21 @@ struct Point {
     slot: fn(&mut TargetNumerics) -> &mut Format,
 }
 
-const STORAGE: Point = Point {
-    key: "storage",
-    slot: |n| &mut n.storage,
-};
-const MVM_VECTOR: Point = Point {
-    key: "mvm_vector",
-    slot: |n| &mut n.mvm_vector,
-};
-const MVM_MATRIX: Point = Point {
-    key: "mvm_matrix",
-    slot: |n| &mut n.mvm_matrix,
-};
-const MVM_OUTPUT: Point = Point {
-    key: "mvm_output",
-    slot: |n| &mut n.mvm_output,
-};
-const MFU_INPUT: Point = Point {
-    key: "mfu_input",
-    slot: |n| &mut n.mfu_input,
-};
+/// The point whose `[numerics]` key is the name of its field.
+macro_rules! point {
+    ($field:ident) => {
+        Point {
+            key: stringify!($field),
+            slot: |n| &mut n.$field,
+        }
+    };
+}
+
+const STORAGE: Point = point!(storage);
+const MVM_VECTOR: Point = point!(mvm_vector);
+const MVM_MATRIX: Point = point!(mvm_matrix);
+const MVM_OUTPUT: Point = point!(mvm_output);
+const MFU_INPUT: Point = point!(mfu_input);
 
 /// `t` with the points of `set` in their new formats, and the `[numerics]` lines that say so.
 fn with_formats(t: &Target, set: &[(Point, Format)]) -> NumericsChange {
@@ -163,12 +153,16 @@ fn with_formats(t: &Target, set: &[(Point, Format)]) -> NumericsChange {
     NumericsChange { settings, target }
 }
 
+/// `t` with both MVM inputs in new formats.
+fn mvm_inputs(t: &Target, vector: Format, matrix: Format) -> NumericsChange {
+    with_formats(t, &[(MVM_VECTOR, vector), (MVM_MATRIX, matrix)])
+}
+
 /// Every one-knob change of `t`'s numerics, in this order: the accumulation; the rounding of
 /// each MVM input, then of both; the mantissa width of both MVM inputs one bit narrower and
-/// wider, and their block (block floating point); both MVM inputs in each other format of the
-/// catalogue's
-/// [`MVM_CATALOGUE`]; the MVM output's and the MFU input's float format; their rounding,
-/// then the storage format's.
+/// wider, and their block (block floating point); both MVM inputs in each other MVM format
+/// of the catalogue; the MVM output's and the MFU input's float format; their rounding, then
+/// the storage format's.
 pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
     let num = &t.numerics;
     let mut out: Vec<NumericsChange> = Accumulation::ALL
@@ -193,36 +187,35 @@ pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
             out.push(with_formats(t, &[(MVM_MATRIX, m)]));
         }
         if v != vector && m != matrix {
-            out.push(with_formats(t, &[(MVM_VECTOR, v), (MVM_MATRIX, m)]));
+            out.push(mvm_inputs(t, v, m));
         }
     }
     if let (Format::Bfp(v), Format::Bfp(m)) = (vector, matrix) {
-        for step in [-1i32, 1] {
-            let width = |mant: u32| {
-                mant.checked_add_signed(step)
-                    .filter(|w| (2..=32).contains(w))
-            };
-            if let (Some(vm), Some(mm)) = (width(v.mant), width(m.mant)) {
-                let (mut v, mut m) = (v, m);
-                (v.mant, m.mant) = (vm, mm);
-                let set = [(MVM_VECTOR, Format::Bfp(v)), (MVM_MATRIX, Format::Bfp(m))];
-                out.push(with_formats(t, &set));
+        // Both inputs edited alike, where the edit applies to both.
+        let mut both = |edit: &dyn Fn(BfpFormat) -> Option<BfpFormat>| {
+            if let (Some(v), Some(m)) = (edit(v), edit(m)) {
+                out.push(mvm_inputs(t, Format::Bfp(v), Format::Bfp(m)));
             }
+        };
+        for step in [-1i32, 1] {
+            both(&|b| {
+                let mant = b.mant.checked_add_signed(step)?;
+                (2..=32).contains(&mant).then_some(BfpFormat { mant, ..b })
+            });
         }
-        // The block of both: each power of two from 16 below the native dimension, or native.
+        // The block: each power of two from 16 below the native dimension, or native.
         let sizes = std::iter::successors(Some(16), |b| Some(b * 2)).take_while(|b| *b < t.native);
         for block in sizes.map(Block::Size).chain([Block::Native]) {
             let len = block.len(t.native);
             if (v.block.len(t.native), m.block.len(t.native)) != (len, len) {
-                let (mut v, mut m) = (v, m);
-                (v.block, m.block) = (block, block);
-                let set = [(MVM_VECTOR, Format::Bfp(v)), (MVM_MATRIX, Format::Bfp(m))];
-                out.push(with_formats(t, &set));
+                both(&|b| Some(BfpFormat { block, ..b }));
             }
         }
     }
-    for f in mvm_catalogue().filter(|f| (*f, *f) != (vector, matrix)) {
-        out.push(with_formats(t, &[(MVM_VECTOR, f), (MVM_MATRIX, f)]));
+    for f in mvm_catalogue() {
+        if (f, f) != (vector, matrix) {
+            out.push(mvm_inputs(t, f, f));
+        }
     }
     for (p, current) in [(MVM_OUTPUT, num.mvm_output), (MFU_INPUT, num.mfu_input)] {
         for f in FLOATS.into_iter().filter(|f| *f != current) {
@@ -291,11 +284,8 @@ mod tests {
     /// parses back (under `[numerics]`) to exactly the changed target.
     #[test]
     fn changes_of_bw_default_are_target_file_lines() {
-        assert_eq!(
-            mvm_catalogue().count(),
-            MVM_CATALOGUE.len(),
-            "every literal parses"
-        );
+        // 2 + 3 + 6 + 3 literals, every one parsed.
+        assert_eq!(mvm_catalogue().len(), 14, "every literal parses");
         let base = Target::bw_default();
         let changes = one_knob_changes(&base);
         let text: Vec<String> = changes.iter().map(NumericsChange::lines).collect();
