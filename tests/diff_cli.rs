@@ -518,6 +518,52 @@ fn explain_names_the_one_setting_a_board_differs_in() {
     assert!(r.get("explain").is_none(), "{r}");
 }
 
+/// `--explain=all-pairs`: a board that keeps f32 from the MVM's output through the MFUs'
+/// inputs (two settings, each of which alone leaves the dump about as far as other single
+/// changes do) is not found on top of the closest single change; every pair finds it, and
+/// it alone.
+#[test]
+fn explain_all_pairs_finds_a_board_the_closest_change_does_not_lead_to() {
+    let dir = scratch("explain_all_pairs");
+    let setting = "mvm_output = \"fp32\"\nmfu_input = \"fp32\"";
+    let board = dir.join("board.toml");
+    std::fs::write(&board, format!("[numerics]\n{setting}\n")).expect("target file");
+    let hw = emulate_mlp16(&dir.join("hw.safetensors"), &["--target", s(&board)]);
+    let concordant = |extra: &[&str]| {
+        let o = diff_mlp(&hw, 5, extra);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        let rows = r["explain"].as_array().expect("explain rows").clone();
+        let found: Vec<(String, u64)> = (rows.iter())
+            .filter(|row| row["concordant"] == true)
+            .map(|row| {
+                (
+                    row["change"].as_str().expect("change").into(),
+                    row["knobs"].as_u64().expect("knobs"),
+                )
+            })
+            .collect();
+        (found, rows.iter().filter(|row| row["knobs"] == 2).count())
+    };
+    let (found, _) = concordant(&["--explain", "--json"]);
+    assert!(found.is_empty(), "{found:?}");
+    let out = stdout(&diff_mlp(&hw, 5, &["--explain"]));
+    assert!(
+        out.contains("`--explain=all-pairs` tries every pair of two changes"),
+        "{out}"
+    );
+    // Every pair of bw-default's changes: as `explain::tests` lists them.
+    let (found, pairs) = concordant(&["--explain=all-pairs", "--json"]);
+    assert_eq!(found, [(setting.to_string(), 2)]);
+    assert_eq!(pairs, 497);
+    let out = stdout(&diff_mlp(&hw, 5, &["--explain=all-pairs"]));
+    assert!(out.contains("every pair of two changes, 497 more"), "{out}");
+    assert!(
+        out.contains("the dump is concordant with `bw-default` changed by `mvm_output = \"fp32\"; mfu_input = \"fp32\"`"),
+        "{out}"
+    );
+}
+
 /// `nnpc diff --device cuda`: in a build with the feature (on a machine with a GPU) the
 /// emulator's dump is concordant with the products on the GPU; without it, the error says how
 /// to get one, with exit 2 and no panic.

@@ -9,7 +9,9 @@
 //! change is what the target file gets wrong; if none does, a rounding difference of one
 //! setting is ruled out. A board that differs in two settings (another MVM format and
 //! another accumulation) usually has one of them bring the dump closer on its own: the
-//! changes of a second knob [`on_top_of`] the closest one find the pair.
+//! changes of a second knob [`on_top_of`] the closest one find the pair. Where neither of
+//! its two does (an f32 MVM output and f32 MFU inputs: each alone changes little), only the
+//! changes on top of every one-knob change, every pair, find it.
 //!
 //! The changes touch the target's numerics only: a chain with its own `quant` line, or a
 //! declaration with its own `quant FORMAT`, keeps that format.
@@ -238,32 +240,35 @@ pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
     out
 }
 
-/// Two knobs of `t` at once: each one-knob change of `first`'s target (`first` is a change
-/// of `t`), written as `first`'s settings with the second's in place of those of the same
-/// key. Left out: those that come back to `t`, and those equal to a one-knob change of `t`
-/// (tried already).
-pub fn on_top_of(t: &Target, first: &NumericsChange) -> Vec<NumericsChange> {
+/// Two knobs of `t` at once: each one-knob change of each of `firsts`' targets (each a
+/// change of `t`), written as its first's settings with the second's in place of those of the
+/// same key. Left out: those that come back to `t`, those equal to a one-knob change of `t`
+/// (tried already), and those equal to one listed before. On top of the closest one-knob
+/// change alone, this is `--explain`'s greedy step; on top of every one, every pair.
+pub fn on_top_of(t: &Target, firsts: &[NumericsChange]) -> Vec<NumericsChange> {
     let mut seen: Vec<TargetNumerics> = one_knob_changes(t)
         .into_iter()
         .map(|c| c.target.numerics)
         .collect();
     seen.push(t.numerics.clone());
     let mut out = Vec::new();
-    for second in one_knob_changes(&first.target) {
-        if seen.contains(&second.target.numerics) {
-            continue;
+    for first in firsts {
+        for second in one_knob_changes(&first.target) {
+            if seen.contains(&second.target.numerics) {
+                continue;
+            }
+            seen.push(second.target.numerics.clone());
+            let replaced = |key: &str| second.settings.iter().any(|(k, _)| *k == key);
+            let mut settings: Vec<_> = (first.settings.iter())
+                .filter(|(key, _)| !replaced(key))
+                .cloned()
+                .collect();
+            settings.extend(second.settings);
+            out.push(NumericsChange {
+                settings,
+                target: second.target,
+            });
         }
-        seen.push(second.target.numerics.clone());
-        let replaced = |key: &str| second.settings.iter().any(|(k, _)| *k == key);
-        let mut settings: Vec<_> = (first.settings.iter())
-            .filter(|(key, _)| !replaced(key))
-            .cloned()
-            .collect();
-        settings.extend(second.settings);
-        out.push(NumericsChange {
-            settings,
-            target: second.target,
-        });
     }
     out
 }
@@ -351,7 +356,7 @@ mod tests {
             .iter()
             .find(|c| c.lines() == mx)
             .expect("the MX change");
-        let pairs = on_top_of(&base, first);
+        let pairs = on_top_of(&base, std::slice::from_ref(first));
         let text: Vec<String> = pairs.iter().map(NumericsChange::lines).collect();
         // 2 accumulations; MX's 2 other roundings x (vector, matrix, both); the catalogue's
         // other 13 formats are one-knob changes of bw-default (left out); 2 float formats x 2
@@ -367,7 +372,7 @@ mod tests {
             .iter()
             .find(|c| c.lines() == "accumulation = \"fp16-seq\"")
             .expect("fp16-seq");
-        let on_acc = on_top_of(&base, acc);
+        let on_acc = on_top_of(&base, std::slice::from_ref(acc));
         // Every one-knob change of the fp16-seq target but the two accumulations (`exact`
         // is bw-default, `fp32-seq` a one-knob change of it).
         assert_eq!(on_acc.len(), singles.len() - 2);
@@ -380,6 +385,85 @@ mod tests {
                     .all(|s| s.target.numerics != c.target.numerics),
                 "{}",
                 c.lines()
+            );
+        }
+    }
+
+    /// Every pair of bw-default: each two of its one-knob changes that set different keys,
+    /// written into one target file by hand (not through `on_top_of`), give a target that is
+    /// bw-default, one of its one-knob changes, or one of the pairs; and the pairs hold no
+    /// target twice.
+    #[test]
+    fn every_pair_holds_each_two_changes_of_different_keys() {
+        let base = Target::bw_default();
+        let singles = one_knob_changes(&base);
+        let pairs = on_top_of(&base, &singles);
+        for (k, c) in pairs.iter().enumerate() {
+            assert_parses_back(c);
+            assert!(
+                pairs[..k]
+                    .iter()
+                    .all(|p| p.target.numerics != c.target.numerics),
+                "twice: {}",
+                c.lines()
+            );
+        }
+        let keys = |c: &NumericsChange| c.settings.iter().map(|(k, _)| *k).collect::<Vec<_>>();
+        let mut merged = 0;
+        for (i, a) in singles.iter().enumerate() {
+            for b in &singles[i + 1..] {
+                if keys(a).iter().any(|k| keys(b).contains(k)) {
+                    continue;
+                }
+                let toml = format!("[numerics]\n{}\n{}\n", a.lines(), b.lines());
+                let t = Target::from_toml(&toml, "pair.toml").expect("two changes parse");
+                let known = t.numerics == base.numerics
+                    || singles.iter().any(|s| s.target.numerics == t.numerics);
+                let found = pairs.iter().any(|p| p.target.numerics == t.numerics);
+                assert!(known || found, "not among the pairs: {toml}");
+                merged += usize::from(found);
+            }
+        }
+        // The 37 changes by the keys they set: accumulation 2, mvm_vector 2, mvm_matrix 2,
+        // both MVM inputs 21, mvm_output 4, mfu_input 4, storage 2. Two of them share no key
+        // in 666 - 226 (of one group) - 2 * 2 * 21 (one MVM input and both) = 356 pairs; the
+        // vector and the matrix rounded alike (2 of them) are the one-knob change of both.
+        assert_eq!(merged, 356 - 2, "pairs of different keys found");
+        // Pairs that turn two knobs of the same keys, written by hand: the MVM inputs'
+        // mantissa width and block; the vector and the matrix rounded differently; MX inputs
+        // rounded away; a bf16 MVM output rounded toward zero.
+        let bfp = |mant, block| format!("\"bfp(mant = {mant}, block = {block})\"");
+        let same_keys = [
+            format!("mvm_vector = {}\nmvm_matrix = {}", bfp(7, 32), bfp(7, 32)),
+            format!("mvm_vector = {}\nmvm_matrix = {}", bfp(9, 16), bfp(9, 16)),
+            "mvm_vector = \"bfp(mant = 8, round = away)\"\n\
+             mvm_matrix = \"bfp(mant = 8, round = zero)\""
+                .into(),
+            "mvm_vector = \"mx(elem = fp8e4m3, block = 32, round = away)\"\n\
+             mvm_matrix = \"mx(elem = fp8e4m3, block = 32, round = away)\""
+                .into(),
+            "mvm_output = \"fp(8, 7, round = zero)\"".into(),
+        ];
+        // Counted by hand, pairs whose two changes touch the same keys, beyond the 354:
+        // - the MVM inputs (vector v, matrix m; B is bw-default's BFP 8 in native blocks):
+        //   - on top of v or m rounded alone (4): mantissa 7 and 9, and blocks of 16, 32 and
+        //     64, with that rounding kept: 5 each, 20; on top of both rounded alike (2): the
+        //     same 5 each, 10 (v and m rounded differently are among the 354);
+        //   - on top of mantissa 7 and 9: mantissa 6 and 10, and the 3 blocks, each 4, 8;
+        //   - on top of a block: nothing new;
+        //   - on top of the catalogue's formats: the 3 roundings' 6 (v, m, both) for each of
+        //     the 2 floats, 6 MX and 3 `mxN` presets (66); the MSFP formats (BFP in blocks of
+        //     16 with an 8-bit exponent) also their mantissa one narrower and wider, unless
+        //     that is another MSFP of the catalogue (4: 3; 5: 6; 8: 7 and 9), and blocks of
+        //     32, 64 and native: 6 + 1 + 3, 6 + 1 + 3 and 6 + 2 + 3, 31;
+        // - the MVM output and the MFU input: bf16 and fp32 each rounded 2 ways, 4 each.
+        assert_eq!(pairs.len(), 354 + (20 + 10 + 8 + 66 + 31) + 4 + 4);
+        for lines in same_keys {
+            let toml = format!("[numerics]\n{lines}\n");
+            let t = Target::from_toml(&toml, "pair.toml").expect("a pair parses");
+            assert!(
+                pairs.iter().any(|p| p.target.numerics == t.numerics),
+                "not among the pairs: {toml}"
             );
         }
     }

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 /// many seconds (the report gives their median).
 const EMU_REPEAT_S: f64 = 1.0;
 
-/// Measure the software graph of a firmware file against its baselines, all in one run:
+/// Measure a firmware file's software graph against the emulator and plain f32, in one run.
+///
+/// Its baselines, each measured in the same run:
 ///
 /// - software graph: vectors/s at --batch (median of --reps runs after a first run that also
 ///   prepares the weights; that first run is reported as the cold time);

@@ -67,11 +67,20 @@ pub struct Args {
     /// MFU input and storage; the MVM inputs' mantissa width, or their format as another of
     /// the catalogue's MVM formats; the MVM output's and MFU input's float format) and say
     /// which change, if any, makes the dump concordant: a target file that misdescribes the
-    /// board, told apart from a fault. When none does, each change of a second knob on top of
-    /// the closest one. Each change runs on the first 8 items, and on the whole batch where
-    /// those are bit-exact.
-    #[arg(long)]
-    pub explain: bool,
+    /// board, told apart from a fault. When none does, changes of two knobs: each change of a
+    /// second knob on top of the closest one (`--explain`, `--explain=closest`), or every pair
+    /// of two changes (`--explain=all-pairs`: about 500 reruns on bw-default, for a board that
+    /// the closest one does not lead to). Each change runs on the first 8 items, and on the
+    /// whole batch where those are bit-exact.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "PAIRS",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "closest"
+    )]
+    pub explain: Option<ExplainPairs>,
     /// Print the report as JSON (schema `nnpc.diff/1`, docs/diff.md).
     #[arg(long)]
     pub json: bool,
@@ -116,7 +125,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         .as_ref()
         .map(|(path, file)| (*path, file, &mut traces));
     // The weights go to the run; --explain keeps a copy for its own runs.
-    let kept = args.explain.then(|| weights.clone());
+    let kept = args.explain.map(|pairs| (pairs, weights.clone()));
     let mut report = match run.compare(&program, &graph, weights, batch, args.first, trace) {
         Ok(report) => report,
         Err(e) => return run_failed(&program, e),
@@ -127,9 +136,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         compare_trace_piece(&mut traces, path, &extra, &[]).map_err(super::fail)?;
         report.trace = Some(traces.finish());
     }
-    if let Some(weights) = kept.filter(|_| !report.concordant) {
+    if let Some((pairs, weights)) = kept.filter(|_| !report.concordant) {
         let share = (report.bit_exact, report.elements);
-        report.explain = Some(run.explain(&program, &weights, share));
+        report.explain = Some(run.explain(&program, &weights, share, pairs));
     }
 
     if args.json {
@@ -144,6 +153,16 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Which changes of two knobs `--explain` tries when no one-knob change is concordant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExplainPairs {
+    /// Each change of a second knob on top of the closest one-knob change, when that is
+    /// closer than the target itself.
+    Closest,
+    /// Every pair: each change of a second knob on top of every one-knob change.
+    AllPairs,
 }
 
 /// What every run of the software graph against the dump shares.
@@ -202,22 +221,31 @@ impl Comparison<'_> {
     }
 
     /// The software graph under each one-knob change of `program`'s target numerics, against
-    /// the dump ([`Comparison::under`]). When none is concordant and the closest is closer
-    /// than the target itself (`share`: the first comparison's bit-exact elements and
-    /// elements), under each change of a second knob on top of that one ([`on_top_of`]).
+    /// the dump ([`Comparison::under`]). When none is concordant, under changes of two knobs
+    /// ([`on_top_of`]): on top of the closest one where it is closer than the target itself
+    /// (`share`: the first comparison's bit-exact elements and elements), or on top of every
+    /// one.
     fn explain(
         &self,
         program: &Program,
         weights: &BTreeMap<String, Tensor>,
         share: (usize, usize),
+        pairs: ExplainPairs,
     ) -> Vec<ExplainRow> {
         let singles = one_knob_changes(&program.target);
         let mut rows = self.rows(program, &singles, 1, weights);
-        let closer = closest(&rows)
-            .filter(|&i| cmp_share(rows[i].share(), share).is_gt())
-            .filter(|_| !rows.iter().any(|r| r.concordant));
-        if let Some(i) = closer {
-            let pairs = on_top_of(&program.target, &singles[i]);
+        if rows.iter().any(|r| r.concordant) {
+            return rows;
+        }
+        let firsts = match pairs {
+            ExplainPairs::AllPairs => &singles[..],
+            ExplainPairs::Closest => match closest(&rows) {
+                Some(i) if cmp_share(rows[i].share(), share).is_gt() => &singles[i..=i],
+                _ => &[],
+            },
+        };
+        let pairs = on_top_of(&program.target, firsts);
+        if !pairs.is_empty() {
             rows.extend(self.rows(program, &pairs, 2, weights));
         }
         rows
@@ -502,7 +530,7 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
         }
     }
     match &report.explain {
-        Some(rows) => print_explain(program, rows, batch),
+        Some(rows) => print_explain(program, rows, batch, args.explain),
         None if !report.concordant => println!(
             "  (`--explain` reruns the software graph under one-knob changes of the target's \
              numerics, to tell a setting the target file gets wrong from a fault)"
@@ -522,7 +550,12 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
 }
 
 /// The changes that make the dump concordant, else the closest few, and what that means.
-fn print_explain(program: &Program, rows: &[ExplainRow], batch: usize) {
+fn print_explain(
+    program: &Program,
+    rows: &[ExplainRow],
+    batch: usize,
+    pairs_tried: Option<ExplainPairs>,
+) {
     let target = &program.target.name;
     let (singles, pairs): (Vec<&ExplainRow>, Vec<&ExplainRow>) =
         rows.iter().partition(|r| r.knobs == 1);
@@ -531,32 +564,44 @@ fn print_explain(program: &Program, rows: &[ExplainRow], batch: usize) {
         singles.len()
     );
     print_explain_rows(&singles, batch);
-    // The one-knob rows come first; the closest of them is the one the pairs build on.
-    let first = closest(&rows[..singles.len()]).map(|i| one_line(&rows[i]));
-    if let (false, Some(first)) = (pairs.is_empty(), &first) {
+    let all_pairs = pairs_tried == Some(ExplainPairs::AllPairs);
+    if all_pairs && !pairs.is_empty() {
+        println!(
+            "  none is concordant; every pair of two changes, {} more:",
+            pairs.len()
+        );
+        print_explain_rows(&pairs, batch);
+    } else if !pairs.is_empty() {
+        // The one-knob rows come first; the closest of them is the one the pairs build on.
+        let first = closest(&rows[..singles.len()]).map_or(String::new(), |i| one_line(&rows[i]));
         println!(
             "  none is concordant; the closest, `{first}`, with each of {} more changes on top:",
             pairs.len()
         );
         print_explain_rows(&pairs, batch);
     }
+    let fault = "or the firmware, the board or the data has a fault (`--trace` names the first \
+                 divergent v_wr)";
+    let every = "`--explain=all-pairs` tries every pair of two changes";
     let concordant: Vec<String> = rows
         .iter()
         .filter(|r| r.concordant)
         .map(|r| format!("`{}`", one_line(r)))
         .collect();
-    match (concordant.as_slice(), pairs.is_empty()) {
-        ([], true) => println!(
+    match (concordant.as_slice(), all_pairs, pairs.is_empty()) {
+        ([], true, _) => println!(
+            "  no change of one knob, nor any pair of two, makes the dump concordant: the board \
+             differs from `{target}` in more settings, {fault}"
+        ),
+        ([], false, true) => println!(
             "  no single change of the numerics makes the dump concordant: the board differs from \
-             `{target}` in more than one setting, or the firmware, the board or the data has a \
-             fault (`--trace` names the first divergent v_wr)"
+             `{target}` in more than one setting ({every}), {fault}"
         ),
-        ([], false) => println!(
+        ([], false, false) => println!(
             "  no change of one knob, nor of two with the closest, makes the dump concordant: the \
-             board differs from `{target}` in more settings, or the firmware, the board or the \
-             data has a fault (`--trace` names the first divergent v_wr)"
+             board differs from `{target}` in other settings ({every}), {fault}"
         ),
-        (changes, _) => println!(
+        (changes, _, _) => println!(
             "  the dump is concordant with `{target}` changed by {}: if the board does that, put \
              it under [numerics] in its target file (docs/targets.md)",
             changes.join(" or by ")
