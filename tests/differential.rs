@@ -304,6 +304,18 @@ fn generated_programs_are_valid_and_cover_the_language() {
         f(format!("native {}", p.target.native));
         f(format!("mfus {}", p.target.mfus));
         f(format!("accumulation {:?}", p.target.numerics.accumulation));
+        // Storage formats and the roundings of the float points (`float_round`).
+        let num = &p.target.numerics;
+        let mode = |f: &nnp_numerics::Format| match f.as_float().map(|x| x.rounding) {
+            Some(nnp_numerics::Rounding::Stochastic { .. }) => "Stochastic".to_string(),
+            Some(r) => format!("{r:?}"),
+            None => "not a float".into(),
+        };
+        let mant = num.storage.as_float().map(|x| x.mant_bits);
+        f(format!("storage mant {mant:?}"));
+        f(format!("storage {}", mode(&num.storage)));
+        f(format!("mvm_output {}", mode(&num.mvm_output)));
+        f(format!("mfu_input {}", mode(&num.mfu_input)));
         for d in &p.decls {
             let at_mem = d.place.is_some();
             f(format!("decl {:?} at {}", d.kind, at_mem));
@@ -401,6 +413,19 @@ fn generated_programs_are_valid_and_cover_the_language() {
         "accumulation Exact",
         "accumulation Fp32Seq",
         "accumulation Fp16Seq",
+        "storage mant Some(10)",
+        "storage mant Some(7)",
+        "storage mant Some(23)",
+        "storage NearestEven",
+        "storage NearestAway",
+        "storage TowardZero",
+        "storage Stochastic",
+        "mvm_output NearestAway",
+        "mvm_output TowardZero",
+        "mvm_output Stochastic",
+        "mfu_input NearestAway",
+        "mfu_input TowardZero",
+        "mfu_input Stochastic",
         "decl Matrix at true",
         "decl Vector at true",
         "decl Input at false",
@@ -509,7 +534,11 @@ fn minimizer_shrinks_to_the_cause() {
 ///   graph fed it unrounded to the MVM while the machine stores (rounds) it first;
 /// - one weight stack multiplied in an f32 matmul by one chain and in an f64 one by the next
 ///   (the rearranged-weight cache was keyed without the dtype);
-/// - a declaration quantized to values beyond fp16 (the emulator kept them as f32).
+/// - a declaration quantized to values beyond fp16 (the emulator kept them as f32);
+/// - from the generator's storage formats and float roundings (2026-11-24): a bf16 sum
+///   rounded toward zero (`sigm` then `vv_add`: the f64 sum of values far apart rounded first),
+///   a softmax's `x_i - m` rounded toward zero with fp32 storage (the f64 difference), and
+///   an MVM output rounded stochastically (the draw hashed how each engine wrote the sum).
 #[test]
 fn long_run_regressions() {
     let cases = [
@@ -546,6 +575,39 @@ fn long_run_regressions() {
              mulvrf = 24\nmrf = 56\ndram = 88\ndram_tiles = 32\n\n[numerics]\nstorage = \"fp16\"\n\
              accumulation = \"exact\"\n",
             188,
+        ),
+        (
+            "output y8 : [2, 10]\n\
+             vector v6 : [9, 1] at dram[39]\n\
+             vector v7 : [2, 12] at asvrf0[6]\n\
+             quant mfu.input = fp(8, 7, round = zero)\n\
+             s_wr rows, 3\ns_wr win_h, 3\ns_wr iterations, 2\n\
+             v_rd_2d_inc dram[v6], 1\nv_sigm\nvv_add asvrf0[6] + 3\nv_wr dram[39] + 3\n\
+             v_wr netq\nend_chain\n",
+            "name = \"gen-1589\"\nnative = 4\nmfus = 3\n\n[memory]\nivrf = 56\nasvrf = 40\n\
+             mulvrf = 48\nmrf = 40\ndram = 56\ndram_tiles = 40\n\n[numerics]\nstorage = \"fp16\"\n\
+             accumulation = \"fp16-seq\"\n",
+            1589,
+        ),
+        (
+            "vector v4 : [9, 8] at dram[49]\n\
+             s_wr rows, 3\ns_wr win_h, 3\n\
+             v_rd_2d_inc dram[v4], 1\nv_softmax\nv_softmax\nv_wr asvrf2[29 + 7]\nend_chain\n",
+            "name = \"gen-2624\"\nnative = 8\nmfus = 3\n\n[memory]\nivrf = 64\nasvrf = 40\n\
+             mulvrf = 48\nmrf = 64\ndram = 80\ndram_tiles = 32\n\n[numerics]\nstorage = \"fp32\"\n\
+             mfu_input = \"fp(8, 10, round = zero)\"\naccumulation = \"fp16-seq\"\n",
+            2624,
+        ),
+        (
+            "matrix W4 : [17, 32] at mrf[25]\n\
+             output y5 : [1, 3]\n\
+             vector v1 : [9, 22] at ivrf[3]\n\
+             v_rd ivrf[8] + 1\nmv_mul mrf[W4]\nv_wr netq\nend_chain\n",
+            "name = \"gen-769\"\nnative = 32\nmfus = 3\n\n[memory]\nivrf = 40\nasvrf = 24\n\
+             mulvrf = 32\nmrf = 48\ndram = 56\ndram_tiles = 40\n\n[numerics]\n\
+             storage = \"fp(8, 23, round = zero)\"\n\
+             mvm_output = \"fp(5, 10, round = stochastic(seed = 494))\"\naccumulation = \"exact\"\n",
+            769,
         ),
     ];
     for (source, toml, seed) in cases {

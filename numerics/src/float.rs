@@ -5,7 +5,7 @@
 //! Rounding is done on the integer significand (see [`crate::rounding`]): one rounding, from the
 //! exact value, never a chain of float operations.
 
-use crate::rounding::{self, Rounding, bitlen, decompose, draw, make_f64, round_to_quantum};
+use crate::rounding::{self, Rounding, bitlen, decompose, draw, make_f64, pow2, round_to_quantum};
 use serde::{Deserialize, Serialize};
 
 /// What happens to a finite value beyond the largest finite value of a float format.
@@ -275,6 +275,37 @@ impl MiniFloat {
     }
 }
 
+/// `(-1)^negative * (mant + s) * 2^exp` (`s` infinitesimal when `sticky`) rounded to f64 by
+/// round-to-odd: truncated to f64's precision (53 bits, fewer among its subnormals), with the
+/// last bit set where anything was dropped; past f64's largest value, that value (whose last
+/// bit is set). The result depends on the value only, and is the value where f64 holds it.
+pub fn to_odd_f64(negative: bool, mant: u128, exp: i32, sticky: bool) -> f64 {
+    let signed = |v: f64| if negative { -v } else { v };
+    if mant == 0 {
+        // Zero, or zero plus an infinitesimal: truncated, with the last bit set.
+        return signed(if sticky { pow2(-1074) } else { 0.0 });
+    }
+    let lead = exp + bitlen(mant) - 1;
+    if lead > 1023 {
+        return signed(f64::MAX);
+    }
+    // f64's last bit for this value: 53 bits from its leading one, not below 2^-1074.
+    let low = (lead - 52).max(-1074);
+    let (mut m, mut lost) = (mant, sticky);
+    if exp < low {
+        let shift = (low - exp) as u32;
+        lost |= shift >= 128 || m & ((1u128 << shift) - 1) != 0;
+        m = m.checked_shr(shift).unwrap_or(0);
+    } else {
+        // At most 52 places: the value has fewer than 53 bits above `low`.
+        m <<= exp - low;
+    }
+    if lost {
+        m |= 1;
+    }
+    make_f64(negative, m, low)
+}
+
 /// Whether `a * 2^ea > b * 2^eb` (exact, for non-negative integers).
 pub(crate) fn exceeds(a: u128, ea: i32, b: u128, eb: i32) -> bool {
     if a == 0 {
@@ -362,14 +393,15 @@ impl FloatFormat {
 
     /// The correctly rounded value of `(-1)^negative * (mant + s) * 2^exp`, where `s` is an
     /// infinitesimal positive amount when `sticky` (a wide exact sum whose lost low bits are
-    /// summarised by `sticky`). Stochastic rounding draws from the seed and the arguments.
+    /// summarised by `sticky`). Stochastic rounding draws as [`round`](Self::round) does at
+    /// position 0, from the bits of the value rounded to f64 by round-to-odd
+    /// ([`to_odd_f64`]): the value itself where f64 holds it, so the draw depends on the
+    /// value only, not on how a sum came to write it (`(3, 1)` or `(6, 0)`, 127 bits or 128).
     pub fn round_exact(&self, negative: bool, mant: u128, exp: i32, sticky: bool) -> f64 {
         let rand = match self.rounding {
-            Rounding::Stochastic { seed } => draw(
-                seed,
-                (mant as u64) ^ ((mant >> 64) as u64).rotate_left(17),
-                u64::from(exp as u32) ^ (u64::from(negative) << 40),
-            ),
+            Rounding::Stochastic { seed } => {
+                draw(seed, to_odd_f64(negative, mant, exp, sticky).to_bits(), 0)
+            }
             _ => 0,
         };
         self.mini()

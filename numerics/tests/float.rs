@@ -155,6 +155,78 @@ fn round_exact_matches_round() {
     }
 }
 
+/// Round-to-odd to f64, by hand: exact values come back; a value f64 cannot hold is
+/// truncated with its last bit set (in the normal and the subnormal range); past f64's range,
+/// its largest value; an infinitesimal above zero, the smallest subnormal.
+#[test]
+fn to_odd_f64_by_hand() {
+    use nnp_numerics::float::to_odd_f64;
+    let bits = |v: f64| v.to_bits();
+    assert_eq!(bits(to_odd_f64(false, 3, 1, false)), bits(6.0));
+    assert_eq!(bits(to_odd_f64(true, 0, 5, false)), bits(-0.0));
+    // 2^60 + 1: 53 bits from 2^60 end at 2^8; the dropped 1 sets that last bit.
+    let v = to_odd_f64(false, (1 << 60) + 1, 0, false);
+    assert_eq!(bits(v), bits(2f64.powi(60) + 2f64.powi(8)));
+    // 1 plus an infinitesimal: 1 + 2^-52.
+    assert_eq!(
+        bits(to_odd_f64(false, 1, 0, true)),
+        bits(1.0 + 2f64.powi(-52))
+    );
+    // 3 * 2^-1074 is a subnormal; 1.5 * 2^-1074 truncates to 2^-1074, odd.
+    assert_eq!(bits(to_odd_f64(false, 3, -1074, false)), 3);
+    assert_eq!(bits(to_odd_f64(false, 3, -1075, false)), 1);
+    assert_eq!(
+        bits(to_odd_f64(true, 1, -2000, false)),
+        bits(-f64::from_bits(1))
+    );
+    assert_eq!(bits(to_odd_f64(false, 1, 2000, false)), bits(f64::MAX));
+    assert_eq!(bits(to_odd_f64(false, 0, 0, true)), 1);
+}
+
+/// Stochastic rounding of an exact value draws from the value, not from how it is written:
+/// `round_exact` of `mant * 2^exp` equals `round` of that f64 (position 0) and of the same
+/// value with a wider mantissa; a 128-bit value whose lowest bit is set rounds as its top 127
+/// bits with `sticky` (the two differ 70 bits below the lead, where no format of these
+/// decides, and round to the same f64 by round-to-odd). Before, the draw hashed `(mant,
+/// exp)`: a board's MVM sum and the software graph's, written differently, rounded apart.
+#[test]
+fn stochastic_round_exact_draws_from_the_value() {
+    for fmt in [FloatFormat::FP16, FloatFormat::BF16, FloatFormat::FP32] {
+        let f = FloatFormat {
+            rounding: Rounding::Stochastic { seed: 7 },
+            ..fmt
+        };
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut ups = 0;
+        for k in 0..20_000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let mant = u128::from(s >> (11 + k % 30));
+            let exp = (k % 60) - 40;
+            let neg = s & 1 == 1;
+            let x = (mant as f64) * 2f64.powi(exp);
+            let x = if neg { -x } else { x };
+            let want = f.round(x);
+            assert_eq!(
+                f.round_exact(neg, mant, exp, false).to_bits(),
+                want.to_bits()
+            );
+            let wide = f.round_exact(neg, mant << 7, exp - 7, false);
+            assert_eq!(wide.to_bits(), want.to_bits(), "{mant} 2^{exp}");
+            ups += usize::from(want.abs() > x.abs());
+            let m128 = (u128::from(s) << 64) | u128::from(s.rotate_left(29)) | (1 << 127) | 1;
+            assert_eq!(
+                f.round_exact(neg, m128, exp - 200, false).to_bits(),
+                f.round_exact(neg, m128 >> 1, exp - 199, true).to_bits(),
+                "{m128} 2^{exp}"
+            );
+        }
+        // The draws still decide: some values round up in magnitude, others down.
+        assert!(ups > 1000 && ups < 19_000, "{fmt:?}: {ups} of 20000 up");
+    }
+}
+
 #[test]
 fn wide_mantissa_round_exact() {
     // A 100-bit integer: 2^99 + 2^88 + 1 rounds to fp16's 2^99 * (1 + 2^-11)? No: fp16 max is

@@ -105,9 +105,49 @@ fn mvm_format(r: &mut Rng, n: usize, all: bool) -> String {
     }
 }
 
+/// `lit` (a float literal) with the rounding mode `round` (a [`round_arg`]), written as
+/// `fp(e, m, ...)`.
+fn float_rounded(lit: &str, round: &str) -> String {
+    if round.is_empty() || lit.contains("round") {
+        return lit.to_string();
+    }
+    let long = match lit {
+        "fp16" => "fp(5, 10)",
+        "bf16" => "fp(8, 7)",
+        "fp32" => "fp(8, 23)",
+        other => other,
+    };
+    match long.strip_suffix(')') {
+        Some(head) => format!("{head}{round})"),
+        None => long.to_string(),
+    }
+}
+
+/// A float rounding mode for a float format now and then (nearest-even, the default, mostly),
+/// from its own stream `rr`, so that the rest of a seed's program is what it was before the
+/// knob: directed and stochastic roundings of MFU results, MVM outputs and storage.
+fn float_round(rr: &mut Rng) -> String {
+    if rr.chance(0.3) {
+        round_arg(rr)
+    } else {
+        String::new()
+    }
+}
+
+/// The storage format, from its own stream: fp16 mostly; bf16, fp32 (wide ranges reach the
+/// MFUs) and fp16 rounded otherwise now and then.
+fn storage_format(rr: &mut Rng) -> String {
+    if rr.chance(0.7) {
+        return "fp16".into();
+    }
+    let lit = *rr.pick(&["fp16", "bf16", "fp32", "fp32"]);
+    let round = round_arg(rr);
+    float_rounded(lit, &round)
+}
+
 /// A random float format for `mvm.output`.
-fn output_format(r: &mut Rng) -> String {
-    r.pick(&[
+fn output_format(r: &mut Rng, rr: &mut Rng) -> String {
+    let lit = r.pick(&[
         "fp16",
         "fp16",
         "fp16",
@@ -117,13 +157,13 @@ fn output_format(r: &mut Rng) -> String {
         "fp(5, 10, overflow = sat)",
         "fp(5, 10, round = zero)",
         "fp(8, 10)",
-    ])
-    .to_string()
+    ]);
+    float_rounded(lit, &float_round(rr))
 }
 
 /// A random float format for `mfu.input`.
-fn mfu_format(r: &mut Rng, wide: bool) -> String {
-    if wide && r.chance(0.25) {
+fn mfu_format(r: &mut Rng, rr: &mut Rng, wide: bool) -> String {
+    let lit = if wide && r.chance(0.25) {
         r.pick(&[
             "fp32",
             "fp(5, 3)",
@@ -131,10 +171,10 @@ fn mfu_format(r: &mut Rng, wide: bool) -> String {
             "fp(5, 10, overflow = sat)",
             "fp(8, 10)",
         ])
-        .to_string()
     } else {
-        r.pick(&["fp16", "fp16", "fp16", "bf16"]).to_string()
-    }
+        r.pick(&["fp16", "fp16", "fp16", "bf16"])
+    };
+    float_rounded(lit, &float_round(rr))
 }
 
 // The program model.
@@ -283,6 +323,9 @@ pub(super) struct Gen<'c> {
     /// stop at the same value (drawn from its own stream, so the rest of a seed's program is
     /// what it was before the knob).
     nonfinite_error: bool,
+    /// The stream of the float formats' rounding modes ([`float_round`]).
+    rr: Rng,
+    storage: String,
     defaults: [String; 4],
     spaces: Vec<(SpaceId, Space)>,
     decls: Vec<DeclM>,
@@ -311,11 +354,12 @@ impl<'c> Gen<'c> {
         // ivrf, asvrf, mulvrf, mrf, dram, dram_tiles
         let sizes = [sz(4, 8), sz(3, 6), sz(3, 6), sz(4, 8), sz(6, 12), sz(3, 6)];
         let accumulation = r.pick(&Accumulation::ALL).name();
+        let mut rr = Rng::keyed(seed, "roundings");
         let defaults = [
             mvm_format(&mut r, n, cfg.all_formats),
             mvm_format(&mut r, n, cfg.all_formats),
-            output_format(&mut r),
-            mfu_format(&mut r, cfg.wide_mfu_formats),
+            output_format(&mut r, &mut rr),
+            mfu_format(&mut r, &mut rr, cfg.wide_mfu_formats),
         ];
         let mut spaces = vec![
             (SpaceId::Vec(Mem::Ivrf), Space::new(sizes[0])),
@@ -336,6 +380,8 @@ impl<'c> Gen<'c> {
             sizes,
             accumulation,
             nonfinite_error: Rng::keyed(seed, "nonfinite").chance(0.25),
+            storage: storage_format(&mut Rng::keyed(seed, "storage")),
+            rr,
             defaults,
             spaces,
             decls: Vec::new(),
@@ -682,10 +728,10 @@ impl<'c> Gen<'c> {
                     "mvm.matrix",
                     mvm_format(&mut self.r, self.n, self.cfg.all_formats),
                 ),
-                2 => ("mvm.output", output_format(&mut self.r)),
+                2 => ("mvm.output", output_format(&mut self.r, &mut self.rr)),
                 _ => (
                     "mfu.input",
-                    mfu_format(&mut self.r, self.cfg.wide_mfu_formats),
+                    mfu_format(&mut self.r, &mut self.rr, self.cfg.wide_mfu_formats),
                 ),
             };
             self.items.push(Item::Quant(point, fmt));
@@ -1191,13 +1237,14 @@ impl<'c> Gen<'c> {
         format!(
             "name = \"gen-{seed}\"\nnative = {n}\nmfus = {mfus}\n\n[memory]\nivrf = {ivrf}\n\
              asvrf = {asvrf}\nmulvrf = {mulvrf}\nmrf = {mrf}\ndram = {dram}\n\
-             dram_tiles = {dram_tiles}\n\n[numerics]\nstorage = \"fp16\"\n\
+             dram_tiles = {dram_tiles}\n\n[numerics]\nstorage = \"{storage}\"\n\
              mvm_vector = \"{mv}\"\nmvm_matrix = \"{mm}\"\nmvm_output = \"{mo}\"\n\
              mfu_input = \"{mf}\"\naccumulation = \"{acc}\"\n{nf}",
             seed = self.seed,
             n = self.n,
             mfus = self.mfus,
             acc = self.accumulation,
+            storage = self.storage,
             nf = if self.nonfinite_error {
                 "nonfinite = \"error\"\n"
             } else {

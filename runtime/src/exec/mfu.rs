@@ -4,7 +4,7 @@
 use super::exact::{ExactSum, two_prod, two_sum};
 use super::quant::{FastRound, PAR_MIN, avx2_copy, par_pieces, vectorized};
 use nnp_lowering::swgraph::{BinOp, TableFn};
-use nnp_numerics::{Activation, FloatFormat, activation, floor_log2};
+use nnp_numerics::{Activation, FloatFormat, Rounding, activation, floor_log2};
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -43,10 +43,18 @@ impl Rounder {
 }
 
 /// Sum, difference and product of two values of a format with at most 25 significand bits are
-/// correctly rounded by one f64 operation and one rounding (53 >= 2p + 2); wider formats go
-/// through the error-free transformations.
+/// correctly rounded to nearest by one f64 operation and one rounding (53 >= 2p + 2: the f64
+/// result never lands on or crosses a midpoint of the format that the exact one does not);
+/// wider formats go through the error-free transformations.
 fn narrow(fmt: &FloatFormat) -> bool {
     fmt.mant_bits < 25
+}
+
+/// [`narrow`], and the format rounds to nearest. A directed or stochastic rounding needs the
+/// exact result: `1 - 2^-100` is `1.0` in f64, which truncates to 1 where the exact value
+/// truncates to the value below 1 (a wide format, or a wide storage format, meets such sums).
+fn narrow_nearest(fmt: &FloatFormat) -> bool {
+    narrow(fmt) && matches!(fmt.rounding, Rounding::NearestEven | Rounding::NearestAway)
 }
 
 /// `fmt(op(fmt(a), fmt(b)))` element-wise; `a` and `b` have equal lengths. `rounded[i]`: the
@@ -138,7 +146,7 @@ fn binary1(op: BinOp, fmt: &FloatFormat, r: &Rounder, x: f64, y: f64) -> f64 {
     let (x, y) = (r.round(x), r.round(y));
     match op {
         BinOp::Max => max(x, y),
-        _ if narrow(fmt) => r.round(match op {
+        _ if narrow_nearest(fmt) => r.round(match op {
             BinOp::Add => x + y,
             BinOp::Sub => x - y,
             _ => x * y,
@@ -428,8 +436,17 @@ pub fn softmax(exp: &ActTable, x: &[f64], lanes: usize, out: &mut [f64]) {
     let row = |xs: &[f64], os: &mut [f64], tmp: &mut [f64]| {
         r.round_all(xs, tmp);
         let m = tmp.iter().fold(f64::NEG_INFINITY, |m, &v| max(m, v));
-        tmp.iter_mut().for_each(|v| *v -= m);
-        exp.apply_all(&r, tmp, os, false);
+        if narrow_nearest(&fmt) {
+            // f64's difference rounds to the format as the exact one does (the table rounds
+            // it on the way in).
+            tmp.iter_mut().for_each(|v| *v -= m);
+            exp.apply_all(&r, tmp, os, false);
+        } else {
+            // `fmt(x_i - m)` of the exact difference, as every MFU subtraction.
+            tmp.iter_mut()
+                .for_each(|v| *v = binary1(BinOp::Sub, &fmt, &r, *v, m));
+            exp.apply_all(&r, tmp, os, true);
+        }
         // Finite: the same exact value that `ExactSum` gives, rounded once alike.
         let plain_sum = plain
             .then(|| os.iter().sum::<f64>())
@@ -577,6 +594,47 @@ mod tests {
                 bits16(&FloatFormat::BF16, nan),
                 FloatFormat::BF16.encode(nan) as u16
             );
+        }
+    }
+
+    /// Toward-zero roundings of sums that f64 cannot hold, by hand: `1 - 2^-100` truncates to
+    /// fp32's value below 1, `1 - 2^-24` (f64 rounds the sum to 1.0, which truncates to 1);
+    /// `-0.5 + 2^-115` to bf16's `-(0.5 - 2^-9)`. The nearest modes keep the f64 shortcut:
+    /// `1 + 2^-100` and `1 - 2^-100` are 1.
+    #[test]
+    fn directed_roundings_of_far_apart_sums_by_hand() {
+        let with = |fmt: FloatFormat, rounding| FloatFormat { rounding, ..fmt };
+        let tiny = 2f64.powi(-100);
+        let cases = [
+            (
+                with(FloatFormat::FP32, Rounding::TowardZero),
+                1.0,
+                -tiny,
+                1.0 - 2f64.powi(-24),
+            ),
+            (
+                with(FloatFormat::BF16, Rounding::TowardZero),
+                -0.5,
+                2f64.powi(-115),
+                -(0.5 - 2f64.powi(-9)),
+            ),
+            (
+                with(FloatFormat::FP32, Rounding::NearestAway),
+                1.0,
+                tiny,
+                1.0,
+            ),
+            (
+                with(FloatFormat::FP32, Rounding::NearestEven),
+                1.0,
+                -tiny,
+                1.0,
+            ),
+        ];
+        for (fmt, a, b, want) in cases {
+            let mut out = [0.0];
+            binary(BinOp::Add, &fmt, &[a], &[b], &mut out, [false, false]);
+            assert_eq!(out[0].to_bits(), want.to_bits(), "{fmt:?}: {a:e} + {b:e}");
         }
     }
 
