@@ -174,6 +174,13 @@ fn mfu_format(r: &mut Rng, rr: &mut Rng, wide: bool) -> String {
     } else {
         r.pick(&["fp16", "fp16", "fp16", "bf16"])
     };
+    // Now and then (from `rr`, so the program stays the same) a format as wide as f64 or
+    // nearly: MFU results that f64 arithmetic cannot round alone.
+    let lit = match (wide, rr.below(20)) {
+        (true, 0) => "fp(11, 52)",
+        (true, 1) => "fp(10, 45)",
+        _ => lit,
+    };
     float_rounded(lit, &float_round(rr))
 }
 

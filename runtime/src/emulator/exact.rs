@@ -229,9 +229,14 @@ fn to_odd(s: f64, err: f64) -> f64 {
 
 /// Round an f64 result known as `s + err` (exactly) to `fmt`.
 fn round_pair(fmt: &FloatFormat, s: f64, err: f64) -> f64 {
-    if fmt.mant_bits > 50 {
-        // Round-to-odd needs two spare bits; a format this wide takes f64's own rounding.
-        return fmt.round(s);
+    if fmt.mant_bits > 50 && err != 0.0 {
+        // Round-to-odd needs two spare bits: a format this wide rounds the exact pair. (Until
+        // 2026-11-24 it took `s`, f64's nearest, which a directed rounding must not: in
+        // `fp(11, 52, round = zero)`, 1 - 2^-100 is 1 - 2^-53, not 1.)
+        let mut sum = ExactSum::new();
+        sum.add_f64(s);
+        sum.add_f64(err);
+        return sum.round(fmt);
     }
     fmt.round(to_odd(s, err))
 }
@@ -306,5 +311,25 @@ mod tests {
         let x = 1.0 + 2f64.powi(-12);
         assert_eq!(mul(&FloatFormat::FP16, x, x), 1.0 + 2f64.powi(-10));
         assert!(add(&FloatFormat::FP16, f64::INFINITY, f64::NEG_INFINITY).is_nan());
+    }
+
+    /// A format as wide as f64, rounded toward zero: `1 - 2^-100` truncates to `1 - 2^-53` (f64's
+    /// sum is 1.0), and `(1 + 2^-52)(1 - 2^-52) = 1 - 2^-104` to `1 - 2^-53` (f64's product is
+    /// 1.0); to nearest both are 1.
+    #[test]
+    fn wide_formats_round_the_exact_pair() {
+        let zero = FloatFormat {
+            rounding: nnp_numerics::Rounding::TowardZero,
+            ..FloatFormat::ieee(11, 52)
+        };
+        let below_one = 1.0 - 2f64.powi(-53);
+        assert_eq!(add(&zero, 1.0, -(2f64.powi(-100))), below_one);
+        let (a, b) = (1.0 + 2f64.powi(-52), 1.0 - 2f64.powi(-52));
+        assert_eq!(mul(&zero, a, b), below_one);
+        let even = FloatFormat::ieee(11, 52);
+        assert_eq!(add(&even, 1.0, -(2f64.powi(-100))), 1.0);
+        assert_eq!(mul(&even, a, b), 1.0);
+        // An exact result keeps its sign: -0 + -0 is -0.
+        assert_eq!(add(&zero, -0.0, -0.0).to_bits(), (-0.0f64).to_bits());
     }
 }

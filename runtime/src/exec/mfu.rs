@@ -599,7 +599,8 @@ mod tests {
 
     /// Toward-zero roundings of sums that f64 cannot hold, by hand: `1 - 2^-100` truncates to
     /// fp32's value below 1, `1 - 2^-24` (f64 rounds the sum to 1.0, which truncates to 1);
-    /// `-0.5 + 2^-115` to bf16's `-(0.5 - 2^-9)`. The nearest modes keep the f64 shortcut:
+    /// `-0.5 + 2^-115` to bf16's `-(0.5 - 2^-9)`; in an f64-wide format, `1 - 2^-53`. The nearest
+    /// modes keep the f64 shortcut:
     /// `1 + 2^-100` and `1 - 2^-100` are 1.
     #[test]
     fn directed_roundings_of_far_apart_sums_by_hand() {
@@ -629,6 +630,13 @@ mod tests {
                 1.0,
                 -tiny,
                 1.0,
+            ),
+            // As wide as f64 (the error-free path): 1 - 2^-53.
+            (
+                with(FloatFormat::ieee(11, 52), Rounding::TowardZero),
+                1.0,
+                -tiny,
+                1.0 - 2f64.powi(-53),
             ),
         ];
         for (fmt, a, b, want) in cases {
