@@ -2,7 +2,7 @@
 //! (NUMERICS.md section 1, semantics.md "Numerics in the pipeline").
 
 use super::exact::{ExactSum, two_prod, two_sum};
-use super::quant::{FastRound, PAR_MIN, avx2_copy, par_pieces, vectorized};
+use super::quant::{DirectedRound, FastRound, PAR_MIN, avx2_copy, par_pieces, vectorized};
 use nnp_lowering::swgraph::{BinOp, TableFn};
 use nnp_numerics::{Activation, FloatFormat, Rounding, activation, floor_log2};
 use rayon::prelude::*;
@@ -13,6 +13,7 @@ use std::sync::Arc;
 pub(crate) struct Rounder {
     fmt: FloatFormat,
     fast: Option<FastRound>,
+    directed: Option<DirectedRound>,
 }
 
 impl Rounder {
@@ -20,21 +21,24 @@ impl Rounder {
         Rounder {
             fmt: *fmt,
             fast: FastRound::new(fmt),
+            directed: DirectedRound::new(fmt),
         }
     }
     #[inline]
     pub(crate) fn round(&self, x: f64) -> f64 {
-        match &self.fast {
-            Some(f) => f.round(x),
-            None => self.fmt.round(x),
+        match (&self.fast, &self.directed) {
+            (Some(f), _) => f.round(x),
+            (None, Some(d)) => d.round(x),
+            (None, None) => self.fmt.round(x),
         }
     }
 
-    /// `out[i] = round(x[i])`, with the fast rounder's AVX2 copy where it applies.
+    /// `out[i] = round(x[i])`, with a fast rounder's AVX2 copy where one applies.
     pub(crate) fn round_all(&self, x: &[f64], out: &mut [f64]) {
-        match &self.fast {
-            Some(f) => f.round_all(x, out),
-            None => x
+        match (&self.fast, &self.directed) {
+            (Some(f), _) => f.round_all(x, out),
+            (None, Some(d)) => d.round_all(x, out),
+            (None, None) => x
                 .iter()
                 .zip(out.iter_mut())
                 .for_each(|(v, o)| *o = self.fmt.round(*v)),

@@ -1,8 +1,9 @@
 //! Quantize and round kernels over slices.
 //!
 //! Fast paths (bit tricks on f64, branch-light loops) for the common cases: BFP with a
-//! deterministic rounding mode and an exponent range that fits f64 scaling, and nearest-even
-//! rounding to an IEEE-style float format. Everything else calls the scalar reference of
+//! deterministic rounding mode and an exponent range that fits f64 scaling, MX likewise, and
+//! nearest-even, nearest-away and toward-zero rounding to an IEEE-style float format
+//! ([`FastRound`], [`DirectedRound`]). Everything else calls the scalar reference of
 //! `nnp_numerics` (per run for [`Format::quantize`], per element for [`FloatFormat::round`]).
 //! The fast paths are tested bit-equal against the reference on adversarial data.
 
@@ -105,12 +106,12 @@ pub fn round_slice(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
 
 /// [`round_slice`] on the calling thread (for a caller that is one parallel task already).
 pub(crate) fn round_seq(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
-    match FastRound::new(fmt) {
-        Some(f) => f.round_all(x, out),
-        None => x
-            .iter()
-            .zip(out.iter_mut())
-            .for_each(|(v, o)| *o = fmt.round(*v)),
+    if let Some(f) = FastRound::new(fmt) {
+        f.round_all(x, out)
+    } else if let Some(d) = DirectedRound::new(fmt) {
+        d.round_all(x, out)
+    } else {
+        (x.iter().zip(out.iter_mut())).for_each(|(v, o)| *o = fmt.round(*v))
     }
 }
 
@@ -237,6 +238,110 @@ impl FastRound {
     }
 }
 
+/// Nearest-away and toward-zero rounding of an f64 to a float format with subnormals, from the
+/// bits, as [`FastRound`] rounds to nearest-even: in the normal range, half a unit added
+/// (away) or nothing (toward zero), then the dropped bits cleared; in the subnormal range, at
+/// the format's quantum `q`: `x / q` truncated and, away, 1 added where the dropped fraction
+/// is a half or more (each step exact). Toward zero never overflows to infinity.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DirectedRound {
+    away: bool,
+    half: u64,
+    mask: u64,
+    emin_bits: u64,
+    quantum: f64,
+    inv_quantum: f64,
+    max: f64,
+    /// What a finite magnitude above `max` becomes: infinity (away, `overflow = inf`) or `max`.
+    over: f64,
+    /// What an infinity becomes: itself, or `max` where the format saturates.
+    inf: f64,
+}
+
+impl DirectedRound {
+    /// The rounder for `fmt`, when it rounds away or toward zero and its range allows one.
+    pub(crate) fn new(fmt: &FloatFormat) -> Option<DirectedRound> {
+        let away = match fmt.rounding {
+            Rounding::NearestAway => true,
+            Rounding::TowardZero => false,
+            _ => return None,
+        };
+        let ok = fmt.subnormals && (2..=10).contains(&fmt.exp_bits) && fmt.mant_bits <= 50;
+        if !ok {
+            return None;
+        }
+        let emin = 1 - fmt.bias();
+        let shift = 52 - fmt.mant_bits;
+        let q = emin - fmt.mant_bits as i32;
+        let max = fmt.max_value();
+        let saturate = fmt.overflow == Overflow::Saturate;
+        Some(DirectedRound {
+            away,
+            half: 1u64 << (shift - 1),
+            mask: (1u64 << shift) - 1,
+            emin_bits: pow2(emin).to_bits(),
+            quantum: pow2(q),
+            inv_quantum: pow2(-q),
+            max,
+            over: if saturate || !away {
+                max
+            } else {
+                f64::INFINITY
+            },
+            inf: if saturate { max } else { f64::INFINITY },
+        })
+    }
+
+    avx2_copy! {
+        /// `out[i] = round(x[i])`.
+        pub(crate) fn round_all / round_all_avx2 / round_all_body
+            (&self, x: &[f64], out: &mut [f64])
+    }
+
+    #[inline(always)]
+    fn round_all_body(&self, x: &[f64], out: &mut [f64]) {
+        let pairs = x.iter().zip(out.iter_mut());
+        match self.away {
+            true => pairs.for_each(|(v, o)| *o = self.round_as::<true>(*v)),
+            false => pairs.for_each(|(v, o)| *o = self.round_as::<false>(*v)),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn round(&self, x: f64) -> f64 {
+        match self.away {
+            true => self.round_as::<true>(x),
+            false => self.round_as::<false>(x),
+        }
+    }
+
+    #[inline(always)]
+    fn round_as<const AWAY: bool>(&self, x: f64) -> f64 {
+        let bits = x.to_bits();
+        let sign = bits & (1u64 << 63);
+        let mag = bits & !(1u64 << 63);
+        // Normal range (a carry moves the exponent; infinity stays infinity).
+        let up = if AWAY { self.half } else { 0 };
+        let normal = f64::from_bits(mag.wrapping_add(up) & !self.mask);
+        // Subnormal range: whole quanta, exactly.
+        let ax = f64::from_bits(mag);
+        let y = ax * self.inv_quantum;
+        let t = y.trunc();
+        let t = if AWAY && y - t >= 0.5 { t + 1.0 } else { t };
+        let sub = t * self.quantum;
+        let r = if mag >= self.emin_bits { normal } else { sub };
+        let r = if r <= self.max {
+            r
+        } else if ax == f64::INFINITY {
+            self.inf
+        } else {
+            self.over
+        };
+        let r = f64::from_bits(r.to_bits() | sign);
+        if x.is_nan() { x } else { r }
+    }
+}
+
 /// Fake-quantize `x` in runs of `len` lanes along it, each run as [`Format::quantize`] sees it
 /// at native dimension `native`.
 pub fn quantize_runs(fmt: &Format, x: &[f64], len: usize, native: usize, out: &mut [f64]) {
@@ -271,6 +376,9 @@ pub(crate) fn quantize_seq(fmt: &Format, x: &[f64], len: usize, native: usize, o
         Format::Float(f) => {
             if let Some(f) = FastRound::new(f) {
                 return f.round_all(x, out);
+            }
+            if let Some(d) = DirectedRound::new(f) {
+                return d.round_all(x, out);
             }
         }
         _ => {}
@@ -649,11 +757,57 @@ mod tests {
         }
     }
 
+    /// The away and toward-zero rounder against the reference, bit for bit, on the adversarial
+    /// values (ties and one ulp either side at every binade, subnormal boundaries, the overflow
+    /// thresholds, zeros, infinities, NaN), element by element and through its AVX2 loop, on
+    /// formats with and without saturation, from 3 to 50 mantissa bits; and on every fp16
+    /// value halved, so that every fp16 tie is met.
+    #[test]
+    fn directed_round_matches_reference() {
+        let mut data = adversarial();
+        data.extend((0..=u16::MAX).map(|b| f64::from(half::f16::from_bits(b)) * 0.5));
+        let mut sat = FloatFormat::FP16;
+        sat.overflow = Overflow::Saturate;
+        for base in [
+            FloatFormat::FP16,
+            FloatFormat::BF16,
+            FloatFormat::FP32,
+            FloatFormat::ieee(5, 2),
+            FloatFormat::ieee(4, 3),
+            FloatFormat::ieee(10, 50),
+            sat,
+        ] {
+            for rounding in [Rounding::NearestAway, Rounding::TowardZero] {
+                let fmt = FloatFormat { rounding, ..base };
+                let d = DirectedRound::new(&fmt).expect("eligible");
+                let mut all = vec![0.0; data.len()];
+                d.round_all(&data, &mut all);
+                for (x, a) in data.iter().zip(&all) {
+                    let want = fmt.round(*x);
+                    assert!(
+                        same(d.round(*x), want),
+                        "{fmt:?} x = {x:e}: {} want {want:e}",
+                        d.round(*x)
+                    );
+                    assert!(
+                        same(*a, want),
+                        "{fmt:?} x = {x:e} (loop): {a:e} want {want:e}"
+                    );
+                }
+            }
+            assert!(
+                DirectedRound::new(&base).is_none(),
+                "nearest-even is FastRound's"
+            );
+        }
+    }
+
     /// Integer sums on common units, scaled by powers of two and rounded in one pass, equal
     /// `FloatFormat::round` of the same exact value (an exact zero is +0): ties at every
     /// format's precision, sums near i32's limits, units that underflow to zero or subnormals
     /// and overflow to infinity or the saturation value. Through `ExactSums`, so a format with
-    /// no fast rounder (toward zero) takes its element-by-element fallback.
+    /// no fast rounder (stochastic) takes its element-by-element fallback, and toward zero its
+    /// directed rounder.
     #[test]
     fn scaled_integer_sums_round_as_the_format_does() {
         use std::mem::MaybeUninit;
@@ -682,7 +836,9 @@ mod tests {
         // Row units 2^-40 .. 2^20 in turn; item units chosen so the product spans fp16's
         // subnormals, normals and overflow.
         let w: Vec<f64> = (0..a.len()).map(|k| pow2((k % 61) as i32 - 40)).collect();
-        for fmt in [FloatFormat::FP16, FloatFormat::BF16, sat, trunc] {
+        let mut stochastic = FloatFormat::FP16;
+        stochastic.rounding = Rounding::Stochastic { seed: 11 };
+        for fmt in [FloatFormat::FP16, FloatFormat::BF16, sat, trunc, stochastic] {
             let sums = super::super::matmul::ExactSums::new(&fmt);
             for xu in [-30, -12, 0, 6] {
                 let x = pow2(xu);
@@ -698,7 +854,11 @@ mod tests {
             }
         }
         assert!(
-            FastRound::new(&trunc).is_none(),
+            FastRound::new(&trunc).is_none() && DirectedRound::new(&trunc).is_some(),
+            "the directed rounder is exercised"
+        );
+        assert!(
+            FastRound::new(&stochastic).is_none() && DirectedRound::new(&stochastic).is_none(),
             "the fallback is exercised"
         );
     }
