@@ -6,7 +6,7 @@
 //! midpoint of the output format; since libm's f64 `exp`/`tanh` err by far less than that,
 //! the rounded f64 value is the correctly rounded true value.
 
-use crate::FloatFormat;
+use crate::{FloatFormat, Rounding};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -51,12 +51,54 @@ pub fn table_ref(kind: Activation, fmt: &FloatFormat) -> Option<&'static [u16]> 
         return Some(t);
     }
     // Built outside the lock (a few ms); a concurrent duplicate build is harmless.
-    let built = entries(|i| fmt.encode(eval(kind, fmt.decode(u64::from(i)))) as u16);
+    let built = entries(|i| fmt.encode(rounded(kind, fmt, fmt.decode(u64::from(i)))) as u16);
     let mut guard = lock(cache);
     let entry = guard
         .entry((kind, *fmt))
         .or_insert_with(|| Box::leak(built.into_boxed_slice()));
     Some(entry)
+}
+
+/// `f(x)` correctly rounded to `fmt`, from its f64 value. To nearest, the f64 value decides
+/// (it lies farther than 2^-40 from every midpoint of the 16-bit formats: `tests/activation.rs`).
+/// Toward zero the decision points are the grid points themselves, and f(x) for x != 0 is
+/// never one (e^x is transcendental for algebraic x != 0, and so are sigmoid and tanh); where
+/// the f64 value is on or within 2^-40 of a grid point `g`, the side of `g` the true value is
+/// on comes from the function's shape ([`below`]): sigmoid(x) < 1 and tanh |x| < 1 for x
+/// large, which f64 rounds to 1; |tanh x| < |x| for x tiny, which f64 rounds to x; sigmoid and
+/// e^x around 0.5 and 1 as x's sign says.
+pub fn rounded(kind: Activation, fmt: &FloatFormat, x: f64) -> f64 {
+    let v = eval(kind, x);
+    if fmt.rounding != Rounding::TowardZero || !v.is_finite() || v == 0.0 || x == 0.0 {
+        return fmt.round(v);
+    }
+    let nearest = FloatFormat {
+        rounding: Rounding::NearestEven,
+        ..*fmt
+    };
+    let g = nearest.round(v);
+    if !g.is_finite() || (v - g).abs() > g.abs() * crate::pow2(-40) {
+        return fmt.round(v);
+    }
+    match below(kind, x, g) {
+        // The largest magnitude below |g| (the grid is 2^-11 apart at most, relative).
+        Some(true) => fmt.round(g * (1.0 - crate::pow2(-30))),
+        Some(false) => g,
+        None => fmt.round(v),
+    }
+}
+
+/// Whether |f(x)| < |g| for a grid point `g` that f(x) is within 2^-40 of, where the
+/// function's shape tells (`None` elsewhere: `tests/activation.rs` checks that no 16-bit
+/// input reaches it).
+pub fn below(kind: Activation, x: f64, g: f64) -> Option<bool> {
+    match kind {
+        Activation::Sigmoid if g == 1.0 => Some(true),
+        Activation::Sigmoid if g == 0.5 => Some(x < 0.0),
+        Activation::Tanh if g.abs() == 1.0 || g == x => Some(true),
+        Activation::Exp if g == 1.0 => Some(x < 0.0),
+        _ => None,
+    }
 }
 
 /// `[entry(0), .., entry(65535)]`, in parts on the machine's threads: every entry is

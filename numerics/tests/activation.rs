@@ -81,3 +81,56 @@ fn table_entries() {
     let bexp = activation::table(Activation::Exp, &FloatFormat::BF16).unwrap();
     assert_eq!(bexp[0x3F80], 0x402E);
 }
+
+/// Toward zero, the decision points are the grid points, and f64 cannot tell which side of
+/// one a value within its error lies on. Every 16-bit input whose f64 value is within 2^-40
+/// of a grid point is one whose side the function's shape gives (`activation::below`), and the
+/// table entries by hand: bf16 sigmoid(40) and tanh(10) (f64: 1.0) truncate to 1 - 2^-8,
+/// sigmoid(-2^-60) (f64: 0.5) to 0.5 - 2^-9, exp(-2^-60) (f64: 1.0) to 1 - 2^-8 and exp(2^-60)
+/// to 1; fp16 tanh(2^-20) (f64: 2^-20) to 2^-20 - 2^-24.
+#[test]
+fn toward_zero_tables_are_correctly_rounded() {
+    use nnp_numerics::Rounding;
+    let zero = |f: FloatFormat| FloatFormat {
+        rounding: Rounding::TowardZero,
+        ..f
+    };
+    let mut shaped = 0;
+    for base in [FloatFormat::FP16, FloatFormat::BF16] {
+        let fmt = zero(base);
+        for kind in Activation::ALL {
+            for i in 0..=u16::MAX {
+                let x = fmt.decode(u64::from(i));
+                let v = activation::eval(kind, x);
+                if !v.is_finite() || v == 0.0 || x == 0.0 {
+                    continue;
+                }
+                let g = base.round(v);
+                if g.is_finite() && (v - g).abs() <= g.abs() * 2f64.powi(-40) {
+                    assert!(
+                        activation::below(kind, x, g).is_some(),
+                        "{kind:?} over {fmt:?}: f({x:e}) = {v:e} is within f64's reach of {g:e}"
+                    );
+                    shaped += 1;
+                }
+            }
+        }
+    }
+    assert!(shaped > 1000, "{shaped} inputs met a grid point");
+    let entry = |kind, fmt: FloatFormat, x: f64| {
+        let t = activation::table(kind, &fmt).expect("16-bit");
+        fmt.decode(u64::from(t[fmt.encode(x) as usize]))
+    };
+    let bf16 = zero(FloatFormat::BF16);
+    let tiny = 2f64.powi(-60);
+    assert_eq!(entry(Activation::Sigmoid, bf16, 40.0), 1.0 - 2f64.powi(-8));
+    assert_eq!(entry(Activation::Tanh, bf16, 10.0), 1.0 - 2f64.powi(-8));
+    assert_eq!(entry(Activation::Tanh, bf16, -10.0), -(1.0 - 2f64.powi(-8)));
+    assert_eq!(entry(Activation::Sigmoid, bf16, -tiny), 0.5 - 2f64.powi(-9));
+    assert_eq!(entry(Activation::Sigmoid, bf16, tiny), 0.5);
+    assert_eq!(entry(Activation::Exp, bf16, -tiny), 1.0 - 2f64.powi(-8));
+    assert_eq!(entry(Activation::Exp, bf16, tiny), 1.0);
+    let fp16 = zero(FloatFormat::FP16);
+    let x = 2f64.powi(-20);
+    assert_eq!(entry(Activation::Tanh, fp16, x), x - 2f64.powi(-24));
+}
