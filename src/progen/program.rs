@@ -332,6 +332,7 @@ pub(super) struct Gen<'c> {
     nonfinite_error: bool,
     /// The stream of the float formats' rounding modes ([`float_round`]).
     rr: Rng,
+    /// The target's storage format ([`storage_format`]).
     storage: String,
     defaults: [String; 4],
     spaces: Vec<(SpaceId, Space)>,

@@ -326,7 +326,7 @@ fn sum_exact<T: Copy + Into<f64> + Send + Sync>(
 pub(crate) struct ExactSums {
     out_fmt: FloatFormat,
     fast: Option<super::quant::FastRound>,
-    directed: Option<super::quant::DirectedRound>,
+    rounder: super::quant::Rounder,
 }
 
 impl ExactSums {
@@ -334,7 +334,7 @@ impl ExactSums {
         ExactSums {
             out_fmt: *out_fmt,
             fast: super::quant::FastRound::new(out_fmt),
-            directed: super::quant::DirectedRound::new(out_fmt),
+            rounder: super::quant::Rounder::new(out_fmt),
         }
     }
 
@@ -404,14 +404,10 @@ impl ExactSums {
         }
     }
 
-    /// One exact sum rounded without the nearest-even rounder: away or toward zero by theirs,
-    /// else by the format's reference; zero is +0.
+    /// One exact sum rounded without the nearest-even loops (away or toward zero by their
+    /// rounder, else by the format's reference); zero is +0.
     fn round_slow(&self, s: f64) -> f64 {
-        match &self.directed {
-            _ if s == 0.0 => 0.0,
-            Some(d) => d.round(s),
-            None => self.out_fmt.round(s),
-        }
+        if s == 0.0 { 0.0 } else { self.rounder.round(s) }
     }
 
     /// Round every running sum in place; an element whose error is non-zero is summed again:

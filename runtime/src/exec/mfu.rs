@@ -2,49 +2,11 @@
 //! (NUMERICS.md section 1, semantics.md "Numerics in the pipeline").
 
 use super::exact::{ExactSum, two_prod, two_sum};
-use super::quant::{DirectedRound, FastRound, PAR_MIN, avx2_copy, par_pieces, vectorized};
+use super::quant::{FastRound, PAR_MIN, Rounder, avx2_copy, par_pieces, vectorized};
 use nnp_lowering::swgraph::{BinOp, TableFn};
 use nnp_numerics::{Activation, FloatFormat, Rounding, activation, floor_log2};
 use rayon::prelude::*;
 use std::sync::Arc;
-
-/// Rounding to an MFU format, with the fast path where it applies.
-#[derive(Clone, Copy)]
-pub(crate) struct Rounder {
-    fmt: FloatFormat,
-    fast: Option<FastRound>,
-    directed: Option<DirectedRound>,
-}
-
-impl Rounder {
-    pub(crate) fn new(fmt: &FloatFormat) -> Self {
-        Rounder {
-            fmt: *fmt,
-            fast: FastRound::new(fmt),
-            directed: DirectedRound::new(fmt),
-        }
-    }
-    #[inline]
-    pub(crate) fn round(&self, x: f64) -> f64 {
-        match (&self.fast, &self.directed) {
-            (Some(f), _) => f.round(x),
-            (None, Some(d)) => d.round(x),
-            (None, None) => self.fmt.round(x),
-        }
-    }
-
-    /// `out[i] = round(x[i])`, with a fast rounder's AVX2 copy where one applies.
-    pub(crate) fn round_all(&self, x: &[f64], out: &mut [f64]) {
-        match (&self.fast, &self.directed) {
-            (Some(f), _) => f.round_all(x, out),
-            (None, Some(d)) => d.round_all(x, out),
-            (None, None) => x
-                .iter()
-                .zip(out.iter_mut())
-                .for_each(|(v, o)| *o = self.fmt.round(*v)),
-        }
-    }
-}
 
 /// Sum, difference and product of two values of a format with at most 25 significand bits are
 /// correctly rounded to nearest by one f64 operation and one rounding (53 >= 2p + 2: the f64
@@ -271,7 +233,7 @@ impl ActTable {
         // A table of a fixed 2^16 entries indexed by u16 (no bounds checks), and locals
         // (nothing reloaded through `self` in the loop).
         let fp16 = (self.fmt.exp_bits, self.fmt.mant_bits) == (5, 10);
-        let fast = match (&self.values, &r.fast) {
+        let fast = match (&self.values, r.nearest_even()) {
             (Some(Values::F32(v)), Some(f)) if fp16 => <&[f32; 1 << 16]>::try_from(v.as_slice())
                 .ok()
                 .map(|v| (v, *f)),
@@ -603,9 +565,8 @@ mod tests {
 
     /// Toward-zero roundings of sums that f64 cannot hold, by hand: `1 - 2^-100` truncates to
     /// fp32's value below 1, `1 - 2^-24` (f64 rounds the sum to 1.0, which truncates to 1);
-    /// `-0.5 + 2^-115` to bf16's `-(0.5 - 2^-9)`; in an f64-wide format, `1 - 2^-53`. The nearest
-    /// modes keep the f64 shortcut:
-    /// `1 + 2^-100` and `1 - 2^-100` are 1.
+    /// `-0.5 + 2^-115` to bf16's `-(0.5 - 2^-9)`; in an f64-wide format, `1 - 2^-53`. The
+    /// nearest modes keep the f64 shortcut: `1 + 2^-100` and `1 - 2^-100` are 1.
     #[test]
     fn directed_roundings_of_far_apart_sums_by_hand() {
         let with = |fmt: FloatFormat, rounding| FloatFormat { rounding, ..fmt };

@@ -106,12 +106,57 @@ pub fn round_slice(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
 
 /// [`round_slice`] on the calling thread (for a caller that is one parallel task already).
 pub(crate) fn round_seq(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
-    if let Some(f) = FastRound::new(fmt) {
-        f.round_all(x, out)
-    } else if let Some(d) = DirectedRound::new(fmt) {
-        d.round_all(x, out)
-    } else {
-        (x.iter().zip(out.iter_mut())).for_each(|(v, o)| *o = fmt.round(*v))
+    Rounder::new(fmt).round_all(x, out)
+}
+
+/// Rounding to a float format by the fastest exact rounder that applies: nearest-even
+/// ([`FastRound`]), away or toward zero ([`DirectedRound`]), else the reference
+/// (`FloatFormat::round`, position 0 for stochastic rounding).
+#[derive(Clone, Copy)]
+pub(crate) struct Rounder {
+    fmt: FloatFormat,
+    fast: Option<FastRound>,
+    directed: Option<DirectedRound>,
+}
+
+impl Rounder {
+    pub(crate) fn new(fmt: &FloatFormat) -> Self {
+        Rounder {
+            fmt: *fmt,
+            fast: FastRound::new(fmt),
+            directed: DirectedRound::new(fmt),
+        }
+    }
+
+    /// The nearest-even rounder, where the format has one.
+    pub(crate) fn nearest_even(&self) -> Option<&FastRound> {
+        self.fast.as_ref()
+    }
+
+    /// Whether a fast rounder applies (the reference is the fallback).
+    pub(crate) fn is_fast(&self) -> bool {
+        self.fast.is_some() || self.directed.is_some()
+    }
+
+    #[inline]
+    pub(crate) fn round(&self, x: f64) -> f64 {
+        match (&self.fast, &self.directed) {
+            (Some(f), _) => f.round(x),
+            (None, Some(d)) => d.round(x),
+            (None, None) => self.fmt.round(x),
+        }
+    }
+
+    /// `out[i] = round(x[i])`, with a fast rounder's AVX2 copy where one applies.
+    pub(crate) fn round_all(&self, x: &[f64], out: &mut [f64]) {
+        match (&self.fast, &self.directed) {
+            (Some(f), _) => f.round_all(x, out),
+            (None, Some(d)) => d.round_all(x, out),
+            (None, None) => x
+                .iter()
+                .zip(out.iter_mut())
+                .for_each(|(v, o)| *o = self.fmt.round(*v)),
+        }
     }
 }
 
@@ -374,11 +419,9 @@ pub(crate) fn quantize_seq(fmt: &Format, x: &[f64], len: usize, native: usize, o
         // Element by element: the run's positions matter to stochastic rounding only, which
         // has no fast rounder.
         Format::Float(f) => {
-            if let Some(f) = FastRound::new(f) {
-                return f.round_all(x, out);
-            }
-            if let Some(d) = DirectedRound::new(f) {
-                return d.round_all(x, out);
+            let r = Rounder::new(f);
+            if r.is_fast() {
+                return r.round_all(x, out);
             }
         }
         _ => {}
