@@ -81,7 +81,7 @@ pub fn rounded(kind: Activation, fmt: &FloatFormat, x: f64) -> f64 {
         return fmt.round(v);
     }
     match below(kind, x, g) {
-        // The largest magnitude below |g| (the grid is 2^-11 apart at most, relative).
+        // The next grid point toward zero (neighbours are 2^-11 apart or more, relative).
         Some(true) => fmt.round(g * (1.0 - crate::pow2(-30))),
         Some(false) => g,
         None => fmt.round(v),
