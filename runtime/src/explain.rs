@@ -53,8 +53,8 @@ pub const SCREEN_ITEMS: usize = 8;
 pub struct ExplainRow {
     /// The change as TOML lines of `[numerics]` ([`NumericsChange::lines`]).
     pub change: String,
-    /// How many knobs it turns: 1 (a one-knob change), or 2 (a change of [`on_top_of`] the
-    /// closest one-knob change, tried when none is concordant).
+    /// How many knobs it turns: 1 (a one-knob change), or 2 (a change [`on_top_of`] a
+    /// one-knob change, the closest or every one, tried when none is concordant).
     pub knobs: usize,
     /// The batch items compared, from the first: the whole batch, or [`SCREEN_ITEMS`] where
     /// they already tell that the change is not concordant.

@@ -530,7 +530,10 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
         }
     }
     match &report.explain {
-        Some(rows) => print_explain(program, rows, batch, args.explain),
+        Some(rows) => {
+            let all_pairs = args.explain == Some(ExplainPairs::AllPairs);
+            print_explain(program, rows, batch, all_pairs)
+        }
         None if !report.concordant => println!(
             "  (`--explain` reruns the software graph under one-knob changes of the target's \
              numerics, to tell a setting the target file gets wrong from a fault)"
@@ -550,12 +553,7 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
 }
 
 /// The changes that make the dump concordant, else the closest few, and what that means.
-fn print_explain(
-    program: &Program,
-    rows: &[ExplainRow],
-    batch: usize,
-    pairs_tried: Option<ExplainPairs>,
-) {
+fn print_explain(program: &Program, rows: &[ExplainRow], batch: usize, all_pairs: bool) {
     let target = &program.target.name;
     let (singles, pairs): (Vec<&ExplainRow>, Vec<&ExplainRow>) =
         rows.iter().partition(|r| r.knobs == 1);
@@ -564,20 +562,17 @@ fn print_explain(
         singles.len()
     );
     print_explain_rows(&singles, batch);
-    let all_pairs = pairs_tried == Some(ExplainPairs::AllPairs);
-    if all_pairs && !pairs.is_empty() {
-        println!(
-            "  none is concordant; every pair of two changes, {} more:",
-            pairs.len()
-        );
-        print_explain_rows(&pairs, batch);
-    } else if !pairs.is_empty() {
-        // The one-knob rows come first; the closest of them is the one the pairs build on.
-        let first = closest(&rows[..singles.len()]).map_or(String::new(), |i| one_line(&rows[i]));
-        println!(
-            "  none is concordant; the closest, `{first}`, with each of {} more changes on top:",
-            pairs.len()
-        );
+    if !pairs.is_empty() {
+        let n = pairs.len();
+        let which = if all_pairs {
+            format!("every pair of two changes, {n} more")
+        } else {
+            // The one-knob rows come first; the closest of them is the one the pairs build on.
+            let first =
+                closest(&rows[..singles.len()]).map_or(String::new(), |i| one_line(&rows[i]));
+            format!("the closest, `{first}`, with each of {n} more changes on top")
+        };
+        println!("  none is concordant; {which}:");
         print_explain_rows(&pairs, batch);
     }
     let fault = "or the firmware, the board or the data has a fault (`--trace` names the first \

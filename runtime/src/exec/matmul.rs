@@ -325,7 +325,6 @@ fn sum_exact<T: Copy + Into<f64> + Send + Sync>(
 /// over contiguous elements term by term, so they vectorise.
 pub(crate) struct ExactSums {
     out_fmt: FloatFormat,
-    fast: Option<super::quant::FastRound>,
     rounder: super::quant::Rounder,
 }
 
@@ -333,7 +332,6 @@ impl ExactSums {
     pub(crate) fn new(out_fmt: &FloatFormat) -> Self {
         ExactSums {
             out_fmt: *out_fmt,
-            fast: super::quant::FastRound::new(out_fmt),
             rounder: super::quant::Rounder::new(out_fmt),
         }
     }
@@ -379,7 +377,7 @@ impl ExactSums {
     /// Round exact sums in place (an exact zero is +0, as the integer accumulator has no signed
     /// zero).
     pub(crate) fn round(&self, s: &mut [f64]) {
-        match &self.fast {
+        match self.rounder.nearest_even() {
             Some(f) => f.round_sums(s),
             None => s.iter_mut().for_each(|s| *s = self.round_slow(*s)),
         }
@@ -394,7 +392,7 @@ impl ExactSums {
         x: f64,
         out: &mut [MaybeUninit<f64>],
     ) {
-        match &self.fast {
+        match self.rounder.nearest_even() {
             Some(f) => f.round_scaled_ints(a, w, x, out),
             None => {
                 for ((o, &a), &w) in out.iter_mut().zip(a).zip(w) {

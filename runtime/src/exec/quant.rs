@@ -113,51 +113,60 @@ pub(crate) fn round_seq(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
 /// ([`FastRound`]), away or toward zero ([`DirectedRound`]), else the reference
 /// (`FloatFormat::round`, position 0 for stochastic rounding).
 #[derive(Clone, Copy)]
-pub(crate) struct Rounder {
-    fmt: FloatFormat,
-    fast: Option<FastRound>,
-    directed: Option<DirectedRound>,
+pub(crate) enum Rounder {
+    NearestEven(FastRound),
+    Directed(DirectedRound),
+    Reference(FloatFormat),
 }
 
 impl Rounder {
     pub(crate) fn new(fmt: &FloatFormat) -> Self {
-        Rounder {
-            fmt: *fmt,
-            fast: FastRound::new(fmt),
-            directed: DirectedRound::new(fmt),
+        match (FastRound::new(fmt), DirectedRound::new(fmt)) {
+            (Some(f), _) => Rounder::NearestEven(f),
+            (None, Some(d)) => Rounder::Directed(d),
+            (None, None) => Rounder::Reference(*fmt),
         }
     }
 
     /// The nearest-even rounder, where the format has one.
     pub(crate) fn nearest_even(&self) -> Option<&FastRound> {
-        self.fast.as_ref()
+        match self {
+            Rounder::NearestEven(f) => Some(f),
+            _ => None,
+        }
     }
 
     /// Whether a fast rounder applies (the reference is the fallback).
     pub(crate) fn is_fast(&self) -> bool {
-        self.fast.is_some() || self.directed.is_some()
+        !matches!(self, Rounder::Reference(_))
     }
 
     #[inline]
     pub(crate) fn round(&self, x: f64) -> f64 {
-        match (&self.fast, &self.directed) {
-            (Some(f), _) => f.round(x),
-            (None, Some(d)) => d.round(x),
-            (None, None) => self.fmt.round(x),
+        match self {
+            Rounder::NearestEven(f) => f.round(x),
+            Rounder::Directed(d) => d.round(x),
+            Rounder::Reference(fmt) => fmt.round(x),
         }
     }
 
     /// `out[i] = round(x[i])`, with a fast rounder's AVX2 copy where one applies.
     pub(crate) fn round_all(&self, x: &[f64], out: &mut [f64]) {
-        match (&self.fast, &self.directed) {
-            (Some(f), _) => f.round_all(x, out),
-            (None, Some(d)) => d.round_all(x, out),
-            (None, None) => x
-                .iter()
-                .zip(out.iter_mut())
-                .for_each(|(v, o)| *o = self.fmt.round(*v)),
+        match self {
+            Rounder::NearestEven(f) => f.round_all(x, out),
+            Rounder::Directed(d) => d.round_all(x, out),
+            Rounder::Reference(fmt) => {
+                (x.iter().zip(out.iter_mut())).for_each(|(v, o)| *o = fmt.round(*v))
+            }
         }
     }
+}
+
+/// Whether rounding to `fmt` can work on f64's bits ([`FastRound`], [`DirectedRound`]): it
+/// has subnormals, and its exponent and significand fit inside f64's with room for the
+/// subnormal quantum's scaling.
+fn bit_roundable(fmt: &FloatFormat) -> bool {
+    fmt.subnormals && (2..=10).contains(&fmt.exp_bits) && fmt.mant_bits <= 50
 }
 
 /// Nearest-even rounding of an f64 to a float format with subnormals, from the bits.
@@ -184,11 +193,7 @@ pub(crate) struct FastRound {
 impl FastRound {
     /// The fast rounder for `fmt`, when its mode and range allow one.
     pub(crate) fn new(fmt: &FloatFormat) -> Option<FastRound> {
-        let ok = fmt.rounding == Rounding::NearestEven
-            && fmt.subnormals
-            && (2..=10).contains(&fmt.exp_bits)
-            && fmt.mant_bits <= 50;
-        if !ok {
+        if fmt.rounding != Rounding::NearestEven || !bit_roundable(fmt) {
             return None;
         }
         let emin = 1 - fmt.bias();
@@ -311,8 +316,7 @@ impl DirectedRound {
             Rounding::TowardZero => false,
             _ => return None,
         };
-        let ok = fmt.subnormals && (2..=10).contains(&fmt.exp_bits) && fmt.mant_bits <= 50;
-        if !ok {
+        if !bit_roundable(fmt) {
             return None;
         }
         let emin = 1 - fmt.bias();
