@@ -316,6 +316,13 @@ fn generated_programs_are_valid_and_cover_the_language() {
         f(format!("storage {}", mode(&num.storage)));
         f(format!("mvm_output {}", mode(&num.mvm_output)));
         f(format!("mfu_input {}", mode(&num.mfu_input)));
+        // The float path's products (`exec::products::FloatPath`) of the target's MVM inputs.
+        let n = p.native();
+        match nnp_runtime::exec::matmul::exact_chunk(&num.mvm_vector, &num.mvm_matrix, n) {
+            Some(k) if k < n => f("mvm products exact, tile sums not".into()),
+            None => f("mvm products not exact".into()),
+            Some(_) => {}
+        }
         for d in &p.decls {
             let at_mem = d.place.is_some();
             f(format!("decl {:?} at {}", d.kind, at_mem));
@@ -397,7 +404,9 @@ fn generated_programs_are_valid_and_cover_the_language() {
                 }
             }
         }
-        for lit in ["bfp(", "msfp(", "mx(", "fp(", "round = ", "_inc ", "] + "] {
+        for lit in [
+            "bfp(", "msfp(", "mx(", "fp(", "round = ", "_inc ", "] + ", "fp(8, 28", "fp(8, 30",
+        ] {
             if g.source.contains(lit) || g.target_toml.contains(lit) {
                 f(format!("text {lit}"));
             }
@@ -426,6 +435,8 @@ fn generated_programs_are_valid_and_cover_the_language() {
         "mfu_input NearestAway",
         "mfu_input TowardZero",
         "mfu_input Stochastic",
+        "mvm products exact, tile sums not",
+        "mvm products not exact",
         "decl Matrix at true",
         "decl Vector at true",
         "decl Input at false",
@@ -472,6 +483,8 @@ fn generated_programs_are_valid_and_cover_the_language() {
         "text round = ",
         "text _inc ",
         "text ] + ",
+        "text fp(8, 28",
+        "text fp(8, 30",
     ]
     .into_iter()
     .map(String::from)

@@ -105,6 +105,17 @@ fn mvm_format(r: &mut Rng, n: usize, all: bool) -> String {
     }
 }
 
+/// Float MVM input pairs (vector, matrix) whose products are exact in f64 with no bit to
+/// spare (52 or 53 significand bits between them), or are not (wider, or exponents too wide):
+/// the float path's bounded and sliced products at their edges.
+const WIDE_MVM: [(&str, &str); 5] = [
+    ("fp(8, 25)", "fp(8, 25)"),
+    ("fp32", "fp(8, 28)"),
+    ("fp(6, 26)", "fp(6, 25)"),
+    ("fp(11, 26)", "fp(11, 25)"),
+    ("fp(8, 30)", "fp(8, 30)"),
+];
+
 /// `lit` (a float literal) with the rounding mode `round` (a [`round_arg`]), written as
 /// `fp(e, m, ...)`.
 fn float_rounded(lit: &str, round: &str) -> String {
@@ -363,12 +374,21 @@ impl<'c> Gen<'c> {
         let sizes = [sz(4, 8), sz(3, 6), sz(3, 6), sz(4, 8), sz(6, 12), sz(3, 6)];
         let accumulation = r.pick(&Accumulation::ALL).name();
         let mut rr = Rng::keyed(seed, "roundings");
-        let defaults = [
+        let mut defaults = [
             mvm_format(&mut r, n, cfg.all_formats),
             mvm_format(&mut r, n, cfg.all_formats),
             output_format(&mut r, &mut rr),
             mfu_format(&mut r, &mut rr, cfg.wide_mfu_formats),
         ];
+        // Now and then (from a stream of its own, so the program stays the same) float MVM
+        // inputs too wide for exact tile sums in f64: the float path's bounded and sliced
+        // products.
+        let mut wide = Rng::keyed(seed, "wide-mvm");
+        if cfg.all_formats && wide.chance(0.12) {
+            let (v, m) = *wide.pick(&WIDE_MVM);
+            defaults[0] = float_rounded(v, &float_round(&mut wide));
+            defaults[1] = float_rounded(m, &float_round(&mut wide));
+        }
         let mut spaces = vec![
             (SpaceId::Vec(Mem::Ivrf), Space::new(sizes[0])),
             (SpaceId::Vec(Mem::Dram), Space::new(sizes[4])),

@@ -8,6 +8,7 @@
 //! `2^40 + 1 + 2^-40`). The final rounding turns the expansion into an integer significand plus
 //! a sticky bit and rounds once with [`FloatFormat::round_exact`] (never f64 -> f32 -> fp16).
 
+use super::quant::Rounder;
 use nnp_numerics::FloatFormat;
 
 /// `a + b = s + e` exactly, `s = fl(a + b)` (Knuth's two-sum, any magnitudes).
@@ -128,13 +129,19 @@ impl ExactSum {
     /// The exact sum rounded once to `fmt`. An exact zero is `+0` (the hardware's integer
     /// accumulator has no signed zero).
     pub fn round_to(&self, fmt: &FloatFormat) -> f64 {
+        self.round_with(&Rounder::Reference(*fmt), fmt)
+    }
+
+    /// [`round_to`](Self::round_to) `fmt`, a sum that is one f64 rounded by `rounder` (one of
+    /// `fmt`'s, the same bits as the reference's).
+    pub(crate) fn round_with(&self, rounder: &Rounder, fmt: &FloatFormat) -> f64 {
         if let Some(v) = self.non_finite() {
-            return fmt.round(v);
+            return rounder.round(v);
         }
         match self.comps.as_slice() {
             [] => 0.0,
             // One component is the exact value: one rounding.
-            [x] => fmt.round(*x),
+            [x] => rounder.round(*x),
             comps => {
                 let (neg, mant, exp, sticky) = to_parts(comps);
                 fmt.round_exact(neg, mant, exp, sticky)

@@ -1,7 +1,7 @@
 //! One pass of the graph over some items: every node but the products' operands ([`super::products`]).
 
 use super::mfu::ActTable;
-use super::products::{float_chunk, product_spec};
+use super::products::{float_path, product_spec};
 use super::session::{Caches, Paths};
 use super::tensors::{Map1, broadcast_batch, host_slice, map1, pad_dim};
 use super::{ExecError, fused, gpu, intdot, internal, mfu, quant};
@@ -216,8 +216,8 @@ impl<'a> Executor<'a> {
             } => {
                 let (spec, x, w) = product_spec(&node.op, n)
                     .ok_or_else(|| ExecError::Graph(GraphError::Other("not a product".into())))?;
-                let (chunk, dtype) = float_chunk(vector_format, matrix_format, n);
-                self.matvec(i, &spec, x, w, chunk, dtype)?
+                let path = float_path(vector_format, matrix_format, &spec);
+                self.matvec(i, &spec, x, w, path)?
             }
             Op::Unary {
                 op: UnOp::Softmax,

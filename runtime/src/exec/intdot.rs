@@ -9,7 +9,7 @@
 //! without overflow whatever their signs, so the dot product of two runs is `P * 2^(u_w +
 //! u_x)` with `P` an exact `i32`, and exact as an f64 once scaled by a power of two that
 //! [`fits`] checks to be normal with room for the sums. The partials of one output row are
-//! then summed exactly and rounded once, or per the `-seq` accumulation modes (`RowAcc`),
+//! then summed exactly and rounded once, or per the `-seq` accumulation modes (`seq_sums`),
 //! exactly as the float path sums its partials. The exact sum takes the cheapest of four
 //! forms the data admits, checked per task: one `i32` per output, each partial shifted to the
 //! row's and the item's smallest unit (where the integers' bits and the units' spread across
@@ -25,7 +25,7 @@
 //! kernel is tested against. The session takes this path only where the CPU has AVX2 and FMA
 //! ([`simd`]); elsewhere the f32/f64 BLAS path runs.
 
-use super::matmul::{ExactSums, MatVec, RowAcc};
+use super::matmul::{ExactSums, MatVec, seq_format, seq_sums};
 use super::quant::{BfpInts, avx2_copy, to_i16};
 use nnp_grammar::Accumulation;
 use nnp_numerics::{floor_log2, pow2};
@@ -1096,7 +1096,17 @@ fn matvec_tasks(
                 });
                 return;
             }
-            let y: Vec<f64> = if spec.accumulation == Accumulation::Exact {
+            let y: Vec<f64> = if let Some(seq) = seq_format(spec.accumulation) {
+                // [cols][items * n] partials, then the per-tile rounding of the -seq modes.
+                let mut all = vec![0.0f64; cols * items * n];
+                for (j, t) in all.chunks_mut(items * n).enumerate() {
+                    let mut sink = Emit(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
+                        t[bi * n + r0..][..ROW_BLOCK].copy_from_slice(&scaled(j, bi, r0, p));
+                    });
+                    kernel(simd, w.tile(i, j), part.ints(j), &[], n, &mut sink);
+                }
+                seq_sums(&seq, &spec.output, &all, items * n)
+            } else {
                 // Running two-sums over the tile columns, fed straight from the kernel (the
                 // columns that are zero for every item add nothing: skipped).
                 let (mut s, mut err) = (vec![0.0f64; items * n], vec![0.0f64; items * n]);
@@ -1124,25 +1134,6 @@ fn matvec_tasks(
                     }
                 });
                 s
-            } else {
-                // [cols][items * n] partials, then the per-tile rounding of the -seq modes.
-                let mut all = vec![0.0f64; cols * items * n];
-                for (j, t) in all.chunks_mut(items * n).enumerate() {
-                    let mut sink = Emit(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
-                        t[bi * n + r0..][..ROW_BLOCK].copy_from_slice(&scaled(j, bi, r0, p));
-                    });
-                    kernel(simd, w.tile(i, j), part.ints(j), &[], n, &mut sink);
-                }
-                let mut acc = RowAcc::new(spec);
-                (0..items * n)
-                    .map(|e| {
-                        for j in 0..cols {
-                            acc.add(all[j * items * n + e]);
-                            acc.end_tile();
-                        }
-                        acc.finish()
-                    })
-                    .collect()
             };
             // Every run written in full (the `set_len` below relies on it).
             assert_eq!(y.len(), runs.len() * n);

@@ -19,8 +19,9 @@
 //! [`two_prod`](super::exact::two_prod).
 
 use super::exact::ExactSum;
+use super::quant::Rounder;
 use nnp_grammar::Accumulation;
-use nnp_numerics::{FloatFormat, Format, IntScale};
+use nnp_numerics::{FloatFormat, Format, IntScale, Rounding, pow2};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
@@ -201,23 +202,20 @@ pub struct MatVec {
 
 /// Rounds a row's terms per the accumulation mode: `exact` sums everything once; the `-seq`
 /// modes round each tile partial (exact) to f32/fp16 and add partials in tile order in that
-/// format, then round to `mvm.output`.
+/// format, then round to `mvm.output`. Each rounding by the format's fastest exact rounder.
 pub(crate) struct RowAcc {
-    seq: Option<FloatFormat>,
-    output: FloatFormat,
+    seq: Option<(FloatFormat, Rounder)>,
+    output: (FloatFormat, Rounder),
     sum: ExactSum,
     acc: Option<f64>,
 }
 
 impl RowAcc {
     pub(crate) fn new(spec: &MatVec) -> Self {
+        let with_rounder = |f: FloatFormat| (f, Rounder::new(&f));
         RowAcc {
-            seq: match spec.accumulation {
-                Accumulation::Exact => None,
-                Accumulation::Fp32Seq => Some(FloatFormat::FP32),
-                Accumulation::Fp16Seq => Some(FloatFormat::FP16),
-            },
-            output: spec.output,
+            seq: seq_format(spec.accumulation).map(with_rounder),
+            output: with_rounder(spec.output),
             sum: ExactSum::new(),
             acc: None,
         }
@@ -232,25 +230,67 @@ impl RowAcc {
     }
     /// End of one tile's terms.
     pub(crate) fn end_tile(&mut self) {
-        if let Some(f) = self.seq {
-            let p = self.sum.round_to(&f);
+        if let Some((f, r)) = &self.seq {
+            let p = self.sum.round_with(r, f);
             self.sum.clear();
-            // Two values of a <= 25-bit format: one f64 addition and one rounding is correct.
+            // Two values of a <= 25-bit format: one f64 addition and one rounding to nearest
+            // is correct.
             self.acc = Some(match self.acc {
                 None => p,
-                Some(a) => f.round(a + p),
+                Some(a) => r.round(a + p),
             });
         }
     }
     pub(crate) fn finish(&mut self) -> f64 {
+        let (f, r) = &self.output;
         let v = match self.seq {
-            None => self.sum.round_to(&self.output),
-            Some(_) => self.output.round(self.acc.unwrap_or(0.0)),
+            None => self.sum.round_with(r, f),
+            Some(_) => r.round(self.acc.unwrap_or(0.0)),
         };
         self.sum.clear();
         self.acc = None;
         v
     }
+}
+
+/// The format a `-seq` accumulation mode adds its tile partials in.
+pub(crate) fn seq_format(accumulation: Accumulation) -> Option<FloatFormat> {
+    match accumulation {
+        Accumulation::Exact => None,
+        Accumulation::Fp32Seq => Some(FloatFormat::FP32),
+        Accumulation::Fp16Seq => Some(FloatFormat::FP16),
+    }
+}
+
+/// [`RowAcc`]'s `-seq` arithmetic on exact tile partials, vectorised over the elements:
+/// `tiles` is `[cols][m]`, tile column j's partial of each of `m` elements. Each partial is
+/// rounded to the sequence format (an exact zero as `+0`, as [`ExactSum`] sums it), added in
+/// tile order in that format ([`seq_format`]), and the result rounded to `output`.
+pub(crate) fn seq_sums(
+    seq: &FloatFormat,
+    output: &FloatFormat,
+    tiles: &[f64],
+    m: usize,
+) -> Vec<f64> {
+    let seq = Rounder::new(seq);
+    let (mut acc, mut p, mut q) = (vec![0.0f64; m], vec![0.0f64; m], vec![0.0f64; m]);
+    for (j, t) in tiles.chunks_exact(m).enumerate() {
+        // `x + 0.0` is `x`, but `+0` for `-0`.
+        p.iter_mut().zip(t).for_each(|(p, x)| *p = x + 0.0);
+        if j == 0 {
+            seq.round_all(&p, &mut acc);
+        } else {
+            seq.round_all(&p, &mut q);
+            // Two values of a <= 25-bit format: one f64 addition and one rounding to nearest
+            // is correct.
+            p.iter_mut()
+                .zip(acc.iter().zip(&q))
+                .for_each(|(p, (a, q))| *p = a + q);
+            seq.round_all(&p, &mut acc);
+        }
+    }
+    Rounder::new(output).round_all(&acc, &mut p);
+    p
 }
 
 /// Sum per-chunk partials: `partials` is `[pairs, chunks, rows * n, b]` (`chunks =
@@ -325,14 +365,14 @@ fn sum_exact<T: Copy + Into<f64> + Send + Sync>(
 /// over contiguous elements term by term, so they vectorise.
 pub(crate) struct ExactSums {
     out_fmt: FloatFormat,
-    rounder: super::quant::Rounder,
+    rounder: Rounder,
 }
 
 impl ExactSums {
     pub(crate) fn new(out_fmt: &FloatFormat) -> Self {
         ExactSums {
             out_fmt: *out_fmt,
-            rounder: super::quant::Rounder::new(out_fmt),
+            rounder: Rounder::new(out_fmt),
         }
     }
 
@@ -408,26 +448,170 @@ impl ExactSums {
         if s == 0.0 { 0.0 } else { self.rounder.round(s) }
     }
 
-    /// Round every running sum in place; an element whose error is non-zero is summed again:
-    /// `terms(i, slow)` adds its terms to the empty `slow`.
+    /// Round every running sum in place. An element whose errors are not all zero is rounded
+    /// from its error bound where that decides it ([`ExactSums::bounded`]); the rest are
+    /// summed again: `terms(i, slow)` adds its terms to the empty `slow`.
     pub(crate) fn finish(
         &self,
         s: &mut [f64],
         err: &[f64],
         mut terms: impl FnMut(usize, &mut ExactSum),
     ) {
-        // Round every running sum, then redo the rare inexact ones.
+        let inexact: Vec<(usize, f64)> = (s.iter().zip(err).enumerate())
+            .filter(|(_, (_, e))| **e != 0.0)
+            .map(|(i, (s, e))| (i, self.bounded(*s, *e)))
+            .collect();
         self.round(s);
-        let out_fmt = &self.out_fmt;
         let mut slow = ExactSum::new();
-        for (i, (s, e)) in s.iter_mut().zip(err).enumerate() {
-            if *e != 0.0 {
+        for (i, bounded) in inexact {
+            s[i] = if bounded.is_nan() {
                 slow.clear();
                 terms(i, &mut slow);
-                *s = slow.round_to(out_fmt);
-            }
+                slow.round_with(&self.rounder, &self.out_fmt)
+            } else {
+                bounded
+            };
         }
     }
+
+    /// The rounded exact sum from its running sum `s` and `err`, the sum of the absolute
+    /// two-sum errors ([`round_within`]); NaN where that does not decide it.
+    fn bounded(&self, s: f64, err: f64) -> f64 {
+        // `err` summed in f64 falls short of the exact sum of its terms by at most a relative
+        // `k * 2^-53` after k additions: 2^-20 covers any k below 2^33.
+        let bound = err * (1.0 + pow2(-20));
+        round_within(&self.rounder, &self.out_fmt, s, bound).unwrap_or(f64::NAN)
+    }
+}
+
+/// The rounding of a value known to lie within `bound` of `s`, where every value of that
+/// interval rounds to the same bits; else `None`.
+pub(crate) fn round_within(
+    rounder: &Rounder,
+    fmt: &FloatFormat,
+    s: f64,
+    bound: f64,
+) -> Option<f64> {
+    if !monotone(fmt) || !bound.is_finite() {
+        return None;
+    }
+    let (lo, hi) = enclosure(s, bound);
+    decided(rounder.round(lo), rounder.round(hi))
+}
+
+/// Every rounding mode but the stochastic one is monotone, and keeps the sign (a negative
+/// value that rounds to zero is -0): where both ends of an interval round to the same bits,
+/// they lie on one side of zero, and every value between them rounds to those bits (an exact
+/// zero, +0 by the accumulator's rule, only where the ends do).
+fn monotone(fmt: &FloatFormat) -> bool {
+    !matches!(fmt.rounding, Rounding::Stochastic { .. })
+}
+
+/// Computed ends `(lo, hi)` of an interval holding every value within `bound` of `s` where
+/// `bound < |s|` (wider intervals reach both signs, and never round alike): widened past the
+/// rounding of the two additions by `2^-50 |s|`, and by `2^-1060` where the sum is subnormal.
+/// NaN for non-finite `s` or `bound`.
+#[inline]
+fn enclosure(s: f64, bound: f64) -> (f64, f64) {
+    let widened = bound + s.abs() * pow2(-50) + pow2(-1060);
+    (s - widened, s + widened)
+}
+
+/// The rounding decided by an [`enclosure`] whose ends round to `a` and `b` ([`monotone`]).
+#[inline]
+fn decided(a: f64, b: f64) -> Option<f64> {
+    (a.to_bits() == b.to_bits()).then_some(a)
+}
+
+/// An upper bound of the Euclidean norm of `v`: 0 only for a zero vector, NaN or infinite
+/// where `v` holds a NaN or an infinity. The squares' sum in f64 falls short of the exact one
+/// by at most a relative `len * 2^-53`, plus at most `2^-1075` per square that underflows:
+/// `2^-20` (any `len` below 2^30) and `len * 2^-1074` cover both, and the second `2^-20` the
+/// roundings of the square root and the products.
+pub fn norm_bound(v: &[f64]) -> f64 {
+    let squares: f64 = v.iter().map(|x| x * x).sum();
+    if squares == 0.0 && v.iter().all(|x| *x == 0.0) {
+        return 0.0;
+    }
+    let slack = 1.0 + pow2(-20);
+    (squares * slack + v.len() as f64 * pow2(-1074)).sqrt() * slack
+}
+
+/// `exact` accumulation from one plain f64 matmul: `y` (`[b, R]`) holds `x W^T` as any f64
+/// matmul sums it (`x` is `[b, K]`, `w` `[R, K]`, and every product `x_k w_k` is exact in
+/// f64); `w_norms` holds [`norm_bound`] of each row of `w`. Each element is rounded in place
+/// to `spec.output`.
+///
+/// K exact products summed in any order, with or without FMA, are within `gamma_K * sum |x_k
+/// w_k|` of their exact sum (`gamma_K = K u / (1 - K u) <= K 2^-52`), and by Cauchy-Schwarz
+/// `sum |x_k w_k| <= |x| |w_r|`. Where every value of that interval rounds alike
+/// ([`round_within`]), that is the exact sum's rounding; the rest (sums that cancel to near
+/// zero, sums near a rounding boundary, non-finite data) are summed exactly, one by one.
+pub fn round_bounded(spec: &MatVec, x: &[f64], w: &[f64], w_norms: &[f64], y: &mut [f64]) {
+    let rn = w_norms.len();
+    let k = if rn == 0 { 0 } else { w.len() / rn };
+    let fmt = spec.output;
+    let rounder = Rounder::new(&fmt);
+    // `gamma_K`, and 2^-19 for the rounding of the bound's two products.
+    let gamma = k as f64 * pow2(-52) * (1.0 + pow2(-19));
+    y.par_chunks_mut(rn.max(1))
+        .zip(x.par_chunks(k.max(1)))
+        .for_each(|(yrow, xrow)| {
+            let xn = norm_bound(xrow);
+            // Both ends of every element's interval, rounded in two vector passes.
+            let (mut lo, mut hi) = (vec![0.0f64; rn], vec![0.0f64; rn]);
+            for (((lo, hi), y), wn) in lo.iter_mut().zip(&mut hi).zip(&*yrow).zip(w_norms) {
+                (*lo, *hi) = enclosure(*y, gamma * xn * wn);
+            }
+            let (mut a, mut b) = (vec![0.0f64; rn], vec![0.0f64; rn]);
+            rounder.round_all(&lo, &mut a);
+            rounder.round_all(&hi, &mut b);
+            let mut slow = ExactSum::new();
+            for (r, (y, wrow)) in yrow.iter_mut().zip(w.chunks(k.max(1))).enumerate() {
+                let wn = w_norms[r];
+                // Every product an exact zero (no NaN from 0 * inf): the sum is +0.
+                *y = if (xn == 0.0 && wn.is_finite()) || (wn == 0.0 && xn.is_finite()) {
+                    0.0
+                } else if let Some(v) = decided(a[r], b[r]).filter(|_| monotone(&fmt)) {
+                    v
+                } else {
+                    round_dot(&rounder, &fmt, xrow, wrow, &mut slow)
+                };
+            }
+        });
+}
+
+/// The rounded exact sum of the products `x_k w_k`, each exact in f64: a compensated sum
+/// (Ogita, Rump and Oishi's Sum2) decides it where its error bound does ([`round_within`]),
+/// else an exact sum in `slow`. Every two-sum of the running sum `s` is exact, so the exact
+/// sum is `s + sum e_k`; the `e_k` summed in f64 are within `gamma_K sum |e_k|` of theirs, and
+/// the last addition within `2^-53 |r|`.
+fn round_dot(
+    rounder: &Rounder,
+    fmt: &FloatFormat,
+    x: &[f64],
+    w: &[f64],
+    slow: &mut ExactSum,
+) -> f64 {
+    let (mut s, mut c, mut e) = (0.0f64, 0.0f64, 0.0f64);
+    for (a, b) in x.iter().zip(w) {
+        let (t, err) = super::exact::two_sum(s, a * b);
+        s = t;
+        c += err;
+        e += err.abs();
+    }
+    if e == 0.0 && s.is_finite() {
+        // Every addition exact: `s` is the sum (an exact zero is +0).
+        return if s == 0.0 { 0.0 } else { rounder.round(s) };
+    }
+    let r = s + c;
+    let k = x.len() as f64;
+    let bound = (k * pow2(-52) * e + pow2(-52) * r.abs()) * (1.0 + pow2(-19));
+    round_within(rounder, fmt, r, bound).unwrap_or_else(|| {
+        slow.clear();
+        (x.iter().zip(w)).for_each(|(a, b)| slow.add_product(*a, *b));
+        slow.round_with(rounder, fmt)
+    })
 }
 
 /// `[rows, cols]` row-major to `[cols, rows]`, in cache-sized tiles.
@@ -740,6 +924,203 @@ mod tests {
         let y = sum_partials(&s, 2, 1, &pn, 2);
         assert!(y[0].is_nan());
         assert_eq!(y[3], 1.0 + 2f64.powi(-10));
+    }
+
+    /// `round_bounded` of one element, with `y0` the plain forward f64 sum.
+    fn bounded_one(out: FloatFormat, x: &[f64], w: &[f64]) -> f64 {
+        let spec = MatVec {
+            output: out,
+            ..spec(1, 1, x.len(), Accumulation::Exact)
+        };
+        let mut y = [x.iter().zip(w).map(|(a, b)| a * b).sum::<f64>()];
+        round_bounded(&spec, x, w, &[norm_bound(w)], &mut y);
+        y[0]
+    }
+
+    /// The bounded float path where a plain f64 sum rounds wrongly, each result by hand.
+    #[test]
+    fn bounded_products_by_hand() {
+        let fp32 = FloatFormat::FP32;
+        let ones = [1.0; 3];
+        let t = |e: i32| 2f64.powi(e);
+        // 1 + 2^-24 is the fp32 tie of 1 and 1 + 2^-23: even, 1. One more 2^-60 (lost by f64)
+        // puts it above the tie: 1 + 2^-23.
+        assert_eq!(bounded_one(fp32, &[1.0, t(-24), 0.0], &ones), 1.0);
+        assert_eq!(
+            bounded_one(fp32, &[1.0, t(-24), t(-60)], &ones),
+            1.0 + t(-23)
+        );
+        assert_eq!(
+            bounded_one(fp32, &[-1.0, -t(-24), -t(-60)], &ones),
+            -1.0 - t(-23)
+        );
+        // 2^60 + 1 - 2^60 = 1 (f64 gives 0).
+        assert_eq!(bounded_one(fp32, &[t(60), 1.0, -t(60)], &ones), 1.0);
+        // 1 - 2^-100 toward zero: the fp32 value below 1 (f64 gives 1, which truncates to 1).
+        let zero = FloatFormat {
+            rounding: Rounding::TowardZero,
+            ..fp32
+        };
+        let below_one = f64::from(f32::from_bits(0x3F7F_FFFF));
+        assert_eq!(bounded_one(zero, &[1.0, -t(-100), 0.0], &ones), below_one);
+        // Ties away from zero: the tie 1 + 2^-24 -> 1 + 2^-23, but 2^-60 below it -> 1 (f64
+        // gives the tie).
+        let away = FloatFormat {
+            rounding: Rounding::NearestAway,
+            ..fp32
+        };
+        assert_eq!(bounded_one(away, &[1.0, t(-24), 0.0], &ones), 1.0 + t(-23));
+        assert_eq!(bounded_one(away, &[1.0, t(-24), -t(-60)], &ones), 1.0);
+        // Far from any boundary the bound decides: 3 * 1.25 = 3.75.
+        assert_eq!(bounded_one(fp32, &[1.25; 3], &ones), 3.75);
+        // Exact zeros are +0: a cancelling sum, -0 products, a zero vector.
+        for x in [[3.0, -3.0, 0.0], [-0.0, -0.0, -0.0], [0.0; 3]] {
+            assert_eq!(bounded_one(fp32, &x, &ones).to_bits(), 0, "{x:?}");
+        }
+        // A zero vector against an infinite weight: 0 * inf is NaN; inf alone stays inf, and
+        // inf - inf is NaN.
+        let inf = f64::INFINITY;
+        assert!(bounded_one(fp32, &[0.0; 3], &[inf, 1.0, 1.0]).is_nan());
+        assert_eq!(bounded_one(fp32, &[1.0, 2.0, 0.0], &[inf, 1.0, 1.0]), inf);
+        assert!(bounded_one(fp32, &[inf, -inf, 0.0], &ones).is_nan());
+        assert!(bounded_one(fp32, &[f64::NAN, 1.0, 0.0], &ones).is_nan());
+        // The compensated sum's own error: the two-sum errors 2^10, 2^-44 and -2^10 sum to 0
+        // in f64, so its result is 1 + 2^-24 - 2^-45, below the fp32 tie 1 + 2^-24; the exact
+        // sum is 2^-45 above the tie: 1 + 2^-23.
+        let (big, tie) = (t(63) + t(12), 1.0 + t(-24));
+        let x = [big, t(10), t(-44), -t(10), -big, tie - t(-45)];
+        assert_eq!(bounded_one(fp32, &x, &[1.0; 6]), 1.0 + t(-23));
+        // fp16's overflow tie 65520 rounds to inf; 65504 + 15 to 65504.
+        let fp16 = FloatFormat::FP16;
+        assert_eq!(bounded_one(fp16, &[65504.0, 16.0, 0.0], &ones), inf);
+        assert_eq!(bounded_one(fp16, &[65504.0, 15.0, 0.0], &ones), 65504.0);
+    }
+
+    /// `round_bounded` equals the exact sum rounded once (`ExactSum`, rounded by the format's
+    /// reference) on adversarial rows, for every rounding mode and several output formats,
+    /// whichever order the f64 matmul summed in.
+    #[test]
+    fn bounded_products_match_exact_sums_on_adversarial_data() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 11
+        };
+        let k = 16;
+        let (b, rn) = (48, 12);
+        // Vectors: random fp32 values across 60 binades, ties and near-ties of fp16 and fp32
+        // (a value of the grid plus half its spacing, give or take a far smaller term),
+        // cancellations, zeros, near-overflow values, and now and then a NaN or an infinity.
+        let mut x = vec![0.0f64; b * k];
+        for row in x.chunks_mut(k) {
+            let e = |r: u64| 2f64.powi((r % 61) as i32 - 30);
+            let rnd = |r: u64| f64::from(f32::from_bits((r as u32 & 0x007F_FFFF) | 0x3F80_0000));
+            match next() % 8 {
+                0 | 1 => row.iter_mut().for_each(|v| {
+                    let r = next();
+                    *v = f64::from((rnd(r) * e(r >> 24)) as f32)
+                        * if r & 1 == 0 { 1.0 } else { -1.0 };
+                }),
+                2 => {
+                    let m = f64::from(half::f16::from_f64(rnd(next()) * 64.0));
+                    let tail = [0.0, 2f64.powi(-40), -(2f64.powi(-40)), 2f64.powi(-149)];
+                    row[..3].copy_from_slice(&[m, m * 2f64.powi(-11), tail[(next() % 4) as usize]]);
+                }
+                3 => {
+                    let m = rnd(next());
+                    row[..3].copy_from_slice(&[
+                        m,
+                        2f64.powi(-24),
+                        [0.0, 2f64.powi(-70)][(next() % 2) as usize],
+                    ]);
+                }
+                4 => {
+                    let big = e(next()) * 2f64.powi(40);
+                    row[..4].copy_from_slice(&[
+                        big,
+                        rnd(next()),
+                        -big,
+                        [0.0, 1.0][(next() % 2) as usize],
+                    ]);
+                }
+                5 => {
+                    row[..2].copy_from_slice(&[65504.0, [15.0, 16.0, 17.0][(next() % 3) as usize]])
+                }
+                6 => {
+                    let v = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0];
+                    row[(next() % k as u64) as usize] = v[(next() % 5) as usize];
+                }
+                _ => {}
+            }
+        }
+        // Weight rows: ones over the first lanes (the vector's sum), random fp32 values, powers
+        // of two, a zero row.
+        let mut w = vec![0.0f64; rn * k];
+        for (r, row) in w.chunks_mut(k).enumerate() {
+            for v in row.iter_mut() {
+                *v = match r % 4 {
+                    0 | 1 => 1.0,
+                    2 => f64::from(f32::from_bits((next() as u32 & 0x3FFF_FFFF) | 0x3000_0000)),
+                    _ => 2f64.powi((next() % 9) as i32 - 4),
+                };
+            }
+        }
+        w[(rn - 1) * k..].fill(0.0);
+        let norms: Vec<f64> = w.chunks(k).map(norm_bound).collect();
+        let formats = [
+            "fp32",
+            "fp16",
+            "bf16",
+            "fp(8, 10)",
+            "fp(5, 2, overflow = sat)",
+            "fp(4, 3, subnormals = false)",
+            "fp(8, 23, round = zero)",
+            "fp(8, 23, round = away)",
+            "fp(5, 10, round = zero)",
+            "fp(5, 10, round = away)",
+            "fp(8, 23, round = stochastic(seed = 3))",
+        ];
+        let mut undecided = 0;
+        for lit in formats {
+            let Format::Float(out) = f(lit) else {
+                panic!("{lit} is a float format")
+            };
+            let spec = MatVec {
+                output: out,
+                ..spec(1, 1, k, Accumulation::Exact)
+            };
+            for reversed in [false, true] {
+                let mut y = vec![0.0f64; b * rn];
+                for (bi, xr) in x.chunks(k).enumerate() {
+                    for (r, wr) in w.chunks(k).enumerate() {
+                        let terms = xr.iter().zip(wr).map(|(a, c)| a * c);
+                        y[bi * rn + r] = match reversed {
+                            false => terms.sum(),
+                            true => terms.rev().fold(0.0, |s, p| s + p),
+                        };
+                    }
+                }
+                let plain = y.clone();
+                round_bounded(&spec, &x, &w, &norms, &mut y);
+                for (e, got) in y.iter().enumerate() {
+                    let (bi, r) = (e / rn, e % rn);
+                    let mut want = ExactSum::new();
+                    for (a, c) in x[bi * k..][..k].iter().zip(&w[r * k..][..k]) {
+                        want.add_product(*a, *c);
+                    }
+                    let want = want.round_to(&out);
+                    let same = got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
+                    assert!(same, "{lit}, item {bi}, row {r}: {got:e} vs {want:e}");
+                    if out.round(plain[e]).to_bits() != want.to_bits() {
+                        undecided += 1;
+                    }
+                }
+            }
+        }
+        // The data reaches the cases where the plain sum rounds wrongly.
+        assert!(undecided > 50, "{undecided} plain sums rounded wrongly");
     }
 
     #[test]

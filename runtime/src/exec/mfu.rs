@@ -240,8 +240,13 @@ impl ActTable {
             _ => None,
         };
         let Some((v, f)) = fast else {
-            for (x, o) in x.iter().zip(out.iter_mut()) {
-                *o = self.apply(r.round(*x));
+            match self.values {
+                // `apply`, with the fast rounder.
+                None => (x.iter().zip(out.iter_mut()))
+                    .for_each(|(x, o)| *o = r.round(activation::eval(self.kind, r.round(*x)))),
+                Some(_) => {
+                    (x.iter().zip(out.iter_mut())).for_each(|(x, o)| *o = self.apply(r.round(*x)))
+                }
             }
             return;
         };

@@ -31,8 +31,7 @@ impl<'a> Executor<'a> {
         spec: &MatVec,
         x: ValueId,
         w: ValueId,
-        chunk: Option<usize>,
-        dtype: DType,
+        path: FloatPath,
     ) -> Result<Tensor, Failure> {
         let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
         let b = self.batch_of(x)?;
@@ -74,7 +73,27 @@ impl<'a> Executor<'a> {
             }
         }
         let xt = self.vector(x)?;
-        if let Some(k) = chunk {
+        if path == FloatPath::Bounded {
+            let bw = match self.caches.bounded.get(&w) {
+                Some(bw) if cacheable => bw.clone(),
+                _ => {
+                    let bw = Arc::new(BoundedWeights::new(&self.weights(w)?, rows, cols, n)?);
+                    if cacheable {
+                        self.caches.bounded.insert(w, bw.clone());
+                    }
+                    bw
+                }
+            };
+            let xc = xt.contiguous()?.to_device(&Device::Cpu)?;
+            let mut y = host_vec(&xc.matmul(&bw.w.t()?)?)?;
+            with_host(&xc, |xs| {
+                with_host(&bw.w, |ws| {
+                    matmul::round_bounded(spec, xs, ws, &bw.norms, &mut y)
+                })
+            })??;
+            return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
+        }
+        if let FloatPath::Chunked(k, dtype) = path {
             let wa = match self.caches.arranged.get(&(w, k, dtype)) {
                 Some(t) if cacheable => t.clone(),
                 _ => {
@@ -706,19 +725,62 @@ struct Operands {
     cacheable: bool,
 }
 
-/// The float path's matmul of a product of these formats: the chunk whose partials it proves
-/// exact (`None`: exact slices, or element by element), and f32 where that proves the same
-/// chunk exact (twice the BLAS speed), else f64.
-pub(super) fn float_chunk(vector: &Format, matrix: &Format, n: usize) -> (Option<usize>, DType) {
-    let chunk = matmul::exact_chunk(vector, matrix, n).filter(|k| *k >= MIN_CHUNK.min(n));
-    match chunk {
-        Some(k) if matmul::exact_chunk_f32(vector, matrix, n) == Some(k) => (chunk, DType::F32),
-        _ => (chunk, DType::F64),
+/// A weight stack for [`FloatPath::Bounded`]: one `[rows * n, cols * n]` f64 matrix on the
+/// host, and [`matmul::norm_bound`] of each of its rows.
+pub(super) struct BoundedWeights {
+    w: Tensor,
+    norms: Vec<f64>,
+}
+
+impl BoundedWeights {
+    /// From the stack `[1, rows * cols, n, n]`: `[rows, cols, n, n] -> [rows, n, cols, n]`.
+    fn new(t: &Tensor, rows: usize, cols: usize, n: usize) -> candle_core::Result<BoundedWeights> {
+        let w = t
+            .to_device(&Device::Cpu)?
+            .reshape((rows, cols, n, n))?
+            .permute((0, 2, 1, 3))?
+            .contiguous()?
+            .reshape((rows * n, cols * n))?;
+        let norms = with_host(&w, |v| v.chunks(cols * n).map(matmul::norm_bound).collect())?;
+        Ok(BoundedWeights { w, norms })
+    }
+}
+
+/// How the float path computes a product the integer kernel does not take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FloatPath {
+    /// One matmul whose partials over chunks of `k` lanes are proven exact from the formats:
+    /// f32 where that proves the same chunk exact (twice the BLAS speed), else f64.
+    Chunked(usize, DType),
+    /// One f64 matmul over whole rows, each sum's rounding proven from an error bound
+    /// ([`matmul::round_bounded`]): every product is exact in f64, but not the sums of a whole
+    /// tile, under `exact` accumulation and a monotone rounding.
+    Bounded,
+    /// Exact slices, or element by element.
+    Sliced,
+}
+
+/// The float path of a product of these formats ([`FloatPath`]).
+pub(super) fn float_path(vector: &Format, matrix: &Format, spec: &MatVec) -> FloatPath {
+    let n = spec.n;
+    let bounded = spec.accumulation == nnp_grammar::Accumulation::Exact
+        && !matches!(
+            spec.output.rounding,
+            nnp_numerics::Rounding::Stochastic { .. }
+        );
+    let dtype = |k| match matmul::exact_chunk_f32(vector, matrix, n) == Some(k) {
+        true => DType::F32,
+        false => DType::F64,
+    };
+    match matmul::exact_chunk(vector, matrix, n) {
+        Some(k) if k == n || (k >= MIN_CHUNK.min(n) && !bounded) => FloatPath::Chunked(k, dtype(k)),
+        Some(_) if bounded => FloatPath::Bounded,
+        _ => FloatPath::Sliced,
     }
 }
 
 /// The plan's stacks whose every product takes the chunked matmul with one chunk and dtype
-/// ([`float_chunk`]): that `(chunk, dtype)` by node.
+/// ([`float_path`]): that `(chunk, dtype)` by node.
 pub(super) fn chunked_stacks(graph: &SwGraph, plan: &prepare::Plan) -> Vec<Option<(usize, DType)>> {
     let mut key: Vec<Option<Option<(usize, DType)>>> = vec![None; graph.nodes.len()];
     for node in &graph.nodes {
@@ -731,8 +793,13 @@ pub(super) fn chunked_stacks(graph: &SwGraph, plan: &prepare::Plan) -> Vec<Optio
         else {
             continue;
         };
-        let (chunk, dtype) = float_chunk(vector_format, matrix_format, graph.native);
-        let this = chunk.map(|k| (k, dtype));
+        let Some((spec, _, _)) = product_spec(&node.op, graph.native) else {
+            continue;
+        };
+        let this = match float_path(vector_format, matrix_format, &spec) {
+            FloatPath::Chunked(k, dtype) => Some((k, dtype)),
+            FloatPath::Bounded | FloatPath::Sliced => None,
+        };
         let seen = &mut key[w.index()];
         *seen = Some(match *seen {
             Some(before) if before != this => None,
@@ -800,5 +867,64 @@ impl CustomOp1 for SumPartials {
             _ => candle_core::bail!("sum_partials: expected f32 or f64 data"),
         };
         Ok((CpuStorage::F64(out), Shape::from((b, spec.rows * spec.n))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nnp_grammar::Accumulation;
+
+    fn path(
+        vector: &str,
+        matrix: &str,
+        n: usize,
+        accumulation: Accumulation,
+        out: &str,
+    ) -> FloatPath {
+        let f = |lit: &str| lit.parse::<Format>().expect("valid format");
+        let output = *f(out).as_float().expect("a float format");
+        let spec = MatVec {
+            rows: 1,
+            cols: 1,
+            n,
+            accumulation,
+            output,
+        };
+        float_path(&f(vector), &f(matrix), &spec)
+    }
+
+    /// Bits by hand ([`matmul::grids`]): a float value alone is its significand (fp16 11,
+    /// bf16 8, fp32 24 bits), a run of floats spans the format's whole range; a tile of N adds
+    /// `log2 N` bits of carries.
+    #[test]
+    fn float_paths_by_hand() {
+        use Accumulation::{Exact, Fp32Seq};
+        use FloatPath::{Bounded, Chunked, Sliced};
+        // BFP 8 at N = 128: 7 + 7 + 7 = 21 <= 24 bits: whole tiles in f32.
+        let bfp8 = "bfp(mant = 8, exp_bits = 5)";
+        assert_eq!(
+            path(bfp8, bfp8, 128, Exact, "fp16"),
+            Chunked(128, DType::F32)
+        );
+        // fp(4, 3) runs span 2^-9 .. 2^8: 17 + 17 + 7 = 41 <= 53: whole tiles in f64.
+        assert_eq!(
+            path("fp(4, 3)", "fp(4, 3)", 128, Exact, "fp16"),
+            Chunked(128, DType::F64)
+        );
+        // fp16 runs span 40 bits (80 > 53 a tile), one product 11 + 11 = 22 bits; fp32 24 +
+        // 24 = 48; bf16 8 + 8 = 16: each product exact, no sum of a tile.
+        assert_eq!(path("fp16", "fp16", 128, Exact, "fp16"), Bounded);
+        assert_eq!(path("fp32", "fp32", 128, Exact, "fp32"), Bounded);
+        assert_eq!(path("bf16", "bf16", 8, Exact, "bf16"), Bounded);
+        // The -seq modes round each tile's partial, which the bound does not give; stochastic
+        // rounding is not monotone. Chunks of one product are not worth a matmul each.
+        assert_eq!(path("fp32", "fp32", 128, Fp32Seq, "fp32"), Sliced);
+        let stochastic = "fp(8, 23, round = stochastic(seed = 1))";
+        assert_eq!(path("fp32", "fp32", 128, Exact, stochastic), Sliced);
+        // 31 + 31 = 62 > 53: not even one product is exact.
+        assert_eq!(path("fp(8, 30)", "fp(8, 30)", 8, Exact, "fp32"), Sliced);
+        // 27 + 26 = 53 bits, but products down to 2^-2095 underflow f64.
+        assert_eq!(path("fp(11, 26)", "fp(11, 25)", 8, Exact, "fp32"), Sliced);
     }
 }
