@@ -549,7 +549,7 @@ pub fn norm_bound(v: &[f64]) -> f64 {
 /// zero, sums near a rounding boundary, non-finite data) are summed exactly, one by one.
 pub fn round_bounded(spec: &MatVec, x: &[f64], w: &[f64], w_norms: &[f64], y: &mut [f64]) {
     let rn = w_norms.len();
-    let k = if rn == 0 { 0 } else { w.len() / rn };
+    let k = w.len().checked_div(rn).unwrap_or(0);
     let fmt = spec.output;
     let rounder = Rounder::new(&fmt);
     // `gamma_K`, and 2^-19 for the rounding of the bound's two products.
