@@ -50,23 +50,25 @@ impl From<Span> for miette::SourceSpan {
 pub struct SourceFile {
     pub name: String,
     pub text: String,
+    lines: LineIndex,
 }
 
 impl SourceFile {
     pub fn new(name: impl Into<String>, text: impl Into<String>) -> Self {
+        let text = text.into();
         SourceFile {
             name: name.into(),
-            text: text.into(),
+            lines: LineIndex::new(&text),
+            text,
         }
+    }
+    /// The text's line starts.
+    pub fn lines(&self) -> &LineIndex {
+        &self.lines
     }
     /// 1-based line number of a byte offset.
     pub fn line_of(&self, offset: u32) -> usize {
-        let end = (offset as usize).min(self.text.len());
-        self.text.as_bytes()[..end]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-            + 1
+        self.lines.line(offset)
     }
     /// The trimmed text of the line holding `offset`.
     pub fn line_text(&self, offset: u32) -> &str {
@@ -76,6 +78,26 @@ impl SourceFile {
     /// A `miette::NamedSource` for rendering diagnostics.
     pub fn named(&self) -> miette::NamedSource<String> {
         miette::NamedSource::new(self.name.clone(), self.text.clone())
+    }
+}
+
+/// Byte offset -> 1-based line number, in O(log lines).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineIndex {
+    starts: Vec<u32>,
+}
+
+impl LineIndex {
+    pub fn new(text: &str) -> Self {
+        let nl = text.bytes().enumerate().filter(|&(_, b)| b == b'\n');
+        let starts = std::iter::once(0)
+            .chain(nl.map(|(i, _)| i as u32 + 1))
+            .collect();
+        LineIndex { starts }
+    }
+    /// 1-based line holding byte `offset` (the last line past the end).
+    pub fn line(&self, offset: u32) -> usize {
+        self.starts.partition_point(|&s| s <= offset).max(1)
     }
 }
 
@@ -444,5 +466,22 @@ impl Program {
     /// 1-based source line of a span.
     pub fn line(&self, span: Span) -> usize {
         self.source.line_of(span.start)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_index() {
+        let l = LineIndex::new("a\nbc\n\nd");
+        // offsets: a=0 \n=1 b=2 c=3 \n=4 \n=5 d=6
+        assert_eq!(l.line(0), 1);
+        assert_eq!(l.line(1), 1);
+        assert_eq!(l.line(2), 2);
+        assert_eq!(l.line(5), 3);
+        assert_eq!(l.line(6), 4);
+        assert_eq!(l.line(100), 4);
     }
 }

@@ -28,7 +28,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 mod export;
 
-pub use export::{ExportError, JSON_SCHEMA_VERSION, LineIndex};
+pub use export::{ExportError, JSON_SCHEMA_VERSION};
+pub use nnp_grammar::LineIndex;
 
 /// A node of the graph (petgraph index; equals the node's position in execution order).
 pub type NodeId = NodeIndex<u32>;

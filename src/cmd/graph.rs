@@ -116,15 +116,15 @@ fn describe(program: &Program, lines: &LineIndex, graph: &DepGraph, id: NodeId) 
 
 /// Producers (or consumers) of every node at `line`.
 fn query(program: &Program, graph: &DepGraph, line: usize, producers: bool) -> String {
-    let lines = LineIndex::new(&program.source.text);
-    let nodes = graph.nodes_at_line(&lines, line);
+    let lines = program.source.lines();
+    let nodes = graph.nodes_at_line(lines, line);
     let mut s = String::new();
     if nodes.is_empty() {
         let _ = writeln!(s, "no instruction of a chain starts on line {line}");
         return s;
     }
     for id in nodes {
-        let _ = writeln!(s, "{}", describe(program, &lines, graph, id));
+        let _ = writeln!(s, "{}", describe(program, lines, graph, id));
         let edges: Vec<(NodeId, Dep)> = if producers {
             graph.producers(id)
         } else {
@@ -146,7 +146,7 @@ fn query(program: &Program, graph: &DepGraph, line: usize, producers: bool) -> S
             let _ = writeln!(
                 s,
                 "    {arrow} {at:<16} {}",
-                describe(program, &lines, graph, other)
+                describe(program, lines, graph, other)
             );
         }
     }
@@ -155,7 +155,7 @@ fn query(program: &Program, graph: &DepGraph, line: usize, producers: bool) -> S
 
 /// Pairs of independent chains, with their first lines.
 fn independent(program: &Program, graph: &DepGraph) -> String {
-    let lines = LineIndex::new(&program.source.text);
+    let lines = program.source.lines();
     let line = |c: usize| graph.chains.get(c).map_or(0, |c| lines.line(c.span.start));
     let pairs = graph.independent_pairs();
     let mut s = String::new();

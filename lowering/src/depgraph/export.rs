@@ -18,26 +18,6 @@ pub enum ExportError {
     Json(#[from] serde_json::Error),
 }
 
-/// Byte offset -> 1-based line number, in O(log lines).
-#[derive(Clone, Debug)]
-pub struct LineIndex {
-    starts: Vec<u32>,
-}
-
-impl LineIndex {
-    pub fn new(text: &str) -> Self {
-        let nl = text.bytes().enumerate().filter(|&(_, b)| b == b'\n');
-        let starts = std::iter::once(0)
-            .chain(nl.map(|(i, _)| i as u32 + 1))
-            .collect();
-        LineIndex { starts }
-    }
-    /// 1-based line holding byte `offset`.
-    pub fn line(&self, offset: u32) -> usize {
-        self.starts.partition_point(|&s| s <= offset).max(1)
-    }
-}
-
 /// The trimmed first line of the text a span covers ("" when the span is outside the text).
 fn span_text(text: &str, span: Span) -> &str {
     let s = text
@@ -135,8 +115,7 @@ impl DepGraph {
     /// Graphviz DOT: one `cluster_` subgraph per chain (nested clusters per iteration when the
     /// chain is iterated), edges coloured by kind, dependence edges labelled `mem[addr]`.
     pub fn write_dot(&self, program: &Program, out: &mut dyn Write) -> Result<(), ExportError> {
-        let text = program.source.text.as_str();
-        let lines = LineIndex::new(text);
+        let lines = program.source.lines();
         let node_label = |n: &Node| {
             let mfu = n.mfu.map(|k| format!(", MFU{k}")).unwrap_or_default();
             let line = lines.line(n.span.start);
@@ -212,8 +191,7 @@ impl DepGraph {
 
     /// JSON (schema `nnpc-depgraph`, version [`JSON_SCHEMA_VERSION`], `docs/depgraph.md`).
     pub fn write_json(&self, program: &Program, out: &mut dyn Write) -> Result<(), ExportError> {
-        let text = program.source.text.as_str();
-        let lines = LineIndex::new(text);
+        let (text, lines) = (program.source.text.as_str(), program.source.lines());
         let line_of = |id: NodeId| lines.line(self.graph[id].span.start);
         let text_of = |id: NodeId| span_text(text, self.graph[id].span);
         let deps = self.chain_deps();
@@ -300,18 +278,6 @@ impl DepGraph {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn line_index() {
-        let l = LineIndex::new("a\nbc\n\nd");
-        // offsets: a=0 \n=1 b=2 c=3 \n=4 \n=5 d=6
-        assert_eq!(l.line(0), 1);
-        assert_eq!(l.line(1), 1);
-        assert_eq!(l.line(2), 2);
-        assert_eq!(l.line(5), 3);
-        assert_eq!(l.line(6), 4);
-        assert_eq!(l.line(100), 4);
-    }
 
     #[test]
     fn dot_escaping() {

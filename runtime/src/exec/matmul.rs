@@ -503,7 +503,7 @@ pub(crate) fn round_within(
 /// value that rounds to zero is -0): where both ends of an interval round to the same bits,
 /// they lie on one side of zero, and every value between them rounds to those bits (an exact
 /// zero, +0 by the accumulator's rule, only where the ends do).
-fn monotone(fmt: &FloatFormat) -> bool {
+pub(crate) fn monotone(fmt: &FloatFormat) -> bool {
     !matches!(fmt.rounding, Rounding::Stochastic { .. })
 }
 

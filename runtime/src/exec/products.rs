@@ -763,11 +763,8 @@ pub(super) enum FloatPath {
 /// The float path of a product of these formats ([`FloatPath`]).
 pub(super) fn float_path(vector: &Format, matrix: &Format, spec: &MatVec) -> FloatPath {
     let n = spec.n;
-    let bounded = spec.accumulation == nnp_grammar::Accumulation::Exact
-        && !matches!(
-            spec.output.rounding,
-            nnp_numerics::Rounding::Stochastic { .. }
-        );
+    let bounded =
+        spec.accumulation == nnp_grammar::Accumulation::Exact && matmul::monotone(&spec.output);
     let dtype = |k| match matmul::exact_chunk_f32(vector, matrix, n) == Some(k) {
         true => DType::F32,
         false => DType::F64,
