@@ -273,14 +273,32 @@ pub(crate) fn seq_sums(
     m: usize,
 ) -> Vec<f64> {
     let seq = Rounder::new(seq);
-    let (mut acc, mut p, mut q) = (vec![0.0f64; m], vec![0.0f64; m], vec![0.0f64; m]);
-    for (j, t) in tiles.chunks_exact(m).enumerate() {
+    let mut p = vec![0.0f64; m];
+    seq_add(&seq, output, tiles.len() / m.max(1), m, |j, rounded| {
         // `x + 0.0` is `x`, but `+0` for `-0`.
-        p.iter_mut().zip(t).for_each(|(p, x)| *p = x + 0.0);
+        p.iter_mut()
+            .zip(&tiles[j * m..][..m])
+            .for_each(|(p, x)| *p = x + 0.0);
+        seq.round_all(&p, rounded);
+    })
+}
+
+/// The `-seq` sum of `cols` tile partials of `m` elements each, `partial(j, out)` writing
+/// tile j's partials rounded by `seq` already: added in tile order in that format, and the
+/// result rounded to `output`.
+fn seq_add(
+    seq: &Rounder,
+    output: &FloatFormat,
+    cols: usize,
+    m: usize,
+    mut partial: impl FnMut(usize, &mut [f64]),
+) -> Vec<f64> {
+    let (mut acc, mut p, mut q) = (vec![0.0f64; m], vec![0.0f64; m], vec![0.0f64; m]);
+    for j in 0..cols {
         if j == 0 {
-            seq.round_all(&p, &mut acc);
+            partial(j, &mut acc);
         } else {
-            seq.round_all(&p, &mut q);
+            partial(j, &mut q);
             // Two values of a <= 25-bit format: one f64 addition and one rounding to nearest
             // is correct.
             p.iter_mut()
@@ -540,45 +558,83 @@ pub fn norm_bound(v: &[f64]) -> f64 {
 /// `exact` accumulation from one plain f64 matmul: `y` (`[b, R]`) holds `x W^T` as any f64
 /// matmul sums it (`x` is `[b, K]`, `w` `[R, K]`, and every product `x_k w_k` is exact in
 /// f64); `w_norms` holds [`norm_bound`] of each row of `w`. Each element is rounded in place
-/// to `spec.output`.
+/// to `spec.output` ([`round_sums`]).
+pub fn round_bounded(spec: &MatVec, x: &[f64], w: &[f64], w_norms: &[f64], y: &mut [f64]) {
+    let rounder = Rounder::new(&spec.output);
+    let k = w.len().checked_div(w_norms.len()).unwrap_or(0);
+    y.par_chunks_mut(w_norms.len().max(1))
+        .zip(x.par_chunks(k.max(1)))
+        .for_each(|(y, x)| round_sums(&rounder, &spec.output, x, w, w_norms, y));
+}
+
+/// `-seq` accumulation (`seq`, of [`seq_format`]) from one f64 matmul per tile column: `y`
+/// (`[cols, b, R]`) holds each tile's `x_j W_j^T` as any f64 matmul sums it (`x` is `[b, cols
+/// * n]`, `w` `[cols, R, n]`, every product exact in f64); `w_norms` (`[cols, R]`) holds
+/// [`norm_bound`] of each tile row. Each tile partial is rounded to `seq` ([`round_sums`]),
+/// then they are added as [`seq_sums`] adds them; the result is `[b, R]`.
+pub fn round_bounded_seq(
+    spec: &MatVec,
+    seq: &FloatFormat,
+    x: &[f64],
+    w: &[f64],
+    w_norms: &[f64],
+    y: &mut [f64],
+) -> Vec<f64> {
+    let rounder = Rounder::new(seq);
+    let (n, cols, rn) = (spec.n, spec.cols, spec.rows * spec.n);
+    let b = x.len().checked_div(cols * n).unwrap_or(0);
+    y.par_chunks_mut(rn.max(1)).enumerate().for_each(|(e, y)| {
+        let (j, bi) = (e / b.max(1), e % b.max(1));
+        let x = &x[bi * cols * n + j * n..][..n];
+        let w = &w[j * rn * n..][..rn * n];
+        round_sums(&rounder, seq, x, w, &w_norms[j * rn..][..rn], y);
+    });
+    let m = b * rn;
+    seq_add(&rounder, &spec.output, cols, m, |j, out| {
+        out.copy_from_slice(&y[j * m..][..m]);
+    })
+}
+
+/// Round in place each `y[r]`, a plain f64 sum of the K exact products of `x` and row r of `w`
+/// (`[R, K]`, `w_norms` its rows' [`norm_bound`]), to the exact sum's rounding.
 ///
 /// K exact products summed in any order, with or without FMA, are within `gamma_K * sum |x_k
 /// w_k|` of their exact sum (`gamma_K = K u / (1 - K u) <= K 2^-52`), and by Cauchy-Schwarz
 /// `sum |x_k w_k| <= |x| |w_r|`. Where every value of that interval rounds alike
 /// ([`round_within`]), that is the exact sum's rounding; the rest (sums that cancel to near
-/// zero, sums near a rounding boundary, non-finite data) are summed exactly, one by one.
-pub fn round_bounded(spec: &MatVec, x: &[f64], w: &[f64], w_norms: &[f64], y: &mut [f64]) {
-    let rn = w_norms.len();
-    let k = w.len().checked_div(rn).unwrap_or(0);
-    let fmt = spec.output;
-    let rounder = Rounder::new(&fmt);
+/// zero, sums near a rounding boundary, non-finite data) are summed again ([`round_dot`]).
+fn round_sums(
+    rounder: &Rounder,
+    fmt: &FloatFormat,
+    x: &[f64],
+    w: &[f64],
+    w_norms: &[f64],
+    y: &mut [f64],
+) {
+    let (k, rn) = (x.len(), y.len());
     // `gamma_K`, and 2^-19 for the rounding of the bound's two products.
     let gamma = k as f64 * pow2(-52) * (1.0 + pow2(-19));
-    y.par_chunks_mut(rn.max(1))
-        .zip(x.par_chunks(k.max(1)))
-        .for_each(|(yrow, xrow)| {
-            let xn = norm_bound(xrow);
-            // Both ends of every element's interval, rounded in two vector passes.
-            let (mut lo, mut hi) = (vec![0.0f64; rn], vec![0.0f64; rn]);
-            for (((lo, hi), y), wn) in lo.iter_mut().zip(&mut hi).zip(&*yrow).zip(w_norms) {
-                (*lo, *hi) = enclosure(*y, gamma * xn * wn);
-            }
-            let (mut a, mut b) = (vec![0.0f64; rn], vec![0.0f64; rn]);
-            rounder.round_all(&lo, &mut a);
-            rounder.round_all(&hi, &mut b);
-            let mut slow = ExactSum::new();
-            for (r, (y, wrow)) in yrow.iter_mut().zip(w.chunks(k.max(1))).enumerate() {
-                let wn = w_norms[r];
-                // Every product an exact zero (no NaN from 0 * inf): the sum is +0.
-                *y = if (xn == 0.0 && wn.is_finite()) || (wn == 0.0 && xn.is_finite()) {
-                    0.0
-                } else if let Some(v) = decided(a[r], b[r]).filter(|_| monotone(&fmt)) {
-                    v
-                } else {
-                    round_dot(&rounder, &fmt, xrow, wrow, &mut slow)
-                };
-            }
-        });
+    let xn = norm_bound(x);
+    // Both ends of every element's interval, rounded in two vector passes.
+    let (mut lo, mut hi) = (vec![0.0f64; rn], vec![0.0f64; rn]);
+    for (((lo, hi), y), wn) in lo.iter_mut().zip(&mut hi).zip(&*y).zip(w_norms) {
+        (*lo, *hi) = enclosure(*y, gamma * xn * wn);
+    }
+    let (mut a, mut b) = (vec![0.0f64; rn], vec![0.0f64; rn]);
+    rounder.round_all(&lo, &mut a);
+    rounder.round_all(&hi, &mut b);
+    let mut slow = ExactSum::new();
+    for (r, (y, wrow)) in y.iter_mut().zip(w.chunks(k.max(1))).enumerate() {
+        let wn = w_norms[r];
+        // Every product an exact zero (no NaN from 0 * inf): the sum is +0.
+        *y = if (xn == 0.0 && wn.is_finite()) || (wn == 0.0 && xn.is_finite()) {
+            0.0
+        } else if let Some(v) = decided(a[r], b[r]).filter(|_| monotone(fmt)) {
+            v
+        } else {
+            round_dot(rounder, fmt, x, wrow, &mut slow)
+        };
+    }
 }
 
 /// The rounded exact sum of the products `x_k w_k`, each exact in f64: a compensated sum
@@ -990,6 +1046,32 @@ mod tests {
         let (big, tie) = (t(63) + t(12), 1.0 + t(-24));
         let x = [big, t(10), t(-44), -t(10), -big, tie - t(-45)];
         assert_eq!(bounded_one(fp32, &x, &[1.0; 6]), 1.0 + t(-23));
+        // -seq over two tiles of N = 2: x = [2048, 1 | 2^-20, 0] against the row [1, 1 | 1, 0]
+        // (the second row is zero: +0). Tile partials 2049 and 2^-20. fp16-seq: 2049 is the
+        // fp16 tie of 2048 and 2050 (even: 2048), and 2048 + 2^-20 is 2048. fp32-seq: 2049 +
+        // 2^-20 is 2049 in fp32 (half its spacing is 2^-13), which fp16 output ties to 2048
+        // and fp32 output keeps. (Exact accumulation gives 2050.)
+        let x = [2048.0, 1.0, t(-20), 0.0];
+        // [cols, R, n]: tile 0 rows [1, 1], [0, 0]; tile 1 rows [1, 0], [0, 0].
+        let w = [1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0];
+        let norms: Vec<f64> = w.chunks(2).map(norm_bound).collect();
+        for (acc, out, want) in [
+            (Accumulation::Fp16Seq, FloatFormat::FP16, 2048.0),
+            (Accumulation::Fp16Seq, fp32, 2048.0),
+            (Accumulation::Fp32Seq, FloatFormat::FP16, 2048.0),
+            (Accumulation::Fp32Seq, fp32, 2049.0),
+        ] {
+            let spec = MatVec {
+                output: out,
+                ..spec(1, 2, 2, acc)
+            };
+            // [cols, b = 1, R = 2] plain tile sums.
+            let mut y = [2049.0, 0.0, t(-20), 0.0];
+            let seq = seq_format(acc).expect("a -seq mode");
+            let got = round_bounded_seq(&spec, &seq, &x, &w, &norms, &mut y);
+            assert_eq!(got[0], want, "{acc:?} to {out:?}");
+            assert_eq!(got[1].to_bits(), 0);
+        }
         // fp16's overflow tie 65520 rounds to inf; 65504 + 15 to 65504.
         let fp16 = FloatFormat::FP16;
         assert_eq!(bounded_one(fp16, &[65504.0, 16.0, 0.0], &ones), inf);
@@ -1121,6 +1203,49 @@ mod tests {
         }
         // The data reaches the cases where the plain sum rounds wrongly.
         assert!(undecided > 50, "{undecided} plain sums rounded wrongly");
+
+        // The -seq modes on the same data, as 3 x 4 tiles of N = 4 (R = 12, K = 16): each
+        // tile's plain sum rounded by `round_bounded_seq` against `matvec_exact`'s `RowAcc`
+        // (every product exact, each tile partial rounded once, added in tile order).
+        let (n, rows, cols) = (4, 3, 4);
+        let stack = tiles(&w, rows, cols, n);
+        // [cols, R, n] and its tile rows' norms.
+        let mut per_tile = vec![0.0f64; w.len()];
+        for j in 0..cols {
+            for r in 0..rn {
+                per_tile[(j * rn + r) * n..][..n].copy_from_slice(&w[r * k + j * n..][..n]);
+            }
+        }
+        let tile_norms: Vec<f64> = per_tile.chunks(n).map(norm_bound).collect();
+        for accumulation in [Accumulation::Fp32Seq, Accumulation::Fp16Seq] {
+            let seq = seq_format(accumulation).expect("a -seq mode");
+            for lit in ["fp16", "fp32", "fp(5, 10, round = zero)", "bf16"] {
+                let Format::Float(output) = f(lit) else {
+                    panic!("{lit} is a float format")
+                };
+                let spec = MatVec {
+                    output,
+                    ..spec(rows, cols, n, accumulation)
+                };
+                // [cols, b, R] plain tile sums.
+                let mut y = vec![0.0f64; cols * b * rn];
+                for j in 0..cols {
+                    for bi in 0..b {
+                        for r in 0..rn {
+                            let xs = &x[bi * k + j * n..][..n];
+                            let ws = &per_tile[(j * rn + r) * n..][..n];
+                            y[(j * b + bi) * rn + r] = xs.iter().zip(ws).map(|(a, c)| a * c).sum();
+                        }
+                    }
+                }
+                let got = round_bounded_seq(&spec, &seq, &x, &per_tile, &tile_norms, &mut y);
+                let want = matvec_exact(&spec, &x, b, &stack);
+                for (e, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+                    assert!(same, "{accumulation:?} {lit}, element {e}: {g:e} vs {w:e}");
+                }
+            }
+        }
     }
 
     #[test]

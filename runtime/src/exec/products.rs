@@ -74,23 +74,41 @@ impl<'a> Executor<'a> {
         }
         let xt = self.vector(x)?;
         if path == FloatPath::Bounded {
-            let bw = match self.caches.bounded.get(&w) {
+            let seq = matmul::seq_format(spec.accumulation);
+            let key = (w, seq.is_some());
+            let bw = match self.caches.bounded.get(&key) {
                 Some(bw) if cacheable => bw.clone(),
                 _ => {
-                    let bw = Arc::new(BoundedWeights::new(&self.weights(w)?, rows, cols, n)?);
+                    let t = self.weights(w)?;
+                    let bw = Arc::new(BoundedWeights::new(&t, rows, cols, n, seq.is_some())?);
                     if cacheable {
-                        self.caches.bounded.insert(w, bw.clone());
+                        self.caches.bounded.insert(key, bw.clone());
                     }
                     bw
                 }
             };
             let xc = xt.contiguous()?.to_device(&Device::Cpu)?;
-            let mut y = host_vec(&xc.matmul(&bw.w.t()?)?)?;
-            with_host(&xc, |xs| {
-                with_host(&bw.w, |ws| {
-                    matmul::round_bounded(spec, xs, ws, &bw.norms, &mut y)
-                })
-            })??;
+            let y = match seq {
+                None => {
+                    let mut y = host_vec(&xc.matmul(&bw.w.t()?)?)?;
+                    with_host(&xc, |xs| {
+                        with_host(&bw.w, |ws| {
+                            matmul::round_bounded(spec, xs, ws, &bw.norms, &mut y)
+                        })
+                    })??;
+                    y
+                }
+                Some(seq) => {
+                    // Each tile column's sums: [cols, b, n] x [cols, n, rows * n].
+                    let xj = xc.reshape((b, cols, n))?.transpose(0, 1)?.contiguous()?;
+                    let mut y = host_vec(&xj.matmul(&bw.w.transpose(1, 2)?)?)?;
+                    with_host(&xc, |xs| {
+                        with_host(&bw.w, |ws| {
+                            matmul::round_bounded_seq(spec, &seq, xs, ws, &bw.norms, &mut y)
+                        })
+                    })??
+                }
+            };
             return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
         }
         if let FloatPath::Chunked(k, dtype) = path {
@@ -725,23 +743,34 @@ struct Operands {
     cacheable: bool,
 }
 
-/// A weight stack for [`FloatPath::Bounded`]: one `[rows * n, cols * n]` f64 matrix on the
-/// host, and [`matmul::norm_bound`] of each of its rows.
+/// A weight stack for [`FloatPath::Bounded`] on the host, and [`matmul::norm_bound`] of each
+/// of its rows: under `exact` accumulation one `[rows * n, cols * n]` matrix, under the `-seq`
+/// modes one `[rows * n, n]` matrix per tile column (`[cols, rows * n, n]`).
 pub(super) struct BoundedWeights {
     w: Tensor,
     norms: Vec<f64>,
 }
 
 impl BoundedWeights {
-    /// From the stack `[1, rows * cols, n, n]`: `[rows, cols, n, n] -> [rows, n, cols, n]`.
-    fn new(t: &Tensor, rows: usize, cols: usize, n: usize) -> candle_core::Result<BoundedWeights> {
-        let w = t
-            .to_device(&Device::Cpu)?
-            .reshape((rows, cols, n, n))?
-            .permute((0, 2, 1, 3))?
-            .contiguous()?
-            .reshape((rows * n, cols * n))?;
-        let norms = with_host(&w, |v| v.chunks(cols * n).map(matmul::norm_bound).collect())?;
+    /// From the stack `[1, rows * cols, n, n]`, `[rows, cols, n, n]` permuted to `[rows, n, cols,
+    /// n]`, or to `[cols, rows, n, n]` with `per_tile`.
+    fn new(
+        t: &Tensor,
+        rows: usize,
+        cols: usize,
+        n: usize,
+        per_tile: bool,
+    ) -> candle_core::Result<BoundedWeights> {
+        let t = t.to_device(&Device::Cpu)?.reshape((rows, cols, n, n))?;
+        let (w, row_len) = match per_tile {
+            false => (
+                t.permute((0, 2, 1, 3))?.reshape((rows * n, cols * n))?,
+                cols * n,
+            ),
+            true => (t.permute((1, 0, 2, 3))?.reshape((cols, rows * n, n))?, n),
+        };
+        let w = w.contiguous()?;
+        let norms = with_host(&w, |v| v.chunks(row_len).map(matmul::norm_bound).collect())?;
         Ok(BoundedWeights { w, norms })
     }
 }
@@ -752,9 +781,10 @@ pub(super) enum FloatPath {
     /// One matmul whose partials over chunks of `k` lanes are proven exact from the formats:
     /// f32 where that proves the same chunk exact (twice the BLAS speed), else f64.
     Chunked(usize, DType),
-    /// One f64 matmul over whole rows, each sum's rounding proven from an error bound
-    /// ([`matmul::round_bounded`]): every product is exact in f64, but not the sums of a whole
-    /// tile, under `exact` accumulation and a monotone rounding.
+    /// One f64 matmul over whole rows (per tile under the `-seq` modes), each sum's rounding
+    /// proven from an error bound ([`matmul::round_bounded`], [`matmul::round_bounded_seq`]):
+    /// every product is exact in f64, but not the sums of a whole tile, and the rounding is
+    /// monotone.
     Bounded,
     /// Exact slices, or element by element.
     Sliced,
@@ -763,8 +793,8 @@ pub(super) enum FloatPath {
 /// The float path of a product of these formats ([`FloatPath`]).
 pub(super) fn float_path(vector: &Format, matrix: &Format, spec: &MatVec) -> FloatPath {
     let n = spec.n;
-    let bounded =
-        spec.accumulation == nnp_grammar::Accumulation::Exact && matmul::monotone(&spec.output);
+    // The bound decides roundings to the output (`exact`), or of the tile partials (`-seq`).
+    let bounded = matmul::monotone(&matmul::seq_format(spec.accumulation).unwrap_or(spec.output));
     let dtype = |k| match matmul::exact_chunk_f32(vector, matrix, n) == Some(k) {
         true => DType::F32,
         false => DType::F64,
@@ -914,11 +944,13 @@ mod tests {
         assert_eq!(path("fp16", "fp16", 128, Exact, "fp16"), Bounded);
         assert_eq!(path("fp32", "fp32", 128, Exact, "fp32"), Bounded);
         assert_eq!(path("bf16", "bf16", 8, Exact, "bf16"), Bounded);
-        // The -seq modes round each tile's partial, which the bound does not give; stochastic
-        // rounding is not monotone. Chunks of one product are not worth a matmul each.
-        assert_eq!(path("fp32", "fp32", 128, Fp32Seq, "fp32"), Sliced);
+        // The -seq modes: one matmul per tile column, whose partials the bound rounds to fp32.
+        assert_eq!(path("fp32", "fp32", 128, Fp32Seq, "fp32"), Bounded);
+        // Stochastic rounding is not monotone: where the bound would decide it (`exact`), the
+        // slices; under -seq it only rounds the sum of the rounded partials.
         let stochastic = "fp(8, 23, round = stochastic(seed = 1))";
         assert_eq!(path("fp32", "fp32", 128, Exact, stochastic), Sliced);
+        assert_eq!(path("fp32", "fp32", 128, Fp32Seq, stochastic), Bounded);
         // 31 + 31 = 62 > 53: not even one product is exact.
         assert_eq!(path("fp(8, 30)", "fp(8, 30)", 8, Exact, "fp32"), Sliced);
         // 27 + 26 = 53 bits, but products down to 2^-2095 underflow f64.

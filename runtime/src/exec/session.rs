@@ -26,8 +26,8 @@ pub(super) struct Caches {
     pub(super) arranged: HashMap<(ValueId, usize, DType), Tensor>,
     /// Weight stacks split into exact slices (rearranged), `None` when they cannot be.
     pub(super) sliced: HashMap<ValueId, Option<Vec<Tensor>>>,
-    /// Weight stacks as one f64 matrix for the bounded float path.
-    pub(super) bounded: HashMap<ValueId, Arc<BoundedWeights>>,
+    /// Weight stacks as f64 matrices for the bounded float path, by (stack, per tile column).
+    pub(super) bounded: HashMap<(ValueId, bool), Arc<BoundedWeights>>,
     /// Weight stacks as integer mantissas, `None` when they do not fit.
     pub(super) int: HashMap<ValueId, Option<Arc<intdot::IntWeights>>>,
     /// Weight stacks that do not fit as integer slices, `None` when they take too many.
