@@ -292,6 +292,8 @@ fn measure(
             "gpu": gpu,
             // Of those, the products whose fp8 or MX operands the kernel took in slices.
             "sliced_products": paths.sliced_products,
+            // Float-path products on one f64 matmul with proven roundings.
+            "bounded_products": paths.bounded_products,
             // Shards of items the warm runs went in (`--shards`).
             "shards": shards,
             "nodes": graph.nodes.len(),
@@ -413,8 +415,8 @@ fn print_table(r: &Value) {
         ),
         None => println!(
             "products: {} of {} on the integer kernel (AVX2 vpmaddwd; {} of them on integer \
-             slices), the rest on the float path",
-            sw["int_products"], sw["products"], sw["sliced_products"]
+             slices), the rest on the float path ({} on its bounded f64 matmul)",
+            sw["int_products"], sw["products"], sw["sliced_products"], sw["bounded_products"]
         ),
     }
     if sw["shards"].as_u64().is_some_and(|k| k > 1) {

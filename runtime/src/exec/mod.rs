@@ -121,6 +121,9 @@ pub struct PathCounts {
     /// Of those, the products whose operands the kernel took in slices (fp8 and MX formats:
     /// [`intdot::SlicedWeights`]).
     pub sliced_products: usize,
+    /// Products on the float path's one f64 matmul with proven roundings (`FloatPath::Bounded`:
+    /// float formats whose products, not tiles, are exact in f64).
+    pub bounded_products: usize,
     /// Weight stacks prepared in one pass from the host's weights (`prepare`).
     pub one_pass_stacks: usize,
     /// Vectors quantized straight to the integer kernel's integers (BFP `quantize`
@@ -139,6 +142,7 @@ impl std::ops::Add for PathCounts {
             int_products: self.int_products + o.int_products,
             gpu_products: self.gpu_products + o.gpu_products,
             sliced_products: self.sliced_products + o.sliced_products,
+            bounded_products: self.bounded_products + o.bounded_products,
             one_pass_stacks: self.one_pass_stacks + o.one_pass_stacks,
             quantized_to_ints: self.quantized_to_ints + o.quantized_to_ints,
             concats_skipped: self.concats_skipped + o.concats_skipped,
@@ -150,12 +154,13 @@ impl std::fmt::Display for PathCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} products on the integer kernel ({} on the GPU, {} on integer slices), {} weight \
-             stacks prepared in one pass, {} vectors quantized straight to integers ({} of them \
-             from a concat's parts)",
+            "{} products on the integer kernel ({} on the GPU, {} on integer slices), {} on the \
+             float path's bounded matmul, {} weight stacks prepared in one pass, {} vectors \
+             quantized straight to integers ({} of them from a concat's parts)",
             self.int_products,
             self.gpu_products,
             self.sliced_products,
+            self.bounded_products,
             self.one_pass_stacks,
             self.quantized_to_ints,
             self.concats_skipped

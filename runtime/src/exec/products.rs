@@ -109,6 +109,7 @@ impl<'a> Executor<'a> {
                     })??
                 }
             };
+            self.paths.insert((Path::Bounded, node));
             return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
         }
         if let FloatPath::Chunked(k, dtype) = path {

@@ -668,3 +668,34 @@ fn fp8_and_mx_products_on_integer_slices_give_the_emulators_bits() {
         assert!(first.paths.sliced_products < warm, "{name} NaN first");
     }
 }
+
+/// On fp32 MVM inputs (`samples/targets/fp32.toml`, and the same with `fp32-seq`
+/// accumulation) every product of the LSTM sample takes the float path's bounded matmul, in a
+/// first run and warm ones (which reuse the products of constants), with the emulator's bits;
+/// with a NaN input too (its sums are summed exactly where the bound cannot decide them).
+#[test]
+fn products_on_the_bounded_matmul_give_the_emulators_bits() {
+    let fp32 = include_str!("../../../../samples/targets/fp32.toml");
+    let seq = format!("{fp32}accumulation = \"fp32-seq\"\n");
+    for (name, toml) in [("fp32", fp32.to_string()), ("fp32 with fp32-seq", seq)] {
+        let target = nnp_grammar::Target::from_toml(&toml, name).expect("target parses");
+        let (program, g) = lstm_sample_on(Some(target));
+        let mut session = Session::new(&g, &ExecOptions::default()).expect("session");
+        let mut counts = Vec::new();
+        for seed in [1, 2, 3] {
+            let mut data = HostData::random(&program, 3, 1);
+            data.inputs = HostData::random(&program, 3, seed).inputs;
+            if seed == 3 {
+                data.inputs.get_mut("x").expect("x").data[5] = f32::NAN;
+            }
+            let out = session.run(&data).expect("runs");
+            let emu = emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
+            assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{name} seed {seed}");
+            assert_eq!(out.paths.int_products, 0, "{name}");
+            counts.push(out.paths.bounded_products);
+        }
+        let (all, warm) = (products(&g), counts[1]);
+        assert_eq!(counts, [all, warm, warm], "{name}");
+        assert!(0 < warm && warm < all, "{name}: {warm} of {all}");
+    }
+}
