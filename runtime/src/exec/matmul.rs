@@ -475,30 +475,28 @@ impl ExactSums {
         err: &[f64],
         mut terms: impl FnMut(usize, &mut ExactSum),
     ) {
-        let inexact: Vec<(usize, f64)> = (s.iter().zip(err).enumerate())
+        let inexact: Vec<(usize, Option<f64>)> = (s.iter().zip(err).enumerate())
             .filter(|(_, (_, e))| **e != 0.0)
             .map(|(i, (s, e))| (i, self.bounded(*s, *e)))
             .collect();
         self.round(s);
         let mut slow = ExactSum::new();
         for (i, bounded) in inexact {
-            s[i] = if bounded.is_nan() {
+            s[i] = bounded.unwrap_or_else(|| {
                 slow.clear();
                 terms(i, &mut slow);
                 slow.round_with(&self.rounder, &self.out_fmt)
-            } else {
-                bounded
-            };
+            });
         }
     }
 
     /// The rounded exact sum from its running sum `s` and `err`, the sum of the absolute
-    /// two-sum errors ([`round_within`]); NaN where that does not decide it.
-    fn bounded(&self, s: f64, err: f64) -> f64 {
+    /// two-sum errors, where that decides it ([`round_within`]).
+    fn bounded(&self, s: f64, err: f64) -> Option<f64> {
         // `err` summed in f64 falls short of the exact sum of its terms by at most a relative
         // `k * 2^-53` after k additions: 2^-20 covers any k below 2^33.
         let bound = err * (1.0 + pow2(-20));
-        round_within(&self.rounder, &self.out_fmt, s, bound).unwrap_or(f64::NAN)
+        round_within(&self.rounder, &self.out_fmt, s, bound)
     }
 }
 
@@ -535,10 +533,11 @@ fn enclosure(s: f64, bound: f64) -> (f64, f64) {
     (s - widened, s + widened)
 }
 
-/// The rounding decided by an [`enclosure`] whose ends round to `a` and `b` ([`monotone`]).
+/// The rounding decided by an [`enclosure`] whose ends round to `a` and `b` ([`monotone`]);
+/// never by NaN ends (a NaN or overflowing bound: finite values never round to NaN).
 #[inline]
 fn decided(a: f64, b: f64) -> Option<f64> {
-    (a.to_bits() == b.to_bits()).then_some(a)
+    (!a.is_nan() && a.to_bits() == b.to_bits()).then_some(a)
 }
 
 /// An upper bound of the Euclidean norm of `v`: 0 only for a zero vector, NaN or infinite
@@ -558,7 +557,7 @@ pub fn norm_bound(v: &[f64]) -> f64 {
 /// `exact` accumulation from one plain f64 matmul: `y` (`[b, R]`) holds `x W^T` as any f64
 /// matmul sums it (`x` is `[b, K]`, `w` `[R, K]`, and every product `x_k w_k` is exact in
 /// f64); `w_norms` holds [`norm_bound`] of each row of `w`. Each element is rounded in place
-/// to `spec.output` ([`round_sums`]).
+/// to `spec.output` (`round_sums`).
 pub fn round_bounded(spec: &MatVec, x: &[f64], w: &[f64], w_norms: &[f64], y: &mut [f64]) {
     let rounder = Rounder::new(&spec.output);
     let k = w.len().checked_div(w_norms.len()).unwrap_or(0);
@@ -567,11 +566,11 @@ pub fn round_bounded(spec: &MatVec, x: &[f64], w: &[f64], w_norms: &[f64], y: &m
         .for_each(|(y, x)| round_sums(&rounder, &spec.output, x, w, w_norms, y));
 }
 
-/// `-seq` accumulation (`seq`, of [`seq_format`]) from one f64 matmul per tile column: `y`
+/// `-seq` accumulation (`seq`, of `seq_format`) from one f64 matmul per tile column: `y`
 /// (`[cols, b, R]`) holds each tile's `x_j W_j^T` as any f64 matmul sums it (`x` is `[b, cols
 /// * n]`, `w` `[cols, R, n]`, every product exact in f64); `w_norms` (`[cols, R]`) holds
-/// [`norm_bound`] of each tile row. Each tile partial is rounded to `seq` ([`round_sums`]),
-/// then they are added as [`seq_sums`] adds them; the result is `[b, R]`.
+/// [`norm_bound`] of each tile row. Each tile partial is rounded to `seq` (`round_sums`),
+/// then they are added as `seq_sums` adds them; the result is `[b, R]`.
 pub fn round_bounded_seq(
     spec: &MatVec,
     seq: &FloatFormat,
@@ -1072,6 +1071,16 @@ mod tests {
             assert_eq!(got[0], want, "{acc:?} to {out:?}");
             assert_eq!(got[1].to_bits(), 0);
         }
+        // |x|^2 overflows f64 though x and every product are finite: the bound is no help
+        // (against a zero row it is inf * 0, NaN), the sums are 0 and 1.
+        assert_eq!(
+            bounded_one(fp32, &[t(600), t(600), 0.0], &[0.0; 3]).to_bits(),
+            0
+        );
+        assert_eq!(
+            bounded_one(fp32, &[t(600), 1.0, 0.0], &[0.0, 1.0, 0.0]),
+            1.0
+        );
         // fp16's overflow tie 65520 rounds to inf; 65504 + 15 to 65504.
         let fp16 = FloatFormat::FP16;
         assert_eq!(bounded_one(fp16, &[65504.0, 16.0, 0.0], &ones), inf);

@@ -240,13 +240,8 @@ impl ActTable {
             _ => None,
         };
         let Some((v, f)) = fast else {
-            match self.values {
-                // `apply`, with the fast rounder.
-                None => (x.iter().zip(out.iter_mut()))
-                    .for_each(|(x, o)| *o = r.round(activation::eval(self.kind, r.round(*x)))),
-                Some(_) => {
-                    (x.iter().zip(out.iter_mut())).for_each(|(x, o)| *o = self.apply(r.round(*x)))
-                }
+            for (x, o) in x.iter().zip(out.iter_mut()) {
+                *o = self.apply_with(r, r.round(*x));
             }
             return;
         };
@@ -282,12 +277,18 @@ impl ActTable {
     }
 
     /// The activation of a value already rounded to the format.
-    #[inline]
     pub fn apply(&self, x: f64) -> f64 {
+        self.apply_with(&Rounder::Reference(self.fmt), x)
+    }
+
+    /// [`apply`](Self::apply), `r` (one of the format's rounders) rounding where no table
+    /// holds the results.
+    #[inline]
+    fn apply_with(&self, r: &Rounder, x: f64) -> f64 {
         match &self.values {
             Some(Values::F32(v)) => f64::from(v[bits16(&self.fmt, x) as usize]),
             Some(Values::F64(v)) => v[bits16(&self.fmt, x) as usize],
-            None => self.fmt.round(activation::eval(self.kind, x)),
+            None => r.round(activation::eval(self.kind, x)),
         }
     }
 }

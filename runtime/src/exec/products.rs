@@ -17,13 +17,16 @@ impl<'a> Executor<'a> {
     /// 0. on CPUs with AVX2 and FMA (unless `float_matmul`), data whose runs are small
     ///    integers times a power of two (BFP up to 12-bit mantissas, checked on the data):
     ///    integer tile products with exact sums ([`intdot`]);
-    /// 1. `chunk` proven exact from the formats (BFP tiles by default): one f32 or f64 matmul
-    ///    gives the exact per-chunk partials;
-    /// 2. otherwise the values are split into slices whose pairwise tile products are exact
+    /// 1. `FloatPath::Chunked`, chunks proven exact from the formats (BFP tiles by default): one
+    ///    f32 or f64 matmul gives the exact per-chunk partials;
+    /// 2. `FloatPath::Bounded`, products exact in f64 but not their tile sums (fp16, fp32):
+    ///    one f64 matmul, each sum's rounding proven from an error bound or the sum redone
+    ///    exactly ([`matmul::round_bounded`], [`matmul::round_bounded_seq`]);
+    /// 3. otherwise the values are split into slices whose pairwise tile products are exact
     ///    ([`matmul::slices`]), one matmul per slice pair;
-    /// 3. non-finite data (or data needing too many slices): every product exact, element-wise.
+    /// 4. non-finite data (or data needing too many slices): every product exact, element-wise.
     ///
-    /// The partials of 1 to 3 are then summed exactly and rounded once
+    /// The partials of 1, 3 and 4 are then summed exactly and rounded once
     /// ([`matmul::sum_partials`]).
     pub(super) fn matvec(
         &mut self,
@@ -87,7 +90,10 @@ impl<'a> Executor<'a> {
                     bw
                 }
             };
-            let xc = xt.contiguous()?.to_device(&Device::Cpu)?;
+            let xc = xt
+                .contiguous()?
+                .to_device(&Device::Cpu)?
+                .to_dtype(DType::F64)?;
             let y = match seq {
                 None => {
                     let mut y = host_vec(&xc.matmul(&bw.w.t()?)?)?;
