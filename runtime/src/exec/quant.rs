@@ -810,21 +810,17 @@ mod tests {
                 Rounding::TowardZero,
             ] {
                 let fmt = FloatFormat { rounding, ..base };
-                // Each mode has exactly one of the two rounders.
-                let (fast, directed) = (FastRound::new(&fmt), DirectedRound::new(&fmt));
-                assert_eq!(fast.is_some(), rounding == Rounding::NearestEven, "{fmt:?}");
-                assert_eq!(directed.is_some(), fast.is_none(), "{fmt:?}");
-                let mut all = vec![0.0; data.len()];
-                let one = |x: f64| match (&fast, &directed) {
-                    (Some(f), _) => f.round(x),
-                    (_, Some(d)) => d.round(x),
-                    _ => unreachable!("asserted above"),
-                };
-                match (&fast, &directed) {
-                    (Some(f), _) => f.round_all(&data, &mut all),
-                    (_, Some(d)) => d.round_all(&data, &mut all),
-                    _ => unreachable!("asserted above"),
+                // Each mode has its bit rounder: nearest-even, or directed.
+                let r = Rounder::new(&fmt);
+                let nearest_even = rounding == Rounding::NearestEven;
+                match r {
+                    Rounder::NearestEven(_) => assert!(nearest_even, "{fmt:?}"),
+                    Rounder::Directed(_) => assert!(!nearest_even, "{fmt:?}"),
+                    Rounder::Reference(_) => panic!("{fmt:?} has no bit rounder"),
                 }
+                let one = |x: f64| r.round(x);
+                let mut all = vec![0.0; data.len()];
+                r.round_all(&data, &mut all);
                 for (x, a) in data.iter().zip(&all) {
                     let want = fmt.round(*x);
                     assert!(
