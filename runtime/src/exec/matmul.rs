@@ -200,59 +200,6 @@ pub struct MatVec {
     pub output: FloatFormat,
 }
 
-/// Rounds a row's terms per the accumulation mode: `exact` sums everything once; the `-seq`
-/// modes round each tile partial (exact) to f32/fp16 and add partials in tile order in that
-/// format, then round to `mvm.output`. Each rounding by the format's fastest exact rounder.
-pub(crate) struct RowAcc {
-    seq: Option<(FloatFormat, Rounder)>,
-    output: (FloatFormat, Rounder),
-    sum: ExactSum,
-    acc: Option<f64>,
-}
-
-impl RowAcc {
-    pub(crate) fn new(spec: &MatVec) -> Self {
-        let with_rounder = |f: FloatFormat| (f, Rounder::new(&f));
-        RowAcc {
-            seq: seq_format(spec.accumulation).map(with_rounder),
-            output: with_rounder(spec.output),
-            sum: ExactSum::new(),
-            acc: None,
-        }
-    }
-    #[inline]
-    pub(crate) fn add(&mut self, x: f64) {
-        self.sum.add(x);
-    }
-    #[inline]
-    fn add_product(&mut self, a: f64, b: f64) {
-        self.sum.add_product(a, b);
-    }
-    /// End of one tile's terms.
-    pub(crate) fn end_tile(&mut self) {
-        if let Some((f, r)) = &self.seq {
-            let p = self.sum.round_with(r, f);
-            self.sum.clear();
-            // Two values of a <= 25-bit format: one f64 addition and one rounding to nearest
-            // is correct.
-            self.acc = Some(match self.acc {
-                None => p,
-                Some(a) => r.round(a + p),
-            });
-        }
-    }
-    pub(crate) fn finish(&mut self) -> f64 {
-        let (f, r) = &self.output;
-        let v = match self.seq {
-            None => self.sum.round_with(r, f),
-            Some(_) => r.round(self.acc.unwrap_or(0.0)),
-        };
-        self.sum.clear();
-        self.acc = None;
-        v
-    }
-}
-
 /// The format a `-seq` accumulation mode adds its tile partials in.
 pub(crate) fn seq_format(accumulation: Accumulation) -> Option<FloatFormat> {
     match accumulation {
@@ -262,7 +209,7 @@ pub(crate) fn seq_format(accumulation: Accumulation) -> Option<FloatFormat> {
     }
 }
 
-/// [`RowAcc`]'s `-seq` arithmetic on exact tile partials, vectorised over the elements:
+/// The `-seq` arithmetic ([`seq_add`]) on exact tile partials:
 /// `tiles` is `[cols][m]`, tile column j's partial of each of `m` elements. Each partial is
 /// rounded to the sequence format (an exact zero as `+0`, as [`ExactSum`] sums it), added in
 /// tile order in that format ([`seq_format`]), and the result rounded to `output`.
@@ -322,28 +269,31 @@ pub fn sum_partials<T: Copy + Into<f64> + Send + Sync>(
     partials: &[T],
     b: usize,
 ) -> Vec<f64> {
-    if spec.accumulation == Accumulation::Exact {
+    let Some(seq) = seq_format(spec.accumulation) else {
         return sum_exact(spec, partials, b);
-    }
+    };
     let rn = spec.rows * spec.n;
     let per_tile = spec.n / k;
-    let chunks = spec.cols * per_tile;
-    let pair_len = chunks * rn * b;
+    let pair_len = spec.cols * per_tile * rn * b;
+    let rounder = Rounder::new(&seq);
     let mut out = vec![0.0; b * rn];
-    out.par_chunks_mut(rn).enumerate().for_each(|(bi, orow)| {
-        let mut acc = RowAcc::new(spec);
-        for (r, o) in orow.iter_mut().enumerate() {
-            for c in 0..chunks {
-                for p in 0..pairs {
-                    acc.add(partials[p * pair_len + (c * rn + r) * b + bi].into());
+    out.par_chunks_mut(rn.max(1))
+        .enumerate()
+        .for_each(|(bi, orow)| {
+            let mut sum = ExactSum::new();
+            let y = seq_add(&rounder, &spec.output, spec.cols, rn, |j, tile| {
+                for (r, t) in tile.iter_mut().enumerate() {
+                    for c in j * per_tile..(j + 1) * per_tile {
+                        for p in 0..pairs {
+                            sum.add(partials[p * pair_len + (c * rn + r) * b + bi].into());
+                        }
+                    }
+                    *t = sum.round_with(&rounder, &seq);
+                    sum.clear();
                 }
-                if (c + 1) % per_tile == 0 {
-                    acc.end_tile();
-                }
-            }
-            *o = acc.finish();
-        }
-    });
+            });
+            orow.copy_from_slice(&y);
+        });
     out
 }
 
@@ -763,23 +713,45 @@ pub fn slices(v: &[f64], len: usize, beta: u32) -> Option<Vec<Vec<f64>>> {
 pub fn matvec_exact(spec: &MatVec, x: &[f64], b: usize, w: &[f64]) -> Vec<f64> {
     let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
     let rn = rows * n;
+    let seq = seq_format(spec.accumulation).map(|f| (Rounder::new(&f), f));
+    let output = Rounder::new(&spec.output);
     let mut out = vec![0.0; b * rn];
-    out.par_chunks_mut(n).enumerate().for_each(|(idx, otile)| {
-        let (bi, i) = (idx / rows, idx % rows);
-        let xb = &x[bi * cols * n..(bi + 1) * cols * n];
-        let mut acc = RowAcc::new(spec);
-        for (r, o) in otile.iter_mut().enumerate() {
-            for j in 0..cols {
+    out.par_chunks_mut(n.max(1))
+        .enumerate()
+        .for_each(|(idx, otile)| {
+            let (bi, i) = (idx / rows, idx % rows);
+            let xb = &x[bi * cols * n..(bi + 1) * cols * n];
+            let mut sum = ExactSum::new();
+            // Adds the products of tile row `r` of tile column `j`.
+            let add_tile = |sum: &mut ExactSum, j: usize, r: usize| {
                 let tile = &w[((i * cols + j) * n + r) * n..][..n];
-                let xt = &xb[j * n..(j + 1) * n];
-                for (a, v) in tile.iter().zip(xt) {
-                    acc.add_product(*a, *v);
+                for (a, v) in tile.iter().zip(&xb[j * n..(j + 1) * n]) {
+                    sum.add_product(*a, *v);
                 }
-                acc.end_tile();
+            };
+            let round = |sum: &mut ExactSum, rounder: &Rounder, fmt: &FloatFormat| {
+                let v = sum.round_with(rounder, fmt);
+                sum.clear();
+                v
+            };
+            match &seq {
+                None => {
+                    for (r, o) in otile.iter_mut().enumerate() {
+                        (0..cols).for_each(|j| add_tile(&mut sum, j, r));
+                        *o = round(&mut sum, &output, &spec.output);
+                    }
+                }
+                Some((rounder, f)) => {
+                    let y = seq_add(rounder, &spec.output, cols, n, |j, tile| {
+                        for (r, t) in tile.iter_mut().enumerate() {
+                            add_tile(&mut sum, j, r);
+                            *t = round(&mut sum, rounder, f);
+                        }
+                    });
+                    otile.copy_from_slice(&y);
+                }
             }
-            *o = acc.finish();
-        }
-    });
+        });
     out
 }
 
@@ -903,6 +875,41 @@ mod tests {
         // Without the tiny tile the exact answer is the tie itself: 2048.
         let exact = sum_partials(&spec(1, 2, 1, Accumulation::Exact), 1, 1, &[2049.0, 0.0], 1);
         assert_eq!(exact[0], 2048.0);
+    }
+
+    /// The `-seq` modes on chunked partials, two chunks a tile and two slice pairs a chunk:
+    /// each tile partial is the exact sum of its four terms, rounded once. Layout `[pairs =
+    /// 2, chunks = 4, rows * n = 4, b = 2]`; element (0, 0) has its terms below, (0, 1)
+    /// their negatives, the rest `-0` terms.
+    #[test]
+    fn seq_partials_of_chunks_and_pairs_by_hand() {
+        let tiny = 2f64.powi(-30);
+        // [chunk][pair] of element (0, 0). Tile 0 (chunks 0, 1): 2048 + 1 + 2^-30, above
+        // fp16's tie 2049. Tile 1 (chunks 2, 3): 1 + 2^-30.
+        let terms = [[2048.0, 0.0], [1.0, tiny], [1.0, 0.0], [0.0, tiny]];
+        let mut parts = vec![-0.0f64; 2 * 4 * 4 * 2];
+        for (c, pair) in terms.iter().enumerate() {
+            for (p, v) in pair.iter().enumerate() {
+                parts[((p * 4 + c) * 4) * 2] = *v;
+                parts[((p * 4 + c) * 4) * 2 + 1] = -*v;
+            }
+        }
+        let run = |acc| sum_partials(&spec(1, 2, 4, acc), 2, 2, &parts, 2);
+        // fp16-seq: tile 0 -> 2050, tile 1 -> 1; 2050 + 1 = 2051 is a tie -> 2052 (even).
+        // fp32-seq: 2049 (f32's spacing at 2^11 is 2^-12) + 1 = 2050. exact: 2050 + 2^-29 ->
+        // 2050. Output [b, rows * n]: item 1 at 4.
+        for (acc, want) in [
+            (Accumulation::Fp16Seq, 2052.0),
+            (Accumulation::Fp32Seq, 2050.0),
+            (Accumulation::Exact, 2050.0),
+        ] {
+            let y = run(acc);
+            assert_eq!((y[0], y[4]), (want, -want), "{acc:?}");
+            // Exact zeros are +0 whatever the terms' signs.
+            for i in [1, 2, 3, 5, 6, 7] {
+                assert_eq!(y[i].to_bits(), 0, "{acc:?} element {i}");
+            }
+        }
     }
 
     #[test]
@@ -1214,8 +1221,8 @@ mod tests {
         assert!(plain_wrong > 50, "{plain_wrong} plain sums rounded wrongly");
 
         // The -seq modes on the same data, as 3 x 4 tiles of N = 4 (R = 12, K = 16): each
-        // tile's plain sum rounded by `round_bounded_seq` against `matvec_exact`'s `RowAcc`
-        // (every product exact, each tile partial rounded once, added in tile order).
+        // tile's plain sum rounded by `round_bounded_seq` against `matvec_exact` (every
+        // product exact in an expansion, each tile partial rounded once from it).
         let (n, rows, cols) = (4, 3, 4);
         let stack = tiles(&w, rows, cols, n);
         // [cols, R, n] and its tile rows' norms.
