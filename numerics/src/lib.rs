@@ -28,5 +28,5 @@ pub use format::{
     IntFormat, IntScale, MiniFloat, MiniOverflow, MxElem, MxFormat, Overflow, Per, PolicyKind,
     PotFormat, Specials, TwoHotFormat,
 };
-pub use rounding::{Rounding, floor_log2, pow2};
+pub use rounding::{Rounding, decompose, floor_log2, pow2};
 pub use stats::{ErrorAcc, ErrorStats, error_stats, qsnr};

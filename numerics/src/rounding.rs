@@ -100,8 +100,9 @@ pub(crate) fn round_to_quantum(
     int + u128::from(up)
 }
 
-/// Sign, integer significand and exponent of a finite f64: `x = (-1)^neg * mant * 2^exp`.
-pub(crate) fn decompose(x: f64) -> (bool, u64, i32) {
+/// Sign, integer significand and exponent of a finite f64: `x = (-1)^neg * mant * 2^exp`
+/// (`mant` below `2^53`, `exp` the exponent of its last bit).
+pub fn decompose(x: f64) -> (bool, u64, i32) {
     let bits = x.to_bits();
     let neg = bits >> 63 == 1;
     let field = ((bits >> 52) & 0x7FF) as i32;

@@ -281,22 +281,14 @@ impl Checker {
             self.matrix_chain_error(i, p, first);
             return;
         }
-        let Some(op) = self.mem_operand(i) else {
-            self.break_chain();
+        let Some(op) = self.mrf_operand(
+            i,
+            "cannot write",
+            "m_wr writes matrix tiles into mrf",
+            "write `m_wr mrf[B]`",
+        ) else {
             return;
         };
-        if op.mem != Mem::Mrf {
-            self.emit(
-                Diagnostic::error(
-                    codes::WRONG_MEMORY,
-                    format!("`m_wr` cannot write {}", op.mem),
-                )
-                .label(op.mem_span, "m_wr writes matrix tiles into mrf")
-                .help("write `m_wr mrf[B]`"),
-            );
-            self.break_chain();
-            return;
-        }
         if let Some(OpenChain {
             body: Body::Matrix { dst, .. },
             ..
@@ -314,6 +306,25 @@ impl Checker {
                 .help("a matrix chain is exactly `m_rd dram[A]`, `m_wr mrf[B]`, `end_chain`; a vector chain starts with `v_rd`"),
         );
         self.break_chain();
+    }
+
+    /// The memory operand of `i` (`m_wr`, `mv_mul`) when it is in mrf. Else the error
+    /// (`` `i` {verb} MEM ``, with `label` and `help`) and the chain broken.
+    fn mrf_operand(&mut self, i: &Instr, verb: &str, label: &str, help: &str) -> Option<MemOp> {
+        match self.mem_operand(i) {
+            Some(op) if op.mem == Mem::Mrf => return Some(op),
+            Some(op) => self.emit(
+                Diagnostic::error(
+                    codes::WRONG_MEMORY,
+                    format!("`{}` {verb} {}", i.name.name, op.mem),
+                )
+                .label(op.mem_span, label.to_string())
+                .help(help.to_string()),
+            ),
+            None => {}
+        }
+        self.break_chain();
+        None
     }
 
     fn break_chain(&mut self) {
@@ -365,22 +376,14 @@ impl Checker {
             self.break_chain();
             return;
         }
-        let Some(op) = self.mem_operand(i) else {
-            self.break_chain();
+        let Some(op) = self.mrf_operand(
+            i,
+            "cannot read",
+            "mv_mul multiplies by matrix tiles in mrf",
+            "write `mv_mul mrf[A]` (a declared matrix name stands for its address)",
+        ) else {
             return;
         };
-        if op.mem != Mem::Mrf {
-            self.emit(
-                Diagnostic::error(
-                    codes::WRONG_MEMORY,
-                    format!("`mv_mul` cannot read {}", op.mem),
-                )
-                .label(op.mem_span, "mv_mul multiplies by matrix tiles in mrf")
-                .help("write `mv_mul mrf[A]` (a declared matrix name stands for its address)"),
-            );
-            self.break_chain();
-            return;
-        }
         if read_op.mem != Mem::Ivrf {
             self.emit(
                 Diagnostic::error(

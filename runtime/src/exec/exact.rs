@@ -9,7 +9,7 @@
 //! a sticky bit and rounds once with [`FloatFormat::round_exact`] (never f64 -> f32 -> fp16).
 
 use super::quant::Rounder;
-use nnp_numerics::FloatFormat;
+use nnp_numerics::{FloatFormat, decompose};
 
 /// `a + b = s + e` exactly, `s = fl(a + b)` (Knuth's two-sum, any magnitudes).
 #[inline]
@@ -193,19 +193,6 @@ fn to_parts(comps: &[f64]) -> (bool, u128, i32, bool) {
     }
     let sticky = (0..low_bit).any(|bit| (acc[bit / 64] >> (bit % 64)) & 1 == 1);
     (neg, mant, lo + low_bit as i32, sticky)
-}
-
-/// Sign, integer significand and exponent of its last bit of a finite non-zero f64.
-pub(super) fn decompose(x: f64) -> (bool, u64, i32) {
-    let bits = x.to_bits();
-    let neg = bits >> 63 == 1;
-    let field = ((bits >> 52) & 0x7FF) as i32;
-    let frac = bits & ((1u64 << 52) - 1);
-    if field == 0 {
-        (neg, frac, -1074)
-    } else {
-        (neg, frac | (1u64 << 52), field - 1075)
-    }
 }
 
 fn negate(v: &mut [u64]) {

@@ -855,7 +855,7 @@ impl RunBits {
                 continue;
             }
             // The significand as an integer and the exponent of its last bit.
-            let (_, sig, last) = super::exact::decompose(v);
+            let (_, sig, last) = nnp_numerics::decompose(v);
             let lowest = last + sig.trailing_zeros() as i32;
             let above = last + (u64::BITS - sig.leading_zeros()) as i32;
             low = low.min(lowest);
