@@ -900,7 +900,21 @@ pub struct SlicedWeights {
     beta_x: u32,
 }
 
+/// The span of a run that slices can take: `None` for a non-finite value or one wider than
+/// [`MAX_VALUE_BITS`].
+fn run_span(run: &[f64]) -> Option<u32> {
+    RunBits::of(run)
+        .filter(|b| b.value <= MAX_VALUE_BITS)
+        .map(|b| b.span)
+}
+
 impl SlicedWeights {
+    /// Whether [`new`](Self::new) refuses every stack whose tile rows are the runs of `n`
+    /// values of `w`, whatever their order: one of them holds a value it cannot take.
+    pub fn refuses(w: &[f64], n: usize) -> bool {
+        n == 0 || w.par_chunks(n).any(|run| run_span(run).is_none())
+    }
+
     /// The stack `[rows * cols, n, n]` row-major, sliced for products with vectors like `x`
     /// (`[b, cols * n]`); `None` for a non-finite weight, a weight of more than
     /// [`MAX_VALUE_BITS`], or when every split takes more than [`MAX_PASSES`] passes.
@@ -919,14 +933,12 @@ impl SlicedWeights {
         // every integer is an i16.
         let budget = 31u32.checked_sub(ceil_log2(n)).filter(|b| *b >= 2)?;
         let (lo, hi) = (budget.saturating_sub(15).max(1), (budget - 1).min(15));
-        let short = |b: RunBits| (b.value <= MAX_VALUE_BITS).then_some(b.span);
-        let spans: Vec<u32> = w
-            .par_chunks(n)
-            .map(|run| RunBits::of(run).and_then(short))
-            .collect::<Option<_>>()?;
+        let spans: Vec<u32> = w.par_chunks(n).map(run_span).collect::<Option<_>>()?;
         // A vector the slices cannot take (non-finite or wide values) says nothing of the next
         // ones, and this split is kept for the session: then split for the narrowest vectors.
-        let x_span = RunBits::widest(x, n).and_then(short).unwrap_or(0);
+        let x_span = RunBits::widest(x, n)
+            .filter(|b| b.value <= MAX_VALUE_BITS)
+            .map_or(0, |b| b.span);
         // The widest run of every row block (16 rows of one tile).
         let blocks: Vec<u32> = spans
             .chunks(ROW_BLOCK)

@@ -338,6 +338,43 @@ pub(crate) fn arranged_stack<T: Copy + Default + Send>(
     Some(out)
 }
 
+/// The stack of [`f64_stack`] as the bounded matmul reads it, never whole as a stack: one
+/// `[rows * n, cols * n]` matrix (row `i n + r`, lanes `j n ..` from row `r` of tile `(i, j)`),
+/// or with `per_tile` one `[rows * n, n]` matrix per tile column (the [`arranged_stack`] of
+/// chunk `n`). `None` where the parts do not make the stack.
+pub(crate) fn bounded_stack(
+    parts: &[Source],
+    grid: (usize, usize, usize),
+    per_tile: bool,
+) -> Option<Vec<f64>> {
+    let (rows, cols, n) = grid;
+    if per_tile {
+        return arranged_stack(parts, grid, n, |v| v);
+    }
+    let make = tile_maker(parts, grid)?;
+    let mut out = vec![0.0; rows * cols * n * n];
+    // One task per tile row i: matrix rows `i n ..`, `n * cols * n` values in a row.
+    out.par_chunks_mut((n * cols * n).max(1))
+        .enumerate()
+        .for_each_init(
+            || (vec![0.0; n * n], vec![0.0; n * n]),
+            |(tile, scratch), (i, dst)| {
+                for j in 0..cols {
+                    make(i * cols + j, tile, scratch);
+                    for (r, row) in tile.chunks(n).enumerate() {
+                        dst[(r * cols + j) * n..][..n].copy_from_slice(row);
+                    }
+                }
+            },
+        );
+    Some(out)
+}
+
+/// Whether `parts` make a `rows x cols` stack of `n x n` tiles.
+pub(crate) fn makes_stack(parts: &[Source], grid: (usize, usize, usize)) -> bool {
+    tile_maker(parts, grid).is_some()
+}
+
 /// The function that writes tile `t` of the stack that `parts` make (with a scratch buffer
 /// of one tile), or `None` where they do not make a `rows x cols` stack.
 fn tile_maker<'a>(
@@ -532,6 +569,24 @@ mod tests {
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let floats = f64_stack(&sources, (rows, cols, n)).expect("the parts make the stack");
         assert_eq!(bits(&floats), bits(&q), "the float path's stack");
+        // The bounded matmul's matrices, by hand: row `i n + r`, lanes `j n + c` from tile
+        // (i, j); per tile column, tile column j's `[rows * n, n]` matrix.
+        let at = |i: usize, j: usize, r: usize| &q[((i * cols + j) * n + r) * n..][..n];
+        let (mut dense, mut per_tile) = (Vec::new(), Vec::new());
+        for i in 0..rows {
+            for r in 0..n {
+                (0..cols).for_each(|j| dense.extend_from_slice(at(i, j, r)));
+            }
+        }
+        for j in 0..cols {
+            for i in 0..rows {
+                (0..n).for_each(|r| per_tile.extend_from_slice(at(i, j, r)));
+            }
+        }
+        for (tiles, want) in [(false, &dense), (true, &per_tile)] {
+            let got = bounded_stack(&sources, (rows, cols, n), tiles).expect("made");
+            assert_eq!(bits(&got), bits(want), "bounded, per tile: {tiles}");
+        }
         // The float path's arranged stacks: the stack of the nodes rearranged and converted as
         // the session did before (`arrange_w` with candle, then `to_dtype`).
         let t = Tensor::from_vec(q.clone(), (1, rows * cols, n, n), &Device::Cpu).unwrap();
@@ -626,9 +681,12 @@ mod tests {
             (part(&[40, 21], 1, 6), (3, 2)),
             (part(&[840], 0, 6), (3, 2)),
         ] {
+            assert!(!makes_stack(std::slice::from_ref(&p), (grid.0, grid.1, 16)));
             assert!(int_stack(&[p], (grid.0, grid.1, 16)).is_none());
-            let p = part(&[40, 21], 0, 6);
-            assert!(f64_stack(&[p], (grid.0, grid.1 + 1, 16)).is_none());
+            let p = [part(&[40, 21], 0, 6)];
+            assert!(f64_stack(&p, (grid.0, grid.1 + 1, 16)).is_none());
+            assert!(bounded_stack(&p, (grid.0, grid.1 + 1, 16), false).is_none());
+            assert!(makes_stack(&p, (3, 2, 16)));
         }
         // So are chunks that do not divide the tile.
         let p = [part(&[40, 21], 0, 6)];

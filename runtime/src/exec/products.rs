@@ -3,7 +3,7 @@
 
 use super::executor::{Executor, Failure};
 use super::matmul::{MIN_CHUNK, MatVec};
-use super::session::{Caches, Path, tally};
+use super::session::{Caches, Kept, Path, tally};
 use super::tensors::{Map1, host_vec, with_host, with_host_rows};
 use super::{ExecError, gpu, intdot, internal, matmul, prepare, quant};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
@@ -210,6 +210,33 @@ impl<'a> Executor<'a> {
         Ok(self.cache_ints(w, wi, t.dims()))
     }
 
+    /// Compute the weight stack `w` (read only by products on the bounded matmul in the layout
+    /// `per_tile` says) straight from the host's weights into that matmul's matrix
+    /// ([`prepare::bounded_stack`]), and keep it in that form alone: the products read
+    /// nothing else, and [`BoundedWeights::stack`] gives the stack back where another path
+    /// asks for it. Whether the parts make it.
+    pub(super) fn prepare_bounded(
+        &mut self,
+        w: ValueId,
+        stack: &prepare::Stack,
+        per_tile: bool,
+    ) -> Result<bool, Failure> {
+        let ((rows, cols), n) = (stack.dims, self.n);
+        let Some(v) = prepare::bounded_stack(&self.sources(stack)?, (rows, cols, n), per_tile)
+        else {
+            return Ok(false);
+        };
+        let m = match per_tile {
+            false => Tensor::from_vec(v, (rows * n, cols * n), &Device::Cpu)?,
+            true => Tensor::from_vec(v, (cols, rows * n, n), &Device::Cpu)?,
+        };
+        let bw = BoundedWeights::of_matrix(m, (rows, cols, n, per_tile))?;
+        self.caches.bounded.insert((w, per_tile), Arc::new(bw));
+        let shape = vec![1, rows * cols, n, n];
+        self.caches.kept.insert(w, Kept::Bounded(per_tile, shape));
+        Ok(true)
+    }
+
     /// Cache `wi` as the integers of weight stack `w`, and keep them as its only form when
     /// they give back its f64 tensor of `shape` ([`intdot::IntWeights::restore`]); whether
     /// they do.
@@ -222,7 +249,7 @@ impl<'a> Executor<'a> {
         let as_ints = wi.as_ref().is_some_and(|wi| wi.restorable());
         self.caches.int.insert(w, wi);
         if as_ints {
-            self.caches.as_ints.insert(w, shape.to_vec());
+            self.caches.kept.insert(w, Kept::Ints(shape.to_vec()));
         }
         as_ints
     }
@@ -260,12 +287,18 @@ impl<'a> Executor<'a> {
         stack: &prepare::Stack,
     ) -> Result<bool, Failure> {
         let ((rows, cols), n) = (stack.dims, self.n);
-        let Some(wi) =
-            prepare::int_stack(&self.sources(stack)?, (rows, cols, n)).filter(|wi| wi.restorable())
-        else {
-            return Ok(false);
-        };
-        Ok(self.cache_ints(w, Some(Arc::new(wi)), &[1, rows * cols, n, n]))
+        let sources = self.sources(stack)?;
+        match prepare::int_stack(&sources, (rows, cols, n)) {
+            Some(wi) if wi.restorable() => {
+                Ok(self.cache_ints(w, Some(Arc::new(wi)), &[1, rows * cols, n, n]))
+            }
+            // The stack has no integer form: its products need not look for one.
+            None if prepare::makes_stack(&sources, (rows, cols, n)) => {
+                self.caches.int.insert(w, None);
+                Ok(false)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// Compute the weight stack `w` (read only by chunked matmuls of chunk and dtype `key`)
@@ -357,25 +390,40 @@ impl<'a> Executor<'a> {
         self.values.get(v.index()).is_some_and(Option::is_some)
     }
 
-    /// Whether the weight stack `w` is available: computed, or kept as integers.
+    /// Whether the weight stack `w` is available: computed, or kept in another form.
     fn weights_ready(&self, w: ValueId) -> bool {
-        self.ready(w) || self.caches.as_ints.contains_key(&w)
+        self.ready(w) || self.caches.kept.contains_key(&w)
     }
 
-    /// The weight stack `w` as a tensor: its value, or restored from the integers it is kept
-    /// as (then held for the rest of the run).
+    /// The weight stack `w` as a tensor: its value, or restored from the form it is kept in
+    /// ([`Kept`]; from integers, then held for the rest of the run).
     fn weights(&mut self, w: ValueId) -> Result<Tensor, Failure> {
         if let Some(t) = self.values.get(w.index()).and_then(Option::as_ref) {
             return Ok(t.clone());
         }
-        let restored = match (self.caches.as_ints.get(&w), self.caches.int.get(&w)) {
-            (Some(shape), Some(Some(wi))) => wi.restore().map(|v| (v, shape.clone())),
-            _ => None,
+        let restored = match self.caches.kept.get(&w) {
+            Some(Kept::Ints(shape)) => match self.caches.int.get(&w) {
+                Some(Some(wi)) => match wi.restore() {
+                    Some(v) => Some(Tensor::from_vec(v, shape.clone(), &self.dev)?),
+                    None => None,
+                },
+                _ => None,
+            },
+            // Not held: only the first run's look for an integer form asks for it, once per
+            // product, and its answer is kept.
+            Some(Kept::Bounded(per_tile, shape)) => {
+                match self.caches.bounded.get(&(w, *per_tile)) {
+                    Some(bw) => {
+                        return Ok(bw.stack()?.reshape(shape.clone())?.to_device(&self.dev)?);
+                    }
+                    None => None,
+                }
+            }
+            None => None,
         };
-        let Some((v, shape)) = restored else {
+        let Some(t) = restored else {
             return Ok(self.value(w)?.clone());
         };
-        let t = Tensor::from_vec(v, shape, &self.dev)?;
         self.values[w.index()] = Some(t.clone());
         Ok(t)
     }
@@ -576,6 +624,13 @@ impl<'a> Executor<'a> {
             w,
             cacheable,
             |ex| {
+                // Its runs are the stack's tile rows: no stack to restore where one refuses.
+                if let Some(Kept::Bounded(per_tile, _)) = ex.caches.kept.get(&w)
+                    && let Some(bw) = ex.caches.bounded.get(&(w, *per_tile))
+                    && with_host(&bw.w, |v| intdot::SlicedWeights::refuses(v, n))?
+                {
+                    return Ok(None);
+                }
                 let wt = ex.weights(w)?;
                 let sw = with_host(&wt, |wv| {
                     with_host(&xt, |xv| intdot::SlicedWeights::new(wv, xv, rows, cols, n))
@@ -756,6 +811,8 @@ struct Operands {
 pub(super) struct BoundedWeights {
     w: Tensor,
     norms: Vec<f64>,
+    /// `(rows, cols, n, per_tile)`: the stack's grid and which layout `w` has.
+    grid: (usize, usize, usize, bool),
 }
 
 impl BoundedWeights {
@@ -769,16 +826,35 @@ impl BoundedWeights {
         per_tile: bool,
     ) -> candle_core::Result<BoundedWeights> {
         let t = t.to_device(&Device::Cpu)?.reshape((rows, cols, n, n))?;
-        let (w, row_len) = match per_tile {
-            false => (
-                t.permute((0, 2, 1, 3))?.reshape((rows * n, cols * n))?,
-                cols * n,
-            ),
-            true => (t.permute((1, 0, 2, 3))?.reshape((cols, rows * n, n))?, n),
+        let w = match per_tile {
+            false => t.permute((0, 2, 1, 3))?.reshape((rows * n, cols * n))?,
+            true => t.permute((1, 0, 2, 3))?.reshape((cols, rows * n, n))?,
         };
-        let w = w.contiguous()?;
-        let norms = with_host(&w, |v| v.chunks(row_len).map(matmul::norm_bound).collect())?;
-        Ok(BoundedWeights { w, norms })
+        Self::of_matrix(w.contiguous()?, (rows, cols, n, per_tile))
+    }
+
+    /// From its matrix, laid out as [`new`](Self::new) lays it out: the row norms added.
+    fn of_matrix(
+        w: Tensor,
+        grid: (usize, usize, usize, bool),
+    ) -> candle_core::Result<BoundedWeights> {
+        let (_, cols, n, per_tile) = grid;
+        let row_len = if per_tile { n } else { cols * n };
+        let norms = with_host(&w, |v| {
+            v.chunks(row_len.max(1)).map(matmul::norm_bound).collect()
+        })?;
+        Ok(BoundedWeights { w, norms, grid })
+    }
+
+    /// The stack it was made from, `[1, rows * cols, n, n]`, the same bits (the permutation
+    /// undone).
+    fn stack(&self) -> candle_core::Result<Tensor> {
+        let (rows, cols, n, per_tile) = self.grid;
+        let t = match per_tile {
+            false => self.w.reshape((rows, n, cols, n))?.permute((0, 2, 1, 3))?,
+            true => self.w.reshape((cols, rows, n, n))?.permute((1, 0, 2, 3))?,
+        };
+        t.contiguous()?.reshape((1, rows * cols, n, n))
     }
 }
 
@@ -813,10 +889,13 @@ pub(super) fn float_path(vector: &Format, matrix: &Format, spec: &MatVec) -> Flo
     }
 }
 
-/// The plan's stacks whose every product takes the chunked matmul with one chunk and dtype
-/// ([`float_path`]): that `(chunk, dtype)` by node.
-pub(super) fn chunked_stacks(graph: &SwGraph, plan: &prepare::Plan) -> Vec<Option<(usize, DType)>> {
-    let mut key: Vec<Option<Option<(usize, DType)>>> = vec![None; graph.nodes.len()];
+/// For each weight stack, the `key` that every product reading it has (`None` where one has
+/// none, or two differ), from the product's [`float_path`] and spec.
+fn stack_keys<K: Copy + PartialEq>(
+    graph: &SwGraph,
+    key: impl Fn(FloatPath, &MatVec) -> Option<K>,
+) -> Vec<Option<K>> {
+    let mut keys: Vec<Option<Option<K>>> = vec![None; graph.nodes.len()];
     for node in &graph.nodes {
         let Op::TiledMatVec {
             w,
@@ -830,20 +909,35 @@ pub(super) fn chunked_stacks(graph: &SwGraph, plan: &prepare::Plan) -> Vec<Optio
         let Some((spec, _, _)) = product_spec(&node.op, graph.native) else {
             continue;
         };
-        let this = match float_path(vector_format, matrix_format, &spec) {
-            FloatPath::Chunked(k, dtype) => Some((k, dtype)),
-            FloatPath::Bounded | FloatPath::Sliced => None,
-        };
-        let seen = &mut key[w.index()];
+        let this = key(float_path(vector_format, matrix_format, &spec), &spec);
+        let seen = &mut keys[w.index()];
         *seen = Some(match *seen {
             Some(before) if before != this => None,
             _ => this,
         });
     }
-    key.into_iter()
+    keys.into_iter().map(Option::flatten).collect()
+}
+
+/// The plan's stacks whose every product takes the chunked matmul with one chunk and dtype
+/// ([`float_path`]): that `(chunk, dtype)` by node.
+pub(super) fn chunked_stacks(graph: &SwGraph, plan: &prepare::Plan) -> Vec<Option<(usize, DType)>> {
+    let keys = stack_keys(graph, |path, _| match path {
+        FloatPath::Chunked(k, dtype) => Some((k, dtype)),
+        FloatPath::Bounded | FloatPath::Sliced => None,
+    });
+    keys.into_iter()
         .zip(&plan.stacks)
-        .map(|(k, s)| k.flatten().filter(|_| s.is_some()))
+        .map(|(k, s)| k.filter(|_| s.is_some()))
         .collect()
+}
+
+/// The stacks whose every product takes the bounded matmul in one layout: per tile column
+/// (`true`, the `-seq` modes) or whole rows, by node.
+pub(super) fn bounded_stacks(graph: &SwGraph) -> Vec<Option<bool>> {
+    stack_keys(graph, |path, spec| {
+        (path == FloatPath::Bounded).then(|| matmul::seq_format(spec.accumulation).is_some())
+    })
 }
 
 /// A vector `[b, cols*n]` as `[chunks, k, b]`.
@@ -908,6 +1002,62 @@ impl CustomOp1 for SumPartials {
 mod tests {
     use super::*;
     use nnp_grammar::Accumulation;
+
+    /// A 3 x 2 stack of 4 x 4 tiles (value `1000 i + 100 j + 10 r + c` at row r, lane c of
+    /// tile (i, j), a `-0` in tile (2, 1)) as the bounded matmul's matrices, by hand, and
+    /// given back bit for bit.
+    #[test]
+    fn bounded_weights_give_back_their_stack() {
+        let (rows, cols, n) = (3, 2, 4);
+        let value = |i: usize, j: usize, r: usize, c: usize| {
+            let v = (1000 * i + 100 * j + 10 * r + c) as f64;
+            if (i, j, r, c) == (2, 1, 0, 0) {
+                -0.0
+            } else {
+                v
+            }
+        };
+        let mut stack = Vec::new();
+        for i in 0..rows {
+            for j in 0..cols {
+                for r in 0..n {
+                    (0..n).for_each(|c| stack.push(value(i, j, r, c)));
+                }
+            }
+        }
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let t = Tensor::from_vec(stack.clone(), (1, rows * cols, n, n), &Device::Cpu).unwrap();
+        for per_tile in [false, true] {
+            let bw = BoundedWeights::new(&t, rows, cols, n, per_tile).unwrap();
+            let m = bw.w.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+            // Whole rows: element (i n + r, j n + c). Per tile column: (j, i n + r, c).
+            let want = |e: usize| match per_tile {
+                false => {
+                    let (row, lane) = (e / (cols * n), e % (cols * n));
+                    value(row / n, lane / n, row % n, lane % n)
+                }
+                true => {
+                    let (j, row, c) = (e / (rows * n * n), e / n % (rows * n), e % n);
+                    value(row / n, j, row % n, c)
+                }
+            };
+            let want: Vec<f64> = (0..m.len()).map(want).collect();
+            assert_eq!(bits(&m), bits(&want), "per tile: {per_tile}");
+            let back = bw
+                .stack()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f64>()
+                .unwrap();
+            assert_eq!(bits(&back), bits(&stack), "per tile: {per_tile}");
+            // Each matrix row's norm bound covers its values.
+            assert_eq!(
+                bw.norms.len(),
+                m.len() / if per_tile { n } else { cols * n }
+            );
+        }
+    }
 
     fn path(
         vector: &str,

@@ -3,7 +3,7 @@
 
 use super::executor::{Executor, Failure, Profile};
 use super::mfu::ActTable;
-use super::products::{BoundedWeights, chunked_stacks, product_spec};
+use super::products::{BoundedWeights, bounded_stacks, chunked_stacks, product_spec};
 use super::{
     DeviceKind, ExecError, ExecOptions, Execution, PathCounts, WrittenValue, finite, fused, gpu,
     intdot, prepare, quant, rounded, short,
@@ -34,10 +34,20 @@ pub(super) struct Caches {
     pub(super) int_sliced: HashMap<ValueId, Option<Arc<intdot::SlicedWeights>>>,
     /// Those integers on the GPU.
     pub(super) gpu: HashMap<ValueId, Arc<gpu::GpuWeights>>,
-    /// Weight stacks kept as integers only (in `int`), by the shape of their f64 tensor:
-    /// [`intdot::IntWeights::restore`] gives the tensor back where a product needs it.
-    pub(super) as_ints: HashMap<ValueId, Vec<usize>>,
+    /// Weight stacks kept in another form only, which gives their f64 tensor back where a
+    /// product needs it.
+    pub(super) kept: HashMap<ValueId, Kept>,
     pub(super) tables: HashMap<(UnOp, Option<String>, FloatFormat), ActTable>,
+}
+
+/// The form a weight stack is kept in alone, with the shape of its f64 tensor.
+#[derive(Clone, Debug)]
+pub(super) enum Kept {
+    /// As integers (in `Caches::int`; [`intdot::IntWeights::restore`]).
+    Ints(Vec<usize>),
+    /// As the bounded matmul's matrix, per tile column or not (in `Caches::bounded`;
+    /// `BoundedWeights::stack`).
+    Bounded(bool, Vec<usize>),
 }
 
 /// A graph prepared for repeated runs: everything that depends only on the weights (padding,
@@ -60,7 +70,9 @@ pub struct Session<'g> {
     consts: Vec<Option<Tensor>>,
     /// Kept constant values that only products read, as their matrix: `(rows, cols)` of
     /// those products. The session keeps them as integers only where it can restore them
-    /// (`Executor::keep_as_ints`): a quarter of the memory.
+    /// (`Executor::keep_as_ints`): a quarter of the memory; or, prepared in one pass, as the
+    /// bounded matmul's matrix alone where every product reads them so (`bounded`,
+    /// `Executor::prepare_bounded`).
     stacks: Vec<Option<(usize, usize)>>,
     /// The constant weight stacks that [`prepare`] computes in one pass from the host's
     /// weights (as integers where the kernel runs, else in their matmul's layout or as f64),
@@ -71,6 +83,9 @@ pub struct Session<'g> {
     /// with one chunk and dtype: those, which the session prepares straight into that
     /// matmul's layout and keeps in it alone.
     arranged: Vec<Option<(usize, DType)>>,
+    /// The stacks whose every product takes the bounded matmul in one layout (per tile
+    /// column or not): by node, that layout.
+    bounded: Vec<Option<bool>>,
     /// The format each value is already rounded to, where the graph shows one.
     rounded: Vec<Option<FloatFormat>>,
     /// `quantize` nodes that only products read, as their vector, in a BFP format the
@@ -145,6 +160,7 @@ impl<'g> Session<'g> {
         let product_only = weight_stacks(graph, &constant, &handed);
         let plan = prepare::plan(graph, &product_only, &handed);
         let arranged = chunked_stacks(graph, &plan);
+        let bounded = bounded_stacks(graph);
         let to_ints = quantized_vectors(graph, &constant, &keep, &handed);
         let through = concats_to_ints(graph, &constant, &to_ints, &handed);
         let mut last_use = vec![0usize; len];
@@ -182,6 +198,7 @@ impl<'g> Session<'g> {
             stacks,
             plan,
             arranged,
+            bounded,
             rounded: rounded::rounded_formats(&graph.nodes),
             to_ints,
             through,
@@ -529,18 +546,26 @@ impl<'g> Session<'g> {
             }
             if let Some(stack) = &self.plan.stacks[i] {
                 let arranged = self.arranged[i].filter(|_| !ints);
+                // Kept in the bounded matmul's matrix alone where only such products read it
+                // (after the integer form, which the kernel takes first where there is one).
+                let bounded = |ex: &mut Executor| match (self.stacks[i], self.bounded[i]) {
+                    (Some(_), Some(per_tile)) => ex.prepare_bounded(id, stack, per_tile),
+                    _ => Ok(false),
+                };
                 if let Some(key) = arranged {
                     ex.prepare_arranged(id, stack, key).map_err(exec_err)?;
+                    ex.paths.insert((Path::OnePass, i));
+                    finish(&mut ex, "prepare weights");
+                    continue;
+                } else if (ints && ex.prepare_ints(id, stack).map_err(exec_err)?)
+                    || bounded(&mut ex).map_err(exec_err)?
+                {
                     ex.paths.insert((Path::OnePass, i));
                     finish(&mut ex, "prepare weights");
                     continue;
                 } else if !ints {
                     prepared = Some(ex.prepare_f64(stack).map_err(exec_err)?);
                     ex.paths.insert((Path::OnePass, i));
-                } else if ex.prepare_ints(id, stack).map_err(exec_err)? {
-                    ex.paths.insert((Path::OnePass, i));
-                    finish(&mut ex, "prepare weights");
-                    continue;
                 } else {
                     // No integer form: the chains node by node, then the stack as usual.
                     ex.eval_chains(i, &stack.parts).map_err(exec_err)?;

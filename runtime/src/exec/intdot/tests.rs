@@ -1063,11 +1063,21 @@ fn sliced_products_equal_the_exact_reference_bit_for_bit() {
     // Lane 1 of a run is 9 * 2^base: 257 * 2^base (9 bits) is refused, 129 * 2^base (8)
     // taken, neither moving the run's span.
     assert!(sw.matvec(&spec, &nine_x(&x), b, simd()).is_none());
+    // `refuses` says so from the runs alone, in any order of them (the last run first
+    // here), and refuses nothing that slices: too many passes are `new`'s to find.
     let mut nine = w.clone();
     nine[1] = w[1] / 9.0 * 257.0;
     assert!(SlicedWeights::new(&nine, &x, rows, cols, n).is_none());
+    let mut reordered = nine[n..].to_vec();
+    reordered.extend_from_slice(&nine[..n]);
+    assert!(SlicedWeights::refuses(&reordered, n));
     nine[1] = w[1] / 9.0 * 129.0;
     assert!(SlicedWeights::new(&nine, &x, rows, cols, n).is_some());
+    assert!(!SlicedWeights::refuses(&nine, n));
+    let too_many = fp8_like(&mut s, rows * cols * n, n, 91);
+    assert!(!SlicedWeights::refuses(&too_many, n));
+    nine[n + 2] = f64::NAN;
+    assert!(SlicedWeights::refuses(&nine, n));
     // A first vector the slices cannot take splits the weights for the narrowest vectors
     // (13 bits take one slice of 13), and takes the float path itself.
     let w = fp8_like(&mut s, rows * cols * n, n, 13);

@@ -387,7 +387,8 @@ fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
         let case = format!("float_matmul {float_matmul}, overflow {overflow}");
         assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{case}");
         let uc = stack_of(&session, "Uc").expect("Uc has a chain");
-        let as_ints = session.caches.as_ints.contains_key(&ValueId(uc as u32));
+        let kept = session.caches.kept.get(&ValueId(uc as u32));
+        let as_ints = matches!(kept, Some(Kept::Ints(_)));
         assert_eq!(
             as_ints,
             !overflow && !float_matmul,
@@ -406,7 +407,7 @@ fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
             "{case}: Uc kept as f64"
         );
         let expected = if float_matmul { 0 } else { stacks - fallbacks };
-        assert_eq!(session.caches.as_ints.len(), expected, "{case}");
+        assert_eq!(ints_kept(&session).len(), expected, "{case}");
         let kept_f64 = session.consts.iter().zip(&session.stacks);
         let kept_f64 = kept_f64.filter(|(c, s)| c.is_some() && s.is_some()).count();
         assert_eq!(kept_f64, fallbacks, "{case}: stacks kept as f64");
@@ -573,8 +574,8 @@ fn weights_kept_as_integers_are_restored_for_the_float_path() {
     );
     let stacks = session.stacks.iter().flatten().count();
     assert!(stacks > 0, "the sample's weights are read by products only");
-    assert_eq!(session.caches.as_ints.len(), stacks);
-    for &w in session.caches.as_ints.keys() {
+    assert_eq!(ints_kept(&session).len(), stacks);
+    for w in ints_kept(&session) {
         assert!(session.consts[w.index()].is_none(), "{w} kept as f64 too");
     }
     // Infinities and a NaN in the inputs: their vectors take the float path.
@@ -669,10 +670,19 @@ fn fp8_and_mx_products_on_integer_slices_give_the_emulators_bits() {
     }
 }
 
+/// The stacks a session keeps as integers alone.
+fn ints_kept(session: &Session) -> Vec<ValueId> {
+    let kept = session.caches.kept.iter();
+    kept.filter(|(_, k)| matches!(k, Kept::Ints(_)))
+        .map(|(w, _)| *w)
+        .collect()
+}
+
 /// On fp32 MVM inputs (`samples/targets/fp32.toml`, and the same with `fp32-seq`
 /// accumulation) every product of the LSTM sample takes the float path's bounded matmul, in a
 /// first run and warm ones (which reuse the products of constants), with the emulator's bits;
 /// with a NaN input too (its sums are summed exactly where the bound cannot decide them).
+/// Every weight stack is kept as the bounded matmul's matrix alone.
 #[test]
 fn products_on_the_bounded_matmul_give_the_emulators_bits() {
     let fp32 = include_str!("../../../../samples/targets/fp32.toml");
@@ -693,6 +703,18 @@ fn products_on_the_bounded_matmul_give_the_emulators_bits() {
             assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{name} seed {seed}");
             assert_eq!(out.paths.int_products, 0, "{name}");
             counts.push(out.paths.bounded_products);
+            // Every weight stack kept as the bounded matmul's matrix alone, in the layout of
+            // its accumulation, and made straight from the host's weights.
+            let stacks = session.stacks.iter().flatten().count();
+            let per_tile = name.contains("seq");
+            let bounded = session.caches.kept.iter().filter(|(w, k)| {
+                matches!(k, Kept::Bounded(t, _) if *t == per_tile)
+                    && session.consts[w.index()].is_none()
+            });
+            assert_eq!((bounded.count(), stacks > 0), (stacks, true), "{name}");
+            if seed == 1 {
+                assert_eq!(out.paths.one_pass_stacks, stacks, "{name}");
+            }
         }
         let (all, warm) = (products(&g), counts[1]);
         assert_eq!(counts, [all, warm, warm], "{name}");
