@@ -21,7 +21,8 @@ pub enum Outcome {
     /// (`nonfinite = "error"`), with this error: every run of the graph (first and warm, traced
     /// and not) said what the emulator said.
     SameError(String),
-    /// The target or the program was rejected (a generator bug when it came from [`generate`]).
+    /// The target or the program was rejected (a generator bug when it came from
+    /// [`generate`](super::generate)).
     Invalid(String),
     /// The emulator failed (error or panic) on a valid program.
     EmulatorError(String),

@@ -628,7 +628,7 @@ impl IntVector {
     /// The vector `quantize_runs` makes of `x` in `fmt` (BFP in blocks of `n` lanes), straight
     /// from `x` (item `bi` at `x[bi * stride..][..cols * n]`): the same integers and units as
     /// `new` of that vector, in one pass over `x` and none over the quantized values; `None`
-    /// where `new` of it would be (a non-finite block), or could differ ([`mantissa_unit`]).
+    /// where `new` of it would be (a non-finite block), or could differ (`mantissa_unit`).
     pub fn quantized(
         x: &[f64],
         stride: usize,
@@ -917,7 +917,7 @@ impl SlicedWeights {
 
     /// The stack `[rows * cols, n, n]` row-major, sliced for products with vectors like `x`
     /// (`[b, cols * n]`); `None` for a non-finite weight, a weight of more than
-    /// [`MAX_VALUE_BITS`], or when every split takes more than [`MAX_PASSES`] passes.
+    /// `MAX_VALUE_BITS`, or when every split takes more than `MAX_PASSES` passes.
     ///
     /// The weights' width is the one with the least work for such vectors: the row blocks
     /// each weight slice holds a nonzero integer in (the kernel skips the others), times the
@@ -979,7 +979,7 @@ impl SlicedWeights {
     /// `y = W x` for `x` `[b, cols * n]`, as [`matvec`] computes it with `spec` (that of the
     /// unsliced product; exact accumulation only, since the `-seq` modes round each tile's
     /// partial, which the slices split), or `None` when `x` has a value of more than
-    /// [`MAX_VALUE_BITS`], needs more slices than [`MAX_PASSES`] allows, or the product does
+    /// `MAX_VALUE_BITS`, needs more slices than `MAX_PASSES` allows, or the product does
     /// not [`fits`].
     pub fn matvec(&self, spec: &MatVec, x: &[f64], b: usize, simd: bool) -> Option<Vec<f64>> {
         let (n, cols) = (self.w.n, self.w.cols / self.slices);
@@ -1294,7 +1294,7 @@ fn int_sums(
 }
 
 /// Whether every output of `w x` is such a plain sum (for the whole batch), so that a kernel
-/// that adds the scaled partials in an order of its own ([`super::gpu`]) gets the same sums,
+/// that adds the scaled partials in an order of its own (`gpu`) gets the same sums,
 /// which [`round_sums`] then rounds as [`matvec`] does.
 pub fn sums_exact_in_any_order(spec: &MatVec, w: &IntWeights, x: &IntVector) -> bool {
     (0..w.rows).all(|i| plain_sums(spec, w, x, i, 0, x.b))

@@ -9,7 +9,7 @@
 //! has no exact accumulation).
 //!
 //! With the `cuda` feature and [`DeviceKind::Cuda`] the integer products run on the GPU
-//! ([`gpu`]); the rest of the graph stays on the host.
+//! (`gpu`); the rest of the graph stays on the host.
 //!
 //! A run, file by file: [`Session::new`] (`session.rs`) decides what each node's value is for
 //! and the evaluation order; [`Session::run`] takes the batch in chunks (and shards), each one
@@ -47,7 +47,7 @@ use std::collections::HashMap;
 pub enum DeviceKind {
     #[default]
     Cpu,
-    /// The integer products on the first CUDA device ([`gpu`], needs the `cuda` feature);
+    /// The integer products on the first CUDA device (`gpu`, needs the `cuda` feature);
     /// every other op on the host.
     Cuda,
 }
@@ -61,7 +61,7 @@ pub struct ExecOptions {
     /// Take the float BLAS path for every product even where the integer kernel ([`intdot`])
     /// applies (for comparisons and tests: the results are the same bits).
     pub float_matmul: bool,
-    /// Evaluate in the products-first order ([`fused::schedule`]), which a session on a GPU
+    /// Evaluate in the products-first order (`fused::schedule`), which a session on a GPU
     /// always uses; on the CPU for tests (the results are the same bits).
     pub products_first: bool,
     /// Shards of a warm run on the CPU ([`Session::run`]): `None` chooses (one per thread for
@@ -130,7 +130,7 @@ pub struct PathCounts {
     /// nodes that only products read: [`intdot::IntVector::quantized`]).
     pub quantized_to_ints: usize,
     /// Of those, the vectors assembled from their concat's parts, tile by tile, without the
-    /// concat ([`Session::through`]).
+    /// concat (`Session::through`).
     pub concats_skipped: usize,
 }
 

@@ -3,7 +3,7 @@
 //! Fast paths (bit tricks on f64, branch-light loops) for the common cases: BFP with a
 //! deterministic rounding mode and an exponent range that fits f64 scaling, MX likewise, and
 //! nearest-even, nearest-away and toward-zero rounding to an IEEE-style float format
-//! ([`FastRound`], [`DirectedRound`]). Everything else calls the scalar reference of
+//! (`FastRound`, `DirectedRound`). Everything else calls the scalar reference of
 //! `nnp_numerics` (per run for [`Format::quantize`], per element for [`FloatFormat::round`]).
 //! The fast paths are tested bit-equal against the reference on adversarial data.
 
@@ -655,7 +655,7 @@ pub struct BfpInts(FastBfp);
 
 impl BfpInts {
     /// `fmt` at native dimension `n`, when it is BFP with blocks of `n` lanes, a rounding
-    /// [`FastBfp`] computes, and mantissas of magnitude below `limit`.
+    /// `FastBfp` computes, and mantissas of magnitude below `limit`.
     pub fn new(fmt: &Format, n: usize, limit: i32) -> Option<BfpInts> {
         let Format::Bfp(b) = fmt else { return None };
         let f = FastBfp::new(b, n)?;

@@ -225,7 +225,7 @@ impl<'g> Session<'g> {
     /// Run the graph on `data` (`data.batch` input sets), in chunks of items one after the
     /// other ([`Session::chunks`]), with the outputs of the whole batch in the execution. A
     /// warm chunk of a graph with small weights goes in shards of items, one per thread
-    /// ([`Session::run_shards`]).
+    /// (`Session::run_shards`).
     pub fn run(&mut self, data: &HostData) -> Result<Execution, ExecError> {
         let mut outputs = Outputs::new();
         let run = self.run_each(data, |_, part| {
@@ -292,7 +292,7 @@ impl<'g> Session<'g> {
 
     /// The chunks a run at batch `b` takes: consecutive ranges of nearly equal size, none
     /// over `chunk_items`, or by default over what [`CHUNK_BYTES`] of the values a run holds
-    /// at once ([`Session::item_bytes`]) allow, or [`MIN_CHUNK_ITEMS`] if that is more. Every
+    /// at once (`Session::item_bytes`) allow, or [`MIN_CHUNK_ITEMS`] if that is more. Every
     /// op computes each item alone, so the bits are those of one pass over the batch. At
     /// least one range, whatever `b`.
     pub fn chunks(&self, b: usize) -> Vec<Range<usize>> {
