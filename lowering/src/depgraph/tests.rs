@@ -108,28 +108,28 @@ fn dense_chain_pipeline_and_raw() {
     assert!(g.independent_pairs().is_empty());
 }
 
+/// N = 4, every vector 1 tile. Chain 0 (2 iterations) pops x_t into ivrf[t]; chain 1 copies
+/// ivrf[0] to asvrf0[5]; chain 2 overwrites ivrf[0] (which chain 1 read: WAR) with ivrf[1];
+/// chain 3 copies the new ivrf[0] to asvrf0[5] again (nothing read asvrf0[5] in between: WAW).
+const WAR_WAW: &str = "input x : [2, 4]\n\
+    output y : [4] at asvrf0[5]\n\
+    s_wr iterations, 2\n\
+    v_rd netq\n\
+    v_wr_inc ivrf[0], 1\n\
+    end_chain\n\
+    v_rd ivrf[0]\n\
+    v_wr asvrf0[5]\n\
+    end_chain\n\
+    v_rd ivrf[1]\n\
+    v_wr ivrf[0]\n\
+    end_chain\n\
+    v_rd ivrf[0]\n\
+    v_wr asvrf0[5]\n\
+    end_chain\n";
+
 #[test]
 fn war_waw_and_iterations() {
-    // N = 4, every vector 1 tile. Chain 0 (2 iterations) pops x_t into ivrf[t]; chain 1 copies
-    // ivrf[0] to asvrf0[5]; chain 2 overwrites ivrf[0] (which chain 1 read: WAR) with ivrf[1];
-    // chain 3 copies the new ivrf[0] to asvrf0[5] again (nothing read asvrf0[5] in between: WAW).
-    let (_, g) = build(
-        "input x : [2, 4]\n\
-         output y : [4] at asvrf0[5]\n\
-         s_wr iterations, 2\n\
-         v_rd netq\n\
-         v_wr_inc ivrf[0], 1\n\
-         end_chain\n\
-         v_rd ivrf[0]\n\
-         v_wr asvrf0[5]\n\
-         end_chain\n\
-         v_rd ivrf[1]\n\
-         v_wr ivrf[0]\n\
-         end_chain\n\
-         v_rd ivrf[0]\n\
-         v_wr asvrf0[5]\n\
-         end_chain\n",
-    );
+    let (_, g) = build(WAR_WAW);
     // Nodes: chain 0 it 0: 0 v_rd netq, 1 v_wr ivrf[0]; it 1: 2 v_rd netq, 3 v_wr ivrf[1];
     // chain 1: 4 v_rd ivrf[0], 5 v_wr asvrf0[5]; chain 2: 6 v_rd ivrf[1], 7 v_wr ivrf[0];
     // chain 3: 8 v_rd ivrf[0], 9 v_wr asvrf0[5].
@@ -292,24 +292,7 @@ fn same_iteration_write_of_read_register_has_no_self_edge() {
 
 #[test]
 fn dot_and_json_exports() {
-    // The program of `war_waw_and_iterations`.
-    let (p, g) = build(
-        "input x : [2, 4]\n\
-         output y : [4] at asvrf0[5]\n\
-         s_wr iterations, 2\n\
-         v_rd netq\n\
-         v_wr_inc ivrf[0], 1\n\
-         end_chain\n\
-         v_rd ivrf[0]\n\
-         v_wr asvrf0[5]\n\
-         end_chain\n\
-         v_rd ivrf[1]\n\
-         v_wr ivrf[0]\n\
-         end_chain\n\
-         v_rd ivrf[0]\n\
-         v_wr asvrf0[5]\n\
-         end_chain\n",
-    );
+    let (p, g) = build(WAR_WAW);
     let dot = g.to_dot(&p);
     // One cluster per chain; chain 0 (iterated) nests one cluster per iteration.
     for c in 0..4 {
