@@ -439,6 +439,31 @@ fn bench_shards_are_reported_and_zero_is_refused() {
     assert!(stderr(&o).contains("--shards"), "{}", stderr(&o));
 }
 
+/// A batch too large for memory: `nnpc bench`, which holds the batch whole, refuses it (2)
+/// before allocating, naming the bytes and `nnpc run`; before, the allocation aborted the
+/// process. `usize::MAX` items overflow the byte count itself.
+#[test]
+fn bench_refuses_a_batch_larger_than_memory() {
+    for batch in ["100000000000000", "18446744073709551615"] {
+        let o = nnpc(&[
+            "bench",
+            "samples/mlp2_relu.nnp",
+            "--batch",
+            batch,
+            "--reps",
+            "1",
+        ]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("holds in memory whole"), "{err}");
+        assert!(err.contains("nnpc run --batch"), "{err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("memory allocation"),
+            "{err}"
+        );
+    }
+}
+
 /// A count of 0 (`--batch`, `--reps`, `--emu-batch`, `--native`, `--chunk-items`) is a usage
 /// error (2) naming the flag, before any work: before, `--batch 0` ran one item,
 /// `--emu-batch 0` timed one emulated item against the whole batch (an inflated ratio) and

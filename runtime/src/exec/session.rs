@@ -255,7 +255,7 @@ impl<'g> Session<'g> {
                 eprintln!(
                     "profile: {} chunk(s) of at most {} items ({} bytes per item at most)",
                     chunks.len(),
-                    chunks.iter().map(Range::len).max().unwrap_or(0),
+                    data.batch.div_ceil(chunks.len()),
                     self.item_bytes
                 );
             }
@@ -295,16 +295,20 @@ impl<'g> Session<'g> {
     /// at once (`Session::item_bytes`) allow, or [`MIN_CHUNK_ITEMS`] if that is more. Every
     /// op computes each item alone, so the bits are those of one pass over the batch. At
     /// least one range, whatever `b`.
-    pub fn chunks(&self, b: usize) -> Vec<Range<usize>> {
+    /// Made as they are taken, so any batch that fits `usize` has them.
+    pub fn chunks(
+        &self,
+        b: usize,
+    ) -> impl ExactSizeIterator<Item = Range<usize>> + DoubleEndedIterator + Clone + use<> {
         let most = self
             .opts
             .chunk_items
             .unwrap_or_else(|| (CHUNK_BYTES / self.item_bytes.max(1)).max(MIN_CHUNK_ITEMS))
             .max(1);
         let count = b.div_ceil(most).max(1);
-        (0..count)
-            .map(|k| k * b / count..(k + 1) * b / count)
-            .collect()
+        // In u128: `k * b` passes usize where b does 2^32 items.
+        let at = move |k: usize| (k as u128 * b as u128 / count as u128) as usize;
+        (0..count).map(move |k| at(k)..at(k + 1))
     }
 
     /// The shards a run takes of the items `items` ([`Session::run_shards`]): a warm run on

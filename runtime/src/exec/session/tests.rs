@@ -157,20 +157,23 @@ fn chunks_by_hand() {
         Session::new(&g, &opts).expect("session")
     };
     let s = session(Some(5));
-    assert_eq!(s.chunks(13), vec![0..4, 4..8, 8..13]);
-    assert_eq!(s.chunks(5), vec![0..5]);
-    assert_eq!(s.chunks(1), vec![0..1]);
+    assert_eq!(s.chunks(13).collect::<Vec<_>>(), vec![0..4, 4..8, 8..13]);
+    assert_eq!(s.chunks(5).collect::<Vec<_>>(), vec![0..5]);
+    assert_eq!(s.chunks(1).collect::<Vec<_>>(), vec![0..1]);
     let mut warm = session(Some(5));
     warm.run(&data).expect("first run");
-    assert_eq!(warm.chunks(11), vec![0..3, 3..7, 7..11]);
-    assert_eq!(session(Some(1)).chunks(3), vec![0..1, 1..2, 2..3]);
+    assert_eq!(warm.chunks(11).collect::<Vec<_>>(), vec![0..3, 3..7, 7..11]);
+    assert_eq!(
+        session(Some(1)).chunks(3).collect::<Vec<_>>(),
+        vec![0..1, 1..2, 2..3]
+    );
     // By default: the README's LSTM holds at most a few tens of KiB per item (2 tiles of
     // h and c, 4 gates of 2 tiles, at f64), so a batch of 256 is one chunk, and a million
     // items go in chunks of at most CHUNK_BYTES.
     let d = session(None);
     assert!((1_000..100_000).contains(&d.item_bytes), "{}", d.item_bytes);
-    assert_eq!(d.chunks(256), vec![0..256]);
-    let big = d.chunks(1_000_000);
+    assert_eq!(d.chunks(256).collect::<Vec<_>>(), vec![0..256]);
+    let big = d.chunks(1_000_000).collect::<Vec<_>>();
     assert!(big.len() > 1);
     assert_eq!((big[0].start, big[big.len() - 1].end), (0, 1_000_000));
     assert!(big.windows(2).all(|p| p[0].end == p[1].start));
@@ -179,12 +182,24 @@ fn chunks_by_hand() {
         "{:?}",
         &big[..2]
     );
+    // Any batch that fits usize has its chunks, made as they are taken (`k * b` in u128).
+    let huge = d.chunks(usize::MAX);
+    let (first, last) = (huge.clone().next(), huge.clone().next_back());
+    let (first, last) = (first.expect("a chunk"), last.expect("a chunk"));
+    assert_eq!(
+        (first.start, last.end, huge.len() > 1),
+        (0, usize::MAX, true)
+    );
+    assert!(first.len().max(last.len()) * d.item_bytes <= CHUNK_BYTES);
     // A graph of large values per item still takes chunks of up to 256 items.
     let mut fat = session(None);
     fat.item_bytes = CHUNK_BYTES;
-    assert_eq!(fat.chunks(600), vec![0..200, 200..400, 400..600]);
-    assert_eq!(fat.chunks(512), vec![0..256, 256..512]);
-    assert_eq!(fat.chunks(100), vec![0..100]);
+    assert_eq!(
+        fat.chunks(600).collect::<Vec<_>>(),
+        vec![0..200, 200..400, 400..600]
+    );
+    assert_eq!(fat.chunks(512).collect::<Vec<_>>(), vec![0..256, 256..512]);
+    assert_eq!(fat.chunks(100).collect::<Vec<_>>(), vec![0..100]);
 }
 
 /// `run_each` hands every chunk's outputs to its sink in order, with the chunk's items,
