@@ -439,24 +439,59 @@ fn bench_shards_are_reported_and_zero_is_refused() {
     assert!(stderr(&o).contains("--shards"), "{}", stderr(&o));
 }
 
-/// A batch too large for memory: `nnpc bench`, which holds the batch whole, refuses it (2)
-/// before allocating, naming the bytes and `nnpc run`; before, the allocation aborted the
-/// process. `usize::MAX` items overflow the byte count itself.
+/// Input sets that cannot fit in memory at once are refused (2) before anything is
+/// allocated, with the bytes and the fix: `nnpc bench`'s whole batch (`usize::MAX` items
+/// overflow the byte count itself), and a `--chunk-items` of `nnpc run` or `nnpc emulate`
+/// as large as its batch. Before, the allocation aborted the process.
 #[test]
-fn bench_refuses_a_batch_larger_than_memory() {
-    for batch in ["100000000000000", "18446744073709551615"] {
-        let o = nnpc(&[
-            "bench",
-            "samples/mlp2_relu.nnp",
-            "--batch",
-            batch,
-            "--reps",
-            "1",
-        ]);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{err}");
-        assert!(err.contains("holds in memory whole"), "{err}");
-        assert!(err.contains("nnpc run --batch"), "{err}");
+fn input_sets_larger_than_memory_are_refused() {
+    let huge = "100000000000000";
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["bench", "samples/mlp2_relu.nnp", "--batch", huge],
+            "nnpc run --batch",
+        ),
+        (
+            &[
+                "bench",
+                "samples/mlp2_relu.nnp",
+                "--batch",
+                "18446744073709551615",
+            ],
+            "nnpc run --batch",
+        ),
+        (
+            &[
+                "run",
+                "samples/mlp2_relu.nnp",
+                "--batch",
+                huge,
+                "--chunk-items",
+                huge,
+            ],
+            "a smaller `--chunk-items`",
+        ),
+        (
+            &[
+                "emulate",
+                "samples/mlp2_relu.nnp",
+                "--batch",
+                huge,
+                "--chunk-items",
+                huge,
+            ],
+            "a smaller `--chunk-items`",
+        ),
+    ];
+    for (args, fix) in cases {
+        let o = nnpc(args);
+        // The report's lines joined (miette wraps them, and draws a bar in front).
+        let words = stderr(&o);
+        let words: Vec<&str> = words.split_whitespace().filter(|w| *w != "│").collect();
+        let err = words.join(" ");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("GiB of memory available"), "{err}");
+        assert!(err.contains(fix), "{args:?}: {err}");
         assert!(
             !err.contains("panicked") && !err.contains("memory allocation"),
             "{err}"

@@ -1,6 +1,6 @@
 //! `nnpc bench`: throughput of the software graph measured against its baselines, in one run.
 
-use super::host_args::input_rows;
+use super::host_args::{fits_in_memory, input_rows, io_bytes_per_item};
 use super::run::DeviceArg;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nnp_grammar::Program;
@@ -160,7 +160,13 @@ fn measure(
     // 1. The software graph: first run (what `nnpc run` does, weights prepared on the way),
     //    then warm runs of the same session.
     progress.phase("software graph: first run");
-    batch_fits(program, batch)?;
+    // The batch is held whole: refused before anything is allocated where it cannot be.
+    let fix = format!(
+        "`nnpc bench` holds the whole batch: bench a smaller one (vectors per second do not \
+         grow past a few thousand items), or run it with `nnpc run --batch {batch}`, which \
+         goes in chunks of bounded memory"
+    );
+    fits_in_memory(batch, io_bytes_per_item(program), fix).map_err(super::fail)?;
     let data = HostData::random(program, batch, args.seed);
     let opts = ExecOptions {
         float_matmul: args.float_matmul,
@@ -370,45 +376,6 @@ fn same_bits(sw: &Outputs, emu: &Outputs, items: usize) -> bool {
 }
 
 /// Peak resident set size of this process (VmHWM, KiB), where /proc has it.
-/// `nnpc bench` holds the batch's inputs (f32) and outputs (f64) whole: a batch whose inputs
-/// and outputs alone are more than the memory available is refused before anything is
-/// allocated (the rest of what a run holds only adds to that).
-fn batch_fits(program: &Program, batch: usize) -> miette::Result<()> {
-    let elements = |decls: &mut dyn Iterator<Item = &nnp_grammar::Decl>| -> usize {
-        decls.map(|d| d.shape.iter().product::<usize>()).sum()
-    };
-    let per_item = 4 * elements(&mut program.inputs()) + 8 * elements(&mut program.outputs());
-    let need = per_item.checked_mul(batch);
-    let available = mem_available_bytes();
-    match (need, available) {
-        (Some(need), Some(have)) if need as u64 > have => {}
-        (Some(_), _) => return Ok(()),
-        (None, _) => {}
-    }
-    let need = need.map_or("more than 16 EiB".into(), |b| {
-        format!("{:.1} GiB", gib(b as u64))
-    });
-    let have = available.map_or(String::new(), |b| format!(" ({:.1} GiB available)", gib(b)));
-    Err(super::fail(format!(
-        "`--batch {batch}` needs {need} for the batch's inputs and outputs, which `nnpc bench` \
-         holds in memory whole: more than this machine has{have}; help: bench a smaller batch \
-         (vectors per second do not grow past a few thousand items), or run the whole batch \
-         with `nnpc run --batch {batch}`, which goes in chunks of bounded memory"
-    )))
-}
-
-fn gib(bytes: u64) -> f64 {
-    bytes as f64 / f64::from(1u32 << 30)
-}
-
-/// `MemAvailable` of `/proc/meminfo`, in bytes (Linux).
-fn mem_available_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
 fn vm_hwm_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;

@@ -1,6 +1,8 @@
 //! `nnpc emulate`: run firmware on the instruction-level hardware model.
 
-use super::host_args::{ChunkError, DataArgs, OutputArgs, RunSummary, interrupted};
+use super::host_args::{
+    ChunkError, DataArgs, OutputArgs, RunSummary, fits_in_memory, interrupted, io_bytes_per_item,
+};
 use nnp_grammar::SourceFile;
 use nnp_runtime::emulator::{self, EmuError, EmuOptions, PROGRESS_CHUNK};
 use nnp_runtime::host::HostData;
@@ -93,6 +95,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Some(_) => TRACED_PIECE_ITEMS,
         None => PIECE_ITEMS,
     });
+    let fix = match args.chunk_items {
+        Some(_) => "a smaller `--chunk-items`, or none (pieces of bounded memory)",
+        None => "the program's inputs and outputs per input set are too large for this machine",
+    };
+    let per_item = io_bytes_per_item(&program);
+    fits_in_memory(piece.min(batch), per_item, fix.into()).map_err(super::fail)?;
     for first in (0..batch).step_by(piece) {
         let items = first..(first + piece).min(batch);
         if interrupted() {

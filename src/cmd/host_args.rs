@@ -97,6 +97,17 @@ pub enum ChunkError {
          there is left as it was)"
     )]
     Interrupted { done: usize, batch: usize },
+    #[error(
+        "{items} input sets at once hold about {need:.1} GiB ({per_item} bytes each), more than \
+         the {available:.1} GiB of memory available; help: {fix}"
+    )]
+    TooLarge {
+        items: usize,
+        per_item: usize,
+        need: f64,
+        available: f64,
+        fix: String,
+    },
 }
 
 /// The trace records of a chunk's run made with `keep_writes`, numbered from the chunk's
@@ -150,6 +161,18 @@ impl ChunkArgs {
     /// it is done, with the chunk's items: the run never holds more than one chunk's inputs,
     /// values and outputs, whatever the batch. An error of either stops the run
     /// ([`run_failed`] says how it ends).
+    /// The session's largest chunk at `batch` fits the memory available (by the values a run
+    /// holds per item, `Session::item_bytes`), or the error that says so before any is
+    /// allocated.
+    fn chunk_fits(&self, session: &Session, batch: usize) -> Result<(), ChunkError> {
+        let items = batch.div_ceil(session.chunks(batch).len());
+        let fix = match self.chunk_items {
+            Some(_) => "a smaller `--chunk-items`, or none (chunks of bounded memory)",
+            None => "the graph's values per input set are too large for this machine",
+        };
+        fits_in_memory(items, session.item_bytes(), fix.into())
+    }
+
     pub fn execute_fed(
         &self,
         graph: &SwGraph,
@@ -163,6 +186,7 @@ impl ChunkArgs {
             ..opts
         };
         let mut session = Session::new(graph, &opts)?;
+        self.chunk_fits(&session, batch)?;
         let (bar, tick) = super::input_sets_bar("running", batch);
         if session.chunks(batch).len() > 1 {
             session.set_progress(Some(tick));
@@ -181,6 +205,33 @@ impl ChunkArgs {
         });
         bar.finish_and_clear();
         run
+    }
+}
+
+/// Bytes per input set of `program`'s inputs (f32) and outputs (f64): what any run of it
+/// holds per item, at least.
+pub fn io_bytes_per_item(program: &Program) -> usize {
+    let elements = |decls: &mut dyn Iterator<Item = &nnp_grammar::Decl>| -> usize {
+        decls.map(|d| d.shape.iter().product::<usize>()).sum()
+    };
+    4 * elements(&mut program.inputs()) + 8 * elements(&mut program.outputs())
+}
+
+/// `items` input sets of `per_item` bytes each fit the memory available (`MemAvailable`;
+/// no check where the system does not say), or the error, with `fix`, before any is
+/// allocated.
+pub fn fits_in_memory(items: usize, per_item: usize, fix: String) -> Result<(), ChunkError> {
+    let gib = |bytes: u128| bytes as f64 / f64::from(1u32 << 30);
+    let need = items as u128 * per_item as u128;
+    match nnp_runtime::host::mem_available_bytes() {
+        Some(have) if need > u128::from(have) => Err(ChunkError::TooLarge {
+            items,
+            per_item,
+            need: gib(need),
+            available: gib(u128::from(have)),
+            fix,
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -290,6 +290,11 @@ impl<'g> Session<'g> {
         })
     }
 
+    /// Bytes per batch item of the values a run holds at once, at most.
+    pub fn item_bytes(&self) -> usize {
+        self.item_bytes
+    }
+
     /// The chunks a run at batch `b` takes: consecutive ranges of nearly equal size, none
     /// over `chunk_items`, or by default over what [`CHUNK_BYTES`] of the values a run holds
     /// at once (`Session::item_bytes`) allow, or [`MIN_CHUNK_ITEMS`] if that is more. Every
