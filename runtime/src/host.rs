@@ -661,6 +661,15 @@ pub fn storage_bits(fmt: &FloatFormat, x: f32) -> u32 {
     }
 }
 
+/// `MemAvailable` of `/proc/meminfo` in bytes: what the system can hand out without swapping
+/// (Linux; `None` elsewhere).
+pub fn mem_available_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -729,13 +738,4 @@ mod tests {
         assert_eq!(storage_bits(&FloatFormat::ieee(5, 2), 1.75), 0x3F);
         assert_eq!(storage_bits(&FloatFormat::BF16, 1.0), 0x3F80);
     }
-}
-
-/// `MemAvailable` of `/proc/meminfo` in bytes: what the system can hand out without swapping
-/// (Linux; `None` elsewhere).
-pub fn mem_available_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
 }
