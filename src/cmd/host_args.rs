@@ -154,13 +154,6 @@ pub struct ChunkArgs {
 }
 
 impl ChunkArgs {
-    /// Run `graph` on `batch` items in a fresh session with these chunks, with a progress bar
-    /// on a terminal when the batch takes more than one chunk. `inputs` makes or reads each
-    /// chunk's inputs just before the chunk runs, with `weights`, and `sink` takes the
-    /// chunk's execution (its outputs, and its written values with `keep_writes`) as soon as
-    /// it is done, with the chunk's items: the run never holds more than one chunk's inputs,
-    /// values and outputs, whatever the batch. An error of either stops the run
-    /// ([`run_failed`] says how it ends).
     /// The session's largest chunk at `batch` fits the memory available (by the values a run
     /// holds per item, `Session::item_bytes`), or the error that says so before any is
     /// allocated.
@@ -173,6 +166,13 @@ impl ChunkArgs {
         fits_in_memory(items, session.item_bytes(), fix.into())
     }
 
+    /// Run `graph` on `batch` items in a fresh session with these chunks, with a progress bar
+    /// on a terminal when the batch takes more than one chunk. `inputs` makes or reads each
+    /// chunk's inputs just before the chunk runs, with `weights`, and `sink` takes the
+    /// chunk's execution (its outputs, and its written values with `keep_writes`) as soon as
+    /// it is done, with the chunk's items: the run never holds more than one chunk's inputs,
+    /// values and outputs, whatever the batch. An error of either stops the run
+    /// ([`run_failed`] says how it ends).
     pub fn execute_fed(
         &self,
         graph: &SwGraph,

@@ -409,8 +409,8 @@ impl<'a> Executor<'a> {
                 },
                 _ => None,
             },
-            // Not held: only the first run's look for an integer form asks for it, once per
-            // product, and its answer is kept.
+            // Not held: only the first run's look for exact slices asks for it (where
+            // `SlicedWeights::refuses` does not decide), once, and its answer is kept.
             Some(Kept::Bounded(per_tile, shape)) => {
                 match self.caches.bounded.get(&(w, *per_tile)) {
                     Some(bw) => {
@@ -1051,10 +1051,15 @@ mod tests {
                 .to_vec1::<f64>()
                 .unwrap();
             assert_eq!(bits(&back), bits(&stack), "per tile: {per_tile}");
-            // Each matrix row's norm bound covers its values.
+            // One norm bound per matrix row, each of its own row.
+            let row_len = if per_tile { n } else { cols * n };
+            let want: Vec<u64> = m
+                .chunks(row_len)
+                .map(|r| matmul::norm_bound(r).to_bits())
+                .collect();
             assert_eq!(
-                bw.norms.len(),
-                m.len() / if per_tile { n } else { cols * n }
+                bw.norms.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want
             );
         }
     }

@@ -297,10 +297,9 @@ impl<'g> Session<'g> {
 
     /// The chunks a run at batch `b` takes: consecutive ranges of nearly equal size, none
     /// over `chunk_items`, or by default over what [`CHUNK_BYTES`] of the values a run holds
-    /// at once (`Session::item_bytes`) allow, or [`MIN_CHUNK_ITEMS`] if that is more. Every
+    /// at once ([`Session::item_bytes`]) allow, or [`MIN_CHUNK_ITEMS`] if that is more. Every
     /// op computes each item alone, so the bits are those of one pass over the batch. At
-    /// least one range, whatever `b`.
-    /// Made as they are taken, so any batch that fits `usize` has them.
+    /// least one range, whatever `b`; made as they are taken, so any batch has them.
     pub fn chunks(
         &self,
         b: usize,
