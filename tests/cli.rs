@@ -442,7 +442,8 @@ fn bench_shards_are_reported_and_zero_is_refused() {
 /// Input sets that cannot fit in memory at once are refused (2) before anything is
 /// allocated, with the bytes and the fix: `nnpc bench`'s whole batch (`usize::MAX` items
 /// overflow the byte count itself), and a `--chunk-items` of `nnpc run` or `nnpc emulate`
-/// as large as its batch. Before, the allocation aborted the process.
+/// as large as its batch; output files of `usize::MAX` items. Before, the allocation aborted
+/// the process, or a byte count overflowed.
 #[test]
 fn input_sets_larger_than_memory_are_refused() {
     let huge = "100000000000000";
@@ -483,6 +484,17 @@ fn input_sets_larger_than_memory_are_refused() {
             "a smaller `--chunk-items`",
         ),
     ];
+    // Files for outputs of `usize::MAX` items: more bytes than a file holds.
+    let out = common::scratch("too_large").join("out.safetensors");
+    let out = common::arg(&out);
+    let max = "18446744073709551615";
+    for command in ["run", "emulate"] {
+        let o = nnpc(&[command, "samples/mlp2_relu.nnp", "--batch", max, "-o", out]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{command}: {err}");
+        assert!(err.contains("more bytes than a file can hold"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
     for (args, fix) in cases {
         let o = nnpc(args);
         // The report's lines joined (miette wraps them, and draws a bar in front).

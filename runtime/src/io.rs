@@ -64,6 +64,11 @@ pub enum IoError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "cannot write `{path}`: its tensors would take more bytes than a file can hold (2^64); \
+         help: a smaller batch"
+    )]
+    TooLarge { path: PathBuf },
     #[error("`{path}` is not a valid safetensors file: {message}")]
     Safetensors { path: PathBuf, message: String },
     #[error("`{path}` is not a valid .npy file: {message}")]
@@ -576,6 +581,18 @@ impl ItemWriter {
             files: Vec::new(),
             slots: BTreeMap::new(),
         };
+        // Every byte count below fits (with room for the headers), or none is made.
+        let total = shapes.values().try_fold(0usize, |sum, shape| {
+            let one = shape
+                .iter()
+                .try_fold(dtype.size(), |a, &d| a.checked_mul(d))?;
+            sum.checked_add(one)?.checked_add(1 << 20)
+        });
+        if total.is_none() {
+            return Err(IoError::TooLarge {
+                path: path.to_path_buf(),
+            });
+        }
         let bytes = |shape: &[usize]| shape.iter().product::<usize>() * dtype.size();
         if has_ext(path, "safetensors") {
             // Each tensor's values after the previous one's, in name order.

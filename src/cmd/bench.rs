@@ -154,12 +154,6 @@ fn measure(
     progress: &Progress,
 ) -> miette::Result<Value> {
     let (batch, reps) = (args.batch, args.reps);
-    let rows = input_rows(program);
-    let vectors = batch * rows;
-
-    // 1. The software graph: first run (what `nnpc run` does, weights prepared on the way),
-    //    then warm runs of the same session.
-    progress.phase("software graph: first run");
     // The batch is held whole: refused before anything is allocated where it cannot be.
     let fix = format!(
         "`nnpc bench` holds the whole batch: bench a smaller one (vectors per second do not \
@@ -167,6 +161,12 @@ fn measure(
          goes in chunks of bounded memory"
     );
     fits_in_memory(batch, io_bytes_per_item(program), fix).map_err(super::fail)?;
+    let rows = input_rows(program);
+    let vectors = batch.saturating_mul(rows);
+
+    // 1. The software graph: first run (what `nnpc run` does, weights prepared on the way),
+    //    then warm runs of the same session.
+    progress.phase("software graph: first run");
     let data = HostData::random(program, batch, args.seed);
     let opts = ExecOptions {
         float_matmul: args.float_matmul,
