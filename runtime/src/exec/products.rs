@@ -230,10 +230,15 @@ impl<'a> Executor<'a> {
             false => Tensor::from_vec(v, (rows * n, cols * n), &Device::Cpu)?,
             true => Tensor::from_vec(v, (cols, rows * n, n), &Device::Cpu)?,
         };
+        // Its runs are the stack's tile rows, in another order: where one holds a value no
+        // slicing takes, the first run's look for slices is answered here, with no stack
+        // made again.
+        if with_host(&m, |v| intdot::SlicedWeights::refuses(v, n))? {
+            self.caches.int_sliced.insert(w, None);
+        }
         let bw = BoundedWeights::of_matrix(m, (rows, cols, n, per_tile))?;
         self.caches.bounded.insert((w, per_tile), Arc::new(bw));
-        let shape = vec![1, rows * cols, n, n];
-        self.caches.kept.insert(w, Kept::Bounded(per_tile, shape));
+        self.caches.kept.insert(w, Kept::Bounded(per_tile));
         Ok(true)
     }
 
@@ -410,15 +415,11 @@ impl<'a> Executor<'a> {
                 _ => None,
             },
             // Not held: only the first run's look for exact slices asks for it (where
-            // `SlicedWeights::refuses` does not decide), once, and its answer is kept.
-            Some(Kept::Bounded(per_tile, shape)) => {
-                match self.caches.bounded.get(&(w, *per_tile)) {
-                    Some(bw) => {
-                        return Ok(bw.stack()?.reshape(shape.clone())?.to_device(&self.dev)?);
-                    }
-                    None => None,
-                }
-            }
+            // `SlicedWeights::refuses` did not answer it), once, and its answer is kept.
+            Some(Kept::Bounded(per_tile)) => match self.caches.bounded.get(&(w, *per_tile)) {
+                Some(bw) => return Ok(bw.stack()?.to_device(&self.dev)?),
+                None => None,
+            },
             None => None,
         };
         let Some(t) = restored else {
@@ -624,13 +625,6 @@ impl<'a> Executor<'a> {
             w,
             cacheable,
             |ex| {
-                // Its runs are the stack's tile rows: no stack to restore where one refuses.
-                if let Some(Kept::Bounded(per_tile, _)) = ex.caches.kept.get(&w)
-                    && let Some(bw) = ex.caches.bounded.get(&(w, *per_tile))
-                    && with_host(&bw.w, |v| intdot::SlicedWeights::refuses(v, n))?
-                {
-                    return Ok(None);
-                }
                 let wt = ex.weights(w)?;
                 let sw = with_host(&wt, |wv| {
                     with_host(&xt, |xv| intdot::SlicedWeights::new(wv, xv, rows, cols, n))

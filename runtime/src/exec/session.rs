@@ -40,14 +40,15 @@ pub(super) struct Caches {
     pub(super) tables: HashMap<(UnOp, Option<String>, FloatFormat), ActTable>,
 }
 
-/// The form a weight stack is kept in alone, with the shape of its f64 tensor.
+/// The form a weight stack is kept in alone.
 #[derive(Clone, Debug)]
 pub(super) enum Kept {
-    /// As integers (in `Caches::int`; [`intdot::IntWeights::restore`]).
+    /// As integers (in `Caches::int`; [`intdot::IntWeights::restore`]), with the shape of the
+    /// f64 tensor.
     Ints(Vec<usize>),
     /// As the bounded matmul's matrix, per tile column or not (in `Caches::bounded`;
-    /// `BoundedWeights::stack`).
-    Bounded(bool, Vec<usize>),
+    /// `BoundedWeights::stack`, which knows its grid).
+    Bounded(bool),
 }
 
 /// A graph prepared for repeated runs: everything that depends only on the weights (padding,

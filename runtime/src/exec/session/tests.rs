@@ -723,7 +723,7 @@ fn products_on_the_bounded_matmul_give_the_emulators_bits() {
             let stacks = session.stacks.iter().flatten().count();
             let per_tile = name.contains("seq");
             let bounded = session.caches.kept.iter().filter(|(w, k)| {
-                matches!(k, Kept::Bounded(t, _) if *t == per_tile)
+                matches!(k, Kept::Bounded(t) if *t == per_tile)
                     && session.consts[w.index()].is_none()
             });
             assert_eq!((bounded.count(), stacks > 0), (stacks, true), "{name}");
