@@ -509,6 +509,44 @@ fn uninitialised_operand_register() {
     expect(src, codes::UNINIT_READ, "asvrf0[1]", at(src, "asvrf0[b]"));
 }
 
+/// An output placed in memory is read back after the run: registers of it that no chain
+/// writes are an error at the declaration (the emulator and the graph refuse to read them).
+#[test]
+fn output_in_memory_partly_written() {
+    // y covers dram[0..4] (2 rows of 2 tiles); the chain writes 1 tile per row, dram[0] and
+    // dram[2]: dram[1] and dram[3] are never written.
+    let src = "input x : [2, 128]\noutput y : [2, 256] at dram[0]\ns_wr iterations, 2\n\
+               v_rd netq\nv_wr dram[0] + 2\nend_chain\n";
+    let d = expect(
+        src,
+        codes::UNINIT_READ,
+        "output `y` is read back from dram[1] after the run, but nothing writes it",
+        at(src, "y"),
+    );
+    let label = d.labels.first().map(|l| l.text.as_str());
+    assert_eq!(
+        label,
+        Some("2 of its 4 registers are never written, dram[1] to dram[3]")
+    );
+    assert!(d.help.as_deref().is_some_and(|h| h.contains("dram[0..4]")));
+    // One register short: named alone.
+    let src = "input x : [3, 128]\noutput y : [4, 128] at dram[0]\ns_wr iterations, 3\n\
+               v_rd netq\nv_wr dram[0] + 1\nend_chain\n";
+    let d = expect(src, codes::UNINIT_READ, "from dram[3]", at(src, "y"));
+    let label = d.labels.first().map(|l| l.text.as_str());
+    assert_eq!(label, Some("dram[3] is never written"));
+    // Written in full, or declared `= 0` (the host zeroes it): clean.
+    for src in [
+        "input x : [2, 128]\noutput y : [2, 128] at dram[0]\ns_wr iterations, 2\n\
+         v_rd netq\nv_wr dram[0] + 1\nend_chain\n",
+        "input x : [2, 128]\noutput y : [2, 256] at dram[0] = 0\ns_wr iterations, 2\n\
+         v_rd netq\nv_wr dram[0] + 2\nend_chain\n",
+    ] {
+        let all = diags(src);
+        assert!(all.iter().all(|d| !d.is_error()), "{all:#?}");
+    }
+}
+
 // ---- section 3: declarations, names, expressions ----
 
 #[test]

@@ -658,6 +658,7 @@ impl Checker {
         // data are unknown: saying more would only echo those errors.
         if !self.incomplete {
             self.netq_leftovers();
+            self.unwritten_outputs();
             self.unused_warnings();
         }
     }
@@ -713,6 +714,55 @@ impl Checker {
                     .help(help),
                 );
             }
+        }
+        for d in out {
+            self.emit(d);
+        }
+    }
+
+    /// Outputs placed in memory are read back by the host after the run: every register of
+    /// one must hold a value by then (the emulator and the software graph refuse to read one
+    /// that nothing wrote).
+    fn unwritten_outputs(&mut self) {
+        let mut out = Vec::new();
+        for &(space, start, end, i) in &self.decl_index {
+            let d = &self.decls[i];
+            let Some(place) = d.place.filter(|_| d.kind == DeclKind::Output) else {
+                continue;
+            };
+            let unwritten: Vec<u32> = (start..end)
+                .filter(|&r| self.regs.writer_at(space, r) == 0)
+                .collect();
+            let (Some(&first), Some(&last)) = (unwritten.first(), unwritten.last()) else {
+                continue;
+            };
+            let mem = place.mem;
+            let which = if unwritten.len() == 1 {
+                format!("{mem}[{first}] is never written")
+            } else {
+                format!(
+                    "{} of its {} registers are never written, {mem}[{first}] to {mem}[{last}]",
+                    unwritten.len(),
+                    end - start
+                )
+            };
+            out.push(
+                Diagnostic::error(
+                    codes::UNINIT_READ,
+                    format!(
+                        "output `{}` is read back from {mem}[{first}] after the run, but nothing \
+                         writes it",
+                        d.name
+                    ),
+                )
+                .label(self.decl_names[i], which)
+                .help(format!(
+                    "write all of {mem}[{start}..{end}] before the program ends (check the \
+                     `rows` and `iterations` of the chains that write `{}`), or shrink its \
+                     shape",
+                    d.name
+                )),
+            );
         }
         for d in out {
             self.emit(d);

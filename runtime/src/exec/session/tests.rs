@@ -204,7 +204,8 @@ fn chunks_by_hand() {
 
 /// `run_each` hands every chunk's outputs to its sink in order, with the chunk's items,
 /// and the pieces laid end to end are the outputs of one pass (and of `run`, cold and
-/// warm); a sink's error stops the run at that chunk.
+/// warm); a chunk run in shards comes in one piece; a sink's error stops the run at that
+/// chunk.
 #[test]
 fn run_each_hands_chunks_in_order() {
     let (program, g) = lstm_sample_on(None);
@@ -212,6 +213,7 @@ fn run_each_hands_chunks_in_order() {
     let one_pass = execute(&g, &data, &ExecOptions::default()).expect("one pass");
     let opts = ExecOptions {
         chunk_items: Some(5),
+        batch_shards: Some(2),
         ..ExecOptions::default()
     };
     let mut s = Session::new(&g, &opts).expect("session");
@@ -224,7 +226,9 @@ fn run_each_hands_chunks_in_order() {
             })
             .expect("run_each");
         assert!(run.outputs.is_empty());
-        assert_eq!(run.chunks, 3);
+        // A first run's first chunk computes the constants, whole; every later chunk goes
+        // in 2 shards.
+        assert_eq!((run.chunks, run.shards), (3, 2));
         let ranges: Vec<_> = pieces.iter().map(|(r, _)| r.clone()).collect();
         assert_eq!(ranges, vec![0..4, 4..8, 8..13]);
         for (name, whole) in &one_pass.outputs {

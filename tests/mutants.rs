@@ -1,0 +1,310 @@
+//! Mutated samples: the shipped samples edited the way firmware engineers edit them (a count,
+//! an address or a size changed; a line deleted, duplicated or moved; an instruction inserted
+//! or swapped for another), each on a target its header names. Every mutant that checks runs
+//! on both engines (`progen::run_differential`: the emulator's trace and outputs against the
+//! software graph's, bit for bit, first and warm runs, one mutant in four through the graph's
+//! JSON form) and must be concordant, stop at the same forbidden NaN, or be refused at run time
+//! by both engines alike; nothing may panic. The generator's programs (`tests/differential.rs`)
+//! are built from the grammar up; these start from real firmware and change one thing.
+//!
+//! CI runs `NNPC_MUTANTS` (default 1,500) mutants from seed `NNPC_MUTANTS_SEED` (default 0); a
+//! long run: `NNPC_MUTANTS=20000 cargo test --release -p nnpc --test mutants -- --nocapture`.
+
+use nnp_runtime::exec::{ExecOptions, Session};
+use nnp_runtime::host::HostData;
+use nnpc::grammar::{SourceFile, Target, check};
+use nnpc::progen::{DataConfig, Outcome, Rng, host_data, minimize_failure, run_differential};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Input sets per mutant.
+const BATCH: usize = 3;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn samples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("samples")
+}
+
+/// Every sample (name, text) with the TOML of each target its header names.
+fn samples() -> Vec<(String, String, Vec<String>)> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(samples_dir())
+        .expect("samples/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "nnp"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).expect("sample reads");
+            let targets: Vec<String> = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("// nnpc: targets ="))
+                .map(|rest| rest.split(',').map(|s| target_toml(s.trim())).collect())
+                .unwrap_or_default();
+            let name = p
+                .file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+            assert!(!targets.is_empty(), "{name} names no target");
+            (name, text, targets)
+        })
+        .collect()
+}
+
+/// The TOML of a target named in a sample's header.
+fn target_toml(name: &str) -> String {
+    if name == "bw-default" {
+        return "name = \"bw-default\"\n".into();
+    }
+    let path = samples_dir().join("targets").join(format!("{name}.toml"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Instructions an edit may insert: each valid somewhere in a chain.
+const INSERTS: &[&str] = &[
+    "v_relu",
+    "v_sigm",
+    "v_tanh",
+    "v_exp",
+    "v_pass",
+    "vv_add asvrf0[0]",
+    "vv_mul mulvrf0[0]",
+    "vv_max asvrf0[0]",
+    "vv_a_sub_b asvrf0[0]",
+    "v_rd ivrf[0]",
+    "v_rd dram[0]",
+    "v_rd netq",
+    "v_wr ivrf[0]",
+    "v_wr dram[0]",
+    "v_wr netq",
+    "mv_mul mrf[0]",
+    "end_chain",
+    "s_wr iterations, 2",
+    "s_wr rows, 2",
+    "s_wr cols, 2",
+    "s_wr rows, 1",
+];
+
+/// Element-wise instructions an edit may swap for one another (same operand shape).
+const SWAPS: &[&[&str]] = &[
+    &["v_relu", "v_sigm", "v_tanh", "v_exp", "v_pass", "v_softmax"],
+    &["vv_add", "vv_mul", "vv_max", "vv_a_sub_b", "vv_b_sub_a"],
+];
+
+/// One to three edits of `text`.
+fn mutate(text: &str, rng: &mut Rng) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    for _ in 0..rng.range(1, 3) {
+        if lines.is_empty() {
+            break;
+        }
+        let i = rng.below(lines.len() as u64) as usize;
+        match rng.below(6) {
+            0 => {
+                // A number in the line: 0, 1, 2, 3, 7, 16, 128, one more or less, double or half.
+                let line = &lines[i];
+                let spans = digit_runs(line);
+                if spans.is_empty() {
+                    continue;
+                }
+                let (a, b) = *rng.pick(&spans);
+                let v: u64 = line[a..b].parse().unwrap_or(0);
+                let new = *rng.pick(&[
+                    0,
+                    1,
+                    2,
+                    3,
+                    7,
+                    16,
+                    128,
+                    v + 1,
+                    v.saturating_sub(1),
+                    v * 2,
+                    v / 2,
+                ]);
+                lines[i] = format!("{}{new}{}", &line[..a], &line[b..]);
+            }
+            1 => {
+                lines.remove(i);
+            }
+            2 => {
+                let j = rng.below(lines.len() as u64) as usize;
+                lines.insert(i, lines[j].clone());
+            }
+            3 => {
+                let j = rng.below(lines.len() as u64) as usize;
+                lines.swap(i, j);
+            }
+            4 => lines.insert(i, rng.pick(INSERTS).to_string()),
+            _ => {
+                let words = lines[i].split_whitespace().next().unwrap_or("").to_string();
+                if let Some(&group) = SWAPS.iter().find(|g| g.contains(&words.as_str())) {
+                    let op = rng.pick::<&str>(group);
+                    lines[i] = lines[i].replacen(&words, op, 1);
+                }
+            }
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+/// Byte ranges of the runs of ASCII digits in `line`.
+fn digit_runs(line: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (k, c) in line.char_indices().chain([(line.len(), ' ')]) {
+        match (c.is_ascii_digit(), start) {
+            (true, None) => start = Some(k),
+            (false, Some(s)) => {
+                out.push((s, k));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The software graph's error on `source` at `toml`, at lowering or run time, or what it did
+/// instead (ran, or panicked).
+fn graph_error(source: &str, toml: &str, seed: u64) -> Result<String, String> {
+    let target = Target::from_toml(toml, "mutant.toml").map_err(|e| e.to_string())?;
+    let program = check(
+        Arc::new(SourceFile::new("mutant.nnp", source)),
+        Some(target),
+    )
+    .map_err(|_| "does not check".to_string())?
+    .program;
+    let data: HostData = host_data(&program, BATCH, seed, &DataConfig::default());
+    let ran = catch_unwind(AssertUnwindSafe(|| {
+        let graph = nnp_lowering::swgraph::lower(&program).map_err(|e| e.to_string())?;
+        let mut session =
+            Session::new(&graph, &ExecOptions::default()).map_err(|e| e.to_string())?;
+        session.run(&data).map(|_| ()).map_err(|e| e.to_string())
+    }));
+    match ran {
+        Ok(Err(e)) => Ok(e),
+        Ok(Ok(())) => Err("the graph ran".into()),
+        Err(_) => Err("the graph panicked".into()),
+    }
+}
+
+/// The first register address (`dram[16]`: a name, then a number in brackets) an error
+/// message names.
+fn first_address(message: &str) -> Option<&str> {
+    message.match_indices('[').find_map(|(open, _)| {
+        let close = open + message[open..].find(']')?;
+        let digits = &message[open + 1..close];
+        let start = message[..open]
+            .rfind(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .map_or(0, |k| k + 1);
+        (start < open && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| &message[start..=close])
+    })
+}
+
+/// Both engines refuse alike: the graph errs too, naming the emulator's register if it named
+/// one; else what the graph did.
+fn refused_alike(emulator: &str, source: &str, toml: &str, seed: u64) -> Result<(), String> {
+    let graph = graph_error(source, toml, seed)?;
+    match first_address(emulator) {
+        Some(at) if !graph.contains(at) => Err(format!("the graph refused elsewhere: {graph}")),
+        _ => Ok(()),
+    }
+}
+
+#[test]
+fn mutated_samples_are_concordant_or_refused_by_both_engines() {
+    let count = env_u64("NNPC_MUTANTS", 1500);
+    let base = env_u64("NNPC_MUTANTS_SEED", 0);
+    let samples = samples();
+    let data = DataConfig::default();
+    let (mut concordant, mut elements, mut invalid, mut refused, mut stopped) = (0, 0, 0, 0, 0);
+    let mut failures = Vec::new();
+    for seed in base..base + count {
+        let mut rng = Rng::keyed(seed, "mutant");
+        let (name, text, targets) = &samples[seed as usize % samples.len()];
+        let toml = rng.pick(targets).clone();
+        let source = mutate(text, &mut rng);
+        let json = seed.is_multiple_of(4);
+        match run_differential(&source, &toml, seed, BATCH, &data, json) {
+            Outcome::Concordant { elements: e, .. } => {
+                concordant += 1;
+                elements += e;
+            }
+            Outcome::SameError(_) => stopped += 1,
+            Outcome::Invalid(_) => invalid += 1,
+            Outcome::EmulatorError(e) if !e.starts_with("panicked") => {
+                match refused_alike(&e, &source, &toml, seed) {
+                    Ok(()) => {
+                        if refused == 0 {
+                            eprintln!("first refused by both (seed {seed}, {name}): {e}");
+                        }
+                        refused += 1;
+                    }
+                    Err(what) => failures.push((
+                        seed,
+                        name,
+                        source,
+                        toml,
+                        format!("the emulator refused ({e}); {what}"),
+                    )),
+                }
+            }
+            other => failures.push((seed, name, source, toml, other.to_string())),
+        }
+    }
+    eprintln!(
+        "mutants (seeds {base}..{}): {concordant} concordant ({elements} output elements \
+         bit-exact), {stopped} stopped by the same forbidden NaN/Inf, {refused} refused at run \
+         time by both engines, {invalid} rejected by the checker, {} failing",
+        base + count,
+        failures.len()
+    );
+    // The edits keep enough mutants valid that the comparison means something.
+    assert!(
+        concordant * 5 >= count,
+        "only {concordant} of {count} mutants checked and ran"
+    );
+    if let Some((seed, name, source, toml, what)) = failures.first() {
+        let (min_src, min_toml, min_out) =
+            minimize_failure(source, toml, *seed, BATCH, &data, seed.is_multiple_of(4));
+        panic!(
+            "{} of {count} mutants failed (reproduce one with NNPC_MUTANTS_SEED=S \
+             NNPC_MUTANTS=1); first, seed {seed} from {name}: {what}\n---- minimized \
+             ({}): {min_out}\n---- program\n{min_src}---- target\n{min_toml}",
+            failures.len(),
+            min_out.kind()
+        );
+    }
+}
+
+/// The edits by hand (digit runs, most mutants differ from their sample), and the addresses
+/// that refusals are matched by.
+#[test]
+fn edits_by_hand() {
+    assert_eq!(digit_runs("s_wr rows, 12"), vec![(11, 13)]);
+    assert_eq!(digit_runs("v_wr_inc ivrf[0], 3"), vec![(14, 15), (18, 19)]);
+    assert_eq!(digit_runs("v_relu"), vec![]);
+    let emu = "read of dram[16], which nothing wrote (line 18, chain 2, iteration 0)";
+    assert_eq!(first_address(emu), Some("dram[16]"));
+    assert_eq!(first_address("asvrf0[b] and mrf[3]"), Some("mrf[3]"));
+    assert_eq!(first_address("no address [here]"), None);
+    let text = "v_rd netq\nvv_add asvrf0[b]\nv_relu\nv_wr netq\nend_chain\n";
+    let mut changed = 0;
+    for seed in 0..200 {
+        let m = mutate(text, &mut Rng::keyed(seed, "mutant"));
+        assert!(m.ends_with('\n'));
+        changed += usize::from(m != text);
+    }
+    // Almost every mutant differs (a swap of a line with itself, or of an op for itself, does
+    // not).
+    assert!(changed >= 150, "{changed} of 200 mutants differ");
+}
