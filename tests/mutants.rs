@@ -1,6 +1,6 @@
 //! Mutated samples: the shipped samples edited the way firmware engineers edit them (a count,
 //! an address or a size changed; a line deleted, duplicated or moved; an instruction inserted
-//! or swapped for another), each on a target its header names. Every mutant that checks runs
+//! or swapped for another; a memory swapped for another), each on a target its header names. Every mutant that checks runs
 //! on both engines (`progen::run_differential`: the emulator's trace and outputs against the
 //! software graph's, bit for bit, first and warm runs, one mutant in four through the graph's
 //! JSON form) and must be concordant, stop at the same forbidden NaN, or be refused at run time
@@ -92,6 +92,11 @@ const INSERTS: &[&str] = &[
     "s_wr rows, 1",
 ];
 
+/// Memories an edit may swap for one another in an operand or a declaration.
+const MEMORIES: &[&str] = &[
+    "ivrf", "dram", "asvrf0", "asvrf1", "mulvrf0", "mulvrf1", "netq", "mrf",
+];
+
 /// Element-wise instructions an edit may swap for one another (same operand shape).
 const SWAPS: &[&[&str]] = &[
     &["v_relu", "v_sigm", "v_tanh", "v_exp", "v_pass", "v_softmax"],
@@ -106,7 +111,7 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
             break;
         }
         let i = rng.below(lines.len() as u64) as usize;
-        match rng.below(6) {
+        match rng.below(7) {
             0 => {
                 // A number in the line: 0, 1, 2, 3, 7, 16, 128, one more or less, double or half.
                 let line = &lines[i];
@@ -143,6 +148,15 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
                 lines.swap(i, j);
             }
             4 => lines.insert(i, rng.pick(INSERTS).to_string()),
+            5 => {
+                let to = rng.pick::<&str>(MEMORIES);
+                if let Some(from) = MEMORIES
+                    .iter()
+                    .find(|m| lines[i].contains(&format!("{m}[")))
+                {
+                    lines[i] = lines[i].replacen(&format!("{from}["), &format!("{to}["), 1);
+                }
+            }
             _ => {
                 let words = lines[i].split_whitespace().next().unwrap_or("").to_string();
                 if let Some(&group) = SWAPS.iter().find(|g| g.contains(&words.as_str())) {
