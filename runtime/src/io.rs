@@ -1276,6 +1276,110 @@ mod tests {
         assert!(e.to_string().contains(">f4"), "{e}");
     }
 
+    /// Damaged files are errors, never panics: every cut of a safetensors file and of `.npy`
+    /// files of format versions 1 and 2, and seeded random damage (bytes overwritten, a byte
+    /// inserted or removed, a number in the header made huge, zero or negative), each indexed
+    /// and then read whole and by items. The undamaged files read back their tensors.
+    #[test]
+    fn damaged_files_are_errors_never_panics() {
+        let dir = scratch("damaged");
+        let tensors = sample_tensors();
+        let rows = BTreeMap::from([("rows".to_string(), tensors["c_rows"].clone())]);
+        let mut files = Vec::new();
+        for (name, set, dtype) in [
+            ("t.safetensors", &tensors, Dtype::F16),
+            ("rows.npy", &rows, Dtype::F32),
+        ] {
+            let path = dir.join(name);
+            write_tensors(&path, set, dtype).unwrap();
+            assert_eq!(&read_tensors(&path).unwrap(), set, "{name}");
+            files.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+        // Version 2.0 of the same `.npy`: a 4-byte header length.
+        let v1 = &files[1].1;
+        let header_len = usize::from(u16::from_le_bytes([v1[8], v1[9]]));
+        let mut v2 = b"\x93NUMPY\x02\x00".to_vec();
+        v2.extend(u32::try_from(header_len + 2).unwrap().to_le_bytes());
+        v2.extend(&v1[10..10 + header_len - 1]);
+        v2.extend(b"  \n");
+        v2.extend(&v1[10 + header_len..]);
+        let path = dir.join("rows2.npy");
+        std::fs::write(&path, &v2).unwrap();
+        assert_eq!(read_tensors(&path).unwrap()["rows2"], rows["rows"]);
+        files.push((path, v2));
+
+        let exercise = |path: &Path, what: &str| {
+            let run = std::panic::catch_unwind(|| {
+                if let Ok(index) = index_tensors(path) {
+                    for t in index.values() {
+                        let _ = t.read();
+                        if let Some(&n) = t.shape.first() {
+                            let _ = t.read_items(0..n.min(1));
+                            let _ = t.read_items(n.saturating_sub(2)..n);
+                        }
+                    }
+                }
+                let _ = read_tensors(path);
+            });
+            assert!(run.is_ok(), "{}: {what} panicked", path.display());
+        };
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % n as u64) as usize
+        };
+        for (path, bytes) in &files {
+            for cut in 0..bytes.len() {
+                std::fs::write(path, &bytes[..cut]).unwrap();
+                exercise(path, &format!("cut at {cut}"));
+            }
+            // Where the header ends: the damage lands there half the time.
+            let head = bytes.len().min(160);
+            for case in 0..1500 {
+                let mut b = bytes.clone();
+                let at = |r: usize, next: &mut dyn FnMut(usize) -> usize| {
+                    if next(2) == 0 { next(head) } else { next(r) }
+                };
+                match case % 4 {
+                    0 => {
+                        for _ in 0..=next(3) {
+                            let i = at(b.len(), &mut next);
+                            b[i] = next(256) as u8;
+                        }
+                    }
+                    1 => {
+                        let i = at(b.len(), &mut next);
+                        b.insert(i, next(256) as u8);
+                    }
+                    2 => {
+                        let i = at(b.len(), &mut next);
+                        b.remove(i);
+                    }
+                    _ => {
+                        // A run of digits in the header replaced by another number.
+                        let digits: Vec<usize> =
+                            (0..head).filter(|&i| b[i].is_ascii_digit()).collect();
+                        if let Some(&i) = digits.get(next(digits.len().max(1))) {
+                            let end = (i..head).find(|&j| !b[j].is_ascii_digit()).unwrap_or(head);
+                            let with: &[u8] = [
+                                &b"0"[..],
+                                b"-1",
+                                b"4294967296",
+                                b"18446744073709551615",
+                                b"99999999999999999999999",
+                            ][next(5)];
+                            b.splice(i..end, with.iter().copied());
+                        }
+                    }
+                }
+                std::fs::write(path, &b).unwrap();
+                exercise(path, &format!("damage case {case}"));
+            }
+        }
+    }
+
     #[test]
     fn tile_layouts() {
         // Vector [2, 3] with N = 2: rows padded to 4 lanes -> [2, 2, 2].
