@@ -1,11 +1,12 @@
 //! Mutated samples: the shipped samples edited the way firmware engineers edit them (a count,
 //! an address or a size changed; a line deleted, duplicated or moved; an instruction inserted
-//! or swapped for another; a memory swapped for another), each on a target its header names. Every mutant that checks runs
-//! on both engines (`progen::run_differential`: the emulator's trace and outputs against the
-//! software graph's, bit for bit, first and warm runs, one mutant in four through the graph's
-//! JSON form) and must be concordant, stop at the same forbidden NaN, or be refused at run time
-//! by both engines alike; nothing may panic. The generator's programs (`tests/differential.rs`)
-//! are built from the grammar up; these start from real firmware and change one thing.
+//! or swapped for another; a memory swapped for another), each on a target its header names.
+//! Every mutant that checks runs on both engines (`progen::run_differential`: the emulator's
+//! trace and outputs against the software graph's, bit for bit, first and warm runs, one
+//! mutant in four through the graph's JSON form) and must be concordant, stop at the same
+//! forbidden NaN, or be refused at run time by both engines alike; nothing may panic. The
+//! generator's programs (`tests/differential.rs`) are built from the grammar up; these start
+//! from real firmware and change one thing.
 //!
 //! CI runs `NNPC_MUTANTS` (default 1,500) mutants from seed `NNPC_MUTANTS_SEED` (default 0); a
 //! long run: `NNPC_MUTANTS=20000 cargo test --release -p nnpc --test mutants -- --nocapture`.
@@ -129,9 +130,9 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
                     7,
                     16,
                     128,
-                    v + 1,
+                    v.saturating_add(1),
                     v.saturating_sub(1),
-                    v * 2,
+                    v.saturating_mul(2),
                     v / 2,
                 ]);
                 lines[i] = format!("{}{new}{}", &line[..a], &line[b..]);
@@ -217,8 +218,10 @@ fn first_address(message: &str) -> Option<&str> {
         let close = open + message[open..].find(']')?;
         let digits = &message[open + 1..close];
         let start = message[..open]
-            .rfind(|c: char| !c.is_ascii_alphanumeric() && c != '_')
-            .map_or(0, |k| k + 1);
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| !c.is_ascii_alphanumeric() && c != '_')
+            .map_or(0, |(k, c)| k + c.len_utf8());
         (start < open && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
             .then(|| &message[start..=close])
     })
@@ -311,6 +314,7 @@ fn edits_by_hand() {
     assert_eq!(first_address(emu), Some("dram[16]"));
     assert_eq!(first_address("asvrf0[b] and mrf[3]"), Some("mrf[3]"));
     assert_eq!(first_address("no address [here]"), None);
+    assert_eq!(first_address("×dram[2] is read"), Some("dram[2]"));
     let text = "v_rd netq\nvv_add asvrf0[b]\nv_relu\nv_wr netq\nend_chain\n";
     let mut changed = 0;
     for seed in 0..200 {
