@@ -1,10 +1,10 @@
 //! Mutated samples: the shipped samples edited the way firmware engineers edit them (a count,
 //! an address or a size changed; a line deleted, duplicated or moved; an instruction inserted
-//! or swapped for another; a memory swapped for another), each on a target its header names.
-//! Every mutant that checks runs on both engines (`progen::run_differential`: the emulator's
-//! trace and outputs against the software graph's, bit for bit, first and warm runs, one
-//! mutant in four through the graph's JSON form) and must be concordant, stop at the same
-//! forbidden NaN, or be refused at run time by both engines alike; nothing may panic. The
+//! or swapped for another; a memory or a `quant` format swapped for another), each on a target
+//! its header names. Every mutant that checks runs on both engines (`progen::run_differential`:
+//! the emulator's trace and outputs against the software graph's, bit for bit, first and warm
+//! runs, one mutant in four through the graph's JSON form) and must be concordant, stop at the
+//! same forbidden NaN, or be refused at run time by both engines alike; nothing may panic. The
 //! generator's programs (`tests/differential.rs`) are built from the grammar up; these start
 //! from real firmware and change one thing.
 //!
@@ -91,6 +91,30 @@ const INSERTS: &[&str] = &[
     "s_wr rows, 2",
     "s_wr cols, 2",
     "s_wr rows, 1",
+    "quant mvm.vector = bfp(mant = 5)",
+    "quant mvm.matrix = msfp(mant = 4)",
+    "quant mvm.vector = mx(elem = fp8e4m3, block = 32)",
+    "quant mvm.matrix = fp(5, 2)",
+    "quant mvm.output = bf16",
+    "quant mvm.output = fp32",
+    "quant mfu.input = fp32",
+    "quant mfu.input = fp(5, 10, round = zero)",
+    "quant storage = bf16",
+    "quant storage = fp(5, 10, round = away)",
+];
+
+/// Formats an edit may put in place of a `quant` line's or declaration's format.
+const FORMATS: &[&str] = &[
+    "bfp(mant = 4)",
+    "bfp(mant = 12, block = 16)",
+    "bfp(mant = 8, round = zero)",
+    "msfp(mant = 5)",
+    "mx(elem = int8, block = 32)",
+    "mx(elem = fp6e2m3, block = 32)",
+    "fp(4, 3)",
+    "bf16",
+    "fp32",
+    "int(8)",
 ];
 
 /// Memories an edit may swap for one another in an operand or a declaration.
@@ -112,7 +136,7 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
             break;
         }
         let i = rng.below(lines.len() as u64) as usize;
-        match rng.below(7) {
+        match rng.below(8) {
             0 => {
                 // A number in the line: 0, 1, 2, 3, 7, 16, 128, one more or less, double or half.
                 let line = &lines[i];
@@ -156,6 +180,27 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
                     .find(|m| lines[i].contains(&format!("{m}[")))
                 {
                     lines[i] = lines[i].replacen(&format!("{from}["), &format!("{to}["), 1);
+                }
+            }
+            6 => {
+                // The format after one `quant` of the text (a directive's `= FORMAT` or a
+                // declaration's), if it has any.
+                let quants: Vec<usize> = (0..lines.len())
+                    .filter(|&k| lines[k].contains("quant ") && !lines[k].trim().starts_with("//"))
+                    .collect();
+                let Some(&i) = quants.get(rng.below(quants.len().max(1) as u64) as usize) else {
+                    continue;
+                };
+                let line = &lines[i];
+                if let Some(q) = line.find("quant ") {
+                    // `quant POINT = FORMAT`, or a declaration's `quant FORMAT` at its end.
+                    let directive = line.trim_start().starts_with("quant ");
+                    let from = match line[q..].find('=') {
+                        Some(e) if directive => q + e + 1,
+                        _ => q + "quant ".len(),
+                    };
+                    let to = rng.pick::<&str>(FORMATS);
+                    lines[i] = format!("{} {to}", line[..from].trim_end());
                 }
             }
             _ => {
