@@ -7,6 +7,9 @@
 //! NNPC_DIFF_PROGRAMS=1`). A failure prints the minimized program, its target and the first
 //! differing element.
 
+mod common;
+
+use common::env_u64;
 use nnp_grammar::{ChainBody, DeclKind, Init, Mem, OpKind, SourceFile, Target, check};
 use nnp_runtime::exec::PathCounts;
 use nnpc::progen::{
@@ -22,13 +25,6 @@ use std::time::Instant;
 const BATCH: usize = 3;
 /// Failures minimized and printed in full (the rest are listed by seed).
 const MINIMIZE: usize = 3;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
 
 /// The value of fp16 bits (IEEE binary16: 1 sign, 5 exponent bits with bias 15, 10 fraction
 /// bits; exponent 0 is subnormal, 31 is Inf/NaN).

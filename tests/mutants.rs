@@ -11,26 +11,22 @@
 //! CI runs `NNPC_MUTANTS` (default 1,500) mutants from seed `NNPC_MUTANTS_SEED` (default 0); a
 //! long run: `NNPC_MUTANTS=20000 cargo test --release -p nnpc --test mutants -- --nocapture`.
 
+mod common;
+
+use common::env_u64;
 use nnp_runtime::exec::{ExecOptions, Session};
 use nnp_runtime::host::HostData;
 use nnpc::grammar::{SourceFile, Target, check};
 use nnpc::progen::{DataConfig, Outcome, Rng, host_data, minimize_failure, run_differential};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Input sets per mutant.
 const BATCH: usize = 3;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn samples_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("samples")
+    common::root().join("samples")
 }
 
 /// Every sample (name, text) with the TOML of each target its header names.

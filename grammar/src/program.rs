@@ -211,8 +211,12 @@ impl Decl {
             _ => self.rows() * self.row_tiles(n),
         }
     }
+    /// Values the declaration holds (saturating: a count past `usize` is at least as large as
+    /// any memory check needs).
     pub fn elements(&self) -> usize {
-        self.shape.iter().product()
+        self.shape
+            .iter()
+            .fold(1, |p: usize, &d| p.saturating_mul(d))
     }
 }
 

@@ -212,8 +212,7 @@ impl ChunkArgs {
 /// holds per item, at least.
 pub fn io_bytes_per_item(program: &Program) -> usize {
     let elements = |decls: &mut dyn Iterator<Item = &nnp_grammar::Decl>| -> usize {
-        let size = |d: &nnp_grammar::Decl| d.shape.iter().fold(1usize, |p, &x| p.saturating_mul(x));
-        decls.fold(0, |sum, d| sum.saturating_add(size(d)))
+        decls.fold(0, |sum, d| sum.saturating_add(d.elements()))
     };
     let inputs = elements(&mut program.inputs()).saturating_mul(4);
     inputs.saturating_add(elements(&mut program.outputs()).saturating_mul(8))

@@ -1,4 +1,5 @@
-//! Helpers shared by the end-to-end tests that run the `nnpc` binary.
+//! Helpers shared by the end-to-end tests: those that run the `nnpc` binary, and the
+//! differential runs sized by environment variables.
 #![allow(dead_code)] // each test crate uses its own subset
 
 use std::path::{Path, PathBuf};
@@ -46,4 +47,12 @@ pub fn scratch(test: &str) -> PathBuf {
 /// A path as the `&str` a command line takes.
 pub fn arg(p: &Path) -> &str {
     p.to_str().expect("utf-8 temp path")
+}
+
+/// The environment variable `name` as a number (a long run's size or seed), else `default`.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
 }
