@@ -1,7 +1,8 @@
 //! Concordance: the software graph (`exec::run_program`) equals the emulator
 //! (`emulator::emulate`, the hardware oracle) bit for bit, on every sample in `samples/` and every
-//! target its `// nnpc: targets = ...` header names, on 64 seeded input sets each. Also: the
-//! software graph's `--trace` records equal the emulator's, record for record.
+//! target its `// nnpc: targets = ...` header names, on 64 seeded input sets each; in shards,
+//! in chunks and on any number of threads. Also: the software graph's `--trace` records equal
+//! the emulator's, record for record.
 
 use nnp_grammar::{Program, SourceFile, Target};
 use nnp_lowering::swgraph::{self, Roots};
@@ -208,6 +209,44 @@ fn warm_runs_in_shards_match_the_emulator() {
     }
     // The NaN sent products off the integer kernel in some cases (the shards disagreed there).
     assert_eq!(moved > 0, exec::intdot::simd(), "{moved} products moved");
+}
+
+/// The thread count changes how the work is cut (the emulator's chunks of items, the warm
+/// runs' shards, the integer kernel's tasks of items and rows, the weights' preparation) and
+/// must change no bit: on thread pools of 1, 3 and 16 threads, a first run and a warm run of
+/// the graph and a run of the emulator give the emulator's bits of the default pool, on every
+/// sample and target. In `conv1x1`'s first run (13 items, whole) the kernel's tasks hold 6
+/// items on 16 threads and 12 on 2; the emulator's chunks are 13, 5 and 1 item(s) on 1, 3
+/// and 16 threads, and the warm runs' shards 4 or 5 items on 3 threads or more.
+#[test]
+fn the_thread_count_changes_no_bit() {
+    for (path, target) in cases() {
+        let program = load(&path, &target);
+        let data = HostData::random(&program, 13, 0x7e4d);
+        let hw = emulator::emulate(&program, &data, &EmuOptions::default())
+            .unwrap_or_else(|e| panic!("{}: emulator: {e}", path.display()));
+        let graph = swgraph::optimize(&swgraph::lower(&program).expect("lowers"), Roots::Outputs);
+        for threads in [1, 3, 16] {
+            let case = format!("{} on {target}, {threads} threads", path.display());
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("thread pool");
+            let (emu, first, warm) = pool.install(|| {
+                let emu = emulator::emulate(&program, &data, &EmuOptions::default())
+                    .unwrap_or_else(|e| panic!("{case}: emulator: {e}"));
+                let mut session =
+                    exec::Session::new(&graph, &ExecOptions::default()).expect("session");
+                let first = session.run(&data).expect("first run");
+                (emu, first, session.run(&data).expect("warm run"))
+            });
+            // One shard per thread, of at least 4 items (`Session::shards`): 13 items take 3.
+            assert_eq!(warm.shards, threads.min(3), "{case}");
+            assert_same(&format!("{case}, emulator"), &hw.outputs, &emu.outputs);
+            assert_same(&format!("{case}, first run"), &hw.outputs, &first.outputs);
+            assert_same(&format!("{case}, warm run"), &hw.outputs, &warm.outputs);
+        }
+    }
 }
 
 /// A program that writes a constant (the relu of loaded weights) and a value of the input.
