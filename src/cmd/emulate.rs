@@ -5,6 +5,7 @@ use super::host_args::{
 };
 use nnp_grammar::SourceFile;
 use nnp_runtime::emulator::{self, EmuError, EmuOptions, PROGRESS_CHUNK};
+use nnp_runtime::exec::MAX_CHUNK_BYTES;
 use nnp_runtime::host::HostData;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -38,7 +39,8 @@ pub struct Args {
     pub trace: Option<PathBuf>,
     /// Items emulated at a time: each piece's inputs are read just before it runs and its
     /// outputs and trace written as it is done, so memory stays bounded whatever the batch
-    /// (default: 4096, or 1024 with --trace). The same bits for any value.
+    /// (default: 4096, or 1024 with --trace; fewer where their inputs and outputs would pass
+    /// 1 GiB). The same bits for any value.
     #[arg(long, value_name = "N", value_parser = super::at_least_one)]
     pub chunk_items: Option<usize>,
     /// Print the summary as JSON on stdout.
@@ -60,6 +62,18 @@ const PIECE_ITEMS: usize = 4096;
 /// and the README LSTM's are 45 KB per item (275 MB at 4096 items, 84 to 87 MB at 1024, in
 /// the same time).
 const TRACED_PIECE_ITEMS: usize = 1024;
+
+/// Items per piece by default for inputs and outputs of `per_item` bytes per item:
+/// [`PIECE_ITEMS`] or [`TRACED_PIECE_ITEMS`], fewer where those would pass
+/// [`MAX_CHUNK_BYTES`] (the software graph's cap on a chunk), at least one.
+fn default_piece(traced: bool, per_item: usize) -> usize {
+    let most = if traced {
+        TRACED_PIECE_ITEMS
+    } else {
+        PIECE_ITEMS
+    };
+    most.min(MAX_CHUNK_BYTES / per_item.max(1)).max(1)
+}
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let program = match super::load(&args.file, args.target.as_deref()) {
@@ -91,15 +105,14 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     // The time reported is the emulation's alone, as when the data was loaded before it and
     // the outputs written after.
     let mut io = Duration::ZERO;
-    let piece = args.chunk_items.unwrap_or(match args.trace {
-        Some(_) => TRACED_PIECE_ITEMS,
-        None => PIECE_ITEMS,
-    });
+    let per_item = io_bytes_per_item(&program);
+    let piece = args
+        .chunk_items
+        .unwrap_or_else(|| default_piece(args.trace.is_some(), per_item));
     let fix = match args.chunk_items {
         Some(_) => "a smaller `--chunk-items`, or none (pieces of bounded memory)",
         None => "the program's inputs and outputs per input set are too large for this machine",
     };
-    let per_item = io_bytes_per_item(&program);
     fits_in_memory(piece.min(batch), per_item, fix.into()).map_err(super::fail)?;
     for first in (0..batch).step_by(piece) {
         let items = first..(first + piece).min(batch);
@@ -160,7 +173,25 @@ mod tests {
     #[test]
     fn chunk_items_help_states_the_default_pieces() {
         let help = crate::cmd::host_args::arg_help::<Args>("chunk_items");
-        let stated = format!("(default: {PIECE_ITEMS}, or {TRACED_PIECE_ITEMS} with --trace)");
+        let stated = format!(
+            "(default: {PIECE_ITEMS}, or {TRACED_PIECE_ITEMS} with --trace; fewer where their \
+             inputs and outputs would pass {} GiB)",
+            MAX_CHUNK_BYTES >> 30
+        );
         assert!(help.contains(&stated), "{help:?} should say {stated:?}");
+    }
+
+    /// Pieces of 1 GiB of inputs and outputs at most, by hand: 4096 items of 256 KiB make
+    /// 1 GiB exactly; 4096 of 256 KiB + 1 byte pass it, so 4095; items of 100 MB, 10 (1.0 GB);
+    /// one item of more than 1 GiB still goes alone.
+    #[test]
+    fn default_pieces_by_hand() {
+        assert_eq!(default_piece(false, 0), 4096);
+        assert_eq!(default_piece(false, 256 << 10), 4096);
+        assert_eq!(default_piece(false, (256 << 10) + 1), 4095);
+        assert_eq!(default_piece(true, 256 << 10), 1024);
+        assert_eq!(default_piece(true, 100_000_000), 10);
+        assert_eq!(default_piece(false, 100_000_000), 10);
+        assert_eq!(default_piece(false, 3 << 30), 1);
     }
 }

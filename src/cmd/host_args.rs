@@ -148,7 +148,8 @@ pub fn interrupted() -> bool {
 pub struct ChunkArgs {
     /// Items per chunk: the batch runs in consecutive chunks of at most this many input sets,
     /// so memory stays bounded whatever the batch (default: as many as 8 MiB of the graph's
-    /// values allow, or 256 where that is fewer). The same bits for any value.
+    /// values allow, or 256 where that is fewer, but never more than 1 GiB of them). The same
+    /// bits for any value.
     #[arg(long, value_name = "N", value_parser = super::at_least_one)]
     pub chunk_items: Option<usize>,
 }
@@ -506,16 +507,18 @@ pub(crate) fn arg_help<A: clap::Args>(id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nnp_runtime::exec::{CHUNK_BYTES, MIN_CHUNK_ITEMS};
+    use nnp_runtime::exec::{CHUNK_BYTES, MAX_CHUNK_BYTES, MIN_CHUNK_ITEMS};
 
     /// `--chunk-items`' help states the defaults the runtime's constants set.
     #[test]
     fn chunk_items_help_states_the_runtime_defaults() {
         let help = arg_help::<ChunkArgs>("chunk_items");
         let stated = format!(
-            "as many as {} MiB of the graph's values allow, or {} where that is fewer",
+            "as many as {} MiB of the graph's values allow, or {} where that is fewer, but \
+             never more than {} GiB of them",
             CHUNK_BYTES >> 20,
-            MIN_CHUNK_ITEMS
+            MIN_CHUNK_ITEMS,
+            MAX_CHUNK_BYTES >> 30
         );
         assert!(help.contains(&stated), "{help:?} should say {stated:?}");
     }

@@ -35,7 +35,7 @@ mod products;
 mod session;
 mod tensors;
 
-pub use session::{CHUNK_BYTES, MIN_CHUNK_ITEMS, Session};
+pub use session::{CHUNK_BYTES, MAX_CHUNK_BYTES, MIN_CHUNK_ITEMS, Session, default_chunk_items};
 
 use crate::host::{HostData, Outputs};
 use nnp_grammar::Span;

@@ -297,10 +297,10 @@ impl<'g> Session<'g> {
     }
 
     /// The chunks a run at batch `b` takes: consecutive ranges of nearly equal size, none
-    /// over `chunk_items`, or by default over what [`CHUNK_BYTES`] of the values a run holds
-    /// at once ([`Session::item_bytes`]) allow, or [`MIN_CHUNK_ITEMS`] if that is more. Every
-    /// op computes each item alone, so the bits are those of one pass over the batch. At
-    /// least one range, whatever `b`; made as they are taken, so any batch has them.
+    /// over `chunk_items`, or by default over [`default_chunk_items`] of the values a run
+    /// holds at once per item ([`Session::item_bytes`]). Every op computes each item alone, so
+    /// the bits are those of one pass over the batch. At least one range, whatever `b`; made
+    /// as they are taken, so any batch has them.
     pub fn chunks(
         &self,
         b: usize,
@@ -308,7 +308,7 @@ impl<'g> Session<'g> {
         let most = self
             .opts
             .chunk_items
-            .unwrap_or_else(|| (CHUNK_BYTES / self.item_bytes.max(1)).max(MIN_CHUNK_ITEMS))
+            .unwrap_or_else(|| default_chunk_items(self.item_bytes))
             .max(1);
         let count = b.div_ceil(most).max(1);
         // In u128: `k * b` passes usize where b does 2^32 items.
@@ -643,8 +643,25 @@ impl<'g> Session<'g> {
 pub const CHUNK_BYTES: usize = 8 << 20;
 
 /// The default limit of items per chunk is at least this ([`Session::chunks`]): four of the
-/// integer kernel's tasks of items, each reading its weight tiles once.
+/// integer kernel's tasks of items, each reading its weight tiles once. Not where their values
+/// pass [`MAX_CHUNK_BYTES`].
 pub const MIN_CHUNK_ITEMS: usize = 256;
+
+/// Bytes of the values a run holds at once that a default chunk never passes, unless a single
+/// item does: programs whose items hold megabytes (an LSTM over thousands of steps keeps every
+/// step's output) run in chunks of fewer than [`MIN_CHUNK_ITEMS`], where 256 items would hold
+/// gigabytes at once.
+pub const MAX_CHUNK_BYTES: usize = 1 << 30;
+
+/// The default limit of items per chunk ([`Session::chunks`]) for values of `item_bytes` per
+/// item: as many as [`CHUNK_BYTES`] allow, or [`MIN_CHUNK_ITEMS`] where that is fewer, but no
+/// more than [`MAX_CHUNK_BYTES`] allow; at least one.
+pub fn default_chunk_items(item_bytes: usize) -> usize {
+    let item = item_bytes.max(1);
+    (CHUNK_BYTES / item)
+        .max(MIN_CHUNK_ITEMS.min(MAX_CHUNK_BYTES / item))
+        .max(1)
+}
 
 /// Bytes per batch item of the values a run holds at once, at most: the largest sum, over the
 /// positions of the evaluation order, of the non-constant values alive there (from the node

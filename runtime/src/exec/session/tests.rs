@@ -182,6 +182,16 @@ fn chunks_by_hand() {
         "{:?}",
         &big[..2]
     );
+    // The default limit by hand: 8 MiB of 1 KiB items, 8192; of 64 KiB items, 128, so 256;
+    // 4 MiB items, 256 (1 GiB); one byte more, 255 (1 GiB / (4 MiB + 1) = 255.99); the
+    // README LSTM over 2,000 steps (6,160,384 bytes per item), 174; an item over 1 GiB, alone.
+    assert_eq!(default_chunk_items(1 << 10), 8192);
+    assert_eq!(default_chunk_items(64 << 10), 256);
+    assert_eq!(default_chunk_items(4 << 20), 256);
+    assert_eq!(default_chunk_items((4 << 20) + 1), 255);
+    assert_eq!(default_chunk_items(6_160_384), 174);
+    assert_eq!(default_chunk_items(3 << 30), 1);
+    assert_eq!(default_chunk_items(0), CHUNK_BYTES);
     // Any batch that fits usize has its chunks, made as they are taken (`k * b` in u128).
     let huge = d.chunks(usize::MAX);
     let (first, last) = (huge.clone().next(), huge.clone().next_back());
@@ -191,15 +201,22 @@ fn chunks_by_hand() {
         (0, usize::MAX, true)
     );
     assert!(first.len().max(last.len()) * d.item_bytes <= CHUNK_BYTES);
-    // A graph of large values per item still takes chunks of up to 256 items.
+    // A graph of large values per item still takes chunks of up to 256 items, up to 4 MiB
+    // per item (256 of them are 1 GiB); of 8 MiB per item, up to 128.
     let mut fat = session(None);
-    fat.item_bytes = CHUNK_BYTES;
+    fat.item_bytes = 4 << 20;
     assert_eq!(
         fat.chunks(600).collect::<Vec<_>>(),
         vec![0..200, 200..400, 400..600]
     );
     assert_eq!(fat.chunks(512).collect::<Vec<_>>(), vec![0..256, 256..512]);
     assert_eq!(fat.chunks(100).collect::<Vec<_>>(), vec![0..100]);
+    fat.item_bytes = 8 << 20;
+    assert_eq!(
+        fat.chunks(600).collect::<Vec<_>>(),
+        vec![0..120, 120..240, 240..360, 360..480, 480..600]
+    );
+    assert_eq!(fat.chunks(128).collect::<Vec<_>>(), vec![0..128]);
 }
 
 /// `run_each` hands every chunk's outputs to its sink in order, with the chunk's items,
