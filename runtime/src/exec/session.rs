@@ -4,6 +4,7 @@
 use super::executor::{Executor, Failure, Profile};
 use super::mfu::ActTable;
 use super::products::{BoundedWeights, bounded_stacks, chunked_stacks, product_spec};
+use super::tensors::with_host;
 use super::{
     DeviceKind, ExecError, ExecOptions, Execution, PathCounts, WrittenValue, finite, fused, gpu,
     intdot, prepare, quant, rounded, short,
@@ -459,11 +460,9 @@ impl<'g> Session<'g> {
                 (true, true) => Ok(()),
             }
         };
-        let mut rows: HashMap<String, Vec<Option<Tensor>>> = graph
-            .outputs
-            .iter()
-            .map(|o| (o.name.clone(), vec![None; o.rows]))
-            .collect();
+        // Each output row goes into its output's buffer as it is produced, so the value it
+        // came from is freed at its last reader like any other.
+        let mut outputs = OutputRows::new(graph, ex.batch());
         let mut written = HashMap::new();
         let mut regions =
             fused::regions(graph, &self.constant, &self.order, last_use, &self.traced)
@@ -581,10 +580,7 @@ impl<'g> Session<'g> {
                 }
             }
             if let Op::Output { name, row, src } = &node.op {
-                let t = ex.value(*src)?.clone();
-                if let Some(slot) = rows.get_mut(name).and_then(|r| r.get_mut(*row)) {
-                    *slot = Some(t);
-                }
+                outputs.put(name, *row, ex.value(*src)?).map_err(fail)?;
             } else {
                 let product = matches!(node.op, Op::TiledMatVec { .. });
                 if product && ex.gpu.is_some() && !ex.prefetched.contains_key(&i) {
@@ -625,7 +621,7 @@ impl<'g> Session<'g> {
         }
         found.merge(fused_found);
         Ok(Part {
-            outputs: collect_outputs(graph, ex.batch(), rows)?,
+            outputs: outputs.finish()?,
             written,
             found,
             const_found,
@@ -663,10 +659,10 @@ pub fn default_chunk_items(item_bytes: usize) -> usize {
         .max(1)
 }
 
-/// Bytes per batch item of the values a run holds at once, at most: the largest sum, over the
-/// positions of the evaluation order, of the non-constant values alive there (from the node
-/// that makes them to their last reader; the values outputs read stay to the end of the run),
-/// as f64 elements. Values a fused region keeps only in its scratch rows are counted as
+/// Bytes per batch item of the values a run holds at once, at most: the run's output tensors
+/// (f32, from the start), and the largest sum, over the positions of the evaluation order, of
+/// the non-constant values alive there (from the node that makes them to their last reader,
+/// an `Output` node among them), as f64 elements. Values a fused region keeps only in its scratch rows are counted as
 /// tensors, so this is an upper bound. A `traced` value is also held from the node that makes
 /// it to the end of the chunk, as the written value's f64 copy and its trace records' 32-bit
 /// patterns ([`TRACED_BYTES`] per element): a traced run of the README LSTM holds more of
@@ -684,25 +680,19 @@ fn peak_item_bytes(
         Ty::TileStack { tiles } => *tiles as usize * graph.native * graph.native,
         Ty::None => 0,
     };
-    let to_end: Vec<bool> = {
-        let mut v = vec![false; graph.nodes.len()];
-        for node in &graph.nodes {
-            if let Op::Output { src, .. } = &node.op {
-                v[src.index()] = true;
-            }
-        }
-        v
-    };
+    let outputs: usize = graph
+        .outputs
+        .iter()
+        .map(|o| o.rows * o.row_len * std::mem::size_of::<f32>())
+        .sum();
     let mut freed_at = vec![0usize; order.len()];
-    let (mut live, mut peak) = (0usize, 0usize);
+    let (mut live, mut peak) = (outputs, outputs);
     for (pos, &i) in order.iter().enumerate() {
         if !constant[i] {
             let count = elements(&graph.nodes[i].ty);
             let bytes = count * std::mem::size_of::<f64>();
             live += bytes;
-            if !to_end[i] {
-                freed_at[last_use[i].max(pos)] += bytes;
-            }
+            freed_at[last_use[i].max(pos)] += bytes;
             if traced.contains(&ValueId(i as u32)) {
                 live += count * TRACED_BYTES;
             }
@@ -947,40 +937,72 @@ pub(super) fn tally(prof: &mut Profile, name: &'static str, t0: std::time::Insta
     }
 }
 
-/// Assemble the output tensors from their rows.
-fn collect_outputs(
-    graph: &SwGraph,
+/// A run's output tensors, filled row by row as their `Output` nodes are reached: per output
+/// of the graph, its values `[batch, rows, row_len]` and which rows are in.
+struct OutputRows<'g> {
+    graph: &'g SwGraph,
     batch: usize,
-    mut rows: HashMap<String, Vec<Option<Tensor>>>,
-) -> Result<Outputs, ExecError> {
-    let mut outputs = Outputs::new();
-    for o in &graph.outputs {
-        let parts = rows.remove(&o.name).unwrap_or_default();
-        let mut shape = vec![batch];
-        shape.extend(&o.shape);
-        let mut out = vec![0f32; batch * o.rows * o.row_len];
-        for (r, part) in parts.into_iter().enumerate() {
-            let Some(t) = part else {
+    outputs: Vec<(Vec<f32>, Vec<bool>)>,
+}
+
+impl<'g> OutputRows<'g> {
+    fn new(graph: &'g SwGraph, batch: usize) -> Self {
+        let outputs = graph
+            .outputs
+            .iter()
+            .map(|o| (vec![0f32; batch * o.rows * o.row_len], vec![false; o.rows]))
+            .collect();
+        OutputRows {
+            graph,
+            batch,
+            outputs,
+        }
+    }
+
+    /// Row `row` of output `name` from the value `t` (`[batch or 1, lanes]`, each item's
+    /// first `row_len` lanes).
+    fn put(&mut self, name: &str, row: usize, t: &Tensor) -> candle_core::Result<()> {
+        let Some(k) = self.graph.outputs.iter().position(|o| o.name == name) else {
+            return Ok(());
+        };
+        let (o, (out, done)) = (&self.graph.outputs[k], &mut self.outputs[k]);
+        if row >= o.rows {
+            return Ok(());
+        }
+        // A value of one item (a constant's) is every item's.
+        let items = t.dims().first().copied().unwrap_or(1).max(1);
+        let batch = self.batch;
+        with_host(t, |v| {
+            let lanes = v.len() / items;
+            for b in 0..batch {
+                let k = if items == 1 { 0 } else { b };
+                let src = v.get(k * lanes..(k + 1) * lanes).unwrap_or_default();
+                let dst = &mut out[(b * o.rows + row) * o.row_len..][..o.row_len];
+                for (d, s) in dst.iter_mut().zip(src) {
+                    *d = *s as f32;
+                }
+            }
+        })?;
+        done[row] = true;
+        Ok(())
+    }
+
+    /// The output tensors, or the error naming a row that no `Output` node produced.
+    fn finish(self) -> Result<Outputs, ExecError> {
+        let mut outputs = Outputs::new();
+        for (o, (data, done)) in self.graph.outputs.iter().zip(self.outputs) {
+            if let Some(r) = done.iter().position(|d| !d) {
                 return Err(ExecError::Graph(GraphError::Other(format!(
                     "output `{}` row {r} is never produced",
                     o.name
                 ))));
-            };
-            let w = to_written(&t).map_err(|e| ExecError::Tensor {
-                node: 0,
-                op: "output",
-                message: short(&e),
-            })?;
-            for b in 0..batch {
-                let dst = &mut out[(b * o.rows + r) * o.row_len..][..o.row_len];
-                for (d, s) in dst.iter_mut().zip(w.item(b)) {
-                    *d = *s as f32;
-                }
             }
+            let mut shape = vec![self.batch];
+            shape.extend(&o.shape);
+            outputs.insert(o.name.clone(), HostTensor { shape, data });
         }
-        outputs.insert(o.name.clone(), HostTensor { shape, data: out });
+        Ok(outputs)
     }
-    Ok(outputs)
 }
 
 fn to_written(t: &Tensor) -> candle_core::Result<WrittenValue> {

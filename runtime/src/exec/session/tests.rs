@@ -50,12 +50,13 @@ fn products(g: &SwGraph) -> usize {
         .count()
 }
 
-/// The bytes per item a run holds at once, by hand (N = 2): an input of 4 lanes (4 f64),
-/// padded to 3 tiles (6 f64) that an output reads, the relu of the padded value and the
-/// sum of the relu with itself. The input is freed after the pad and the constant is not
-/// counted; the padded value stays to the end (an output's), so at the sum the padded
-/// value, the relu and the sum are alive: 3 x 6 f64. With the output reading the input
-/// instead, the padded value goes after the relu: at the sum, 4 + 6 + 6 f64.
+/// The bytes per item a run holds at once, by hand (N = 2): the output `y` of 5 values (5
+/// f32, held from the start), an input of 4 lanes (4 f64), padded to 3 tiles (6 f64) that
+/// the output reads, the relu of the padded value and the sum of the relu with itself. The
+/// input is freed after the pad and the constant is not counted; the output's row goes into
+/// its f32 buffer, so the padded value goes after its last reader, the relu: at the relu and
+/// at the sum, 5 f32 and 2 x 6 f64. With the output reading the input instead, the input goes
+/// at the output node, before the relu: the same peak.
 #[test]
 fn peak_item_bytes_by_hand() {
     let v = Ty::Vector { tiles: 3 };
@@ -113,7 +114,12 @@ fn peak_item_bytes_by_hand() {
                 ty: v,
             },
         ],
-        outputs: vec![],
+        outputs: vec![nnp_lowering::swgraph::OutputInfo {
+            name: "y".into(),
+            shape: vec![5],
+            rows: 1,
+            row_len: 5,
+        }],
         decls: vec![],
         writes: vec![],
         checks: vec![],
@@ -126,19 +132,26 @@ fn peak_item_bytes_by_hand() {
     let none = HashSet::new();
     assert_eq!(
         peak_item_bytes(&graph, &order, &constant, &last_use, &none),
-        3 * 6 * 8
+        5 * 4 + 2 * 6 * 8
     );
     // A traced relu adds its written copy (6 f64) and its records' bits (6 u32).
     let relu: HashSet<ValueId> = [ValueId(4)].into();
     assert_eq!(
         peak_item_bytes(&graph, &order, &constant, &last_use, &relu),
-        3 * 6 * 8 + 6 * (8 + 4)
+        5 * 4 + 2 * 6 * 8 + 6 * (8 + 4)
     );
     graph.nodes[3] = output(0);
     let last_use = [3, 0, 4, 0, 5, 0];
     assert_eq!(
         peak_item_bytes(&graph, &order, &constant, &last_use, &none),
-        (4 + 6 + 6) * 8
+        5 * 4 + 2 * 6 * 8
+    );
+    // At the pad, the input is alive too (its reader, the output, comes after): 5 f32, 4 + 6
+    // f64. With the input 2 lanes wider, that is the peak.
+    graph.nodes[0].ty = Ty::Logical { shape: vec![8] };
+    assert_eq!(
+        peak_item_bytes(&graph, &order, &constant, &last_use, &none),
+        5 * 4 + (8 + 6) * 8
     );
 }
 
@@ -756,4 +769,36 @@ fn products_on_the_bounded_matmul_give_the_emulators_bits() {
         assert_eq!(counts, [all, warm, warm], "{name}");
         assert!(0 < warm && warm < all, "{name}: {warm} of {all}");
     }
+}
+
+/// Each output row goes into its output's buffer at its `Output` node: the rows of the
+/// README LSTM's `h` (one per step) come out in place, and a graph whose last `Output` node
+/// writes step 2's row again (a hand-edited `.swg.json`) names the row nothing produced
+/// instead of returning zeros there.
+#[test]
+fn output_rows_fill_in_place_and_a_missing_row_is_named() {
+    let (program, mut g) = lstm_sample();
+    let data = HostData::random(&program, 3, 5);
+    let run = execute(&g, &data, &ExecOptions::default()).expect("runs");
+    let emu = emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
+    let (h, want) = (&run.outputs["h"], &emu.outputs["h"]);
+    assert_eq!(h.shape, vec![3, 4, 256]);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&h.data), bits(&want.data));
+    let last = g
+        .nodes
+        .iter_mut()
+        .rev()
+        .find_map(|n| match &mut n.op {
+            Op::Output { row, .. } => Some(row),
+            _ => None,
+        })
+        .expect("an output node");
+    assert_eq!(*last, 3);
+    *last = 2;
+    let e = execute(&g, &data, &ExecOptions::default()).expect_err("row 3 is missing");
+    assert!(
+        e.to_string().contains("output `h` row 3 is never produced"),
+        "{e}"
+    );
 }
