@@ -662,8 +662,8 @@ pub fn default_chunk_items(item_bytes: usize) -> usize {
 /// Bytes per batch item of the values a run holds at once, at most: the run's output tensors
 /// (f32, from the start), and the largest sum, over the positions of the evaluation order, of
 /// the non-constant values alive there (from the node that makes them to their last reader,
-/// an `Output` node among them), as f64 elements. Values a fused region keeps only in its scratch rows are counted as
-/// tensors, so this is an upper bound. A `traced` value is also held from the node that makes
+/// an `Output` node among them), as f64 elements. Values a fused region keeps only in its
+/// scratch rows are counted as tensors, so this is an upper bound. A `traced` value is also held from the node that makes
 /// it to the end of the chunk, as the written value's f64 copy and its trace records' 32-bit
 /// patterns ([`TRACED_BYTES`] per element): a traced run of the README LSTM holds more of
 /// those than of anything else.

@@ -197,12 +197,12 @@ fn chunks_by_hand() {
     );
     // The default limit by hand: 8 MiB of 1 KiB items, 8192; of 64 KiB items, 128, so 256;
     // 4 MiB items, 256 (1 GiB); one byte more, 255 (1 GiB / (4 MiB + 1) = 255.99); the
-    // README LSTM over 2,000 steps (6,160,384 bytes per item), 174; an item over 1 GiB, alone.
+    // README LSTM over 2,000 steps (6,144,000 bytes per item), 174; an item over 1 GiB, alone.
     assert_eq!(default_chunk_items(1 << 10), 8192);
     assert_eq!(default_chunk_items(64 << 10), 256);
     assert_eq!(default_chunk_items(4 << 20), 256);
     assert_eq!(default_chunk_items((4 << 20) + 1), 255);
-    assert_eq!(default_chunk_items(6_160_384), 174);
+    assert_eq!(default_chunk_items(6_144_000), 174);
     assert_eq!(default_chunk_items(3 << 30), 1);
     assert_eq!(default_chunk_items(0), CHUNK_BYTES);
     // Any batch that fits usize has its chunks, made as they are taken (`k * b` in u128).
