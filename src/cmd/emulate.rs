@@ -5,7 +5,7 @@ use super::host_args::{
 };
 use nnp_grammar::SourceFile;
 use nnp_runtime::emulator::{self, EmuError, EmuOptions, PROGRESS_CHUNK};
-use nnp_runtime::exec::MAX_CHUNK_BYTES;
+use nnp_runtime::exec::max_chunk_items;
 use nnp_runtime::host::HostData;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -64,15 +64,15 @@ const PIECE_ITEMS: usize = 4096;
 const TRACED_PIECE_ITEMS: usize = 1024;
 
 /// Items per piece by default for inputs and outputs of `per_item` bytes per item:
-/// [`PIECE_ITEMS`] or [`TRACED_PIECE_ITEMS`], fewer where those would pass
-/// [`MAX_CHUNK_BYTES`] (the software graph's cap on a chunk), at least one.
+/// [`PIECE_ITEMS`] or [`TRACED_PIECE_ITEMS`], fewer where those would pass the software
+/// graph's cap on a chunk ([`max_chunk_items`]).
 fn default_piece(traced: bool, per_item: usize) -> usize {
     let most = if traced {
         TRACED_PIECE_ITEMS
     } else {
         PIECE_ITEMS
     };
-    most.min(MAX_CHUNK_BYTES / per_item.max(1)).max(1)
+    most.min(max_chunk_items(per_item))
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
@@ -168,6 +168,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nnp_runtime::exec::MAX_CHUNK_BYTES;
 
     /// `--chunk-items`' help states the defaults [`PIECE_ITEMS`] and [`TRACED_PIECE_ITEMS`].
     #[test]

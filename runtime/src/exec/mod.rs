@@ -35,7 +35,9 @@ mod products;
 mod session;
 mod tensors;
 
-pub use session::{CHUNK_BYTES, MAX_CHUNK_BYTES, MIN_CHUNK_ITEMS, Session, default_chunk_items};
+pub use session::{
+    CHUNK_BYTES, MAX_CHUNK_BYTES, MIN_CHUNK_ITEMS, Session, default_chunk_items, max_chunk_items,
+};
 
 use crate::host::{HostData, Outputs};
 use nnp_grammar::Span;

@@ -4,7 +4,6 @@
 use super::executor::{Executor, Failure, Profile};
 use super::mfu::ActTable;
 use super::products::{BoundedWeights, bounded_stacks, chunked_stacks, product_spec};
-use super::tensors::with_host;
 use super::{
     DeviceKind, ExecError, ExecOptions, Execution, PathCounts, WrittenValue, finite, fused, gpu,
     intdot, prepare, quant, rounded, short,
@@ -649,14 +648,17 @@ pub const MIN_CHUNK_ITEMS: usize = 256;
 /// gigabytes at once.
 pub const MAX_CHUNK_BYTES: usize = 1 << 30;
 
+/// The most items of `item_bytes` each that [`MAX_CHUNK_BYTES`] allow, at least one: the cap
+/// on a default chunk here and on a default piece of `nnpc emulate`.
+pub fn max_chunk_items(item_bytes: usize) -> usize {
+    (MAX_CHUNK_BYTES / item_bytes.max(1)).max(1)
+}
+
 /// The default limit of items per chunk ([`Session::chunks`]) for values of `item_bytes` per
 /// item: as many as [`CHUNK_BYTES`] allow, or [`MIN_CHUNK_ITEMS`] where that is fewer, but no
-/// more than [`MAX_CHUNK_BYTES`] allow; at least one.
+/// more than [`max_chunk_items`]; at least one.
 pub fn default_chunk_items(item_bytes: usize) -> usize {
-    let item = item_bytes.max(1);
-    (CHUNK_BYTES / item)
-        .max(MIN_CHUNK_ITEMS.min(MAX_CHUNK_BYTES / item))
-        .max(1)
+    (CHUNK_BYTES / item_bytes.max(1)).max(MIN_CHUNK_ITEMS.min(max_chunk_items(item_bytes)))
 }
 
 /// Bytes per batch item of the values a run holds at once, at most: the run's output tensors
@@ -969,20 +971,13 @@ impl<'g> OutputRows<'g> {
         if row >= o.rows {
             return Ok(());
         }
-        // A value of one item (a constant's) is every item's.
-        let items = t.dims().first().copied().unwrap_or(1).max(1);
-        let batch = self.batch;
-        with_host(t, |v| {
-            let lanes = v.len() / items;
-            for b in 0..batch {
-                let k = if items == 1 { 0 } else { b };
-                let src = v.get(k * lanes..(k + 1) * lanes).unwrap_or_default();
-                let dst = &mut out[(b * o.rows + row) * o.row_len..][..o.row_len];
-                for (d, s) in dst.iter_mut().zip(src) {
-                    *d = *s as f32;
-                }
+        let w = to_written(t)?;
+        for b in 0..self.batch {
+            let dst = &mut out[(b * o.rows + row) * o.row_len..][..o.row_len];
+            for (d, s) in dst.iter_mut().zip(w.item(b)) {
+                *d = *s as f32;
             }
-        })?;
+        }
         done[row] = true;
         Ok(())
     }
