@@ -77,6 +77,14 @@ pub struct ExecOptions {
     pub chunk_items: Option<usize>,
 }
 
+/// Lanes of batch item `b` of the values `data` of `batch` items (`[batch, lanes]`): a value
+/// of one item (a constant's) is every item's.
+pub(crate) fn item_lanes(data: &[f64], batch: usize, b: usize) -> &[f64] {
+    let lanes = data.len() / batch.max(1);
+    let b = if batch == 1 { 0 } else { b };
+    &data[b * lanes..(b + 1) * lanes]
+}
+
 /// The value a `v_wr` wrote, on the host: `[batch, lanes]` storage values.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WrittenValue {
@@ -88,8 +96,7 @@ pub struct WrittenValue {
 impl WrittenValue {
     /// Lanes of batch item `b` (items beyond a batch-1 value's single item repeat it).
     pub fn item(&self, b: usize) -> &[f64] {
-        let b = if self.batch == 1 { 0 } else { b };
-        &self.data[b * self.lanes..(b + 1) * self.lanes]
+        item_lanes(&self.data, self.batch, b)
     }
 }
 

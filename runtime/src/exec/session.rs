@@ -4,9 +4,10 @@
 use super::executor::{Executor, Failure, Profile};
 use super::mfu::ActTable;
 use super::products::{BoundedWeights, bounded_stacks, chunked_stacks, product_spec};
+use super::tensors::with_host;
 use super::{
     DeviceKind, ExecError, ExecOptions, Execution, PathCounts, WrittenValue, finite, fused, gpu,
-    intdot, prepare, quant, rounded, short,
+    intdot, item_lanes, prepare, quant, rounded, short,
 };
 use crate::host::{HostData, Outputs, Progress, Tensor as HostTensor};
 use candle_core::{DType, Device, Tensor};
@@ -971,13 +972,16 @@ impl<'g> OutputRows<'g> {
         if row >= o.rows {
             return Ok(());
         }
-        let w = to_written(t)?;
-        for b in 0..self.batch {
-            let dst = &mut out[(b * o.rows + row) * o.row_len..][..o.row_len];
-            for (d, s) in dst.iter_mut().zip(w.item(b)) {
-                *d = *s as f32;
+        // Read in place (`to_written` would copy every row first).
+        let (items, batch) = (t.dims().first().copied().unwrap_or(1), self.batch);
+        with_host(t, |v| {
+            for b in 0..batch {
+                let dst = &mut out[(b * o.rows + row) * o.row_len..][..o.row_len];
+                for (d, s) in dst.iter_mut().zip(item_lanes(v, items, b)) {
+                    *d = *s as f32;
+                }
             }
-        }
+        })?;
         done[row] = true;
         Ok(())
     }
