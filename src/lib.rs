@@ -31,6 +31,20 @@ pub enum LoadError {
         path: String,
         source: std::io::Error,
     },
+    /// The file is JSON (a compiled software graph, made by `nnpc compile`), not firmware.
+    #[error("`{path}` is not firmware but {what}")]
+    #[diagnostic(code(nnp::input))]
+    NotFirmware {
+        path: String,
+        /// A compiled graph, or some other JSON.
+        what: &'static str,
+        #[help]
+        help: String,
+    },
+    /// The firmware file is not UTF-8 text.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    NotUtf8(Box<NotUtf8>),
     /// The `--target` given cannot be loaded.
     #[error(transparent)]
     #[diagnostic(transparent)]
@@ -39,6 +53,32 @@ pub enum LoadError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Firmware(Diagnostics),
+}
+
+/// A firmware file that is not UTF-8 text, at its first invalid byte.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error(
+    "`{path}` is not UTF-8 text: invalid byte 0x{byte:02X} at line {line}, column {column} \
+     (byte offset {offset})"
+)]
+#[diagnostic(
+    code(nnp::encoding),
+    help(
+        "save the file as UTF-8 (from Latin-1, for instance: `iconv -f latin1 -t utf-8 {path} \
+         > fixed.nnp`)"
+    )
+)]
+pub struct NotUtf8 {
+    pub path: String,
+    pub byte: u8,
+    pub offset: usize,
+    pub line: usize,
+    pub column: usize,
+    /// The text, the invalid bytes shown as U+FFFD.
+    #[source_code]
+    pub text: miette::NamedSource<String>,
+    #[label("not UTF-8")]
+    pub at: miette::SourceSpan,
 }
 
 impl LoadError {
@@ -62,14 +102,75 @@ pub fn check_file(
 ) -> Result<(Arc<SourceFile>, CheckResult), LoadError> {
     let path = path.as_ref();
     let name = path.to_string_lossy().into_owned();
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
         path: name.clone(),
         source,
     })?;
+    if looks_like_json(path, &bytes) {
+        return Err(not_firmware(name, &bytes));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| not_utf8(name.clone(), &e))?;
     let target = target.map(Target::load).transpose()?;
     let src = Arc::new(SourceFile::new(name, text));
     let result = nnp_grammar::check(src.clone(), target);
     Ok((src, result))
+}
+
+/// Whether the file `path` holding `bytes` (or at least its first bytes) is JSON, as a graph
+/// written by `nnpc compile` is, rather than firmware: its name ends in `.json`, or its first
+/// character other than white space is `{` (which no firmware line starts with).
+pub fn looks_like_json(path: &Path, bytes: &[u8]) -> bool {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    path.to_string_lossy().ends_with(".json")
+        || bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// The error for the JSON file `path` (see [`looks_like_json`]) given where firmware goes:
+/// a compiled graph's help names the firmware it was compiled from.
+fn not_firmware(path: String, bytes: &[u8]) -> LoadError {
+    let json: Option<serde_json::Value> = serde_json::from_slice(bytes).ok();
+    let graph =
+        path.ends_with(".swg.json") || json.as_ref().is_some_and(|v| v.get("nodes").is_some());
+    let source = json
+        .as_ref()
+        .and_then(|v| v.get("source"))
+        .and_then(serde_json::Value::as_str)
+        .filter(|s| !s.is_empty());
+    let help = match source {
+        Some(firmware) if graph => format!(
+            "give the firmware file instead: `{firmware}` (the graph's source), or run the \
+             graph with `nnpc run {path}`"
+        ),
+        _ => "give the firmware file (.nnp) instead".to_string(),
+    };
+    LoadError::NotFirmware {
+        what: if graph {
+            "a compiled software graph (.swg.json), which only `nnpc run` takes"
+        } else {
+            "a JSON file"
+        },
+        path,
+        help,
+    }
+}
+
+/// The error for the file `path` that is not UTF-8, at its first invalid byte.
+fn not_utf8(path: String, e: &std::string::FromUtf8Error) -> LoadError {
+    let bytes = e.as_bytes();
+    let offset = e.utf8_error().valid_up_to();
+    // The text up to `offset` is valid, so its offsets are the file's; the invalid bytes
+    // become one U+FFFD (3 bytes) there.
+    let text = String::from_utf8_lossy(bytes).into_owned();
+    let (line, column) = nnp_grammar::diagnostics::line_col(&text, offset as u32);
+    LoadError::NotUtf8(Box::new(NotUtf8 {
+        byte: bytes.get(offset).copied().unwrap_or_default(),
+        offset,
+        line,
+        column,
+        text: miette::NamedSource::new(path.clone(), text),
+        at: (offset, '\u{FFFD}'.len_utf8()).into(),
+        path,
+    }))
 }
 
 /// Read and check a firmware file; the program with its warnings.

@@ -46,10 +46,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(report) => {
-            eprintln!("{report:?}");
-            ExitCode::from(2)
-        }
+        Err(report) => cmd::output::report(&report, ExitCode::from(2)),
     }
 }
 

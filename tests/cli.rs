@@ -89,18 +89,225 @@ fn check_json_reports_unusable_files_as_objects() {
     );
 }
 
+/// Every subcommand of `nnpc`.
+const COMMANDS: [&str; 8] = [
+    "check", "graph", "compile", "run", "emulate", "diff", "quantize", "bench",
+];
+
+/// `nnpc CMD --help`.
+fn help(cmd: &str) -> String {
+    let o = nnpc(&[cmd, "--help"]);
+    assert!(o.status.success(), "{cmd} --help");
+    stdout(&o)
+}
+
+/// The example lines of a help text: those under `Examples:` up to the first blank line.
+fn help_examples(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| l.trim() != "Examples:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// The options of a help text that take a value (`--target <NAME|FILE>`, `-o, --output
+/// <FILE>`), by their long names.
+fn options_with_values(help: &str) -> Vec<String> {
+    help.lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l
+                .strip_prefix('-')
+                .filter(|_| l.len() > 4 && &l[2..4] == ", ")
+                .map_or(l, |_| &l[4..]);
+            let (flag, rest) = l.strip_prefix("--")?.split_once(' ')?;
+            rest.starts_with('<').then(|| format!("--{flag}"))
+        })
+        .collect()
+}
+
+/// The commands of an example line as the shell would split them, for what the examples use:
+/// quotes, `&&` between commands, `| ...` after one (dropped: the reader of its output), a
+/// `# comment`, and a description after two spaces or more (dropped).
+fn example_commands(line: &str) -> Vec<Vec<String>> {
+    let mut commands = vec![Vec::new()];
+    let mut word: Option<String> = None;
+    let mut quote = None;
+    let mut piped = false;
+    let mut chars = line.chars().peekable();
+    let end_word = |commands: &mut Vec<Vec<String>>, word: &mut Option<String>, piped: bool| {
+        if let Some(w) = word.take().filter(|_| !piped) {
+            commands.last_mut().expect("a command").push(w);
+        }
+    };
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.get_or_insert_with(String::new).push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                word.get_or_insert_with(String::new);
+            }
+            (None, ' ') if chars.peek() == Some(&' ') => break,
+            (None, ' ') => end_word(&mut commands, &mut word, piped),
+            (None, '#') if word.is_none() => break,
+            (None, '|') => {
+                end_word(&mut commands, &mut word, piped);
+                piped = true;
+            }
+            (None, '&') if chars.peek() == Some(&'&') => {
+                chars.next();
+                end_word(&mut commands, &mut word, piped);
+                commands.push(Vec::new());
+                piped = false;
+            }
+            (None, c) => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    end_word(&mut commands, &mut word, piped);
+    commands
+}
+
 #[test]
 fn every_command_has_help_with_an_example() {
-    for cmd in [
-        "check", "graph", "compile", "run", "emulate", "diff", "quantize", "bench",
-    ] {
-        let o = nnpc(&[cmd, "--help"]);
-        assert!(o.status.success(), "{cmd} --help");
-        let out = String::from_utf8_lossy(&o.stdout);
+    for cmd in COMMANDS {
+        let out = help(cmd);
         assert!(
             out.contains("Examples:") && out.contains(&format!("nnpc {cmd}")),
             "{cmd} --help has no example:\n{out}"
         );
+    }
+}
+
+/// Every example of every `--help` that needs only files in samples/ (or files an example
+/// before it writes) runs and exits 0, so that the examples cannot rot. They run as written,
+/// in a scratch copy of samples/ (`/tmp/...` paths moved into it), except for the time a debug
+/// build takes: batches of at most 2, and `bench` with `--reps 1 --kernel-len 4096`. Commands
+/// other than `nnpc` (`dot`, `jq`) are left out. Examples on placeholder files (`prog.nnp`,
+/// `weights.npy`) are not run.
+#[test]
+fn every_help_example_on_the_samples_runs() {
+    let dir = common::scratch("help_examples");
+    copy_dir(&common::root().join("samples"), &dir.join("samples"));
+    std::fs::create_dir_all(dir.join("tmp")).expect("tmp dir");
+    let mut ran = Vec::new();
+    for cmd in COMMANDS {
+        let help = help(cmd);
+        let valued = options_with_values(&help);
+        assert!(
+            valued.contains(&"--target".to_string()) || cmd == "quantize",
+            "{cmd}: {valued:?}"
+        );
+        // Files the examples so far have written.
+        let mut made: Vec<String> = Vec::new();
+        'line: for line in help_examples(&help) {
+            let mut runs = Vec::new();
+            for words in example_commands(&line) {
+                if words.first().map(String::as_str) != Some("nnpc") {
+                    continue;
+                }
+                let sub = words.get(1).cloned().unwrap_or_default();
+                let mut args = Vec::new();
+                let mut outputs = Vec::new();
+                let mut i = 2;
+                while i < words.len() {
+                    let w = &words[i];
+                    let value = if (w.starts_with("--") && valued.contains(w)) || w == "-o" {
+                        words.get(i + 1).cloned()
+                    } else {
+                        None
+                    };
+                    let file = match (w.as_str(), &value) {
+                        // Written by the command (`diff --trace` reads).
+                        ("-o" | "--output", Some(v)) => {
+                            outputs.push(v.clone());
+                            None
+                        }
+                        ("--trace", Some(v)) if sub != "diff" => {
+                            outputs.push(v.clone());
+                            None
+                        }
+                        (_, Some(v))
+                            if ["--target", "--weights", "--inputs", "--hardware", "--trace"]
+                                .contains(&w.as_str()) =>
+                        {
+                            // A built-in target is a name, not a file.
+                            (v.contains('/') || v.contains('.')).then(|| v.clone())
+                        }
+                        (_, Some(_)) => None,
+                        _ if w.starts_with('-') => None,
+                        _ => Some(w.clone()),
+                    };
+                    if let Some(f) = file
+                        && !f.starts_with("samples/")
+                        && !made.contains(&f)
+                        && !outputs.contains(&f)
+                    {
+                        continue 'line;
+                    }
+                    args.push(w.clone());
+                    if let Some(v) = value {
+                        let capped = match v.parse::<u64>() {
+                            Ok(b) if w == "--batch" => b.min(2).to_string(),
+                            _ => v,
+                        };
+                        args.push(capped);
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                made.extend(outputs.iter().filter(|o| *o != "-").cloned());
+                if sub == "bench" {
+                    args.extend(["--reps", "1", "--kernel-len", "4096"].map(String::from));
+                }
+                let args: Vec<String> = std::iter::once(sub)
+                    .chain(args)
+                    .map(|a| match a.strip_prefix("/tmp/") {
+                        Some(rest) => common::arg(&dir.join("tmp").join(rest)).to_string(),
+                        None => a,
+                    })
+                    .collect();
+                runs.push(args);
+            }
+            for args in runs {
+                let o = std::process::Command::new(env!("CARGO_BIN_EXE_nnpc"))
+                    .args(&args)
+                    .current_dir(&dir)
+                    .output()
+                    .expect("nnpc runs");
+                assert_eq!(
+                    o.status.code(),
+                    Some(0),
+                    "`{line}` (`{cmd} --help`) failed: nnpc {}\n{}",
+                    args.join(" "),
+                    stderr(&o)
+                );
+                ran.push(args[0].clone());
+            }
+        }
+    }
+    // Every command but quantize (whose examples name tensor files of the user's) has one.
+    for cmd in COMMANDS.iter().filter(|c| **c != "quantize") {
+        assert!(
+            ran.iter().any(|r| r == cmd),
+            "no example of `{cmd}` ran: {ran:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Copy the directory `from` to `to`, recursively.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("dir");
+    for e in std::fs::read_dir(from).expect("read dir") {
+        let e = e.expect("entry");
+        let path = e.path();
+        if path.is_dir() {
+            copy_dir(&path, &to.join(e.file_name()));
+        } else {
+            std::fs::copy(&path, to.join(e.file_name())).expect("copy");
+        }
     }
 }
 
@@ -659,4 +866,289 @@ fn forbidden_nonfinite_values_stop_every_engine_alike() {
         "{emulated}"
     );
     assert_eq!(stop("run", &bad_w, &["--chunk-items", "1"]), emulated);
+}
+
+/// Whether the message `m` holds `want`, spaces aside (miette may wrap a path after a slash).
+fn has(m: &str, want: &str) -> bool {
+    m.replace(' ', "").contains(&want.replace(' ', ""))
+}
+
+/// Run `nnpc ARGS` with stdout and stderr given (a closed pipe, `/dev/full`); the other stream
+/// is captured.
+fn nnpc_to(
+    args: &[&str],
+    out: std::process::Stdio,
+    err: std::process::Stdio,
+) -> (Option<i32>, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_nnpc"))
+        .args(args)
+        .current_dir(common::root())
+        .stdout(out)
+        .stderr(err)
+        .output()
+        .expect("nnpc runs");
+    // (`output` captures only the stream left piped.)
+    let text = [stdout(&o), stderr(&o)].concat();
+    (o.status.code(), text)
+}
+
+/// A pipe whose reader is already closed (`nnpc ... | head -0`): every write gets EPIPE.
+fn closed_pipe() -> std::process::Stdio {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    writer.into()
+}
+
+/// A reader that stops early (`| head`) ends the output quietly: no panic, nothing on stderr,
+/// and the exit status of the work (0, or 1 for a firmware with errors, 2 for a file that is
+/// not firmware), whichever stream it reads. Any other write error (`> /dev/full`) fails with
+/// exit status 2, saying so where stderr can be written.
+#[test]
+fn closed_pipes_end_quietly_and_full_disks_are_errors() {
+    use std::process::Stdio;
+    let dir = common::scratch("closed_pipes");
+    let graph = dir.join("lstm.swg.json");
+    let o = nnpc(&["compile", "samples/lstm.nnp", "-o", common::arg(&graph)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bad = dir.join("bad.nnp");
+    std::fs::write(&bad, "v_rd netq\nv_sigmm\nv_wr netq\nend_chain\n").expect("write");
+    let (graph, bad) = (common::arg(&graph), common::arg(&bad));
+    let writers: [&[&str]; 6] = [
+        &["compile", "samples/lstm.nnp", "-o", "-"],
+        &["run", "samples/lstm.nnp", "--json"],
+        &["run", "samples/mlp2_relu.nnp"],
+        &["emulate", "samples/mlp2_relu.nnp", "--json"],
+        &["check", "samples/lstm.nnp", "--json"],
+        &["graph", "samples/lstm.nnp"],
+    ];
+    for args in writers {
+        let (code, err) = nnpc_to(args, closed_pipe(), Stdio::piped());
+        assert_eq!((code, err.as_str()), (Some(0), ""), "{args:?} | head -0");
+    }
+    // Diagnostics on stderr, into a closed pipe: the check's own status.
+    for (args, want) in [
+        (&["check", "samples/lstm.nnp"][..], 0),
+        (&["check", bad][..], 1),
+        (&["check", graph][..], 2),
+        (&["emulate", graph][..], 2),
+    ] {
+        let (code, out) = nnpc_to(args, Stdio::piped(), closed_pipe());
+        assert_eq!(
+            (code, out.as_str()),
+            (Some(want), ""),
+            "{args:?} 2>&1 | head -0"
+        );
+    }
+    if !std::path::Path::new("/dev/full").exists() {
+        return;
+    }
+    let full = || {
+        let f = std::fs::OpenOptions::new().write(true).open("/dev/full");
+        Stdio::from(f.expect("/dev/full"))
+    };
+    for args in writers {
+        let (code, err) = nnpc_to(args, full(), Stdio::piped());
+        assert_eq!(code, Some(2), "{args:?} > /dev/full: {err}");
+        let err = err.replace('\n', " ");
+        assert!(
+            err.contains("cannot write to stdout: No space left on device"),
+            "{args:?} > /dev/full: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // Where stderr itself is full, the status alone says it.
+    for args in [&["check", "samples/lstm.nnp"][..], &["check", bad][..]] {
+        let (code, out) = nnpc_to(args, Stdio::piped(), full());
+        assert_eq!(code, Some(2), "{args:?} 2> /dev/full: {out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An empty tensor (a 0 in its shape, along the block axis or not) quantizes to an empty
+/// tensor of the same shape, written and reported as 0 elements; never a panic.
+#[test]
+fn empty_tensors_quantize_to_empty_tensors() {
+    use nnp_runtime::host::Tensor;
+    use nnp_runtime::io::{Dtype, read_tensors, write_tensors};
+    use std::collections::BTreeMap;
+    let dir = common::scratch("empty_quantize");
+    for (shape, axes) in [
+        (vec![0, 5], &["0", "1", "-1"][..]),
+        (vec![5, 0], &["0", "-1"][..]),
+        (vec![2, 0, 3], &["0", "1", "2"][..]),
+    ] {
+        let input = dir.join("e.npy");
+        let t = Tensor::new(shape.clone(), Vec::new()).expect("an empty tensor");
+        write_tensors(&input, &BTreeMap::from([("e".to_string(), t)]), Dtype::F32).expect("npy");
+        for format in [
+            "bfp(mant = 8)",
+            "mx6",
+            "int(bits = 8, scale = f32, per = tensor)",
+        ] {
+            for axis in axes {
+                let out = dir.join("q.npy");
+                let _ = std::fs::remove_file(&out);
+                let args = [
+                    "quantize",
+                    "-f",
+                    format,
+                    common::arg(&input),
+                    "--axis",
+                    axis,
+                    "--json",
+                    "-o",
+                    common::arg(&out),
+                ];
+                let o = nnpc(&args);
+                let what = format!("{shape:?} --axis {axis} {format}");
+                assert_eq!(o.status.code(), Some(0), "{what}: {}", stderr(&o));
+                let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+                assert_eq!(v[0]["elements"], 0, "{what}: {v}");
+                assert_eq!(v[0]["count"], 0, "{what}: {v}");
+                assert_eq!(v[0]["shape"], serde_json::json!(shape), "{what}: {v}");
+                let q = read_tensors(&out).expect("written");
+                let q = q.values().next().expect("one tensor");
+                assert_eq!((&q.shape, q.data.len()), (&shape, 0), "{what}");
+            }
+        }
+        // The table says so.
+        let o = nnpc(&["quantize", "-f", "mx6", common::arg(&input), "--axis", "0"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(stdout(&o).contains("e: 0 elements"), "{}", stdout(&o));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A compiled graph (by its `.swg.json` name, or by its JSON content under another name) given
+/// to a command that takes firmware: one short error that says what the file is, that only
+/// `nnpc run` takes it, and which firmware to give instead; exit 2. `nnpc run` takes it under
+/// either name.
+#[test]
+fn a_compiled_graph_where_firmware_goes_is_one_clear_error() {
+    let dir = common::scratch("graph_as_firmware");
+    let graph = dir.join("lstm.swg.json");
+    let o = nnpc(&["compile", "samples/lstm.nnp", "-o", common::arg(&graph)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let renamed = dir.join("lstm.nnp");
+    std::fs::copy(&graph, &renamed).expect("copy");
+    for file in [&graph, &renamed] {
+        let f = common::arg(file);
+        for args in [
+            vec!["check", f],
+            vec!["graph", f],
+            vec!["emulate", f],
+            vec!["compile", f, "-o", "-"],
+            vec!["diff", f, "--hardware", f],
+            vec!["bench", f, "--batch", "1"],
+        ] {
+            let o = nnpc(&args);
+            let m = common::message(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {m}");
+            assert!(
+                has(
+                    &m,
+                    &format!("`{f}` is not firmware but a compiled software graph")
+                ) && has(&m, "which only `nnpc run` takes")
+                    && has(&m, "give the firmware file instead: `samples/lstm.nnp`"),
+                "{args:?}: {m}"
+            );
+            assert!(stderr(&o).lines().count() < 10, "{args:?}: {}", stderr(&o));
+        }
+        let o = nnpc(&["check", f, "--json"]);
+        assert_eq!(o.status.code(), Some(2));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
+        assert_eq!(v[0]["file"], f, "{v}");
+        let o = nnpc(&["run", f]);
+        assert_eq!(o.status.code(), Some(0), "run {f}: {}", stderr(&o));
+        assert!(stdout(&o).contains("174 nodes"), "{}", stdout(&o));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A firmware file that is not UTF-8: the error names the file, the line and column of the
+/// first invalid byte, its offset and value, and the fix (exit 2); `--json` places it there.
+#[test]
+fn non_utf8_firmware_names_the_first_bad_byte() {
+    let dir = common::scratch("not_utf8");
+    let file = dir.join("n.nnp");
+    // "v_rd netq\n" is bytes 0..10, "// caf" 10..16: the Latin-1 é is byte 16, line 2,
+    // column 7.
+    std::fs::write(&file, b"v_rd netq\n// caf\xe9\n").expect("write");
+    let f = common::arg(&file);
+    let o = nnpc(&["check", f]);
+    let m = common::message(&o);
+    assert_eq!(o.status.code(), Some(2), "{m}");
+    assert!(
+        has(
+            &m,
+            &format!(
+                "`{f}` is not UTF-8 text: invalid byte 0xE9 at line 2, column 7 (byte offset 16)"
+            )
+        ),
+        "{m}"
+    );
+    assert!(m.contains("help: save the file as UTF-8"), "{m}");
+    assert!(stderr(&o).contains("n.nnp:2:7"), "{}", stderr(&o));
+    let o = nnpc(&["check", f, "--json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let d = &v[0];
+    assert_eq!(
+        (
+            &d["file"],
+            &d["start"]["line"],
+            &d["start"]["column"],
+            &d["start"]["offset"]
+        ),
+        (&f.into(), &2.into(), &7.into(), &16.into()),
+        "{d}"
+    );
+    assert!(
+        d["help"].as_str().is_some_and(|h| h.contains("UTF-8")),
+        "{d}"
+    );
+    let o = nnpc(&["run", f]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        common::message(&o).contains("line 2, column 7"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Counts of one take the singular: `1 output`, `1 traced write`, `1 input vector`.
+#[test]
+fn counts_of_one_are_singular() {
+    let dir = common::scratch("singular");
+    let file = dir.join("copy.nnp");
+    // One chain: one input row pushed back as the one output row.
+    std::fs::write(
+        &file,
+        "input x : [128]\noutput y : [128]\nv_rd netq\nv_wr netq\nend_chain\n",
+    )
+    .expect("write");
+    let f = common::arg(&file);
+    let graph = dir.join("copy.swg.json");
+    let o = nnpc(&["compile", f, "-o", common::arg(&graph)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("  1 traced write, 1 output\n"),
+        "{}",
+        stdout(&o)
+    );
+    let o = nnpc(&["run", f]);
+    assert!(
+        stdout(&o).contains(" ms, 1 input vector, "),
+        "{}",
+        stdout(&o)
+    );
+    let o = nnpc(&["emulate", f, "--batch", "2"]);
+    assert!(
+        stdout(&o).contains(" ms, 2 input vectors, "),
+        "{}",
+        stdout(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

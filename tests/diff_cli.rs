@@ -236,8 +236,12 @@ fn the_first_divergent_v_wr_is_named() {
     let o = diff_mlp(&hw, 5, &["--trace", s(&bad), "--json"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    // Outputs agree; only the trace differs.
-    assert_eq!(r["concordant"], true);
+    // Outputs agree; only the trace differs: not concordant, as the exit status says.
+    assert_eq!(
+        (r["elements"].clone(), r["bit_exact"].clone()),
+        (1200.into(), 1200.into())
+    );
+    assert_eq!(r["concordant"], false);
     let f = &r["trace"]["first"];
     assert_eq!(f["item"], 1);
     assert_eq!(f["position"], 2);
@@ -248,6 +252,20 @@ fn the_first_divergent_v_wr_is_named() {
         r["trace"]["identical"],
         r["trace"]["records"].as_u64().expect("n") - 1
     );
+    // The report's last line says so too, and `--explain` has no outputs to explain.
+    let o = diff_mlp(&hw, 5, &["--trace", s(&bad), "--explain"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    let last = out.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        "bit-exact: 1200 of 1200, but a v_wr trace record differs (NOT concordant)"
+    );
+    assert!(
+        !out.contains("(concordant)") && !out.contains("explain"),
+        "{out}"
+    );
+    assert!(out.contains("first divergent v_wr"), "{out}");
 
     // A trace of a different program is out of step: bad input.
     records.truncate(records.len() - 1);
@@ -363,7 +381,7 @@ fn a_trace_is_compared_chunk_by_chunk_in_any_order() {
         serde_json::from_slice(&o.stdout).expect("json")
     };
     let r = report("3");
-    assert_eq!(r["concordant"], true);
+    assert_eq!(r["concordant"], false, "the trace diverges");
     assert_eq!(
         (
             r["trace"]["records"].clone(),
@@ -585,4 +603,354 @@ fn diff_on_cuda_is_concordant_or_says_how_to_get_it() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// `y = x`: one input and one output of 4 lanes (`pass.nnp` in `dir`).
+fn pass_through(dir: &Path) -> PathBuf {
+    let prog = dir.join("pass.nnp");
+    let text = "input x : [1, 4]\noutput y : [1, 4]\n\nv_rd netq\nv_wr netq\nend_chain\n";
+    std::fs::write(&prog, text).expect("write");
+    prog
+}
+
+/// `x.npy` in `dir`: one input set of `x : [1, 4]`.
+fn pass_inputs(dir: &Path, x: [f32; 4]) -> PathBuf {
+    let path = dir.join("x.npy");
+    let t = Tensor::new(vec![1, 4], x.to_vec()).expect("shape");
+    write_tensors(&path, &BTreeMap::from([("x".into(), t)]), Dtype::F32).expect("write");
+    path
+}
+
+/// A dump of `y` (one item, `[1, 1, 4]`) in `dtype`, at `path`.
+fn pass_dump(path: &Path, y: [f32; 4], dtype: Dtype) -> PathBuf {
+    let t = Tensor::new(vec![1, 1, 4], y.to_vec()).expect("shape");
+    write_tensors(path, &BTreeMap::from([("y".into(), t)]), dtype).expect("write");
+    path.to_path_buf()
+}
+
+/// A `.npy` file of f64 values (little-endian `<f8`, C order), written by hand.
+fn npy_f64(path: &Path, shape: &[usize], values: &[f64]) {
+    let dims: Vec<String> = shape.iter().map(|d| format!("{d}, ")).collect();
+    let header = format!(
+        "{{'descr': '<f8', 'fortran_order': False, 'shape': ({}), }}\n",
+        dims.concat()
+    );
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    values
+        .iter()
+        .for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
+    std::fs::write(path, bytes).expect("write");
+}
+
+/// `nnpc diff PROG --hardware HW --inputs X EXTRA... --json`: the exit status and the report.
+fn diff_json(prog: &Path, hw: &Path, x: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let mut args = vec!["diff", s(prog), "--hardware", s(hw), "--inputs", s(x)];
+    args.extend(extra);
+    args.push("--json");
+    let o = nnpc(&args);
+    let r = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+    (o.status.code(), r)
+}
+
+/// A dump value that is not exactly a value of the storage format is a mismatch, never
+/// rounded into one: (1) the emulator's fp16 dump of `dense_300x200` saved as f32 with one
+/// element's last f32 bit flipped (a value between two fp16 values, less than half an fp16
+/// ULP from the original, so it rounds back to it: reported as 1 ULP, its pattern the
+/// software's); (2) an f16 dump whose 3 + 2^-9 (fp16's next value after 3) bf16 does not hold
+/// (bf16's step at 3 is 2^-6), under `storage = "bf16"`: rounds to 3 (0x4040), error 2^-9;
+/// (3) an f64 dump whose 3 + 3 x 2^-30 f32 does not hold (it needs 32 significant bits),
+/// under `samples/targets/fp32.toml`: rounds to 3 (0x40400000), its error 3 x 2^-30 measured
+/// on the f64 value, in logical and in tile layout (where an inexact pad lane is ignored).
+#[test]
+fn a_value_that_is_not_a_storage_value_is_a_mismatch() {
+    let dir = scratch("not-storage");
+    let hw = dir.join("hw.safetensors");
+    let o = nnpc(&[
+        "emulate",
+        "samples/dense_300x200.nnp",
+        "--batch",
+        "3",
+        "--seed",
+        "5",
+        "-o",
+        s(&hw),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut dump = read_tensors(&hw).expect("dump");
+    let y = dump.get_mut("y").expect("output y");
+    assert_eq!(y.shape, vec![3, 4, 200]);
+    // y[1, 2, 77]: flat 1 * 800 + 2 * 200 + 77; tile 0, lane 77.
+    let flat = 800 + 400 + 77;
+    let original = f16::from_f32(y.data[flat]).to_bits();
+    y.data[flat] = f32::from_bits(y.data[flat].to_bits() ^ 1);
+    let off = dir.join("off.safetensors");
+    write_tensors(&off, &dump, Dtype::F32).expect("write");
+    let o = nnpc(&[
+        "diff",
+        "samples/dense_300x200.nnp",
+        "--hardware",
+        s(&off),
+        "--seed",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(r["storage"], "fp16");
+    assert_eq!(
+        (r["elements"].clone(), r["bit_exact"].clone()),
+        (2400.into(), 2399.into())
+    );
+    assert_eq!(r["concordant"], false);
+    assert_eq!(r["outputs"][0]["not_storage_values"], 1);
+    let m = &r["mismatches"][0];
+    assert_eq!(m["index"], serde_json::json!([1, 2, 77]));
+    assert_eq!(m["not_storage_value"], true);
+    assert_eq!(
+        (m["hardware_bits"].clone(), m["software_bits"].clone()),
+        (original.into(), original.into())
+    );
+    assert_eq!(m["ulps"], 1);
+    let o = nnpc(&[
+        "diff",
+        "samples/dense_300x200.nnp",
+        "--hardware",
+        s(&off),
+        "--seed",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("2399 of 2400 bit-exact"), "{out}");
+    assert!(out.contains("; 1 not a fp16 value"), "{out}");
+    assert!(
+        out.contains(&format!("(not a fp16 value; rounds to 0x{original:04X})")),
+        "{out}"
+    );
+    assert!(
+        out.contains("bit-exact: 2399 of 2400 (NOT concordant)"),
+        "{out}"
+    );
+
+    // (2) f16 values that bf16 does not hold.
+    let prog = pass_through(&dir);
+    let x = pass_inputs(&dir, [1.0, 0.5, -2.0, 3.0]);
+    let bf16 = dir.join("bf16.toml");
+    std::fs::write(&bf16, "name = \"bf16\"\n[numerics]\nstorage = \"bf16\"\n").expect("write");
+    let board = [1.0, 0.5, -2.0, 3.0 + 2f32.powi(-9)];
+    let hw16 = pass_dump(&dir.join("hw16.safetensors"), board, Dtype::F16);
+    let (code, r) = diff_json(&prog, &hw16, &x, &["--target", s(&bf16)]);
+    assert_eq!(code, Some(1), "{r}");
+    assert_eq!(
+        (r["storage"].clone(), r["bit_exact"].clone()),
+        ("bf16".into(), 3.into())
+    );
+    let (y, m) = (&r["outputs"][0], &r["mismatches"][0]);
+    assert_eq!(y["not_storage_values"], 1);
+    assert_eq!(y["max_abs_err"], 2f64.powi(-9));
+    assert_eq!(m["index"], serde_json::json!([0, 0, 3]));
+    assert_eq!(m["not_storage_value"], true);
+    assert_eq!(
+        (m["hardware_bits"].clone(), m["software_bits"].clone()),
+        (0x4040.into(), 0x4040.into())
+    );
+    // The same values as the software's, in an f16 dump: concordant.
+    let ok16 = pass_dump(
+        &dir.join("ok16.safetensors"),
+        [1.0, 0.5, -2.0, 3.0],
+        Dtype::F16,
+    );
+    let (code, r) = diff_json(&prog, &ok16, &x, &["--target", s(&bf16)]);
+    assert_eq!(
+        (code, r["concordant"].clone()),
+        (Some(0), true.into()),
+        "{r}"
+    );
+
+    // (3) f64 values that f32 does not hold, under fp32 storage: two items, the wide value
+    // in item 1 (logical flat index 7; in tiles, 128 + 3), and in tiles a pad lane of item 0
+    // (flat 5) that f32 does not hold either, ignored.
+    let fp32 = ["--target", "samples/targets/fp32.toml"];
+    std::fs::create_dir_all(dir.join("two")).expect("dir");
+    let x2 = dir.join("two").join("x.npy");
+    let xs = [1.0, 0.5, -2.0, 3.0, 1.0, 0.5, -2.0, 3.0];
+    let t = Tensor::new(vec![2, 1, 4], xs.to_vec()).expect("shape");
+    write_tensors(&x2, &BTreeMap::from([("x".into(), t)]), Dtype::F32).expect("write");
+    let wide = 3.0 + 3.0 * 2f64.powi(-30);
+    let mut logical = xs.map(f64::from);
+    logical[7] = wide;
+    let hw64 = dir.join("y.npy");
+    npy_f64(&hw64, &[2, 1, 4], &logical);
+    let mut lanes = vec![0.0; 256];
+    lanes[..4].copy_from_slice(&logical[..4]);
+    lanes[128..132].copy_from_slice(&logical[4..]);
+    lanes[5] = 0.1;
+    let tiles = dir.join("tiles").join("y.npy");
+    std::fs::create_dir_all(dir.join("tiles")).expect("dir");
+    npy_f64(&tiles, &[2, 1, 1, 128], &lanes);
+    for (dump, layout) in [(&hw64, "logical"), (&tiles, "tiles")] {
+        let (code, r) = diff_json(&prog, dump, &x2, &[fp32[0], fp32[1], "--layout", layout]);
+        assert_eq!(code, Some(1), "{layout}: {r}");
+        assert_eq!(
+            (r["storage"].clone(), r["bit_exact"].clone()),
+            ("fp32".into(), 7.into()),
+            "{layout}"
+        );
+        let (y, m) = (&r["outputs"][0], &r["mismatches"][0]);
+        assert_eq!(y["not_storage_values"], 1, "{layout}");
+        assert_eq!(y["max_abs_err"], 3.0 * 2f64.powi(-30), "{layout}");
+        assert_eq!(m["index"], serde_json::json!([1, 0, 3]), "{layout}");
+        assert_eq!((m["tile"].clone(), m["lane"].clone()), (0.into(), 3.into()));
+        assert_eq!(m["hardware_f64"], wide, "{layout}");
+        assert_eq!(m["hardware"], 3.0, "{layout}");
+        let bits = 3f32.to_bits();
+        assert_eq!(
+            (m["hardware_bits"].clone(), m["software_bits"].clone()),
+            (bits.into(), bits.into())
+        );
+        assert_eq!(m["ulps"], 1, "{layout}");
+    }
+}
+
+/// A single `.npy` dump is the program's output when the program has one, whatever the
+/// file's name (`board.npy` for output `y`); one flipped bit in it is found. A program with
+/// two outputs cannot take a single `.npy`: exit 2, naming both.
+#[test]
+fn a_single_npy_dump_is_the_programs_one_output() {
+    let dir = scratch("one-npy");
+    let board = dir.join("board.npy");
+    let emulate = nnpc(&[
+        "emulate",
+        "samples/dense_300x200.nnp",
+        "--batch",
+        "2",
+        "--seed",
+        "5",
+        "-o",
+        s(&board),
+    ]);
+    assert!(emulate.status.success(), "{}", stderr(&emulate));
+    let diff = |hw: &Path| {
+        nnpc(&[
+            "diff",
+            "samples/dense_300x200.nnp",
+            "--hardware",
+            s(hw),
+            "--seed",
+            "5",
+        ])
+    };
+    let o = diff(&board);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+    assert!(out.contains("batch 2"), "{out}");
+    assert!(
+        out.contains("bit-exact: 1600 of 1600 (concordant)"),
+        "{out}"
+    );
+    // The file's one tensor (named `board`) with one bit flipped, in `flipped.npy`.
+    let mut dump = read_tensors(&board).expect("dump");
+    let mut t = dump.remove("board").expect("named by the file");
+    t.data[5] = f16::from_bits(f16::from_f32(t.data[5]).to_bits() ^ 1).to_f32();
+    let flipped = dir.join("flipped.npy");
+    write_tensors(&flipped, &BTreeMap::from([("y".into(), t)]), Dtype::F16).expect("write");
+    let o = diff(&flipped);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("bit-exact: 1599 of 1600 (NOT concordant)"),
+        "{}",
+        stdout(&o)
+    );
+
+    // Two outputs.
+    let two = dir.join("two.nnp");
+    let text = "input x : [1, 4]\ninput w : [1, 4]\noutput y : [1, 4]\noutput z : [1, 4]\n\n\
+                v_rd netq\nv_wr netq\nend_chain\n\nv_rd netq\nv_wr netq\nend_chain\n";
+    std::fs::write(&two, text).expect("write");
+    let o = nnpc(&["diff", s(&two), "--hardware", s(&board)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = message(&o);
+    assert!(err.contains("board.npy` is a single .npy file"), "{err}");
+    assert!(
+        err.contains("the program has 2 outputs (`y`, `z`)"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// Statistics that say what they cannot measure (`y = x` on fp16 storage, x = [1, 2, 3, 4]):
+/// +inf against 1 (0x7C00 against 0x3C00, 0x4000 ULPs apart) is an infinite error, QSNR
+/// -inf dB; NaN against 1 leaves the error undefined; equal outputs have QSNR +inf. JSON
+/// carries each as a string, never `null`.
+#[test]
+fn non_finite_mismatches_have_statistics_that_say_so() {
+    let dir = scratch("non-finite");
+    let prog = pass_through(&dir);
+    let x = pass_inputs(&dir, [1.0, 2.0, 3.0, 4.0]);
+    let dump =
+        |name: &str, first: f32| pass_dump(&dir.join(name), [first, 2.0, 3.0, 4.0], Dtype::F32);
+    let text = |hw: &Path| {
+        let o = nnpc(&["diff", s(&prog), "--hardware", s(hw), "--inputs", s(&x)]);
+        stdout(&o)
+    };
+
+    let inf = dump("inf.safetensors", f32::INFINITY);
+    let (code, r) = diff_json(&prog, &inf, &x, &[]);
+    assert_eq!(code, Some(1), "{r}");
+    let (y, m) = (&r["outputs"][0], &r["mismatches"][0]);
+    assert_eq!(
+        (y["inf_mismatches"].clone(), y["nan_mismatches"].clone()),
+        (1.into(), 0.into())
+    );
+    assert_eq!(
+        (y["max_abs_err"].clone(), y["max_rel_err"].clone()),
+        ("inf".into(), "inf".into())
+    );
+    assert_eq!(y["qsnr_db"], "-inf");
+    assert_eq!(
+        (m["hardware"].clone(), m["software"].clone()),
+        ("inf".into(), 1.0.into())
+    );
+    assert_eq!(
+        (m["hardware_bits"].clone(), m["ulps"].clone()),
+        (0x7C00.into(), 0x4000.into())
+    );
+    let out = text(&inf);
+    assert!(
+        out.contains("3 of 4 bit-exact, max 16384 ULP, max abs err inf, QSNR -inf dB; 1 infinity against another value"),
+        "{out}"
+    );
+
+    let nan = dump("nan.safetensors", f32::NAN);
+    let (code, r) = diff_json(&prog, &nan, &x, &[]);
+    assert_eq!(code, Some(1), "{r}");
+    let (y, m) = (&r["outputs"][0], &r["mismatches"][0]);
+    assert_eq!(
+        (y["inf_mismatches"].clone(), y["nan_mismatches"].clone()),
+        (0.into(), 1.into())
+    );
+    for field in ["max_abs_err", "max_rel_err", "qsnr_db"] {
+        assert_eq!(y[field], "nan", "{field}");
+    }
+    assert_eq!(
+        (m["hardware"].clone(), m["ulps"].clone()),
+        ("nan".into(), serde_json::Value::Null)
+    );
+    let out = text(&nan);
+    assert!(
+        out.contains("max abs err undefined, QSNR undefined; 1 NaN against a number"),
+        "{out}"
+    );
+
+    let equal = dump("equal.safetensors", 1.0);
+    let (code, r) = diff_json(&prog, &equal, &x, &[]);
+    assert_eq!(code, Some(0), "{r}");
+    let y = &r["outputs"][0];
+    assert_eq!(
+        (y["max_abs_err"].clone(), y["qsnr_db"].clone()),
+        (0.0.into(), "inf".into())
+    );
+    assert!(text(&equal).contains("max abs err 0.000e0, QSNR inf dB\n"));
 }

@@ -240,3 +240,95 @@ fn help_has_examples() {
     let s = stdout(&o);
     assert!(s.contains("Examples:") && s.contains("--format") && s.contains("dot -Tsvg"));
 }
+
+/// A query on a line where no instruction of a chain starts (a comment, `end_chain`, past the
+/// end) is an error, exit 2, naming the nearest lines that hold instructions, before and
+/// after it.
+#[test]
+fn a_query_on_a_line_without_an_instruction_is_an_error_naming_lines_nearby() {
+    let text = std::fs::read_to_string(root().join("samples/lstm.nnp")).expect("sample");
+    let line = |n: usize| text.lines().nth(n - 1).unwrap_or_default().trim();
+    // The comment before the i gate's chain: above it a blank line and the `end_chain` of the
+    // chain before (whose last instructions are `vv_mul mulvrf0[C]`, `v_wr asvrf1[FC]`), under
+    // it the i gate's chain.
+    let comment = line_of(&text, "// i gate", 1);
+    assert_eq!(
+        [-4, -3, -2, -1, 1, 2].map(|d: isize| line(comment.saturating_add_signed(d))),
+        [
+            "vv_mul mulvrf0[C]",
+            "v_wr asvrf1[FC]",
+            "end_chain",
+            "",
+            "v_rd ivrf[HV + (t % 2) * HT]",
+            "mv_mul mrf[Ui]"
+        ]
+    );
+    let query = |flag: &str, at: usize| {
+        let o = nnpc(&["graph", "samples/lstm.nnp", flag, &at.to_string()]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {at}: {}", stdout(&o));
+        assert!(o.stdout.is_empty(), "{}", stdout(&o));
+        common::message(&o)
+    };
+    let m = query("--producers", comment);
+    // (miette may wrap the path after its slash: compared without spaces.)
+    let what = format!(
+        "--producers {comment}: no instruction of a chain starts on line {comment} of \
+         `samples/lstm.nnp`"
+    );
+    assert!(m.replace(' ', "").contains(&what.replace(' ', "")), "{m}");
+    let want = format!(
+        "help: instructions nearby are on lines {} and {} before it and lines {} and {} after it",
+        comment - 4,
+        comment - 3,
+        comment + 1,
+        comment + 2
+    );
+    assert!(m.contains(&want), "{m}");
+    // The `end_chain` under the c gate's `v_wr mulvrf0[C]`.
+    let write = line_of(&text, "v_wr mulvrf0[C]", comment);
+    assert_eq!(line(write + 1), "end_chain");
+    let m = query("--consumers", write + 1);
+    assert!(
+        m.contains(&format!("lines {} and {write} before it", write - 1)),
+        "{m}"
+    );
+    // Past the end: the last two instructions.
+    let lines = text.lines().count();
+    let m = query("--consumers", lines + 10);
+    assert!(
+        m.contains("help: the last instructions are on lines"),
+        "{m}"
+    );
+}
+
+/// `--format` with a query is refused (the queries answer in text), naming both flags; the
+/// same query without it answers.
+#[test]
+fn format_with_a_query_is_refused() {
+    let text = std::fs::read_to_string(root().join("samples/lstm.nnp")).expect("sample");
+    let read = line_of(&text, "v_rd ivrf[HV + (t % 2) * HT]", 1).to_string();
+    for query in [
+        &["--producers", read.as_str()][..],
+        &["--consumers", read.as_str()][..],
+        &["--independent"][..],
+    ] {
+        for format in ["json", "dot"] {
+            let mut args = vec!["graph", "samples/lstm.nnp", "--format", format];
+            args.extend(query);
+            let o = nnpc(&args);
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains("cannot be used with")
+                    && err.contains("--format")
+                    && err.contains(query[0]),
+                "{args:?}: {err}"
+            );
+            assert!(o.stdout.is_empty(), "{args:?}");
+        }
+        let mut args = vec!["graph", "samples/lstm.nnp"];
+        args.extend(query);
+        let o = nnpc(&args);
+        assert!(o.status.success() && !o.stdout.is_empty(), "{args:?}");
+    }
+}

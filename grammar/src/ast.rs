@@ -203,6 +203,9 @@ pub enum ExprKind {
 pub struct Expr {
     pub kind: ExprKind,
     pub span: Span,
+    /// Operators on the longest path from here to a leaf (the parser caps it:
+    /// [`crate::parse::MAX_EXPR_DEPTH`]).
+    pub(crate) depth: u32,
 }
 
 impl Expr {

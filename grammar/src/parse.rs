@@ -23,7 +23,14 @@ lalrpop_util::lalrpop_mod!(
 #[derive(Default)]
 pub struct ParseCtx {
     pub diags: Vec<Diagnostic>,
+    /// The last expression reported nested past [`MAX_EXPR_DEPTH`]: the nodes around it are
+    /// not reported again.
+    too_deep: Option<Span>,
 }
+
+/// Operators an expression may nest, at most: far beyond any address arithmetic, and shallow
+/// enough for the checker's recursive evaluation (and the tree's drop) on any thread's stack.
+pub const MAX_EXPR_DEPTH: u32 = 256;
 
 impl ParseCtx {
     /// Build an instruction, classifying its mnemonic with the ISA table.
@@ -62,13 +69,42 @@ impl ParseCtx {
             span,
         }
     }
-}
 
-/// A binary expression node.
-pub fn bin(op: BinOp, a: Expr, b: Expr, l: usize, r: usize) -> Expr {
-    Expr {
-        kind: ExprKind::Bin(op, Box::new(a), Box::new(b)),
-        span: Span::new(l, r),
+    /// A binary expression node.
+    pub fn bin(&mut self, op: BinOp, a: Expr, b: Expr, l: usize, r: usize) -> Expr {
+        let depth = 1 + a.depth.max(b.depth);
+        self.capped(ExprKind::Bin(op, Box::new(a), Box::new(b)), depth, l, r)
+    }
+
+    /// A negation node.
+    pub fn neg(&mut self, e: Expr, l: usize, r: usize) -> Expr {
+        let depth = 1 + e.depth;
+        self.capped(ExprKind::Neg(Box::new(e)), depth, l, r)
+    }
+
+    /// The node, or past [`MAX_EXPR_DEPTH`] an error and a leaf in its place (so that no tree
+    /// grows deeper, whatever the input).
+    fn capped(&mut self, kind: ExprKind, depth: u32, l: usize, r: usize) -> Expr {
+        let span = Span::new(l, r);
+        if depth <= MAX_EXPR_DEPTH {
+            return Expr { kind, span, depth };
+        }
+        if !self
+            .too_deep
+            .is_some_and(|inner| l <= inner.start as usize && inner.end as usize <= r)
+        {
+            self.too_deep = Some(span);
+            self.diags.push(
+                Diagnostic::error(codes::TOO_LARGE, "expression nested too deeply")
+                    .label(span, format!("more than {MAX_EXPR_DEPTH} operators deep"))
+                    .help("split it with `let` constants"),
+            );
+        }
+        Expr {
+            kind: ExprKind::Int("0".into()),
+            span,
+            depth: 0,
+        }
     }
 }
 

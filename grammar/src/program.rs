@@ -351,9 +351,23 @@ impl Read {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MvMul {
     pub addr: Addr,
-    /// The `mvm.matrix` format for these tiles (the chain's, or the matrix declaration's own).
+    /// The `mvm.matrix` format of the first iteration's tiles: the format of the matrix
+    /// declaration whose data they hold (through `m_rd`/`m_wr` copies too), else the chain's.
     pub matrix_format: Format,
+    /// Each iteration's format where iterations read matrices of different formats (empty
+    /// when every iteration's is `matrix_format`); [`MvMul::format`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iteration_formats: Vec<Format>,
     pub span: Span,
+}
+
+impl MvMul {
+    /// The `mvm.matrix` format of the tiles iteration `t` multiplies by.
+    pub fn format(&self, t: u32) -> &Format {
+        self.iteration_formats
+            .get(t as usize)
+            .unwrap_or(&self.matrix_format)
+    }
 }
 
 /// An MFU op with its placement.

@@ -181,8 +181,20 @@ struct NumericsFile {
     mfu_input: Option<Spanned<String>>,
     accumulation: Option<Accumulation>,
     nonfinite: Option<NonFinite>,
-    tables: Option<Tables>,
+    tables: Option<TablesFile>,
 }
+
+/// `[numerics] tables = { ... }`: each a path, relative to the target file's directory.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TablesFile {
+    sigm: Option<Spanned<PathBuf>>,
+    tanh: Option<Spanned<PathBuf>>,
+    exp: Option<Spanned<PathBuf>>,
+}
+
+/// Bytes of an activation table file: 65,536 little-endian u16.
+pub const TABLE_BYTES: u64 = 2 << 16;
 
 pub const BUILTIN_TARGETS: &[&str] = &["bw-default"];
 
@@ -290,8 +302,35 @@ impl Target {
             if let Some(nf) = n.nonfinite {
                 num.nonfinite = nf;
             }
+            t.base_dir = Path::new(path).parent().map(Path::to_path_buf);
+            // A table file is checked now (it exists and has a table's size), so that `check`
+            // and `compile` point at the key, and every command agrees.
             if let Some(tables) = n.tables {
-                num.tables = tables;
+                let table = |key: &str, v: Option<Spanned<PathBuf>>| {
+                    let Some(v) = v else { return Ok(None) };
+                    let span = Some(v.span());
+                    let given = v.into_inner();
+                    let problem = match std::fs::metadata(t.table_path(&given)) {
+                        Err(e) => format!("cannot be read ({e})"),
+                        Ok(m) if m.is_file() && m.len() == TABLE_BYTES => return Ok(Some(given)),
+                        Ok(m) if m.is_file() => format!(
+                            "has {} bytes; a table is 65,536 little-endian u16 (131,072 bytes)",
+                            m.len()
+                        ),
+                        Ok(_) => "is not a file".to_string(),
+                    };
+                    let shown = given.display();
+                    Err(invalid(
+                        format!("numerics.tables.{key} = \"{shown}\" {problem}"),
+                        span,
+                    ))
+                };
+                let checked = Tables {
+                    sigm: table("sigm", tables.sigm)?,
+                    tanh: table("tanh", tables.tanh)?,
+                    exp: table("exp", tables.exp)?,
+                };
+                t.numerics.tables = checked;
             }
         }
         t.base_dir = Path::new(path).parent().map(Path::to_path_buf);
@@ -323,11 +362,16 @@ impl Target {
         }
     }
 
-    /// A resolved path of a table file.
+    /// The absolute path of a table file (a relative one is relative to the target file's
+    /// directory), so that a compiled graph that names it runs from any directory.
     pub fn table_path(&self, p: &Path) -> PathBuf {
-        match &self.base_dir {
+        let p = match &self.base_dir {
             Some(dir) if p.is_relative() => dir.join(p),
             _ => p.to_path_buf(),
+        };
+        match std::path::absolute(&p) {
+            Ok(abs) => abs,
+            Err(_) => p,
         }
     }
 }

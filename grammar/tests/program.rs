@@ -399,3 +399,68 @@ fn ast_spans() {
     assert_eq!(i.span, at(text, "v_rd ivrf[t] + 1"));
     assert_eq!(i.operands[0].span(), at(text, "ivrf[t] + 1"));
 }
+
+/// A matrix's own `quant` follows its tiles: through one `m_wr` line that copies two
+/// matrices (one per iteration), and per iteration of an `mv_mul` whose iterations read
+/// different matrices (ISA.md section 3: per-matrix precision).
+#[test]
+fn matrix_formats_follow_their_tiles() {
+    const SRC: &str = "\
+matrix A : [128, 128] at dram[0] quant bfp(mant = 3)
+matrix B : [128, 128] at dram[1] quant bfp(mant = 6)
+matrix C : [128, 128] at mrf[8] quant bfp(mant = 5)
+matrix D : [128, 128] at mrf[9]
+input  x : [1, 128]
+output y : [1, 128]
+output z : [1, 128]
+output w : [2, 128]
+
+s_wr iterations, 2
+m_rd dram[A] + 1
+m_wr mrf[0] + 1
+end_chain
+
+v_rd netq
+v_wr ivrf[0]
+end_chain
+
+v_rd ivrf[0]
+mv_mul mrf[0]
+v_wr netq
+end_chain
+
+v_rd ivrf[0]
+mv_mul mrf[1]
+v_wr netq
+end_chain
+
+s_wr iterations, 2
+v_rd ivrf[0]
+mv_mul mrf[D] + -1
+v_wr netq
+end_chain
+";
+    let p = program(SRC);
+    let chain_default = Target::bw_default().numerics.mvm_matrix;
+    let mv = |c: usize| {
+        let ChainBody::Vector(v) = &p.chains[c].body else {
+            panic!("chain {c} is a vector chain")
+        };
+        v.mv_mul.clone().expect("mv_mul")
+    };
+    // mrf[0] holds A's tile, mrf[1] B's: each its own format.
+    assert_eq!(mv(2).matrix_format, fmt("bfp(mant = 3)"));
+    assert_eq!(mv(3).matrix_format, fmt("bfp(mant = 6)"));
+    assert!(mv(2).iteration_formats.is_empty() && mv(3).iteration_formats.is_empty());
+    // Iteration 0 reads D (no quant), iteration 1 the tile before it, C's.
+    let m4 = mv(4);
+    assert_eq!(m4.matrix_format, chain_default);
+    assert_eq!(
+        m4.iteration_formats,
+        vec![chain_default, fmt("bfp(mant = 5)")]
+    );
+    assert_eq!(
+        (*m4.format(0), *m4.format(1)),
+        (chain_default, fmt("bfp(mant = 5)"))
+    );
+}

@@ -1072,3 +1072,110 @@ fn activation_takes_no_operand() {
         at(&src, "v_relu ivrf[0]"),
     );
 }
+
+/// The layout rule follows the tiles' data: a matrix declared at mrf and then overwritten by
+/// a copy is no longer held to its layout; copied tiles may be multiplied a block at a time,
+/// side by side with other copies, as long as one format quantizes them all.
+#[test]
+fn mv_mul_layout_follows_the_tiles_data() {
+    // W [256, 256] (2 x 2 tiles) copied into mrf[0..4]: its second tile column alone.
+    let block = "matrix W : [256, 256] at dram[0]\nvector v : [128] at ivrf[0]\noutput y : [2, 128]\n\
+                 s_wr rows, 2\ns_wr cols, 2\nm_rd dram[W]\nm_wr mrf[0]\nend_chain\n\
+                 s_wr rows, 1\ns_wr cols, 1\ns_wr iterations, 2\nv_rd ivrf[v]\nmv_mul mrf[1] + 2\n\
+                 v_wr netq\nend_chain\n";
+    let errors: Vec<_> = diags(block).into_iter().filter(|d| d.is_error()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    // Two matrices copied side by side, multiplied as one: fine with one format, refused
+    // when their own `quant`s differ.
+    let stacked = |quant: &str| {
+        format!(
+            "matrix A : [128, 128] at dram[0]{quant}\nmatrix B : [128, 128] at dram[1]\n\
+             vector v : [128] at ivrf[0]\noutput y : [256]\n\
+             s_wr rows, 2\nm_rd dram[A]\nm_wr mrf[0]\nend_chain\n\
+             v_rd ivrf[v]\nmv_mul mrf[0]\nv_wr netq\nend_chain\n"
+        )
+    };
+    let same = stacked("");
+    let errors: Vec<_> = diags(&same).into_iter().filter(|d| d.is_error()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let mixed = stacked(" quant bfp(mant = 4)");
+    let d = expect(
+        &mixed,
+        codes::WIDTH,
+        "`mv_mul`'s tiles hold matrices of different formats: tile 0 (`A`, bfp(mant = 4",
+        nth(&mixed, "mrf[0]", 1),
+    );
+    assert!(
+        d.message.contains("tile 1 (`B`, bfp(mant = 8"),
+        "{}",
+        d.message
+    );
+    // A [128, 256] (1 x 2 tiles) at mrf[0], then B [256, 128] (2 x 1) copied over it: the
+    // tiles are B's, and B's layout (cols = 1) is the right one.
+    let overwritten = "matrix A : [128, 256] at mrf[0]\nmatrix B : [256, 128] at dram[0]\n\
+                       vector v : [256] at ivrf[0]\noutput y : [128]\noutput z : [256]\n\
+                       s_wr cols, 2\nv_rd ivrf[v]\nmv_mul mrf[A]\nv_wr netq\nend_chain\n\
+                       s_wr rows, 2\ns_wr cols, 1\nm_rd dram[B]\nm_wr mrf[0]\nend_chain\n\
+                       v_rd ivrf[v]\nmv_mul mrf[0]\nv_wr netq\nend_chain\n";
+    let errors: Vec<_> = diags(overwritten)
+        .into_iter()
+        .filter(|d| d.is_error())
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    // An iterated mv_mul is held to the layout in every iteration: the second starts in the
+    // middle of W's tile row.
+    let iterated = "matrix W : [128, 256] at mrf[0]\nvector v : [256] at ivrf[0]\noutput y : [2, 128]\n\
+                    s_wr cols, 2\ns_wr iterations, 2\nv_rd ivrf[v]\nmv_mul mrf[W] + 1\nv_wr netq\nend_chain\n";
+    let d = expect(
+        iterated,
+        codes::WIDTH,
+        "`mv_mul` starts in the middle of a tile row of `W` (iteration 1)",
+        at(iterated, "mrf[W] + 1"),
+    );
+    assert!(
+        d.help
+            .as_deref()
+            .is_some_and(|h| h.contains("a multiple of 2")),
+        "{d:?}"
+    );
+}
+
+/// Expressions of any length parse without overflowing the stack: past 256 nested operators
+/// the parser reports one `too-large` error per expression (a test thread's stack is 2 MiB).
+#[test]
+fn deeply_nested_expressions_are_refused_not_crashed() {
+    let sum = format!("let A = {}\n", vec!["1"; 20_000].join(" + "));
+    let negs = format!("let B = {}1\n", "-".repeat(100_000));
+    let nested = format!("let C = {}1{}\n", "(1 + ".repeat(5_000), ")".repeat(5_000));
+    for src in [&sum, &negs, &nested] {
+        let all = diags(src);
+        let deep: Vec<_> = all.iter().filter(|d| d.code == codes::TOO_LARGE).collect();
+        assert_eq!(deep.len(), 1, "{:?}", &all[..all.len().min(3)]);
+        assert_eq!(deep[0].message, "expression nested too deeply");
+        // Inside the expression: after `let X = `, before the newline.
+        let span = deep[0].span();
+        assert!(
+            span.start >= 8 && (span.end as usize) < src.len(),
+            "{span:?}"
+        );
+    }
+    // 256 operators deep is fine: A = 257.
+    let ok = format!("let A = {}\nlet B = -A\n", vec!["1"; 257].join(" + "));
+    assert!(diags(&ok).iter().all(|d| !d.is_error()), "{:?}", diags(&ok));
+}
+
+/// A `repeat` too long to unroll is the only diagnostic: the program after it is not walked,
+/// so nothing is said about what it reads or writes.
+#[test]
+fn a_repeat_too_long_to_unroll_says_nothing_more() {
+    let src = "vector v : [128] at ivrf[0]\noutput y : [128] at ivrf[1]\n\
+               repeat t in 0..100000000 {\nv_rd ivrf[0]\nv_relu\nv_wr ivrf[1]\nend_chain\n}\n";
+    let all = diags(src);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    expect(
+        src,
+        codes::TOO_LARGE,
+        "`repeat` of 100000000 steps",
+        at(src, "0..100000000"),
+    );
+}

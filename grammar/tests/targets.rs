@@ -87,3 +87,43 @@ fn an_unreadable_target_names_the_path() {
     );
     assert!(e.span().is_none());
 }
+
+/// Activation tables are checked when the target loads, relative to the target file's
+/// directory: a missing file, one of the wrong size, or a directory is an error at its key;
+/// a good one is kept, resolved to an absolute path (a compiled graph runs from anywhere).
+#[test]
+fn table_files_are_checked_at_the_key() {
+    let dir = std::env::temp_dir().join(format!("nnpc-target-tables-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("sub")).expect("temp dir");
+    std::fs::write(dir.join("good.bin"), vec![0u8; 131_072]).expect("write");
+    std::fs::write(dir.join("short.bin"), vec![0u8; 1000]).expect("write");
+    let path = dir.join("t.toml");
+    let path = path.to_str().expect("utf-8 path");
+    for (key, file, message) in [
+        ("tanh", "nosuch.bin", "cannot be read"),
+        (
+            "sigm",
+            "short.bin",
+            "has 1000 bytes; a table is 65,536 little-endian u16",
+        ),
+        ("exp", "sub", "is not a file"),
+    ] {
+        let text = format!("[numerics]\ntables = {{ {key} = \"{file}\" }}\n");
+        let e = Target::from_toml(&text, path).expect_err(&text);
+        let shown = e.to_string();
+        let want = format!("numerics.tables.{key} = \"{file}\" {message}");
+        assert!(shown.contains(&want), "{shown}");
+        let span = e.span().unwrap_or_else(|| panic!("no span in {shown}"));
+        assert_eq!(&text[span], format!("\"{file}\""));
+    }
+    let t = Target::from_toml("[numerics]\ntables = { tanh = \"good.bin\" }\n", path)
+        .expect("a good table loads");
+    let tanh = t.numerics.tables.tanh.as_deref().expect("tanh table");
+    let resolved = t.table_path(tanh);
+    assert!(resolved.is_absolute(), "{}", resolved.display());
+    assert_eq!(
+        resolved,
+        std::path::absolute(dir.join("good.bin")).expect("absolute")
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

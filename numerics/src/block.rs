@@ -4,7 +4,7 @@
 //! ([`floor_log2`]), never from a float `log2`.
 
 use crate::float::rand_for;
-use crate::format::{BfpFormat, HbfpFormat, MxFormat};
+use crate::format::{BfpFormat, HbfpFormat, MxElem, MxFormat};
 use crate::rounding::{decompose, floor_log2, make_f64, round_to_quantum};
 
 /// `floor(log2 |x|)` of the largest non-zero magnitude of a block, or `None` if all are zero.
@@ -87,18 +87,28 @@ impl MxFormat {
 
 impl MxFormat {
     /// Encode one block of finite values: the shared exponent and the element values (on the
-    /// element grid, e.g. 448.0 for a saturated e4m3). `None`: the scale is E8M0 NaN.
-    pub fn encode_block(&self, x: &[f64]) -> Option<(i32, Vec<f64>)> {
+    /// element grid, e.g. 448.0 for a saturated e4m3). `base` is the position of `x[0]` in
+    /// its run (stochastic rounding draws, as [`Format::quantize`](crate::Format::quantize)
+    /// makes them). `None`: the scale is E8M0 NaN.
+    pub fn encode_block(&self, x: &[f64], base: u64) -> Option<(i32, Vec<f64>)> {
         let s = self.shared_exponent(x)?;
-        let elem = self.elem.mini();
         let elems = x
             .iter()
             .enumerate()
-            .map(|(i, v)| {
-                elem.round_scaled(*v, s, self.rounding, i as u64) * crate::rounding::pow2(-s)
-            })
+            .map(|(i, v)| self.element(*v, s, base + i as u64) * crate::rounding::pow2(-s))
             .collect();
         Some((s, elems))
+    }
+
+    /// One element `x / 2^s` rounded to the element type, times `2^s`. An fp element keeps
+    /// the sign of a zero; INT8 (two's complement, no -0) gives +0.
+    fn element(&self, x: f64, s: i32, key: u64) -> f64 {
+        let v = self.elem.mini().round_scaled(x, s, self.rounding, key);
+        if self.elem == MxElem::Int8 && v == 0.0 {
+            0.0
+        } else {
+            v
+        }
     }
 }
 
@@ -109,9 +119,8 @@ pub(crate) fn mx_block(m: &MxFormat, x: &[f64], out: &mut [f64], base: u64) {
         out.fill(f64::NAN);
         return;
     };
-    let elem = m.elem.mini();
     for (i, (v, o)) in x.iter().zip(out.iter_mut()).enumerate() {
-        *o = elem.round_scaled(*v, s, m.rounding, base + i as u64);
+        *o = m.element(*v, s, base + i as u64);
     }
 }
 
@@ -122,7 +131,9 @@ pub struct HbfpBlock {
     /// Top shared exponent (max element exponent, clamped like BFP to `[1-2^(w-1), 2^(w-1)]`).
     pub top: i32,
     /// `scales[k][j]`: scale of sub-tile `j` at level `k` (level 0 = sub-tiles of `sub`
-    /// elements, level k of `sub * 2^k`), relative to its parent's effective exponent.
+    /// elements, level k of `sub * 2^k`): the difference between its parent's shared exponent
+    /// and its own, clipped to `[0, scale_cap]`. Shared exponents are maxima of the elements'
+    /// exponents (not the effective exponents above); the top level's parent is `top`.
     pub scales: Vec<Vec<u32>>,
     /// Effective (quantized) exponent of each element: top minus the scales on its path.
     pub exps: Vec<i32>,
@@ -138,10 +149,13 @@ impl HbfpFormat {
 
     /// Encode one block of `len` elements (finite values; elements past `x.len()` are zeros).
     ///
-    /// Each sub-tile's exponent is the max of its elements'. Scales are chosen top-down: a
-    /// sub-tile's scale is `min(parent_effective - own_max, scale_cap)` (0 when the top was
-    /// clamped below its max; `scale_cap` for an all-zero sub-tile), so every element's
-    /// effective exponent is at least its own and the tree of Fig. 2 / Fig. 4 is reproduced.
+    /// Seed 000 (Fig. 2 rows 215-245, ¶32-35; claims 1 and 8), bottom-up: each sub-tile's
+    /// shared exponent is the max of its children's (= of its elements' exponents); its scale
+    /// is `min(parent_shared - own_shared, scale_cap)`, where the parent's shared exponent is
+    /// again a maximum, not the parent's effective exponent, and the top level's parent is
+    /// the block's `top` (the max, clamped to the exponent field). An all-zero sub-tile gets
+    /// `scale_cap`. An element's effective exponent is `top` minus the scales on its path:
+    /// at least its own exponent unless `top` was clamped below the block's max.
     pub fn encode_block(&self, x: &[f64], len: usize, base: u64) -> HbfpBlock {
         let exps: Vec<Option<i32>> = (0..len)
             .map(|i| x.get(i).filter(|v| **v != 0.0).map(|v| floor_log2(*v)))
@@ -154,30 +168,49 @@ impl HbfpFormat {
             .map_or(1 - h, |e| (*e).clamp(1 - h, h));
         let levels = self.levels as usize;
         let cap = self.scale_cap as i32;
-        let mut scales: Vec<Vec<u32>> = vec![Vec::new(); levels];
-        // Effective exponents of the current level's sub-tiles, from the top down.
-        let mut parent_eff: Vec<i32> = vec![top];
-        let mut parent_size = len.max(1);
-        for k in (0..levels).rev() {
-            let size = self.sub << k;
-            let count = len.div_ceil(size);
-            let mut eff = Vec::with_capacity(count);
-            let mut sc = Vec::with_capacity(count);
-            for j in 0..count {
-                let p = parent_eff[(j * size) / parent_size];
-                let own = exps[j * size..((j + 1) * size).min(len)]
+        // Shared exponents of every level's sub-tiles (None: all zero), bottom-up maxima.
+        let shared: Vec<Vec<Option<i32>>> = (0..levels)
+            .map(|k| {
+                let size = self.sub << k;
+                (0..len.div_ceil(size))
+                    .map(|j| {
+                        exps[j * size..((j + 1) * size).min(len)]
+                            .iter()
+                            .flatten()
+                            .max()
+                            .copied()
+                    })
+                    .collect()
+            })
+            .collect();
+        let scales: Vec<Vec<u32>> = (0..levels)
+            .map(|k| {
+                shared[k]
                     .iter()
-                    .flatten()
-                    .max();
-                let s = own.map_or(cap, |e| (p - e).clamp(0, cap));
-                sc.push(s as u32);
-                eff.push(p - s);
-            }
-            scales[k] = sc;
-            parent_eff = eff;
-            parent_size = size;
-        }
-        let el_exps: Vec<i32> = (0..len).map(|i| parent_eff[i / self.sub]).collect();
+                    .enumerate()
+                    .map(|(j, own)| {
+                        // Level k + 1's sub-tiles are twice as long: sub-tile j's parent is j / 2.
+                        let parent = match shared.get(k + 1) {
+                            Some(up) => up.get(j / 2).copied().flatten(),
+                            None => Some(top),
+                        };
+                        match (own, parent) {
+                            (Some(e), Some(p)) => (p - e).clamp(0, cap) as u32,
+                            _ => cap as u32,
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let el_exps: Vec<i32> = (0..len)
+            .map(|i| {
+                top - scales
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| s[i / (self.sub << k)] as i32)
+                    .sum::<i32>()
+            })
+            .collect();
         let k = self.mag_bits() as i32;
         let max = (1i64 << k) - 1;
         let mants = (0..len)

@@ -7,7 +7,7 @@
 //! step is exact).
 
 use crate::block::bfp_block;
-use crate::format::{BfpFormat, Format, MxFormat};
+use crate::format::{BfpFormat, Format, MxElem, MxFormat};
 use crate::rounding::{Rounding, floor_log2, pow2};
 
 /// Fake-quantize one run of f32 data with a BFP format, blocks laid consecutively along `x` as
@@ -204,6 +204,13 @@ fn mx_run(fmt: &MxFormat, x: &[f32], native: usize, out: &mut [f32]) {
     let elem = fmt.elem.mini();
     let m = elem.mant_bits as i32;
     let max = elem.max_value() as f32;
+    // Added to every result: -0 keeps an fp element's sign of zero, +0 turns INT8's -0 into
+    // +0 (two's complement has no -0), leaving every other value as it is.
+    let zero = if fmt.elem == MxElem::Int8 {
+        0.0
+    } else {
+        -0.0f32
+    };
     for (xb, ob) in x[..n].chunks(len).zip(out[..n].chunks_mut(len)) {
         let max_abs =
             xb.iter()
@@ -227,7 +234,7 @@ fn mx_run(fmt: &MxFormat, x: &[f32], native: usize, out: &mut [f32]) {
             let unit = f32::from_bits(((127 + q) as u32) << 23);
             let r = round32(y * inv, fmt.rounding) * unit;
             let r = clamp32(r, -max, max).copysign(y);
-            *o = r * up;
+            *o = r * up + zero;
         }
     }
 }

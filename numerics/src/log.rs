@@ -7,9 +7,10 @@
 //! saturates). Elements round to the nearest representable magnitude (linear domain); ties by
 //! the rounding mode, "even" meaning the candidate of even index in the sorted magnitude list.
 
-use crate::float::{exceeds, rand_for};
+use crate::float::rand_for;
 use crate::format::{PotFormat, TwoHotFormat};
-use crate::rounding::{Rounding, floor_log2, make_f64, pow2_mul};
+use crate::rounding::{Rounding, decompose, floor_log2};
+use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -21,48 +22,218 @@ pub struct PotCode {
 }
 
 impl PotCode {
-    /// Value in units of `2^base` (an integer).
-    pub fn units(self) -> i64 {
-        if self.code == 0 {
-            0
+    /// The power of two of the term in units of `2^base` (`code - 1`), `None` for zero.
+    pub fn exponent(self) -> Option<u32> {
+        self.code.checked_sub(1)
+    }
+
+    /// Value in units of `2^base` (an integer): `±2^(code - 1)`, exact for every code the
+    /// formats produce (`code <= 127`: `pot(bits = 8)` reaches `2^126`). A code beyond that
+    /// (never produced; `i128` holds up to `2^126`) saturates at `±i128::MAX`.
+    pub fn units(self) -> i128 {
+        let Some(e) = self.exponent() else {
+            return 0;
+        };
+        let m = if e < 127 { 1i128 << e } else { i128::MAX };
+        if self.neg { -m } else { m }
+    }
+}
+
+/// An unsigned 256-bit integer (two `u128` halves; the derived order compares `hi` first):
+/// the magnitudes of the widest grids, `twohot(bits = 16, r = 16)`'s `2^142 + 2^126` units,
+/// and their sums, exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
+struct U256 {
+    hi: u128,
+    lo: u128,
+}
+
+impl U256 {
+    const ZERO: U256 = U256 { hi: 0, lo: 0 };
+
+    fn from_u128(v: u128) -> U256 {
+        U256 { hi: 0, lo: v }
+    }
+
+    /// `2^k`, saturating at `2^255` (the formats' terms stay below `2^143`; a hand-made
+    /// code beyond them gets a meaningless value, never a panic).
+    fn pow2(k: u32) -> U256 {
+        match k {
+            0..128 => U256 { hi: 0, lo: 1 << k },
+            _ => U256 {
+                hi: 1 << (k.min(255) - 128),
+                lo: 0,
+            },
+        }
+    }
+
+    fn bitlen(self) -> u32 {
+        if self.hi != 0 {
+            256 - self.hi.leading_zeros()
         } else {
-            let m = 1i64 << (self.code - 1);
-            if self.neg { -m } else { m }
+            128 - self.lo.leading_zeros()
+        }
+    }
+
+    /// `self + o` (the callers' values stay far below `2^255`).
+    fn add(self, o: U256) -> U256 {
+        let (lo, carry) = self.lo.overflowing_add(o.lo);
+        U256 {
+            hi: self.hi.wrapping_add(o.hi).wrapping_add(u128::from(carry)),
+            lo,
+        }
+    }
+
+    /// `self - o` for `self >= o`.
+    fn sub(self, o: U256) -> U256 {
+        let (lo, borrow) = self.lo.overflowing_sub(o.lo);
+        U256 {
+            hi: self.hi.wrapping_sub(o.hi).wrapping_sub(u128::from(borrow)),
+            lo,
+        }
+    }
+
+    /// `floor(self / 2^k)`.
+    fn shr(self, k: u32) -> U256 {
+        match k {
+            0 => self,
+            1..128 => U256 {
+                hi: self.hi >> k,
+                lo: (self.lo >> k) | (self.hi << (128 - k)),
+            },
+            128..256 => U256 {
+                hi: 0,
+                lo: self.hi >> (k - 128),
+            },
+            _ => U256::ZERO,
+        }
+    }
+
+    /// `self * 2^k` for a result below `2^256` (the callers check the bit length).
+    fn shl(self, k: u32) -> U256 {
+        match k {
+            0 => self,
+            1..128 => U256 {
+                hi: (self.hi << k) | (self.lo >> (128 - k)),
+                lo: self.lo << k,
+            },
+            128..256 => U256 {
+                hi: self.lo << (k - 128),
+                lo: 0,
+            },
+            _ => U256::ZERO,
         }
     }
 }
 
+/// `mant * 2^d` (`mant < 2^64`) compared with the integer `g`, exactly.
+fn cmp_scaled(mant: u64, d: i32, g: U256) -> Ordering {
+    if mant == 0 {
+        return U256::ZERO.cmp(&g);
+    }
+    let m = U256::from_u128(u128::from(mant));
+    if d >= 0 {
+        if m.bitlen() as i64 + i64::from(d) > 255 {
+            return Ordering::Greater;
+        }
+        return m.shl(d as u32).cmp(&g);
+    }
+    let s = d.unsigned_abs();
+    if s >= 64 {
+        // `0 < mant * 2^d < 1`.
+        return if g == U256::ZERO {
+            Ordering::Greater
+        } else {
+            Ordering::Less
+        };
+    }
+    let int = U256::from_u128(u128::from(mant >> s));
+    let frac = mant & ((1u64 << s) - 1) != 0;
+    int.cmp(&g).then(if frac {
+        Ordering::Greater
+    } else {
+        Ordering::Equal
+    })
+}
+
+/// `floor(2^64 * (u - a) / (b - a))` for `u = mant * 2^d` with `a < u < b`: the 64-bit
+/// fraction of the way from `a` to `b`, exactly.
+fn fraction64(mant: u64, d: i32, a: U256, b: U256) -> u64 {
+    // Scale by 2^s so that u is an integer (u < b < 2^144, so s <= 64 keeps every value
+    // below 2^209); below 2^-64 of a unit the interval is [0, 1] and u itself is the fraction.
+    let s = (-d).max(0);
+    if s > 64 {
+        // a = 0, b = 1 (every grid holds 0 and 1), fraction = mant * 2^d.
+        let sh = (-d - 64) as u32;
+        return if sh >= 64 { 0 } else { mant >> sh };
+    }
+    let s = s as u32;
+    let u = U256::from_u128(u128::from(mant)).shl((d + s as i32) as u32);
+    let mut rem = u.sub(a.shl(s));
+    let den = b.sub(a).shl(s);
+    let mut q = 0u64;
+    for _ in 0..64 {
+        rem = rem.shl(1);
+        q <<= 1;
+        if rem >= den {
+            rem = rem.sub(den);
+            q |= 1;
+        }
+    }
+    q
+}
+
 /// The sorted non-negative magnitudes (in units of `2^base`) of a log format with `n`-bit
 /// codes and first-term offset `r` (`twohot: Some(r)`, pot: `None`), each with one code
-/// producing it.
+/// producing it. Exact for every accepted width: magnitudes reach `2^(2^n - 2 + r + 1)`.
 struct Grid {
-    mags: Vec<u64>,
+    mags: Vec<U256>,
     codes: Vec<(PotCode, PotCode)>,
-    /// Exponent (in units) of the largest magnitude's leading bit, to place `base`.
-    max: u64,
+    /// The largest magnitude, to place `base`.
+    max: U256,
+}
+
+/// `t1 * 2^r + t2` in units, as a sign and a magnitude.
+fn term_sum(t1: PotCode, t2: PotCode, r: u32) -> (bool, U256) {
+    let term = |t: PotCode, shift: u32| {
+        t.exponent()
+            .map(|e| (t.neg, U256::pow2(e.saturating_add(shift))))
+    };
+    let (mut pos, mut neg) = (U256::ZERO, U256::ZERO);
+    for (is_neg, m) in [term(t1, r), term(t2, 0)].into_iter().flatten() {
+        if is_neg {
+            neg = neg.add(m);
+        } else {
+            pos = pos.add(m);
+        }
+    }
+    if pos >= neg {
+        (false, pos.sub(neg))
+    } else {
+        (true, neg.sub(pos))
+    }
 }
 
 fn build_grid(n: u32, twohot: Option<u32>) -> Grid {
     let top = (1u32 << n) - 1;
-    let mut all: Vec<(u64, (PotCode, PotCode))> = Vec::new();
+    let mut all: Vec<(U256, (PotCode, PotCode))> = Vec::new();
     let terms: Vec<PotCode> = (0..=top)
         .flat_map(|code| [PotCode { neg: false, code }, PotCode { neg: true, code }])
         .filter(|c| !(c.code == 0 && c.neg))
         .collect();
     match twohot {
         None => {
-            for t in &terms {
-                if !t.neg {
-                    all.push((t.units() as u64, (*t, PotCode::default())));
-                }
+            for t in terms.iter().filter(|t| !t.neg) {
+                let (_, v) = term_sum(*t, PotCode::default(), 0);
+                all.push((v, (*t, PotCode::default())));
             }
         }
         Some(r) => {
             for t1 in &terms {
                 for t2 in &terms {
-                    let v = (t1.units() << r) + t2.units();
-                    if v >= 0 {
-                        all.push((v as u64, (*t1, *t2)));
+                    let (neg, v) = term_sum(*t1, *t2, r);
+                    if !neg {
+                        all.push((v, (*t1, *t2)));
                     }
                 }
             }
@@ -71,7 +242,7 @@ fn build_grid(n: u32, twohot: Option<u32>) -> Grid {
     // Keep, per magnitude, the first code in (t1, t2) order: deterministic encoding.
     all.sort_by_key(|(v, (a, b))| (*v, a.neg, a.code, b.neg, b.code));
     all.dedup_by_key(|(v, _)| *v);
-    let max = all.last().map_or(0, |(v, _)| *v);
+    let max = all.last().map_or(U256::ZERO, |(v, _)| *v);
     Grid {
         mags: all.iter().map(|(v, _)| *v).collect(),
         codes: all.iter().map(|(_, c)| *c).collect(),
@@ -93,13 +264,13 @@ fn grid(n: u32, twohot: Option<u32>) -> &'static Grid {
         .or_insert_with(|| Box::leak(Box::new(build_grid(n, twohot))))
 }
 
-/// The smallest `base` with `amax <= max_units * 2^base`, clamped to `[-128 - 64, 127]`.
-fn block_base(amax: f64, max_units: u64) -> i32 {
-    let (_, mant, exp) = crate::rounding::decompose(amax);
-    let lead = 63 - max_units.leading_zeros() as i32;
+/// The smallest `base` with `amax <= max_units * 2^base`, clamped to `[-1074, 1023]`.
+fn block_base(amax: f64, max_units: U256) -> i32 {
+    let (_, mant, exp) = decompose(amax);
+    let lead = max_units.bitlen() as i32 - 1;
     // max_units * 2^b0 < 2^(floor_log2(amax) + 1) ... so b0 or b0 + 1.
     let b0 = floor_log2(amax) - lead;
-    let b = if exceeds(u128::from(mant), exp, u128::from(max_units), b0) {
+    let b = if cmp_scaled(mant, exp - b0, max_units) == Ordering::Greater {
         b0 + 1
     } else {
         b0
@@ -107,28 +278,31 @@ fn block_base(amax: f64, max_units: u64) -> i32 {
     b.clamp(-1074, 1023)
 }
 
-/// Round `|v| / 2^base` onto the grid; returns the index into `grid.mags`.
+/// Round `|v| / 2^base` onto the grid; returns the index into `grid.mags`. Every comparison
+/// is exact (`|v| = mant * 2^exp` against the integer magnitudes and their midpoints).
 fn round_on_grid(g: &Grid, v: f64, base: i32, rounding: Rounding, key: u64) -> usize {
-    let u = pow2_mul(v.abs(), -base);
-    let hi = g.mags.partition_point(|m| (*m as f64) < u);
+    let (_, mant, exp) = decompose(v);
+    let d = exp - base;
+    let hi = g
+        .mags
+        .partition_point(|m| cmp_scaled(mant, d, *m) == Ordering::Greater);
     if hi >= g.mags.len() {
         return g.mags.len() - 1; // saturate
     }
-    if g.mags[hi] as f64 == u || hi == 0 {
+    if hi == 0 || cmp_scaled(mant, d, g.mags[hi]) == Ordering::Equal {
         return hi;
     }
     let lo = hi - 1;
-    let (a, b) = (g.mags[lo] as f64, g.mags[hi] as f64);
-    // Midpoint of two integers below 2^53: exact.
-    let mid = (a + b) / 2.0;
+    let (a, b) = (g.mags[lo], g.mags[hi]);
+    // u against the midpoint (a + b) / 2: 2u against a + b.
+    let mid = cmp_scaled(mant, d + 1, a.add(b));
     let up = match rounding {
-        Rounding::NearestEven => u > mid || (u == mid && hi % 2 == 0),
-        Rounding::NearestAway => u >= mid,
-        Rounding::TowardZero => false,
-        Rounding::Stochastic { .. } => {
-            let frac = ((u - a) / (b - a) * 18446744073709551616.0) as u64;
-            rand_for(rounding, v, key) < frac
+        Rounding::NearestEven => {
+            mid == Ordering::Greater || (mid == Ordering::Equal && hi % 2 == 0)
         }
+        Rounding::NearestAway => mid != Ordering::Less,
+        Rounding::TowardZero => false,
+        Rounding::Stochastic { .. } => rand_for(rounding, v, key) < fraction64(mant, d, a, b),
     };
     if up { hi } else { lo }
 }
@@ -163,13 +337,19 @@ fn encode_block(
     (base, codes)
 }
 
+/// `(t1 * 2^r + t2) * 2^base` as an f64: exact whenever f64 holds it (every value the formats
+/// quantize to), otherwise correctly rounded (nearest-even; a decoded code can name any
+/// pair of powers of two).
 fn code_value(t: (PotCode, PotCode), r: u32, base: i32) -> f64 {
-    let v = (i128::from(t.0.units()) << r) + i128::from(t.1.units());
-    if v == 0 {
-        0.0
-    } else {
-        make_f64(v < 0, v.unsigned_abs(), base)
+    let (neg, v) = term_sum(t.0, t.1, r);
+    if v == U256::ZERO {
+        return 0.0;
     }
+    // Keep the top 127 bits, the rest as a sticky bit (the magnitude spans up to 144 bits).
+    let excess = v.bitlen().saturating_sub(127);
+    let kept = v.shr(excess);
+    let sticky = kept.shl(excess) != v;
+    crate::float::FloatFormat::FP64.round_exact(neg, kept.lo, base + excess as i32, sticky)
 }
 
 impl PotFormat {

@@ -250,7 +250,9 @@ fn encode_group(
                 return Ok(());
             };
             w.put((s + 127) as u64, 8);
-            let (_, elems) = m.encode_block(xb).unwrap_or((s, vec![0.0; xb.len()]));
+            let (_, elems) = m
+                .encode_block(xb, base as u64)
+                .unwrap_or((s, vec![0.0; xb.len()]));
             for e in elems {
                 w.put(mx_elem_code(m.elem, e), m.elem.bits());
             }

@@ -130,7 +130,7 @@ fn mx_e5m2_block_max_saturates() {
     let m = mx("mx(elem = fp8e5m2)");
     let x = [127.9999, 1.0];
     assert_eq!(m.shared_exponent(&x), Some(-9));
-    let (s, elems) = m.encode_block(&x).unwrap();
+    let (s, elems) = m.encode_block(&x, 0).unwrap();
     assert_eq!((s, elems[0]), (-9, 57344.0));
     assert_eq!(q("mx(elem = fp8e5m2)", &x)[0], 112.0);
 }
@@ -190,6 +190,75 @@ fn mx_nonfinite_and_zero_blocks() {
             .bits_per_element(128, 128),
         8.25
     );
+}
+
+/// `decode(encode(x)) == quantize(x)` with stochastic rounding past the first block: the
+/// packed encoder draws with each element's position in the run, as `quantize` does (64
+/// values, two blocks of 32; the second block alone, at positions 0..32, draws differently).
+#[test]
+fn mx_stochastic_encode_matches_quantize_past_the_first_block() {
+    let lit = "mx(elem = fp4e2m1, block = 32, round = stochastic(seed = 1))";
+    let f: Format = lit.parse().unwrap();
+    // Values spread over a few binades, none on the fp4 grid of their block.
+    let x: Vec<f64> = (0..64)
+        .map(|i| {
+            let v = 0.3 + 0.173 * f64::from(i % 23) + 0.011 * f64::from(i);
+            if i % 3 == 0 { -v } else { v }
+        })
+        .collect();
+    let mut want = vec![0.0; 64];
+    f.quantize(&x, 64, &mut want);
+    let got = f.decode(&f.encode(&x, 64).unwrap(), 64, 64).unwrap();
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&want));
+    // The positions matter: the second block quantized on its own draws differently.
+    let mut alone = vec![0.0; 32];
+    f.quantize(&x[32..], 64, &mut alone);
+    assert_ne!(bits(&alone), bits(&want[32..]));
+    // And the block API draws from its `base` argument.
+    let Format::Mx(m) = f else { panic!() };
+    let (s, elems) = m.encode_block(&x[32..], 32).unwrap();
+    let scaled: Vec<f64> = elems.iter().map(|e| e * 2f64.powi(s)).collect();
+    assert_eq!(bits(&scaled), bits(&want[32..]));
+}
+
+/// A zero element: INT8 is two's complement (no -0), so -0.001 in a block of amax 1 (scale
+/// 2^0, grid 2^-6: -0.064 units -> 0) is +0 in `quantize`, in `decode(encode)` and in the f32
+/// kernel, and so is -0; an fp element keeps the sign (fp4e2m1, scale 2^-2: -0.004 -> -0;
+/// fp8e4m3, scale 2^-8, smallest subnormal 2^-9: -0.001 is -0.256, 131 subnormal units, so
+/// -1e-6 there: -0.000256 -> -0).
+#[test]
+fn mx_int8_zero_is_positive_fp_zero_keeps_sign() {
+    let x = [-0.001, 1.0, -0.0, 0.0];
+    for (lit, zero) in [
+        ("mx(elem = int8, block = 4)", [0.0, 0.0]),
+        ("mx(elem = int8, block = 4, round = zero)", [0.0, 0.0]),
+        (
+            "mx(elem = int8, block = 4, round = stochastic(seed = 3))",
+            [0.0, 0.0],
+        ),
+        ("mx(elem = fp4e2m1, block = 4)", [-0.0, -0.0]),
+        ("mx(elem = fp8e4m3, block = 4, round = zero)", [-0.0, -0.0]),
+    ] {
+        let mut x = x;
+        if lit.contains("e4m3") {
+            x[0] = -1e-6;
+        }
+        let want = [zero[0], 1.0, zero[1], 0.0];
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let got = q(lit, &x);
+        assert_eq!(bits(&got), bits(&want), "{lit}: quantize {got:?}");
+        let f: Format = lit.parse().unwrap();
+        let d = f.decode(&f.encode(&x, 4).unwrap(), 4, 4).unwrap();
+        assert_eq!(bits(&d), bits(&want), "{lit}: decode(encode) {d:?}");
+        let Format::Mx(m) = f else { panic!() };
+        let x32: Vec<f32> = x.iter().map(|v| *v as f32).collect();
+        let mut k = vec![0.0f32; 4];
+        nnp_numerics::kernel::mx_quantize_f32(&m, &x32, 4, &mut k);
+        let want32: Vec<u32> = want.iter().map(|v| (*v as f32).to_bits()).collect();
+        let k32: Vec<u32> = k.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(k32, want32, "{lit}: f32 kernel {k:?}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -256,6 +325,106 @@ fn seed000_fig4_two_levels() {
         &FIG_X,
     );
     assert_eq!(got, vec![0.125, -0.1875, 0.0, 0.25]);
+}
+
+/// Seed 000's rule with a clipped scale (¶32-35, Fig. 2): a scale is the clipped difference of
+/// two shared exponents that are maxima (the pair max against the level-2 max), not of the
+/// parent's effective exponent. mant 4 (3 magnitude bits, flush when q - e >= 3), cap 1.
+/// Exponents [-2, -7, -4, -6]; pair maxima [-2, -4]; top -2. Level-2 scales [0, min(2, 1)] =
+/// [0, 1]; level-1 scales [0, min(5, 1), 0, min(2, 1)] = [0, 1, 0, 1]; effective exponents
+/// [-2, -3, -3, -4]. 0.3125 = 5 * 2^-4 (grid 2^-4) exact; 2^-7: gap 4 -> flushed; 0.078125 on
+/// grid 2^-5 is 2.5 -> 2 (even) -> 0.0625; 0.017578125 on grid 2^-6 is 1.125 -> 1 -> 0.015625.
+/// (Top-down from the pair's effective exponent -3 would give the third element -4 and keep
+/// 0.078125.)
+#[test]
+fn seed000_clipped_scale_from_pair_maxima() {
+    let lit = "hbfp(mant = 4, levels = 2, scale_cap = 1, block = 4, sub = 1)";
+    let x = [0.3125, 0.0078125, 0.078125, 0.017578125];
+    let enc = hbfp(lit).encode_block(&x, 4, 0);
+    assert_eq!(enc.top, -2);
+    assert_eq!(enc.scales, vec![vec![0, 1, 0, 1], vec![0, 1]]);
+    assert_eq!(enc.exps, vec![-2, -3, -3, -4]);
+    let got = q(lit, &x);
+    assert_eq!(got, vec![0.3125, 0.0, 0.0625, 0.015625]);
+    assert_eq!((got[2] as f32).to_bits(), 0x3d80_0000);
+    let f: Format = lit.parse().unwrap();
+    let d = f.decode(&f.encode(&x, 4).unwrap(), 4, 4).unwrap();
+    assert_eq!(d, got);
+}
+
+/// Three scale levels (per element, per pair, per quad), worked by hand:
+/// `hbfp(mant = 4, levels = 3, scale_cap = 1, block = 8, sub = 1)`, 3 magnitude bits.
+/// Element exponents [0, -3, -2, -4 | -3, -6, -5, -4] (1.4, 0.2 = 1.6 * 2^-3, 0.3125 = 1.25 *
+/// 2^-2, 0.07 = 1.12 * 2^-4, 0.22 = 1.76 * 2^-3, 0.025 = 1.6 * 2^-6, 0.035 = 1.12 * 2^-5,
+/// 0.08 = 1.28 * 2^-4). Pair maxima [0, -2, -3, -4], quad maxima [0, -3], top 0.
+/// Quad scales (against top): [0, min(3, 1)] = [0, 1]. Pair scales (against their quad's
+/// max): [0, min(2, 1), 0, 1] = [0, 1, 0, 1]. Element scales (against their pair's max):
+/// [0, min(3, 1), 0, min(2, 1), 0, min(3, 1), min(1, 1), 0] = [0, 1, 0, 1, 0, 1, 1, 0].
+/// Effective exponents q = top - sum: [0, -1, -1, -2, -1, -2, -3, -2]; grid 2^(q - 2):
+/// 1.4 / 0.25 = 5.6 -> 6 -> 1.5; 0.2 / 0.125 = 1.6 -> 2 -> 0.25; 0.3125 / 0.125 = 2.5 -> 2
+/// (even) -> 0.25; 0.07 / 0.0625 = 1.12 -> 1 -> 0.0625; 0.22 / 0.125 = 1.76 -> 2 -> 0.25;
+/// 0.025: gap -2 - (-6) = 4 >= 3 -> flushed; 0.035 / 2^-5 = 1.12 -> 1 -> 0.03125;
+/// 0.08 / 0.0625 = 1.28 -> 1 -> 0.0625. (Top-down, 0.22's pair would sit at -3 and give
+/// 7 * 2^-5 = 0.21875.)
+#[test]
+fn seed000_three_levels_by_hand() {
+    let lit = "hbfp(mant = 4, levels = 3, scale_cap = 1, block = 8, sub = 1)";
+    let x = [1.4, 0.2, 0.3125, 0.07, 0.22, 0.025, 0.035, 0.08];
+    let enc = hbfp(lit).encode_block(&x, 8, 0);
+    assert_eq!(enc.top, 0);
+    assert_eq!(
+        enc.scales,
+        vec![vec![0, 1, 0, 1, 0, 1, 1, 0], vec![0, 1, 0, 1], vec![0, 1]]
+    );
+    assert_eq!(enc.exps, vec![0, -1, -1, -2, -1, -2, -3, -2]);
+    let want = vec![1.5, 0.25, 0.25, 0.0625, 0.25, 0.0, 0.03125, 0.0625];
+    assert_eq!(q(lit, &x), want);
+    let f: Format = lit.parse().unwrap();
+    assert_eq!(f.decode(&f.encode(&x, 8).unwrap(), 8, 8).unwrap(), want);
+}
+
+/// The top exponent clamped up to its field (exp_bits = 3: [-3, 4]) is the top level's parent:
+/// exponents [-6, -6, -8, -9], pair maxima [-6, -8], top -3. Pair scales against -3: [min(3,
+/// 1), min(5, 1)] = [1, 1]; element scales against the pair maxima: [0, 0, 0, min(1, 1)];
+/// q = [-4, -4, -4, -5]. 1.5 * 2^-6 on grid 2^-6 is 1.5 -> 2 (even) -> 2^-5; 2^-6 -> 1 unit;
+/// 2^-8 (gap 4) and 2^-9 (gap 4) are flushed.
+#[test]
+fn hbfp_clamped_top_is_the_top_parent() {
+    let lit = "hbfp(mant = 4, levels = 2, scale_cap = 1, block = 4, sub = 1, exp_bits = 3)";
+    let x = [1.5 / 64.0, 1.0 / 64.0, 1.0 / 256.0, 1.0 / 512.0];
+    let enc = hbfp(lit).encode_block(&x, 4, 0);
+    assert_eq!(enc.top, -3);
+    assert_eq!(enc.scales, vec![vec![0, 0, 0, 1], vec![1, 1]]);
+    assert_eq!(enc.exps, vec![-4, -4, -4, -5]);
+    assert_eq!(q(lit, &x), vec![1.0 / 32.0, 1.0 / 64.0, 0.0, 0.0]);
+}
+
+/// Why `hbfp` with two levels is not idempotent (docs/numerics.md), by hand:
+/// `hbfp(mant = 4, levels = 2, scale_cap = 1, block = 8, sub = 2)` (3 magnitude bits; pairs,
+/// then quads). Exponents [-2, -3, -4, -1 | -4, -3, -4, -4]: pair maxima [-2, -1, -3, -4], quad
+/// maxima [-1, -3], top -1. Quad scales [0, min(2, 1) = 1]; pair scales [1, 0, 0, 1]; q per
+/// pair [-2, -1, -2, -3]. The last pair sits at -3 above its max -4 (the quad's clipped scale):
+/// 0.09375 on grid 2^-5 is 3; -0.109375 is 3.5 -> 4 (even) -> -0.125, exponent -3. Second
+/// pass: that pair's max is -3, its scale 0, q -2: 0.09375 on grid 2^-4 is 1.5 -> 2 -> 0.125.
+/// First pass, the others: -0.46875 = 7.5 * 2^-4 -> 8, saturated to 7 -> -0.4375; 0.1875 ->
+/// 3 * 2^-4; 0.1171875 (gap 3) flushed; 0.75 = 6 * 2^-3; -0.0703125 = 1.125 * 2^-4 -> -0.0625;
+/// -0.125 exact.
+#[test]
+fn hbfp_two_levels_not_idempotent() {
+    let lit = "hbfp(mant = 4, levels = 2, scale_cap = 1, block = 8, sub = 2)";
+    let x = [
+        -0.46875, 0.1875, 0.1171875, 0.75, -0.0703125, -0.125, 0.09375, -0.109375,
+    ];
+    let once = q(lit, &x);
+    assert_eq!(
+        once,
+        vec![-0.4375, 0.1875, 0.0, 0.75, -0.0625, -0.125, 0.09375, -0.125]
+    );
+    let twice = q(lit, &once);
+    assert_eq!(
+        twice,
+        vec![-0.4375, 0.1875, 0.0, 0.75, -0.0625, -0.125, 0.125, -0.125]
+    );
 }
 
 #[test]

@@ -285,14 +285,14 @@ fn shift_unit_dot_products_match_format() {
     let (pb, pc) = p.encode_block(&w, 0);
     let mut unit = ShiftUnit::new(UnitMode::PowerOfTwo, 0);
     let xi = 5i64;
-    let mut want = 0i64;
+    let mut want = 0i128;
     for pair in pc.chunks(2) {
         if pair.iter().any(|c| c.code == 0) {
             continue;
         }
-        want += xi * (pair[0].units() + pair[1].units());
+        want += i128::from(xi) * (pair[0].units() + pair[1].units());
         unit.step(xi, p.unit_register(pair[0], pair[1]).unwrap());
     }
     let _ = pb;
-    assert_eq!(unit.total(), want);
+    assert_eq!(i128::from(unit.total()), want);
 }

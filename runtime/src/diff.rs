@@ -1,14 +1,20 @@
 //! Hardware vs software: compare two sets of outputs bit for bit and say where they differ.
 //!
-//! Concordance is bit equality of the storage-format encodings (NaN canonicalised, so any two NaNs
-//! are equal). For elements that differ the report gives the distance in units in the last place
-//! of the storage format, and for the first few the output name, logical index, native tile and
-//! lane, and the firmware line of the `v_wr` that produced the element.
+//! Concordance is bit equality of the values (any two NaNs are equal, whatever their payloads),
+//! and a hardware value must be a value of the storage format: one that is not (an f32 dump's
+//! value between two fp16 values, an fp16 value that bf16 does not hold, an f64 value that f32
+//! does not hold) is a mismatch, never rounded into one. For elements that differ the report
+//! gives the distance in units in the last place of the storage format, and for the first few
+//! the output name, logical index, native tile and lane, and the firmware line of the `v_wr`
+//! that produced the element.
 
 use crate::host::{Outputs, ShapeDisplay, Tensor, Unfilled, storage_bits};
+use crate::io::Inexact;
 use nnp_grammar::{ChainBody, DeclKind, Mem, Program};
-use nnp_numerics::{ErrorAcc, FloatFormat};
+use nnp_numerics::{ErrorAcc, FloatFormat, Format, Rounding};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// Why two output sets cannot be compared.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +37,16 @@ pub enum DiffError {
     },
     #[error("the program's storage format `{0}` is not a float format")]
     Storage(String),
+    #[error(
+        "`{path}` is a single .npy file, which holds one tensor, but the program has {count} \
+         outputs ({outputs}); help: dump them into a .safetensors file, or into a directory of \
+         .npy files named after the outputs (`NAME.npy`)"
+    )]
+    OneNpyForOutputs {
+        path: PathBuf,
+        count: usize,
+        outputs: String,
+    },
     #[error(transparent)]
     Elements(#[from] Unfilled),
 }
@@ -47,12 +63,25 @@ pub struct Mismatch {
     /// Native tile of the element within its output row, and its lane in that tile.
     pub tile: usize,
     pub lane: usize,
+    /// The hardware's value as f32 (an f64 dump's value rounded to nearest: see
+    /// `hardware_f64`); a non-finite value is a string in JSON ([`nonfinite`]).
+    #[serde(with = "nonfinite")]
     pub hardware: f32,
+    #[serde(with = "nonfinite")]
     pub software: f32,
+    /// The storage pattern of the hardware's value; where the value is not a storage value,
+    /// the pattern it rounds to (by the storage format's rounding).
     pub hardware_bits: u32,
     pub software_bits: u32,
-    /// Distance in storage-format ULPs (`None` when exactly one side is NaN).
+    /// Distance in storage-format ULPs (`None` when exactly one side is NaN); at least 1.
     pub ulps: Option<u64>,
+    /// The hardware's value is not a value of the storage format (so it cannot be the
+    /// firmware's result, whatever the software's value).
+    #[serde(default)]
+    pub not_storage_value: bool,
+    /// The dump's value where f32 does not hold it (an f64 dump).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware_f64: Option<f64>,
     /// The `v_wr` that produced the element: source line and its text.
     pub line: Option<usize>,
     pub source: Option<String>,
@@ -68,9 +97,24 @@ pub struct OutputDiff {
     pub max_ulps: u64,
     /// Elements where one side is NaN and the other is not.
     pub nan_mismatches: usize,
+    /// Elements where neither side is NaN, one is infinite and they differ: an infinity
+    /// against a finite value or against the other infinity.
+    #[serde(default)]
+    pub inf_mismatches: usize,
+    /// Hardware values that are not values of the storage format (each one a mismatch).
+    #[serde(default)]
+    pub not_storage_values: usize,
+    /// Largest `|hardware - software|`: infinite where an infinity differs
+    /// (`inf_mismatches`), NaN (undefined) where a NaN is against a number (`nan_mismatches`).
+    #[serde(with = "nonfinite")]
     pub max_abs_err: f64,
+    /// Largest `|hardware - software| / |hardware|` (hardware not zero), likewise.
+    #[serde(with = "nonfinite")]
     pub max_rel_err: f64,
-    /// QSNR of software against hardware in dB (infinite when equal).
+    /// QSNR of software against hardware in dB: `+inf` when every value is equal (`+0` and
+    /// `-0` are), `-inf` when an infinity differs (infinite noise), NaN (undefined) when a NaN
+    /// is against a number.
+    #[serde(with = "nonfinite")]
     pub qsnr_db: f64,
 }
 
@@ -79,8 +123,13 @@ pub struct OutputDiff {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DiffReport {
     pub schema: String,
+    /// The storage format the hardware's values must be values of (`fp16` on `bw-default`).
+    #[serde(default)]
+    pub storage: String,
     pub elements: usize,
     pub bit_exact: usize,
+    /// Every element bit-exact and, with a trace ([`DiffReport::set_trace`]), every record
+    /// identical.
     pub concordant: bool,
     pub max_ulps: u64,
     /// `ulp_histogram[0]` counts equal elements, `[k]` (1 <= k <= 16) elements at distance in
@@ -96,6 +145,106 @@ pub struct DiffReport {
     /// for a dump that is not concordant ([`crate::explain`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<Vec<crate::explain::ExplainRow>>,
+}
+
+impl DiffReport {
+    /// Whether every output element is bit-exact (the trace aside).
+    pub fn outputs_bit_exact(&self) -> bool {
+        self.bit_exact == self.elements
+    }
+
+    /// Add the comparison of the traces: the report is concordant when every output element
+    /// is bit-exact and every record is identical.
+    pub fn set_trace(&mut self, trace: crate::trace::TraceComparison) {
+        let identical = trace.first.is_none() && trace.identical == trace.records;
+        self.concordant = self.outputs_bit_exact() && identical;
+        self.trace = Some(trace);
+    }
+}
+
+/// Serde of a float that may be infinite or NaN, which JSON has no number for: a finite value
+/// is a number, the others are the strings `"inf"`, `"-inf"` and `"nan"` (which Python's
+/// `float()` reads).
+pub mod nonfinite {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// f32 or f64.
+    pub trait Float: Copy + Serialize + serde::de::DeserializeOwned {
+        fn to_f64(self) -> f64;
+        fn from_f64(x: f64) -> Self;
+    }
+    impl Float for f32 {
+        fn to_f64(self) -> f64 {
+            f64::from(self)
+        }
+        fn from_f64(x: f64) -> Self {
+            x as f32
+        }
+    }
+    impl Float for f64 {
+        fn to_f64(self) -> f64 {
+            self
+        }
+        fn from_f64(x: f64) -> Self {
+            x
+        }
+    }
+
+    pub fn serialize<F: Float, S: Serializer>(v: &F, s: S) -> Result<S::Ok, S::Error> {
+        let x = v.to_f64();
+        if x.is_finite() {
+            v.serialize(s)
+        } else if x.is_nan() {
+            s.serialize_str("nan")
+        } else if x > 0.0 {
+            s.serialize_str("inf")
+        } else {
+            s.serialize_str("-inf")
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr<F> {
+        Number(F),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, F: Float, D: Deserializer<'de>>(d: D) -> Result<F, D::Error> {
+        match Repr::<F>::deserialize(d)? {
+            Repr::Number(v) => Ok(v),
+            Repr::Text(t) => match t.as_str() {
+                "inf" => Ok(F::from_f64(f64::INFINITY)),
+                "-inf" => Ok(F::from_f64(f64::NEG_INFINITY)),
+                "nan" => Ok(F::from_f64(f64::NAN)),
+                other => Err(serde::de::Error::custom(format!(
+                    "expected a number, \"inf\", \"-inf\" or \"nan\", not \"{other}\""
+                ))),
+            },
+        }
+    }
+}
+
+/// The name of a float format's set of values: its rounding left out (`fp16`, `bf16`,
+/// `fp(5, 2)`).
+pub fn values_name(format: &FloatFormat) -> String {
+    let values = FloatFormat {
+        rounding: Rounding::NearestEven,
+        ..*format
+    };
+    Format::Float(values).to_string()
+}
+
+/// Whether `x` (not NaN) is a value of `storage`, whose pattern for `x` is `bits`
+/// ([`storage_bits`]): whether that pattern's value is `x` itself, the sign of a zero included.
+fn is_value_of(storage: &FloatFormat, x: f32, bits: u32) -> bool {
+    let x = f64::from(x);
+    let back = if storage.bits() <= 32 {
+        storage.decode(u64::from(bits))
+    } else {
+        storage.decode(storage.encode(x))
+    };
+    back.to_bits() == x.to_bits()
 }
 
 /// Position of a bit pattern on the number line of a sign-magnitude format (monotone).
@@ -172,6 +321,8 @@ impl<'p> DiffBuilder<'p> {
                     bit_exact: 0,
                     max_ulps: 0,
                     nan_mismatches: 0,
+                    inf_mismatches: 0,
+                    not_storage_values: 0,
                     max_abs_err: 0.0,
                     max_rel_err: 0.0,
                     qsnr_db: f64::INFINITY,
@@ -202,6 +353,20 @@ impl<'p> DiffBuilder<'p> {
         hardware: &Outputs,
         software: &Outputs,
     ) -> Result<(), DiffError> {
+        self.add_read(first_item, hardware, &BTreeMap::new(), software)
+    }
+
+    /// [`add`](Self::add) for hardware values read from a dump, with each output's values
+    /// that the dump holds but f32 does not (`inexact`, indexed within the output's piece in
+    /// `hardware`, in increasing order: an f64 dump's, [`Inexact`]). None of those is a value
+    /// of the storage format, so each is a mismatch, whatever its f32 rounding.
+    pub fn add_read(
+        &mut self,
+        first_item: usize,
+        hardware: &Outputs,
+        inexact: &BTreeMap<String, Inexact>,
+        software: &Outputs,
+    ) -> Result<(), DiffError> {
         let (program, storage) = (self.program, self.storage);
         let width = storage.bits().min(32);
         let n = program.native();
@@ -227,33 +392,54 @@ impl<'p> DiffBuilder<'p> {
             out.elements += sw.len();
             let (row_len, rows) = (decl.row_len(), decl.rows());
             let per_item = (rows * row_len).max(1);
+            let wides = inexact.get(&decl.name).map_or(&[][..], Vec::as_slice);
             for (flat, (&h, &s)) in hw.data.iter().zip(&sw.data).enumerate() {
-                // Equal values have equal encodings and no error: only the others are encoded
-                // and measured (most of a dump's elements are equal).
-                if h.to_bits() == s.to_bits() {
+                // The dump's value where f32 does not hold it.
+                let wide = match wides.binary_search_by_key(&flat, |&(i, _)| i) {
+                    Ok(k) => Some(wides[k].1),
+                    Err(_) => None,
+                };
+                // Equal: the same value, bit for bit (so the same storage pattern), or two
+                // NaNs. Most of a dump's elements are equal: only the others are encoded and
+                // measured.
+                if wide.is_none() && (h.to_bits() == s.to_bits() || (h.is_nan() && s.is_nan())) {
                     self.ulp_histogram[exact_bucket] += 1;
                     acc.stats.add_equal(f64::from(h));
                     out.bit_exact += 1;
                     continue;
                 }
-                let (hb, sb) = (storage_bits(&storage, h), storage_bits(&storage, s));
-                // Concordance is equality of the encodings. Two that differ are at least one
-                // ULP apart: -0 and +0 (0 apart on the number line) differ in their sign.
-                let ulps = if hb == sb {
-                    Some(0)
-                } else if h.is_nan() || s.is_nan() {
+                let (hv, sv) = (wide.unwrap_or(f64::from(h)), f64::from(s));
+                let hb = match wide {
+                    Some(v) => storage.encode(v) as u32,
+                    None => storage_bits(&storage, h),
+                };
+                let sb = storage_bits(&storage, s);
+                // A value that is not a storage value is not rounded into one: it differs.
+                let in_storage = wide.is_none() && (h.is_nan() || is_value_of(&storage, h, hb));
+                // Two that differ are at least one ULP apart: -0 and +0 (0 apart on the number
+                // line) differ in their sign, a value that is not a storage value from the one
+                // it rounds to.
+                let ulps = if h.is_nan() || s.is_nan() {
                     None
                 } else {
                     Some(ordinal(hb, width).abs_diff(ordinal(sb, width)).max(1))
                 };
                 self.ulp_histogram[histogram_bucket(ulps)] += 1;
-                acc.stats.add(f64::from(h), f64::from(s));
                 match ulps {
-                    Some(0) => out.bit_exact += 1,
-                    Some(d) => out.max_ulps = out.max_ulps.max(d),
                     None => out.nan_mismatches += 1,
+                    Some(d) => out.max_ulps = out.max_ulps.max(d),
                 }
-                if ulps != Some(0) && acc.mismatches.len() < self.first {
+                if ulps.is_some() {
+                    if hv.is_infinite() || sv.is_infinite() {
+                        out.inf_mismatches += 1;
+                    } else {
+                        acc.stats.add(hv, sv);
+                    }
+                }
+                if !in_storage {
+                    out.not_storage_values += 1;
+                }
+                if acc.mismatches.len() < self.first {
                     let (item, within) = (first_item + flat / per_item, flat % per_item);
                     let (row, col) = (within / row_len.max(1), within % row_len.max(1));
                     let mut index = vec![item];
@@ -269,6 +455,8 @@ impl<'p> DiffBuilder<'p> {
                         hardware_bits: hb,
                         software_bits: sb,
                         ulps,
+                        not_storage_value: !in_storage,
+                        hardware_f64: wide,
                         line: writer.map(|(l, _)| l),
                         source: writer.map(|(_, t)| t.to_string()),
                     });
@@ -282,6 +470,7 @@ impl<'p> DiffBuilder<'p> {
     pub fn finish(self) -> DiffReport {
         let mut report = DiffReport {
             schema: "nnpc.diff/1".into(),
+            storage: values_name(&self.storage),
             elements: 0,
             bit_exact: 0,
             concordant: true,
@@ -294,10 +483,19 @@ impl<'p> DiffBuilder<'p> {
         };
         for (_, acc) in self.outputs {
             let mut out = acc.diff;
+            // The statistics of the pairs of finite values, unless a NaN is against a number
+            // (its error is not a number: every statistic is undefined, NaN) or an infinity
+            // differs (an infinite error and noise).
             let stats = acc.stats.stats();
-            out.max_abs_err = stats.max_abs_err;
-            out.max_rel_err = stats.max_rel_err;
-            out.qsnr_db = stats.qsnr_db;
+            let (undefined, infinite) = (out.nan_mismatches > 0, out.inf_mismatches > 0);
+            let worst = |finite: f64, infinite_is: f64| match (undefined, infinite) {
+                (true, _) => f64::NAN,
+                (false, true) => infinite_is,
+                (false, false) => finite,
+            };
+            out.max_abs_err = worst(stats.max_abs_err, f64::INFINITY);
+            out.max_rel_err = worst(stats.max_rel_err, f64::INFINITY);
+            out.qsnr_db = worst(stats.qsnr_db, f64::NEG_INFINITY);
             report.elements += out.elements;
             report.bit_exact += out.bit_exact;
             report.max_ulps = report.max_ulps.max(out.max_ulps);
@@ -308,7 +506,7 @@ impl<'p> DiffBuilder<'p> {
                 .mismatches
                 .extend(acc.mismatches.into_iter().take(room));
         }
-        report.concordant = report.bit_exact == report.elements;
+        report.concordant = report.outputs_bit_exact();
         report
     }
 }
@@ -424,8 +622,9 @@ mod tests {
 
     /// Special values by hand (fp16 storage, one output of 4 lanes, 3 items): two NaNs of
     /// different payloads are equal (canonical NaN); -0 and +0 differ (1 ULP, their sign);
-    /// 65504 and infinity are 1 ULP apart, as are 1 and 1 + 2^-10; NaN against a number has no
-    /// distance; -1 and 1 are 2 x 0x3C00 apart. The report made of two pieces (items 0..1 and
+    /// 65504 and infinity are 1 ULP apart (an infinity against a finite value), as are 1 and
+    /// 1 + 2^-10; NaN against a number has no distance, and no error: the statistics are
+    /// undefined; -1 and 1 are 2 x 0x3C00 apart. The report made of two pieces (items 0..1 and
     /// 1..3) is the report of one comparison.
     #[test]
     fn special_values_by_hand_and_pieces_give_the_whole_report() {
@@ -456,7 +655,11 @@ mod tests {
         assert_eq!(whole.ulp_histogram, histogram);
         assert_eq!(whole.max_ulps, 2 * 0x3C00);
         let y = &whole.outputs[0];
-        assert_eq!((y.nan_mismatches, y.max_abs_err), (1, 2.0));
+        assert_eq!(
+            (y.nan_mismatches, y.inf_mismatches, y.not_storage_values),
+            (1, 1, 0)
+        );
+        assert!(y.max_abs_err.is_nan() && y.max_rel_err.is_nan() && y.qsnr_db.is_nan());
         let listed: Vec<_> = whole
             .mismatches
             .iter()
@@ -476,7 +679,222 @@ mod tests {
         pieces
             .add(1, &outputs(&hw[1..]), &outputs(&sw[1..]))
             .expect("diffs");
-        assert_eq!(pieces.finish(), whole);
+        // As JSON: NaN statistics are "nan" on both sides (NaN is not equal to itself).
+        let json = |r: &DiffReport| serde_json::to_string(r).expect("serialises");
+        assert_eq!(json(&pieces.finish()), json(&whole));
+    }
+
+    /// The one-output program `y = x` (fp16 storage on bw-default, or `storage`), its output
+    /// `[items, 1, 4]`.
+    fn pass_through(storage: Option<&str>) -> Program {
+        let text = "input x : [1, 4]\noutput y : [1, 4]\n\nv_rd netq\nv_wr netq\nend_chain\n";
+        let src = std::sync::Arc::new(nnp_grammar::SourceFile::new("t.nnp", text));
+        let target = storage.map(|f| {
+            let toml = format!("name = \"t\"\n[numerics]\nstorage = \"{f}\"\n");
+            nnp_grammar::Target::from_toml(&toml, "t.toml").expect("a target")
+        });
+        nnp_grammar::check(src, target).expect("checks").program
+    }
+
+    fn one_output(rows: &[[f32; 4]]) -> Outputs {
+        let data = rows.iter().flatten().copied().collect();
+        let t = Tensor::new(vec![rows.len(), 1, 4], data).expect("fills its shape");
+        Outputs::from([("y".to_string(), t)])
+    }
+
+    /// A hardware value that is not a value of the storage format is a mismatch, never
+    /// rounded into one (fp16 storage, by hand): 1 + 3 x 2^-12 lies between fp16's 1 (0x3C00)
+    /// and 1 + 2^-10 (0x3C01) and rounds to the latter, the software's value; 65536 is past
+    /// fp16's largest value 65504 and rounds to infinity (0x7C00), 1 ULP from 65504; an f64
+    /// value 1 + 2^-30 (read as f32 1.0, the software's value) rounds to 0x3C00. Each is 1 ULP
+    /// away, flagged, counted, with its error: 2^-12, 32 (not infinite: 65536 is finite) and
+    /// 2^-30; the largest relative error 32 / 65536 = 2^-11.
+    #[test]
+    fn values_that_are_not_storage_values_are_mismatches() {
+        let program = pass_through(None);
+        let hw = [[1.0 + 3.0 * 2f32.powi(-12), 0.5, 65536.0, 1.0]];
+        let sw = [[1.0 + 2f32.powi(-10), 0.5, 65504.0, 1.0]];
+        let wide = 1.0 + 2f64.powi(-30);
+        let inexact = BTreeMap::from([("y".to_string(), vec![(3, wide)])]);
+        let mut diff = DiffBuilder::new(&program, 10).expect("fp16 storage");
+        diff.add_read(0, &one_output(&hw), &inexact, &one_output(&sw))
+            .expect("diffs");
+        let r = diff.finish();
+        assert_eq!(r.storage, "fp16");
+        assert_eq!((r.elements, r.bit_exact, r.concordant), (4, 1, false));
+        let y = &r.outputs[0];
+        assert_eq!((y.not_storage_values, y.max_ulps), (3, 1));
+        assert_eq!((y.nan_mismatches, y.inf_mismatches), (0, 0));
+        assert_eq!((y.max_abs_err, y.max_rel_err), (32.0, 2f64.powi(-11)));
+        let listed: Vec<_> = r
+            .mismatches
+            .iter()
+            .map(|m| {
+                let bits = (m.hardware_bits, m.software_bits, m.ulps);
+                (m.index[2], m.not_storage_value, bits, m.hardware_f64)
+            })
+            .collect();
+        let want = vec![
+            (0, true, (0x3C01, 0x3C01, Some(1)), None),
+            (2, true, (0x7C00, 0x7BFF, Some(1)), None),
+            (3, true, (0x3C00, 0x3C00, Some(1)), Some(wide)),
+        ];
+        assert_eq!(listed, want);
+        assert_eq!(r.ulp_histogram[..2], [1, 3]);
+
+        // Under bf16 storage, fp16's 1 + 2^-10 is not a value (bf16 has 7 fraction bits): it
+        // rounds to 1 (0x3F80), the software's value, 1 ULP away.
+        let bf16 = pass_through(Some("bf16"));
+        let hw = [[1.0 + 2f32.powi(-10), 0.5, 2.0, 1.0]];
+        let sw = [[1.0, 0.5, 2.0, 1.0]];
+        let r = diff_outputs(&bf16, &one_output(&hw), &one_output(&sw), 10).expect("diffs");
+        assert_eq!((r.storage.as_str(), r.bit_exact), ("bf16", 3));
+        let m = &r.mismatches[0];
+        assert!(m.not_storage_value);
+        assert_eq!(
+            (m.hardware_bits, m.software_bits, m.ulps),
+            (0x3F80, 0x3F80, Some(1))
+        );
+
+        // The same values as the software's, and NaN against NaN: bit-exact.
+        let same = [[1.0 + 2f32.powi(-10), f32::NAN, -0.0, f32::INFINITY]];
+        let nan2 = f32::from_bits(0x7F80_0001);
+        let other = [[1.0 + 2f32.powi(-10), nan2, -0.0, f32::INFINITY]];
+        let r = diff_outputs(&program, &one_output(&same), &one_output(&other), 10);
+        assert!(r.expect("diffs").concordant);
+    }
+
+    /// Which values a storage format holds, by hand: fp16's 1, -0, its smallest subnormal
+    /// 2^-24, its largest 65504 and infinity, not 1 + 2^-11, 2^-25 or 65520; bf16's 1 + 2^-7
+    /// and smallest subnormal 2^-133, not 1 + 2^-8; a format without subnormals not 2^-24, and
+    /// one that saturates not infinity.
+    #[test]
+    fn storage_values_by_hand() {
+        let holds = |f: &FloatFormat, x: f32| is_value_of(f, x, storage_bits(f, x));
+        let fp16 = FloatFormat::FP16;
+        for x in [1.0, -0.0, 2f32.powi(-24), 65504.0, f32::INFINITY] {
+            assert!(holds(&fp16, x), "fp16 holds {x:e}");
+        }
+        for x in [1.0 + 2f32.powi(-11), 2f32.powi(-25), 65520.0] {
+            assert!(!holds(&fp16, x), "fp16 does not hold {x:e}");
+        }
+        let bf16 = FloatFormat::BF16;
+        assert!(holds(&bf16, 1.0 + 2f32.powi(-7)) && holds(&bf16, 2f32.powi(-133)));
+        assert!(!holds(&bf16, 1.0 + 2f32.powi(-8)));
+        let flushing = FloatFormat {
+            subnormals: false,
+            ..fp16
+        };
+        assert!(!holds(&flushing, 2f32.powi(-24)) && holds(&flushing, 2f32.powi(-14)));
+        let saturating = FloatFormat {
+            overflow: nnp_numerics::Overflow::Saturate,
+            ..fp16
+        };
+        assert!(!holds(&saturating, f32::INFINITY) && holds(&saturating, 65504.0));
+        assert_eq!(values_name(&bf16), "bf16");
+        let truncating = FloatFormat {
+            rounding: Rounding::TowardZero,
+            ..bf16
+        };
+        assert_eq!(values_name(&truncating), "bf16");
+    }
+
+    /// The statistics never claim perfection when elements differ (fp16 storage, by hand):
+    /// an infinity against a finite value, or against the other infinity, is an infinite
+    /// error (QSNR -inf); a NaN against a number makes every statistic undefined; equal
+    /// values give QSNR +inf. In JSON each is a string, never `null`, and reads back.
+    #[test]
+    fn statistics_of_non_finite_mismatches() {
+        let program = pass_through(None);
+        let sw = [[1.0, 2.0, 3.0, f32::NEG_INFINITY]];
+        let stats = |hw: [f32; 4]| {
+            let r = diff_outputs(&program, &one_output(&[hw]), &one_output(&sw), 10);
+            let r = r.expect("diffs");
+            let y = r.outputs[0].clone();
+            (r, y)
+        };
+        // +inf against 1: 1 infinity; the finite 2 + 2^-9 against 2 alone would be 2^-9.
+        let (r, y) = stats([f32::INFINITY, 2.0 + 2f32.powi(-9), 3.0, f32::NEG_INFINITY]);
+        assert_eq!((y.inf_mismatches, y.nan_mismatches, r.bit_exact), (1, 0, 2));
+        assert_eq!(
+            (y.max_abs_err, y.max_rel_err),
+            (f64::INFINITY, f64::INFINITY)
+        );
+        assert_eq!(y.qsnr_db, f64::NEG_INFINITY);
+        let json = serde_json::to_value(&r).expect("serialises");
+        assert_eq!(json["outputs"][0]["max_abs_err"], "inf");
+        assert_eq!(json["outputs"][0]["qsnr_db"], "-inf");
+        assert_eq!(json["mismatches"][0]["hardware"], "inf");
+        assert_eq!(json["mismatches"][0]["software"], 1.0);
+        let back: DiffReport = serde_json::from_value(json).expect("reads back");
+        assert_eq!(back, r);
+        // +inf against -inf: infinite too.
+        let (_, y) = stats([1.0, 2.0, 3.0, f32::INFINITY]);
+        assert_eq!((y.inf_mismatches, y.max_abs_err), (1, f64::INFINITY));
+        // NaN against 3 (and an infinity elsewhere): undefined.
+        let (r, y) = stats([f32::INFINITY, 2.0, f32::NAN, f32::NEG_INFINITY]);
+        assert_eq!((y.inf_mismatches, y.nan_mismatches), (1, 1));
+        assert!(y.max_abs_err.is_nan() && y.max_rel_err.is_nan() && y.qsnr_db.is_nan());
+        let json = serde_json::to_value(&r).expect("serialises");
+        assert_eq!(json["outputs"][0]["max_abs_err"], "nan");
+        assert_eq!(json["outputs"][0]["qsnr_db"], "nan");
+        // Equal: -inf against -inf counts as equal; QSNR +inf, no error.
+        let (r, y) = stats(sw[0]);
+        assert!(r.concordant);
+        assert_eq!((y.max_abs_err, y.qsnr_db), (0.0, f64::INFINITY));
+        assert_eq!(
+            serde_json::to_value(&r).expect("json")["outputs"][0]["qsnr_db"],
+            "inf"
+        );
+        // Finite only: 2 + 2^-9 against 2 (fp16's next value after 2, 1 ULP): error 2^-9,
+        // relative to the hardware's value 2^-9 / (2 + 2^-9).
+        let (_, y) = stats([1.0, 2.0 + 2f32.powi(-9), 3.0, f32::NEG_INFINITY]);
+        assert_eq!((y.max_ulps, y.max_abs_err), (1, 2f64.powi(-9)));
+        assert_eq!(y.max_rel_err, 2f64.powi(-9) / (2.0 + 2f64.powi(-9)));
+    }
+
+    /// A trace that diverges makes the report not concordant, whatever the outputs; one
+    /// that does not leaves it as the outputs say.
+    #[test]
+    fn a_divergent_trace_is_not_concordant() {
+        use crate::trace::{TraceComparison, TraceDivergence};
+        let program = pass_through(None);
+        let y = [[1.0, 2.0, 3.0, 4.0]];
+        let equal = diff_outputs(&program, &one_output(&y), &one_output(&y), 1).expect("diffs");
+        assert!(equal.concordant);
+        let identical = TraceComparison {
+            records: 3,
+            identical: 3,
+            first: None,
+        };
+        let divergence = TraceDivergence {
+            item: 0,
+            position: 1,
+            chain: 0,
+            iteration: 0,
+            dst: "netq".into(),
+            addr: 0,
+            line: 5,
+            lanes_differing: 1,
+            first_lane: 2,
+            hardware_bits: 0x4200,
+            software_bits: 0x4201,
+        };
+        let diverges = TraceComparison {
+            records: 3,
+            identical: 2,
+            first: Some(divergence),
+        };
+        let mut r = equal.clone();
+        r.set_trace(identical.clone());
+        assert!(r.concordant && r.outputs_bit_exact());
+        let mut r = equal.clone();
+        r.set_trace(diverges);
+        assert!(!r.concordant && r.outputs_bit_exact());
+        let off = [[1.0, 2.0, 3.0, 4.0 + 2f32.powi(-8)]];
+        let mut r = diff_outputs(&program, &one_output(&off), &one_output(&y), 1).expect("diffs");
+        r.set_trace(identical);
+        assert!(!r.concordant);
     }
 
     #[test]

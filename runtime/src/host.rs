@@ -643,6 +643,13 @@ fn infer_batch(
 pub const NONFINITE_HELP: &str =
     "the target sets `nonfinite = \"error\"`; scale the data or use `allow`";
 
+/// `x` as an output holds it: every NaN the canonical quiet NaN (`0x7FC0_0000`; `0x7E00` as
+/// fp16, `0x7FC0` as bf16), so that both engines write the same bytes whatever sign and payload
+/// a NaN picked up on its way (docs/semantics.md).
+pub fn canonical_nan(x: f32) -> f32 {
+    if x.is_nan() { f32::NAN } else { x }
+}
+
 /// The bit pattern of `x` in float format `fmt` (sign, exponent field, mantissa field; width
 /// `fmt.bits()`, right-aligned in the u32), as [`FloatFormat::encode`] gives it: `x` should be a
 /// value of the format (a storage value; anything else is rounded first), and every NaN becomes

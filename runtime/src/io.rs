@@ -3,8 +3,9 @@
 //! - Reading ([`read_tensors`]) goes by the path: a directory loads every `*.npy` (named by file
 //!   stem) and `*.safetensors` inside it; `*.npy` is one tensor named by its stem; anything else is
 //!   read as safetensors. Dtypes f16, bf16 (safetensors only), f32 and f64 are accepted and
-//!   converted to f32 (f64 is rounded to nearest f32). [`index_tensors`] reads only the
-//!   headers: its [`StoredTensor`]s read their values when asked, whole or a range of items.
+//!   converted to f32 (f64 is rounded to nearest f32; the `_checked` reads say which values
+//!   were, [`Inexact`]). [`index_tensors`] reads only the headers: its [`StoredTensor`]s read
+//!   their values when asked, whole or a range of items.
 //! - Writing ([`write_tensors`]) goes by the path too: `*.safetensors` writes one file; `*.npy`
 //!   writes one file when there is exactly one tensor; anything else is a directory of
 //!   `NAME.npy`. Values are written as f16 or f32 ([`Dtype`]).
@@ -159,6 +160,25 @@ impl StoredTensor {
 
     /// The values of items `items` (shape `[items.len(), ...shape[1..]]`), as f32.
     pub fn read_items(&self, items: Range<usize>) -> Result<Tensor, IoError> {
+        let (first, shape) = self.item_span(items)?;
+        self.read_values(first, shape)
+    }
+
+    /// [`read`](Self::read), with the values that reading rounds ([`Inexact`]).
+    pub fn read_checked(&self) -> Result<(Tensor, Inexact), IoError> {
+        self.read_values_checked(0, self.shape.clone())
+    }
+
+    /// [`read_items`](Self::read_items), with the values that reading rounds ([`Inexact`],
+    /// indexed within the items read).
+    pub fn read_items_checked(&self, items: Range<usize>) -> Result<(Tensor, Inexact), IoError> {
+        let (first, shape) = self.item_span(items)?;
+        self.read_values_checked(first, shape)
+    }
+
+    /// The first value of items `items` and their shape, or the error naming items the
+    /// tensor does not have.
+    fn item_span(&self, items: Range<usize>) -> Result<(usize, Vec<usize>), IoError> {
         let (&count, rest) = self.shape.split_first().unwrap_or((&1, &[]));
         if items.start > items.end || items.end > count {
             return Err(layout_err(
@@ -169,11 +189,32 @@ impl StoredTensor {
         }
         let per_item: usize = rest.iter().product();
         let shape = std::iter::once(items.len()).chain(rest.iter().copied());
-        self.read_values(items.start * per_item, shape.collect())
+        Ok((items.start * per_item, shape.collect()))
     }
 
     /// The values from value `first` on, as many as `shape` holds.
     fn read_values(&self, first: usize, shape: Vec<usize>) -> Result<Tensor, IoError> {
+        let bytes = self.read_bytes(first, &shape)?;
+        Ok(Tensor {
+            data: self.ty.decode(&bytes),
+            shape,
+        })
+    }
+
+    /// [`read_values`](Self::read_values), with the values that reading rounds.
+    fn read_values_checked(
+        &self,
+        first: usize,
+        shape: Vec<usize>,
+    ) -> Result<(Tensor, Inexact), IoError> {
+        let bytes = self.read_bytes(first, &shape)?;
+        let inexact = self.ty.inexact(&bytes);
+        let data = self.ty.decode(&bytes);
+        Ok((Tensor { data, shape }, inexact))
+    }
+
+    /// The bytes of the values from value `first` on, as many as `shape` holds.
+    fn read_bytes(&self, first: usize, shape: &[usize]) -> Result<Vec<u8>, IoError> {
         use std::io::{Read, Seek, SeekFrom};
         let err = |source| IoError::Read {
             path: self.path.clone(),
@@ -185,12 +226,14 @@ impl StoredTensor {
         file.seek(SeekFrom::Start(self.offset + (first * size) as u64))
             .map_err(err)?;
         file.read_exact(&mut bytes).map_err(err)?;
-        Ok(Tensor {
-            data: self.ty.decode(&bytes),
-            shape,
-        })
+        Ok(bytes)
     }
 }
+
+/// The values of a file that f32 does not hold, which reading rounds to the nearest f32: each
+/// one's flat index among the values read, and its value in the file. Only an f64 file has
+/// any (f16, bf16 and f32 values are f32 values; a NaN is a NaN in f32 too).
+pub type Inexact = Vec<(usize, f64)>;
 
 /// Write tensors to a file or directory (see the module docs): one piece of an
 /// [`ItemWriter`] per tensor.
@@ -391,6 +434,18 @@ impl ReadType {
             })
             .collect()
     }
+    /// The values that [`decode`](Self::decode) rounds ([`Inexact`]).
+    fn inexact(self, bytes: &[u8]) -> Inexact {
+        if self != ReadType::F64 {
+            return Vec::new();
+        }
+        bytes
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .enumerate()
+            .filter(|(_, v)| !v.is_nan() && f64::from(*v as f32).to_bits() != v.to_bits())
+            .collect()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -522,31 +577,54 @@ pub struct ItemWriter {
 
 /// A file written under a temporary name next to its place (`.NAME.nnpc-PID.tmp`) and
 /// renamed there by [`TempFile::finish`]; dropped before that, it is removed, so a failed or
-/// interrupted run leaves no file half-written and an existing one untouched.
+/// interrupted run leaves no file half-written and an existing one untouched. A symbolic
+/// link, a FIFO or a device in the file's place (`/dev/stdout`, a pipe to another program) is
+/// written through, never replaced: the file is then written under a temporary name in the
+/// system's temporary directory and its bytes copied there by `finish`.
 pub struct TempFile {
     pub file: std::fs::File,
     temp: PathBuf,
     path: PathBuf,
+    /// Whether `finish` copies the bytes into `path` instead of renaming the file there.
+    through: bool,
 }
 
 impl TempFile {
     /// Create the temporary file of `path`. A directory in `path`'s place is refused now,
     /// since the rename at the end would fail.
     pub fn create(path: &Path) -> Result<TempFile, std::io::Error> {
-        if path.is_dir() {
+        // `metadata` follows links: what a write would reach.
+        let target = std::fs::metadata(path).ok();
+        if target.as_ref().is_some_and(|m| m.is_dir()) {
             return Err(std::io::ErrorKind::IsADirectory.into());
         }
+        let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        let through = link || target.is_some_and(|m| !m.is_file());
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        let temp = path.with_file_name(format!(
+        let name = format!(
             ".{}.nnpc-{}.tmp",
             name.unwrap_or_default(),
             std::process::id()
-        ));
-        let file = std::fs::File::create(&temp)?;
+        );
+        let temp = if through {
+            // One process may write several files through (outputs and a trace).
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::env::temp_dir().join(format!("{name}.{k}"))
+        } else {
+            path.with_file_name(name)
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)?;
         Ok(TempFile {
             file,
             temp,
             path: path.to_path_buf(),
+            through,
         })
     }
 
@@ -555,10 +633,23 @@ impl TempFile {
         &self.path
     }
 
-    /// Put the file in its place.
-    pub fn finish(self) -> Result<(), std::io::Error> {
-        std::fs::rename(&self.temp, &self.path)
-        // `Drop` then finds no temporary file to remove (or removes it if the rename failed).
+    /// Put the file in its place: rename it there, or copy its bytes through the link, FIFO
+    /// or device there.
+    pub fn finish(mut self) -> Result<(), std::io::Error> {
+        use std::io::{Seek, Write};
+        if !self.through {
+            return std::fs::rename(&self.temp, &self.path);
+            // `Drop` then finds no temporary file to remove (or removes it if the rename
+            // failed).
+        }
+        self.file.rewind()?;
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&self.path)?;
+        std::io::copy(&mut self.file, &mut out)?;
+        out.flush()
     }
 }
 
@@ -938,6 +1029,79 @@ mod tests {
         );
     }
 
+    /// A file goes to its place by a rename, or through a symbolic link, a FIFO or a device
+    /// that stands there: the link stays a link (its target gets the bytes, a dangling one's
+    /// target is made), the FIFO's reader gets the bytes and the FIFO stays a FIFO. A file
+    /// dropped unfinished leaves nothing behind, in either place.
+    #[test]
+    fn temp_files_go_through_links_fifos_and_devices() {
+        use std::io::{Read, Write};
+        use std::os::unix::fs::FileTypeExt;
+        let dir = scratch("through");
+        let write = |path: &Path, bytes: &[u8]| {
+            let mut f = TempFile::create(path).unwrap();
+            f.file.write_all(bytes).unwrap();
+            f.finish().unwrap();
+        };
+        let kind = |p: &Path| std::fs::symlink_metadata(p).unwrap().file_type();
+        // A plain path: renamed there, over an older file.
+        let plain = dir.join("plain.bin");
+        std::fs::write(&plain, b"old and longer").unwrap();
+        write(&plain, b"new");
+        assert_eq!(std::fs::read(&plain).unwrap(), b"new");
+        // A link to a file, and a dangling link.
+        let (real, link) = (dir.join("real.bin"), dir.join("link.bin"));
+        std::fs::write(&real, b"old and longer").unwrap();
+        std::os::unix::fs::symlink("real.bin", &link).unwrap();
+        write(&link, b"through");
+        assert!(kind(&link).is_symlink());
+        assert_eq!(std::fs::read(&real).unwrap(), b"through");
+        let dangling = dir.join("dangling.bin");
+        std::os::unix::fs::symlink("made.bin", &dangling).unwrap();
+        write(&dangling, b"made");
+        assert!(kind(&dangling).is_symlink());
+        assert_eq!(std::fs::read(dir.join("made.bin")).unwrap(), b"made");
+        // A FIFO, read by another thread (a device goes the same way; none is written here,
+        // since a regression would replace it for the whole machine).
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                std::fs::File::open(fifo)
+                    .unwrap()
+                    .read_to_end(&mut got)
+                    .unwrap();
+                got
+            })
+        };
+        write(&fifo, b"piped");
+        assert_eq!(reader.join().unwrap(), b"piped");
+        assert!(kind(&fifo).is_fifo());
+        // Unfinished: no file, and no temporary file, in either place.
+        drop(TempFile::create(&dir.join("never.bin")).unwrap());
+        drop(TempFile::create(&link).unwrap());
+        assert!(!dir.join("never.bin").exists());
+        assert_eq!(std::fs::read(&real).unwrap(), b"through");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            names.iter().all(|n| !n.to_string_lossy().ends_with(".tmp")),
+            "{names:?}"
+        );
+        let ours = format!(".link.bin.nnpc-{}.tmp", std::process::id());
+        let left = std::fs::read_dir(std::env::temp_dir()).unwrap();
+        assert!(
+            left.flatten()
+                .all(|e| !e.file_name().to_string_lossy().starts_with(&ours))
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     /// A scratch directory of its own for one test.
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("nnpc-io-{name}-{}", std::process::id()));
@@ -1249,6 +1413,51 @@ mod tests {
             assert_eq!((10 + header_len) % 64, 0);
             assert_eq!(read_tensors(&path).unwrap(), one);
         }
+    }
+
+    /// An f64 file's values that f32 does not hold are named by the checked reads, with
+    /// their values (by hand): 1 + 2^-30 (31 significant bits), 0.1 and 1e300 (past f32's
+    /// range) are; 1, -0, f32's smallest subnormal 2^-149, infinity and NaN are not. Indices
+    /// are within the items read; an f32 file has none.
+    #[test]
+    fn checked_reads_name_the_values_f32_does_not_hold() {
+        let dir = scratch("inexact");
+        let path = dir.join("x.npy");
+        let values = [
+            1.0,
+            1.0 + 2f64.powi(-30),
+            f64::NAN,
+            1e300,
+            0.1,
+            2f64.powi(-149),
+            -0.0,
+            f64::INFINITY,
+        ];
+        let header = "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 4), }";
+        let mut bytes = NPY_MAGIC.to_vec();
+        bytes.extend_from_slice(&[1, 0]);
+        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        values
+            .iter()
+            .for_each(|v: &f64| bytes.extend_from_slice(&v.to_le_bytes()));
+        std::fs::write(&path, &bytes).unwrap();
+        let stored = &index_tensors(&path).unwrap()["x"];
+        let (whole, inexact) = stored.read_checked().unwrap();
+        let bits = |t: &Tensor| t.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&whole), bits(&stored.read().unwrap()));
+        assert_eq!(
+            inexact,
+            vec![(1, 1.0 + 2f64.powi(-30)), (3, 1e300), (4, 0.1)]
+        );
+        let (item, inexact) = stored.read_items_checked(1..2).unwrap();
+        assert_eq!(item.data[..2], [0.1f32, 2f32.powi(-149)]);
+        assert_eq!(inexact, vec![(0, 0.1)]);
+        assert!(stored.read_items_checked(2..3).is_err(), "past the end");
+        let t = Tensor::new(vec![2], vec![0.1, 1.5]).unwrap();
+        write_tensors(&path, &BTreeMap::from([("x".into(), t)]), Dtype::F32).unwrap();
+        let stored = &index_tensors(&path).unwrap()["x"];
+        assert!(stored.read_checked().unwrap().1.is_empty());
     }
 
     #[test]

@@ -58,9 +58,9 @@ fn load(path: &Path, target: &str) -> Program {
     }
 }
 
-/// Bit patterns of f32 storage values, NaN canonical (every NaN is the same pattern).
+/// Bit patterns of output values, NaNs as they are: both engines write the canonical NaN.
 fn bits(v: f32) -> u32 {
-    if v.is_nan() { 0x7FC0_0000 } else { v.to_bits() }
+    v.to_bits()
 }
 
 fn assert_same(case: &str, hw: &Outputs, sw: &Outputs) {
@@ -246,6 +246,176 @@ fn the_thread_count_changes_no_bit() {
             assert_same(&format!("{case}, first run"), &hw.outputs, &first.outputs);
             assert_same(&format!("{case}, warm run"), &hw.outputs, &warm.outputs);
         }
+    }
+}
+
+/// NaNs leave both engines as the canonical quiet NaN, whatever sign and payload they picked
+/// up: `inf - inf` (a negative NaN on x86), `0 * inf`, `max` and `relu` of a NaN, an input NaN
+/// through `mv_mul`, in a netq output and in one read back from memory. Expected bits by hand.
+#[test]
+fn nans_leave_both_engines_as_the_canonical_nan() {
+    const SRC: &str = "\
+vector a   : [4] at asvrf0[0]
+vector one : [4] at mulvrf0[0]
+vector m   : [4] at asvrf1[0]
+matrix I   : [4, 4] at mrf[0]
+input  x   : [1, 4]
+input  u   : [1, 4]
+output y   : [1, 4]
+output r   : [1, 4]
+output z   : [1, 4] at ivrf[1]
+
+v_rd netq
+vv_a_sub_b asvrf0[a]
+vv_mul mulvrf0[one]
+vv_max asvrf1[m]
+v_wr netq
+v_wr ivrf[0]
+end_chain
+
+v_rd netq
+v_relu
+v_wr netq
+end_chain
+
+v_rd ivrf[0]
+mv_mul mrf[I]
+v_relu
+v_wr ivrf[1]
+end_chain
+";
+    let path = std::env::temp_dir().join(format!("nnpc-nan-{}.nnp", std::process::id()));
+    std::fs::write(&path, SRC).expect("temp file");
+    let program = load(&path, "bw-default");
+    std::fs::remove_file(&path).ok();
+    let t =
+        |shape: Vec<usize>, v: Vec<f32>| nnp_runtime::host::Tensor::new(shape, v).expect("shape");
+    let mut data = HostData::random(&program, 2, 1);
+    // 65520 rounds to +inf in fp16. Item 0, lane by lane: inf - inf = NaN; (5 - 0) * 0 = 0,
+    // max with -1 = 0; (-inf - 0) * 1 = -inf, max with -1 = -1; (3 - 1) * inf = inf. Item 1: an
+    // input NaN, then (1 - 0) * 0 = 0, (2 - 0) * 1 = 2 and (3 - 1) * inf = inf.
+    data.weights
+        .insert("a".into(), t(vec![4], vec![65520.0, 0.0, 0.0, 1.0]));
+    data.weights
+        .insert("one".into(), t(vec![4], vec![1.0, 0.0, 1.0, 65520.0]));
+    data.weights.insert("m".into(), t(vec![4], vec![-1.0; 4]));
+    let identity = (0..16)
+        .map(|i| if i % 5 == 0 { 1.0 } else { 0.0 })
+        .collect();
+    data.weights.insert("I".into(), t(vec![4, 4], identity));
+    data.inputs.insert(
+        "x".into(),
+        t(
+            vec![2, 1, 4],
+            vec![65520.0, 5.0, -65520.0, 3.0, f32::NAN, 1.0, 2.0, 3.0],
+        ),
+    );
+    // Negative NaNs with payloads straight to relu, which keeps a NaN as it is.
+    let neg = |payload: u32| f32::from_bits(0xFFC0_0000 | payload);
+    data.inputs.insert(
+        "u".into(),
+        t(
+            vec![2, 1, 4],
+            vec![
+                neg(0),
+                1.0,
+                neg(0x2000),
+                -1.0,
+                -2.0,
+                neg(1 << 21),
+                0.5,
+                neg(0),
+            ],
+        ),
+    );
+    let nan = 0x7FC0_0000;
+    let (inf, minus_one, two) = (0x7F80_0000, 0xBF80_0000, 0x4000_0000);
+    let y = [nan, 0, minus_one, inf, nan, 0, two, inf];
+    // Through the identity: a row holding a NaN or an infinity is NaN (BFP: a block with one
+    // is NaN); relu keeps NaN. Item 1's row holds the input NaN.
+    let z = [nan; 8];
+    let hw = emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
+    let sw = exec::run_program(&program, &data, &ExecOptions::default()).expect("runs");
+    for (engine, out) in [("emulator", &hw.outputs), ("software graph", &sw.outputs)] {
+        let got = |name: &str| {
+            out[name]
+                .data
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(got("y"), y, "{engine}: y");
+        assert_eq!(
+            got("r"),
+            [nan, 0x3F80_0000, nan, 0, 0, nan, 0x3F00_0000, nan],
+            "{engine}: r"
+        );
+        assert_eq!(got("z"), z, "{engine}: z");
+    }
+}
+
+/// A matrix's own `quant` follows its tiles into every product, in both engines: through one
+/// `m_wr` line that copies two matrices, and per iteration of an `mv_mul` whose iterations
+/// read different matrices. Every row of every matrix is [4, 1, 1, 1] and x = [1, 1, 1, 1]:
+/// `bfp(mant = 3)` keeps 4 and rounds each 1 (half of its step 2) to even, 0, so the product
+/// is 4; the default BFP keeps the row, 7.
+#[test]
+fn matrix_formats_follow_their_tiles_in_both_engines() {
+    const SRC: &str = "\
+matrix A : [4, 4] at dram[0] quant bfp(mant = 3)
+matrix B : [4, 4] at dram[1]
+matrix C : [4, 4] at mrf[8] quant bfp(mant = 3)
+matrix D : [4, 4] at mrf[9]
+input  x : [1, 4]
+output y : [1, 4]
+output z : [1, 4]
+output w : [2, 4]
+
+s_wr iterations, 2
+m_rd dram[A] + 1
+m_wr mrf[0] + 1
+end_chain
+
+v_rd netq
+v_wr ivrf[0]
+end_chain
+
+v_rd ivrf[0]
+mv_mul mrf[0]
+v_wr netq
+end_chain
+
+v_rd ivrf[0]
+mv_mul mrf[1]
+v_wr netq
+end_chain
+
+s_wr iterations, 2
+v_rd ivrf[0]
+mv_mul mrf[D] + -1
+v_wr netq
+end_chain
+";
+    let path = std::env::temp_dir().join(format!("nnpc-mformats-{}.nnp", std::process::id()));
+    std::fs::write(&path, SRC).expect("temp file");
+    let program = load(&path, "bw-default");
+    std::fs::remove_file(&path).ok();
+    let mut data = HostData::random(&program, 1, 1);
+    let rows: Vec<f32> = [4.0, 1.0, 1.0, 1.0].repeat(4);
+    for m in ["A", "B", "C", "D"] {
+        let t = nnp_runtime::host::Tensor::new(vec![4, 4], rows.clone()).expect("shape");
+        data.weights.insert(m.into(), t);
+    }
+    let ones = nnp_runtime::host::Tensor::new(vec![1, 1, 4], vec![1.0; 4]).expect("shape");
+    data.inputs.insert("x".into(), ones);
+    let hw = emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
+    let sw = exec::run_program(&program, &data, &ExecOptions::default()).expect("runs");
+    for (engine, out) in [("emulator", &hw.outputs), ("software graph", &sw.outputs)] {
+        // y: A's tile (copied by the line's first iteration); z: B's (its second); w: D,
+        // then the tile before it, C.
+        assert_eq!(out["y"].data, [4.0; 4], "{engine}: y");
+        assert_eq!(out["z"].data, [7.0; 4], "{engine}: z");
+        assert_eq!(out["w"].data, [[7.0; 4], [4.0; 4]].concat(), "{engine}: w");
     }
 }
 

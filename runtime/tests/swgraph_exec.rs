@@ -122,6 +122,7 @@ fn matvec_program(acc: Accumulation) -> Program {
         mv_mul: Some(MvMul {
             addr: Addr { base: 0, inc: 0 },
             matrix_format: q.mvm_matrix,
+            iteration_formats: Vec::new(),
             span: Span::default(),
         }),
         ops: vec![],

@@ -109,9 +109,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     progress.finish();
     let report = report?;
     if args.json {
-        println!("{report}");
+        super::output::stdout(format!("{report}\n"))?;
     } else {
-        print_table(&report);
+        super::output::stdout(table(&report))?;
     }
     Ok(if report["concordant"] == Value::Bool(false) {
         ExitCode::from(1)
@@ -397,53 +397,67 @@ fn machine() -> Value {
     json!({ "cpu": cpu, "threads": threads, "os": std::env::consts::OS })
 }
 
-fn print_table(r: &Value) {
+/// The report as a table.
+fn table(r: &Value) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let counted = |v: &Value, noun: &str| match v.as_u64() {
+        Some(n) => super::output::count(n as usize, noun),
+        None => format!("{v} {noun}s"),
+    };
     let sw = &r["software_graph"];
-    println!(
-        "{}: `{}` (N = {}), batch {}, {} vector(s) per item, median of {} run(s)",
+    let _ = writeln!(
+        s,
+        "{}: `{}` (N = {}), batch {}, {} per item, median of {}",
         r["file"].as_str().unwrap_or("?"),
         r["target"].as_str().unwrap_or("?"),
         r["native"],
         r["batch"],
-        r["vectors_per_batch_item"],
-        r["reps"]
+        counted(&r["vectors_per_batch_item"], "vector"),
+        counted(&r["reps"], "run")
     );
-    println!(
+    let _ = writeln!(
+        s,
         "machine: {}, {} threads",
         r["machine"]["cpu"].as_str().unwrap_or("?"),
         r["machine"]["threads"]
     );
-    match sw["gpu"].as_str() {
-        Some(gpu) => println!(
+    let _ = match sw["gpu"].as_str() {
+        Some(gpu) => writeln!(
+            s,
             "products: {} of {} on the integer kernel, {} of them on the GPU ({gpu}), the rest \
              on the float path",
             sw["int_products"], sw["products"], sw["gpu_products"]
         ),
-        None => println!(
+        None => writeln!(
+            s,
             "products: {} of {} on the integer kernel (AVX2 vpmaddwd; {} of them on integer \
              slices), the rest on the float path ({} on its bounded f64 matmul)",
             sw["int_products"], sw["products"], sw["sliced_products"], sw["bounded_products"]
         ),
-    }
+    };
     if sw["shards"].as_u64().is_some_and(|k| k > 1) {
-        println!(
+        let _ = writeln!(
+            s,
             "warm runs: {} shards of items side by side (`--shards 1`: the whole batch in one \
              pass)",
             sw["shards"]
         );
     }
-    println!();
-    println!("{:<44} {:>12} {:>16}", "measurement", "seconds", "rate");
-    let row = |name: &str, secs: f64, rate: String| {
-        println!("{name:<44} {secs:>12.4} {rate:>16}");
+    s.push('\n');
+    let _ = writeln!(s, "{:<44} {:>12} {:>16}", "measurement", "seconds", "rate");
+    let row = |s: &mut String, name: &str, secs: f64, rate: String| {
+        let _ = writeln!(s, "{name:<44} {secs:>12.4} {rate:>16}");
     };
     row(
+        &mut s,
         "software graph (first run, weights prepared)",
         f(&sw["first_run_seconds"]),
         String::new(),
     );
     row(
+        &mut s,
         "software graph",
         f(&sw["seconds"]),
         format!("{:.1} vec/s", f(&sw["vectors_per_second"])),
@@ -455,6 +469,7 @@ fn print_table(r: &Value) {
             _ => "1 run".to_string(),
         };
         row(
+            &mut s,
             &format!("emulator ({} items, {runs})", e["batch"]),
             f(&e["seconds"]),
             format!("{:.2} vec/s", f(&e["vectors_per_second"])),
@@ -462,44 +477,55 @@ fn print_table(r: &Value) {
     }
     let fl = &r["floor"];
     row(
+        &mut s,
         &format!("plain f32 matmuls ({} calls)", fl["matmuls"]),
         f(&fl["seconds"]),
         format!("{:.1} GFLOP/s", f(&fl["gflops"])),
     );
     let q = &r["quantize"];
     row(
+        &mut s,
         &format!("quantize kernel ({} elements)", q["elements"]),
         f(&q["quantize_seconds"]),
         format!("{:.0} M/s", f(&q["quantize_elements_per_second"]) / 1e6),
     );
     row(
+        &mut s,
         "element-wise x * 1.5 + 0.25 (same tensor)",
         f(&q["elementwise_seconds"]),
         format!("{:.0} M/s", f(&q["elementwise_elements_per_second"]) / 1e6),
     );
-    println!(
+    let _ = writeln!(
+        s,
         "(quantize kernel: the graph's BFP vector quantizer, {})",
         q["format"].as_str().unwrap_or("?")
     );
-    println!();
+    s.push('\n');
     let mib = |v: &Value| match v.as_u64() {
         Some(k) => format!("{:.1} MiB", k as f64 / 1024.0),
         None => "n/a".into(),
     };
-    println!(
+    let _ = writeln!(
+        s,
         "peak RSS (VmHWM): {} after the first run (= `nnpc run`), {} at the end",
         mib(&r["peak_rss_kib"]["after_first_run"]),
         mib(&r["peak_rss_kib"]["end"])
     );
-    match r["concordant"].as_bool() {
-        Some(true) => println!("concordance: outputs of graph and emulator bit-identical"),
-        Some(false) => println!("concordance: OUTPUTS DIFFER between graph and emulator"),
-        None => println!("concordance: not checked (--skip-emulator)"),
-    }
-    println!();
-    println!("{:<48} {:>10} {:>8} {:>6}", "ratio", "value", "target", "");
+    let concordance = match r["concordant"].as_bool() {
+        Some(true) => "outputs of graph and emulator bit-identical",
+        Some(false) => "OUTPUTS DIFFER between graph and emulator",
+        None => "not checked (--skip-emulator)",
+    };
+    let _ = writeln!(s, "concordance: {concordance}");
+    s.push('\n');
+    let _ = writeln!(
+        s,
+        "{:<48} {:>10} {:>8} {:>6}",
+        "ratio", "value", "target", ""
+    );
     for x in r["ratios"].as_array().into_iter().flatten() {
-        println!(
+        let _ = writeln!(
+            s,
             "{:<48} {:>10.2} {:>8} {:>6}",
             x["name"].as_str().unwrap_or("?"),
             f(&x["value"]),
@@ -512,13 +538,15 @@ fn print_table(r: &Value) {
         );
     }
     for x in r["context"].as_array().into_iter().flatten() {
-        println!(
+        let _ = writeln!(
+            s,
             "{:<48} {:>10.2} {:>15}",
             x["name"].as_str().unwrap_or("?"),
             f(&x["value"]),
             "(context)"
         );
     }
+    s
 }
 
 #[cfg(test)]

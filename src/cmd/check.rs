@@ -1,9 +1,9 @@
 //! `nnpc check`: parse and check a firmware file, print its diagnostics.
 
+use super::output;
 use nnp_grammar::diagnostics::line_col;
 use nnp_grammar::{Diagnostic, Diagnostics, Severity, SourceFile, Span, TargetError, codes};
 use nnpc::LoadError;
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -14,7 +14,7 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   nnpc check samples/lstm.nnp
-  nnpc check samples/lstm.nnp --target samples/targets/n16.toml
+  nnpc check samples/elman_rnn_small.nnp --target samples/targets/n16.toml
   nnpc check prog.nnp --json | jq '.[] | select(.severity == \"error\")'")]
 pub struct Args {
     /// The firmware file (.nnp).
@@ -49,32 +49,22 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         print_json(&v)?;
     } else {
         for d in &diags.items {
-            eprintln!("{:?}", miette::Report::new(d.clone()));
+            output::stderr(format!("{:?}\n", miette::Report::new(d.clone())))?;
         }
         if errors {
-            eprintln!("{diags}");
+            output::stderr(format!("{diags}\n"))?;
         } else {
-            eprintln!(
-                "{}: ok ({} warning{})",
-                src.name,
-                diags.warnings(),
-                plural(diags.warnings())
-            );
+            let warnings = output::count(diags.warnings(), "warning");
+            output::stderr(format!("{}: ok ({warnings})\n", src.name))?;
         }
     }
     Ok(ExitCode::from(u8::from(errors)))
 }
 
-fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
-}
-
 fn print_json(v: &[serde_json::Value]) -> miette::Result<()> {
     let text = serde_json::to_string_pretty(v)
         .map_err(|e| super::fail(format!("cannot write JSON: {e}")))?;
-    // A closed pipe (`| head`) is not an error of the check.
-    let _ = writeln!(std::io::stdout().lock(), "{text}");
-    Ok(())
+    output::stdout(text + "\n")
 }
 
 /// A file or target that cannot be loaded, as a diagnostic object: an invalid target file's
@@ -94,9 +84,22 @@ fn load_error_json(e: &LoadError) -> serde_json::Value {
             .label(Span::new(at.start, at.end), "here");
         return to_json(&file, &d);
     }
+    if let LoadError::NotUtf8(bad) = e {
+        // At its place in the text (the invalid bytes shown as U+FFFD).
+        let file = SourceFile::new(bad.path.clone(), bad.text.inner().clone());
+        let at = bad.offset;
+        let mut d = Diagnostic::error("nnp::encoding", e.to_string())
+            .label(Span::new(at, at + '\u{FFFD}'.len_utf8()), "not UTF-8");
+        if let Some(help) = miette::Diagnostic::help(e) {
+            d = d.help(help.to_string());
+        }
+        return to_json(&file, &d);
+    }
     let file = match e {
         LoadError::Target(TargetError::Read { path, .. } | TargetError::Invalid { path, .. })
-        | LoadError::Read { path, .. } => path.clone(),
+        | LoadError::Read { path, .. }
+        | LoadError::NotFirmware { path, .. } => path.clone(),
+        LoadError::NotUtf8(bad) => bad.path.clone(),
         LoadError::Target(TargetError::UnknownBuiltin(name)) => name.clone(),
         LoadError::Firmware(_) => String::new(),
     };

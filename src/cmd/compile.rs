@@ -1,5 +1,6 @@
 //! `nnpc compile`: lower firmware to its software graph and write it as JSON.
 
+use super::output::{self, count};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -55,38 +56,45 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         .unwrap_or_else(|| default_output(&args.file));
     let json = graph.to_json();
     if out.as_os_str() == "-" {
-        println!("{json}");
+        output::stdout(json + "\n")?;
     } else {
         std::fs::write(&out, json + "\n")
             .map_err(|e| super::fail(format!("cannot write `{}`: {e}", out.display())))?;
-        print_summary(&graph, &out);
+        output::stdout(summary(&graph, &out))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_summary(g: &SwGraph, out: &Path) {
+/// What was compiled, to where, and what the graph holds.
+fn summary(g: &SwGraph, out: &Path) -> String {
+    use std::fmt::Write as _;
     let ops: Vec<String> = g
         .op_counts()
         .iter()
         .map(|(name, n)| format!("{n} {name}"))
         .collect();
-    println!(
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
         "{}: compiled for `{}` (N = {}) to {}",
         g.source,
         g.target,
         g.native,
         out.display()
     );
-    println!("  {} nodes: {}", g.nodes.len(), ops.join(", "));
-    println!(
-        "  {} traced writes, {} outputs",
-        g.writes.len(),
-        g.outputs.len()
+    let _ = writeln!(s, "  {}: {}", count(g.nodes.len(), "node"), ops.join(", "));
+    let _ = writeln!(
+        s,
+        "  {}, {}",
+        count(g.writes.len(), "traced write"),
+        count(g.outputs.len(), "output")
     );
     if !g.checks.is_empty() {
-        println!(
-            "  {} values checked for NaN/Inf (the target says nonfinite = \"error\")",
-            g.checks.len()
+        let _ = writeln!(
+            s,
+            "  {} checked for NaN/Inf (the target says nonfinite = \"error\")",
+            count(g.checks.len(), "value")
         );
     }
+    s
 }

@@ -10,7 +10,7 @@ use nnp_runtime::explain::{
     ExplainRow, NumericsChange, SCREEN_ITEMS, closest, cmp_share, on_top_of, one_knob_changes,
 };
 use nnp_runtime::host::{InputFeed, Outputs, ShapeDisplay, Tensor};
-use nnp_runtime::io::{self, IoError, StoredTensor};
+use nnp_runtime::io::{self, Inexact, IoError, StoredTensor};
 use nnp_runtime::trace::{TraceComparer, TraceFile, TraceRecord};
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -24,8 +24,8 @@ use std::process::ExitCode;
 ///
 /// The data must be the hardware's: the same `--weights`/`--inputs` files, or (for a dump made
 /// by `nnpc emulate` with random data) the same `--seed`; the batch is read from the dump.
-/// Exit status: 0 concordant, 1 not concordant (or firmware errors), 2 unreadable or unusable
-/// input.
+/// Exit status: 0 concordant (every element bit-exact, and every trace record identical), 1
+/// not concordant (or firmware errors), 2 unreadable or unusable input.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   nnpc emulate samples/lstm.nnp --batch 64 -o hw.safetensors && nnpc diff samples/lstm.nnp --hardware hw.safetensors
@@ -36,8 +36,10 @@ use std::process::ExitCode;
 pub struct Args {
     /// The firmware file (.nnp).
     pub file: PathBuf,
-    /// The hardware's outputs: `*.safetensors`, `*.npy` (one output) or a directory of .npy
-    /// files, one tensor per `output` declaration under its declared name.
+    /// The hardware's outputs: `*.safetensors` or a directory of .npy files, one tensor per
+    /// `output` declaration under its declared name; or `*.npy` (a program with one output:
+    /// its one tensor, whatever the file's name). A value that is not exactly a value of the
+    /// storage format is a mismatch.
     #[arg(long, value_name = "DUMP")]
     pub hardware: PathBuf,
     /// Layout of the dump: logical shapes, or native tiles ([..., tiles, N]).
@@ -134,21 +136,25 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         // Records of items past the batch: a trace of another execution.
         let extra = file.read_items(batch..usize::MAX).map_err(super::fail)?;
         compare_trace_piece(&mut traces, path, &extra, &[]).map_err(super::fail)?;
-        report.trace = Some(traces.finish());
+        // A divergent record makes the report not concordant.
+        report.set_trace(traces.finish());
     }
-    if let Some((pairs, weights)) = kept.filter(|_| !report.concordant) {
+    // The changes of the numerics explain outputs: with bit-exact outputs there is nothing
+    // for them to explain (a divergent trace alone is named by its first record).
+    if let Some((pairs, weights)) = kept.filter(|_| !report.outputs_bit_exact()) {
         let share = (report.bit_exact, report.elements);
         report.explain = Some(run.explain(&program, &weights, share, pairs));
     }
 
     if args.json {
         let v = serde_json::to_string_pretty(&report).map_err(super::fail)?;
-        println!("{v}");
+        super::output::stdout(format!("{v}\n"))?;
     } else {
-        print_report(&args, &program, &report, batch);
+        let mut text = String::new();
+        print_report(&mut text, &args, &program, &report, batch);
+        super::output::stdout(text)?;
     }
-    let trace_ok = report.trace.as_ref().is_none_or(|t| t.first.is_none());
-    Ok(if report.concordant && trace_ok {
+    Ok(if report.concordant {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -198,11 +204,11 @@ impl Comparison<'_> {
         })?;
         let inputs = |items| self.feed.items(items).map_err(ChunkError::Input);
         let sink = |items: Range<usize>, run: Execution| {
-            let hardware = self
+            let (hardware, inexact) = self
                 .dump
                 .items(program, items.clone())
                 .map_err(ChunkError::Io)?;
-            diff.add(items.start, &hardware, &run.outputs)
+            diff.add_read(items.start, &hardware, &inexact, &run.outputs)
                 .map_err(|source| ChunkError::Diff {
                     path: path.clone(),
                     source,
@@ -347,7 +353,33 @@ struct Dump {
 
 impl Dump {
     fn open(program: &Program, path: &Path, layout: LayoutArg) -> miette::Result<Dump> {
-        let tensors = io::index_tensors(path).map_err(super::fail)?;
+        let mut tensors = io::index_tensors(path).map_err(super::fail)?;
+        // A single .npy file holds one tensor, whatever its name: the program's output, where
+        // it has one (the file is named by the board, not after the output).
+        let npy = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("npy"));
+        if npy && !path.is_dir() {
+            let outputs: Vec<&str> = program.outputs().map(|d| d.name.as_str()).collect();
+            match outputs[..] {
+                [] => {}
+                [name] => {
+                    tensors = tensors
+                        .into_values()
+                        .map(|t| (name.to_string(), t))
+                        .collect();
+                }
+                _ => {
+                    let outputs = outputs.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>();
+                    return Err(super::fail(DiffError::OneNpyForOutputs {
+                        path: path.to_path_buf(),
+                        count: outputs.len(),
+                        outputs: outputs.join(", "),
+                    }));
+                }
+            }
+        }
         let batched = program
             .outputs()
             .filter_map(|d| {
@@ -404,29 +436,55 @@ impl Dump {
     }
 
     /// Items `items` of every output, in logical layout (a tensor without the batch
-    /// dimension whole, in its declared shape).
-    fn items(&self, program: &Program, items: Range<usize>) -> Result<Outputs, IoError> {
+    /// dimension whole, in its declared shape), and each output's values that the dump holds
+    /// but f32 does not ([`Inexact`], indexed in that logical piece).
+    fn items(
+        &self,
+        program: &Program,
+        items: Range<usize>,
+    ) -> Result<(Outputs, BTreeMap<String, Inexact>), IoError> {
         let mut out = Outputs::new();
+        let mut inexact = BTreeMap::new();
         for d in program.outputs() {
             let Some(t) = self.tensors.get(&d.name) else {
                 continue; // reported as missing by the comparison
             };
             let batched = self.batched.get(&d.name).copied().unwrap_or(false);
-            let (piece, mut logical) = match batched {
-                true => (t.read_items(items.clone())?, vec![items.len()]),
-                false => (t.read()?, Vec::new()),
+            let ((piece, wide), mut logical) = match batched {
+                true => (t.read_items_checked(items.clone())?, vec![items.len()]),
+                false => (t.read_checked()?, Vec::new()),
             };
             logical.extend(&d.shape);
-            let piece = match self.layout {
-                LayoutArg::Logical => piece,
+            let (piece, wide) = match self.layout {
+                LayoutArg::Logical => (piece, wide),
                 LayoutArg::Tiles => {
-                    io::from_tiles(&d.name, &piece, &logical, program.native(), false)?
+                    let n = program.native();
+                    let piece = io::from_tiles(&d.name, &piece, &logical, n, false)?;
+                    (piece, logical_of_tiles(wide, &logical, n))
                 }
             };
+            if !wide.is_empty() {
+                inexact.insert(d.name.clone(), wide);
+            }
             out.insert(d.name.clone(), piece);
         }
-        Ok(out)
+        Ok((out, inexact))
     }
+}
+
+/// Values indexed in the native-tile layout of a vector-like tensor of shape `logical`
+/// (`[..., C]` as `[..., ceil(C/N), N]`), indexed in the logical layout instead: those in pad
+/// lanes left out, as [`io::from_tiles`] leaves them.
+fn logical_of_tiles(values: Inexact, logical: &[usize], native: usize) -> Inexact {
+    let c = logical.last().copied().unwrap_or(1);
+    let padded = c.div_ceil(native.max(1)) * native.max(1);
+    values
+        .into_iter()
+        .filter_map(|(i, v)| {
+            let (row, lane) = (i.checked_div(padded)?, i.checked_rem(padded)?);
+            (lane < c).then_some((row * c + lane, v))
+        })
+        .collect()
 }
 
 /// Bucket labels of the ULP histogram (see `DiffReport::ulp_histogram`).
@@ -441,8 +499,23 @@ fn bucket_label(k: usize, buckets: usize) -> String {
     }
 }
 
-fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usize) {
-    println!(
+/// `println!` into `out`, the report's text (written to stdout whole, `output::stdout`).
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
+fn print_report(
+    out: &mut String,
+    args: &Args,
+    program: &Program,
+    report: &DiffReport,
+    batch: usize,
+) {
+    say!(
+        out,
         "{}: hardware `{}` vs software graph on `{}` (N = {}), batch {batch}",
         program.source.name,
         args.hardware.display(),
@@ -450,22 +523,57 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
         program.native()
     );
     for o in &report.outputs {
-        println!(
-            "  output {} {}: {} of {} bit-exact, max {} ULP, max abs err {:.3e}, QSNR {} dB",
+        // What the statistics leave out, or cannot measure.
+        let mut besides = Vec::new();
+        if o.not_storage_values > 0 {
+            besides.push(format!(
+                "{} not a {} value{}",
+                o.not_storage_values,
+                report.storage,
+                plural(o.not_storage_values)
+            ));
+        }
+        if o.inf_mismatches > 0 {
+            besides.push(format!(
+                "{} infinit{} against another value",
+                o.inf_mismatches,
+                if o.inf_mismatches == 1 { "y" } else { "ies" }
+            ));
+        }
+        if o.nan_mismatches > 0 {
+            besides.push(format!(
+                "{} NaN{} against a number",
+                o.nan_mismatches,
+                plural(o.nan_mismatches)
+            ));
+        }
+        let qsnr = match o.qsnr_db {
+            q if q.is_finite() => format!("{q:.1} dB"),
+            q if q.is_nan() => "undefined".into(),
+            q if q > 0.0 => "inf dB".into(),
+            _ => "-inf dB".into(),
+        };
+        say!(
+            out,
+            "  output {} {}: {} of {} bit-exact, max {} ULP, max abs err {}, QSNR {qsnr}{}",
             o.name,
             ShapeDisplay(&o.shape),
             o.bit_exact,
             o.elements,
             o.max_ulps,
-            o.max_abs_err,
-            if o.qsnr_db.is_finite() {
-                format!("{:.1}", o.qsnr_db)
+            match o.max_abs_err {
+                e if e.is_finite() => format!("{e:.3e}"),
+                e if e.is_nan() => "undefined".into(),
+                _ => "inf".into(),
+            },
+            if besides.is_empty() {
+                String::new()
             } else {
-                "inf".into()
+                format!("; {}", besides.join(", "))
             }
         );
     }
-    if !report.concordant {
+    if !report.outputs_bit_exact() {
         let buckets = report.ulp_histogram.len();
         let hist: Vec<String> = report
             .ulp_histogram
@@ -474,8 +582,8 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
             .filter(|(_, c)| **c > 0)
             .map(|(k, c)| format!("{}: {c}", bucket_label(k, buckets)))
             .collect();
-        println!("  ULP histogram: {}", hist.join(", "));
-        println!("  first {} mismatches:", report.mismatches.len());
+        say!(out, "  ULP histogram: {}", hist.join(", "));
+        say!(out, "  first {} mismatches:", report.mismatches.len());
         for m in &report.mismatches {
             let idx: Vec<String> = m.index.iter().map(ToString::to_string).collect();
             let ulps = m.ulps.map_or("NaN".into(), |u| format!("{u} ULP"));
@@ -483,14 +591,23 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
                 (Some(l), Some(s)) => format!("line {l}: {}", s.trim()),
                 _ => "writer unknown".into(),
             };
-            println!(
-                "    {}[{}] tile {} lane {}: hardware {} (0x{:04X}) software {} (0x{:04X}), {ulps}; {at}",
+            let hardware = match m.hardware_f64 {
+                Some(v) => v.to_string(),
+                None => m.hardware.to_string(),
+            };
+            let bits = if m.not_storage_value {
+                let storage = &report.storage;
+                format!("not a {storage} value; rounds to 0x{:04X}", m.hardware_bits)
+            } else {
+                format!("0x{:04X}", m.hardware_bits)
+            };
+            say!(
+                out,
+                "    {}[{}] tile {} lane {}: hardware {hardware} ({bits}) software {} (0x{:04X}), {ulps}; {at}",
                 m.output,
                 idx.join(", "),
                 m.tile,
                 m.lane,
-                m.hardware,
-                m.hardware_bits,
                 m.software,
                 m.software_bits
             );
@@ -498,9 +615,11 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
     }
     if let Some(t) = &report.trace {
         match &t.first {
-            None => println!(
+            None => say!(
+                out,
                 "  trace: {} of {} v_wr records identical",
-                t.identical, t.records
+                t.identical,
+                t.records
             ),
             Some(f) => {
                 let text = program
@@ -510,11 +629,15 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
                     .nth(f.line.saturating_sub(1))
                     .unwrap_or("")
                     .trim();
-                println!(
+                say!(
+                    out,
                     "  trace: {} of {} v_wr records identical; first divergent v_wr: line {}: {text}",
-                    t.identical, t.records, f.line
+                    t.identical,
+                    t.records,
+                    f.line
                 );
-                println!(
+                say!(
+                    out,
                     "    chain {} iteration {} -> {}[{}], batch item {}: {} lanes differ, lane {} hardware 0x{:04X} software 0x{:04X}",
                     f.chain,
                     f.iteration,
@@ -532,36 +655,49 @@ fn print_report(args: &Args, program: &Program, report: &DiffReport, batch: usiz
     match &report.explain {
         Some(rows) => {
             let all_pairs = args.explain == Some(ExplainPairs::AllPairs);
-            print_explain(program, rows, batch, all_pairs)
+            print_explain(out, program, rows, batch, all_pairs)
         }
-        None if !report.concordant => println!(
+        None if !report.outputs_bit_exact() => say!(
+            out,
             "  (`--explain` reruns the software graph under one-knob changes of the target's \
              numerics, to tell a setting the target file gets wrong from a fault)"
         ),
         None => {}
     }
-    println!(
+    say!(
+        out,
         "bit-exact: {} of {}{}",
         report.bit_exact,
         report.elements,
-        if report.concordant {
-            " (concordant)"
-        } else {
-            " (NOT concordant)"
+        match (report.concordant, report.outputs_bit_exact()) {
+            (true, _) => " (concordant)",
+            (false, true) => ", but a v_wr trace record differs (NOT concordant)",
+            (false, false) => " (NOT concordant)",
         }
     );
 }
 
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
 /// The changes that make the dump concordant, else the closest few, and what that means.
-fn print_explain(program: &Program, rows: &[ExplainRow], batch: usize, all_pairs: bool) {
+fn print_explain(
+    out: &mut String,
+    program: &Program,
+    rows: &[ExplainRow],
+    batch: usize,
+    all_pairs: bool,
+) {
     let target = &program.target.name;
     let (singles, pairs): (Vec<&ExplainRow>, Vec<&ExplainRow>) =
         rows.iter().partition(|r| r.knobs == 1);
-    println!(
+    say!(
+        out,
         "  explain: the software graph under {} one-knob changes of `{target}`'s numerics:",
         singles.len()
     );
-    print_explain_rows(&singles, batch);
+    print_explain_rows(out, &singles, batch);
     if !pairs.is_empty() {
         let n = pairs.len();
         let which = if all_pairs {
@@ -572,8 +708,8 @@ fn print_explain(program: &Program, rows: &[ExplainRow], batch: usize, all_pairs
                 closest(&rows[..singles.len()]).map_or(String::new(), |i| one_line(&rows[i]));
             format!("the closest, `{first}`, with each of {n} more changes on top")
         };
-        println!("  none is concordant; {which}:");
-        print_explain_rows(&pairs, batch);
+        say!(out, "  none is concordant; {which}:");
+        print_explain_rows(out, &pairs, batch);
     }
     let fault = "or the firmware, the board or the data has a fault (`--trace` names the first \
                  divergent v_wr)";
@@ -584,19 +720,23 @@ fn print_explain(program: &Program, rows: &[ExplainRow], batch: usize, all_pairs
         .map(|r| format!("`{}`", one_line(r)))
         .collect();
     match (concordant.as_slice(), all_pairs, pairs.is_empty()) {
-        ([], true, _) => println!(
+        ([], true, _) => say!(
+            out,
             "  no change of one knob, nor any pair of two, makes the dump concordant: the board \
              differs from `{target}` in more settings, {fault}"
         ),
-        ([], false, true) => println!(
+        ([], false, true) => say!(
+            out,
             "  no single change of the numerics makes the dump concordant: the board differs from \
              `{target}` in more than one setting ({every}), {fault}"
         ),
-        ([], false, false) => println!(
+        ([], false, false) => say!(
+            out,
             "  no change of one knob, nor of two with the closest, makes the dump concordant: the \
              board differs from `{target}` in other settings ({every}), {fault}"
         ),
-        (changes, _, _) => println!(
+        (changes, _, _) => say!(
+            out,
             "  the dump is concordant with `{target}` changed by {}: if the board does that, put \
              it under [numerics] in its target file (docs/targets.md)",
             changes.join(" or by ")
@@ -611,7 +751,7 @@ fn one_line(r: &ExplainRow) -> String {
 
 /// The concordant rows, else the five closest by their share of bit-exact elements, then how
 /// many more there are.
-fn print_explain_rows(rows: &[&ExplainRow], batch: usize) {
+fn print_explain_rows(out: &mut String, rows: &[&ExplainRow], batch: usize) {
     const SHOWN: usize = 5;
     let mut order = rows.to_vec();
     order.sort_by(|a, b| (b.concordant.cmp(&a.concordant)).then(cmp_share(b.share(), a.share())));
@@ -619,8 +759,9 @@ fn print_explain_rows(rows: &[&ExplainRow], batch: usize) {
     for r in order.iter().take(shown) {
         let change = one_line(r);
         match &r.error {
-            Some(e) => println!("    {change}: cannot run ({e})"),
-            None => println!(
+            Some(e) => say!(out, "    {change}: cannot run ({e})"),
+            None => say!(
+                out,
                 "    {} of {} bit-exact{}{}  {change}",
                 r.bit_exact,
                 r.elements,
@@ -634,7 +775,8 @@ fn print_explain_rows(rows: &[&ExplainRow], batch: usize) {
         }
     }
     if rows.len() > shown {
-        println!(
+        say!(
+            out,
             "    ({} more: `--json` lists every one)",
             rows.len() - shown
         );
@@ -643,7 +785,19 @@ fn print_explain_rows(rows: &[&ExplainRow], batch: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::bucket_label;
+    use super::{bucket_label, logical_of_tiles};
+
+    /// Indices in a native-tile layout, by hand: logical `[2, 3]` with N = 4 is tiles
+    /// `[2, 1, 4]`, row r's lanes at 4r..4r + 3, lane 3 a pad lane: 0 -> 0, 2 -> 2, 5 -> 4,
+    /// 6 -> 5; 3 and 7 (pad lanes) are left out.
+    #[test]
+    fn tile_indices_become_logical_indices() {
+        let tiles = [0, 2, 3, 5, 6, 7].map(|i| (i, i as f64)).to_vec();
+        let want = vec![(0, 0.0), (2, 2.0), (4, 5.0), (5, 6.0)];
+        assert_eq!(logical_of_tiles(tiles, &[2, 3], 4), want);
+        // Nothing to index: no panic.
+        assert_eq!(logical_of_tiles(vec![(0, 1.0)], &[2, 0], 4), vec![]);
+    }
 
     #[test]
     fn bucket_labels_follow_the_histogram_layout() {

@@ -89,7 +89,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (d.name.clone(), shape.collect())
         })
         .collect();
-    let mut files = args.out.files(&program, &shapes, args.trace.as_deref())?;
+    let mut files = args
+        .out
+        .files(&program, &shapes, args.trace.as_deref(), &args.data)?;
     let (bar, tick) = super::input_sets_bar("emulating", batch);
     let mut opts = EmuOptions {
         trace: args.trace.is_some(),
@@ -120,7 +122,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             bar.finish_and_clear();
             drop(files);
             let e = ChunkError::Interrupted { done: first, batch };
-            eprintln!("{e}");
+            super::output::stderr(format!("{e}\n"))?;
             return Ok(ExitCode::from(130));
         }
         let t0 = Instant::now();
@@ -136,8 +138,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             }
             Err(e) => {
                 bar.finish_and_clear();
-                eprintln!("{:?}", render(&program.source, &e));
-                return Ok(ExitCode::from(1));
+                let report = render(&program.source, &e);
+                return Ok(super::output::report(&report, ExitCode::from(1)));
             }
         };
         let t0 = Instant::now();
@@ -161,7 +163,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         output_file: args.out.output.as_deref(),
         trace_file: args.trace.as_deref(),
     }
-    .print(args.json);
+    .print(args.json)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,9 +1,10 @@
 //! `nnpc graph`: the dependency graph of a firmware file, as DOT or JSON, and queries on it.
 
+use super::output;
 use nnp_lowering::depgraph::{Dep, DepGraph, LineIndex, NodeId};
 use nnpc::{LoadError, Program};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -28,14 +29,19 @@ pub enum GraphFormat {
   nnpc graph samples/lstm.nnp --format dot -o lstm.dot && dot -Tsvg lstm.dot -o lstm.svg
   nnpc graph samples/lstm.nnp --format json | jq '.edges[] | select(.kind == \"raw\")'
   nnpc graph samples/conv3x3.nnp --target samples/targets/fp32.toml --format json -o g.json
-  nnpc graph samples/lstm.nnp --producers 105     what feeds the reads on line 105
-  nnpc graph samples/lstm.nnp --consumers 121     what reads the writes on line 121
+  nnpc graph samples/lstm.nnp --producers 106     what feeds the reads on line 106
+  nnpc graph samples/lstm.nnp --consumers 120     what reads the writes on line 120
   nnpc graph samples/gru.nnp --independent        pairs of chains with no path between them")]
 pub struct Args {
     /// The firmware file (.nnp).
     pub file: PathBuf,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
+    /// Output format of the graph (the queries answer in text).
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = GraphFormat::Dot,
+        conflicts_with_all = ["producers", "consumers", "independent"]
+    )]
     pub format: GraphFormat,
     /// Write to this file instead of stdout.
     #[arg(short, long, value_name = "FILE")]
@@ -44,7 +50,8 @@ pub struct Args {
     /// `target` statement.
     #[arg(long, value_name = "NAME|FILE")]
     pub target: Option<String>,
-    /// Instead of the graph, list the writes that feed each instruction on this source line.
+    /// Instead of the graph, list the writes that feed each instruction on this source line
+    /// (a line where an instruction of a chain starts).
     #[arg(long, value_name = "LINE", conflicts_with_all = ["consumers", "independent"])]
     pub producers: Option<usize>,
     /// Instead of the graph, list the reads of what each instruction on this line writes.
@@ -60,8 +67,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Ok(out) => out,
         Err(e @ LoadError::Firmware(_)) => {
             let code = e.exit_code();
-            eprintln!("{:?}", miette::Report::new(e));
-            return Ok(code);
+            return Ok(output::report(&miette::Report::new(e), code));
         }
         Err(e) => return Err(e.into()),
     };
@@ -69,9 +75,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     let graph = DepGraph::build(program);
     let mut buf = Vec::new();
     if let Some(line) = args.producers {
-        buf = query(program, &graph, line, true).into_bytes();
+        buf = query(program, &graph, line, true)?.into_bytes();
     } else if let Some(line) = args.consumers {
-        buf = query(program, &graph, line, false).into_bytes();
+        buf = query(program, &graph, line, false)?.into_bytes();
     } else if args.independent {
         buf = independent(program, &graph).into_bytes();
     } else {
@@ -84,9 +90,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     match &args.output {
         Some(path) => std::fs::write(path, &buf)
             .map_err(|e| super::fail(format!("cannot write `{}`: {e}", path.display())))?,
-        None => std::io::stdout()
-            .write_all(&buf)
-            .map_err(|e| super::fail(format!("cannot write to stdout: {e}")))?,
+        None => output::stdout(&buf)?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -114,14 +118,24 @@ fn describe(program: &Program, lines: &LineIndex, graph: &DepGraph, id: NodeId) 
     )
 }
 
-/// Producers (or consumers) of every node at `line`.
-fn query(program: &Program, graph: &DepGraph, line: usize, producers: bool) -> String {
+/// Producers (or consumers) of every node at `line`; an error naming the lines nearby that
+/// hold instructions where none starts on `line`.
+fn query(
+    program: &Program,
+    graph: &DepGraph,
+    line: usize,
+    producers: bool,
+) -> miette::Result<String> {
     let lines = program.source.lines();
     let nodes = graph.nodes_at_line(lines, line);
     let mut s = String::new();
     if nodes.is_empty() {
-        let _ = writeln!(s, "no instruction of a chain starts on line {line}");
-        return s;
+        let flag = if producers { "producers" } else { "consumers" };
+        return Err(miette::miette!(
+            help = nearby_instructions(graph, lines, line),
+            "--{flag} {line}: no instruction of a chain starts on line {line} of `{}`",
+            program.source.name
+        ));
     }
     for id in nodes {
         let _ = writeln!(s, "{}", describe(program, lines, graph, id));
@@ -150,7 +164,47 @@ fn query(program: &Program, graph: &DepGraph, line: usize, producers: bool) -> S
             );
         }
     }
-    s
+    Ok(s)
+}
+
+/// The help of a query on `line`, where no instruction starts: the lines nearest to it,
+/// before and after, where instructions do (two on each side at most).
+fn nearby_instructions(graph: &DepGraph, lines: &LineIndex, line: usize) -> String {
+    let starts: BTreeSet<usize> = graph
+        .graph
+        .node_weights()
+        .map(|n| lines.line(n.span.start))
+        .collect();
+    let mut before: Vec<usize> = starts.range(..line).rev().take(2).copied().collect();
+    before.reverse();
+    let after: Vec<usize> = starts.range(line..).take(2).copied().collect();
+    let list = |l: &[usize]| {
+        l.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(" and ")
+    };
+    let lines_word = |l: &[usize]| if l.len() == 1 { "line" } else { "lines" };
+    match (before.is_empty(), after.is_empty()) {
+        (true, true) => "the program has no instruction in a chain".to_string(),
+        (false, true) => format!(
+            "the last instructions are on {} {}",
+            lines_word(&before),
+            list(&before)
+        ),
+        (true, false) => format!(
+            "the first instructions are on {} {}",
+            lines_word(&after),
+            list(&after)
+        ),
+        (false, false) => format!(
+            "instructions nearby are on {} {} before it and {} {} after it",
+            lines_word(&before),
+            list(&before),
+            lines_word(&after),
+            list(&after)
+        ),
+    }
 }
 
 /// Pairs of independent chains, with their first lines.
@@ -161,9 +215,8 @@ fn independent(program: &Program, graph: &DepGraph) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} independent pair{} of chains (no path between them):",
-        pairs.len(),
-        if pairs.len() == 1 { "" } else { "s" }
+        "{} of chains (no path between them):",
+        output::count(pairs.len(), "independent pair")
     );
     for (a, b) in pairs {
         let _ = writeln!(

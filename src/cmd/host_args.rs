@@ -2,6 +2,7 @@
 //! the host data comes from and how outputs are written. One definition, so the emulator and
 //! the software graph always see the same data for the same flags.
 
+use super::output::count;
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::{GraphError, SwGraph};
 use nnp_runtime::diff::DiffError;
@@ -63,12 +64,50 @@ impl DataArgs {
             random_missing: self.random_missing,
             seed: self.seed,
         };
-        HostData::open(
+        let data = HostData::open(
             program,
             self.weights.as_deref(),
             self.inputs.as_deref(),
             &opts,
-        )
+        )?;
+        for note in self.unused_tensors(program) {
+            // A warning that cannot be shown does not stop the run.
+            let _ = super::output::stderr(format!("warning: {note}\n"));
+        }
+        Ok(data)
+    }
+
+    /// What the files hold that the run does not use: tensors that no declaration names (a
+    /// misspelt name, whose declaration `--random-missing` then fills), and names in both
+    /// files (the weights file's tensor is the one used).
+    fn unused_tensors(&self, program: &Program) -> Vec<String> {
+        let names = |path: Option<&Path>| {
+            let index = path.and_then(|p| io::index_tensors(p).ok());
+            index
+                .map(|t| t.into_keys().collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        let declared = |n: &String| program.decls.iter().any(|d| &d.name == n);
+        let (weights, inputs) = (
+            names(self.weights.as_deref()),
+            names(self.inputs.as_deref()),
+        );
+        let mut notes = Vec::new();
+        for (path, held) in [(&self.weights, &weights), (&self.inputs, &inputs)] {
+            let Some(path) = path else { continue };
+            for name in held.iter().filter(|n| !declared(n)) {
+                notes.push(format!(
+                    "{}: `{name}` is not a declaration of the program; it is not used",
+                    path.display()
+                ));
+            }
+        }
+        for name in weights.iter().filter(|n| declared(n) && inputs.contains(n)) {
+            notes.push(format!(
+                "`{name}` is in both files; the one in the weights file is used"
+            ));
+        }
+        notes
     }
 }
 
@@ -244,8 +283,7 @@ pub fn run_failed(program: &Program, e: ChunkError) -> miette::Result<ExitCode> 
     match e {
         ChunkError::Exec(e @ ExecError::NonFinite { .. }) => {
             let report = super::runtime_error(&program.source, &e, e.span(), e.help());
-            eprintln!("{report:?}");
-            Ok(ExitCode::from(1))
+            Ok(super::output::report(&report, ExitCode::from(1)))
         }
         e => Err(super::fail(e)),
     }
@@ -293,20 +331,40 @@ impl OutputArgs {
     /// The output files ([`OutputArgs::writer`]) and the trace file `trace` of a run, made
     /// before it so that a path that cannot be written fails at once; once either exists,
     /// Ctrl-C stops the run after its chunk ([`stop_on_interrupt`]) to remove them.
+    ///
+    /// A path that names a file the run reads (`data`'s weights or inputs), or the other
+    /// file, is refused: putting the new file in its place would lose that one.
     pub fn files(
         &self,
         program: &Program,
         shapes: &BTreeMap<String, Vec<usize>>,
         trace: Option<&Path>,
+        data: &DataArgs,
     ) -> miette::Result<RunFiles> {
+        let written = [("-o", self.output.as_deref()), ("--trace", trace)];
+        let read = [
+            ("--weights", data.weights.as_deref()),
+            ("--inputs", data.inputs.as_deref()),
+        ];
+        for (i, &(flag, path)) in written.iter().enumerate() {
+            let Some(path) = path else { continue };
+            let mut others = read.iter().chain(&written[..i]);
+            if let Some((other, _)) = others.find(|o| o.1.is_some_and(|p| same_file(p, path))) {
+                return Err(super::fail(format!(
+                    "{flag} {} names the file {other} gives; help: write to another path",
+                    path.display()
+                )));
+            }
+        }
+        // Before the files exist, so that Ctrl-C never leaves one behind.
+        if self.output.is_some() || trace.is_some() {
+            stop_on_interrupt();
+        }
         let writer = self.writer(program, shapes)?;
         let tracer = match trace {
             Some(path) => Some(TraceWriter::create(path).map_err(super::fail)?),
             None => None,
         };
-        if writer.is_some() || tracer.is_some() {
-            stop_on_interrupt();
-        }
         Ok(RunFiles { writer, tracer })
     }
 
@@ -351,6 +409,26 @@ impl OutputArgs {
                 _ => Dtype::F32,
             },
         }
+    }
+}
+
+/// Whether `a` and `b` name one file (or directory): one that exists, by any names, or one
+/// yet to be made, by the same name in the same directory.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let place = |p: &Path| {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+        Some(
+            dir.unwrap_or(Path::new("."))
+                .canonicalize()
+                .ok()?
+                .join(p.file_name()?),
+        )
+    };
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        (Err(_), Err(_)) => place(a).is_some_and(|p| place(b) == Some(p)),
+        _ => false,
     }
 }
 
@@ -440,9 +518,15 @@ pub struct RunSummary<'a> {
 }
 
 impl RunSummary<'_> {
-    /// Print the summary as text, or as one JSON object. Rates count input vectors: batch
-    /// items times the rows each pushes on netq.
-    pub fn print(&self, json: bool) {
+    /// Print the summary as text, or as one JSON object, on stdout. Rates count input
+    /// vectors: batch items times the rows each pushes on netq.
+    pub fn print(&self, json: bool) -> miette::Result<()> {
+        super::output::stdout(self.text(json))
+    }
+
+    /// The summary as text, or as one JSON object ([`RunSummary::print`]).
+    fn text(&self, json: bool) -> String {
+        use std::fmt::Write as _;
         let p = self.program;
         let vectors = self.batch * input_rows(p);
         let per_s = vectors as f64 / self.secs.max(1e-9);
@@ -466,11 +550,14 @@ impl RunSummary<'_> {
             if let Some(n) = self.nodes {
                 v["nodes"] = n.into();
             }
-            println!("{v}");
-            return;
+            return format!("{v}\n");
         }
-        let nodes = self.nodes.map_or(String::new(), |n| format!(", {n} nodes"));
-        println!(
+        let nodes = self
+            .nodes
+            .map_or(String::new(), |n| format!(", {}", count(n, "node")));
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
             "{}: {} `{}` (N = {}){nodes}, batch {}",
             self.file.display(),
             self.engine,
@@ -479,18 +566,21 @@ impl RunSummary<'_> {
             self.batch
         );
         for (name, shape) in self.outputs {
-            println!("  output {name}: {}", ShapeDisplay(shape));
+            let _ = writeln!(s, "  output {name}: {}", ShapeDisplay(shape));
         }
-        println!(
-            "  {:.3} ms, {vectors} input vectors, {per_s:.0} vectors/s",
-            self.secs * 1e3
+        let _ = writeln!(
+            s,
+            "  {:.3} ms, {}, {per_s:.0} vectors/s",
+            self.secs * 1e3,
+            count(vectors, "input vector")
         );
         if let Some(f) = self.output_file {
-            println!("  outputs written to {}", f.display());
+            let _ = writeln!(s, "  outputs written to {}", f.display());
         }
         if let Some(f) = self.trace_file {
-            println!("  trace written to {}", f.display());
+            let _ = writeln!(s, "  trace written to {}", f.display());
         }
+        s
     }
 }
 

@@ -8,6 +8,7 @@ pub mod diff;
 pub mod emulate;
 pub mod graph;
 pub mod host_args;
+pub mod output;
 pub mod quantize;
 pub mod run;
 
@@ -109,18 +110,14 @@ pub fn input_sets_bar(verb: &str, batch: usize) -> (ProgressBar, Progress) {
 pub fn load(file: &Path, target: Option<&str>) -> Result<Program, ExitCode> {
     nnpc::load_program(file, target).map_err(|e| {
         let code = e.exit_code();
-        eprintln!("{:?}", miette::Report::new(e));
-        code
+        output::report(&miette::Report::new(e), code)
     })
 }
 
 /// Lower a checked program to its software graph; on failure print why and return status 1.
 pub fn lower(program: &Program) -> Result<SwGraph, ExitCode> {
     nnp_lowering::swgraph::lower(program).map_err(|e| {
-        eprintln!(
-            "{:?}",
-            fail(format!("{}: cannot lower: {e}", program.source.name))
-        );
-        ExitCode::from(1)
+        let report = fail(format!("{}: cannot lower: {e}", program.source.name));
+        output::report(&report, ExitCode::from(1))
     })
 }

@@ -108,6 +108,8 @@ pub struct Report {
     pub name: String,
     pub shape: Vec<usize>,
     pub axis: usize,
+    /// Elements of the tensor (0 for an empty one, which quantizes to itself).
+    pub elements: usize,
     pub format: String,
     pub bits_per_element: f64,
     #[serde(flatten)]
@@ -164,6 +166,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             name: name.clone(),
             shape: t.shape.clone(),
             axis,
+            elements: t.data.len(),
             format: format.to_string(),
             bits_per_element: format.bits_per_element(native, run_len),
             stats: error_stats(&x, &y),
@@ -186,7 +189,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     if args.json {
         let text = serde_json::to_string_pretty(&reports)
             .map_err(|e| super::fail(format!("cannot write JSON: {e}")))?;
-        emit(&format!("{text}\n"))?;
+        super::output::stdout(text + "\n")?;
     } else {
         print_table(&reports, &format)?;
     }
@@ -202,6 +205,10 @@ fn resolve_axis(axis: isize, rank: usize) -> Option<usize> {
 /// Quantize `t` with runs along `axis`: gather the runs contiguously, quantize them (the BFP
 /// fast path or the reference), scatter back.
 pub fn quantize_along(format: &Format, t: &Tensor, axis: usize, native: usize) -> Vec<f32> {
+    // An empty tensor (a zero anywhere in its shape) has no runs: it quantizes to itself.
+    if t.data.is_empty() {
+        return Vec::new();
+    }
     let len = t.shape.get(axis).copied().unwrap_or(1).max(1);
     let inner: usize = t.shape.iter().skip(axis + 1).product();
     let outer: usize = t.shape.iter().take(axis).product();
@@ -256,17 +263,6 @@ fn per_tensor(format: &Format) -> bool {
     )
 }
 
-/// Print to stdout; a closed pipe (`| head`) is not an error.
-fn emit(text: &str) -> miette::Result<()> {
-    use std::io::Write;
-    match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(super::fail(format!("cannot write to stdout: {e}")))
-        }
-        _ => Ok(()),
-    }
-}
-
 fn print_table(reports: &[Report], format: &Format) -> miette::Result<()> {
     use std::fmt::Write;
     let mut text = format!("format: {format}\n");
@@ -290,7 +286,14 @@ fn print_table(reports: &[Report], format: &Format) -> miette::Result<()> {
             r.stats.nonfinite
         );
     }
-    emit(&text)
+    for r in reports.iter().filter(|r| r.elements == 0) {
+        let _ = writeln!(
+            text,
+            "{}: 0 elements (shape {:?}), nothing to quantize: it stays empty",
+            r.name, r.shape
+        );
+    }
+    super::output::stdout(text)
 }
 
 #[cfg(test)]

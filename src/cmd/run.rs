@@ -72,9 +72,14 @@ impl From<DeviceArg> for DeviceKind {
     }
 }
 
-/// True for a compiled graph file.
+/// True for a compiled graph file: JSON by its name or its first bytes
+/// ([`nnpc::looks_like_json`]). A file that cannot be read is not one (loading it as firmware
+/// says why it cannot be read).
 fn is_graph(path: &Path) -> bool {
-    path.to_string_lossy().ends_with(".json")
+    use std::io::Read as _;
+    let mut head = Vec::new();
+    let read = std::fs::File::open(path).and_then(|f| f.take(4096).read_to_end(&mut head));
+    nnpc::looks_like_json(path, if read.is_ok() { &head } else { &[] })
 }
 
 /// A program holding only a graph's declarations: what host data loading needs.
@@ -148,7 +153,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (o.name.clone(), shape.collect())
         })
         .collect();
-    let mut files = args.out.files(&program, &shapes, args.trace.as_deref())?;
+    let mut files = args
+        .out
+        .files(&program, &shapes, args.trace.as_deref(), &args.data)?;
     let start = Instant::now();
     // Each chunk's outputs and trace records go to the files as the chunk is done: the run
     // never holds the whole batch's. The time reported is the run's alone, without that
@@ -180,7 +187,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Ok(()) => {}
         Err(e) if interrupted() => {
             drop(files);
-            eprintln!("{e}");
+            super::output::stderr(format!("{e}\n"))?;
             return Ok(ExitCode::from(130));
         }
         Err(e) => return run_failed(&program, e),
@@ -201,6 +208,6 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         output_file: args.out.output.as_deref(),
         trace_file: args.trace.as_deref(),
     }
-    .print(args.json);
+    .print(args.json)?;
     Ok(ExitCode::SUCCESS)
 }

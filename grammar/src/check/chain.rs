@@ -9,6 +9,7 @@ use crate::program::{
     Chain, ChainBody, DeclKind, MatrixChain, Mem, MfuOp, MvMul, NetqSlot, OpKind, QuantConfig,
     Read, Span, Unit, VectorChain, Window, Write,
 };
+use nnp_numerics::Format;
 use std::collections::HashMap;
 
 /// Where the chain's MFU ops landed so far.
@@ -654,9 +655,10 @@ impl Checker {
                 .help("remove it, or add the chain it should repeat"),
             );
         }
-        // After a chain was dropped or not simulated (it had errors), netq counts and unused
-        // data are unknown: saying more would only echo those errors.
-        if !self.incomplete {
+        // After a chain was dropped or not simulated (it had errors), or a size limit stopped
+        // the walk, netq counts and unused data are unknown: saying more would only echo
+        // those errors.
+        if !self.incomplete && !self.stopped {
             self.netq_leftovers();
             self.unwritten_outputs();
             self.unused_warnings();
@@ -1014,22 +1016,21 @@ impl Checker {
                 let w = self.regs.instr_writer(dst.1);
                 for t in 0..iterations {
                     let (a, b) = (src.0.addr.at(t), dst.0.addr.at(t));
-                    let mut from_decl = None;
-                    for j in 0..tiles {
-                        if let Some(sw) =
-                            self.read_reg(ss, a + j, Mem::Dram, t, iterations, src.0.span)
-                            && from_decl.is_none()
-                        {
-                            from_decl = self.regs.writers.get(sw as usize).and_then(|x| x.decl);
-                        }
-                    }
-                    if let Some(wr) = self.regs.writers.get_mut(w as usize)
-                        && wr.decl.is_none()
-                    {
-                        wr.decl = from_decl;
-                    }
-                    for j in 0..tiles {
+                    // Each tile's data: a tile of the matrix declared at dram there.
+                    let held: Vec<Option<(usize, u32)>> = (0..tiles)
+                        .map(|j| {
+                            self.read_reg(ss, a + j, Mem::Dram, t, iterations, src.0.span)?;
+                            let d = self.decl_at(ss, a + j)?;
+                            let base = self.decls[d].place.map_or(0, |p| p.addr);
+                            Some((d, a + j - base))
+                        })
+                        .collect();
+                    for (j, held) in (0..tiles).zip(held) {
                         self.regs.write(ds, b + j, w);
+                        match held {
+                            Some(h) => self.mrf_tiles.insert(b + j, h),
+                            None => self.mrf_tiles.remove(&(b + j)),
+                        };
                     }
                 }
             }
@@ -1118,7 +1119,6 @@ impl Checker {
         }
         if let Some((m, _)) = &c.mv_mul {
             ok &= self.in_range(m, false, s.rows * s.cols, k, "multiplies by");
-            ok &= self.matrix_width(m, &s, k);
         }
         for op in c.ops.iter().filter_map(|o| o.operand.as_ref()) {
             ok &= self.in_range(op, false, width, k, "reads");
@@ -1133,25 +1133,31 @@ impl Checker {
             let per_iter = u64::from(read_extent)
                 + u64::from(s.rows * s.cols) * u64::from(c.mv_mul.is_some())
                 + u64::from(width) * (c.ops.len() + c.writes.len()) as u64;
-            ok = self.count_work(per_iter * u64::from(k), c.span)
-                && self.read_modify_write(&c, width);
+            ok = self.count_work(per_iter * u64::from(k), c.span);
+            if ok {
+                let layout = c.mv_mul.is_none_or(|(m, _)| {
+                    self.matrix_layout(&m, &s, k) && self.one_matrix_format(&m, &s, k, &c.quant)
+                });
+                ok = self.read_modify_write(&c, width) & layout;
+            }
         }
         self.incomplete |= !ok;
         if ok {
             self.simulate(&c, index, read_tiles, window, width);
         }
 
-        // The matrix format: the declaration of the tiles' data, else the chain's.
+        // The matrix format of each iteration: that of its tiles (`one_matrix_format`).
         let mv_mul = c.mv_mul.map(|(m, span)| {
-            let decl = Space::of(Mem::Mrf, false)
-                .map(|sp| self.regs.writer_at(sp, m.addr.base))
-                .and_then(|w| self.regs.writers.get(w as usize))
-                .and_then(|w| w.decl)
-                .and_then(|d| self.decls.get(d))
-                .filter(|d| d.kind == DeclKind::Matrix);
+            let format = |t: u32| self.tile_format(m.addr.at(t), &c.quant);
+            let matrix_format = format(0);
+            let mut iteration_formats = Vec::new();
+            if ok && (1..k).any(|t| format(t) != matrix_format) {
+                iteration_formats = (0..k).map(format).collect();
+            }
             MvMul {
                 addr: m.addr,
-                matrix_format: decl.and_then(|d| d.format).unwrap_or(c.quant.mvm_matrix),
+                matrix_format,
+                iteration_formats,
                 span,
             }
         });
@@ -1195,72 +1201,132 @@ impl Checker {
         });
     }
 
-    /// `mv_mul` on a declared matrix must use its layout: `cols` = its column tiles, starting
-    /// on a tile row, not running past its end.
-    fn matrix_width(&mut self, m: &MemOp, s: &Scalars, k: u32) -> bool {
-        let Some(space) = Space::of(Mem::Mrf, false) else {
-            return true;
-        };
-        let Some(d) = self.decl_at(space, m.addr.base) else {
-            return true;
-        };
-        let decl = &self.decls[d];
-        if decl.kind != DeclKind::Matrix {
-            return true;
-        }
-        let n = self.n;
-        let (rt, ct) = (
-            decl.shape[0].div_ceil(n) as u32,
-            decl.shape[1].div_ceil(n) as u32,
-        );
-        let base = decl.place.map_or(0, |p| p.addr);
-        let dims = format!("[{}, {}]", decl.shape[0], decl.shape[1]);
-        let name = decl.name.clone();
-        let name_span = self.decl_names[d];
-        let problem = if s.cols != ct {
-            Some((
-                format!(
-                    "`mv_mul` uses rows x cols = {} x {} tiles but matrix `{name}` {dims} is {rt} x {ct} tiles (N = {n})",
-                    s.rows, s.cols
-                ),
-                format!("set `s_wr cols, {ct}` before the chain"),
-            ))
-        } else if !(m.addr.base - base).is_multiple_of(ct) {
-            Some((
-                format!("`mv_mul` starts in the middle of a tile row of `{name}`"),
-                format!("start at `{name}` + a multiple of {ct} (its tiles per row)"),
-            ))
-        } else {
-            let last = i64::from(m.addr.base)
-                + i64::from(k.max(1) - 1) * i64::from(m.addr.inc).max(0)
-                + i64::from(s.rows * s.cols);
-            (last > i64::from(base + rt * ct)).then(|| {
-                (
+    /// `mv_mul` on the tiles of a matrix declared in mrf, while they hold its data, must use
+    /// its layout in every iteration: `cols` = its column tiles, starting on a tile row, each
+    /// tile the next of that matrix (not running past its end, nor into another's data).
+    /// Tiles copied from dram are not held to a layout.
+    fn matrix_layout(&mut self, m: &MemOp, s: &Scalars, k: u32) -> bool {
+        let tiles = s.rows * s.cols;
+        for t in 0..k.max(1) {
+            let a = m.addr.at(t);
+            let Some(&(d, first)) = self.mrf_tiles.get(&a) else {
+                continue; // uninitialised: the simulation says so
+            };
+            let decl = &self.decls[d];
+            // Copied tiles may be multiplied a block at a time (a tile, a column of tiles).
+            if decl.kind != DeclKind::Matrix || decl.place.is_none_or(|p| p.mem != Mem::Mrf) {
+                continue;
+            }
+            let n = self.n;
+            let (rt, ct) = (
+                decl.shape[0].div_ceil(n) as u32,
+                decl.shape[1].div_ceil(n) as u32,
+            );
+            let dims = format!("[{}, {}]", decl.shape[0], decl.shape[1]);
+            let name = decl.name.clone();
+            let iteration = match k > 1 {
+                true => format!(" (iteration {t})"),
+                false => String::new(),
+            };
+            // The first tile that is not the next of `d`'s tiles.
+            let stray = (1..tiles).find(|&j| self.mrf_tiles.get(&(a + j)) != Some(&(d, first + j)));
+            let problem = if s.cols != ct {
+                Some((
                     format!(
-                        "`mv_mul` reads past the end of `{name}` ({} x {} tiles from tile {})",
-                        s.rows,
-                        s.cols,
-                        m.addr.base - base
+                        "`mv_mul` uses rows x cols = {} x {} tiles but matrix `{name}` {dims} is {rt} x {ct} tiles (N = {n})",
+                        s.rows, s.cols
+                    ),
+                    format!("set `s_wr cols, {ct}` before the chain"),
+                ))
+            } else if !first.is_multiple_of(ct) {
+                Some((
+                    format!("`mv_mul` starts in the middle of a tile row of `{name}`{iteration}"),
+                    format!(
+                        "start at a tile of `{name}` whose index is a multiple of {ct} (its tiles per row)"
+                    ),
+                ))
+            } else if first + tiles > rt * ct {
+                Some((
+                    format!(
+                        "`mv_mul` reads past the end of `{name}`{iteration} ({} x {} tiles from tile {first})",
+                        s.rows, s.cols
                     ),
                     format!(
                         "`{name}` {dims} has {rt} tile rows: set `s_wr rows, {}` at most",
-                        rt - (m.addr.base - base) / ct
+                        rt - first / ct
                     ),
-                )
-            })
-        };
-        match problem {
-            Some((msg, help)) => {
+                ))
+            } else {
+                stray.map(|j| {
+                    let holds = match self.mrf_tiles.get(&(a + j)) {
+                        Some(&(o, i)) => format!("tile {i} of `{}`", self.decls[o].name),
+                        None => "no matrix's data".to_string(),
+                    };
+                    (
+                        format!(
+                            "`mv_mul`'s tile {j}{iteration} (mrf[{}]) holds {holds}, not tile {} of `{name}`",
+                            a + j,
+                            first + j
+                        ),
+                        format!(
+                            "copy `{name}`'s tiles in order (`m_rd`/`m_wr`), or multiply by each matrix in its own chain"
+                        ),
+                    )
+                })
+            };
+            if let Some((msg, help)) = problem {
+                let name_span = self.decl_names[d];
                 self.emit(
                     Diagnostic::error(codes::WIDTH, msg)
                         .label(m.span, format!("{} x {} tiles", s.rows, s.cols))
                         .label(name_span, format!("{rt} x {ct} tiles"))
                         .help(help),
                 );
-                false
+                return false;
             }
-            None => true,
         }
+        true
+    }
+
+    /// The `mvm.matrix` format of mrf tile `a`: that of the matrix declaration whose data it
+    /// holds, else the chain's.
+    fn tile_format(&self, a: u32, quant: &QuantConfig) -> Format {
+        let held = self.mrf_tiles.get(&a);
+        held.and_then(|&(d, _)| self.decls[d].format)
+            .unwrap_or(quant.mvm_matrix)
+    }
+
+    /// One `mv_mul` quantizes its tiles with one format: the tiles of each iteration hold
+    /// matrices of one `mvm.matrix` format (each matrix's own `quant`, else the chain's).
+    fn one_matrix_format(&mut self, m: &MemOp, s: &Scalars, k: u32, quant: &QuantConfig) -> bool {
+        let tiles = s.rows * s.cols;
+        for t in 0..k.max(1) {
+            let a = m.addr.at(t);
+            let first = self.tile_format(a, quant);
+            let Some(j) = (1..tiles).find(|&j| self.tile_format(a + j, quant) != first) else {
+                continue;
+            };
+            let holds = |a: u32| match self.mrf_tiles.get(&a) {
+                Some(&(d, _)) => format!("`{}`", self.decls[d].name),
+                None => "no matrix's data".to_string(),
+            };
+            let message = format!(
+                "`mv_mul`'s tiles hold matrices of different formats: tile 0 ({}, {first}) and \
+                 tile {j} ({}, {})",
+                holds(a),
+                holds(a + j),
+                self.tile_format(a + j, quant)
+            );
+            self.emit(
+                Diagnostic::error(codes::WIDTH, message)
+                    .label(m.span, format!("{} x {} tiles", s.rows, s.cols))
+                    .help(
+                        "multiply by each matrix in its own chain, or give them the same `quant`",
+                    ),
+            );
+            return false;
+        }
+        true
     }
 
     /// No write of the chain may hit a register it reads as an MFU operand (any iteration).

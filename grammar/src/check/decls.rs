@@ -391,6 +391,10 @@ impl Checker {
             for r in start..end {
                 self.regs.write(space, r, w);
             }
+            if Some(space) == Space::of(Mem::Mrf, false) && d.kind == DeclKind::Matrix {
+                self.mrf_tiles
+                    .extend((start..end).map(|r| (r, (i, r - start))));
+            }
         }
 
         // netq: inputs pushed and outputs collected, in declaration order, row by row.

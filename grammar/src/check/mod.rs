@@ -24,7 +24,7 @@ use crate::target::{BUILTIN_TARGETS, Target};
 use chain::OpenChain;
 use eval::{Env, Eval, Value};
 use state::{Queue, Regs, Space};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -162,6 +162,9 @@ pub(crate) struct Checker {
     pub open: Option<OpenChain>,
     pub chains: Vec<Chain>,
     pub regs: Regs,
+    /// The matrix declaration and tile (row-major index in it) whose data each mrf tile
+    /// holds: placed there, or copied there by `m_rd`/`m_wr`.
+    pub mrf_tiles: HashMap<u32, (usize, u32)>,
     pub inputs: Queue,
     pub outputs: Queue,
     pub pops: Vec<NetqSlot>,
@@ -217,6 +220,7 @@ impl Checker {
             open: None,
             chains: Vec::new(),
             regs: Regs::new(),
+            mrf_tiles: HashMap::new(),
             inputs: Queue::default(),
             outputs: Queue::default(),
             pops: Vec::new(),
@@ -448,6 +452,8 @@ impl Checker {
                          `s_wr iterations, K` with `_inc` addresses for long loops"
                     )),
             );
+            // The rest of the program is not walked: what it reads and writes is unknown.
+            self.stopped = true;
             return;
         }
         for v in a..b {

@@ -432,7 +432,7 @@ impl Lowering<'_> {
                         format: q.mvm_vector,
                         axis: BlockAxis::VectorTile,
                     })?;
-                    let a = mv.addr.at(t);
+                    let (a, matrix_format) = (mv.addr.at(t), *mv.format(t));
                     let mut quantized: HashMap<ValueId, ValueId> = HashMap::new();
                     let mut refs = Vec::with_capacity((rows * cols) as usize);
                     for k in 0..rows * cols {
@@ -451,7 +451,7 @@ impl Lowering<'_> {
                             None => {
                                 let qs = self.push(Op::Quantize {
                                     src: stack,
-                                    format: mv.matrix_format,
+                                    format: matrix_format,
                                     axis: BlockAxis::TileRow,
                                 })?;
                                 quantized.insert(stack, qs);
@@ -468,7 +468,7 @@ impl Lowering<'_> {
                         cols,
                         accumulation: self.p.target.numerics.accumulation,
                         vector_format: q.mvm_vector,
-                        matrix_format: mv.matrix_format,
+                        matrix_format,
                         output,
                     })?;
                     self.check(Checked::op(y, "mv_mul", chain, t, mv.span));

@@ -9,7 +9,7 @@ use super::exact::ExactSum;
 use super::mfu::{self, TableFiles};
 use super::mvm::{self, QRun};
 use super::{EmuError, Site};
-use crate::host::{HostData, storage_bits};
+use crate::host::{HostData, canonical_nan, storage_bits};
 use crate::trace::TraceRecord;
 use nnp_grammar::{
     Addr, ChainBody, Decl, DeclKind, Init, MatrixChain, Mem, NonFinite, OpKind, Program, Span,
@@ -563,7 +563,7 @@ impl Machine<'_, '_> {
             }
             for j in 0..cols {
                 let a = self.tile_reg(Mem::Mrf, mm.addr, (i * cols + j) as u32, at, mm.span)?;
-                let qt = self.qtile(a, &mm.matrix_format, at, mm.span)?;
+                let qt = self.qtile(a, mm.format(at.iteration), at, mm.span)?;
                 for k in 0..self.b {
                     for (r, wrow) in qt.iter().enumerate() {
                         mvm::dot(
@@ -758,8 +758,10 @@ impl Machine<'_, '_> {
         let (c, elements) = (d.row_len(), d.elements());
         if let Some(dst) = self.outputs.get_mut(&di) {
             for k in 0..self.b {
-                dst[k * elements + row * c..k * elements + (row + 1) * c]
-                    .copy_from_slice(&out[k * width * n..k * width * n + c]);
+                let (d, s) = (k * elements + row * c, k * width * n);
+                for (d, s) in dst[d..d + c].iter_mut().zip(&out[s..s + c]) {
+                    *d = canonical_nan(*s);
+                }
             }
         }
         self.pushes += 1;
@@ -839,7 +841,9 @@ impl Machine<'_, '_> {
                             let lanes = n.min(c - j * n);
                             for k in 0..self.b {
                                 let o = k * elements + r * c + j * n;
-                                v[o..o + lanes].copy_from_slice(&reg[k * n..k * n + lanes]);
+                                for (d, s) in v[o..o + lanes].iter_mut().zip(&reg[k * n..]) {
+                                    *d = canonical_nan(*s);
+                                }
                             }
                         }
                     }

@@ -7,7 +7,7 @@
 //! `nnp_numerics` (per run for [`Format::quantize`], per element for [`FloatFormat::round`]).
 //! The fast paths are tested bit-equal against the reference on adversarial data.
 
-use nnp_numerics::format::BfpFormat;
+use nnp_numerics::format::{BfpFormat, MxElem};
 use nnp_numerics::{FloatFormat, Format, Overflow, Rounding, floor_log2, pow2};
 use rayon::prelude::*;
 
@@ -439,9 +439,10 @@ pub(crate) fn quantize_seq(fmt: &Format, x: &[f64], len: usize, native: usize, o
 /// computes it per block: the shared exponent `s = floor_log2(amax) - emax_elem` (at least
 /// -127; above 127, or a non-finite element, makes the block NaN), then every element `x *
 /// 2^-s` rounded on the element type's grid (quantum `2^(max(e, emin) - mant)` for its
-/// exponent `e`), saturated at the element's largest value, times `2^s`. The scaling by `2^-s`
-/// is exact except where `x * 2^-s` falls below f64's normals, far below the element's
-/// smallest subnormal, where every mode gives zero either way.
+/// exponent `e`), saturated at the element's largest value, times `2^s` (an INT8 zero is +0,
+/// an fp element keeps the sign of zero). The scaling by `2^-s` is exact except where
+/// `x * 2^-s` falls below f64's normals, far below the element's smallest subnormal, where
+/// every mode gives zero either way.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct FastMx {
     block: usize,
@@ -449,6 +450,9 @@ struct FastMx {
     emin: i32,
     mant: i32,
     max: f64,
+    /// Added to every result: -0 (an fp element keeps the sign of zero) or, for INT8 (two's
+    /// complement, no -0), +0, which turns a -0 into +0 and leaves every other value alone.
+    zero: f64,
     rounding: Rounding,
 }
 
@@ -464,6 +468,7 @@ impl FastMx {
             emin: elem.emin,
             mant: elem.mant_bits as i32,
             max: elem.max_value(),
+            zero: if m.elem == MxElem::Int8 { 0.0 } else { -0.0 },
             rounding: m.rounding,
         })
     }
@@ -515,7 +520,7 @@ impl FastMx {
             let e = ((y.to_bits() >> 52) & 0x7FF) as i32 - 1023;
             let q = e.max(self.emin) - self.mant;
             let r = round(y * pow2_bits(-q)) * pow2_bits(q);
-            *o = r.abs().min(self.max).copysign(y) * up;
+            *o = r.abs().min(self.max).copysign(y) * up + self.zero;
         }
     }
 }

@@ -9,7 +9,7 @@ use super::{
     DeviceKind, ExecError, ExecOptions, Execution, PathCounts, WrittenValue, finite, fused, gpu,
     intdot, item_lanes, prepare, quant, rounded, short,
 };
-use crate::host::{HostData, Outputs, Progress, Tensor as HostTensor};
+use crate::host::{HostData, Outputs, Progress, Tensor as HostTensor, canonical_nan};
 use candle_core::{DType, Device, Tensor};
 use nnp_lowering::swgraph::{GraphError, Op, SwGraph, Ty, UnOp, ValueId};
 use nnp_numerics::FloatFormat;
@@ -978,7 +978,7 @@ impl<'g> OutputRows<'g> {
             for b in 0..batch {
                 let dst = &mut out[(b * o.rows + row) * o.row_len..][..o.row_len];
                 for (d, s) in dst.iter_mut().zip(item_lanes(v, items, b)) {
-                    *d = *s as f32;
+                    *d = canonical_nan(*s as f32);
                 }
             }
         })?;
