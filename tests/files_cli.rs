@@ -146,3 +146,47 @@ fn unused_tensors_are_named() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A single `.npy` file holds the program's one input whatever the file is called (its stem
+/// names the tensor): the same bytes out as from a file named after the input. With two
+/// inputs the stem must name one, and the error says which tensors the file holds.
+#[test]
+fn a_single_npy_file_is_the_programs_one_input() {
+    let dir = scratch("one-npy");
+    let (data, named) = (dir.join("data.npy"), dir.join("x.npy"));
+    npy(&data, &[4, 300], 0.5);
+    npy(&named, &[4, 300], 0.5);
+    let out = |inputs: &std::path::Path, o: &std::path::Path| {
+        let args = [
+            "run",
+            SAMPLE,
+            "--inputs",
+            arg(inputs),
+            "--random-missing",
+            "-o",
+            arg(o),
+        ];
+        let o = nnpc(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", message(&o));
+        assert!(!message(&o).contains("warning"), "{}", message(&o));
+    };
+    let (a, b) = (dir.join("a.safetensors"), dir.join("b.safetensors"));
+    out(&data, &a);
+    out(&named, &b);
+    assert_eq!(std::fs::read(&a).expect("a"), std::fs::read(&b).expect("b"));
+    let two = [
+        "run",
+        "samples/gru.nnp",
+        "--inputs",
+        arg(&data),
+        "--random-missing",
+    ];
+    let o = nnpc(&two);
+    assert_eq!(o.status.code(), Some(0), "{}", message(&o));
+    assert!(
+        message(&o).contains("`data` is not a declaration of the program"),
+        "{}",
+        message(&o)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

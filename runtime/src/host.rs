@@ -450,8 +450,9 @@ impl HostData {
         let mut tensors = BTreeMap::new();
         let mut searched = Vec::new();
         // The inputs file first, so a name present in both files takes the weights file's entry.
-        for path in [inputs, weights].into_iter().flatten() {
-            let stored = io::index_tensors(path)?;
+        let files = [(inputs, true), (weights, false)];
+        for (path, input) in files.into_iter().filter_map(|(p, i)| Some((p?, i))) {
+            let stored = HostData::index_file(program, path, input)?;
             tensors.extend(stored.into_iter().map(|(n, t)| (n, Found::Stored(t))));
             searched.push(format!("`{}`", path.display()));
         }
@@ -461,6 +462,32 @@ impl HostData {
             (false, false) => searched.join(" and "),
         };
         HostData::feed(program, tensors, opts, &searched)
+    }
+
+    /// The tensors of the inputs file (`input`) or the weights file `path`, by name, as
+    /// [`HostData::open`] looks them up. A single `.npy` file's tensor is named by the file's
+    /// stem; where that names no declaration and the program has one declaration of the
+    /// file's kind (its one input, or its one loaded matrix or vector), the tensor is that
+    /// declaration's.
+    pub fn index_file(
+        program: &Program,
+        path: &Path,
+        input: bool,
+    ) -> Result<BTreeMap<String, io::StoredTensor>, HostError> {
+        let mut stored = io::index_tensors(path)?;
+        let of_kind: Vec<&Decl> = match input {
+            true => program.inputs().collect(),
+            false => weight_decls(program).collect(),
+        };
+        let names: Vec<String> = stored.keys().cloned().collect();
+        if let ([only], [stem]) = (&of_kind[..], &names[..])
+            && io::is_npy_file(path)
+            && program.decl(stem).is_none()
+            && let Some(t) = stored.remove(stem)
+        {
+            stored.insert(only.name.clone(), t);
+        }
+        Ok(stored)
     }
 
     /// Host data from tensors already in memory, keyed by declaration name. `searched` names

@@ -251,6 +251,11 @@ pub fn write_tensors(
     writer.finish()
 }
 
+/// Whether `path` is a single `.npy` file (not a directory of them).
+pub fn is_npy_file(path: &Path) -> bool {
+    has_ext(path, "npy") && path.is_file()
+}
+
 fn has_ext(path: &Path, ext: &str) -> bool {
     path.extension()
         .and_then(|e| e.to_str())

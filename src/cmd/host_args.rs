@@ -81,17 +81,16 @@ impl DataArgs {
     /// misspelt name, whose declaration `--random-missing` then fills), and names in both
     /// files (the weights file's tensor is the one used).
     fn unused_tensors(&self, program: &Program) -> Vec<String> {
-        let names = |path: Option<&Path>| {
-            let index = path.and_then(|p| io::index_tensors(p).ok());
+        // Named as the run looks them up.
+        let names = |path: Option<&Path>, input: bool| {
+            let index = path.and_then(|p| HostData::index_file(program, p, input).ok());
             index
                 .map(|t| t.into_keys().collect::<Vec<_>>())
                 .unwrap_or_default()
         };
-        let declared = |n: &String| program.decls.iter().any(|d| &d.name == n);
-        let (weights, inputs) = (
-            names(self.weights.as_deref()),
-            names(self.inputs.as_deref()),
-        );
+        let declared = |n: &String| program.decl(n).is_some();
+        let weights = names(self.weights.as_deref(), false);
+        let inputs = names(self.inputs.as_deref(), true);
         let mut notes = Vec::new();
         for (path, held) in [(&self.weights, &weights), (&self.inputs, &inputs)] {
             let Some(path) = path else { continue };
