@@ -405,42 +405,7 @@ fn ast_spans() {
 /// different matrices (ISA.md section 3: per-matrix precision).
 #[test]
 fn matrix_formats_follow_their_tiles() {
-    const SRC: &str = "\
-matrix A : [128, 128] at dram[0] quant bfp(mant = 3)
-matrix B : [128, 128] at dram[1] quant bfp(mant = 6)
-matrix C : [128, 128] at mrf[8] quant bfp(mant = 5)
-matrix D : [128, 128] at mrf[9]
-input  x : [1, 128]
-output y : [1, 128]
-output z : [1, 128]
-output w : [2, 128]
-
-s_wr iterations, 2
-m_rd dram[A] + 1
-m_wr mrf[0] + 1
-end_chain
-
-v_rd netq
-v_wr ivrf[0]
-end_chain
-
-v_rd ivrf[0]
-mv_mul mrf[0]
-v_wr netq
-end_chain
-
-v_rd ivrf[0]
-mv_mul mrf[1]
-v_wr netq
-end_chain
-
-s_wr iterations, 2
-v_rd ivrf[0]
-mv_mul mrf[D] + -1
-v_wr netq
-end_chain
-";
-    let p = program(SRC);
+    let p = program(include_str!("fixtures/matrix_formats.nnp"));
     let chain_default = Target::bw_default().numerics.mvm_matrix;
     let mv = |c: usize| {
         let ChainBody::Vector(v) = &p.chains[c].body else {
@@ -457,10 +422,10 @@ end_chain
     assert_eq!(m4.matrix_format, chain_default);
     assert_eq!(
         m4.iteration_formats,
-        vec![chain_default, fmt("bfp(mant = 5)")]
+        vec![chain_default, fmt("bfp(mant = 3)")]
     );
     assert_eq!(
         (*m4.format(0), *m4.format(1)),
-        (chain_default, fmt("bfp(mant = 5)"))
+        (chain_default, fmt("bfp(mant = 3)"))
     );
 }

@@ -125,5 +125,11 @@ fn table_files_are_checked_at_the_key() {
         resolved,
         std::path::absolute(dir.join("good.bin")).expect("absolute")
     );
+    // A target file named by a relative path (`--target tg/t.toml`): its tables still resolve
+    // to absolute paths, under the working directory.
+    let mut relative = t.clone();
+    relative.base_dir = Some(std::path::PathBuf::from("tg"));
+    let cwd = std::env::current_dir().expect("working directory");
+    assert_eq!(relative.table_path(tanh), cwd.join("tg").join("good.bin"));
     std::fs::remove_dir_all(&dir).ok();
 }

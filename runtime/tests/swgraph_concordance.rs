@@ -356,50 +356,15 @@ end_chain
 
 /// A matrix's own `quant` follows its tiles into every product, in both engines: through one
 /// `m_wr` line that copies two matrices, and per iteration of an `mv_mul` whose iterations
-/// read different matrices. Every row of every matrix is [4, 1, 1, 1] and x = [1, 1, 1, 1]:
-/// `bfp(mant = 3)` keeps 4 and rounds each 1 (half of its step 2) to even, 0, so the product
-/// is 4; the default BFP keeps the row, 7.
+/// read different matrices (grammar/tests/fixtures/matrix_formats.nnp). Every row of every
+/// matrix is [4, 1, 1, 1] and x = [1, 1, 1, 1]: `bfp(mant = 3)` keeps 4 and rounds each 1
+/// (half of its step 2) to even, 0, so the product is 4; `bfp(mant = 6)` (step 1/4) and the
+/// default BFP keep the row, 7.
 #[test]
 fn matrix_formats_follow_their_tiles_in_both_engines() {
-    const SRC: &str = "\
-matrix A : [4, 4] at dram[0] quant bfp(mant = 3)
-matrix B : [4, 4] at dram[1]
-matrix C : [4, 4] at mrf[8] quant bfp(mant = 3)
-matrix D : [4, 4] at mrf[9]
-input  x : [1, 4]
-output y : [1, 4]
-output z : [1, 4]
-output w : [2, 4]
-
-s_wr iterations, 2
-m_rd dram[A] + 1
-m_wr mrf[0] + 1
-end_chain
-
-v_rd netq
-v_wr ivrf[0]
-end_chain
-
-v_rd ivrf[0]
-mv_mul mrf[0]
-v_wr netq
-end_chain
-
-v_rd ivrf[0]
-mv_mul mrf[1]
-v_wr netq
-end_chain
-
-s_wr iterations, 2
-v_rd ivrf[0]
-mv_mul mrf[D] + -1
-v_wr netq
-end_chain
-";
-    let path = std::env::temp_dir().join(format!("nnpc-mformats-{}.nnp", std::process::id()));
-    std::fs::write(&path, SRC).expect("temp file");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../grammar/tests/fixtures/matrix_formats.nnp");
     let program = load(&path, "bw-default");
-    std::fs::remove_file(&path).ok();
     let mut data = HostData::random(&program, 1, 1);
     let rows: Vec<f32> = [4.0, 1.0, 1.0, 1.0].repeat(4);
     for m in ["A", "B", "C", "D"] {

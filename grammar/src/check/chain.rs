@@ -1214,7 +1214,7 @@ impl Checker {
             };
             let decl = &self.decls[d];
             // Copied tiles may be multiplied a block at a time (a tile, a column of tiles).
-            if decl.kind != DeclKind::Matrix || decl.place.is_none_or(|p| p.mem != Mem::Mrf) {
+            if decl.place.is_none_or(|p| p.mem != Mem::Mrf) {
                 continue;
             }
             let n = self.n;
