@@ -954,3 +954,107 @@ fn non_finite_mismatches_have_statistics_that_say_so() {
     );
     assert!(text(&equal).contains("max abs err 0.000e0, QSNR inf dB\n"));
 }
+
+/// A board's NaN need not be the emulator's canonical one, in a trace as in the outputs
+/// (docs/diff.md, "What equal means"). `y = (x * c) - (x * c)` with x = [1000, 1, 2, 3] and
+/// c = [1000, 1, 1, 1], by hand on fp16 storage: 1000 x 1000 = 10^6 overflows fp16 (largest
+/// 65504) to +inf, so lane 0 is inf - inf = NaN (0x7E00, canonical) and lanes 1..3 are 0.
+/// The hardware's dump and trace carry the NaN as 0x7E01 (another payload) and 0xFE00
+/// (negative): bit-exact and every record identical, exit 0. A lane of 0x10000 is no fp16
+/// pattern: exit 2, naming the record and the lane. A not-storage-value count above 1 reads
+/// "N not fp16 values", and an f64 dump value of 1e300 prints as `1e300`, not 301 digits.
+#[test]
+fn a_trace_compares_nans_as_the_outputs_do() {
+    let dir = scratch("trace-nan");
+    let prog = dir.join("nan.nnp");
+    std::fs::write(
+        &prog,
+        "input x : [1, 4]\nvector c : [4] at mulvrf0[0]\noutput y : [1, 4]\n\
+         v_rd netq\nvv_mul mulvrf0[c]\nv_wr asvrf0[1]\nend_chain\n\
+         v_rd asvrf0[1]\nvv_a_sub_b asvrf0[1]\nv_wr netq\nend_chain\n",
+    )
+    .expect("write");
+    let x = pass_inputs(&dir, [1000.0, 1.0, 2.0, 3.0]);
+    let c = dir.join("c.safetensors");
+    let t = Tensor::new(vec![4], vec![1000.0, 1.0, 1.0, 1.0]).expect("shape");
+    write_tensors(&c, &BTreeMap::from([("c".into(), t)]), Dtype::F32).expect("write");
+    let (hw, tr) = (dir.join("hw.safetensors"), dir.join("hw.jsonl"));
+    let data = ["--inputs", s(&x), "--weights", s(&c)];
+    let mut args = vec!["emulate", s(&prog), "-o", s(&hw), "--trace", s(&tr)];
+    args.extend(data);
+    let o = nnpc(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut records = read_trace(&tr).expect("trace");
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0].bits[..4], [0x7C00, 0x3C00, 0x4000, 0x4200]);
+    assert_eq!(records[1].bits[..4], [0x7E00, 0, 0, 0]);
+
+    // The dump's NaN with another payload: bit-exact.
+    let board = dir.join("board.safetensors");
+    let y = f32::from_bits(0x7FC0_2000); // f16 0x7E01 widened
+    let y = Tensor::new(vec![1, 1, 4], vec![y, 0.0, 0.0, 0.0]).expect("shape");
+    write_tensors(&board, &BTreeMap::from([("y".into(), y)]), Dtype::F16).expect("write");
+    let diff = |trace: &Path, json: bool| {
+        let mut args = vec![
+            "diff",
+            s(&prog),
+            "--hardware",
+            s(&board),
+            "--trace",
+            s(trace),
+        ];
+        args.extend(data);
+        if json {
+            args.push("--json");
+        }
+        nnpc(&args)
+    };
+    for nan in [0x7E01, 0xFE00] {
+        records[1].bits[0] = nan;
+        let path = dir.join(format!("nan-{nan:X}.jsonl"));
+        write_trace(&path, &records).expect("write");
+        let o = diff(&path, true);
+        assert_eq!(o.status.code(), Some(0), "{nan:#X}: {}", stderr(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(r["concordant"], true);
+        assert_eq!(
+            (
+                r["trace"]["records"].clone(),
+                r["trace"]["identical"].clone()
+            ),
+            (2.into(), 2.into())
+        );
+    }
+    // A number where the software has NaN still differs.
+    records[1].bits[0] = 0x3C00;
+    let path = dir.join("one.jsonl");
+    write_trace(&path, &records).expect("write");
+    assert_eq!(diff(&path, false).status.code(), Some(1));
+    // No fp16 pattern.
+    records[1].bits[0] = 0x1_0000;
+    let path = dir.join("wide.jsonl");
+    write_trace(&path, &records).expect("write");
+    let o = diff(&path, false);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let err = message(&o);
+    assert!(
+        err.contains("record 1 of batch item 0")
+            && err.contains("holds 0x10000 in lane 0")
+            && err.contains("not a bit pattern of the storage format `fp16` (16 bits)"),
+        "{err}"
+    );
+
+    // Two values that are not fp16 values, one of them 1e300 (an f64 dump).
+    let px = pass_inputs(&dir, [1.0, 2.0, 3.0, 4.0]);
+    let pass = pass_through(&dir);
+    let far = dir.join("far.npy");
+    npy_f64(&far, &[1, 1, 4], &[1e300, 2.0 + 1e-9, 3.0, 4.0]);
+    let o = nnpc(&["diff", s(&pass), "--hardware", s(&far), "--inputs", s(&px)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("; 2 not fp16 values"), "{out}");
+    assert!(
+        out.contains("hardware 1e300 (not a fp16 value; rounds to 0x7C00) software 1 (0x3C00)"),
+        "{out}"
+    );
+}

@@ -48,6 +48,7 @@ pub mod codes {
     pub const TOO_LARGE: &str = "nnp::too-large";
     pub const DEAD_WRITE: &str = "nnp::dead-write";
     pub const UNREAD_DECL: &str = "nnp::unread-decl";
+    pub const PAD_LANES: &str = "nnp::pad-lanes";
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1179,3 +1179,145 @@ fn a_repeat_too_long_to_unroll_says_nothing_more() {
         at(src, "0..100000000"),
     );
 }
+
+// ---- pad lanes (NUMERICS.md section 4: pad lanes must not change any result) ----
+
+/// The `nnp::pad-lanes` warnings of a valid program.
+#[track_caller]
+fn pad_warnings(src: &str) -> Vec<Diagnostic> {
+    let out = check(Arc::new(SourceFile::new("t.nnp", src)), None).expect("valid");
+    out.warnings
+        .into_iter()
+        .filter(|d| d.code == codes::PAD_LANES)
+        .collect()
+}
+
+/// x : [100] at N = 128 has pad lanes 100..128; `act` maps their 0 to sigm(0) = 0.5 or tanh(0) = 0,
+/// then a product by W : [100, 100] (zero columns 100..128) quantizes them in one
+/// `block = native` BFP block with the real lanes 0..100.
+fn act_then_product(x_decl: &str, act: &str, prelude: &str) -> String {
+    format!(
+        "{x_decl}\nmatrix W : [100, 100] at mrf[0]\noutput y : [100]\n{prelude}\
+         v_rd netq\n{act}\nv_wr ivrf[0]\nend_chain\n\
+         v_rd ivrf[0]\nmv_mul mrf[W]\nv_wr netq\nend_chain\n"
+    )
+}
+
+#[test]
+fn pad_lanes_made_nonzero_before_a_product_are_a_warning() {
+    let src = act_then_product("input x : [100]", "v_sigm", "");
+    let w = pad_warnings(&src);
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert_eq!(w[0].severity, Severity::Warning);
+    assert!(
+        w[0].message.contains("pad lanes holding 0.5"),
+        "{}",
+        w[0].message
+    );
+    assert_eq!(w[0].span(), at(&src, "mv_mul mrf[W]"));
+    assert!(
+        w[0].labels[0]
+            .text
+            .contains("input tile 0: lanes 100..128 hold 0.5"),
+        "{w:#?}"
+    );
+    assert_eq!(w[0].labels[1].span, at(&src, "v_sigm"));
+
+    // Pad lanes that stay 0 move no exponent: tanh(0) = 0, and sigm(-65504) is 0 in fp16.
+    assert!(pad_warnings(&act_then_product("input x : [100]", "v_tanh", "")).is_empty());
+    assert!(
+        pad_warnings(&act_then_product(
+            "input x : [100] pad -65504",
+            "v_sigm",
+            ""
+        ))
+        .is_empty()
+    );
+    // No pad lanes at all.
+    let full =
+        act_then_product("input x : [128]", "v_sigm", "").replace("[100, 100]", "[100, 128]");
+    assert!(pad_warnings(&full).is_empty());
+    // The mask the help suggests: vv_mul by m (ones, pad lanes 0) after v_sigm makes them 0.
+    let masked = act_then_product(
+        "input x : [100]\nvector m : [100] at mulvrf0[0]",
+        "v_sigm\nvv_mul mulvrf0[m]",
+        "",
+    );
+    assert!(
+        pad_warnings(&masked).is_empty(),
+        "{:#?}",
+        pad_warnings(&masked)
+    );
+}
+
+#[test]
+fn pad_lanes_matter_only_in_blocks_shared_with_real_lanes() {
+    // MX blocks of 32 lanes: pad lanes 100..128 share the block 96..128 with real lanes 96..100;
+    // with 96 real lanes the pad lanes fill blocks 96..128 of their own. Elementwise fp8 (no
+    // shared scale) never mixes them. Under the default `block = native`, 96 real lanes share.
+    let mx = "quant mvm.vector = mx(elem = fp8e4m3, block = 32)\n";
+    let fp8 = "quant mvm.vector = fp(5, 2)\n";
+    let w96 = |src: String| src.replace("100", "96");
+    assert_eq!(
+        pad_warnings(&act_then_product("input x : [100]", "v_sigm", mx)).len(),
+        1
+    );
+    assert!(pad_warnings(&w96(act_then_product("input x : [100]", "v_sigm", mx))).is_empty());
+    assert!(pad_warnings(&act_then_product("input x : [100]", "v_sigm", fp8)).is_empty());
+    let w = pad_warnings(&w96(act_then_product("input x : [100]", "v_sigm", "")));
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(
+        w[0].labels[0].text.contains("lanes 96..128 hold 0.5"),
+        "{w:#?}"
+    );
+}
+
+#[test]
+fn a_products_pad_rows_are_followed_into_the_next_product() {
+    // W : [100, 128] leaves output lanes 100..128 at 0; b's pad lanes add 0; v_exp makes them
+    // exp(0) = 1, and the next product by U : [100, 100] blocks them with real lanes.
+    let src = "input x : [128]\nmatrix W : [100, 128] at mrf[0]\nmatrix U : [100, 100] at mrf[1]\n\
+               vector b : [100] at asvrf0[0]\noutput y : [100]\n\
+               v_rd netq\nv_wr ivrf[0]\nend_chain\n\
+               v_rd ivrf[0]\nmv_mul mrf[W]\nvv_add asvrf0[b]\nv_exp\nv_wr ivrf[1]\nend_chain\n\
+               v_rd ivrf[1]\nmv_mul mrf[U]\nv_wr netq\nend_chain\n";
+    let w = pad_warnings(src);
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert_eq!(w[0].span(), at(src, "mv_mul mrf[U]"));
+    assert!(w[0].message.contains("holding 1 "), "{}", w[0].message);
+    assert_eq!(w[0].labels[1].span, at(src, "v_exp"));
+    // b's pad lanes at -65504 make them exp(-65504) = 0.
+    assert!(pad_warnings(&src.replace("asvrf0[0]\n", "asvrf0[0] pad -65504\n")).is_empty());
+}
+
+#[test]
+fn softmax_over_pad_lanes_that_do_not_vanish_is_a_warning() {
+    let src = "input x : [10]\noutput p : [10]\nv_rd netq\nv_softmax\nv_wr netq\nend_chain\n";
+    let w = pad_warnings(src);
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(
+        w[0].message.contains("pad lanes holding 0"),
+        "{}",
+        w[0].message
+    );
+    assert_eq!(w[0].span(), at(src, "v_softmax"));
+    assert!(
+        w[0].labels[0].text.contains("lanes 10..128 hold 0"),
+        "{w:#?}"
+    );
+    assert_eq!(w[0].labels[1].span, at(src, "x"));
+    // The idiom: pad lanes at the most negative fp16, directly or through a bias's pad.
+    assert!(pad_warnings(&src.replace("[10]\noutput", "[10] pad -65504\noutput")).is_empty());
+    let biased = |pad: &str| {
+        format!(
+            "input x : [10]\nvector b : [10] at asvrf0[0] pad {pad}\noutput p : [10]\n\
+             v_rd netq\nvv_add asvrf0[b]\nv_softmax\nv_wr netq\nend_chain\n"
+        )
+    };
+    assert!(pad_warnings(&biased("-65504")).is_empty());
+    let src = biased("-1");
+    let w = pad_warnings(&src);
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(w[0].message.contains("holding -1"), "{}", w[0].message);
+    assert_eq!(w[0].labels[1].span, at(&src, "vv_add asvrf0[b]"));
+}

@@ -9,7 +9,8 @@
 //! - **raw** / **war** / **waw**: ordering through registers, per tile address, each labelled with
 //!   the memory and the address run it concerns. A WAW edge is only added when no read came
 //!   between the two writes (otherwise RAW + WAR already order them). Edges between nodes of the
-//!   same chain iteration are left out: the pipeline already orders them;
+//!   same chain iteration are left out: the pipeline already orders them, except two `v_wr`s of
+//!   one iteration that overlap, which a WAW edge orders (the later one is what stays);
 //! - **fifo**: `netq` is a queue, not addressed memory: consecutive pops and consecutive pushes
 //!   are ordered by fifo edges, and nothing flows from a push to a pop.
 //!
@@ -578,7 +579,10 @@ impl<'p> Builder<'p> {
                 let slot = self.slots.entry(key(a.space, addr)).or_default();
                 let start = self.iteration_start;
                 if slot.readers.is_empty() {
-                    if let Some(w) = slot.writer.filter(|&w| w < start) {
+                    // An earlier write of the register, also one of the same chain iteration:
+                    // the pipeline does not order two `v_wr`s of one chain, and the later one
+                    // is what the register holds.
+                    if let Some(w) = slot.writer {
                         self.pending.push((w, DepKind::Waw, a.space, addr));
                     }
                 } else {

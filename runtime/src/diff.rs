@@ -26,7 +26,8 @@ pub enum DiffError {
     MissingOutput(String),
     #[error(
         "hardware tensor `{name}` has shape {found} but output `{name}` is {expected} (batch of \
-         {batch}); help: dump the output in logical layout with shape [batch, ...declared shape], \
+         {batch}); help: dump the output with shape [batch, ...declared shape] (`--layout \
+         logical`, the default) or in native tiles [batch, ...rows, tiles, N] (`--layout tiles`), \
          or pass --batch to match the dump"
     )]
     Shape {

@@ -2,6 +2,7 @@
 //! documented in `docs/emulator.md`). Shared by the emulator and the software graph, so a
 //! hardware debug dump in this format can be compared with either.
 
+use nnp_numerics::FloatFormat;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufWriter, Write};
 use std::ops::Range;
@@ -295,6 +296,20 @@ pub enum TraceMismatch {
         hardware: String,
         software: String,
     },
+    #[error(
+        "record {position} of batch item {item} ({record}) holds {bits:#X} in lane {lane}, which \
+         is not a bit pattern of the storage format `{format}` ({width} bits); help: write each \
+         lane as the storage format's bit pattern (fp16: the binary16 bits, 0 to 0xFFFF)"
+    )]
+    NotAPattern {
+        item: usize,
+        position: usize,
+        record: String,
+        lane: usize,
+        bits: u32,
+        format: String,
+        width: u32,
+    },
 }
 
 impl TraceRecord {
@@ -340,7 +355,8 @@ fn by_item(records: &[TraceRecord]) -> std::collections::BTreeMap<usize, Vec<&Tr
 }
 
 /// Compare two traces record by record: one piece of a [`TraceComparer`]. Bits are compared
-/// as patterns (NaN canonical on both sides); the records themselves (chain, iteration,
+/// as patterns (NaN canonical on both sides; [`TraceComparer::for_storage`] compares them as
+/// values of the storage format, any NaN equal to any NaN); the records themselves (chain, iteration,
 /// destination, address, line, width) must match one for one, or the traces are not of the
 /// same execution.
 pub fn compare_traces(
@@ -352,15 +368,41 @@ pub fn compare_traces(
     Ok(cmp.finish())
 }
 
+/// Whether two lanes hold the same value: the same pattern, or, where the storage format is
+/// known, two of its NaN patterns.
+fn same_lane(storage: Option<FloatFormat>, h: u32, s: u32) -> bool {
+    h == s || storage.is_some_and(|f| is_nan(&f, h) && is_nan(&f, s))
+}
+
+/// Whether `bits` is a NaN pattern of `format` (all-ones exponent field, mantissa not zero).
+fn is_nan(format: &FloatFormat, bits: u32) -> bool {
+    format.decode(u64::from(bits)).is_nan()
+}
+
 /// A comparison of two traces built from pieces of items, each piece every record of its
 /// items on both sides, the pieces in increasing order of items: the result (and the first
 /// error) is the one of comparing the whole traces at once.
 #[derive(Default)]
 pub struct TraceComparer {
     cmp: TraceComparison,
+    /// The storage format whose bit patterns the records hold, where known
+    /// ([`TraceComparer::for_storage`]).
+    storage: Option<FloatFormat>,
 }
 
 impl TraceComparer {
+    /// A comparison of traces whose bits are patterns of `storage`, compared as its values
+    /// are (docs/diff.md, "What equal means"): every NaN pattern equals every other, whatever
+    /// its payload and sign (a board's NaN need not be the emulator's canonical one), and a
+    /// hardware lane that is no pattern of the format (wider than it) is an error
+    /// ([`TraceMismatch::NotAPattern`]), not a difference.
+    pub fn for_storage(storage: FloatFormat) -> TraceComparer {
+        TraceComparer {
+            storage: Some(storage),
+            ..TraceComparer::default()
+        }
+    }
+
     /// Compare the records of the next piece of items.
     pub fn add(
         &mut self,
@@ -368,7 +410,7 @@ impl TraceComparer {
         software: &[TraceRecord],
     ) -> Result<(), TraceMismatch> {
         let (hw, sw) = (by_item(hardware), by_item(software));
-        let cmp = &mut self.cmp;
+        let storage = self.storage;
         let empty = Vec::new();
         for item in hw
             .keys()
@@ -396,9 +438,25 @@ impl TraceComparer {
                         software: s.describe(),
                     });
                 }
+                if let Some(f) = self.storage {
+                    let width = f.bits();
+                    let wide = h.bits.iter().position(|&b| width < 32 && b >> width != 0);
+                    if let Some(lane) = wide {
+                        return Err(TraceMismatch::NotAPattern {
+                            item,
+                            position,
+                            record: h.describe(),
+                            lane,
+                            bits: h.bits[lane],
+                            format: crate::diff::values_name(&f),
+                            width,
+                        });
+                    }
+                }
+                let cmp = &mut self.cmp;
                 cmp.records += 1;
                 let differing: Vec<usize> = (0..h.bits.len())
-                    .filter(|&i| h.bits[i] != s.bits[i])
+                    .filter(|&i| !same_lane(storage, h.bits[i], s.bits[i]))
                     .collect();
                 let Some(&lane) = differing.first() else {
                     cmp.identical += 1;
@@ -502,6 +560,57 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Under fp16 storage (by hand): 0x7E01 and 0xFE00 are NaNs (exponent field 0x1F,
+    /// mantissa not zero), so they equal the canonical 0x7E00, as output values do; 0x7C00
+    /// (+inf, mantissa zero) is no NaN and differs from it, as 0x3C00 (1.0) does. A lane of
+    /// 0x10000 is no fp16 pattern: an error naming the record, the lane and the format. Without
+    /// a storage format the patterns themselves are compared.
+    #[test]
+    fn nan_patterns_are_equal_under_a_storage_format() {
+        let fp16 = FloatFormat::ieee(5, 10);
+        let hw = vec![
+            rec(0, 0, vec![0x7E01, 0xFE00]),
+            rec(0, 1, vec![0x7C00, 0x3C00]),
+        ];
+        let sw = vec![
+            rec(0, 0, vec![0x7E00, 0x7E00]),
+            rec(0, 1, vec![0x7E00, 0x7E00]),
+        ];
+        let mut cmp = TraceComparer::for_storage(fp16);
+        cmp.add(&hw, &sw).expect("same execution");
+        let c = cmp.finish();
+        assert_eq!((c.records, c.identical), (2, 1));
+        let f = c.first.expect("diverges");
+        assert_eq!((f.position, f.lanes_differing, f.first_lane), (1, 2, 0));
+        assert_eq!((f.hardware_bits, f.software_bits), (0x7C00, 0x7E00));
+        // Patterns alone: the NaNs differ too.
+        let c = compare_traces(&hw, &sw).expect("same execution");
+        assert_eq!((c.identical, c.first.expect("diverges").position), (0, 0));
+
+        let wide = vec![
+            rec(0, 0, vec![0x7E00, 0x1_0000]),
+            rec(0, 1, vec![0x7E00, 0x7E00]),
+        ];
+        let err = TraceComparer::for_storage(fp16)
+            .add(&wide, &sw)
+            .expect_err("not a pattern");
+        assert!(
+            matches!(
+                err,
+                TraceMismatch::NotAPattern {
+                    item: 0,
+                    position: 0,
+                    lane: 1,
+                    bits: 0x1_0000,
+                    width: 16,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("storage format `fp16`"), "{err}");
     }
 
     /// Records of items 0 to 2 interleaved in the file, with blank lines: each range of items

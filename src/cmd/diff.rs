@@ -117,7 +117,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Some(path) => Some((path, TraceFile::open(path).map_err(super::fail)?)),
         None => None,
     };
-    let mut traces = TraceComparer::default();
+    // The records' lanes are compared as storage values: any NaN equals any NaN, as in the
+    // outputs (docs/diff.md, "What equal means").
+    let mut traces = match program.target.numerics.storage.as_float() {
+        Some(storage) => TraceComparer::for_storage(*storage),
+        None => TraceComparer::default(),
+    };
     let run = Comparison {
         args: &args,
         dump: &dump,
@@ -526,12 +531,9 @@ fn print_report(
         // What the statistics leave out, or cannot measure.
         let mut besides = Vec::new();
         if o.not_storage_values > 0 {
-            besides.push(format!(
-                "{} not a {} value{}",
-                o.not_storage_values,
-                report.storage,
-                plural(o.not_storage_values)
-            ));
+            let n = o.not_storage_values;
+            let (a, s) = if n == 1 { ("a ", "") } else { ("", "s") };
+            besides.push(format!("{n} not {a}{} value{s}", report.storage));
         }
         if o.inf_mismatches > 0 {
             besides.push(format!(
@@ -583,7 +585,9 @@ fn print_report(
             .map(|(k, c)| format!("{}: {c}", bucket_label(k, buckets)))
             .collect();
         say!(out, "  ULP histogram: {}", hist.join(", "));
-        say!(out, "  first {} mismatches:", report.mismatches.len());
+        if !report.mismatches.is_empty() {
+            say!(out, "  first {} mismatches:", report.mismatches.len());
+        }
         for m in &report.mismatches {
             let idx: Vec<String> = m.index.iter().map(ToString::to_string).collect();
             let ulps = m.ulps.map_or("NaN".into(), |u| format!("{u} ULP"));
@@ -592,8 +596,8 @@ fn print_report(
                 _ => "writer unknown".into(),
             };
             let hardware = match m.hardware_f64 {
-                Some(v) => v.to_string(),
-                None => m.hardware.to_string(),
+                Some(v) => number(v, v),
+                None => number(m.hardware, f64::from(m.hardware)),
             };
             let bits = if m.not_storage_value {
                 let storage = &report.storage;
@@ -608,7 +612,7 @@ fn print_report(
                 idx.join(", "),
                 m.tile,
                 m.lane,
-                m.software,
+                number(m.software, f64::from(m.software)),
                 m.software_bits
             );
         }
@@ -675,6 +679,17 @@ fn print_report(
             (false, false) => " (NOT concordant)",
         }
     );
+}
+
+/// A value as its shortest decimal that reads back to it: positional where that is short,
+/// else in scientific notation (`1e300`, not 301 digits; `5.9604645e-8`, not `0.0000000596...`).
+fn number<T: std::fmt::Display + std::fmt::LowerExp>(v: T, magnitude: f64) -> String {
+    let m = magnitude.abs();
+    if m.is_finite() && m != 0.0 && !(1e-5..1e16).contains(&m) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
 }
 
 fn plural(n: usize) -> &'static str {
@@ -797,6 +812,20 @@ mod tests {
         assert_eq!(logical_of_tiles(tiles, &[2, 3], 4), want);
         // Nothing to index: no panic.
         assert_eq!(logical_of_tiles(vec![(0, 1.0)], &[2, 0], 4), vec![]);
+    }
+
+    /// Values by hand: positional between 1e-5 and 1e16, else scientific, each the shortest
+    /// decimal that reads back to the value in its own type.
+    #[test]
+    fn values_print_short() {
+        assert_eq!(super::number(0.040863037f32, 0.040863037), "0.040863037");
+        assert_eq!(super::number(65520.0f32, 65520.0), "65520");
+        assert_eq!(super::number(1e300f64, 1e300), "1e300");
+        assert_eq!(super::number(-1e-9f64, -1e-9), "-1e-9");
+        let tiny = 2f32.powi(-24); // the smallest fp16 subnormal
+        assert_eq!(super::number(tiny, f64::from(tiny)), "5.9604645e-8");
+        assert_eq!(super::number(f32::INFINITY, f64::INFINITY), "inf");
+        assert_eq!(super::number(-0.0f32, -0.0), "-0");
     }
 
     #[test]

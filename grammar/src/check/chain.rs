@@ -1056,15 +1056,15 @@ impl Checker {
 }
 
 /// A complete vector chain waiting to be checked.
-struct VecChain {
-    scalars: Scalars,
-    iterations: u32,
-    quant: QuantConfig,
-    read: ReadRec,
-    mv_mul: Option<(MemOp, Span)>,
-    ops: Vec<OpRec>,
-    writes: Vec<WriteRec>,
-    span: Span,
+pub(super) struct VecChain {
+    pub scalars: Scalars,
+    pub iterations: u32,
+    pub quant: QuantConfig,
+    pub read: ReadRec,
+    pub mv_mul: Option<(MemOp, Span)>,
+    pub ops: Vec<OpRec>,
+    pub writes: Vec<WriteRec>,
+    pub span: Span,
 }
 
 impl Checker {
@@ -1386,24 +1386,25 @@ impl Checker {
             .iter()
             .map(|w| (w.op.mem != Mem::Netq).then(|| self.regs.instr_writer(w.span)))
             .collect();
+        let mut tiles = Vec::new();
         for t in 0..k {
             // Reads: v_rd, then the matrix, then the operands.
             let r = &c.read.op;
+            let mut popped = None;
+            tiles.clear();
             if r.mem == Mem::Netq {
+                let before = self.pops.len();
                 self.netq_slot(Netq::Pop, read_tiles, index, t, r.span);
+                popped = self.pops.get(before).map(|slot| slot.decl);
+                tiles.extend(0..read_tiles);
             } else if let Some(space) = Space::of(r.mem, false) {
                 let a = r.addr.at(t);
                 match window {
-                    Some(w) => {
-                        for off in w.offsets() {
-                            self.read_reg(space, a + off, r.mem, t, k, r.span);
-                        }
-                    }
-                    None => {
-                        for reg in a..a + read_tiles {
-                            self.read_reg(space, reg, r.mem, t, k, r.span);
-                        }
-                    }
+                    Some(w) => tiles.extend(w.offsets().map(|off| a + off)),
+                    None => tiles.extend(a..a + read_tiles),
+                }
+                for &reg in &tiles {
+                    self.read_reg(space, reg, r.mem, t, k, r.span);
                 }
             }
             if let Some((m, _)) = &c.mv_mul
@@ -1436,6 +1437,7 @@ impl Checker {
                     _ => self.netq_slot(Netq::Push, width, index, t, w.op.span),
                 }
             }
+            self.follow_pads(c, t, popped, &tiles);
         }
     }
 

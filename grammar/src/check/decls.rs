@@ -384,6 +384,8 @@ impl Checker {
         // What the host puts in memory before the program starts.
         for &(space, start, end, i) in &index {
             let d = &self.decls[i];
+            let matrix_in_mrf =
+                Some(space) == Space::of(Mem::Mrf, false) && d.kind == DeclKind::Matrix;
             if d.kind == DeclKind::Output && d.init == Init::Load {
                 continue; // written by the program, read back after it
             }
@@ -391,11 +393,14 @@ impl Checker {
             for r in start..end {
                 self.regs.write(space, r, w);
             }
-            if Some(space) == Space::of(Mem::Mrf, false) && d.kind == DeclKind::Matrix {
+            self.load_pads(space, start, i);
+            if matrix_in_mrf {
                 self.mrf_tiles
                     .extend((start..end).map(|r| (r, (i, r - start))));
             }
         }
+
+        self.pads.active = self.any_pads();
 
         // netq: inputs pushed and outputs collected, in declaration order, row by row.
         let mut total = 0usize;

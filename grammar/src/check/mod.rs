@@ -11,6 +11,7 @@
 mod chain;
 mod decls;
 mod eval;
+mod pads;
 mod state;
 
 use crate::ast::{self, Expr, File, Ident, Instr, Item, Operand};
@@ -162,6 +163,8 @@ pub(crate) struct Checker {
     pub open: Option<OpenChain>,
     pub chains: Vec<Chain>,
     pub regs: Regs,
+    /// Pad lanes per register (warning `nnp::pad-lanes`).
+    pub pads: pads::PadLanes,
     /// The matrix declaration and tile (row-major index in it) whose data each mrf tile
     /// holds: placed there, or copied there by `m_rd`/`m_wr`.
     pub mrf_tiles: HashMap<u32, (usize, u32)>,
@@ -220,6 +223,7 @@ impl Checker {
             open: None,
             chains: Vec::new(),
             regs: Regs::new(),
+            pads: pads::PadLanes::default(),
             mrf_tiles: HashMap::new(),
             inputs: Queue::default(),
             outputs: Queue::default(),

@@ -291,6 +291,61 @@ fn same_iteration_write_of_read_register_has_no_self_edge() {
 }
 
 #[test]
+fn overlapping_writes_of_one_chain_are_ordered() {
+    // rows = 2. Chain 0 pops x into ivrf[0..2]. Chain 1 reads ivrf[0..2] and writes the carried
+    // vector twice: ivrf[2..4], then ivrf[3..5]. Both hang off the read (no MFU op), so only a
+    // WAW edge can say that the second write is what ivrf[3] holds: 3 -> 4 on ivrf[3]. Chain 2
+    // reads ivrf[3..5]: RAW from the second write only (4 -> 6 on ivrf[3..5]); ivrf[2], which
+    // only the first write wrote, nobody reads.
+    // Nodes: 0 pop, 1 wr ivrf[0..2]; 2 rd ivrf[0..2], 3 wr ivrf[2..4], 4 wr ivrf[3..5];
+    // 5 rd ivrf[3..5], 6 push.
+    let (_, g) = build(
+        "input x : [8]\n\
+         output y : [8]\n\
+         s_wr rows, 2\n\
+         v_rd netq\n\
+         v_wr ivrf[0]\n\
+         end_chain\n\
+         v_rd ivrf[0]\n\
+         v_wr ivrf[2]\n\
+         v_wr ivrf[3]\n\
+         end_chain\n\
+         v_rd ivrf[3]\n\
+         v_wr netq\n\
+         end_chain\n",
+    );
+    assert_eq!(
+        edges(&g),
+        vec![
+            e(0, 1, Pipe, ""),
+            e(1, 2, Raw, "ivrf[0..2]"),
+            e(2, 3, Pipe, ""),
+            e(2, 4, Pipe, ""),
+            e(3, 4, Waw, "ivrf[3]"),
+            e(4, 5, Raw, "ivrf[3..5]"),
+            e(5, 6, Pipe, ""),
+        ]
+    );
+    // Two writes of the same registers in one iteration: one WAW over both.
+    let (_, g) = build(
+        "input x : [4]\n\
+         output y : [4] at ivrf[1]\n\
+         v_rd netq\n\
+         v_wr ivrf[1]\n\
+         v_wr ivrf[1]\n\
+         end_chain\n",
+    );
+    assert_eq!(
+        edges(&g),
+        vec![
+            e(0, 1, Pipe, ""),
+            e(0, 2, Pipe, ""),
+            e(1, 2, Waw, "ivrf[1]")
+        ]
+    );
+}
+
+#[test]
 fn dot_and_json_exports() {
     let (p, g) = build(WAR_WAW);
     let dot = g.to_dot(&p);

@@ -425,6 +425,7 @@ impl SwGraph {
                 self.native
             )));
         }
+        float_format(&self.storage).map_err(|e| GraphError::Other(format!("storage: {e}")))?;
         for (i, node) in self.nodes.iter().enumerate() {
             let bad = |message: String| GraphError::Node {
                 node: i,
@@ -444,15 +445,32 @@ impl SwGraph {
                 )));
             }
         }
-        for o in &self.outputs {
-            if o.shape.iter().product::<usize>() != o.rows * o.row_len {
+        for (i, o) in self.outputs.iter().enumerate() {
+            if self.outputs[..i].iter().any(|p| p.name == o.name) {
+                return Err(GraphError::Other(format!(
+                    "output `{}` is listed twice in the graph's outputs",
+                    o.name
+                )));
+            }
+            let elements = o
+                .shape
+                .iter()
+                .try_fold(1usize, |acc, &d| acc.checked_mul(d));
+            if elements.is_none() || elements != o.rows.checked_mul(o.row_len) {
                 return Err(GraphError::Other(format!(
                     "output `{}` has shape {:?} but {} rows of {} values",
                     o.name, o.shape, o.rows, o.row_len
                 )));
             }
         }
+        let mut rows_made = std::collections::HashMap::new();
         for (id, name, row, src) in self.output_nodes() {
+            if let Some(first) = rows_made.insert((name, row), id) {
+                return Err(GraphError::Other(format!(
+                    "{first} and {id} both write row {row} of output `{name}`: a row has one \
+                     value"
+                )));
+            }
             let info = self.outputs.iter().find(|o| o.name == name);
             let fits = info.is_some_and(|o| {
                 row < o.rows
@@ -479,6 +497,12 @@ impl SwGraph {
             }
         }
         for w in &self.writes {
+            float_format(&w.storage).map_err(|e| {
+                GraphError::Other(format!(
+                    "write record of chain {} iteration {}: storage {e}",
+                    w.chain, w.iteration
+                ))
+            })?;
             match self.nodes.get(w.value.index()) {
                 Some(n) if n.ty == (Ty::Vector { tiles: w.tiles }) => {}
                 _ => {
@@ -533,11 +557,26 @@ pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String
             other => Err(format!("{v} must be a vector value, is {other:?}")),
         }
     };
+    // A tile count that a value's type can hold (u32), computed without overflow.
+    let tile_count = |tiles: Option<usize>, what: &dyn Fn() -> String| -> Result<u32, String> {
+        tiles
+            .and_then(|t| u32::try_from(t).ok())
+            .ok_or_else(|| format!("{} is more tiles than a value holds ({})", what(), u32::MAX))
+    };
     match op {
         Op::Input { shape, .. } | Op::Weight { shape, .. } | Op::Zero { shape } => {
             if shape.is_empty() || shape.contains(&0) {
                 return Err(format!(
                     "shape {shape:?} must be non-empty with no zero extent"
+                ));
+            }
+            if shape
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .is_none()
+            {
+                return Err(format!(
+                    "shape {shape:?} has more elements than memory can hold"
                 ));
             }
             Ok(Ty::Logical {
@@ -549,17 +588,24 @@ pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String
                 return Err(format!("{src} must be a logical value"));
             };
             let c = shape.last().copied().unwrap_or(1);
-            let rows: usize = shape[..shape.len() - 1].iter().product();
+            let what = || format!("shape {shape:?} at N = {n}");
             match layout {
-                TileLayout::Vector => Ok(Ty::Vector {
-                    tiles: (rows * c.div_ceil(n)) as u32,
-                }),
+                TileLayout::Vector => {
+                    let rows = shape[..shape.len().saturating_sub(1)]
+                        .iter()
+                        .try_fold(1usize, |a, &d| a.checked_mul(d));
+                    let tiles = rows.and_then(|r| r.checked_mul(c.div_ceil(n)));
+                    Ok(Ty::Vector {
+                        tiles: tile_count(tiles, &what)?,
+                    })
+                }
                 TileLayout::Matrix => {
                     if shape.len() != 2 {
                         return Err(format!("a matrix must be 2-D, {src} has shape {shape:?}"));
                     }
+                    let tiles = shape[0].div_ceil(n).checked_mul(c.div_ceil(n));
                     Ok(Ty::TileStack {
-                        tiles: (shape[0].div_ceil(n) * c.div_ceil(n)) as u32,
+                        tiles: tile_count(tiles, &what)?,
                     })
                 }
             }
@@ -571,10 +617,13 @@ pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String
             }
             Ok(Ty::Logical { shape: vec![*len] })
         }
-        Op::Round { src, .. } => match ty(*src)? {
-            t @ (Ty::Vector { .. } | Ty::TileStack { .. }) => Ok(t.clone()),
-            other => Err(format!("cannot round a {other:?} value")),
-        },
+        Op::Round { src, format } => {
+            float_format(format)?;
+            match ty(*src)? {
+                t @ (Ty::Vector { .. } | Ty::TileStack { .. }) => Ok(t.clone()),
+                other => Err(format!("cannot round a {other:?} value")),
+            }
+        }
         Op::Quantize { src, axis, .. } => match (ty(*src)?, axis) {
             (t @ Ty::Vector { .. }, BlockAxis::VectorTile)
             | (t @ Ty::TileStack { .. }, BlockAxis::TileRow) => Ok(t.clone()),
@@ -607,7 +656,12 @@ pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String
                         p.value
                     ));
                 }
-                total += p.count;
+                total = total.checked_add(p.count).ok_or_else(|| {
+                    format!(
+                        "the parts add up to more tiles than a value holds ({})",
+                        u32::MAX
+                    )
+                })?;
             }
             Ok(match kind {
                 Ty::TileStack { .. } => Ty::TileStack { tiles: total },
@@ -615,36 +669,59 @@ pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String
             })
         }
         Op::TiledMatVec {
-            x, w, rows, cols, ..
+            x,
+            w,
+            rows,
+            cols,
+            output,
+            ..
         } => {
+            float_format(output).map_err(|e| format!("output {e}"))?;
             let xt = vector(*x)?;
             let Ty::TileStack { tiles: wt } = ty(*w)? else {
                 return Err(format!("{w} must be a tile stack"));
             };
-            if xt != *cols || *wt != rows * cols || *rows == 0 {
+            let need = u64::from(*rows) * u64::from(*cols);
+            if xt != *cols || u64::from(*wt) != need || *rows == 0 {
                 return Err(format!(
-                    "rows = {rows}, cols = {cols} need a {cols}-tile vector and {} tiles, got {xt} \
-                     and {wt}",
-                    rows * cols
+                    "rows = {rows}, cols = {cols} need a {cols}-tile vector and {need} tiles, got \
+                     {xt} and {wt}"
                 ));
             }
             Ok(Ty::Vector { tiles: *rows })
         }
-        Op::Binary { a, b, .. } => {
+        Op::Binary { a, b, format, .. } => {
+            float_format(format)?;
             let (ta, tb) = (vector(*a)?, vector(*b)?);
             if ta != tb {
                 return Err(format!("operands of {ta} and {tb} tiles"));
             }
             Ok(Ty::Vector { tiles: ta })
         }
-        Op::Unary { src, .. } => Ok(Ty::Vector {
-            tiles: vector(*src)?,
-        }),
+        Op::Unary { src, format, .. } => {
+            float_format(format)?;
+            Ok(Ty::Vector {
+                tiles: vector(*src)?,
+            })
+        }
         Op::Output { src, .. } => match ty(*src)? {
             Ty::Logical { shape } if shape.len() == 1 => Ok(Ty::None),
             other => Err(format!(
                 "an output row must be an unpadded row, is {other:?}"
             )),
         },
+    }
+}
+
+/// A float format the numerics support (`FloatFormat`: `2 <= exp_bits <= 11`, `mant_bits <= 52`,
+/// every such format embeds in f64), or why not.
+fn float_format(f: &FloatFormat) -> Result<(), String> {
+    if (2..=11).contains(&f.exp_bits) && f.mant_bits <= 52 {
+        Ok(())
+    } else {
+        Err(format!(
+            "format fp({}, {}) is not supported (exponent bits 2 to 11, mantissa bits 0 to 52)",
+            f.exp_bits, f.mant_bits
+        ))
     }
 }

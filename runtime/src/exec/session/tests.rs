@@ -772,9 +772,10 @@ fn products_on_the_bounded_matmul_give_the_emulators_bits() {
 }
 
 /// Each output row goes into its output's buffer at its `Output` node: the rows of the
-/// README LSTM's `h` (one per step) come out in place, and a graph whose last `Output` node
-/// writes step 2's row again (a hand-edited `.swg.json`) names the row nothing produced
-/// instead of returning zeros there.
+/// README LSTM's `h` (one per step) come out in place. A hand-edited `.swg.json` whose last
+/// `Output` node writes step 2's row again is refused, naming both nodes; one that declares a
+/// fifth row that no node writes names the row nothing produced instead of returning zeros
+/// there.
 #[test]
 fn output_rows_fill_in_place_and_a_missing_row_is_named() {
     let (program, mut g) = lstm_sample();
@@ -796,9 +797,15 @@ fn output_rows_fill_in_place_and_a_missing_row_is_named() {
         .expect("an output node");
     assert_eq!(*last, 3);
     *last = 2;
-    let e = execute(&g, &data, &ExecOptions::default()).expect_err("row 3 is missing");
+    let e = execute(&g, &data, &ExecOptions::default()).expect_err("row 2 twice");
+    assert!(e.to_string().contains("both write row 2 of output `h`"), "{e}");
+    let mut g5 = lstm_sample().1;
+    let h = g5.outputs.iter_mut().find(|o| o.name == "h").expect("h");
+    assert_eq!((h.rows, &h.shape), (4, &vec![4, 256]));
+    (h.rows, h.shape) = (5, vec![5, 256]);
+    let e = execute(&g5, &data, &ExecOptions::default()).expect_err("row 4 is missing");
     assert!(
-        e.to_string().contains("output `h` row 3 is never produced"),
+        e.to_string().contains("output `h` row 4 is never produced"),
         "{e}"
     );
 }
