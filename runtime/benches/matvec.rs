@@ -114,12 +114,15 @@ fn bench(c: &mut Criterion) {
             ))
         })
     });
-    g.bench_function("int_matvec", |b| {
-        b.iter(|| {
-            let xi = intdot::IntVector::new(black_box(&xv), B, TILES, N).expect("x fits");
-            black_box(intdot::matvec(&spec, &wi, &xi, true))
-        })
-    });
+    // Each SIMD kernel this CPU has (`int_matvec_Avx2`, `int_matvec_Vnni`).
+    for which in intdot::Kernel::available().into_iter().skip(1) {
+        g.bench_function(format!("int_matvec_{which:?}"), |b| {
+            b.iter(|| {
+                let xi = intdot::IntVector::new(black_box(&xv), B, TILES, N).expect("x fits");
+                black_box(intdot::matvec(&spec, &wi, &xi, which))
+            })
+        });
+    }
     g.finish();
     let mut g = c.benchmark_group("lstm1024_mfu_b64");
     g.sample_size(20);

@@ -294,6 +294,8 @@ fn measure(
             // the integer kernel takes the float path product by product.
             "products": floor_calls,
             "int_products": paths.int_products,
+            // Of those, the products on bytes (AVX-512 VNNI `vpdpbusd`).
+            "byte_products": paths.byte_products,
             // Of those, the products on the GPU (`--device cuda`), and its name.
             "gpu_products": paths.gpu_products,
             "gpu": gpu,
@@ -432,9 +434,14 @@ fn table(r: &Value) -> String {
         ),
         None => writeln!(
             s,
-            "products: {} of {} on the integer kernel (AVX2 vpmaddwd; {} of them on integer \
-             slices), the rest on the float path ({} on its bounded f64 matmul)",
-            sw["int_products"], sw["products"], sw["sliced_products"], sw["bounded_products"]
+            "products: {} of {} on the integer kernel ({} of them on bytes with AVX-512 VNNI \
+             vpdpbusd, the others AVX2 vpmaddwd; {} on integer slices), the rest on the float \
+             path ({} on its bounded f64 matmul)",
+            sw["int_products"],
+            sw["products"],
+            sw["byte_products"],
+            sw["sliced_products"],
+            sw["bounded_products"]
         ),
     };
     if sw["shards"].as_u64().is_some_and(|k| k > 1) {
@@ -594,6 +601,13 @@ mod tests {
             0
         };
         assert_eq!(r["software_graph"]["int_products"], int);
+        // And on bytes where the CPU has AVX-512 VNNI (BFP 8 mantissas fit a byte).
+        let bytes = if nnp_runtime::exec::intdot::vnni() {
+            8
+        } else {
+            0
+        };
+        assert_eq!(r["software_graph"]["byte_products"], bytes);
         assert!(
             r["software_graph"]["vectors_per_second"]
                 .as_f64()

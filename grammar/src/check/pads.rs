@@ -130,7 +130,7 @@ impl Checker {
 
     /// Pad lanes exist only where some row (or a matrix's column of tiles) is partial.
     pub(super) fn any_pads(&self) -> bool {
-        let partial = |len: usize| len % self.n != 0;
+        let partial = |len: usize| !len.is_multiple_of(self.n);
         self.decls
             .iter()
             .any(|d| partial(d.row_len()) || (d.kind == DeclKind::Matrix && partial(d.rows())))

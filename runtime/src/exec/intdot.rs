@@ -20,10 +20,12 @@
 //! whose sums were inexact is summed again exactly from recomputed partials).
 //!
 //! The integers are `i16`; `vpmaddwd` multiplies 16 pairs and adds adjacent products into 8
-//! `i32` lanes (twice the multiply-adds per instruction of an f32 FMA, half the bytes). The
-//! scalar kernel computes the same integers from the same layout: it is the reference the SIMD
-//! kernel is tested against. The session takes this path only where the CPU has AVX2 and FMA
-//! ([`simd`]); elsewhere the f32/f64 BLAS path runs.
+//! `i32` lanes (twice the multiply-adds per instruction of an f32 FMA, half the bytes). Where
+//! the CPU has AVX-512 VNNI, tiles and vectors whose integers all fit a byte (BFP 8, the
+//! default target's) are also held as bytes, and `vpdpbusd` multiplies 64 pairs of them an
+//! instruction ([`Kernel::Vnni`]). The scalar kernel computes the same integers from the same
+//! layout: it is the reference the SIMD kernels are tested against. The session takes this
+//! path only where the CPU has AVX2 and FMA ([`simd`]); elsewhere the f32/f64 BLAS path runs.
 
 use super::matmul::{ExactSums, MatVec, seq_format, seq_sums};
 use super::quant::{BfpInts, avx2_copy, to_i16};
@@ -72,6 +74,54 @@ pub fn simd() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
+    }
+}
+
+/// Whether the CPU has AVX-512 VNNI (with AVX2 and FMA): tiles and vectors whose integers fit
+/// a byte are then also held as bytes, for [`Kernel::Vnni`].
+pub fn vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        simd()
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The kernel that computes the tile partials. Each gives the same integers; a kernel the CPU
+/// lacks, or that the data does not fit, hands over to the next one down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// One lane at a time: the reference the SIMD kernels are tested against.
+    Scalar,
+    /// `vpmaddwd` on the `i16` integers (AVX2 and FMA).
+    Avx2,
+    /// `vpdpbusd` on bytes (AVX-512 VNNI) where the tile and the vector tiles fit a byte
+    /// (`NarrowTile`), else [`Kernel::Avx2`].
+    Vnni,
+}
+
+impl Kernel {
+    /// The fastest kernel this CPU has.
+    pub fn best() -> Kernel {
+        if vnni() {
+            Kernel::Vnni
+        } else if simd() {
+            Kernel::Avx2
+        } else {
+            Kernel::Scalar
+        }
+    }
+
+    /// Every kernel this CPU runs, the scalar one first (the tests hold each to it).
+    pub fn available() -> Vec<Kernel> {
+        let all = [Kernel::Scalar, Kernel::Avx2, Kernel::Vnni];
+        let best = Kernel::best();
+        all.into_iter().filter(|&k| k as u8 <= best as u8).collect()
     }
 }
 
@@ -301,12 +351,27 @@ fn tile_to_ints(
     Some((bits, neg_zero))
 }
 
-/// The offset of lane `l` of row `r` in a packed `n x n` tile: row blocks of [`ROW_BLOCK`]
-/// rows, inside one `[n / 2][ROW_BLOCK][2]`, so one 32-byte load is 2 consecutive lanes of 8
-/// rows and a row block's `n / 2` loads are contiguous.
+/// The offset of lane `l` of row `r` in a packed `n x n` tile of `i16`: row blocks of
+/// [`ROW_BLOCK`] rows, inside one `[n / 2][ROW_BLOCK][2]`, so one 32-byte load is 2
+/// consecutive lanes of 8 rows and a row block's `n / 2` loads are contiguous.
 #[inline]
 fn packed_at(n: usize, r: usize, l: usize) -> usize {
-    (((r / ROW_BLOCK) * (n / 2) + l / 2) * ROW_BLOCK + r % ROW_BLOCK) * 2 + l % 2
+    grouped_at::<2>(n, r, l)
+}
+
+/// The offset of lane `l` of row `r` in a packed `n x n` tile of bytes ([`NarrowTile`]):
+/// `[n / 4][ROW_BLOCK][4]` per row block, so one 64-byte load is 4 consecutive lanes of its
+/// 16 rows.
+#[inline]
+fn narrow_at(n: usize, r: usize, l: usize) -> usize {
+    grouped_at::<4>(n, r, l)
+}
+
+/// Row blocks of [`ROW_BLOCK`] rows, each `[n / G][ROW_BLOCK][G]`: `G` consecutive lanes of a
+/// row together, then the block's other rows.
+#[inline]
+fn grouped_at<const G: usize>(n: usize, r: usize, l: usize) -> usize {
+    (((r / ROW_BLOCK) * (n / G) + l / G) * ROW_BLOCK + r % ROW_BLOCK) * G + l % G
 }
 
 /// One packed `n x n` tile of an [`IntWeights`], as the kernel reads it.
@@ -319,6 +384,51 @@ struct Tile<'a> {
     /// exact zeros, and a matrix padded to the native dimension (16 x 16 in a 128 x 128 tile)
     /// is mostly such lanes.
     reach: &'a [u32],
+    /// The same integers as bytes, where they all fit one.
+    narrow: Option<NarrowTile<'a>>,
+}
+
+/// A tile's integers as bytes, for [`Kernel::Vnni`] (its module says why this is exact).
+#[derive(Clone, Copy)]
+struct NarrowTile<'a> {
+    /// The integers, laid out by [`narrow_at`].
+    ints: &'a [i8],
+    /// Per row: `-128` times the sum of its integers (wrapping; exact modulo `2^32`).
+    offset: &'a [i32],
+}
+
+/// A weight stack's integers as bytes ([`NarrowTile`]), laid out as [`IntWeights`]' `packed`
+/// and `scale` are.
+struct NarrowWeights {
+    ints: Vec<i8>,
+    offset: Vec<i32>,
+}
+
+impl NarrowWeights {
+    /// The packed `i16` tiles as bytes, or `None` where an integer does not fit one.
+    fn new(packed: &[i16], n: usize) -> Option<NarrowWeights> {
+        let byte = |q: i16| i8::try_from(q).ok();
+        if !packed.par_iter().all(|&q| byte(q).is_some()) {
+            return None;
+        }
+        let mut ints = vec![0i8; packed.len()];
+        let mut offset = vec![0i32; packed.len() / n];
+        ints.par_chunks_mut(n * n)
+            .zip(offset.par_chunks_mut(n))
+            .zip(packed.par_chunks(n * n))
+            .for_each(|((dst, off), tile)| {
+                for r in 0..n {
+                    let mut sum = 0i32;
+                    for l in 0..n {
+                        let q = tile[packed_at(n, r, l)];
+                        sum = sum.wrapping_add(i32::from(q));
+                        dst[narrow_at(n, r, l)] = q as i8;
+                    }
+                    off[r] = sum.wrapping_mul(-128);
+                }
+            });
+        Some(NarrowWeights { ints, offset })
+    }
 }
 
 /// A weight stack `[rows * cols, n, n]` as integers, packed for the kernel.
@@ -351,6 +461,8 @@ pub struct IntWeights {
     /// Whether the stack held a `-0.0` (its integer is 0, so [`IntWeights::restore`] cannot
     /// give its sign back).
     neg_zero: bool,
+    /// The integers as bytes, where the CPU has VNNI ([`vnni`]) and they all fit one.
+    narrow: Option<NarrowWeights>,
 }
 
 /// Where the tiles of a stack `[rows * cols, n, n]` come from (row-major `n x n` each).
@@ -455,10 +567,12 @@ impl IntWeights {
                     * ROW_BLOCK
             })
             .collect();
+        let narrow = vnni().then(|| NarrowWeights::new(&packed, n)).flatten();
         Some(IntWeights {
             rows,
             cols,
             n,
+            narrow,
             packed,
             reach,
             live_rows,
@@ -526,6 +640,10 @@ impl IntWeights {
         Tile {
             ints: &self.packed[t * nn..][..nn],
             reach: &self.reach[t * blocks..][..blocks],
+            narrow: self.narrow.as_ref().map(|w| NarrowTile {
+                ints: &w.ints[t * nn..][..nn],
+                offset: &w.offset[t * self.n..][..self.n],
+            }),
         }
     }
 
@@ -612,6 +730,9 @@ pub struct IntVector {
     bits: u32,
     /// The largest magnitude an integer may have ([`qmax`], or a slice's width).
     limit: i32,
+    /// Each integer plus 128 as a byte, laid out as `q`, where the CPU has VNNI ([`vnni`])
+    /// and every integer lies in `-128..=127` (for [`Kernel::Vnni`]).
+    biased: Option<Vec<u8>>,
 }
 
 impl IntVector {
@@ -741,8 +862,10 @@ impl IntVector {
         let bits = mag_bits(&q);
         let scale = scales(&unit);
         let aligned = Aligned::new(&unit, b, cols, |bi, j| j * b + bi);
+        let biased = vnni().then(|| biased_bytes(&q)).flatten();
         IntVector {
             b,
+            biased,
             q,
             unit,
             scale,
@@ -803,6 +926,17 @@ impl IntVector {
                 .flat_map(|u| u[b0..b0 + items].iter().copied()),
         )
     }
+}
+
+/// Whether `kernel` takes every tile of `w x` on bytes ([`Kernel::Vnni`]).
+pub fn on_bytes(kernel: Kernel, w: &IntWeights, x: &IntVector) -> bool {
+    kernel == Kernel::Vnni && vnni() && w.narrow.is_some() && x.biased.is_some()
+}
+
+/// Each integer plus 128 as a byte, or `None` where one lies outside `-128..=127`.
+fn biased_bytes(q: &[i16]) -> Option<Vec<u8>> {
+    let fits = q.iter().fold(true, |ok, v| ok & (-128..=127).contains(v));
+    fits.then(|| q.iter().map(|&v| (v + 128) as u8).collect())
 }
 
 /// Whether the kernel computes every tile partial `P` of `w` times `x` exactly and every
@@ -981,7 +1115,7 @@ impl SlicedWeights {
     /// partial, which the slices split), or `None` when `x` has a value of more than
     /// `MAX_VALUE_BITS`, needs more slices than `MAX_PASSES` allows, or the product does
     /// not [`fits`].
-    pub fn matvec(&self, spec: &MatVec, x: &[f64], b: usize, simd: bool) -> Option<Vec<f64>> {
+    pub fn matvec(&self, spec: &MatVec, x: &[f64], b: usize, which: Kernel) -> Option<Vec<f64>> {
         let (n, cols) = (self.w.n, self.w.cols / self.slices);
         if spec.accumulation != Accumulation::Exact || b == 0 || x.len() != b * cols * n {
             return None;
@@ -1004,15 +1138,16 @@ impl SlicedWeights {
             cols: wide.cols(),
             ..*spec
         };
-        Some(matvec(&spec, &self.w, &wide, simd))
+        Some(matvec(&spec, &self.w, &wide, which))
     }
 }
 
 /// `y = W x` as [`super::matmul::matvec_exact`] defines it, on integer mantissas: `[b, rows *
-/// n]`. The caller checks [`fits`]; `simd` picks the AVX2 kernel (the caller checks [`simd`]).
-pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, simd: bool) -> Vec<f64> {
+/// n]`. The caller checks [`fits`]; `which` picks the kernel ([`Kernel::best`]; one the CPU
+/// lacks hands over to the next one down).
+pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, which: Kernel) -> Vec<f64> {
     let per_task = items_per_task(x.b, w.rows, rayon::current_num_threads());
-    matvec_tasks(spec, w, x, simd, per_task)
+    matvec_tasks(spec, w, x, which, per_task)
 }
 
 /// [`matvec`] with tasks of `per_task` batch items (and one row tile) each.
@@ -1020,7 +1155,7 @@ fn matvec_tasks(
     spec: &MatVec,
     w: &IntWeights,
     x: &IntVector,
-    simd: bool,
+    which: Kernel,
     per_task: usize,
 ) -> Vec<f64> {
     // Tile column j of x reads weight column j % w.cols (the same column when x has as many).
@@ -1062,7 +1197,7 @@ fn matvec_tasks(
                 // item's common units; scaled and rounded once at the end, item by item in L1,
                 // straight into the output.
                 let mut acc = vec![0i32; items * live];
-                sum_tiles(simd, w, i, &part, &mut acc, live, |j| {
+                sum_tiles(which, w, i, &part, &mut acc, live, |j| {
                     (w.shifts(i, j), part.shifts(j))
                 });
                 let base_w = &w.aligned.base[i * n..][..live];
@@ -1074,7 +1209,7 @@ fn matvec_tasks(
             }
             if plain_sums(spec, w, x, i, b0, items) {
                 let mut s = vec![0.0f64; items * live];
-                sum_tiles(simd, w, i, &part, &mut s, live, |j| {
+                sum_tiles(which, w, i, &part, &mut s, live, |j| {
                     (w.scales(i, j), part.scales(j))
                 });
                 sums.round(&mut s);
@@ -1089,7 +1224,7 @@ fn matvec_tasks(
                 // exact f64 terms, its high and low 32 bits scaled, rounded once as a running
                 // sum of two (re-summed exactly where the two do not add exactly in f64).
                 let mut acc = vec![0i64; items * live];
-                sum_tiles(simd, w, i, &part, &mut acc, live, |j| {
+                sum_tiles(which, w, i, &part, &mut acc, live, |j| {
                     (w.shifts(i, j), part.shifts(j))
                 });
                 let (base_w, m) = (&w.aligned.base[i * n..][..live], items * live);
@@ -1115,7 +1250,7 @@ fn matvec_tasks(
                     let mut sink = Emit(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
                         t[bi * n + r0..][..ROW_BLOCK].copy_from_slice(&scaled(j, bi, r0, p));
                     });
-                    kernel(simd, w.tile(i, j), part.ints(j), &[], n, &mut sink);
+                    kernel(which, w.tile(i, j), part.tiles(j), &[], n, &mut sink);
                 }
                 seq_sums(&seq, &spec.output, &all, items * n)
             } else {
@@ -1128,9 +1263,9 @@ fn matvec_tasks(
                         ExactSums::add(&mut s[at.clone()], &mut err[at], &scaled(j, bi, r0, p));
                     });
                     kernel(
-                        simd,
+                        which,
                         w.tile(i, j),
-                        part.ints(j),
+                        part.tiles(j),
                         part.units(j),
                         n,
                         &mut sink,
@@ -1169,8 +1304,22 @@ struct Items<'a> {
 impl<'a> Items<'a> {
     /// The integers of tile column `j`.
     fn ints(&self, j: usize) -> &'a [i16] {
+        &self.x.q[self.range(j)]
+    }
+
+    /// Tile column `j` for the kernel: its integers and their biased bytes.
+    fn tiles(&self, j: usize) -> XTiles<'a> {
+        XTiles {
+            ints: self.ints(j),
+            biased: self.x.biased.as_ref().map(|v| &v[self.range(j)]),
+        }
+    }
+
+    /// Where the integers of tile column `j` lie in the vector's.
+    fn range(&self, j: usize) -> std::ops::Range<usize> {
         let n = self.x.q.len() / self.x.unit.len().max(1);
-        &self.x.q[(j * self.x.b + self.b0) * n..][..self.len * n]
+        let start = (j * self.x.b + self.b0) * n;
+        start..start + self.len * n
     }
 
     /// `2^unit` of tile column `j`, by item.
@@ -1202,7 +1351,7 @@ impl<'a> Items<'a> {
 /// partials of the items `part`, with the factors `factors(j)` (per row, per item). Columns
 /// that are zero for every item add nothing and are skipped ([`Items::empty`]).
 fn sum_tiles<'a, S: Sum>(
-    simd: bool,
+    which: Kernel,
     w: &IntWeights,
     i: usize,
     part: &Items<'a>,
@@ -1219,9 +1368,9 @@ fn sum_tiles<'a, S: Sum>(
             n: live,
         };
         kernel(
-            simd,
+            which,
             w.tile(i, j),
-            part.ints(j),
+            part.tiles(j),
             part.units(j),
             w.n,
             &mut sink,
@@ -1446,28 +1595,50 @@ impl<F: FnMut(usize, usize, &[i32; ROW_BLOCK])> Sink for Adds<F> {
 
 /// Integer partials of one packed matrix tile with the vector tiles `xs` (`[items][n]`, with
 /// their `units`, or none), handed to `sink`. A sink that adds each partial ([`Sink::adds`])
-/// does not get the row blocks without a nonzero weight, nor (SIMD kernel) the register
+/// does not get the row blocks without a nonzero weight, nor (SIMD kernels) the register
 /// blocks of items whose tiles are all zero (unit `ZERO_RUN`): their partials are 0. Every
 /// other sink gets every block. The scalar loop multiplies every lane of every item (it is the
-/// reference the tests hold the SIMD kernel, the tiles' reach and the items' units to).
-fn kernel(simd: bool, tile: Tile<'_>, xs: &[i16], units: &[i32], n: usize, sink: &mut impl Sink) {
-    assert!(supports(n) && tile.ints.len() == n * n && xs.len().is_multiple_of(n));
+/// reference the tests hold the SIMD kernels, the tiles' reach and the items' units to).
+fn kernel(
+    which: Kernel,
+    tile: Tile<'_>,
+    xs: XTiles<'_>,
+    units: &[i32],
+    n: usize,
+    sink: &mut impl Sink,
+) {
+    let XTiles { ints, biased } = xs;
+    assert!(supports(n) && tile.ints.len() == n * n && ints.len().is_multiple_of(n));
     assert!(tile.reach.len() == n / ROW_BLOCK && tile.reach.iter().all(|&p| 2 * p as usize <= n));
-    assert!(units.is_empty() || units.len() == xs.len() / n);
+    assert!(units.is_empty() || units.len() == ints.len() / n);
     let skip_empty = sink.adds();
     #[cfg(target_arch = "x86_64")]
-    if simd && self::simd() {
-        // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of
-        // ROW_BLOCK and the lengths and reaches are asserted above; every access of
-        // `avx2::tile` is inside them.
+    {
         let zero = |b0: usize, c: usize| {
             skip_empty && !units.is_empty() && units[b0..b0 + c].iter().all(|&u| u == ZERO_RUN)
         };
-        unsafe { avx2::tile(tile, skip_empty, xs, zero, n, sink) };
-        return;
+        if which == Kernel::Vnni
+            && vnni()
+            && let (Some(narrow), Some(bytes)) = (tile.narrow, biased)
+        {
+            assert!(narrow.ints.len() == n * n && narrow.offset.len() == n);
+            assert_eq!(bytes.len(), ints.len());
+            // SAFETY: AVX-512 VNNI, AVX2 and FMA are present (checked just above), the tile
+            // is narrow, `n` is a multiple of ROW_BLOCK and the lengths and reaches are
+            // asserted above; every access of `vnni::tile` is inside them.
+            unsafe { vnni::tile(tile, skip_empty, bytes, zero, n, sink) };
+            return;
+        }
+        if which != Kernel::Scalar && simd() {
+            // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of
+            // ROW_BLOCK and the lengths and reaches are asserted above; every access of
+            // `avx2::tile` is inside them.
+            unsafe { avx2::tile(tile, skip_empty, ints, zero, n, sink) };
+            return;
+        }
     }
-    let _ = simd;
-    for (bi, x) in xs.chunks(n).enumerate() {
+    let _ = (which, biased);
+    for (bi, x) in ints.chunks(n).enumerate() {
         for r0 in (0..n).step_by(ROW_BLOCK) {
             if skip_empty && tile.reach[r0 / ROW_BLOCK] == 0 {
                 continue;
@@ -1481,6 +1652,14 @@ fn kernel(simd: bool, tile: Tile<'_>, xs: &[i16], units: &[i32], n: usize, sink:
     }
 }
 
+/// Vector tiles `[items][n]` for [`kernel`]: their integers, and the same plus 128 as bytes
+/// where they all fit one (`IntVector`'s `biased`).
+#[derive(Clone, Copy)]
+struct XTiles<'a> {
+    ints: &'a [i16],
+    biased: Option<&'a [u8]>,
+}
+
 /// The reference: row `r` of a packed tile times one vector tile, one lane at a time.
 fn dot_scalar(tile: &[i16], x: &[i16], n: usize, r: usize) -> i32 {
     x.iter()
@@ -1491,6 +1670,8 @@ fn dot_scalar(tile: &[i16], x: &[i16], n: usize, r: usize) -> i32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -125,6 +125,10 @@ pub struct PathCounts {
     /// Products (`TiledMatVec` nodes) computed on the integer kernel ([`intdot`]); the others
     /// took a float path.
     pub int_products: usize,
+    /// Of those, the products whose weights and vector the CPU took as bytes, on the AVX-512
+    /// VNNI kernel ([`intdot::Kernel::Vnni`]: BFP 8 and narrower; sliced products not
+    /// counted).
+    pub byte_products: usize,
     /// Of those, the products computed on the GPU (`DeviceKind::Cuda`).
     pub gpu_products: usize,
     /// Of those, the products whose operands the kernel took in slices (fp8 and MX formats:
@@ -149,6 +153,7 @@ impl std::ops::Add for PathCounts {
     fn add(self, o: PathCounts) -> PathCounts {
         PathCounts {
             int_products: self.int_products + o.int_products,
+            byte_products: self.byte_products + o.byte_products,
             gpu_products: self.gpu_products + o.gpu_products,
             sliced_products: self.sliced_products + o.sliced_products,
             bounded_products: self.bounded_products + o.bounded_products,
@@ -163,10 +168,11 @@ impl std::fmt::Display for PathCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} products on the integer kernel ({} on the GPU, {} on integer slices), {} on the \
-             float path's bounded matmul, {} weight stacks prepared in one pass, {} vectors \
+            "{} products on the integer kernel ({} on bytes, {} on the GPU, {} on integer \
+             slices), {} on the float path's bounded matmul, {} weight stacks prepared in one pass, {} vectors \
              quantized straight to integers ({} of them from a concat's parts)",
             self.int_products,
+            self.byte_products,
             self.gpu_products,
             self.sliced_products,
             self.bounded_products,

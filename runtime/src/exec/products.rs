@@ -60,8 +60,12 @@ impl<'a> Executor<'a> {
         // unit holds take it in slices (exact accumulation only: no weights are sliced for
         // the others, which `SlicedWeights::matvec` refuses).
         if self.int && intdot::supports(n) {
+            let kernel = intdot::Kernel::best();
             let y = if let Some((wi, xi)) = self.int_operands(spec, operands)? {
-                Some(intdot::matvec(spec, &wi, &xi, intdot::simd()))
+                if intdot::on_bytes(kernel, &wi, &xi) {
+                    self.paths.insert((Path::Bytes, node));
+                }
+                Some(intdot::matvec(spec, &wi, &xi, kernel))
             } else if spec.accumulation == nnp_grammar::Accumulation::Exact
                 && let Some(y) = self.sliced_product(spec, operands)?
             {
@@ -633,7 +637,9 @@ impl<'a> Executor<'a> {
             },
         )?;
         let Some(sw) = sw else { return Ok(None) };
-        Ok(with_host(&xt, |v| sw.matvec(spec, v, b, intdot::simd()))?)
+        Ok(with_host(&xt, |v| {
+            sw.matvec(spec, v, b, intdot::Kernel::best())
+        })?)
     }
 
     /// Integer operands on the GPU, uploaded once (weights per session when `cacheable`, the

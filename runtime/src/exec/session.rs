@@ -722,6 +722,7 @@ const SMALL_WEIGHTS: usize = 1 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Path {
     IntKernel,
+    Bytes,
     Gpu,
     Slices,
     Bounded,
@@ -738,6 +739,7 @@ fn counts(paths: &Paths) -> PathCounts {
     let taken = |path| paths.iter().filter(|(p, _)| *p == path).count();
     PathCounts {
         int_products: taken(Path::IntKernel),
+        byte_products: taken(Path::Bytes),
         gpu_products: taken(Path::Gpu),
         sliced_products: taken(Path::Slices),
         bounded_products: taken(Path::Bounded),

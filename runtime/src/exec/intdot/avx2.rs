@@ -1,9 +1,42 @@
-//! The SIMD kernel: one tile's `i16` integers times register blocks of items' integers
-//! (`vpmaddwd`, 16 rows by up to 6 items), each block's `i32` partials handed to a [`Sink`].
-//! The scalar kernel (`dot_scalar`) computes the same integers and is its reference.
+//! The AVX2 kernel: one tile's `i16` integers times register blocks of items' integers
+//! (`vpmaddwd`, 16 rows by up to 6 items), each block's `i32` partials handed to a [`Sink`]
+//! ([`finish`], which the VNNI kernel shares). The scalar kernel (`dot_scalar`) computes the
+//! same integers and is its reference.
 
 use super::{Epilogue, ITEM_BLOCK, ROW_BLOCK, Sink, Sum, Sums, Tile};
 use std::arch::x86_64::*;
+
+/// `f::<C, N>(args)` with `C` the register block's item count `c` (1 to [`ITEM_BLOCK`]), a
+/// constant in each copy.
+macro_rules! by_items {
+    ($c:expr, $f:ident::<$n:ident>($($arg:expr),* $(,)?)) => {
+        match $c {
+            6 => $f::<6, $n>($($arg),*),
+            5 => $f::<5, $n>($($arg),*),
+            4 => $f::<4, $n>($($arg),*),
+            3 => $f::<3, $n>($($arg),*),
+            2 => $f::<2, $n>($($arg),*),
+            _ => $f::<1, $n>($($arg),*),
+        }
+    };
+}
+pub(super) use by_items;
+
+/// `f::<N>(args)` with `N` the tile size `n` where it is a common one, else `f::<0>` (any
+/// `n`): with `n` a constant, the items' vector rows are constant offsets from one pointer,
+/// so the inner loop spends no instructions on their addresses (it is bound by instruction
+/// dispatch, not only by its multiply-adds).
+macro_rules! by_tile_size {
+    ($n:expr, $f:ident($($arg:expr),* $(,)?)) => {
+        match $n {
+            64 => $f::<64>($($arg),*),
+            128 => $f::<128>($($arg),*),
+            256 => $f::<256>($($arg),*),
+            _ => $f::<0>($($arg),*),
+        }
+    };
+}
+pub(super) use by_tile_size;
 
 /// # Safety
 /// AVX2 and FMA must be present; `n % ROW_BLOCK == 0`, `tile.ints.len() == n * n`,
@@ -19,18 +52,8 @@ pub(super) unsafe fn tile(
     n: usize,
     sink: &mut impl Sink,
 ) {
-    // A copy per common tile size: with `n` a constant, the items' vector rows are
-    // constant offsets from one pointer, so the inner loop spends no instructions on their
-    // addresses (it is bound by instruction dispatch, not only by `vpmaddwd`).
     // SAFETY: as this function's contract.
-    unsafe {
-        match n {
-            64 => tile_n::<64>(tile, skip_empty, xs, &zero, n, sink),
-            128 => tile_n::<128>(tile, skip_empty, xs, &zero, n, sink),
-            256 => tile_n::<256>(tile, skip_empty, xs, &zero, n, sink),
-            _ => tile_n::<0>(tile, skip_empty, xs, &zero, n, sink),
-        }
-    }
+    unsafe { by_tile_size!(n, tile_n(tile, skip_empty, xs, &zero, n, sink)) }
 }
 
 /// [`tile`] for `n == N`, or any `n` where `N == 0`.
@@ -44,31 +67,41 @@ unsafe fn tile_n<const N: usize>(
     sink: &mut impl Sink,
 ) {
     let n = if N == 0 { n } else { N };
-    let items = xs.len() / n;
-    for (rb, &pairs) in tile.reach.iter().enumerate() {
+    for_blocks(
+        tile.reach,
+        skip_empty,
+        xs.len() / n,
+        zero,
+        |rb, pairs, b0, c| {
+            // The lane pairs up to the block's last nonzero weight: the rest add zeros.
+            let w = &tile.ints[rb * ROW_BLOCK * n..][..ROW_BLOCK * 2 * pairs as usize];
+            // SAFETY: as the function's contract; block() reads the row block `w` and items
+            // b0..b0 + c of `xs`.
+            unsafe { by_items!(c, block::<N>(w, xs, n, rb, b0, sink)) }
+        },
+    );
+}
+
+/// Calls `block(rb, pairs, b0, c)` for every row block `rb` of a tile (its reach `pairs`)
+/// and every register block of items `b0..b0 + c` (`c <= ITEM_BLOCK`) of `items`, leaving
+/// out, with `skip_empty`, the row blocks of reach 0, and the item blocks where `zero(b0, c)`.
+#[inline(always)]
+pub(super) fn for_blocks(
+    reach: &[u32],
+    skip_empty: bool,
+    items: usize,
+    zero: &impl Fn(usize, usize) -> bool,
+    mut block: impl FnMut(usize, u32, usize, usize),
+) {
+    for (rb, &pairs) in reach.iter().enumerate() {
         if skip_empty && pairs == 0 {
             continue;
         }
-        // The lane pairs up to the block's last nonzero weight: the rest add zeros.
-        let w = &tile.ints[rb * ROW_BLOCK * n..][..ROW_BLOCK * 2 * pairs as usize];
         let mut b0 = 0;
         while b0 < items {
             let c = (items - b0).min(ITEM_BLOCK);
-            if zero(b0, c) {
-                b0 += c;
-                continue;
-            }
-            // SAFETY: as the function's contract; block() reads the row block `w` and
-            // items b0..b0 + c of `xs`.
-            unsafe {
-                match c {
-                    6 => block::<6, N>(w, xs, n, rb, b0, sink),
-                    5 => block::<5, N>(w, xs, n, rb, b0, sink),
-                    4 => block::<4, N>(w, xs, n, rb, b0, sink),
-                    3 => block::<3, N>(w, xs, n, rb, b0, sink),
-                    2 => block::<2, N>(w, xs, n, rb, b0, sink),
-                    _ => block::<1, N>(w, xs, n, rb, b0, sink),
-                }
+            if !zero(b0, c) {
+                block(rb, pairs, b0, c);
             }
             b0 += c;
         }
@@ -124,7 +157,25 @@ unsafe fn block<const C: usize, const N: usize>(
             }
         }
     }
-    let r0 = rb * ROW_BLOCK;
+    // SAFETY: as this function's contract.
+    unsafe { finish(&acc, rb * ROW_BLOCK, b0, sink) };
+}
+
+/// Hands the partials of rows `r0..r0 + 16` of items `b0..b0 + C` to `sink`, item `b0 + c`'s
+/// rows `r0..r0 + 8` in `acc[c][0]` and `r0 + 8..r0 + 16` in `acc[c][1]`: a [`Sums`] sink
+/// adds them to its sums here, in vector registers; every other sink takes them one item at a
+/// time.
+///
+/// # Safety
+/// AVX2 and FMA must be present.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) unsafe fn finish<const C: usize>(
+    acc: &[[__m256i; 2]; C],
+    r0: usize,
+    b0: usize,
+    sink: &mut impl Sink,
+) {
     match sink.sums() {
         Some(Epilogue::Int(sums)) => {
             // s[item * n + r] += P << (w[r] + x[item]).

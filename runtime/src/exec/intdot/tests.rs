@@ -382,8 +382,8 @@ fn kernels_agree_with_the_exact_reference_bit_for_bit() {
             let (want, wi, xi) = random_product(&mut s, &spec, b, spread);
             assert!(fits(&wi, &xi));
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            for simd in [false, true] {
-                let got = matvec(&spec, &wi, &xi, simd);
+            for which in Kernel::available() {
+                let got = matvec(&spec, &wi, &xi, which);
                 assert_eq!(
                     bits(&got),
                     bits(&want),
@@ -392,17 +392,17 @@ fn kernels_agree_with_the_exact_reference_bit_for_bit() {
             }
             // Tasks of fewer items, as a product of few row tiles takes on more threads.
             for per_task in [6, 12, 18] {
-                let got = matvec_tasks(&spec, &wi, &xi, true, per_task);
+                let got = matvec_tasks(&spec, &wi, &xi, Kernel::best(), per_task);
                 assert_eq!(bits(&got), bits(&want), "{per_task} items per task, b {b}");
             }
-            // The SIMD kernel (where present) and the scalar one give the same integers,
+            // The SIMD kernels (where present) and the scalar one give the same integers,
             // at every remainder of the item blocks.
             let tile = wi.tile(0, 0);
-            let xs = &xi.q[..b * n];
-            let blocks = |simd: bool| {
+            let xs = column(&xi, 0);
+            let blocks = |which: Kernel| {
                 let mut v = Vec::new();
                 kernel(
-                    simd,
+                    which,
                     tile,
                     xs,
                     // Units given: an emitting sink still gets every block.
@@ -413,9 +413,11 @@ fn kernels_agree_with_the_exact_reference_bit_for_bit() {
                 v.sort_by_key(|e| (e.0, e.1));
                 v
             };
-            let (a, c) = (blocks(true), blocks(false));
-            assert_eq!(a.len(), b * n / ROW_BLOCK);
-            assert_eq!(a, c);
+            let c = blocks(Kernel::Scalar);
+            assert_eq!(c.len(), b * n / ROW_BLOCK);
+            for which in Kernel::available() {
+                assert_eq!(blocks(which), c, "{which:?}");
+            }
         }
     }
     // n = 256 takes its own copy of the SIMD kernel. 12-bit mantissas do not fit there
@@ -432,8 +434,8 @@ fn kernels_agree_with_the_exact_reference_bit_for_bit() {
     let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
     let xi = IntVector::new(&x, b, cols, n).expect("fits");
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    for simd in [false, true] {
-        assert_eq!(bits(&matvec(&spec, &wi, &xi, simd)), bits(&want), "n 256");
+    for which in Kernel::available() {
+        assert_eq!(bits(&matvec(&spec, &wi, &xi, which)), bits(&want), "n 256");
     }
 }
 
@@ -479,17 +481,17 @@ fn padded_weights_skip_their_zero_lanes_and_rows() {
         assert_eq!(tile.reach[0], (32.min(n) / 2) as u32, "n {n}");
         assert_eq!(tile.reach[1], 0, "n {n}");
         let want = matvec_exact(&product, &x, b, &w);
-        for simd in [false, true] {
-            let got = matvec(&product, &wi, &xi, simd);
-            assert_eq!(bits(&got), bits(&want), "n {n} simd {simd}");
+        for which in Kernel::available() {
+            let got = matvec(&product, &wi, &xi, which);
+            assert_eq!(bits(&got), bits(&want), "n {n} {which:?}");
         }
         for i in 0..rows {
             for j in 0..cols {
-                let xs = &xi.q[j * b * n..][..b * n];
-                let blocks = |simd: bool| {
+                let xs = column(&xi, j);
+                let blocks = |which: Kernel| {
                     let mut v = Vec::new();
                     kernel(
-                        simd,
+                        which,
                         wi.tile(i, j),
                         xs,
                         &xi.unit[j * b..][..b],
@@ -499,7 +501,10 @@ fn padded_weights_skip_their_zero_lanes_and_rows() {
                     v.sort_by_key(|e| (e.0, e.1));
                     v
                 };
-                assert_eq!(blocks(true), blocks(false), "n {n} tile ({i}, {j})");
+                for which in Kernel::available() {
+                    let scalar = blocks(Kernel::Scalar);
+                    assert_eq!(blocks(which), scalar, "n {n} tile ({i}, {j}) {which:?}");
+                }
             }
         }
     }
@@ -522,11 +527,11 @@ fn padded_weights_skip_their_zero_lanes_and_rows() {
     let xi = IntVector::new(&x, 5, 1, 128).expect("fits");
     assert!(int_sums(&padded, &wi, &xi, 0, 0, 5, 32));
     let want = matvec_exact(&padded, &x, 5, &w);
-    for simd in [false, true] {
+    for which in Kernel::available() {
         assert_eq!(
-            bits(&matvec(&padded, &wi, &xi, simd)),
+            bits(&matvec(&padded, &wi, &xi, which)),
             bits(&want),
-            "padded, {simd}"
+            "padded, {which:?}"
         );
     }
     // Row tiles whose live rows end at different blocks, and one that is all zero, with
@@ -559,9 +564,9 @@ fn padded_weights_skip_their_zero_lanes_and_rows() {
         assert_eq!(int_path, high == 1.0);
         assert!(int_path || plain_sums(&stack, &wi, &xi, 0, 0, 4));
         let want = matvec_exact(&stack, &x, 4, &w);
-        for simd in [false, true] {
-            let got = matvec(&stack, &wi, &xi, simd);
-            assert_eq!(bits(&got), bits(&want), "high {high}, simd {simd}");
+        for which in Kernel::available() {
+            let got = matvec(&stack, &wi, &xi, which);
+            assert_eq!(bits(&got), bits(&want), "high {high}, {which:?}");
         }
     }
 }
@@ -661,8 +666,8 @@ fn columns_zero_for_every_item_are_skipped_exactly() {
             int_sums(&product, &wi, &xi, 0, 0, 6, 32) || plain_sums(&product, &wi, &xi, 0, 0, 6);
         assert_eq!(cheap, spread == 3, "spread {spread}");
         for per_task in [6, 12, 18] {
-            for simd in [false, true] {
-                let got = matvec_tasks(&product, &wi, &xi, simd, per_task);
+            for which in Kernel::available() {
+                let got = matvec_tasks(&product, &wi, &xi, which, per_task);
                 assert_eq!(
                     bits(&got),
                     bits(&want),
@@ -698,7 +703,7 @@ fn kernel_skips_register_blocks_of_zero_vectors() {
             .enumerate()
             .all(|(bi, &u)| (u == ZERO_RUN) == (bi < 6 || bi == 8 || bi == 12))
     );
-    let sums = |simd: bool| {
+    let sums = |which: Kernel| {
         let (mut sum, mut items) = (vec![0i64; b * n], std::collections::BTreeSet::new());
         let mut sink = Adds(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
             items.insert(bi);
@@ -706,19 +711,25 @@ fn kernel_skips_register_blocks_of_zero_vectors() {
                 sum[bi * n + r0 + k] += i64::from(v);
             }
         });
-        kernel(simd, wi.tile(0, 0), &xi.q, &xi.unit, n, &mut sink);
+        kernel(which, wi.tile(0, 0), column(&xi, 0), &xi.unit, n, &mut sink);
         (sum, items)
     };
-    let (want, all) = sums(false);
+    let (want, all) = sums(Kernel::Scalar);
     assert_eq!(all.len(), b, "the scalar kernel takes every item");
-    let (got, taken) = sums(true);
-    assert_eq!(got, want);
-    if simd() {
+    for which in Kernel::available().into_iter().skip(1) {
+        let (got, taken) = sums(which);
+        assert_eq!(got, want, "{which:?}");
         assert_eq!(
             taken.into_iter().collect::<Vec<_>>(),
-            (6..12).collect::<Vec<_>>()
+            (6..12).collect::<Vec<_>>(),
+            "{which:?}"
         );
     }
+}
+
+/// Tile column `j` of every item of `x`, as the kernel takes it.
+fn column(x: &IntVector, j: usize) -> XTiles<'_> {
+    Items { x, b0: 0, len: x.b }.tiles(j)
 }
 
 /// Items per task, by hand: 64 where the row tiles alone give every thread two tasks;
@@ -759,8 +770,8 @@ fn extreme_products_by_hand() {
     let n = 128;
     let spec = spec(n, 1, 1, Accumulation::Exact, FloatFormat::FP64);
     let (_, (wi, xi)) = extreme_operands();
-    for simd in [false, true] {
-        let y = matvec(&spec, &wi, &xi, simd);
+    for which in Kernel::available() {
+        let y = matvec(&spec, &wi, &xi, which);
         assert_eq!(y[0], 2_146_435_200.0);
         assert_eq!(y[1], -2_146_435_200.0);
         // Rows 2.. are zero: +0 (never -0).
@@ -839,9 +850,9 @@ fn wide_int_sums_equal_the_exact_reference_up_to_their_bound() {
                 "a {a} c {c}"
             );
             let want = matvec_exact(&product, &x, b, &w);
-            for simd in [false, true] {
-                let got = matvec(&product, &wi, &xi, simd);
-                assert_eq!(bits(&got), bits(&want), "a {a} c {c} {out:?} simd {simd}");
+            for which in Kernel::available() {
+                let got = matvec(&product, &wi, &xi, which);
+                assert_eq!(bits(&got), bits(&want), "a {a} c {c} {out:?} {which:?}");
             }
         }
     }
@@ -879,9 +890,9 @@ fn int_sums_equal_the_exact_reference_up_to_their_bound() {
         assert!(fits(&wi, &xi));
         let taken = int_sums(&to_fp32, &wi, &xi, 0, 0, b, 32);
         assert_eq!(taken, a + c <= 9, "a {a} c {c}");
-        for simd in [false, true] {
+        for which in Kernel::available() {
             assert_eq!(
-                bits(&matvec(&to_fp32, &wi, &xi, simd)),
+                bits(&matvec(&to_fp32, &wi, &xi, which)),
                 bits(&want),
                 "a {a} c {c}"
             );
@@ -905,9 +916,9 @@ fn int_sums_equal_the_exact_reference_up_to_their_bound() {
     let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
     let xi = IntVector::new(&x, b, cols, n).expect("fits");
     assert!((0..rows).all(|i| int_sums(&to_fp16, &wi, &xi, i, 0, 64, 32)));
-    for simd in [false, true] {
+    for which in Kernel::available() {
         assert_eq!(
-            bits(&matvec(&to_fp16, &wi, &xi, simd)),
+            bits(&matvec(&to_fp16, &wi, &xi, which)),
             bits(&want),
             "random BFP 8"
         );
@@ -936,8 +947,8 @@ fn tiles_whose_exponents_differ_by_more_than_53_binades_sum_exactly() {
         x[n] = t;
         let xi = IntVector::new(&x, 1, 2, n).expect("fits");
         assert!(fits(&wi, &xi));
-        for simd in [false, true] {
-            assert_eq!(matvec(&spec, &wi, &xi, simd)[0], want, "t = {t:e}");
+        for which in Kernel::available() {
+            assert_eq!(matvec(&spec, &wi, &xi, which)[0], want, "t = {t:e}");
         }
     }
 }
@@ -1027,11 +1038,11 @@ fn sliced_products_equal_the_exact_reference_bit_for_bit() {
         let xs = super::super::matmul::slices(&x, n, sw.beta_x).expect("slices");
         assert_eq!(xs.len(), parts, "{case}");
         let want = matvec_exact(&spec, &x, b, &w);
-        for simd in [false, simd()] {
-            let got = sw.matvec(&spec, &x, b, simd).expect("sliced product");
+        for which in Kernel::available() {
+            let got = sw.matvec(&spec, &x, b, which).expect("sliced product");
             assert_eq!(got.len(), want.len());
             for (k, (g, e)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(g.to_bits(), e.to_bits(), "{case}, simd {simd}, output {k}");
+                assert_eq!(g.to_bits(), e.to_bits(), "{case}, {which:?}, output {k}");
             }
         }
     }
@@ -1044,14 +1055,14 @@ fn sliced_products_equal_the_exact_reference_bit_for_bit() {
     let sw = SlicedWeights::new(&w, &x, rows, cols, n).expect("slices");
     assert_eq!(sw.beta_x, 14);
     let x = fp8_like(&mut s, b * cols, n, 43);
-    assert!(sw.matvec(&spec, &x, b, simd()).is_none());
+    assert!(sw.matvec(&spec, &x, b, Kernel::best()).is_none());
     let x = fp8_like(&mut s, b * cols, n, 42);
-    assert!(sw.matvec(&spec, &x, b, simd()).is_some());
+    assert!(sw.matvec(&spec, &x, b, Kernel::best()).is_some());
     let seq = super::super::matmul::MatVec {
         accumulation: Accumulation::Fp32Seq,
         ..spec
     };
-    assert!(sw.matvec(&seq, &x, b, simd()).is_none());
+    assert!(sw.matvec(&seq, &x, b, Kernel::best()).is_none());
     // The kernel's i32 sums: 128 * 1023 * 16383 <= 2^31 - 1 < 128 * 1023 * 32767.
     let x = fp8_like(&mut s, b * cols, n, 14);
     let sw = SlicedWeights::new(&w, &x, rows, cols, n).expect("slices");
@@ -1062,7 +1073,7 @@ fn sliced_products_equal_the_exact_reference_bit_for_bit() {
     assert!(!fits(&sw.w, &IntVector::repeated(&[fifteen], sw.slices)));
     // Lane 1 of a run is 9 * 2^base: 257 * 2^base (9 bits) is refused, 129 * 2^base (8)
     // taken, neither moving the run's span.
-    assert!(sw.matvec(&spec, &nine_x(&x), b, simd()).is_none());
+    assert!(sw.matvec(&spec, &nine_x(&x), b, Kernel::best()).is_none());
     // `refuses` says so from the runs alone, in any order of them (the last run first
     // here), and refuses nothing that slices: too many passes are `new`'s to find.
     let mut nine = w.clone();
@@ -1086,8 +1097,8 @@ fn sliced_products_equal_the_exact_reference_bit_for_bit() {
     for first in [nine_x(&x), nan] {
         let sw = SlicedWeights::new(&w, &first, rows, cols, n).expect("slices");
         assert_eq!((sw.slices, sw.w.limit), (1, (1 << 13) - 1));
-        assert!(sw.matvec(&spec, &first, b, simd()).is_none());
-        assert!(sw.matvec(&spec, &x, b, simd()).is_some());
+        assert!(sw.matvec(&spec, &first, b, Kernel::best()).is_none());
+        assert!(sw.matvec(&spec, &x, b, Kernel::best()).is_some());
     }
 }
 
@@ -1126,12 +1137,105 @@ fn sparse_wide_runs_keep_the_second_weight_slice_sparse() {
     assert_eq!(busy.len(), rows * cols + 1);
     let spec = spec(n, rows, cols, Accumulation::Exact, FloatFormat::FP16);
     let want = matvec_exact(&spec, &x, b, &w);
-    for simd in [false, simd()] {
-        let got = sw.matvec(&spec, &x, b, simd).expect("sliced product");
+    for which in Kernel::available() {
+        let got = sw.matvec(&spec, &x, b, which).expect("sliced product");
         let same = got
             .iter()
             .zip(&want)
             .all(|(g, e)| g.to_bits() == e.to_bits());
-        assert!(same && got.len() == want.len(), "simd {simd}");
+        assert!(same && got.len() == want.len(), "{which:?}");
+    }
+}
+
+/// The VNNI kernel's bytes at their extremes. With n = 128, row 0 of the tile is -128 in
+/// every lane but the last (-127), row 1 is 127 in every lane, rows 2.. are random bytes that
+/// end at lane 2 r (reaches of every parity, so that a row block's lane quads run past its
+/// last nonzero pair). Vector items: all -128 but the last lane (-127), all 127, random bytes
+/// (13 items: every remainder of the register blocks). Every run holds an odd integer, so
+/// that `to_ints` keeps them as they are. By hand: row 0 times item 0 is 127 * 16384 + 16129
+/// = 2,096,897, row 1 times item 0 is 127 * (127 * -128 - 127) = -2,080,641; every partial is
+/// checked against its sum in `i64`. A weight of 128 or a vector integer of -129 leaves that
+/// side without bytes, and the same products take the AVX2 kernel.
+#[test]
+fn vnni_kernel_takes_bytes_at_their_extremes() {
+    let n = 128;
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut byte = || (xorshift(&mut s) % 256) as i64 - 128;
+    let mut w = vec![0i64; n * n];
+    for (r, row) in w.chunks_mut(n).enumerate() {
+        match r {
+            0 => row.fill(-128),
+            1 => row.fill(127),
+            _ => {
+                row[..(2 * r).min(n)].iter_mut().for_each(|v| *v = byte());
+                row[0] |= 1;
+            }
+        }
+    }
+    w[n - 1] = -127;
+    let b = 13;
+    let mut x = vec![0i64; b * n];
+    for (bi, item) in x.chunks_mut(n).enumerate() {
+        match bi {
+            0 => item.fill(-128),
+            1 => item.fill(127),
+            _ => {
+                item.iter_mut().for_each(|v| *v = byte());
+                item[0] |= 1;
+            }
+        }
+    }
+    x[n - 1] = -127;
+    let floats = |v: &[i64]| v.iter().map(|&q| q as f64).collect::<Vec<_>>();
+    let dot = |r: usize, bi: usize| -> i64 { (0..n).map(|l| w[r * n + l] * x[bi * n + l]).sum() };
+    assert_eq!(dot(0, 0), 2_096_897);
+    assert_eq!(dot(1, 0), -2_080_641);
+    let partials = |wi: &IntWeights, xi: &IntVector, which: Kernel| {
+        let mut got = vec![0i64; b * n];
+        kernel(
+            which,
+            wi.tile(0, 0),
+            column(xi, 0),
+            &[],
+            n,
+            &mut Emit(|bi, r0, p: &[i32; ROW_BLOCK]| {
+                for (k, &v) in p.iter().enumerate() {
+                    got[bi * n + r0 + k] = i64::from(v);
+                }
+            }),
+        );
+        got
+    };
+    let want: Vec<i64> = (0..b * n).map(|e| dot(e % n, e / n)).collect();
+    let wi = IntWeights::new(&floats(&w), 1, 1, n).expect("fits");
+    let xi = IntVector::new(&floats(&x), b, 1, n).expect("fits");
+    assert_eq!(
+        wi.tiles_row_major(),
+        w.iter().map(|&q| q as i16).collect::<Vec<_>>()
+    );
+    assert_eq!((wi.narrow.is_some(), xi.biased.is_some()), (vnni(), vnni()));
+    for which in Kernel::available() {
+        assert_eq!(partials(&wi, &xi, which), want, "{which:?}");
+    }
+
+    // One integer out of a byte's range on either side: no bytes, the same partials.
+    let (mut w2, mut x2) = (w.clone(), x.clone());
+    w2[5] = 128;
+    x2[7] = -129;
+    let wide_w = IntWeights::new(&floats(&w2), 1, 1, n).expect("fits");
+    let wide_x = IntVector::new(&floats(&x2), b, 1, n).expect("fits");
+    assert!(wide_w.narrow.is_none() && wide_x.biased.is_none());
+    let want2 = |w: &[i64], x: &[i64]| -> Vec<i64> {
+        (0..b * n)
+            .map(|e| {
+                (0..n)
+                    .map(|l| w[(e % n) * n + l] * x[(e / n) * n + l])
+                    .sum()
+            })
+            .collect()
+    };
+    for which in Kernel::available() {
+        assert_eq!(partials(&wide_w, &xi, which), want2(&w2, &x), "{which:?}");
+        assert_eq!(partials(&wi, &wide_x, which), want2(&w, &x2), "{which:?}");
     }
 }

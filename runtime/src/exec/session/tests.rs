@@ -798,7 +798,10 @@ fn output_rows_fill_in_place_and_a_missing_row_is_named() {
     assert_eq!(*last, 3);
     *last = 2;
     let e = execute(&g, &data, &ExecOptions::default()).expect_err("row 2 twice");
-    assert!(e.to_string().contains("both write row 2 of output `h`"), "{e}");
+    assert!(
+        e.to_string().contains("both write row 2 of output `h`"),
+        "{e}"
+    );
     let mut g5 = lstm_sample().1;
     let h = g5.outputs.iter_mut().find(|o| o.name == "h").expect("h");
     assert_eq!((h.rows, &h.shape), (4, &vec![4, 256]));

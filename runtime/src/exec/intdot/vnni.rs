@@ -1,0 +1,107 @@
+//! The AVX-512 VNNI kernel: `vpdpbusd` multiplies 64 pairs of bytes, unsigned by signed, and
+//! adds each four adjacent products to one of 16 `i32` lanes, the accumulation fused: 64
+//! multiply-adds an instruction, where the AVX2 kernel does 16 with a `vpmaddwd` and a `vpaddd`.
+//!
+//! It takes a tile and vector tiles whose integers all lie in `-128..=127` (BFP 8 and
+//! narrower: [`super::NarrowTile`], `IntVector`'s biased bytes). The weights are `i8`; the
+//! vector is `u8`, each integer plus 128. So an accumulator that starts at `-128 * s_r`, with
+//! `s_r` the sum of row `r`'s integers, ends at `sum_l (x_l + 128) w_rl - 128 s_r = sum_l x_l
+//! w_rl`, the partial itself. Every step wraps modulo `2^32` (`vpdpbusd` does not saturate)
+//! and the partial lies in `i32` ([`super::fits`]), so the result is exact whatever the
+//! intermediate values. Lanes past a row block's reach hold zero weights and add nothing.
+//! The partials go through the AVX2 kernel's epilogue ([`avx2::finish`]).
+
+use super::avx2::{self, by_items, by_tile_size, for_blocks};
+use super::{ROW_BLOCK, Sink, Tile};
+use std::arch::x86_64::*;
+
+/// # Safety
+/// AVX-512F, AVX-512 VNNI, AVX2 and FMA must be present; `tile.narrow` must be `Some`;
+/// `n % ROW_BLOCK == 0`, the narrow tile's integers `n * n` and its offsets `n` long,
+/// `tile.reach.len() == n / ROW_BLOCK` and every `2 * tile.reach[rb] <= n`, `xs.len()` a
+/// multiple of `n`. Blocks are left out as [`avx2::tile`] leaves them out.
+#[target_feature(enable = "avx512f,avx512vnni,avx2,fma")]
+pub(super) unsafe fn tile(
+    tile: Tile<'_>,
+    skip_empty: bool,
+    xs: &[u8],
+    zero: impl Fn(usize, usize) -> bool,
+    n: usize,
+    sink: &mut impl Sink,
+) {
+    // SAFETY: as this function's contract.
+    unsafe { by_tile_size!(n, tile_n(tile, skip_empty, xs, &zero, n, sink)) }
+}
+
+/// [`tile`] for `n == N`, or any `n` where `N == 0`.
+#[target_feature(enable = "avx512f,avx512vnni,avx2,fma")]
+unsafe fn tile_n<const N: usize>(
+    tile: Tile<'_>,
+    skip_empty: bool,
+    xs: &[u8],
+    zero: &impl Fn(usize, usize) -> bool,
+    n: usize,
+    sink: &mut impl Sink,
+) {
+    let n = if N == 0 { n } else { N };
+    let Some(narrow) = tile.narrow else {
+        unreachable!("the VNNI kernel takes narrow tiles only (its caller checks)")
+    };
+    assert!(narrow.ints.len() == n * n && narrow.offset.len() == n);
+    for_blocks(
+        tile.reach,
+        skip_empty,
+        xs.len() / n,
+        zero,
+        |rb, pairs, b0, c| {
+            // The lane quads up to the block's last nonzero weight (4 quads <= 2 pairs + 2 <= n).
+            let quads = pairs.div_ceil(2) as usize;
+            let w = &narrow.ints[rb * ROW_BLOCK * n..][..ROW_BLOCK * 4 * quads];
+            let offset = &narrow.offset[rb * ROW_BLOCK..][..ROW_BLOCK];
+            // SAFETY: as the function's contract; block() reads the row block `w` and items
+            // b0..b0 + c of `xs`.
+            unsafe { by_items!(c, block::<N>(w, offset, xs, n, rb, b0, sink)) }
+        },
+    );
+}
+
+/// Rows `rb * 16..` + 16 of items `b0..b0 + C`: `w` is the row block's first lane quads,
+/// `[quads][16][4]` bytes, `offset` its rows' `-128 * s_r`.
+#[target_feature(enable = "avx512f,avx512vnni,avx2,fma")]
+#[inline]
+unsafe fn block<const C: usize, const N: usize>(
+    w: &[i8],
+    offset: &[i32],
+    xs: &[u8],
+    n: usize,
+    rb: usize,
+    b0: usize,
+    sink: &mut impl Sink,
+) {
+    let n = if N == 0 { n } else { N };
+    assert!(offset.len() == ROW_BLOCK && xs.len() >= (b0 + C) * n && w.len() <= ROW_BLOCK * n);
+    // SAFETY: offset holds 16 i32 (asserted).
+    let start = unsafe { _mm512_loadu_si512(offset.as_ptr().cast()) };
+    let mut acc = [start; C];
+    let (wp, xp) = (w.as_ptr(), xs.as_ptr());
+    for kq in 0..w.len() / (4 * ROW_BLOCK) {
+        // SAFETY: kq * 64 + 64 <= w.len(); (b0 + c) * n + 4 kq + 4 <= xs.len() (4 kq + 4 <=
+        // w.len() / 16 <= n, asserted above).
+        unsafe {
+            let wv = _mm512_loadu_si512(wp.add(kq * 64).cast());
+            for (c, a) in acc.iter_mut().enumerate() {
+                let xv = (xp.add((b0 + c) * n + 4 * kq) as *const i32).read_unaligned();
+                *a = _mm512_dpbusd_epi32(*a, _mm512_set1_epi32(xv), wv);
+            }
+        }
+    }
+    // Rows r0..r0 + 8 and r0 + 8..r0 + 16 of each item, as the AVX2 kernel holds them.
+    let halves: [[__m256i; 2]; C] = std::array::from_fn(|c| {
+        [
+            _mm512_castsi512_si256(acc[c]),
+            _mm512_extracti64x4_epi64::<1>(acc[c]),
+        ]
+    });
+    // SAFETY: AVX2 and FMA are present (this function's features).
+    unsafe { avx2::finish(&halves, rb * ROW_BLOCK, b0, sink) };
+}
