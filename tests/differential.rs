@@ -158,7 +158,8 @@ fn software_graph_matches_emulator_on_large_programs() {
 }
 
 /// Programs made for the integer kernel (`GenConfig::integer_kernel`): their outputs' runs take
-/// it for most products where the CPU has AVX2, their traced runs the float path.
+/// it for most products where the CPU has AVX2 (on bytes where it has AVX-512 VNNI and the
+/// integers fit), their traced runs the float path.
 #[test]
 fn software_graph_matches_emulator_on_integer_kernel_programs() {
     let count = env_u64("NNPC_DIFF_INT", 100);
@@ -169,6 +170,9 @@ fn software_graph_matches_emulator_on_integer_kernel_programs() {
         assert_eq!(paths.int_products > 0, simd, "{paths}");
         assert_eq!(paths.one_pass_stacks > 0, simd, "{paths}");
         assert_eq!(paths.quantized_to_ints > 0, simd, "{paths}");
+        // BFP 8 products on bytes where the CPU has AVX-512 VNNI.
+        let vnni = nnp_runtime::exec::intdot::Kernel::best().is_vnni();
+        assert_eq!(paths.byte_products > 0, vnni, "{paths}");
     }
 }
 

@@ -602,7 +602,7 @@ mod tests {
         };
         assert_eq!(r["software_graph"]["int_products"], int);
         // And on bytes where the CPU has AVX-512 VNNI (BFP 8 mantissas fit a byte).
-        let bytes = if nnp_runtime::exec::intdot::vnni() {
+        let bytes = if nnp_runtime::exec::intdot::Kernel::best().is_vnni() {
             8
         } else {
             0

@@ -94,7 +94,7 @@ pub fn vnni() -> bool {
 
 /// The kernel that computes the tile partials. Each gives the same integers; a kernel the CPU
 /// lacks, or that the data does not fit, hands over to the next one down.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kernel {
     /// One lane at a time: the reference the SIMD kernels are tested against.
     Scalar,
@@ -106,22 +106,42 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    /// The fastest kernel this CPU has.
+    /// The fastest kernel this CPU has, or a slower one that the environment variable
+    /// `NNPC_INT_KERNEL` names (`scalar`, `avx2`; any other value changes nothing): to compare
+    /// the kernels on one machine (BENCHMARKS.md). Every kernel gives the same bits.
     pub fn best() -> Kernel {
-        if vnni() {
-            Kernel::Vnni
-        } else if simd() {
-            Kernel::Avx2
-        } else {
-            Kernel::Scalar
-        }
+        static BEST: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| {
+            let cpu = if vnni() {
+                Kernel::Vnni
+            } else if simd() {
+                Kernel::Avx2
+            } else {
+                Kernel::Scalar
+            };
+            let cap = match std::env::var("NNPC_INT_KERNEL").as_deref() {
+                Ok("scalar") => Kernel::Scalar,
+                Ok("avx2") => Kernel::Avx2,
+                _ => Kernel::Vnni,
+            };
+            cpu.min(cap)
+        })
     }
 
-    /// Every kernel this CPU runs, the scalar one first (the tests hold each to it).
+    /// Every kernel that [`Kernel::best`] allows, the scalar one first (the tests hold each
+    /// to it).
     pub fn available() -> Vec<Kernel> {
-        let all = [Kernel::Scalar, Kernel::Avx2, Kernel::Vnni];
         let best = Kernel::best();
-        all.into_iter().filter(|&k| k as u8 <= best as u8).collect()
+        [Kernel::Scalar, Kernel::Avx2, Kernel::Vnni]
+            .into_iter()
+            .filter(|&k| k <= best)
+            .collect()
+    }
+
+    /// Whether this is the VNNI kernel, which reads the bytes that tiles and vectors keep for
+    /// it.
+    pub fn is_vnni(self) -> bool {
+        self == Kernel::Vnni
     }
 }
 
@@ -567,7 +587,10 @@ impl IntWeights {
                     * ROW_BLOCK
             })
             .collect();
-        let narrow = vnni().then(|| NarrowWeights::new(&packed, n)).flatten();
+        let narrow = Kernel::best()
+            .is_vnni()
+            .then(|| NarrowWeights::new(&packed, n))
+            .flatten();
         Some(IntWeights {
             rows,
             cols,
@@ -862,7 +885,7 @@ impl IntVector {
         let bits = mag_bits(&q);
         let scale = scales(&unit);
         let aligned = Aligned::new(&unit, b, cols, |bi, j| j * b + bi);
-        let biased = vnni().then(|| biased_bytes(&q)).flatten();
+        let biased = Kernel::best().is_vnni().then(|| biased_bytes(&q)).flatten();
         IntVector {
             b,
             biased,
@@ -930,13 +953,21 @@ impl IntVector {
 
 /// Whether `kernel` takes every tile of `w x` on bytes ([`Kernel::Vnni`]).
 pub fn on_bytes(kernel: Kernel, w: &IntWeights, x: &IntVector) -> bool {
-    kernel == Kernel::Vnni && vnni() && w.narrow.is_some() && x.biased.is_some()
+    kernel.is_vnni() && vnni() && w.narrow.is_some() && x.biased.is_some()
 }
 
 /// Each integer plus 128 as a byte, or `None` where one lies outside `-128..=127`.
 fn biased_bytes(q: &[i16]) -> Option<Vec<u8>> {
-    let fits = q.iter().fold(true, |ok, v| ok & (-128..=127).contains(v));
-    fits.then(|| q.iter().map(|&v| (v + 128) as u8).collect())
+    // One branch-free pass: the bytes, and whether every integer was in range.
+    let mut fits = true;
+    let bytes = q
+        .iter()
+        .map(|&v| {
+            fits &= (-128..=127).contains(&v);
+            v.wrapping_add(128) as u8
+        })
+        .collect();
+    fits.then_some(bytes)
 }
 
 /// Whether the kernel computes every tile partial `P` of `w` times `x` exactly and every
@@ -1617,7 +1648,7 @@ fn kernel(
         let zero = |b0: usize, c: usize| {
             skip_empty && !units.is_empty() && units[b0..b0 + c].iter().all(|&u| u == ZERO_RUN)
         };
-        if which == Kernel::Vnni
+        if which.is_vnni()
             && vnni()
             && let (Some(narrow), Some(bytes)) = (tile.narrow, biased)
         {
