@@ -41,6 +41,10 @@ pub const ROW_BLOCK: usize = 16;
 /// accumulators, with the 2 weight vectors and the broadcast vector 15 of the 16 registers.
 const ITEM_BLOCK: usize = 6;
 
+/// Batch items of one register block of the VNNI kernel: 8 accumulators of 16 rows (of its
+/// 32 registers), so that a task of 64 items is 8 whole blocks.
+const VNNI_ITEM_BLOCK: usize = 8;
+
 /// Batch items per task, at most: the running sums of one task (`2 * ITEMS * N` f64) stay in
 /// L2, and every weight tile is read once per this many items.
 const ITEMS: usize = 64;

@@ -6,11 +6,13 @@
 use super::{Epilogue, ITEM_BLOCK, ROW_BLOCK, Sink, Sum, Sums, Tile};
 use std::arch::x86_64::*;
 
-/// `f::<C, N>(args)` with `C` the register block's item count `c` (1 to [`ITEM_BLOCK`]), a
-/// constant in each copy.
+/// `f::<C, N>(args)` with `C` the register block's item count `c` (1 to 8), a constant in
+/// each copy.
 macro_rules! by_items {
     ($c:expr, $f:ident::<$n:ident>($($arg:expr),* $(,)?)) => {
         match $c {
+            8 => $f::<8, $n>($($arg),*),
+            7 => $f::<7, $n>($($arg),*),
             6 => $f::<6, $n>($($arg),*),
             5 => $f::<5, $n>($($arg),*),
             4 => $f::<4, $n>($($arg),*),
@@ -71,6 +73,7 @@ unsafe fn tile_n<const N: usize>(
         tile.reach,
         skip_empty,
         xs.len() / n,
+        ITEM_BLOCK,
         zero,
         |rb, pairs, b0, c| {
             // The lane pairs up to the block's last nonzero weight: the rest add zeros.
@@ -83,13 +86,14 @@ unsafe fn tile_n<const N: usize>(
 }
 
 /// Calls `block(rb, pairs, b0, c)` for every row block `rb` of a tile (its reach `pairs`)
-/// and every register block of items `b0..b0 + c` (`c <= ITEM_BLOCK`) of `items`, leaving
+/// and every register block of items `b0..b0 + c` (`c <= per_block`) of `items`, leaving
 /// out, with `skip_empty`, the row blocks of reach 0, and the item blocks where `zero(b0, c)`.
 #[inline(always)]
 pub(super) fn for_blocks(
     reach: &[u32],
     skip_empty: bool,
     items: usize,
+    per_block: usize,
     zero: &impl Fn(usize, usize) -> bool,
     mut block: impl FnMut(usize, u32, usize, usize),
 ) {
@@ -99,7 +103,7 @@ pub(super) fn for_blocks(
         }
         let mut b0 = 0;
         while b0 < items {
-            let c = (items - b0).min(ITEM_BLOCK);
+            let c = (items - b0).min(per_block);
             if !zero(b0, c) {
                 block(rb, pairs, b0, c);
             }

@@ -678,52 +678,81 @@ fn columns_zero_for_every_item_are_skipped_exactly() {
     }
 }
 
-/// The SIMD kernel skips the register blocks (6 items) whose vector tiles are all zero
-/// for a sink that adds: with items 0..6 zero (a whole block), item 8 (one of a block)
-/// and item 12 (the last block, alone), only items 6..12 reach the sink, and every sum
-/// equals the scalar kernel's, which multiplies every item.
+/// The SIMD kernels skip the register blocks of `k` items (AVX2: 6; VNNI: 8) whose vector
+/// tiles are all zero for a sink that adds: at batch `2k + 1`, with items `0..k` zero (a whole
+/// block), item `k + 2` (one of a block) and item `2k` (the last block, alone), only items
+/// `k..2k` reach the sink, and every sum equals the scalar kernel's, which multiplies every
+/// item. On 13-bit data (no bytes) the VNNI kernel hands over to the AVX2 one; on bytes it
+/// runs itself.
 #[test]
 fn kernel_skips_register_blocks_of_zero_vectors() {
     let mut s = 0x1f83_d9ab_fb41_bd6bu64;
-    let (n, b) = (128, 13);
-    let w = run_values(&mut s, n, n, 3);
-    let mut x = run_values(&mut s, n, b, 3);
-    for (bi, run) in x.chunks_mut(n).enumerate() {
-        if bi < 6 || bi == 8 || bi == 12 {
-            run.fill(0.0);
-        } else if run.iter().all(|v| *v == 0.0) {
-            run.fill(1.0);
-        }
-    }
-    let wi = IntWeights::new(&w, 1, 1, n).expect("fits");
-    let xi = IntVector::new(&x, b, 1, n).expect("fits");
-    assert!(
-        xi.unit
-            .iter()
-            .enumerate()
-            .all(|(bi, &u)| (u == ZERO_RUN) == (bi < 6 || bi == 8 || bi == 12))
-    );
-    let sums = |which: Kernel| {
-        let (mut sum, mut items) = (vec![0i64; b * n], std::collections::BTreeSet::new());
-        let mut sink = Adds(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
-            items.insert(bi);
-            for (k, &v) in p.iter().enumerate() {
-                sum[bi * n + r0 + k] += i64::from(v);
-            }
-        });
-        kernel(which, wi.tile(0, 0), column(&xi, 0), &xi.unit, n, &mut sink);
-        (sum, items)
+    let n = 128;
+    let bytes = |s: &mut u64, runs: usize| -> Vec<f64> {
+        (0..n * runs)
+            .map(|_| ((xorshift(s) % 255) as f64 - 127.0) * 0.25)
+            .collect()
     };
-    let (want, all) = sums(Kernel::Scalar);
-    assert_eq!(all.len(), b, "the scalar kernel takes every item");
     for which in Kernel::available().into_iter().skip(1) {
-        let (got, taken) = sums(which);
-        assert_eq!(got, want, "{which:?}");
-        assert_eq!(
-            taken.into_iter().collect::<Vec<_>>(),
-            (6..12).collect::<Vec<_>>(),
-            "{which:?}"
-        );
+        for bytes_data in [false, true] {
+            let k = if bytes_data && which == Kernel::Vnni {
+                VNNI_ITEM_BLOCK
+            } else {
+                ITEM_BLOCK
+            };
+            let b = 2 * k + 1;
+            let zero = |bi: usize| bi < k || bi == k + 2 || bi == 2 * k;
+            let (w, mut x) = if bytes_data {
+                (bytes(&mut s, n), bytes(&mut s, b))
+            } else {
+                // 13-bit integers, each run's first 4095: no bytes.
+                let wide = |s: &mut u64, runs: usize| -> Vec<f64> {
+                    let mut v: Vec<f64> = (0..n * runs)
+                        .map(|_| (xorshift(s) % 8191) as f64 - 4095.0)
+                        .collect();
+                    v.iter_mut().step_by(n).for_each(|q| *q = 4095.0);
+                    v
+                };
+                (wide(&mut s, n), wide(&mut s, b))
+            };
+            for (bi, run) in x.chunks_mut(n).enumerate() {
+                if zero(bi) {
+                    run.fill(0.0);
+                }
+            }
+            let wi = IntWeights::new(&w, 1, 1, n).expect("fits");
+            let xi = IntVector::new(&x, b, 1, n).expect("fits");
+            assert!(
+                xi.unit
+                    .iter()
+                    .enumerate()
+                    .all(|(bi, &u)| (u == ZERO_RUN) == zero(bi))
+            );
+            assert_eq!(
+                on_bytes(which, &wi, &xi),
+                bytes_data && which == Kernel::Vnni
+            );
+            let sums = |which: Kernel| {
+                let (mut sum, mut items) = (vec![0i64; b * n], std::collections::BTreeSet::new());
+                let mut sink = Adds(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
+                    items.insert(bi);
+                    for (k, &v) in p.iter().enumerate() {
+                        sum[bi * n + r0 + k] += i64::from(v);
+                    }
+                });
+                kernel(which, wi.tile(0, 0), column(&xi, 0), &xi.unit, n, &mut sink);
+                (sum, items)
+            };
+            let (want, all) = sums(Kernel::Scalar);
+            assert_eq!(all.len(), b, "the scalar kernel takes every item");
+            let (got, taken) = sums(which);
+            assert_eq!(got, want, "{which:?}, bytes {bytes_data}");
+            assert_eq!(
+                taken.into_iter().collect::<Vec<_>>(),
+                (k..2 * k).collect::<Vec<_>>(),
+                "{which:?}, bytes {bytes_data}"
+            );
+        }
     }
 }
 

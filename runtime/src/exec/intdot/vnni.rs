@@ -12,7 +12,7 @@
 //! The partials go through the AVX2 kernel's epilogue ([`avx2::finish`]).
 
 use super::avx2::{self, by_items, by_tile_size, for_blocks};
-use super::{ROW_BLOCK, Sink, Tile};
+use super::{Epilogue, ROW_BLOCK, Sink, Tile, VNNI_ITEM_BLOCK};
 use std::arch::x86_64::*;
 
 /// # Safety
@@ -52,6 +52,7 @@ unsafe fn tile_n<const N: usize>(
         tile.reach,
         skip_empty,
         xs.len() / n,
+        VNNI_ITEM_BLOCK,
         zero,
         |rb, pairs, b0, c| {
             // The lane quads up to the block's last nonzero weight (4 quads <= 2 pairs + 2 <= n).
@@ -95,6 +96,23 @@ unsafe fn block<const C: usize, const N: usize>(
             }
         }
     }
+    let r0 = rb * ROW_BLOCK;
+    if let Some(Epilogue::Int(sums)) = sink.sums() {
+        // As `avx2::finish`, 16 rows at a time: s[item * n + r] += P << (w[r] + x[item]).
+        assert!(sums.covers(r0, b0, C));
+        // SAFETY: r0 + 16 <= w.len() and (b0 + c) * n + r0 + 16 <= s.len() (covers).
+        unsafe {
+            let row_shift = _mm512_loadu_si512(sums.w.as_ptr().add(r0).cast());
+            for (c, a) in acc.iter().enumerate() {
+                let shift = _mm512_add_epi32(row_shift, _mm512_set1_epi32(sums.x[b0 + c]));
+                let sp = sums.s.as_mut_ptr().add((b0 + c) * sums.n + r0);
+                let total =
+                    _mm512_add_epi32(_mm512_loadu_si512(sp.cast()), _mm512_sllv_epi32(*a, shift));
+                _mm512_storeu_si512(sp.cast(), total);
+            }
+        }
+        return;
+    }
     // Rows r0..r0 + 8 and r0 + 8..r0 + 16 of each item, as the AVX2 kernel holds them.
     let halves: [[__m256i; 2]; C] = std::array::from_fn(|c| {
         [
@@ -103,5 +121,5 @@ unsafe fn block<const C: usize, const N: usize>(
         ]
     });
     // SAFETY: AVX2 and FMA are present (this function's features).
-    unsafe { avx2::finish(&halves, rb * ROW_BLOCK, b0, sink) };
+    unsafe { avx2::finish(&halves, r0, b0, sink) };
 }
