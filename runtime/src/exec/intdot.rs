@@ -383,14 +383,6 @@ fn packed_at(n: usize, r: usize, l: usize) -> usize {
     grouped_at::<2>(n, r, l)
 }
 
-/// The offset of lane `l` of row `r` in a packed `n x n` tile of bytes ([`NarrowTile`]):
-/// `[n / 4][ROW_BLOCK][4]` per row block, so one 64-byte load is 4 consecutive lanes of its
-/// 16 rows.
-#[inline]
-fn narrow_at(n: usize, r: usize, l: usize) -> usize {
-    grouped_at::<4>(n, r, l)
-}
-
 /// Row blocks of [`ROW_BLOCK`] rows, each `[n / G][ROW_BLOCK][G]`: `G` consecutive lanes of a
 /// row together, then the block's other rows.
 #[inline]
@@ -415,7 +407,8 @@ struct Tile<'a> {
 /// A tile's integers as bytes, for [`Kernel::Vnni`] (its module says why this is exact).
 #[derive(Clone, Copy)]
 struct NarrowTile<'a> {
-    /// The integers, laid out by [`narrow_at`].
+    /// The integers, laid out by `grouped_at::<4>`: `[n / 4][ROW_BLOCK][4]` per row block, so
+    /// one 64-byte load is 4 consecutive lanes of its 16 rows.
     ints: &'a [i8],
     /// Per row: `-128` times the sum of its integers (wrapping; exact modulo `2^32`).
     offset: &'a [i32],
@@ -437,18 +430,27 @@ impl NarrowWeights {
         }
         let mut ints = vec![0i8; packed.len()];
         let mut offset = vec![0i32; packed.len() / n];
-        ints.par_chunks_mut(n * n)
-            .zip(offset.par_chunks_mut(n))
-            .zip(packed.par_chunks(n * n))
-            .for_each(|((dst, off), tile)| {
-                for r in 0..n {
-                    let mut sum = 0i32;
-                    for l in 0..n {
-                        let q = tile[packed_at(n, r, l)];
-                        sum = sum.wrapping_add(i32::from(q));
-                        dst[narrow_at(n, r, l)] = q as i8;
+        // Row block by row block, in the order of both layouts: lane pair `2 kq + h` of a row
+        // (`grouped_at::<2>`) is lanes `2 h, 2 h + 1` of its quad `kq` (`grouped_at::<4>`).
+        let block = ROW_BLOCK * n;
+        ints.par_chunks_mut(block)
+            .zip(offset.par_chunks_mut(ROW_BLOCK))
+            .zip(packed.par_chunks(block))
+            .for_each(|((dst, off), src)| {
+                let mut sums = [0i32; ROW_BLOCK];
+                for (quad, pairs) in dst.chunks_mut(4 * ROW_BLOCK).zip(src.chunks(4 * ROW_BLOCK)) {
+                    for (h, pair) in pairs.chunks(2 * ROW_BLOCK).enumerate() {
+                        for (r, two) in pair.chunks(2).enumerate() {
+                            sums[r] = sums[r]
+                                .wrapping_add(i32::from(two[0]))
+                                .wrapping_add(i32::from(two[1]));
+                            quad[4 * r + 2 * h] = two[0] as i8;
+                            quad[4 * r + 2 * h + 1] = two[1] as i8;
+                        }
                     }
-                    off[r] = sum.wrapping_mul(-128);
+                }
+                for (o, sum) in off.iter_mut().zip(sums) {
+                    *o = sum.wrapping_mul(-128);
                 }
             });
         Some(NarrowWeights { ints, offset })
@@ -485,7 +487,8 @@ pub struct IntWeights {
     /// Whether the stack held a `-0.0` (its integer is 0, so [`IntWeights::restore`] cannot
     /// give its sign back).
     neg_zero: bool,
-    /// The integers as bytes, where the CPU has VNNI ([`vnni`]) and they all fit one.
+    /// The integers as bytes, where the kernel is VNNI ([`Kernel::best`]) and they all fit
+    /// one.
     narrow: Option<NarrowWeights>,
 }
 
@@ -757,8 +760,8 @@ pub struct IntVector {
     bits: u32,
     /// The largest magnitude an integer may have ([`qmax`], or a slice's width).
     limit: i32,
-    /// Each integer plus 128 as a byte, laid out as `q`, where the CPU has VNNI ([`vnni`])
-    /// and every integer lies in `-128..=127` (for [`Kernel::Vnni`]).
+    /// Each integer plus 128 as a byte, laid out as `q`, where the kernel is VNNI
+    /// ([`Kernel::best`]) and every integer lies in `-128..=127`.
     biased: Option<Vec<u8>>,
 }
 

@@ -271,6 +271,41 @@ fn packed_layout_by_hand() {
     }
 }
 
+/// The bytes of a stack lie at `grouped_at::<4>` of each row and lane, and each row's offset
+/// is -128 times its integers' sum. n = 32: row 17 is in row block 1 and lane 6 in quad 1
+/// (third lane of it); row 17 holds `l - 16` in lane `l`, whose sum is 496 - 512 = -16, so its
+/// offset is 2048. A 128 anywhere leaves no bytes.
+#[test]
+fn narrow_layout_by_hand() {
+    let n = 32;
+    assert_eq!(grouped_at::<4>(n, 17, 6), ((8 + 1) * 16 + 1) * 4 + 2);
+    let mut w: Vec<f64> = (0..n * n)
+        .map(|e| ((e / n * 7 + e % n * 13) % 255) as f64 - 127.0)
+        .collect();
+    w.iter_mut().step_by(n).for_each(|v| *v = 1.0);
+    for (l, v) in w[17 * n..18 * n].iter_mut().enumerate() {
+        *v = l as f64 - 16.0;
+    }
+    let wi = IntWeights::new(&w, 1, 1, n).expect("fits");
+    let rows = wi.tiles_row_major();
+    assert_eq!(rows, w.iter().map(|&v| v as i16).collect::<Vec<_>>());
+    let bytes = NarrowWeights::new(&wi.packed, n).expect("bytes");
+    for r in 0..n {
+        for l in 0..n {
+            assert_eq!(
+                i16::from(bytes.ints[grouped_at::<4>(n, r, l)]),
+                rows[r * n + l]
+            );
+        }
+        let sum: i32 = rows[r * n..][..n].iter().map(|&q| i32::from(q)).sum();
+        assert_eq!(bytes.offset[r], -128 * sum, "row {r}");
+    }
+    assert_eq!(bytes.offset[17], 2048);
+    w[5] = 128.0;
+    let wide = IntWeights::new(&w, 1, 1, n).expect("fits");
+    assert!(NarrowWeights::new(&wide.packed, n).is_none() && wide.narrow.is_none());
+}
+
 pub(crate) fn spec(
     n: usize,
     rows: usize,
