@@ -1664,7 +1664,7 @@ fn kernel(
             // SAFETY: AVX-512 VNNI, AVX2 and FMA are present (checked just above), the tile
             // is narrow, `n` is a multiple of ROW_BLOCK and the lengths and reaches are
             // asserted above; every access of `vnni::tile` is inside them.
-            unsafe { vnni::tile(tile, skip_empty, bytes, zero, n, sink) };
+            unsafe { vnni::tile(narrow, tile.reach, skip_empty, bytes, zero, n, sink) };
             return;
         }
         if which != Kernel::Scalar && simd() {

@@ -9,20 +9,25 @@
 //! w_rl`, the partial itself. Every step wraps modulo `2^32` (`vpdpbusd` does not saturate)
 //! and the partial lies in `i32` ([`super::fits`]), so the result is exact whatever the
 //! intermediate values. Lanes past a row block's reach hold zero weights and add nothing.
-//! The partials go through the AVX2 kernel's epilogue ([`avx2::finish`]).
+//! `i32` sums take the partials in 16 lanes here; every other sink through the AVX2 kernel's
+//! epilogue ([`avx2::finish`]).
 
 use super::avx2::{self, by_items, by_tile_size, for_blocks};
-use super::{Epilogue, ROW_BLOCK, Sink, Tile, VNNI_ITEM_BLOCK};
+use super::{Epilogue, NarrowTile, ROW_BLOCK, Sink, VNNI_ITEM_BLOCK};
 use std::arch::x86_64::*;
 
+/// The tile `narrow`, whose row blocks reach `reach` (`Tile::reach`), times the biased vector
+/// tiles `xs`.
+///
 /// # Safety
-/// AVX-512F, AVX-512 VNNI, AVX2 and FMA must be present; `tile.narrow` must be `Some`;
-/// `n % ROW_BLOCK == 0`, the narrow tile's integers `n * n` and its offsets `n` long,
-/// `tile.reach.len() == n / ROW_BLOCK` and every `2 * tile.reach[rb] <= n`, `xs.len()` a
-/// multiple of `n`. Blocks are left out as [`avx2::tile`] leaves them out.
+/// AVX-512F, AVX-512 VNNI, AVX2 and FMA must be present; `n % ROW_BLOCK == 0`, the narrow
+/// tile's integers `n * n` and its offsets `n` long, `reach.len() == n / ROW_BLOCK` and every
+/// `2 * reach[rb] <= n`, `xs.len()` a multiple of `n`. Blocks are left out as [`avx2::tile`]
+/// leaves them out.
 #[target_feature(enable = "avx512f,avx512vnni,avx2,fma")]
 pub(super) unsafe fn tile(
-    tile: Tile<'_>,
+    narrow: NarrowTile<'_>,
+    reach: &[u32],
     skip_empty: bool,
     xs: &[u8],
     zero: impl Fn(usize, usize) -> bool,
@@ -30,13 +35,14 @@ pub(super) unsafe fn tile(
     sink: &mut impl Sink,
 ) {
     // SAFETY: as this function's contract.
-    unsafe { by_tile_size!(n, tile_n(tile, skip_empty, xs, &zero, n, sink)) }
+    unsafe { by_tile_size!(n, tile_n(narrow, reach, skip_empty, xs, &zero, n, sink)) }
 }
 
 /// [`tile`] for `n == N`, or any `n` where `N == 0`.
 #[target_feature(enable = "avx512f,avx512vnni,avx2,fma")]
 unsafe fn tile_n<const N: usize>(
-    tile: Tile<'_>,
+    narrow: NarrowTile<'_>,
+    reach: &[u32],
     skip_empty: bool,
     xs: &[u8],
     zero: &impl Fn(usize, usize) -> bool,
@@ -44,12 +50,8 @@ unsafe fn tile_n<const N: usize>(
     sink: &mut impl Sink,
 ) {
     let n = if N == 0 { n } else { N };
-    let Some(narrow) = tile.narrow else {
-        unreachable!("the VNNI kernel takes narrow tiles only (its caller checks)")
-    };
-    assert!(narrow.ints.len() == n * n && narrow.offset.len() == n);
     for_blocks(
-        tile.reach,
+        reach,
         skip_empty,
         xs.len() / n,
         VNNI_ITEM_BLOCK,
