@@ -8,4 +8,5 @@ pub mod exec;
 pub mod explain;
 pub mod host;
 pub mod io;
+pub mod module;
 pub mod trace;

@@ -59,7 +59,7 @@ pub(super) enum Kept {
 /// run of a fresh session. With the environment variable `NNPC_EXEC_PROFILE` set, every run
 /// prints the time spent per kind of op on stderr.
 pub struct Session<'g> {
-    graph: &'g SwGraph,
+    graph: GraphRef<'g>,
     opts: ExecOptions,
     dev: Device,
     /// The GPU of `DeviceKind::Cuda`.
@@ -123,9 +123,39 @@ pub struct Session<'g> {
     caches: Caches,
 }
 
+/// The graph a session runs: borrowed from its caller, or shared with an owner that keeps the
+/// session (an embedded [`crate::module::FirmwareModule`]).
+enum GraphRef<'g> {
+    Borrowed(&'g SwGraph),
+    Shared(Arc<SwGraph>),
+}
+
+impl std::ops::Deref for GraphRef<'_> {
+    type Target = SwGraph;
+
+    fn deref(&self) -> &SwGraph {
+        match self {
+            GraphRef::Borrowed(g) => g,
+            GraphRef::Shared(g) => g,
+        }
+    }
+}
+
+impl Session<'static> {
+    /// A session that shares ownership of its graph, so it can live as long as its owner.
+    pub fn shared(graph: Arc<SwGraph>, opts: &ExecOptions) -> Result<Session<'static>, ExecError> {
+        Session::open(GraphRef::Shared(graph), opts)
+    }
+}
+
 impl<'g> Session<'g> {
     /// Validate `graph` and open its device.
     pub fn new(graph: &'g SwGraph, opts: &ExecOptions) -> Result<Session<'g>, ExecError> {
+        Session::open(GraphRef::Borrowed(graph), opts)
+    }
+
+    fn open(owner: GraphRef<'g>, opts: &ExecOptions) -> Result<Session<'g>, ExecError> {
+        let graph: &SwGraph = &owner;
         graph.validate()?;
         let gpu = match opts.device {
             DeviceKind::Cpu => None,
@@ -185,8 +215,11 @@ impl<'g> Session<'g> {
             .zip(&keep)
             .map(|(s, &k)| s.filter(|_| k))
             .collect();
+        let rounded = rounded::rounded_formats(&graph.nodes);
+        let small = weights.values().sum::<usize>() <= SMALL_WEIGHTS;
+        let checks = finite::Checks::new(graph);
         Ok(Session {
-            graph,
+            graph: owner,
             opts: *opts,
             dev: Device::Cpu,
             gpu,
@@ -201,12 +234,12 @@ impl<'g> Session<'g> {
             plan,
             arranged,
             bounded,
-            rounded: rounded::rounded_formats(&graph.nodes),
+            rounded,
             to_ints,
             through,
-            small: weights.values().sum::<usize>() <= SMALL_WEIGHTS,
+            small,
             traced,
-            checks: finite::Checks::new(graph),
+            checks,
             const_found: finite::Found::default(),
             warm: false,
             caches: Caches::default(),
@@ -278,7 +311,7 @@ impl<'g> Session<'g> {
                 }
                 let mut chunk = chunk.unwrap_or_default();
                 chunk.found.merge(self.const_found.clone());
-                if let Some(e) = chunk.found.error(self.graph) {
+                if let Some(e) = chunk.found.error(&self.graph) {
                     return Err(e.into());
                 }
                 let outputs = std::mem::take(&mut chunk.outputs);
@@ -415,7 +448,7 @@ impl<'g> Session<'g> {
         items: Range<usize>,
         caches: &mut Caches,
     ) -> Result<Part, ExecError> {
-        let graph = self.graph;
+        let graph: &SwGraph = &self.graph;
         let warm = self.warm;
         let mut consts = Vec::new();
         let mut ex = Executor {
