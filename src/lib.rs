@@ -76,7 +76,7 @@ pub struct NotUtf8 {
     pub column: usize,
     /// The text, the invalid bytes shown as U+FFFD.
     #[source_code]
-    pub text: miette::NamedSource<String>,
+    pub text: nnp_grammar::SourceText,
     #[label("not UTF-8")]
     pub at: miette::SourceSpan,
 }
@@ -94,6 +94,10 @@ impl LoadError {
 /// The result of checking a readable file: the program and its warnings, or every diagnostic.
 pub type CheckResult = Result<CheckOutput, Vec<Diagnostic>>;
 
+/// The largest firmware file read: its size is checked before it is read, so a path naming
+/// `/dev/zero` or a FIFO is an error, never a read without end or a wait.
+pub const MAX_FIRMWARE_BYTES: u64 = 1 << 30;
+
 /// Read and check a firmware file. `target` (a built-in name or a TOML path) overrides the
 /// file's `target` statement. Firmware errors come back in the inner result, with the source.
 pub fn check_file(
@@ -102,9 +106,15 @@ pub fn check_file(
 ) -> Result<(Arc<SourceFile>, CheckResult), LoadError> {
     let path = path.as_ref();
     let name = path.to_string_lossy().into_owned();
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-        path: name.clone(),
-        source,
+    let bytes = nnp_runtime::io::read_limited(path, MAX_FIRMWARE_BYTES).map_err(|e| {
+        let source = match e {
+            nnp_runtime::io::LimitedReadError::Io(e) => e,
+            e => std::io::Error::other(e.to_string()),
+        };
+        LoadError::Read {
+            path: name.clone(),
+            source,
+        }
     })?;
     if looks_like_json(path, &bytes) {
         return Err(not_firmware(name, &bytes));
@@ -167,7 +177,7 @@ fn not_utf8(path: String, e: &std::string::FromUtf8Error) -> LoadError {
         offset,
         line,
         column,
-        text: miette::NamedSource::new(path.clone(), text),
+        text: nnp_grammar::SourceText::new(path.clone(), text),
         at: (offset, '\u{FFFD}'.len_utf8()).into(),
         path,
     }))

@@ -190,3 +190,177 @@ fn a_single_npy_file_is_the_programs_one_input() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A scratch copy of `sample` with a `target` line naming `target.toml` beside it (fp32
+/// storage), and that target file: the firmware, its target file and where they are.
+fn firmware_with_target(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let text = std::fs::read_to_string(common::root().join(SAMPLE)).expect("sample");
+    let fw = dir.join("prog.nnp");
+    std::fs::write(&fw, format!("target \"target.toml\"\n{text}")).expect("write");
+    let target = dir.join("target.toml");
+    std::fs::write(&target, "name = \"mine\"\n[numerics]\nstorage = \"fp32\"\n").expect("write");
+    (fw, target)
+}
+
+/// Every output of every command is refused where it names a file the command reads, by
+/// its own name, through a symbolic link or a hard link: the firmware, the target file
+/// (`--target`'s or the `target` line's), a compiled graph, `quantize`'s input. Exit 2, a
+/// message naming what the path is, and the file read left as it was.
+#[test]
+fn no_output_lands_on_a_file_the_command_reads() {
+    let dir = scratch("own-inputs");
+    let (fw, target) = firmware_with_target(&dir);
+    let graph = dir.join("prog.swg.json");
+    let o = nnpc(&["compile", arg(&fw), "-o", arg(&graph)]);
+    assert_eq!(o.status.code(), Some(0), "{}", message(&o));
+    let x = dir.join("x.npy");
+    npy(&x, &[4, 300], 0.5);
+    let (link, hard) = (dir.join("link.npy"), dir.join("hard.npy"));
+    std::os::unix::fs::symlink("x.npy", &link).expect("symlink");
+    std::fs::hard_link(&x, &hard).expect("hard link");
+    let fw_link = dir.join("fw-link.nnp");
+    std::os::unix::fs::symlink("prog.nnp", &fw_link).expect("symlink");
+    let plain = dir.join("plain.nnp");
+    std::fs::copy(common::root().join(SAMPLE), &plain).expect("copy");
+    let (f, t, g) = (arg(&fw), arg(&target), arg(&graph));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["compile", f, "-o", f], "the firmware file"),
+        (vec!["compile", f, "-o", arg(&fw_link)], "the firmware file"),
+        (
+            vec!["compile", f, "-o", t],
+            "the target file of the firmware's `target` line",
+        ),
+        (
+            vec!["compile", arg(&plain), "--target", t, "-o", t],
+            "the target file --target gives",
+        ),
+        (vec!["graph", f, "-o", f], "the firmware file"),
+        (vec!["graph", f, "-o", t], "the target file"),
+        (vec!["run", f, "--trace", f], "the firmware file"),
+        (vec!["run", f, "--trace", t], "the target file"),
+        (vec!["emulate", f, "--trace", t], "the target file"),
+        (vec!["emulate", f, "--trace", f], "the firmware file"),
+        (vec!["run", g, "--trace", g], "the compiled graph"),
+        (vec!["run", g, "-o", g], "the compiled graph"),
+        (
+            vec!["quantize", "-f", "bfp(mant = 4)", arg(&x), "-o", arg(&x)],
+            "the input file",
+        ),
+        (
+            vec!["quantize", "-f", "bfp(mant = 4)", arg(&x), "-o", arg(&link)],
+            "the input file",
+        ),
+        (
+            vec![
+                "quantize",
+                "-f",
+                "bfp(mant = 4)",
+                arg(&link),
+                "-o",
+                arg(&hard),
+            ],
+            "the input file",
+        ),
+    ];
+    let before: Vec<Vec<u8>> = [&fw, &target, &graph, &x]
+        .iter()
+        .map(|p| std::fs::read(p).expect("read"))
+        .collect();
+    for (args, what) in &cases {
+        let o = nnpc(args);
+        let err = message(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&format!("names {what}")), "{args:?}: {err}");
+        assert!(err.contains("which this command reads"), "{args:?}: {err}");
+        assert!(
+            err.contains("help: write to another path"),
+            "{args:?}: {err}"
+        );
+    }
+    let after: Vec<Vec<u8>> = [&fw, &target, &graph, &x]
+        .iter()
+        .map(|p| std::fs::read(p).expect("read"))
+        .collect();
+    assert!(before == after, "a file read was changed");
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .expect("link")
+            .file_type()
+            .is_symlink()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `compile -o` and `graph -o` put a new file in the output's place by a rename: a hard link
+/// to the old file keeps the old bytes (a write in place would change them), and no
+/// temporary file is left beside it. Through a symbolic link, the link's target gets them.
+#[test]
+fn compile_and_graph_write_their_output_whole() {
+    let dir = scratch("whole");
+    for command in ["compile", "graph"] {
+        let out = dir.join(format!("{command}.out"));
+        std::fs::write(&out, b"old").expect("write");
+        let kept = dir.join(format!("{command}.kept"));
+        std::fs::hard_link(&out, &kept).expect("hard link");
+        let o = nnpc(&[command, SAMPLE, "-o", arg(&out)]);
+        assert_eq!(o.status.code(), Some(0), "{}", message(&o));
+        assert_eq!(std::fs::read(&kept).expect("kept"), b"old");
+        let new = std::fs::read_to_string(&out).expect("out");
+        assert!(new.len() > 100 && new != "old", "{command}");
+        let link = dir.join(format!("{command}.link"));
+        std::os::unix::fs::symlink(format!("{command}.target"), &link).expect("symlink");
+        let o = nnpc(&[command, SAMPLE, "-o", arg(&link)]);
+        assert_eq!(o.status.code(), Some(0), "{}", message(&o));
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .expect("link")
+                .file_type()
+                .is_symlink()
+        );
+        let target = std::fs::read_to_string(dir.join(format!("{command}.target")));
+        assert_eq!(target.expect("target"), new, "{command}");
+    }
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `-o` with an extension that names no tensor file (`out.txt`) is an error listing the
+/// accepted ones, for every command that writes tensors, and makes nothing.
+#[test]
+fn an_unknown_output_extension_is_an_error() {
+    let dir = scratch("extension");
+    let x = dir.join("x.npy");
+    npy(&x, &[4, 300], 0.5);
+    let out = dir.join("out.txt");
+    for args in [
+        vec!["run", SAMPLE, "-o", arg(&out)],
+        vec!["emulate", SAMPLE, "-o", arg(&out)],
+        vec!["quantize", "-f", "bfp(mant = 4)", arg(&x), "-o", arg(&out)],
+    ] {
+        let o = nnpc(&args);
+        let err = message(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("has the extension `.txt`"), "{err}");
+        assert!(
+            err.contains("`.safetensors` file") && err.contains("`.npy` file"),
+            "{err}"
+        );
+        assert!(err.contains("a path with no extension"), "{err}");
+        assert!(!out.exists(), "{args:?} made {}", out.display());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `nnpc check`'s success line is its result: on stdout (errors stay on stderr).
+#[test]
+fn check_says_ok_on_stdout() {
+    let o = nnpc(&["check", SAMPLE]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(common::stdout(&o), format!("{SAMPLE}: ok (0 warnings)\n"));
+    assert!(!common::stderr(&o).contains("ok"), "{}", common::stderr(&o));
+}

@@ -305,11 +305,9 @@ struct OutputAcc {
 impl<'p> DiffBuilder<'p> {
     /// A comparison of the outputs of `program` listing the `first` mismatches.
     pub fn new(program: &'p Program, first: usize) -> Result<DiffBuilder<'p>, DiffError> {
-        let storage = *program
-            .target
-            .numerics
-            .storage
-            .as_float()
+        // The format every output value is one of: the target's storage, or one holding
+        // each chain's own (`quant storage = ...`).
+        let storage = crate::host::output_storage(program)
             .ok_or_else(|| DiffError::Storage(program.target.numerics.storage.to_string()))?;
         let outputs = program.decls.iter().enumerate();
         let outputs = outputs

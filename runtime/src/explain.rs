@@ -240,6 +240,23 @@ pub fn one_knob_changes(t: &Target) -> Vec<NumericsChange> {
     out
 }
 
+/// The line of [`default_target`]'s change.
+pub const DEFAULT_TARGET_LINE: &str = "target = \"bw-default\"";
+
+/// The built-in target `bw-default` whole, as a change of `t` where `t` differs from it (in
+/// its numerics, native dimension, MFUs or memories): a board that ran the default target
+/// while the diff's `--target` (or the firmware's `target` line) named another. Its line is
+/// [`DEFAULT_TARGET_LINE`].
+pub fn default_target(t: &Target) -> Option<NumericsChange> {
+    let d = Target::bw_default();
+    let same =
+        (t.native, t.mfus, &t.memory, &t.numerics) == (d.native, d.mfus, &d.memory, &d.numerics);
+    (!same).then(|| NumericsChange {
+        settings: vec![("target", "\"bw-default\"".to_string())],
+        target: d,
+    })
+}
+
 /// Two knobs of `t` at once: each one-knob change of each of `firsts`' targets (each a
 /// change of `t`), written as its first's settings with the second's in place of those of the
 /// same key. Left out: those that come back to `t`, those equal to a one-knob change of `t`
@@ -283,6 +300,25 @@ mod tests {
         let parsed = Target::from_toml(&toml, "bw-default.toml")
             .unwrap_or_else(|e| panic!("{}: {e}", c.lines()));
         assert_eq!(parsed.numerics, c.target.numerics, "{}", c.lines());
+    }
+
+    /// The default target is a candidate of every other target, and of none that is the
+    /// default target (by its settings, whatever its name).
+    #[test]
+    fn the_default_target_is_a_candidate_of_any_other() {
+        let base = Target::bw_default();
+        assert!(default_target(&base).is_none());
+        let mut renamed = base.clone();
+        renamed.name = "my-board.toml".into();
+        assert!(default_target(&renamed).is_none());
+        let mut fp32 = base.clone();
+        fp32.numerics.storage = Format::FP32;
+        let change = default_target(&fp32).expect("a change");
+        assert_eq!(change.lines(), DEFAULT_TARGET_LINE);
+        assert_eq!(change.target, base);
+        let mut n16 = base.clone();
+        n16.native = 16;
+        assert!(default_target(&n16).is_some());
     }
 
     /// bw-default's changes, one knob each, written as the TOML a target file takes: each

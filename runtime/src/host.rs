@@ -176,6 +176,11 @@ pub enum HostError {
     },
     #[error("batch size must be at least 1")]
     ZeroBatch,
+    #[error(
+        "the program's weights take {need} bytes as f32, more than the {available} bytes of \
+         memory available; help: a smaller program, or a machine with more memory"
+    )]
+    WeightsTooLarge { need: u128, available: u64 },
     #[error(transparent)]
     Elements(#[from] Unfilled),
     #[error("internal: inputs of items {}..{} asked of a batch of {batch}", items.start, items.end)]
@@ -200,6 +205,24 @@ fn kind_name(d: &Decl) -> &'static str {
         DeclKind::Vector => "vector",
         DeclKind::Input => "input",
         DeclKind::Output => "output",
+    }
+}
+
+/// The weights of `program` (as f32) fit the memory available (`MemAvailable`; no check
+/// where the system does not say), or the error that says so before any is made.
+pub fn weights_fit(program: &Program) -> Result<(), HostError> {
+    let need = weight_decls(program).fold(0u128, |sum, d| {
+        let elements = d
+            .shape
+            .iter()
+            .fold(1u128, |p, &n| p.saturating_mul(n as u128));
+        sum.saturating_add(elements.saturating_mul(4))
+    });
+    match mem_available_bytes() {
+        Some(available) if need > u128::from(available) => {
+            Err(HostError::WeightsTooLarge { need, available })
+        }
+        _ => Ok(()),
     }
 }
 
@@ -693,6 +716,39 @@ pub fn storage_bits(fmt: &FloatFormat, x: f32) -> u32 {
         FloatFormat::FP32 if !x.is_nan() => x.to_bits(),
         _ => fmt.encode(f64::from(x)) as u32,
     }
+}
+
+/// A float format holding every value the outputs of `program` can hold: every value of its
+/// storage formats, the target's and each chain's own (`quant storage = ...`). Where every
+/// chain keeps the target's, that format; else `fp(E, M)` with the widest exponent and
+/// mantissa among them (with subnormals where any has them), which holds each of them.
+/// `None` where one is not a float format.
+pub fn output_storage(program: &Program) -> Option<FloatFormat> {
+    let target = *program.target.numerics.storage.as_float()?;
+    let mut wide = target;
+    for chain in &program.chains {
+        let nnp_grammar::ChainBody::Vector(v) = &chain.body else {
+            continue; // a matrix chain copies tiles, rounding nothing
+        };
+        let f = v.quant.storage.as_float()?;
+        if *f != target {
+            wide.exp_bits = wide.exp_bits.max(f.exp_bits);
+            wide.mant_bits = wide.mant_bits.max(f.mant_bits);
+            wide.subnormals |= f.subnormals;
+        }
+    }
+    Some(wide)
+}
+
+/// Whether every value of `f` is an f16 value (fp16 itself, or a narrower IEEE-style format:
+/// fp8 e5m2, e4m3 with infinities, ...), so an f16 file holds them exactly.
+pub fn fits_f16(f: &FloatFormat) -> bool {
+    f.exp_bits <= 5 && f.mant_bits <= 10
+}
+
+/// Whether every value of `f` is an f32 value.
+pub fn fits_f32(f: &FloatFormat) -> bool {
+    f.exp_bits <= 8 && f.mant_bits <= 23
 }
 
 /// `MemAvailable` of `/proc/meminfo` in bytes: what the system can hand out without swapping

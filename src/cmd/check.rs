@@ -1,7 +1,6 @@
 //! `nnpc check`: parse and check a firmware file, print its diagnostics.
 
 use super::output;
-use nnp_grammar::diagnostics::line_col;
 use nnp_grammar::{Diagnostic, Diagnostics, Severity, SourceFile, Span, TargetError, codes};
 use nnpc::LoadError;
 use std::path::PathBuf;
@@ -55,7 +54,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             output::stderr(format!("{diags}\n"))?;
         } else {
             let warnings = output::count(diags.warnings(), "warning");
-            output::stderr(format!("{}: ok ({warnings})\n", src.name))?;
+            // The result goes to stdout, as a command's result does; the diagnostics above
+            // it (warnings) and errors go to stderr.
+            output::stdout(format!("{}: ok ({warnings})\n", src.name))?;
         }
     }
     Ok(ExitCode::from(u8::from(errors)))
@@ -125,7 +126,7 @@ fn load_error_json(e: &LoadError) -> serde_json::Value {
 
 fn to_json(src: &SourceFile, d: &Diagnostic) -> serde_json::Value {
     let pos = |offset: u32| {
-        let (line, column) = line_col(&src.text, offset);
+        let (line, column) = src.line_col(offset);
         serde_json::json!({ "offset": offset, "line": line, "column": column })
     };
     let span = d.span();

@@ -1,5 +1,6 @@
 //! `nnpc compile`: lower firmware to its software graph and write it as JSON.
 
+use super::files::Reads;
 use super::output::{self, count};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use std::path::{Path, PathBuf};
@@ -58,8 +59,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     if out.as_os_str() == "-" {
         output::stdout(json + "\n")?;
     } else {
-        std::fs::write(&out, json + "\n")
-            .map_err(|e| super::fail(format!("cannot write `{}`: {e}", out.display())))?;
+        let reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
+        super::write_output("-o", &out, (json + "\n").as_bytes(), &reads)?;
         output::stdout(summary(&graph, &out))?;
     }
     Ok(ExitCode::SUCCESS)

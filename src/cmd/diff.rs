@@ -1,5 +1,6 @@
 //! `nnpc diff`: compare a hardware output dump (or trace) with the software graph, bit for bit.
 
+use super::files::provenance_warnings;
 use super::host_args::{ChunkArgs, ChunkError, DataArgs, LayoutArg, run_failed, trace_records};
 use super::run::DeviceArg;
 use nnp_grammar::{Program, Target};
@@ -7,7 +8,8 @@ use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::diff::{DiffBuilder, DiffError, DiffReport};
 use nnp_runtime::exec::{ExecOptions, Execution};
 use nnp_runtime::explain::{
-    ExplainRow, NumericsChange, SCREEN_ITEMS, closest, cmp_share, on_top_of, one_knob_changes,
+    DEFAULT_TARGET_LINE, ExplainRow, NumericsChange, SCREEN_ITEMS, closest, cmp_share,
+    default_target, on_top_of, one_knob_changes,
 };
 use nnp_runtime::host::{InputFeed, Outputs, ShapeDisplay, Tensor};
 use nnp_runtime::io::{self, Inexact, IoError, StoredTensor};
@@ -64,8 +66,9 @@ pub struct Args {
     /// How many mismatching elements to list.
     #[arg(long, value_name = "K", default_value_t = 10)]
     pub first: usize,
-    /// When the dump is not concordant, rerun the software graph under each one-knob change
-    /// of the target's numerics (accumulation; rounding of the MVM inputs, the MVM output, the
+    /// When the dump is not concordant, rerun the software graph under the default target
+    /// `bw-default` (where the target is another: a board that ran the default) and each
+    /// one-knob change of the target's numerics (accumulation; rounding of the MVM inputs, the MVM output, the
     /// MFU input and storage; the MVM inputs' mantissa width, or their format as another of
     /// the catalogue's MVM formats; the MVM output's and MFU input's float format) and say
     /// which change, if any, makes the dump concordant: a target file that misdescribes the
@@ -94,6 +97,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let dump = Dump::open(&program, &args.hardware, args.layout)?;
+    // A dump nnpc made says how; where that is not how this diff runs, say so first.
+    if let Some(made) = io::read_metadata(&args.hardware) {
+        for w in provenance_warnings(&args.hardware, &made, &args.file, &program, &args.data) {
+            super::output::stderr(format!("warning: {w}\n"))?;
+        }
+    }
     let (weights, feed) = args
         .data
         .feed(&program, dump.batch(&program))
@@ -243,7 +252,10 @@ impl Comparison<'_> {
         share: (usize, usize),
         pairs: ExplainPairs,
     ) -> Vec<ExplainRow> {
-        let singles = one_knob_changes(&program.target);
+        // The default target whole first: a board that ran it while `--target` named another.
+        let singles: Vec<NumericsChange> = (default_target(&program.target).into_iter())
+            .chain(one_knob_changes(&program.target))
+            .collect();
         let mut rows = self.rows(program, &singles, 1, weights);
         if rows.iter().any(|r| r.concordant) {
             return rows;
@@ -750,6 +762,18 @@ fn print_explain(
             "  no change of one knob, nor of two with the closest, makes the dump concordant: the \
              board differs from `{target}` in other settings ({every}), {fault}"
         ),
+        (changes, _, _)
+            if changes
+                .iter()
+                .any(|c| c == &format!("`{DEFAULT_TARGET_LINE}`")) =>
+        {
+            say!(
+                out,
+                "  the dump is concordant with the built-in target `bw-default`: the board ran \
+                 the default target, not `{target}` (diff with `--target bw-default`, or \
+                 without `--target` where the firmware has no `target` line)"
+            )
+        }
         (changes, _, _) => say!(
             out,
             "  the dump is concordant with `{target}` changed by {}: if the board does that, put \

@@ -1,5 +1,6 @@
 //! `nnpc emulate`: run firmware on the instruction-level hardware model.
 
+use super::files::{Reads, provenance};
 use super::host_args::{
     ChunkError, DataArgs, OutputArgs, RunSummary, fits_in_memory, interrupted, io_bytes_per_item,
 };
@@ -89,9 +90,15 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (d.name.clone(), shape.collect())
         })
         .collect();
-    let mut files = args
-        .out
-        .files(&program, &shapes, args.trace.as_deref(), &args.data)?;
+    let reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
+    let made = provenance(&args.file, &program, false, &args.data, batch);
+    let mut files = args.out.files(
+        &program,
+        &shapes,
+        args.trace.as_deref(),
+        (&args.data, reads),
+        &made,
+    )?;
     let (bar, tick) = super::input_sets_bar("emulating", batch);
     let mut opts = EmuOptions {
         trace: args.trace.is_some(),

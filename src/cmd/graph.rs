@@ -1,5 +1,6 @@
 //! `nnpc graph`: the dependency graph of a firmware file, as DOT or JSON, and queries on it.
 
+use super::files::Reads;
 use super::output;
 use nnp_lowering::depgraph::{Dep, DepGraph, LineIndex, NodeId};
 use nnpc::{LoadError, Program};
@@ -88,8 +89,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         written.map_err(super::fail)?;
     }
     match &args.output {
-        Some(path) => std::fs::write(path, &buf)
-            .map_err(|e| super::fail(format!("cannot write `{}`: {e}", path.display())))?,
+        Some(path) => {
+            let reads = Reads::firmware(&args.file, args.target.as_deref(), program);
+            super::write_output("-o", path, &buf, &reads)?;
+        }
         None => output::stdout(&buf)?,
     }
     Ok(ExitCode::SUCCESS)

@@ -2,13 +2,16 @@
 //! the host data comes from and how outputs are written. One definition, so the emulator and
 //! the software graph always see the same data for the same flags.
 
+use super::files::{Reads, written_files};
 use super::output::count;
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::{GraphError, SwGraph};
+use nnp_numerics::Format;
 use nnp_runtime::diff::DiffError;
 use nnp_runtime::exec::{ExecError, ExecOptions, Execution, Session};
 use nnp_runtime::host::{
-    HostData, HostError, InputFeed, LoadOptions, Outputs, ShapeDisplay, Tensor,
+    HostData, HostError, InputFeed, LoadOptions, Outputs, ShapeDisplay, Tensor, fits_f16,
+    output_storage,
 };
 use nnp_runtime::io::{self, Dtype, IoError, Layout};
 use nnp_runtime::trace::{TraceError, TraceMismatch, TraceRecord, TraceWriter};
@@ -55,6 +58,8 @@ impl DataArgs {
         program: &Program,
         fallback_batch: Option<usize>,
     ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
+        // Refused before any is made (a compiled graph's declarations may be any size).
+        nnp_runtime::host::weights_fit(program)?;
         if let Some(batch) = self.random_batch(fallback_batch) {
             let weights = HostData::random_weights(program, self.seed);
             return Ok((weights, InputFeed::random(program, batch, self.seed)));
@@ -297,8 +302,9 @@ pub struct OutputArgs {
     /// Layout of the written outputs.
     #[arg(long, value_enum, default_value_t = LayoutArg::Logical)]
     pub layout: LayoutArg,
-    /// Element type of the written outputs (default: f16 when the storage format fits, else
-    /// f32; both are exact then).
+    /// Element type of the written outputs (default: f16 when every storage format of the
+    /// program, the target's and each chain's `quant storage`, fits, else f32; exact either
+    /// way).
     #[arg(long, value_enum)]
     pub dtype: Option<DtypeArg>,
 }
@@ -329,29 +335,35 @@ pub enum DtypeArg {
 impl OutputArgs {
     /// The output files ([`OutputArgs::writer`]) and the trace file `trace` of a run, made
     /// before it so that a path that cannot be written fails at once; once either exists,
-    /// Ctrl-C stops the run after its chunk ([`stop_on_interrupt`]) to remove them.
+    /// Ctrl-C stops the run after its chunk ([`stop_on_interrupt`]) to remove them. The
+    /// outputs record `metadata` ([`super::files::provenance`]).
     ///
-    /// A path that names a file the run reads (`data`'s weights or inputs), or the other
-    /// file, is refused: putting the new file in its place would lose that one.
+    /// A path that names a file the run reads (`reads`: the firmware or graph, the target and
+    /// its tables, `data`'s weights or inputs), or the other file, is refused: putting the
+    /// new file in its place would lose that one.
     pub fn files(
         &self,
         program: &Program,
         shapes: &BTreeMap<String, Vec<usize>>,
         trace: Option<&Path>,
-        data: &DataArgs,
+        (data, mut reads): (&DataArgs, Reads),
+        metadata: &io::Metadata,
     ) -> miette::Result<RunFiles> {
-        let written = [("-o", self.output.as_deref()), ("--trace", trace)];
-        let read = [
-            ("--weights", data.weights.as_deref()),
-            ("--inputs", data.inputs.as_deref()),
-        ];
-        for (i, &(flag, path)) in written.iter().enumerate() {
-            let Some(path) = path else { continue };
-            let mut others = read.iter().chain(&written[..i]);
-            if let Some((other, _)) = others.find(|o| o.1.is_some_and(|p| same_file(p, path))) {
+        reads.data(data);
+        if let Some(out) = &self.output {
+            reads.check_tensors("-o", out, shapes.keys())?;
+        }
+        if let Some(trace) = trace {
+            reads.check("--trace", trace)?;
+            reads.check("--trace", &trace_sidecar(trace))?;
+            let outputs = self
+                .output
+                .iter()
+                .flat_map(|o| written_files(o, shapes.keys()));
+            if outputs.into_iter().any(|o| same_file(&o, trace)) {
                 return Err(super::fail(format!(
-                    "{flag} {} names the file {other} gives; help: write to another path",
-                    path.display()
+                    "--trace {} names the file -o gives; help: write to another path",
+                    trace.display()
                 )));
             }
         }
@@ -359,21 +371,26 @@ impl OutputArgs {
         if self.output.is_some() || trace.is_some() {
             stop_on_interrupt();
         }
-        let writer = self.writer(program, shapes)?;
+        let writer = self.writer(program, shapes, metadata)?;
         let tracer = match trace {
-            Some(path) => Some(TraceWriter::create(path).map_err(super::fail)?),
+            Some(path) => Some((
+                TraceWriter::create(path).map_err(super::fail)?,
+                path.to_path_buf(),
+                metadata.clone(),
+            )),
             None => None,
         };
         Ok(RunFiles { writer, tracer })
     }
 
     /// The files for outputs of the logical shapes `shapes`, written in pieces of items as a
-    /// run produces them ([`OutputWriter::write`]), if `-o` was given. Created before the run,
-    /// so a path that cannot be written fails at once.
+    /// run produces them ([`OutputWriter::write`]), if `-o` was given, recording `metadata`.
+    /// Created before the run, so a path that cannot be written fails at once.
     pub fn writer(
         &self,
         program: &Program,
         shapes: &BTreeMap<String, Vec<usize>>,
+        metadata: &io::Metadata,
     ) -> miette::Result<Option<OutputWriter>> {
         let Some(path) = &self.output else {
             return Ok(None);
@@ -389,8 +406,9 @@ impl OutputArgs {
                 (name.clone(), shape)
             })
             .collect();
+        let dtype = self.dtype(program).map_err(super::fail)?;
         let files =
-            io::ItemWriter::create(path, &laid_out, self.dtype(program)).map_err(super::fail)?;
+            io::ItemWriter::create_with(path, &laid_out, dtype, metadata).map_err(super::fail)?;
         Ok(Some(OutputWriter {
             files,
             layout,
@@ -398,15 +416,23 @@ impl OutputArgs {
         }))
     }
 
-    /// f16 when every value of the storage format is an f16, else f32 (exact either way).
-    fn dtype(&self, program: &Program) -> Dtype {
+    /// The dtype of the written outputs: f16 where every value the outputs can hold is an
+    /// f16 (every storage format of the program fits, [`output_storage`]), else f32 (exact
+    /// either way). `--dtype f16` where a storage format does not fit is an error: the file
+    /// would not hold the values the run made.
+    pub fn dtype(&self, program: &Program) -> Result<Dtype, String> {
+        let storage = output_storage(program);
+        let f16 = storage.as_ref().is_some_and(fits_f16);
         match self.dtype {
-            Some(DtypeArg::F16) => Dtype::F16,
-            Some(DtypeArg::F32) => Dtype::F32,
-            None => match program.target.numerics.storage.as_float() {
-                Some(f) if f.exp_bits <= 5 && f.mant_bits <= 10 => Dtype::F16,
-                _ => Dtype::F32,
-            },
+            Some(DtypeArg::F16) if !f16 => Err(format!(
+                "--dtype f16 cannot hold every value of the program's storage format{}: an \
+                 f16 file would change them; help: --dtype f32, or no --dtype (f32 then)",
+                storage.map_or(String::new(), |s| format!(" {}", Format::Float(s)))
+            )),
+            Some(DtypeArg::F16) => Ok(Dtype::F16),
+            Some(DtypeArg::F32) => Ok(Dtype::F32),
+            None if f16 => Ok(Dtype::F16),
+            None => Ok(Dtype::F32),
         }
     }
 }
@@ -436,7 +462,9 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// that, they leave nothing behind.
 pub struct RunFiles {
     writer: Option<OutputWriter>,
-    tracer: Option<TraceWriter>,
+    /// The trace file, and the metadata its sidecar records (JSON lines have no place for
+    /// it).
+    tracer: Option<(TraceWriter, PathBuf, io::Metadata)>,
 }
 
 impl RunFiles {
@@ -451,22 +479,37 @@ impl RunFiles {
         if let Some(w) = &mut self.writer {
             w.write(first, outputs).map_err(ChunkError::Io)?;
         }
-        if let Some(t) = &mut self.tracer {
+        if let Some((t, ..)) = &mut self.tracer {
             t.write(&records()?).map_err(ChunkError::Trace)?;
         }
         Ok(())
     }
 
-    /// Put every file in its place.
+    /// Put every file in its place; beside a trace file, its sidecar
+    /// (`TRACE.nnpc.json`, where the trace is a regular file).
     pub fn finish(self) -> miette::Result<()> {
-        if let Some(t) = self.tracer {
+        if let Some((t, path, metadata)) = self.tracer {
             t.finish().map_err(super::fail)?;
+            if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+                let sidecar = trace_sidecar(&path);
+                let json = serde_json::to_string_pretty(&metadata).unwrap_or_default() + "\n";
+                io::write_file_atomic(&sidecar, json.as_bytes()).map_err(|e| {
+                    super::fail(format!("cannot write `{}`: {e}", sidecar.display()))
+                })?;
+            }
         }
         if let Some(w) = self.writer {
             w.finish().map_err(super::fail)?;
         }
         Ok(())
     }
+}
+
+/// The sidecar file of the trace file `path`: `path` with `.nnpc.json` added.
+pub fn trace_sidecar(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(".nnpc.json");
+    PathBuf::from(name)
 }
 
 /// Outputs written in pieces of items, in `-o`'s layout ([`OutputArgs::writer`]).

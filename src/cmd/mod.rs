@@ -6,6 +6,7 @@ pub mod check;
 pub mod compile;
 pub mod diff;
 pub mod emulate;
+pub mod files;
 pub mod graph;
 pub mod host_args;
 pub mod output;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 struct RuntimeError {
     message: String,
     #[source_code]
-    src: miette::NamedSource<String>,
+    src: nnp_grammar::SourceText,
     #[label("here")]
     span: Option<miette::SourceSpan>,
     #[help]
@@ -112,6 +113,21 @@ pub fn load(file: &Path, target: Option<&str>) -> Result<Program, ExitCode> {
         let code = e.exit_code();
         output::report(&miette::Report::new(e), code)
     })
+}
+
+/// Write `bytes` to `path` (given by `flag`) in one piece: through a temporary file beside it
+/// and an atomic rename ([`nnp_runtime::io::write_file_atomic`]), so that a full disk or a
+/// crash leaves the old file whole and two writers never interleave; refused where `path`
+/// is a file the command reads (`reads`).
+pub fn write_output(
+    flag: &str,
+    path: &Path,
+    bytes: &[u8],
+    reads: &files::Reads,
+) -> miette::Result<()> {
+    reads.check(flag, path)?;
+    nnp_runtime::io::write_file_atomic(path, bytes)
+        .map_err(|e| fail(format!("cannot write `{}`: {e}", path.display())))
 }
 
 /// Lower a checked program to its software graph; on failure print why and return status 1.

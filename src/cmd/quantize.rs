@@ -1,11 +1,12 @@
 //! `nnpc quantize`: fake-quantize tensors in `.npy` / safetensors files with any format literal
 //! and report QSNR and bits per element (the equivalent of microxcaling's `quantize_mx_op`).
 
+use super::files::Reads;
 use miette::{Diagnostic, LabeledSpan, NamedSource};
 use nnp_numerics::kernel::quantize_f32;
 use nnp_numerics::{ErrorStats, FloatFormat, Format, FormatError, error_stats};
 use nnp_runtime::host::Tensor;
-use nnp_runtime::io::{Dtype, read_tensors, write_tensors};
+use nnp_runtime::io::{Dtype, Metadata, read_tensors, write_tensors_with};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -118,6 +119,10 @@ pub struct Report {
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let format = parse_literal(&args.format)?;
+    if let Some(out) = &args.output {
+        // An output path that names no kind of tensor file fails before the work.
+        nnp_runtime::io::output_kind(out).map_err(super::fail)?;
+    }
     let mut tensors = read_tensors(&args.input).map_err(super::fail)?;
     if let Some(name) = &args.tensor {
         let Some(t) = tensors.remove(name) else {
@@ -184,7 +189,23 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             OutDtype::F16 => Dtype::F16,
             OutDtype::F32 => Dtype::F32,
         };
-        write_tensors(out, &out_tensors, dtype).map_err(super::fail)?;
+        let mut reads = Reads::default();
+        reads.add("the input file", &args.input);
+        reads.check_tensors("-o", out, out_tensors.keys())?;
+        let metadata = Metadata::from([
+            (
+                "nnpc.version".to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            ),
+            (
+                "nnpc.quantize.input".to_string(),
+                args.input.display().to_string(),
+            ),
+            ("nnpc.quantize.format".to_string(), format.to_string()),
+            ("nnpc.quantize.axis".to_string(), args.axis.to_string()),
+            ("nnpc.quantize.native".to_string(), native.to_string()),
+        ]);
+        write_tensors_with(out, &out_tensors, dtype, &metadata).map_err(super::fail)?;
     }
     if args.json {
         let text = serde_json::to_string_pretty(&reports)

@@ -1,5 +1,6 @@
 //! `nnpc run`: execute firmware (or a compiled graph) as a software graph on candle-core.
 
+use super::files::{Reads, provenance};
 use super::host_args::{
     ChunkArgs, ChunkError, DataArgs, OutputArgs, RunSummary, interrupted, run_failed, trace_records,
 };
@@ -72,13 +73,24 @@ impl From<DeviceArg> for DeviceKind {
     }
 }
 
+/// The largest compiled graph file read (a graph is untrusted input: its size is bounded
+/// before it is read).
+const MAX_GRAPH_BYTES: u64 = 4 << 30;
+
 /// True for a compiled graph file: JSON by its name or its first bytes
 /// ([`nnpc::looks_like_json`]). A file that cannot be read is not one (loading it as firmware
 /// says why it cannot be read).
 fn is_graph(path: &Path) -> bool {
     use std::io::Read as _;
     let mut head = Vec::new();
-    let read = std::fs::File::open(path).and_then(|f| f.take(4096).read_to_end(&mut head));
+    // Only a regular file is opened (a FIFO would wait for a writer); anything else is
+    // refused by the firmware loader, which says why.
+    let read = match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => {
+            std::fs::File::open(path).and_then(|f| f.take(4096).read_to_end(&mut head))
+        }
+        _ => Err(std::io::ErrorKind::InvalidInput.into()),
+    };
     nnpc::looks_like_json(path, if read.is_ok() { &head } else { &[] })
 }
 
@@ -104,7 +116,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     } else {
         Roots::Outputs
     };
-    let (graph, program) = if is_graph(&args.file) {
+    let graph_file = is_graph(&args.file);
+    let reads;
+    let (graph, program) = if graph_file {
         if args.target.is_some() {
             return Err(miette::miette!(
                 help = "recompile the firmware with `nnpc compile FILE --target T`",
@@ -112,8 +126,14 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 args.file.display()
             ));
         }
-        let text = std::fs::read_to_string(&args.file)
+        let bytes = nnp_runtime::io::read_limited(&args.file, MAX_GRAPH_BYTES)
             .map_err(|e| super::fail(format!("cannot read `{}`: {e}", args.file.display())))?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            super::fail(format!(
+                "`{}` is not a software graph: not UTF-8 text ({e})",
+                args.file.display()
+            ))
+        })?;
         let g = SwGraph::from_json(&text)
             .map_err(|e| super::fail(format!("`{}`: {e}", args.file.display())))?;
         if roots == Roots::OutputsAndWrites && g.writes.is_empty() {
@@ -124,6 +144,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             ));
         }
         let p = host_program(&g);
+        reads = Reads::graph(&args.file, &g);
         (swgraph::optimize(&g, roots), p)
     } else {
         let program = match super::load(&args.file, args.target.as_deref()) {
@@ -134,6 +155,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             Ok(g) => g,
             Err(code) => return Ok(code),
         };
+        reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
         (swgraph::optimize(&g, roots), program)
     };
     // Inputs, from files or seeded random, are read or made a chunk at a time.
@@ -153,9 +175,14 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (o.name.clone(), shape.collect())
         })
         .collect();
-    let mut files = args
-        .out
-        .files(&program, &shapes, args.trace.as_deref(), &args.data)?;
+    let made = provenance(&args.file, &program, graph_file, &args.data, batch);
+    let mut files = args.out.files(
+        &program,
+        &shapes,
+        args.trace.as_deref(),
+        (&args.data, reads),
+        &made,
+    )?;
     let start = Instant::now();
     // Each chunk's outputs and trace records go to the files as the chunk is done: the run
     // never holds the whole batch's. The time reported is the run's alone, without that
