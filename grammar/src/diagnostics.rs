@@ -2,7 +2,8 @@
 //! rendered by `miette`.
 
 use crate::program::{SourceFile, Span};
-use miette::{LabeledSpan, NamedSource, SourceCode};
+use crate::source_text::SourceText;
+use miette::{LabeledSpan, SourceCode};
 use std::fmt;
 use std::sync::Arc;
 
@@ -74,7 +75,7 @@ pub struct Diagnostic {
     pub message: String,
     pub labels: Vec<Label>,
     pub help: Option<String>,
-    source: Option<Arc<NamedSource<String>>>,
+    source: Option<Arc<SourceText>>,
 }
 
 impl fmt::Debug for Diagnostic {
@@ -135,7 +136,7 @@ impl Diagnostic {
     }
 
     /// Attach the source text used to render the labels.
-    pub fn with_source(mut self, source: Arc<NamedSource<String>>) -> Self {
+    pub fn with_source(mut self, source: Arc<SourceText>) -> Self {
         self.source = Some(source);
         self
     }

@@ -136,14 +136,27 @@ pub struct LexError {
     pub end: usize,
 }
 
+/// Parentheses a line may have open at once. The parser's error recovery walks its stack once
+/// per token it skips, so a syntax error after deep nesting costs depth x tokens; past this
+/// depth the rest of the line is one error.
+pub const MAX_PAREN_DEPTH: u32 = 64;
+
 /// Tokens with byte spans, as the generated parser wants them. Lexical errors are recorded in
 /// [`Lexer::errors`] and passed on as [`Tok::Error`]; a synthetic newline ends the last line.
+/// A `(` nested past [`MAX_PAREN_DEPTH`] is recorded in [`Lexer::too_deep`], passed on as
+/// [`Tok::Error`], and the rest of its line is skipped.
 pub struct Lexer<'s> {
     inner: logos::SpannedIter<'s, Tok<'s>>,
     len: usize,
     last_was_newline: bool,
     done: bool,
+    /// Parentheses open on this line.
+    depth: u32,
+    /// Skipping to the end of a line nested too deeply.
+    skipping: bool,
     pub errors: Vec<LexError>,
+    /// The `(` of each line where nesting passed [`MAX_PAREN_DEPTH`].
+    pub too_deep: Vec<LexError>,
 }
 
 impl<'s> Lexer<'s> {
@@ -153,7 +166,10 @@ impl<'s> Lexer<'s> {
             len: src.len(),
             last_was_newline: true,
             done: false,
+            depth: 0,
+            skipping: false,
             errors: Vec::new(),
+            too_deep: Vec::new(),
         }
     }
 }
@@ -167,26 +183,39 @@ impl<'s> Iterator for Lexer<'s> {
         if self.done {
             return None;
         }
-        match self.inner.next() {
-            Some((tok, span)) => {
-                let tok = tok.unwrap_or_else(|()| {
-                    self.errors.push(LexError {
-                        start: span.start,
-                        end: span.end,
-                    });
-                    Tok::Error
+        while let Some((tok, span)) = self.inner.next() {
+            let mut tok = tok.unwrap_or_else(|()| {
+                self.errors.push(LexError {
+                    start: span.start,
+                    end: span.end,
                 });
-                self.last_was_newline = tok == Tok::Newline;
-                Some(Ok((span.start, tok, span.end)))
-            }
-            None => {
-                self.done = true;
-                if self.last_was_newline {
-                    None
-                } else {
-                    Some(Ok((self.len, Tok::Newline, self.len)))
+                Tok::Error
+            });
+            match tok {
+                Tok::Newline => (self.depth, self.skipping) = (0, false),
+                _ if self.skipping => continue,
+                Tok::LParen => {
+                    self.depth += 1;
+                    if self.depth > MAX_PAREN_DEPTH {
+                        self.too_deep.push(LexError {
+                            start: span.start,
+                            end: span.end,
+                        });
+                        self.skipping = true;
+                        tok = Tok::Error;
+                    }
                 }
+                Tok::RParen => self.depth = self.depth.saturating_sub(1),
+                _ => {}
             }
+            self.last_was_newline = tok == Tok::Newline;
+            return Some(Ok((span.start, tok, span.end)));
+        }
+        self.done = true;
+        if self.last_was_newline {
+            None
+        } else {
+            Some(Ok((self.len, Tok::Newline, self.len)))
         }
     }
 }

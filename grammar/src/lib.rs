@@ -16,14 +16,18 @@ pub mod check;
 pub mod diagnostics;
 pub mod isa;
 pub mod lexer;
+pub mod limits;
 pub mod parse;
 pub mod program;
+pub mod source_text;
 pub mod synth;
 pub mod target;
 
 pub use check::{CheckOutput, check, check_file};
 pub use diagnostics::{Diagnostic, Diagnostics, Severity, codes};
+pub use limits::{Footprint, SizeError};
 pub use parse::parse;
 pub use program::*;
+pub use source_text::SourceText;
 pub use synth::synthetic_program;
 pub use target::{Accumulation, NonFinite, Target, TargetError};

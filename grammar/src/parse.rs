@@ -4,7 +4,7 @@
 use crate::ast::{BinOp, Expr, ExprKind, File, Ident, Instr, Operand};
 use crate::diagnostics::{Diagnostic, codes};
 use crate::isa::{self, Mnemonic, Op};
-use crate::lexer::{LexError, Lexer, Tok};
+use crate::lexer::{LexError, Lexer, MAX_PAREN_DEPTH, Tok};
 use crate::program::{SourceFile, Span};
 use lalrpop_util::ParseError;
 
@@ -121,7 +121,25 @@ pub fn parse(src: &SourceFile) -> Result<File, Vec<Diagnostic>> {
         .iter()
         .map(|e| lex_diagnostic(text, *e))
         .collect();
-    let lexed = |span: Span| lexer.errors.iter().any(|e| e.start == span.start as usize);
+    for e in &lexer.too_deep {
+        diags.push(
+            Diagnostic::error(codes::TOO_LARGE, "parentheses nested too deeply")
+                .label(
+                    Span::new(e.start, e.end),
+                    format!("more than {MAX_PAREN_DEPTH} `(` open on this line"),
+                )
+                .help("remove redundant parentheses, or split the expression with `let` constants"),
+        );
+    }
+    // Sorted starts, so that each parser error is looked up in O(log errors).
+    let mut lexed_at: Vec<usize> = lexer
+        .errors
+        .iter()
+        .chain(&lexer.too_deep)
+        .map(|e| e.start)
+        .collect();
+    lexed_at.sort_unstable();
+    let lexed = |span: Span| lexed_at.binary_search(&(span.start as usize)).is_ok();
     let mut push = |d: Diagnostic| {
         // The parser also trips over the error token of a lexical error: say it once.
         if !lexed(d.span()) {

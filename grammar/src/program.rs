@@ -5,6 +5,7 @@
 //! quantization formats in force for it. Source spans travel with every instruction so later
 //! stages (emulator errors, diff reports) can name the firmware line.
 
+use crate::source_text::SourceText;
 use crate::target::Target;
 use nnp_numerics::Format;
 use serde::{Deserialize, Serialize};
@@ -73,11 +74,24 @@ impl SourceFile {
     /// The trimmed text of the line holding `offset`.
     pub fn line_text(&self, offset: u32) -> &str {
         let n = self.line_of(offset);
-        self.text.lines().nth(n - 1).unwrap_or("").trim()
+        let start = self.lines.start(n - 1).unwrap_or(self.text.len());
+        let end = self.lines.start(n).unwrap_or(self.text.len());
+        self.text.get(start..end).unwrap_or("").trim()
     }
-    /// A `miette::NamedSource` for rendering diagnostics.
-    pub fn named(&self) -> miette::NamedSource<String> {
-        miette::NamedSource::new(self.name.clone(), self.text.clone())
+    /// The named text for rendering diagnostics with `miette` (see [`SourceText`]).
+    pub fn named(&self) -> SourceText {
+        SourceText::with_index(self.name.clone(), self.text.clone(), self.lines.clone())
+    }
+    /// Line and column (both 1-based, column in characters) of a byte offset, in O(log lines
+    /// + the line's length).
+    pub fn line_col(&self, offset: u32) -> (usize, usize) {
+        let mut end = (offset as usize).min(self.text.len());
+        while !self.text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let line = self.lines.line(end as u32);
+        let start = self.lines.start(line - 1).unwrap_or(0).min(end);
+        (line, self.text[start..end].chars().count() + 1)
     }
 }
 
@@ -98,6 +112,14 @@ impl LineIndex {
     /// 1-based line holding byte `offset` (the last line past the end).
     pub fn line(&self, offset: u32) -> usize {
         self.starts.partition_point(|&s| s <= offset).max(1)
+    }
+    /// Byte offset where 0-based `line` starts, if the text has that line.
+    pub fn start(&self, line: usize) -> Option<usize> {
+        self.starts.get(line).map(|&s| s as usize)
+    }
+    /// Number of lines (a text without a line break has one).
+    pub fn count(&self) -> usize {
+        self.starts.len()
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! `bw-default` is built in; other targets are TOML files (schema in `docs/targets.md`).
 
-use miette::{NamedSource, SourceSpan};
+use crate::source_text::SourceText;
+use miette::SourceSpan;
 use nnp_numerics::Format;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -127,13 +128,20 @@ pub struct Target {
 }
 
 /// A target file that cannot be used. An invalid file's error points at the key or value in
-/// the file's text (rendered by miette like a firmware diagnostic) where it has one.
+/// the file's text (rendered by miette like a firmware diagnostic) where it has one; when the
+/// file has several problems, the first is the error and the rest are `more`.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum TargetError {
     // The cause is in the message (not a `source`, which miette would print again).
     #[error("cannot read target file `{path}`: {cause}")]
     #[diagnostic(code(nnp::target))]
-    Read { path: String, cause: std::io::Error },
+    Read {
+        path: String,
+        cause: std::io::Error,
+        /// The built-in target the name is close to, when there is no such file.
+        #[help]
+        help: Option<String>,
+    },
     #[error("target file `{path}` is not a valid target description: {message}")]
     #[diagnostic(code(nnp::target))]
     Invalid {
@@ -141,13 +149,103 @@ pub enum TargetError {
         message: String,
         /// The file's text, where the error has a place in it.
         #[source_code]
-        src: Option<Arc<NamedSource<String>>>,
+        src: Option<Arc<SourceText>>,
         #[label("here")]
         span: Option<SourceSpan>,
+        /// The file's other problems, in file order.
+        #[related]
+        more: Vec<TargetProblem>,
     },
     #[error("unknown built-in target `{0}` (built-in targets: bw-default)")]
     #[diagnostic(code(nnp::target))]
     UnknownBuiltin(String),
+}
+
+/// One more problem of an invalid target file (see [`TargetError::Invalid`]).
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error("{message}")]
+#[diagnostic(code(nnp::target))]
+pub struct TargetProblem {
+    pub message: String,
+    #[source_code]
+    src: Option<Arc<SourceText>>,
+    #[label("here")]
+    span: Option<SourceSpan>,
+}
+
+impl TargetProblem {
+    /// Where it points: a byte range of the file's text.
+    pub fn span(&self) -> Option<Range<usize>> {
+        self.span.map(|s| s.offset()..s.offset() + s.len())
+    }
+}
+
+/// The built-in target `name` is likely a misspelling of (edit distance), if any.
+pub fn nearest_builtin(name: &str) -> Option<&'static str> {
+    let near = crate::isa::nearest(name, BUILTIN_TARGETS)?;
+    BUILTIN_TARGETS.iter().copied().find(|b| *b == near)
+}
+
+/// Keys a target file may have, per table (`""` is the top level).
+const KEYS: &[(&str, &[&str])] = &[
+    ("", &["name", "native", "mfus", "memory", "numerics"]),
+    (
+        "memory",
+        &["ivrf", "asvrf", "mulvrf", "mrf", "dram", "dram_tiles"],
+    ),
+    (
+        "numerics",
+        &[
+            "storage",
+            "mvm_vector",
+            "mvm_matrix",
+            "mvm_output",
+            "mfu_input",
+            "accumulation",
+            "nonfinite",
+            "tables",
+        ],
+    ),
+    ("numerics.tables", &["sigm", "tanh", "exp"]),
+];
+
+/// Every unknown key of `table` (the table at `path`) and of the known tables in it, as
+/// (message, span).
+fn unknown_keys(
+    table: &toml::de::DeTable<'_>,
+    path: &str,
+    out: &mut Vec<(String, Option<Range<usize>>)>,
+) {
+    let known = KEYS
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map_or(&[][..], |(_, k)| *k);
+    for (key, value) in table {
+        let name = key.get_ref().as_ref();
+        let full = if path.is_empty() {
+            name.to_string()
+        } else {
+            format!("{path}.{name}")
+        };
+        if known.contains(&name) {
+            if let toml::de::DeValue::Table(t) = value.get_ref() {
+                unknown_keys(t, &full, out);
+            }
+            continue;
+        }
+        let list: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+        let mut message = format!(
+            "unknown field `{name}`, expected one of {}",
+            list.join(", ")
+        );
+        if let Some(near) = crate::isa::nearest(name, known.iter()) {
+            message.push_str(&format!(" (did you mean `{near}`?)"));
+        }
+        if !path.is_empty() {
+            message.push_str(&format!(" in `[{path}]`"));
+        }
+        out.push((message, Some(key.span())));
+    }
 }
 
 impl TargetError {
@@ -193,6 +291,9 @@ struct TablesFile {
     exp: Option<Spanned<PathBuf>>,
 }
 
+/// Largest native dimension N a target may have.
+pub const MAX_NATIVE: usize = 4096;
+
 /// Bytes of an activation table file: 65,536 little-endian u16.
 pub const TABLE_BYTES: u64 = 2 << 16;
 
@@ -231,18 +332,42 @@ impl Target {
         }
     }
 
-    /// Parse a target description from TOML text; `path` names it in errors.
+    /// Parse a target description from TOML text; `path` names it in errors. Every unknown
+    /// key is reported (else the first value of a wrong type, else every value out of range).
     pub fn from_toml(text: &str, path: &str) -> Result<Target, TargetError> {
-        let invalid = |message: String, span: Option<Range<usize>>| TargetError::Invalid {
-            path: path.to_string(),
-            message,
-            src: span
-                .as_ref()
-                .map(|_| Arc::new(NamedSource::new(path, text.to_string()))),
-            span: span.map(|r| SourceSpan::from(r.start..r.end.max(r.start))),
+        let source = std::cell::OnceCell::new();
+        let invalid = |mut problems: Vec<(String, Option<Range<usize>>)>| {
+            problems.sort_by_key(|(_, span)| span.as_ref().map_or(0, |r| r.start));
+            let mut problems = problems.into_iter().map(|(message, span)| {
+                let src = span.as_ref().map(|_| {
+                    source
+                        .get_or_init(|| Arc::new(SourceText::new(path, text.to_string())))
+                        .clone()
+                });
+                let span = span.map(|r| SourceSpan::from(r.start..r.end.max(r.start)));
+                (message, src, span)
+            });
+            let (message, src, span) = problems.next().unwrap_or_default();
+            TargetError::Invalid {
+                path: path.to_string(),
+                message,
+                src,
+                span,
+                more: problems
+                    .map(|(message, src, span)| TargetProblem { message, src, span })
+                    .collect(),
+            }
         };
+        let one = |message: String, span: Option<Range<usize>>| invalid(vec![(message, span)]);
+        let table =
+            toml::de::DeTable::parse(text).map_err(|e| one(e.message().into(), e.span()))?;
+        let mut problems = Vec::new();
+        unknown_keys(table.get_ref(), "", &mut problems);
+        if !problems.is_empty() {
+            return Err(invalid(problems));
+        }
         let file: TargetFile =
-            toml::from_str(text).map_err(|e| invalid(e.message().to_string(), e.span()))?;
+            toml::from_str(text).map_err(|e| one(e.message().to_string(), e.span()))?;
         let mut t = Target::bw_default();
         t.name = file.name.unwrap_or_else(|| {
             Path::new(path)
@@ -250,69 +375,65 @@ impl Target {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "target".into())
         });
+        t.base_dir = Path::new(path).parent().map(Path::to_path_buf);
         // Each value the file gives is checked where its span is at hand (bw-default's own
-        // values are valid).
-        let count = |key: &str, v: Option<Spanned<usize>>, max: usize, slot: &mut usize| {
+        // values are valid); every problem is collected.
+        let mut count = |key: &str, v: Option<Spanned<usize>>, max: usize, slot: &mut usize| {
             if let Some(v) = v {
                 if !(1..=max).contains(v.get_ref()) {
                     let message = format!("{key} = {} must be between 1 and {max}", v.get_ref());
-                    return Err(invalid(message, Some(v.span())));
+                    problems.push((message, Some(v.span())));
+                } else {
+                    *slot = v.into_inner();
                 }
-                *slot = v.into_inner();
             }
-            Ok(())
         };
-        count("native", file.native, 4096, &mut t.native)?;
-        count("mfus", file.mfus, 8, &mut t.mfus)?;
+        count("native", file.native, MAX_NATIVE, &mut t.native);
+        count("mfus", file.mfus, 8, &mut t.mfus);
         if let Some(mem) = file.memory {
             t.memory = mem;
         }
         if let Some(n) = file.numerics {
             // MFU and storage values are floats (`float`).
-            let parse = |key: &str, v: Option<Spanned<String>>, float: bool, slot: &mut Format| {
-                let Some(lit) = v else { return Ok(()) };
-                let at = Some(lit.span());
-                let f: Format = lit.get_ref().parse().map_err(|e| {
-                    invalid(
-                        format!("numerics.{key} = \"{}\": {e}", lit.get_ref()),
-                        at.clone(),
-                    )
-                })?;
-                if float && f.as_float().is_none() {
-                    return Err(invalid(
-                        format!(
-                            "numerics.{key} = \"{f}\" must be a float format (fp16, bf16, fp32 \
-                             or fp(e, m))"
-                        ),
-                        at,
-                    ));
-                }
-                *slot = f;
-                Ok(())
-            };
+            let mut parse =
+                |key: &str, v: Option<Spanned<String>>, float: bool, slot: &mut Format| {
+                    let Some(lit) = v else { return };
+                    let at = Some(lit.span());
+                    match lit.get_ref().parse::<Format>() {
+                        Err(e) => problems
+                            .push((format!("numerics.{key} = \"{}\": {e}", lit.get_ref()), at)),
+                        Ok(f) if float && f.as_float().is_none() => problems.push((
+                            format!(
+                                "numerics.{key} = \"{f}\" must be a float format (fp16, bf16, \
+                                 fp32 or fp(e, m))"
+                            ),
+                            at,
+                        )),
+                        Ok(f) => *slot = f,
+                    }
+                };
             let num = &mut t.numerics;
-            parse("storage", n.storage, true, &mut num.storage)?;
-            parse("mvm_vector", n.mvm_vector, false, &mut num.mvm_vector)?;
-            parse("mvm_matrix", n.mvm_matrix, false, &mut num.mvm_matrix)?;
-            parse("mvm_output", n.mvm_output, true, &mut num.mvm_output)?;
-            parse("mfu_input", n.mfu_input, true, &mut num.mfu_input)?;
+            parse("storage", n.storage, true, &mut num.storage);
+            parse("mvm_vector", n.mvm_vector, false, &mut num.mvm_vector);
+            parse("mvm_matrix", n.mvm_matrix, false, &mut num.mvm_matrix);
+            parse("mvm_output", n.mvm_output, true, &mut num.mvm_output);
+            parse("mfu_input", n.mfu_input, true, &mut num.mfu_input);
             if let Some(a) = n.accumulation {
                 num.accumulation = a;
             }
             if let Some(nf) = n.nonfinite {
                 num.nonfinite = nf;
             }
-            t.base_dir = Path::new(path).parent().map(Path::to_path_buf);
             // A table file is checked now (it exists and has a table's size), so that `check`
             // and `compile` point at the key, and every command agrees.
             if let Some(tables) = n.tables {
-                let table = |key: &str, v: Option<Spanned<PathBuf>>| {
-                    let Some(v) = v else { return Ok(None) };
+                let mut table = |key: &str, v: Option<Spanned<PathBuf>>| {
+                    let v = v?;
                     let span = Some(v.span());
                     let given = v.into_inner();
                     let problem = match std::fs::metadata(t.table_path(&given)) {
                         Err(e) => format!("cannot be read ({e})"),
-                        Ok(m) if m.is_file() && m.len() == TABLE_BYTES => return Ok(Some(given)),
+                        Ok(m) if m.is_file() && m.len() == TABLE_BYTES => return Some(given),
                         Ok(m) if m.is_file() => format!(
                             "has {} bytes; a table is 65,536 little-endian u16 (131,072 bytes)",
                             m.len()
@@ -320,33 +441,56 @@ impl Target {
                         Ok(_) => "is not a file".to_string(),
                     };
                     let shown = given.display();
-                    Err(invalid(
+                    problems.push((
                         format!("numerics.tables.{key} = \"{shown}\" {problem}"),
                         span,
-                    ))
+                    ));
+                    None
                 };
                 let checked = Tables {
-                    sigm: table("sigm", tables.sigm)?,
-                    tanh: table("tanh", tables.tanh)?,
-                    exp: table("exp", tables.exp)?,
+                    sigm: table("sigm", tables.sigm),
+                    tanh: table("tanh", tables.tanh),
+                    exp: table("exp", tables.exp),
                 };
                 t.numerics.tables = checked;
             }
         }
-        t.base_dir = Path::new(path).parent().map(Path::to_path_buf);
+        if !problems.is_empty() {
+            return Err(invalid(problems));
+        }
         Ok(t)
     }
 
-    /// Load a target: a built-in name, or a path to a TOML file.
+    /// Load a target: a built-in name, or a path to a TOML file. A name that is no file but
+    /// is close to a built-in name gets that name as its help.
     pub fn load(name_or_path: &str) -> Result<Target, TargetError> {
-        if BUILTIN_TARGETS.contains(&name_or_path) {
-            return Target::builtin(name_or_path);
+        Target::load_as(name_or_path, name_or_path)
+    }
+
+    /// Load a target named `given` (as the user wrote it) from `path` (`given` resolved, for
+    /// a `target` statement, against the firmware file's directory).
+    pub fn load_as(given: &str, path: &str) -> Result<Target, TargetError> {
+        if BUILTIN_TARGETS.contains(&given) {
+            return Target::builtin(given);
         }
-        let text = std::fs::read_to_string(name_or_path).map_err(|cause| TargetError::Read {
-            path: name_or_path.to_string(),
-            cause,
+        let text = std::fs::read_to_string(path).map_err(|cause| {
+            let help = (cause.kind() == std::io::ErrorKind::NotFound)
+                .then(|| nearest_builtin(given))
+                .flatten()
+                .map(|b| {
+                    format!(
+                        "`{given}` is no file; did you mean the built-in target `{b}`? (built-in \
+                         targets: {})",
+                        BUILTIN_TARGETS.join(", ")
+                    )
+                });
+            TargetError::Read {
+                path: path.to_string(),
+                cause,
+                help,
+            }
         })?;
-        Target::from_toml(&text, name_or_path)
+        Target::from_toml(&text, path)
     }
 
     /// Size of a memory in registers (tiles for `mrf`; vector registers for `dram`).

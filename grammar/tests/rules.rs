@@ -1147,11 +1147,16 @@ fn deeply_nested_expressions_are_refused_not_crashed() {
     let sum = format!("let A = {}\n", vec!["1"; 20_000].join(" + "));
     let negs = format!("let B = {}1\n", "-".repeat(100_000));
     let nested = format!("let C = {}1{}\n", "(1 + ".repeat(5_000), ")".repeat(5_000));
-    for src in [&sum, &negs, &nested] {
+    // Parentheses stop earlier: past 64 open on a line (nnp_grammar::lexer::MAX_PAREN_DEPTH).
+    for (src, message) in [
+        (&sum, "expression nested too deeply"),
+        (&negs, "expression nested too deeply"),
+        (&nested, "parentheses nested too deeply"),
+    ] {
         let all = diags(src);
         let deep: Vec<_> = all.iter().filter(|d| d.code == codes::TOO_LARGE).collect();
         assert_eq!(deep.len(), 1, "{:?}", &all[..all.len().min(3)]);
-        assert_eq!(deep[0].message, "expression nested too deeply");
+        assert_eq!(deep[0].message, message);
         // Inside the expression: after `let X = `, before the newline.
         let span = deep[0].span();
         assert!(
@@ -1164,8 +1169,9 @@ fn deeply_nested_expressions_are_refused_not_crashed() {
     assert!(diags(&ok).iter().all(|d| !d.is_error()), "{:?}", diags(&ok));
 }
 
-/// A `repeat` too long to unroll is the only diagnostic: the program after it is not walked,
-/// so nothing is said about what it reads or writes.
+/// A `repeat` too long to unroll (10^8 iterations x (1 + 4 instructions) steps) is the only
+/// diagnostic: the program after it is not walked, so nothing is said about what it reads or
+/// writes.
 #[test]
 fn a_repeat_too_long_to_unroll_says_nothing_more() {
     let src = "vector v : [128] at ivrf[0]\noutput y : [128] at ivrf[1]\n\
@@ -1175,7 +1181,7 @@ fn a_repeat_too_long_to_unroll_says_nothing_more() {
     expect(
         src,
         codes::TOO_LARGE,
-        "`repeat` of 100000000 steps",
+        "this `repeat` unrolls to 500000000 steps",
         at(src, "0..100000000"),
     );
 }

@@ -65,3 +65,38 @@ fn samples_pass() {
     eprintln!("checked {checked} sample/target pairs");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Every sample, in `samples/` and `samples/bench/`, checks with no target given: a sample
+/// that needs another target than `bw-default` says so with a `target` line (a path relative
+/// to the sample), and its footprint is well under the limits ([`nnp_grammar::limits`]: at
+/// most a tenth of each).
+#[test]
+fn every_sample_checks_with_no_flags() {
+    use nnp_grammar::limits::{MAX_DATA_BYTES, MAX_OPERATIONS};
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples"));
+    let mut checked = 0;
+    for dir in [root.to_path_buf(), root.join("bench")] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().is_none_or(|x| x != "nnp") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let src = Arc::new(SourceFile::new(path.to_string_lossy(), text.as_str()));
+            let out = check(src, None)
+                .unwrap_or_else(|d| panic!("{}: {:#?}", path.display(), &d[..d.len().min(3)]));
+            let f = out.program.footprint();
+            eprintln!("{}: {f:?}", path.display());
+            assert!(
+                f.operations <= MAX_OPERATIONS / 10 && f.data_bytes <= MAX_DATA_BYTES / 10,
+                "{}: {f:?}",
+                path.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 12, "{checked} samples");
+}

@@ -12,6 +12,7 @@ mod chain;
 mod decls;
 mod eval;
 mod pads;
+mod size;
 mod state;
 
 use crate::ast::{self, Expr, File, Ident, Instr, Item, Operand};
@@ -38,8 +39,8 @@ pub struct CheckOutput {
     pub warnings: Vec<Diagnostic>,
 }
 
-/// Most instructions a program may unroll to.
-const MAX_INSTRUCTIONS: usize = 5_000_000;
+/// Most steps a program may unroll to: instructions plus `repeat` iterations.
+pub const MAX_INSTRUCTIONS: usize = 5_000_000;
 /// Most register accesses (over all iterations) the checker simulates.
 const MAX_WORK: u64 = 200_000_000;
 /// Largest value of each scalar register. Widths in tiles stay small enough that products such
@@ -118,17 +119,23 @@ fn resolve_target(
             Some(dir) if path.is_relative() => dir.join(path),
             _ => path.to_path_buf(),
         };
-        Target::load(&path.to_string_lossy())
+        Target::load_as(value, &path.to_string_lossy())
     };
     loaded.unwrap_or_else(|e| {
+        let help = match crate::target::nearest_builtin(value) {
+            Some(b) if matches!(e, crate::TargetError::Read { .. }) => {
+                format!("did you mean the built-in target `{b}`?")
+            }
+            _ => format!(
+                "built-in targets: {}; otherwise a path to a TOML target file, relative to \
+                 this file",
+                BUILTIN_TARGETS.join(", ")
+            ),
+        };
         diags.push(
             Diagnostic::error(codes::TARGET, format!("cannot use target `{value}`"))
                 .label(stmt.value_span, e.to_string())
-                .help(format!(
-                    "built-in targets: {}; otherwise a path to a TOML target file, relative to \
-                     this file",
-                    BUILTIN_TARGETS.join(", ")
-                )),
+                .help(help),
         );
         Target::bw_default()
     })
@@ -172,7 +179,8 @@ pub(crate) struct Checker {
     pub outputs: Queue,
     pub pops: Vec<NetqSlot>,
     pub pushes: Vec<NetqSlot>,
-    instructions: usize,
+    /// Unrolled steps so far: instructions and `repeat` iterations.
+    steps: u64,
     pub work: u64,
     /// A size limit was hit: stop walking.
     pub stopped: bool,
@@ -229,7 +237,7 @@ impl Checker {
             outputs: Queue::default(),
             pops: Vec::new(),
             pushes: Vec::new(),
-            instructions: 0,
+            steps: 0,
             work: 0,
             stopped: false,
             incomplete: false,
@@ -435,60 +443,8 @@ impl Checker {
         }
     }
 
-    fn repeat(&mut self, r: &ast::Repeat) {
-        let (Some(a), Some(b)) = (self.eval(&r.start), self.eval(&r.end)) else {
-            return;
-        };
-        if b < a {
-            self.emit(
-                Diagnostic::error(codes::REPEAT, format!("empty range {a}..{b}"))
-                    .label(r.start.span.join(r.end.span), "the end is below the start")
-                    .help("`repeat t in A..B` runs t = A, A+1, ..., B-1"),
-            );
-            return;
-        }
-        if b - a > MAX_INSTRUCTIONS as i64 {
-            self.emit(
-                Diagnostic::error(codes::TOO_LARGE, format!("`repeat` of {} steps", b - a))
-                    .label(r.start.span.join(r.end.span), "too many steps to unroll")
-                    .help(format!(
-                        "the checker unrolls at most {MAX_INSTRUCTIONS} instructions; use \
-                         `s_wr iterations, K` with `_inc` addresses for long loops"
-                    )),
-            );
-            // The rest of the program is not walked: what it reads and writes is unknown.
-            self.stopped = true;
-            return;
-        }
-        for v in a..b {
-            if self.stopped {
-                return;
-            }
-            self.env.push_scope();
-            match self.env.define(&r.var.name, r.var.span, Value::Int(v)) {
-                Ok(()) => self.items(&r.body, false),
-                Err(d) => {
-                    self.emit(d);
-                    self.env.pop_scope();
-                    return;
-                }
-            }
-            self.env.pop_scope();
-        }
-    }
-
     fn instr(&mut self, i: &Instr) {
-        self.instructions += 1;
-        if self.instructions > MAX_INSTRUCTIONS {
-            self.emit(
-                Diagnostic::error(
-                    codes::TOO_LARGE,
-                    format!("the program unrolls to more than {MAX_INSTRUCTIONS} instructions"),
-                )
-                .label(i.span, "limit reached here")
-                .help("use `s_wr iterations, K` with `_inc` addresses instead of long `repeat`s"),
-            );
-            self.stopped = true;
+        if !self.step(i.span) {
             return;
         }
         match i.mnemonic.op {
@@ -830,7 +786,11 @@ impl Checker {
     }
 
     fn into_output(mut self) -> Result<CheckOutput, Vec<Diagnostic>> {
-        let errors = self.diags.iter().any(Diagnostic::is_error);
+        let mut errors = self.diags.iter().any(Diagnostic::is_error);
+        if !errors && let Some(d) = self.size_error() {
+            self.diags.push(d);
+            errors = true;
+        }
         self.diags.sort_by_key(|d| (d.span().start, d.severity));
         if errors {
             return Err(self.diags);

@@ -48,6 +48,9 @@ pub enum LowerError {
     },
     #[error("internal lowering error: {0}")]
     Internal(String),
+    /// Past a size limit of [`nnp_grammar::limits`] (checked before anything is allocated).
+    #[error(transparent)]
+    TooLarge(#[from] nnp_grammar::SizeError),
 }
 
 /// Lower a checked program to its software graph, optimized ([`optimize`] with
@@ -59,6 +62,7 @@ pub fn lower(program: &Program) -> Result<SwGraph, LowerError> {
 
 /// Lower without merging or pruning (every register move is visible; for tests of the passes).
 pub fn lower_raw(program: &Program) -> Result<SwGraph, LowerError> {
+    program.check_size()?;
     // The host rounds what it loads to the storage format in force at the first vector chain.
     let load = program
         .chains

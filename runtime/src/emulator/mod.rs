@@ -143,6 +143,9 @@ pub enum EmuError {
     Table { path: PathBuf, message: String },
     #[error("host data lacks `{name}` ({message})")]
     Data { name: String, message: String },
+    /// Past a size limit of [`nnp_grammar::limits`] (checked before anything is allocated).
+    #[error(transparent)]
+    TooLarge(#[from] nnp_grammar::SizeError),
 }
 
 impl EmuError {
@@ -159,7 +162,7 @@ impl EmuError {
             EmuError::NetqLeftover { span, .. }
             | EmuError::OutputMissing { span, .. }
             | EmuError::Unsupported { span, .. } => Some(*span),
-            EmuError::Table { .. } | EmuError::Data { .. } => None,
+            EmuError::Table { .. } | EmuError::Data { .. } | EmuError::TooLarge(_) => None,
         }
     }
 
@@ -194,6 +197,7 @@ pub fn emulate(
     data: &HostData,
     opts: &EmuOptions,
 ) -> Result<Emulation, EmuError> {
+    program.check_size()?;
     let shared = machine::Shared::new(program, data)?;
     let batch = data.batch.max(1);
     let even = batch.div_ceil(rayon::current_num_threads().max(1));
