@@ -2,6 +2,7 @@
 //!
 //! `emulator` and `exec` are independent models of the same hardware; they share only the
 //! host data, the tensor I/O and the trace format, never kernels.
+pub mod campaign;
 pub mod diff;
 pub mod emulator;
 pub mod exec;
