@@ -364,3 +364,119 @@ fn check_says_ok_on_stdout() {
     assert_eq!(common::stdout(&o), format!("{SAMPLE}: ok (0 warnings)\n"));
     assert!(!common::stderr(&o).contains("ok"), "{}", common::stderr(&o));
 }
+
+/// `nnpc ARGS`, killed (and the test failed) if it has not ended within a minute: a read
+/// that waits for a FIFO's writer, or reads `/dev/zero` without end, fails instead of hanging.
+fn nnpc_within_a_minute(args: &[&str]) -> std::process::Output {
+    use std::time::{Duration, Instant};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nnpc"))
+        .args(args)
+        .current_dir(common::root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("nnpc runs");
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("nnpc {args:?} did not end within a minute");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// A compiled graph is untrusted input: each field is checked before anything acts on it,
+/// and every file it names is read bounded. Declaration shapes beyond the checker's limits
+/// (a dimension over 2^32, a product over 2^36 or past 2^64) are errors naming the size and
+/// the limit; an activation table path naming `/dev/zero` or a FIFO is an error, never a
+/// read without end or a wait; exit 2, never a panic or an abort.
+#[test]
+fn hostile_compiled_graphs_are_clear_errors() {
+    let dir = scratch("hostile-graphs");
+    let graph = dir.join("g.swg.json");
+    let o = nnpc(&["compile", "samples/lstm.nnp", "-o", arg(&graph)]);
+    assert_eq!(o.status.code(), Some(0), "{}", message(&o));
+    let text = std::fs::read_to_string(&graph).expect("graph");
+    let fifo = dir.join("fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let set_input_shape = |shape: serde_json::Value| -> Edit {
+        Box::new(move |g: &mut serde_json::Value| {
+            for d in g["decls"].as_array_mut().expect("decls") {
+                if d["kind"] == "Input" {
+                    d["shape"] = shape.clone();
+                }
+            }
+            for n in g["nodes"].as_array_mut().expect("nodes") {
+                if n["kind"] == "input" {
+                    n["shape"] = shape.clone();
+                }
+            }
+        })
+    };
+    let set_tables = |path: String| -> Edit {
+        Box::new(move |g: &mut serde_json::Value| {
+            for n in g["nodes"].as_array_mut().expect("nodes") {
+                if n["kind"] == "unary" && n["op"] != "relu" && n["op"] != "pass" {
+                    n["table"] = path.clone().into();
+                }
+            }
+        })
+    };
+    let big = 1u64 << 32;
+    let cases: Vec<(Edit, String)> = vec![
+        (
+            Box::new(|g| g["decls"][0]["shape"] = serde_json::json!([1u64 << 40, 1u64 << 20])),
+            "dimension 1099511627776 of shape [1099511627776, 1048576] is out of range 1..=2^32"
+                .into(),
+        ),
+        (
+            set_input_shape(serde_json::json!([big, big])),
+            "has 2^64 or more elements, more than the limit of 68719476736 (2^36)".into(),
+        ),
+        (
+            set_input_shape(serde_json::json!([1u64 << 20, 1u64 << 20])),
+            "has 1099511627776 elements, more than the limit of 68719476736 (2^36)".into(),
+        ),
+        (
+            Box::new(|g| g["decls"][0]["shape"] = serde_json::json!([])),
+            "a declaration has 1 to 8".into(),
+        ),
+        (
+            set_tables("/dev/zero".into()),
+            "activation table `/dev/zero` cannot be read: it is not a regular file but a device"
+                .into(),
+        ),
+        (
+            set_tables(arg(&fifo).to_string()),
+            "it is not a regular file but a FIFO".into(),
+        ),
+    ];
+    for (k, (edit, says)) in cases.iter().enumerate() {
+        let mut g: serde_json::Value = serde_json::from_str(&text).expect("json");
+        edit(&mut g);
+        let path = dir.join(format!("bad{k}.swg.json"));
+        std::fs::write(&path, g.to_string()).expect("write");
+        let o = nnpc_within_a_minute(&["run", arg(&path)]);
+        let err = message(&o);
+        assert_eq!(o.status.code(), Some(2), "{says}: {err}");
+        assert!(err.contains(says.as_str()), "{says}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // The graph file itself, and firmware, named by a FIFO or a device: refused unread.
+    for (args, says) in [
+        (vec!["run", arg(&fifo)], "not a regular file but a FIFO"),
+        (
+            vec!["check", "/dev/zero"],
+            "not a regular file but a device",
+        ),
+    ] {
+        let o = nnpc_within_a_minute(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", message(&o));
+        assert!(message(&o).contains(says), "{}", message(&o));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -180,7 +180,7 @@ pub enum HostError {
         "the program's weights take {need} bytes as f32, more than the {available} bytes of \
          memory available; help: a smaller program, or a machine with more memory"
     )]
-    WeightsTooLarge { need: u128, available: u64 },
+    WeightsTooLarge { need: u64, available: u64 },
     #[error(transparent)]
     Elements(#[from] Unfilled),
     #[error("internal: inputs of items {}..{} asked of a batch of {batch}", items.start, items.end)]
@@ -211,15 +211,15 @@ fn kind_name(d: &Decl) -> &'static str {
 /// The weights of `program` (as f32) fit the memory available (`MemAvailable`; no check
 /// where the system does not say), or the error that says so before any is made.
 pub fn weights_fit(program: &Program) -> Result<(), HostError> {
-    let need = weight_decls(program).fold(0u128, |sum, d| {
+    let need = weight_decls(program).fold(0u64, |sum, d| {
         let elements = d
             .shape
             .iter()
-            .fold(1u128, |p, &n| p.saturating_mul(n as u128));
+            .fold(1u64, |p, &n| p.saturating_mul(n as u64));
         sum.saturating_add(elements.saturating_mul(4))
     });
     match mem_available_bytes() {
-        Some(available) if need > u128::from(available) => {
+        Some(available) if need > available => {
             Err(HostError::WeightsTooLarge { need, available })
         }
         _ => Ok(()),

@@ -359,7 +359,7 @@ fn elements(shape: &[usize]) -> Result<u64, String> {
         Some(n) if n <= MAX_VALUE_ELEMENTS => Ok(n),
         _ => Err(format!(
             "shape {shape:?} has {} elements, more than the limit of {MAX_VALUE_ELEMENTS} (2^36)",
-            n.map_or("more than 2^64".to_string(), |n| n.to_string())
+            n.map_or("2^64 or more".to_string(), |n| n.to_string())
         )),
     }
 }
@@ -379,7 +379,7 @@ fn value_size(ty: &Ty, n: usize) -> Result<(), String> {
         _ => Err(format!(
             "its value holds {} elements per item, more than the limit of \
              {MAX_VALUE_ELEMENTS} (2^36)",
-            per_item.map_or("more than 2^64".to_string(), |e| e.to_string())
+            per_item.map_or("2^64 or more".to_string(), |e| e.to_string())
         )),
     }
 }
