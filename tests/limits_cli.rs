@@ -50,7 +50,7 @@ fn an_error_past_column_65535_renders_in_firmware_and_target_files() {
     assert!(stderr(&o).contains("long.toml:1:100010]"), "{}", stderr(&o));
 }
 
-/// 60 chains of 2^20 iterations x 3 instructions: 188,743,680 operations.
+/// 60 chains of 2^20 iterations x 4 instructions: 251,658,240 operations.
 #[test]
 fn a_program_too_large_to_run_is_refused_by_every_command() {
     let dir = scratch("limits_ops");
@@ -74,7 +74,7 @@ fn a_program_too_large_to_run_is_refused_by_every_command() {
         exits(&o, 1);
         let m = message(&o);
         assert!(
-            m.contains("the program unrolls to 188743680 operations")
+            m.contains("the program unrolls to 251658240 operations")
                 && m.contains("over the limit of 4000000"),
             "{args:?}: {m}"
         );

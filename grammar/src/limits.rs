@@ -5,8 +5,8 @@
 //!
 //! Both counts are upper bounds of what the software graph and the emulator hold, computed in
 //! saturating u64 arithmetic from the program alone (no allocation):
-//! - operations: per chain, `iterations x (1 + [mv_mul] + MFU ops + writes)` for a vector chain
-//!   (about one graph node each) and `iterations x tiles` for a matrix chain;
+//! - operations: per chain, `iterations x instructions` (`end_chain` included; about one graph
+//!   node and one dependency-graph node each), plus `iterations x tiles` for a matrix chain;
 //! - data: every declaration padded to whole N-lane registers (a matrix to N x N tiles), 4
 //!   bytes a value.
 
@@ -44,10 +44,12 @@ pub enum SizeError {
 /// Operations of one chain.
 pub fn chain_operations(c: &Chain) -> u64 {
     let per_iteration = match &c.body {
+        // `v_rd`, `mv_mul`, the MFU ops, the `v_wr`s and `end_chain`.
         ChainBody::Vector(v) => {
-            1 + u64::from(v.mv_mul.is_some()) + v.ops.len() as u64 + v.writes.len() as u64
+            2 + u64::from(v.mv_mul.is_some()) + v.ops.len() as u64 + v.writes.len() as u64
         }
-        ChainBody::Matrix(m) => u64::from(m.tiles),
+        // `m_rd`, `m_wr`, `end_chain`, and each tile copied.
+        ChainBody::Matrix(m) => 3 + u64::from(m.tiles),
     };
     u64::from(c.iterations).saturating_mul(per_iteration)
 }

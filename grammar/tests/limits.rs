@@ -347,3 +347,19 @@ fn a_mistyped_builtin_target_suggests_the_nearest() {
         Some("did you mean the built-in target `bw-default`?")
     );
 }
+
+// ---- the footprint once run ----
+
+/// By hand: 3 iterations x 4 instructions (v_rd, v_relu, v_wr, end_chain) = 12 operations;
+/// W [200, 300] at N = 128 is 2 x 3 tiles of 128 x 128 f32 = 393,216 bytes, v and y one
+/// 128-lane register each = 512 bytes each.
+#[test]
+fn the_footprint_counts_instructions_and_padded_bytes() {
+    let src = "matrix W : [200, 300] at mrf[0]\nvector v : [128] at ivrf[0]\n\
+               output y : [128] at ivrf[1]\ns_wr iterations, 3\nv_rd ivrf[0] + 0\nv_relu\n\
+               v_wr ivrf[1] + 0\nend_chain\n";
+    let out = check(Arc::new(SourceFile::new("t.nnp", src)), None).expect("valid");
+    let f = out.program.footprint();
+    assert_eq!(f.operations, 12);
+    assert_eq!(f.data_bytes, 393_216 + 512 + 512);
+}
