@@ -416,6 +416,7 @@ impl SwGraph {
         }
         let g: SwGraph = serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
         g.validate()?;
+        validate::declared(&g)?;
         Ok(g)
     }
 

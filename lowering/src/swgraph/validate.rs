@@ -39,7 +39,7 @@ pub(super) fn graph(g: &SwGraph) -> Result<(), GraphError> {
             )));
         }
         value_size(&ty, g.native).map_err(bad)?;
-        node_fields(&node.op, &g.decls).map_err(bad)?;
+        formats(&node.op).map_err(bad)?;
     }
     for (i, o) in g.outputs.iter().enumerate() {
         if g.outputs[..i].iter().any(|p| p.name == o.name) {
@@ -58,13 +58,8 @@ pub(super) fn graph(g: &SwGraph) -> Result<(), GraphError> {
                 o.name, o.shape, o.rows, o.row_len
             )));
         }
-        let declared = g.decls.iter().find(|d| d.name == o.name);
-        if declared.is_none_or(|d| d.kind != DeclKind::Output || d.shape != o.shape) {
-            return Err(GraphError::Other(format!(
-                "output `{}` of shape {:?} has no output declaration of that shape",
-                o.name, o.shape
-            )));
-        }
+        self::elements(&o.shape)
+            .map_err(|e| GraphError::Other(format!("output `{}`: {e}", o.name)))?;
     }
     let mut rows_made = std::collections::HashMap::new();
     for (id, name, row, src) in g.output_nodes() {
@@ -384,9 +379,33 @@ fn value_size(ty: &Ty, n: usize) -> Result<(), String> {
     }
 }
 
-/// The fields of `op` that its type does not check: a host value names a declaration of its
-/// kind and shape; every format is one a firmware can name.
-fn node_fields(op: &Op, decls: &[Decl]) -> Result<(), String> {
+/// The graph's host values and outputs agree with its declarations (which host data
+/// loading and seeded random data go by): each `Input` and `Weight` node names a declaration
+/// of its kind and shape, each output an output declaration of its shape. Checked on a graph
+/// read from a file ([`SwGraph::from_json`]); a graph built in memory may carry no
+/// declarations.
+pub(super) fn declared(g: &SwGraph) -> Result<(), GraphError> {
+    for (i, node) in g.nodes.iter().enumerate() {
+        host_value(&node.op, &g.decls).map_err(|message| GraphError::Node {
+            node: i,
+            op: node.op.name(),
+            message,
+        })?;
+    }
+    for o in &g.outputs {
+        let declared = g.decls.iter().find(|d| d.name == o.name);
+        if declared.is_none_or(|d| d.kind != DeclKind::Output || d.shape != o.shape) {
+            return Err(GraphError::Other(format!(
+                "output `{}` of shape {:?} has no output declaration of that shape",
+                o.name, o.shape
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// An `Input` or `Weight` node names a declaration of its kind and shape.
+fn host_value(op: &Op, decls: &[Decl]) -> Result<(), String> {
     match op {
         Op::Input { name, shape } | Op::Weight { name, shape } => {
             let input = matches!(op, Op::Input { .. });
@@ -410,6 +429,13 @@ fn node_fields(op: &Op, decls: &[Decl]) -> Result<(), String> {
             }
             Ok(())
         }
+        _ => Ok(()),
+    }
+}
+
+/// Every format of `op` that its type does not check is one a firmware can name.
+fn formats(op: &Op) -> Result<(), String> {
+    match op {
         Op::Quantize { format, .. } => format_literal(format),
         Op::TiledMatVec {
             vector_format,
