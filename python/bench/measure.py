@@ -1,0 +1,107 @@
+"""Measurements of docs/python.md: Graph.run against `nnpc run` (warm), and a Ray campaign's
+throughput on 1 and 2 workers. Run from the repository root:
+
+    python/.venv-py/bin/python python/bench/measure.py [--items 20000] [--skip-ray]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import nnpc
+
+ROOT = Path(__file__).resolve().parents[2]
+NNPC = str(ROOT / "target" / "release" / "nnpc")
+
+
+def median_time(f, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def overhead(program: str, batches, reps: int) -> None:
+    g = nnpc.compile(program)
+    print(f"## {program}: Graph.run against `nnpc run` (median of {reps})")
+    print("| batch | nnpc run: run (ms) | nnpc run: process (ms) | Graph.run, seed (ms) | Graph.run, arrays (ms) |")
+    print("|---:|---:|---:|---:|---:|")
+    for b in batches:
+        cli_run, cli_wall = [], []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            out = subprocess.run(
+                [NNPC, "run", program, "--batch", str(b), "--json"],
+                cwd=ROOT, capture_output=True, text=True, check=True,
+            )
+            cli_wall.append(time.perf_counter() - t0)
+            cli_run.append(json.loads(out.stdout)["seconds"])
+        g.run(batch=b)  # warm
+        seeded = median_time(lambda: g.run(batch=b), reps)
+        w, x = g.random_weights(0), g.random_inputs(b, seed=0)
+        g.run(w, x)
+        arrays = median_time(lambda: g.run(w, x), reps)
+        print(
+            f"| {b} | {statistics.median(cli_run) * 1e3:.2f} | {statistics.median(cli_wall) * 1e3:.1f} "
+            f"| {seeded * 1e3:.2f} | {arrays * 1e3:.2f} |"
+        )
+
+
+def campaign(items: int, batch_size: int) -> None:
+    import ray
+    import nnpc.ray as nr
+
+    g = nnpc.compile("samples/lstm.nnp")
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        subprocess.run(
+            [NNPC, "emulate", "samples/lstm.nnp", "--batch", str(items), "-o", str(d / "hw.safetensors")],
+            cwd=ROOT, check=True, capture_output=True,
+        )
+        h = nnpc.load_tensors(d / "hw.safetensors")["h"].astype(np.float16)
+        x = g.random_inputs(items, seed=0)["x"]
+        shards = 8
+        per = items // shards
+        (d / "x").mkdir()
+        (d / "h").mkdir()
+        for k in range(shards):
+            np.save(d / "x" / f"s{k:03}.npy", x[k * per : (k + 1) * per])
+            np.save(d / "h" / f"s{k:03}.npy", h[k * per : (k + 1) * per])
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        print(f"## Ray campaign: samples/lstm.nnp, {per * shards} input sets in {shards} .npy shards, batches of {batch_size}")
+        print("| workers | seconds | input sets/s |")
+        print("|---:|---:|---:|")
+        for workers in (1, 2, 1, 2):
+            ds = nr.read_shards(d / "x", d / "h", input_name="x", output_name="h")
+            t0 = time.perf_counter()
+            r = nr.diff_dataset("samples/lstm.nnp", ds, batch_size=batch_size, concurrency=workers)
+            dt = time.perf_counter() - t0
+            assert r.concordant and r.items == per * shards
+            print(f"| {workers} | {dt:.2f} | {r.items / dt:,.0f} |")
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--items", type=int, default=20000)
+    ap.add_argument("--batch-size", type=int, default=1000)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--skip-ray", action="store_true")
+    a = ap.parse_args()
+    os.chdir(ROOT)
+    print(f"machine: {os.cpu_count()} CPUs; {os.uname().machine}")
+    overhead("samples/lstm.nnp", (1, 64, 1024), a.reps)
+    if not a.skip_ray:
+        campaign(a.items, a.batch_size)

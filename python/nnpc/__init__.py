@@ -1,0 +1,277 @@
+"""nnpc from Python: check, run, emulate and diff NNP firmware, bit-exactly.
+
+The computation is nnpc's Rust crates' (the same code as the ``nnpc`` command line, so the
+same bits); this package converts arrays and errors. ::
+
+    import nnpc
+    g = nnpc.compile("samples/lstm.nnp")
+    sw = g.run(batch=4, seed=7)                 # {"h_out": array [4, ...]}, as `nnpc run`
+    hw = g.emulate(batch=4, seed=7)             # the hardware model, as `nnpc emulate`
+    print(g.diff(hw, batch=4, seed=7).concordant)
+
+Arrays are numpy arrays of float16, float32 or float64 (float64 is rounded to the nearest
+float32, as the command line reads float64 files), or anything with ``__dlpack__`` or
+``__array__`` on the CPU (a ``torch.Tensor``). Outputs are numpy arrays that own their
+memory: ``torch.from_numpy(out)`` takes them without a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _nnpc
+from ._errors import DataError, Error, ExecutionError, FirmwareError
+from ._report import DiffReport
+
+__all__ = [
+    "compile",
+    "quantize",
+    "load_tensors",
+    "Graph",
+    "DiffReport",
+    "Error",
+    "FirmwareError",
+    "DataError",
+    "ExecutionError",
+]
+
+__version__ = "0.1.0"
+
+ArrayLike = Any
+"""A numpy array, or a CPU tensor with ``__dlpack__`` or ``__array__`` (``torch.Tensor``)."""
+
+
+def _as_array(value: ArrayLike, name: str) -> np.ndarray:
+    """``value`` as a numpy array, without a copy where its memory allows (DLPack)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__dlpack__"):
+        try:
+            return np.from_dlpack(value)
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            raise TypeError(
+                f"`{name}`: cannot read this {type(value).__name__} through DLPack ({e}); "
+                "give a CPU tensor of float16/float32/float64 (`t.detach().cpu().float()`)"
+            ) from None
+    if hasattr(value, "__array__"):
+        return np.asarray(value)
+    raise TypeError(
+        f"`{name}`: expected a numpy array or a torch.Tensor, not {type(value).__name__}"
+    )
+
+
+def _arrays(values: Optional[Mapping[str, ArrayLike]], what: str) -> Optional[Dict[str, np.ndarray]]:
+    if values is None:
+        return None
+    if not isinstance(values, Mapping):
+        raise TypeError(f"{what} must be a mapping of declaration names to arrays")
+    return {str(k): _as_array(v, str(k)) for k, v in values.items()}
+
+
+class Graph:
+    """A checked firmware program, lowered to its software graph (``nnpc.compile``).
+
+    The software graph's session stays warm between calls: the second ``run`` of a graph
+    costs the run alone. Runs release the GIL, so threads may run graphs side by side.
+    """
+
+    def __init__(self, core: "_nnpc.Graph"):
+        self._core = core
+        self._decls: List[Tuple[str, str, List[int]]] = core.declarations()
+        self._weights = set(core.weight_names())
+
+    def __repr__(self) -> str:
+        outs = ", ".join(f"{n}{list(s)}" for n, s in self.outputs.items())
+        return f"<nnpc.Graph {self.name!r} on {self.target!r} (N = {self.native}) -> {outs}>"
+
+    @property
+    def name(self) -> str:
+        """The firmware's file name (or the name given with its source)."""
+        return self._core.source_name()
+
+    @property
+    def target(self) -> str:
+        """The target's name."""
+        return self._core.target()[0]
+
+    @property
+    def native(self) -> int:
+        """The native dimension N."""
+        return self._core.target()[1]
+
+    @property
+    def storage(self) -> str:
+        """The storage format (e.g. ``fp16``)."""
+        return self._core.target()[2]
+
+    def _shapes(self, kind: str) -> Dict[str, Tuple[int, ...]]:
+        return {n: tuple(s) for n, k, s in self._decls if k == kind}
+
+    @property
+    def inputs(self) -> Dict[str, Tuple[int, ...]]:
+        """Each input's declared shape (a run's inputs are ``[batch, *shape]`` or ``shape``)."""
+        return self._shapes("input")
+
+    @property
+    def outputs(self) -> Dict[str, Tuple[int, ...]]:
+        """Each output's declared shape (a run's outputs are ``[batch, *shape]``)."""
+        return self._shapes("output")
+
+    @property
+    def weights(self) -> Dict[str, Tuple[int, ...]]:
+        """Each loaded matrix's and vector's declared shape (what ``weights=`` holds)."""
+        return {n: tuple(s) for n, _, s in self._decls if n in self._weights}
+
+    @property
+    def warnings(self) -> List[Dict[str, Any]]:
+        """The checker's warnings, as dicts like ``FirmwareError.diagnostics``."""
+        return list(self._core.warnings())
+
+    def _data(self, weights, inputs) -> Tuple[Optional[dict], Optional[dict]]:
+        w, x = _arrays(weights, "weights"), _arrays(inputs, "inputs")
+        declared = {n for n, _, _ in self._decls}
+        for where, given in (("weights", w), ("inputs", x)):
+            for name in sorted(set(given or ()) - declared):
+                warnings.warn(
+                    f"{where}: `{name}` is not a declaration of the program; it is not used",
+                    stacklevel=3,
+                )
+        for name in sorted(set(w or ()) & set(x or ()) & declared):
+            warnings.warn(f"`{name}` is in both; the one in weights is used", stacklevel=3)
+        return w, x
+
+    def run(
+        self,
+        weights: Optional[Mapping[str, ArrayLike]] = None,
+        inputs: Optional[Mapping[str, ArrayLike]] = None,
+        batch: Optional[int] = None,
+        seed: int = 0,
+        *,
+        random_missing: bool = False,
+        dtype: Optional[str] = None,
+    ) -> Dict[str, np.ndarray]:
+        """Run the software graph: the bits of ``nnpc run``.
+
+        Without ``weights`` and ``inputs``, seeded random data of the declared shapes
+        (``batch`` items, 1 by default): the data ``nnpc run --seed SEED --batch B`` uses.
+        Inputs are batch-first (``[batch, *shape]``) or one set (``shape``, every item's);
+        ``batch`` defaults to the inputs' leading dimension. ``random_missing`` fills the
+        tensors the mappings lack with seeded random data (``--random-missing``).
+
+        Returns ``{output: array [batch, *shape]}``, float16 where the storage format fits
+        it, else float32 (``nnpc run -o``'s types; ``dtype="float32"`` asks for float32).
+        """
+        w, x = self._data(weights, inputs)
+        return self._core.run(w, x, batch, seed, random_missing, dtype)
+
+    def emulate(
+        self,
+        weights: Optional[Mapping[str, ArrayLike]] = None,
+        inputs: Optional[Mapping[str, ArrayLike]] = None,
+        batch: Optional[int] = None,
+        seed: int = 0,
+        *,
+        random_missing: bool = False,
+        dtype: Optional[str] = None,
+    ) -> Dict[str, np.ndarray]:
+        """Run the emulator (the instruction-level hardware model): the bits of
+        ``nnpc emulate``. Arguments and result as :meth:`run`'s."""
+        w, x = self._data(weights, inputs)
+        return self._core.emulate(w, x, batch, seed, random_missing, dtype)
+
+    def diff(
+        self,
+        hardware: Mapping[str, ArrayLike],
+        weights: Optional[Mapping[str, ArrayLike]] = None,
+        inputs: Optional[Mapping[str, ArrayLike]] = None,
+        batch: Optional[int] = None,
+        seed: int = 0,
+        *,
+        random_missing: bool = False,
+        first: int = 10,
+    ) -> DiffReport:
+        """Compare the hardware's outputs with the software graph on the same data, bit for
+        bit: the report of ``nnpc diff`` (``first`` mismatches listed).
+
+        ``hardware`` maps every output to ``[batch, *shape]`` (float16/32/64; a value that is
+        not a value of the storage format is a mismatch). The data are the hardware's: the
+        same ``weights``/``inputs``, or the same ``seed`` (the batch is read from the dump).
+        """
+        hw = _arrays(hardware, "hardware")
+        w, x = self._data(weights, inputs)
+        text = self._core.diff(hw, w, x, batch, seed, random_missing, first)
+        return DiffReport(json.loads(text))
+
+    def depgraph(self) -> Dict[str, Any]:
+        """The dependency graph (``nnpc graph --format json``, schema in docs/depgraph.md)."""
+        return json.loads(self._core.depgraph_json())
+
+    def to_dot(self) -> str:
+        """The dependency graph as Graphviz DOT (``nnpc graph --format dot``)."""
+        return self._core.to_dot()
+
+    def to_json(self) -> str:
+        """The software graph as JSON (what ``nnpc compile`` writes)."""
+        return self._core.swgraph_json()
+
+    def random_weights(self, seed: int = 0) -> Dict[str, np.ndarray]:
+        """The seeded random weights ``nnpc run --seed SEED`` uses (float32)."""
+        return self._core.random_weights(seed)
+
+    def random_inputs(self, items: Union[int, range], seed: int = 0) -> Dict[str, np.ndarray]:
+        """The seeded random inputs of items ``items`` (a count from 0, or a range of
+        consecutive items) of any batch ``nnpc run --seed SEED`` makes (float32)."""
+        r = range(items) if isinstance(items, int) else items
+        if r.step != 1:
+            raise ValueError("items must be consecutive (a range of step 1)")
+        return self._core.random_inputs(r.start, r.stop, seed)
+
+
+def compile(
+    path_or_source: Union[str, "os.PathLike[str]"],
+    target: Optional[str] = None,
+    *,
+    name: Optional[str] = None,
+) -> Graph:
+    """Check firmware and lower it to its software graph.
+
+    ``path_or_source`` is a path to a ``.nnp`` file, or the firmware's text (a ``str`` that
+    holds a newline; ``name`` names it in diagnostics). ``target`` is a built-in target name
+    (``bw-default``) or a TOML target file, overriding the firmware's ``target`` statement.
+
+    Raises :class:`FirmwareError` (the rendered diagnostics, and ``.diagnostics``) when the
+    firmware has errors, ``OSError`` when the file cannot be read, ``ValueError`` for a bad
+    target.
+    """
+    target = os.fspath(target) if target is not None else None
+    if isinstance(path_or_source, str) and "\n" in path_or_source:
+        core = _nnpc.compile(None, path_or_source, name, target)
+    else:
+        path = os.fspath(path_or_source)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no firmware file `{path}` (firmware text holds newlines)")
+        core = _nnpc.compile(path, None, None, target)
+    return Graph(core)
+
+
+def quantize(array: ArrayLike, format: str, axis: int = -1, native: int = 128) -> np.ndarray:
+    """Fake-quantize ``array`` with a format literal (``"bfp(mant = 8)"``,
+    ``"mx(elem = fp8e4m3, block = 32)"``, ``"mx6"``, ... docs/numerics.md), blocks along
+    ``axis``: the values ``nnpc quantize`` writes (float32). ``native`` is what
+    ``block = native`` means."""
+    a = _as_array(array, "array")
+    moved = np.ascontiguousarray(np.moveaxis(a, axis, -1))
+    q = _nnpc.quantize(moved, format, native)
+    return np.ascontiguousarray(np.moveaxis(q, -1, axis))
+
+
+def load_tensors(path: Union[str, "os.PathLike[str]"]) -> Dict[str, np.ndarray]:
+    """The tensors of a ``.safetensors`` file, a ``.npy`` file or a directory of ``.npy``
+    files, read as the command line reads them (float32; float64 where the file holds values
+    float32 does not)."""
+    return _nnpc.load_tensors(os.fspath(path))

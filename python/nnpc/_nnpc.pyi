@@ -1,0 +1,68 @@
+"""Type stubs of the Rust core (``nnpc._nnpc``); the public API is ``nnpc``'s."""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+PARTIAL_SCHEMA: str
+
+class Graph:
+    def run(
+        self,
+        weights: Optional[Dict[str, np.ndarray]] = None,
+        inputs: Optional[Dict[str, np.ndarray]] = None,
+        batch: Optional[int] = None,
+        seed: int = 0,
+        random_missing: bool = False,
+        dtype: Optional[str] = None,
+    ) -> Dict[str, np.ndarray]: ...
+    def emulate(
+        self,
+        weights: Optional[Dict[str, np.ndarray]] = None,
+        inputs: Optional[Dict[str, np.ndarray]] = None,
+        batch: Optional[int] = None,
+        seed: int = 0,
+        random_missing: bool = False,
+        dtype: Optional[str] = None,
+    ) -> Dict[str, np.ndarray]: ...
+    def diff(
+        self,
+        hardware: Dict[str, np.ndarray],
+        weights: Optional[Dict[str, np.ndarray]] = None,
+        inputs: Optional[Dict[str, np.ndarray]] = None,
+        batch: Optional[int] = None,
+        seed: int = 0,
+        random_missing: bool = False,
+        first: int = 10,
+    ) -> str: ...
+    def diff_part(
+        self,
+        hardware: Dict[str, np.ndarray],
+        inputs: Dict[str, np.ndarray],
+        ids: List[int],
+        weights: Optional[Dict[str, np.ndarray]] = None,
+        seed: int = 0,
+        first: int = 10,
+        worst: int = 10,
+    ) -> str: ...
+    def random_weights(self, seed: int = 0) -> Dict[str, np.ndarray]: ...
+    def random_inputs(self, start: int, stop: int, seed: int = 0) -> Dict[str, np.ndarray]: ...
+    def depgraph_json(self) -> str: ...
+    def to_dot(self) -> str: ...
+    def swgraph_json(self) -> str: ...
+    def declarations(self) -> List[Tuple[str, str, List[int]]]: ...
+    def weight_names(self) -> List[str]: ...
+    def target(self) -> Tuple[str, int, str]: ...
+    def warnings(self) -> List[Dict[str, Any]]: ...
+    def source_name(self) -> str: ...
+
+def compile(
+    path: Optional[str] = None,
+    source: Optional[str] = None,
+    name: Optional[str] = None,
+    target: Optional[str] = None,
+) -> Graph: ...
+def quantize(array: np.ndarray, format: str, native: int = 128) -> np.ndarray: ...
+def merge_parts(parts: List[str]) -> str: ...
+def finish_part(part: str) -> Tuple[str, str, int]: ...
+def load_tensors(path: str) -> Dict[str, np.ndarray]: ...

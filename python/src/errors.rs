@@ -1,0 +1,62 @@
+//! Errors as the Python package's exception classes (`nnpc._errors`): the message is what the
+//! command line prints (a library error's "; help: ..." included).
+
+use nnp_grammar::{Diagnostic, Severity, SourceFile};
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// The exception `class` of `nnpc._errors` with `args`.
+pub fn raise<'py>(py: Python<'py>, class: &str, args: impl pyo3::call::PyCallArgs<'py>) -> PyErr {
+    let made = py
+        .import("nnpc._errors")
+        .and_then(|m| m.getattr(class))
+        .and_then(|c| c.call1(args));
+    match made {
+        Ok(e) => PyErr::from_value(e),
+        Err(e) => PyRuntimeError::new_err(format!("internal: cannot raise nnpc.{class}: {e}")),
+    }
+}
+
+/// `nnpc.DataError` (bad weights, inputs or hardware arrays: a ValueError).
+pub fn data_error(py: Python<'_>, e: impl std::fmt::Display) -> PyErr {
+    raise(py, "DataError", (e.to_string(),))
+}
+
+/// `nnpc.ExecutionError` (a run failed, e.g. a NaN the target forbids: a RuntimeError).
+pub fn exec_error(py: Python<'_>, e: impl std::fmt::Display) -> PyErr {
+    raise(py, "ExecutionError", (e.to_string(),))
+}
+
+/// A diagnostic rendered as the command line renders it (without colours).
+pub fn render(d: &dyn miette::Diagnostic) -> String {
+    let handler =
+        miette::GraphicalReportHandler::new_themed(miette::GraphicalTheme::unicode_nocolor());
+    let mut text = String::new();
+    match handler.render_report(&mut text, d) {
+        Ok(()) => text,
+        Err(_) => d.to_string(),
+    }
+}
+
+/// One diagnostic as a dict: code, severity, line, column (1-based, at its primary span),
+/// message, help.
+pub fn diagnostic_dict<'py>(
+    py: Python<'py>,
+    src: &SourceFile,
+    d: &Diagnostic,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (line, column) = nnp_grammar::diagnostics::line_col(&src.text, d.span().start);
+    let dict = PyDict::new(py);
+    dict.set_item("code", d.code)?;
+    let severity = match d.severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+    };
+    dict.set_item("severity", severity)?;
+    dict.set_item("line", line)?;
+    dict.set_item("column", column)?;
+    dict.set_item("message", &d.message)?;
+    dict.set_item("help", d.help.as_deref())?;
+    Ok(dict)
+}

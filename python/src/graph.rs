@@ -1,0 +1,441 @@
+//! `nnpc._nnpc.Graph`: a checked program and its software graph, with a warm session. The
+//! Python class `nnpc.Graph` wraps it (typing, torch and array conversion).
+
+use crate::convert::{OutDtype, to_dict, to_tensors};
+use crate::errors::{data_error, diagnostic_dict, exec_error, raise, render};
+use nnp_grammar::{Diagnostic, Program, SourceFile, Target};
+use nnp_lowering::depgraph::DepGraph;
+use nnp_lowering::swgraph::{self, Roots, SwGraph};
+use nnp_runtime::campaign;
+use nnp_runtime::diff::{DiffBuilder, DiffReport};
+use nnp_runtime::emulator::{self, EmuOptions};
+use nnp_runtime::exec::{ExecError, ExecOptions, Session};
+use nnp_runtime::host::{HostData, HostError, InputFeed, LoadOptions, Outputs, Tensor};
+use nnp_runtime::io::Inexact;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// A checked firmware program lowered to its software graph (made by `nnpc.compile`).
+#[pyclass(frozen, module = "nnpc._nnpc", name = "Graph")]
+pub struct Graph {
+    program: Arc<Program>,
+    graph: Arc<SwGraph>,
+    /// The software graph's session and the weights it was warmed with (a session prepares
+    /// its weights on its first run and reuses them): kept between runs with the same
+    /// weights, bit for bit.
+    session: Mutex<Option<(BTreeMap<String, Tensor>, Session<'static>)>>,
+    warnings: Vec<Diagnostic>,
+}
+
+/// Where a program's weights and inputs come from, as the command line's flags say.
+struct Data<'a> {
+    weights: Option<&'a Bound<'a, PyDict>>,
+    inputs: Option<&'a Bound<'a, PyDict>>,
+    batch: Option<usize>,
+    seed: u64,
+    random_missing: bool,
+}
+
+/// Read and check firmware from `path` (or the text `source`, named `name`), on `target`,
+/// and lower it: the graph, or `FirmwareError` with the rendered diagnostics and their list.
+#[pyfunction]
+#[pyo3(signature = (path=None, source=None, name=None, target=None))]
+pub fn compile(
+    py: Python<'_>,
+    path: Option<String>,
+    source: Option<String>,
+    name: Option<String>,
+    target: Option<String>,
+) -> PyResult<Graph> {
+    let (src, checked) = match (path, source) {
+        (Some(path), _) => match nnpc::check_file(&path, target.as_deref()) {
+            Ok(found) => found,
+            Err(e @ nnpc::LoadError::Read { .. }) => {
+                return Err(PyOSError::new_err(format!(
+                    "{e}: {}",
+                    std::error::Error::source(&e)
+                        .map(|s| s.to_string())
+                        .unwrap_or_default()
+                )));
+            }
+            Err(e) => return Err(PyValueError::new_err(render(&e))),
+        },
+        (None, Some(text)) => {
+            let target = target
+                .map(|t| Target::load(&t))
+                .transpose()
+                .map_err(|e| PyValueError::new_err(render(&e)))?;
+            let name = name.unwrap_or_else(|| "<source>".into());
+            let src = Arc::new(SourceFile::new(name, text));
+            let checked = nnp_grammar::check(src.clone(), target);
+            (src, checked)
+        }
+        (None, None) => return Err(PyValueError::new_err("give a firmware path or source")),
+    };
+    let out = match checked {
+        Ok(out) => out,
+        Err(diags) => {
+            let list = PyList::empty(py);
+            for d in &diags {
+                list.append(diagnostic_dict(py, &src, d)?)?;
+            }
+            let all = nnp_grammar::Diagnostics::new(&src, diags);
+            return Err(raise(py, "FirmwareError", (render(&all), list)));
+        }
+    };
+    let program = out.program;
+    let lowered = swgraph::lower(&program).map_err(|e| {
+        let message = format!("{}: cannot lower: {e}", program.source.name);
+        raise(py, "FirmwareError", (message, PyList::empty(py)))
+    })?;
+    let graph = swgraph::optimize(&lowered, Roots::Outputs);
+    Ok(Graph {
+        program: Arc::new(program),
+        graph: Arc::new(graph),
+        session: Mutex::new(None),
+        warnings: out.warnings,
+    })
+}
+
+impl Graph {
+    /// The host data `data` describes (as `nnpc run`'s flags: seeded random data when
+    /// neither weights nor inputs are given); `fallback_batch` as in `nnpc diff`.
+    fn host_data(
+        &self,
+        py: Python<'_>,
+        data: &Data,
+        fallback: Option<usize>,
+    ) -> PyResult<HostData> {
+        let p = &*self.program;
+        if data.weights.is_none() && data.inputs.is_none() {
+            let batch = data.batch.or(fallback).unwrap_or(1);
+            if batch == 0 {
+                return Err(data_error(py, HostError::ZeroBatch));
+            }
+            let weights = HostData::random_weights(p, data.seed);
+            let feed = InputFeed::random(p, batch, data.seed);
+            return HostData::whole(weights, &feed).map_err(|e| data_error(py, e));
+        }
+        // A name in both: the weights' array is used (as the weights file's tensor is).
+        let (mut tensors, _) = to_tensors(data.inputs)?;
+        tensors.extend(to_tensors(data.weights)?.0);
+        let opts = LoadOptions {
+            batch: data.batch.or(fallback),
+            random_missing: data.random_missing,
+            seed: data.seed,
+        };
+        let searched = "the arrays given (weights= and inputs=)";
+        HostData::from_tensors(p, tensors, &opts, searched).map_err(|e| data_error(py, e))
+    }
+
+    /// The software graph's outputs on `data`, the GIL released.
+    fn execute(&self, py: Python<'_>, data: &HostData) -> PyResult<Outputs> {
+        let run = py.detach(|| {
+            let mut warm = self.session.lock().unwrap_or_else(|e| e.into_inner());
+            if !warm
+                .as_ref()
+                .is_some_and(|(w, _)| same_bits(w, &data.weights))
+            {
+                let session = Session::shared(self.graph.clone(), &ExecOptions::default())?;
+                *warm = Some((data.weights.clone(), session));
+            }
+            match warm.as_mut() {
+                Some((_, s)) => s.run(data).map(|e| e.outputs),
+                None => Err(ExecError::Device("no session".into())),
+            }
+        });
+        run.map_err(|e| exec_error(py, self.runtime_message(&e.to_string(), e.span())))
+    }
+
+    /// A runtime error's message, with the firmware line it points at.
+    fn runtime_message(&self, message: &str, span: Option<nnp_grammar::Span>) -> String {
+        match span {
+            Some(s) if (s.end as usize) <= self.program.source.text.len() => format!(
+                "{message}\n  at line {}: {}",
+                self.program.line(s),
+                self.program.source.line_text(s.start).trim()
+            ),
+            _ => message.to_string(),
+        }
+    }
+
+    /// The element type of `nnpc run -o`'s files (float16 where every value of the output
+    /// storage formats is a float16 value, else float32), or the one asked for.
+    fn out_dtype(&self, dtype: Option<&str>) -> PyResult<OutDtype> {
+        let storage = nnp_runtime::host::output_storage(&self.program);
+        let f16 = storage.as_ref().is_some_and(nnp_runtime::host::fits_f16);
+        match dtype {
+            Some("float16" | "f16") if !f16 => Err(PyValueError::new_err(
+                "dtype float16 cannot hold every value of the program's storage format; \
+                 help: dtype=\"float32\", or none",
+            )),
+            Some("float16" | "f16") => Ok(OutDtype::F16),
+            Some("float32" | "f32") => Ok(OutDtype::F32),
+            Some(other) => Err(PyValueError::new_err(format!(
+                "dtype `{other}`: outputs are float16 or float32"
+            ))),
+            None if f16 => Ok(OutDtype::F16),
+            None => Ok(OutDtype::F32),
+        }
+    }
+
+    /// The batch a hardware dump holds, as `nnpc diff` reads it: the leading dimension of the
+    /// first output (in declaration order) that has one.
+    fn dump_batch(&self, hardware: &Outputs) -> Option<usize> {
+        self.program.outputs().find_map(|d| {
+            let t = hardware.get(&d.name)?;
+            (t.shape.len() > d.shape.len()).then(|| t.shape.first().copied())?
+        })
+    }
+}
+
+#[pymethods]
+impl Graph {
+    /// Run the software graph (`nnpc run`); outputs `{name: array}`, `[batch, ...shape]`.
+    #[pyo3(signature = (weights=None, inputs=None, batch=None, seed=0, random_missing=false, dtype=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature: the command line's flags
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        weights: Option<&Bound<'py, PyDict>>,
+        inputs: Option<&Bound<'py, PyDict>>,
+        batch: Option<usize>,
+        seed: u64,
+        random_missing: bool,
+        dtype: Option<&str>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let dtype = self.out_dtype(dtype)?;
+        let data = Data {
+            weights,
+            inputs,
+            batch,
+            seed,
+            random_missing,
+        };
+        let host = self.host_data(py, &data, None)?;
+        let outputs = self.execute(py, &host)?;
+        to_dict(py, outputs, dtype)
+    }
+
+    /// Run the emulator (`nnpc emulate`); outputs as `run`'s.
+    #[pyo3(signature = (weights=None, inputs=None, batch=None, seed=0, random_missing=false, dtype=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature: the command line's flags
+    fn emulate<'py>(
+        &self,
+        py: Python<'py>,
+        weights: Option<&Bound<'py, PyDict>>,
+        inputs: Option<&Bound<'py, PyDict>>,
+        batch: Option<usize>,
+        seed: u64,
+        random_missing: bool,
+        dtype: Option<&str>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let dtype = self.out_dtype(dtype)?;
+        let data = Data {
+            weights,
+            inputs,
+            batch,
+            seed,
+            random_missing,
+        };
+        let host = self.host_data(py, &data, None)?;
+        let program = &*self.program;
+        let emu = py.detach(|| emulator::emulate(program, &host, &EmuOptions::default()));
+        match emu {
+            Ok(e) => to_dict(py, e.outputs, dtype),
+            Err(e @ (emulator::EmuError::Data { .. } | emulator::EmuError::Table { .. })) => {
+                Err(data_error(py, e))
+            }
+            Err(e) => Err(exec_error(
+                py,
+                self.runtime_message(&e.to_string(), e.span()),
+            )),
+        }
+    }
+
+    /// Compare `hardware` with the software graph on the same data (`nnpc diff`): the
+    /// report's JSON (schema `nnpc.diff/1`).
+    #[pyo3(signature = (hardware, weights=None, inputs=None, batch=None, seed=0, random_missing=false, first=10))]
+    #[allow(clippy::too_many_arguments)]
+    fn diff<'py>(
+        &self,
+        py: Python<'py>,
+        hardware: &Bound<'py, PyDict>,
+        weights: Option<&Bound<'py, PyDict>>,
+        inputs: Option<&Bound<'py, PyDict>>,
+        batch: Option<usize>,
+        seed: u64,
+        random_missing: bool,
+        first: usize,
+    ) -> PyResult<String> {
+        let (hw, inexact) = to_tensors(Some(hardware))?;
+        let data = Data {
+            weights,
+            inputs,
+            batch,
+            seed,
+            random_missing,
+        };
+        let host = self.host_data(py, &data, self.dump_batch(&hw))?;
+        let software = self.execute(py, &host)?;
+        let program = &*self.program;
+        let report = py.detach(|| -> Result<DiffReport, nnp_runtime::diff::DiffError> {
+            let mut diff = DiffBuilder::new(program, first)?;
+            diff.add_read(0, &hw, &inexact, &software)?;
+            Ok(diff.finish())
+        });
+        let report = report.map_err(|e| data_error(py, format!("hardware: {e}")))?;
+        serde_json::to_string(&report).map_err(|e| exec_error(py, e))
+    }
+
+    /// The campaign part of one block (`nnpc.ray`): the software graph on `inputs` (batched,
+    /// the items `ids`, increasing) with `weights` (seeded random where `None`), compared
+    /// with `hardware`; the part's JSON.
+    #[pyo3(signature = (hardware, inputs, ids, weights=None, seed=0, first=10, worst=10))]
+    #[allow(clippy::too_many_arguments)]
+    fn diff_part<'py>(
+        &self,
+        py: Python<'py>,
+        hardware: &Bound<'py, PyDict>,
+        inputs: &Bound<'py, PyDict>,
+        ids: Vec<u64>,
+        weights: Option<&Bound<'py, PyDict>>,
+        seed: u64,
+        first: usize,
+        worst: usize,
+    ) -> PyResult<String> {
+        let (hw, inexact) = to_tensors(Some(hardware))?;
+        let (mut tensors, _) = to_tensors(Some(inputs))?;
+        match weights {
+            Some(w) => tensors.extend(to_tensors(Some(w))?.0),
+            None => tensors.extend(HostData::random_weights(&self.program, seed)),
+        }
+        let opts = LoadOptions {
+            batch: Some(ids.len()),
+            random_missing: false,
+            seed,
+        };
+        let host = HostData::from_tensors(&self.program, tensors, &opts, "the block's columns")
+            .map_err(|e| data_error(py, e))?;
+        let software = self.execute(py, &host)?;
+        let program = &*self.program;
+        let part = py.detach(|| {
+            campaign::compare_block(program, &hw, &inexact, &software, &ids, (first, worst))
+        });
+        let part = part.map_err(|e| data_error(py, format!("hardware: {e}")))?;
+        serde_json::to_string(&part).map_err(|e| exec_error(py, e))
+    }
+
+    /// The seeded random weights `nnpc run --seed S` uses.
+    #[pyo3(signature = (seed=0))]
+    fn random_weights<'py>(&self, py: Python<'py>, seed: u64) -> PyResult<Bound<'py, PyDict>> {
+        let weights = HostData::random_weights(&self.program, seed);
+        to_dict(py, weights, OutDtype::F32)
+    }
+
+    /// The seeded random inputs of items `start..stop` of any batch `nnpc run --seed S` makes.
+    #[pyo3(signature = (start, stop, seed=0))]
+    fn random_inputs<'py>(
+        &self,
+        py: Python<'py>,
+        start: usize,
+        stop: usize,
+        seed: u64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let inputs = HostData::random_inputs(&self.program, start..stop.max(start), seed);
+        to_dict(py, inputs, OutDtype::F32)
+    }
+
+    /// The dependency graph as JSON (schema `nnpc-depgraph` 1, docs/depgraph.md).
+    fn depgraph_json(&self) -> PyResult<String> {
+        let mut buf = Vec::new();
+        DepGraph::build(&self.program)
+            .write_json(&self.program, &mut buf)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        String::from_utf8(buf).map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// The dependency graph as Graphviz DOT.
+    fn to_dot(&self) -> PyResult<String> {
+        let mut buf = Vec::new();
+        DepGraph::build(&self.program)
+            .write_dot(&self.program, &mut buf)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        String::from_utf8(buf).map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// The software graph as JSON (what `nnpc compile` writes).
+    fn swgraph_json(&self) -> String {
+        self.graph.to_json()
+    }
+
+    /// `[(name, kind, shape)]` of the declarations, in declaration order.
+    fn declarations(&self) -> Vec<(String, String, Vec<usize>)> {
+        let kind = |d: &nnp_grammar::Decl| format!("{:?}", d.kind).to_lowercase();
+        let decls = self.program.decls.iter();
+        decls
+            .map(|d| (d.name.clone(), kind(d), d.shape.clone()))
+            .collect()
+    }
+
+    /// Names of the declarations whose values come from the weights (loaded matrices and
+    /// vectors).
+    fn weight_names(&self) -> Vec<String> {
+        HostData::random_weights(&self.program, 0)
+            .into_keys()
+            .collect()
+    }
+
+    /// The target's name, native dimension and storage format.
+    fn target(&self) -> (String, usize, String) {
+        let t = &self.program.target;
+        (
+            t.name.clone(),
+            self.program.native(),
+            t.numerics.storage.to_string(),
+        )
+    }
+
+    /// The checker's warnings, as `FirmwareError.diagnostics` lists errors.
+    fn warnings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for d in &self.warnings {
+            list.append(diagnostic_dict(py, &self.program.source, d)?)?;
+        }
+        Ok(list)
+    }
+
+    /// The firmware's file name (or the name given with its source).
+    fn source_name(&self) -> String {
+        self.program.source.name.clone()
+    }
+}
+
+/// Whether two sets of weights are the same tensors, bit for bit (`-0` is not `+0`).
+fn same_bits(a: &BTreeMap<String, Tensor>, b: &BTreeMap<String, Tensor>) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|((na, ta), (nb, tb))| {
+            na == nb
+                && ta.shape == tb.shape
+                && ta.data.len() == tb.data.len()
+                && ta
+                    .data
+                    .iter()
+                    .zip(&tb.data)
+                    .all(|(x, y)| x.to_bits() == y.to_bits())
+        })
+}
+
+/// Tensors of a hardware dump or input file (`.safetensors`, `.npy`, a directory of `.npy`),
+/// read as the command line reads them.
+pub fn read_file(path: &str) -> Result<BTreeMap<String, (Tensor, Inexact)>, String> {
+    let stored =
+        nnp_runtime::io::index_tensors(std::path::Path::new(path)).map_err(|e| e.to_string())?;
+    stored
+        .into_iter()
+        .map(|(name, t)| Ok((name, t.read_checked().map_err(|e| e.to_string())?)))
+        .collect()
+}

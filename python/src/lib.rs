@@ -1,0 +1,126 @@
+//! `nnpc._nnpc`: the Rust core of the Python package `nnpc`. Every computation is the Rust
+//! crates' (`nnpc`, `nnp-grammar`, `nnp-lowering`, `nnp-runtime`, `nnp-numerics`); this module
+//! converts arrays and errors, and the Python package (`python/nnpc/`) adds typing, torch
+//! interop and the Ray plumbing.
+
+mod convert;
+mod errors;
+mod graph;
+
+use convert::{OutDtype, to_array, to_array_wide, to_tensor};
+use errors::{data_error, exec_error};
+use nnp_numerics::{Format, Per};
+use nnp_runtime::campaign::{self, Partial};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// Fake-quantize a C-contiguous array whose runs lie along its last axis (the Python wrapper
+/// moves the axis there) with the format literal `format`, as `nnpc quantize` does: f64
+/// values are rounded to f32 first; the result is float32.
+#[pyfunction]
+#[pyo3(signature = (array, format, native=128))]
+fn quantize<'py>(
+    py: Python<'py>,
+    array: &Bound<'py, PyAny>,
+    format: &str,
+    native: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let fmt: Format = format.parse().map_err(|e: nnp_numerics::FormatError| {
+        let help = e.help.map(|h| format!("; help: {h}")).unwrap_or_default();
+        PyValueError::new_err(format!(
+            "invalid format literal `{format}` at offset {}: {}{help}",
+            e.offset, e.message
+        ))
+    })?;
+    if native == 0 {
+        return Err(PyValueError::new_err("native must be at least 1"));
+    }
+    let (t, _) = to_tensor("array", array)?;
+    let run = t.shape.last().copied().unwrap_or(1).max(1);
+    let mut out = vec![0.0f32; t.data.len()];
+    py.detach(|| match per_tensor(&fmt) {
+        // One scale over the whole tensor.
+        true => {
+            let x: Vec<f64> = t.data.iter().map(|&v| f64::from(v)).collect();
+            let mut q = vec![0.0f64; x.len()];
+            fmt.quantize_tensor(&x, run, native, &mut q);
+            for (o, v) in out.iter_mut().zip(q) {
+                *o = v as f32;
+            }
+        }
+        false => nnp_numerics::kernel::quantize_f32(&fmt, &t.data, run, native, &mut out),
+    });
+    let shape = t.shape.clone();
+    to_array(
+        py,
+        nnp_runtime::host::Tensor { shape, data: out },
+        OutDtype::F32,
+    )
+}
+
+/// Formats with one scale for the whole tensor (as `nnpc quantize` treats them).
+fn per_tensor(format: &Format) -> bool {
+    matches!(
+        format,
+        Format::Int(nnp_numerics::IntFormat {
+            per: Per::Tensor,
+            ..
+        }) | Format::DynFixed(nnp_numerics::DynFixedFormat {
+            per: Per::Tensor,
+            ..
+        })
+    )
+}
+
+fn read_part(py: Python<'_>, text: &str) -> PyResult<Partial> {
+    serde_json::from_str(text).map_err(|e| data_error(py, format!("not a campaign part: {e}")))
+}
+
+/// Merge campaign parts (JSON, `nnpc.campaign-part/1`) into one part's JSON.
+#[pyfunction]
+fn merge_parts(py: Python<'_>, parts: Vec<String>) -> PyResult<String> {
+    let parts = parts
+        .iter()
+        .map(|p| read_part(py, p))
+        .collect::<PyResult<Vec<_>>>()?;
+    let merged = py.detach(|| campaign::merge(parts));
+    let merged = merged.map_err(|e| data_error(py, e))?;
+    serde_json::to_string(&merged).map_err(|e| exec_error(py, e))
+}
+
+/// The report of a merged part: `(report JSON (nnpc.diff/1), worst mismatches JSON, items)`.
+#[pyfunction]
+fn finish_part(py: Python<'_>, part: &str) -> PyResult<(String, String, usize)> {
+    let part = read_part(py, part)?;
+    let (report, worst) = campaign::finish(&part);
+    let report = serde_json::to_string(&report).map_err(|e| exec_error(py, e))?;
+    let worst = serde_json::to_string(&worst).map_err(|e| exec_error(py, e))?;
+    Ok((report, worst, part.items))
+}
+
+/// The tensors of a `.safetensors` file, a `.npy` file or a directory of `.npy` files, as the
+/// command line reads them: float32 arrays (float64 where the file holds values float32 does
+/// not).
+#[pyfunction]
+fn load_tensors<'py>(py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
+    let read = py.detach(|| graph::read_file(path));
+    let tensors = read.map_err(PyOSError::new_err)?;
+    let dict = PyDict::new(py);
+    for (name, (t, inexact)) in tensors {
+        dict.set_item(name, to_array_wide(py, t, &inexact)?)?;
+    }
+    Ok(dict)
+}
+
+#[pymodule]
+fn _nnpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<graph::Graph>()?;
+    m.add_function(wrap_pyfunction!(graph::compile, m)?)?;
+    m.add_function(wrap_pyfunction!(quantize, m)?)?;
+    m.add_function(wrap_pyfunction!(merge_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(finish_part, m)?)?;
+    m.add_function(wrap_pyfunction!(load_tensors, m)?)?;
+    m.add("PARTIAL_SCHEMA", campaign::PARTIAL_SCHEMA)?;
+    Ok(())
+}

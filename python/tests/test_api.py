@@ -1,0 +1,221 @@
+"""The Python API against the command line: the same bits, the same reports, clear errors."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nnpc
+from conftest import ROOT, cli, read_safetensors, same_bits, sample_targets
+
+
+@pytest.fixture(scope="module")
+def lstm() -> nnpc.Graph:
+    return nnpc.compile(str(ROOT / "samples" / "lstm.nnp"))
+
+
+@pytest.mark.parametrize("sample,target", sample_targets(), ids=lambda v: str(v))
+def test_run_and_emulate_give_the_cli_bits(sample: str, target, tmp_path: Path) -> None:
+    """Every sample: Graph.run and Graph.emulate on seeded random data (batch 3, seed 5)
+    give the bits, dtypes and shapes that `nnpc run -o` and `nnpc emulate -o` write; the same
+    data given explicitly (random_weights/random_inputs) gives them too."""
+    g = nnpc.compile(f"samples/{sample}", target)
+    on = ["--target", target] if target else []
+    for engine, method in (("run", g.run), ("emulate", g.emulate)):
+        out = tmp_path / f"{engine}.safetensors"
+        cli(engine, f"samples/{sample}", *on, "--batch", "3", "--seed", "5", "-o", str(out))
+        want = read_safetensors(out)
+        got = method(batch=3, seed=5)
+        assert sorted(got) == sorted(want)
+        for name in want:
+            assert same_bits(got[name], want[name]), f"{sample.name} {engine} `{name}`"
+    given = g.run(g.random_weights(5), g.random_inputs(3, seed=5))
+    for name, a in g.run(batch=3, seed=5).items():
+        assert same_bits(given[name], a)
+
+
+def test_files_of_each_dtype_give_the_cli_bits(tmp_path: Path) -> None:
+    """Weights and inputs given as arrays (float16 inputs, float64 weights) give the bits of
+    `nnpc run --weights DIR --inputs x.npy` on the same arrays in files."""
+    sample = ROOT / "samples" / "mlp2_relu.nnp"
+    g = nnpc.compile(sample)
+    weights = {k: v.astype(np.float64) * 0.75 for k, v in g.random_weights(3).items()}
+    inputs = {k: v.astype(np.float16) for k, v in g.random_inputs(6, seed=3).items()}
+    wdir = tmp_path / "w"
+    wdir.mkdir()
+    for k, v in weights.items():
+        np.save(wdir / f"{k}.npy", v)
+    (name,) = inputs
+    np.save(tmp_path / "x.npy", inputs[name])
+    out = tmp_path / "y.safetensors"
+    cli("run", str(sample), "--weights", str(wdir), "--inputs", str(tmp_path / "x.npy"), "-o", str(out))
+    want = read_safetensors(out)
+    got = g.run(weights, inputs)
+    for k in want:
+        assert same_bits(got[k], want[k])
+    # Non-contiguous arrays (a transposed copy's transpose) are read in logical order.
+    strided = {name: np.asfortranarray(inputs[name])}
+    assert same_bits(g.run(weights, strided)[k], want[k])
+
+
+def test_diff_equals_the_cli_report(lstm: nnpc.Graph, tmp_path: Path) -> None:
+    """Graph.diff of a dump with faults is `nnpc diff --json`'s report, field for field; the
+    emulator's own outputs are concordant."""
+    hw = lstm.emulate(batch=8, seed=2)
+    assert lstm.diff(hw, seed=2).concordant
+    (name,) = hw
+    bad = hw[name].copy()
+    bad[1, 0, 3] = np.float16(bad[1, 0, 3]) + np.float16(0.5)
+    bad[6, 2, 200] = np.nan
+    bits = bad.view(np.uint16)
+    bits[7, 3, 17] ^= 1  # one ULP
+    d = tmp_path / "hw"
+    d.mkdir()
+    np.save(d / f"{name}.npy", bad)
+    ref = json.loads(cli("diff", "samples/lstm.nnp", "--hardware", str(d), "--seed", "2", "--json").stdout)
+    report = lstm.diff({name: bad}, seed=2)
+    assert report.to_dict() == ref
+    assert not report.concordant and report.mismatched == 3
+    first = report.first_mismatch
+    assert first is not None and first["index"][:2] == [1, 0] and first["line"] > 0
+    assert report.ulp_histogram["NaN vs number"] == 1 and report.ulp_histogram["1"] == 1
+
+
+def test_quantize_gives_the_cli_bits(tmp_path: Path) -> None:
+    """nnpc.quantize along axis 0 and -1 writes what `nnpc quantize -o` writes."""
+    x = np.random.default_rng(0).standard_normal((40, 24)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    for fmt, axis in (("bfp(mant = 4, block = 8)", "0"), ("mx6", "-1"), ("int(bits = 8, scale = f32, per = tensor)", "-1")):
+        out = tmp_path / "q.npy"
+        cli("quantize", "--format", fmt, "--axis", axis, str(tmp_path / "x.npy"), "-o", str(out))
+        want = np.load(out)
+        assert same_bits(nnpc.quantize(x, fmt, axis=int(axis)), want), fmt
+
+
+def test_depgraph_and_dot_are_the_cli_graph(lstm: nnpc.Graph) -> None:
+    ref = json.loads(cli("graph", "samples/lstm.nnp", "--format", "json").stdout)
+    g = nnpc.compile("samples/lstm.nnp")
+    assert g.depgraph() == ref
+    assert g.to_dot() == cli("graph", "samples/lstm.nnp", "--format", "dot").stdout
+
+
+def test_source_text_compiles_like_the_file(lstm: nnpc.Graph) -> None:
+    text = (ROOT / "samples" / "lstm.nnp").read_text()
+    g = nnpc.compile(text, name="lstm.nnp")
+    assert g.outputs == lstm.outputs == {"h": (4, 256)}
+    assert g.inputs == {"x": (4, 128)} and "Wi" in g.weights
+    a, b = g.run(batch=2, seed=1), lstm.run(batch=2, seed=1)
+    assert same_bits(a["h"], b["h"]) and a["h"].dtype == np.float16
+
+
+BAD = """input x : [1, 4]
+output y : [1, 4]
+
+v_rd netq
+v_frob netq
+end_chain
+"""
+
+
+def test_bad_firmware_raises_firmware_error() -> None:
+    """The message is the rendered diagnostic; .diagnostics lists code, line, column."""
+    with pytest.raises(nnpc.FirmwareError) as e:
+        nnpc.compile(BAD, name="bad.nnp")
+    (d,) = [d for d in e.value.diagnostics if d["severity"] == "error"][:1]
+    assert d["code"] == "nnp::unknown-mnemonic" and (d["line"], d["column"]) == (5, 1)
+    assert "v_frob" in str(e.value) and "bad.nnp" in str(e.value)
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(FileNotFoundError):
+        nnpc.compile("no/such/firmware.nnp")
+    with pytest.raises(ValueError, match="target"):
+        nnpc.compile("samples/lstm.nnp", target="no-such-target")
+
+
+def test_bad_data_is_refused_clearly(lstm: nnpc.Graph) -> None:
+    weights = lstm.random_weights()
+    x = lstm.random_inputs(2)["x"]
+    with pytest.raises(nnpc.DataError, match=r"`x`.*\[4, 128\]"):
+        lstm.run(weights, {"x": x[:, :3]})
+    with pytest.raises(TypeError, match="int32.*float32"):
+        lstm.run(weights, {"x": x.astype(np.int32)})
+    missing = dict(weights)
+    del missing["Uc"]
+    with pytest.raises(nnpc.DataError, match="`Uc`"):
+        lstm.run(missing, {"x": x})
+    # random_missing fills it, as --random-missing does.
+    assert lstm.run(missing, {"x": x}, random_missing=True)["h"].shape == (2, 4, 256)
+    with pytest.raises(nnpc.DataError, match="finite"):
+        lstm.run(weights, {"x": np.full_like(x, np.inf)})
+    with pytest.raises(nnpc.DataError, match="`h`"):
+        lstm.diff({"h": np.zeros((2, 4, 255), np.float16)}, weights, {"x": x})
+    with pytest.raises(TypeError):
+        lstm.run(weights, [x])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="format literal"):
+        nnpc.quantize(x, "bfp(mant = 99x)")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        lstm.run(weights, {"x": x, "xx": x})
+    assert any("`xx` is not a declaration" in str(m.message) for m in w)
+
+
+class Dlpack:
+    """An array seen only through DLPack, as a torch.Tensor on the CPU is."""
+
+    def __init__(self, a: np.ndarray):
+        self._a = a
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_and_torch_tensors_are_accepted(lstm: nnpc.Graph) -> None:
+    x = lstm.random_inputs(2, seed=4)["x"]
+    want = lstm.run(inputs={"x": x}, weights=lstm.random_weights(4))["h"]
+    got = lstm.run(inputs={"x": Dlpack(x)}, weights=lstm.random_weights(4))["h"]
+    assert same_bits(got, want)
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(x)
+    out = lstm.run(inputs={"x": t}, weights=lstm.random_weights(4))["h"]
+    assert same_bits(out, want)
+    # The output as a tensor without a copy.
+    assert torch.from_numpy(out).data_ptr() == out.ctypes.data
+
+
+def test_runs_release_the_gil(lstm: nnpc.Graph) -> None:
+    """A Python thread keeps running while a long run is in Rust."""
+    lstm.run(batch=1)
+    ticks = 0
+    done = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    t = threading.Thread(target=count)
+    t.start()
+    start = time.perf_counter()
+    lstm.emulate(batch=64)
+    elapsed = time.perf_counter() - start
+    done.set()
+    t.join()
+    assert ticks > 0.2 * elapsed / 0.001 * 0.5, (ticks, elapsed)
+
+
+def test_a_warm_graph_follows_new_weights(lstm: nnpc.Graph) -> None:
+    """The warm session is kept only for the weights it prepared: new weights (another
+    seed) give a fresh graph's bits."""
+    first = lstm.run(batch=2, seed=11)["h"]
+    second = lstm.run(batch=2, seed=12)["h"]
+    fresh = nnpc.compile("samples/lstm.nnp").run(batch=2, seed=12)["h"]
+    assert same_bits(second, fresh) and not same_bits(first, second)
