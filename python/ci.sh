@@ -12,6 +12,8 @@ cargo build --release --locked --bin nnpc
 
 python3 -m venv python/.venv-py
 PY=python/.venv-py/bin/python
+# The venv's tools (maturin, which the build below calls) first on the path.
+export PATH="$PWD/python/.venv-py/bin:$PATH"
 "$PY" -m pip install -q --upgrade pip
 "$PY" -m pip install -q "maturin>=1.7,<2" pytest numpy "ray[data]" pyarrow
 # torch is optional: its test runs where `import torch` works (a CPU wheel is enough).
