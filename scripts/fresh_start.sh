@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Time README's two set-up commands as a newcomer meets them: a fresh clone of this repository's
+# HEAD, an empty cargo cache (every crate downloaded and compiled), nothing else running.
+# Prints each command's wall time and the size of target/ after both.
+#   bash scripts/fresh_start.sh [WORKDIR]    (default: a new temporary directory)
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+work="${1:-$(mktemp -d)}"
+mkdir -p "$work"
+git clone -q "$repo" "$work/nnpc"
+export CARGO_HOME="$work/cargo-home"
+# The toolchain stays where rustup put it; only the registry cache and build outputs are new.
+export RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
+cd "$work/nnpc"
+main_job() {
+  cargo run --release -- emulate samples/lstm.nnp --batch 64 -o hw.safetensors \
+    && cargo run --release -- diff samples/lstm.nnp --hardware hw.safetensors
+}
+t0=$(date +%s)
+main_job > "$work/main_job.log" 2>&1
+t1=$(date +%s)
+cargo test --workspace --release > "$work/tests.log" 2>&1
+t2=$(date +%s)
+tail -1 "$work/main_job.log"
+grep -E "^test result:" "$work/tests.log" | awk '{p+=$4; f+=$6} END {print p " passed, " f " failed"}'
+echo "main job: $((t1 - t0)) s; tests: $((t2 - t1)) s; both: $((t2 - t0)) s"
+echo "target/: $(du -sh target | cut -f1)"
