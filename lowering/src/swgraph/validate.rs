@@ -460,3 +460,55 @@ fn format_literal(f: &Format) -> Result<(), String> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The limit on a value's elements, by hand: 2^18 x 2^18 = 2^36 is the limit itself;
+    /// one more row passes it; 2^32 x 2^32 overflows u64 and is refused, not wrapped.
+    #[test]
+    fn sizes_are_counted_without_overflow_and_bounded() {
+        assert_eq!(elements(&[1 << 18, 1 << 18]), Ok(1 << 36));
+        let e = elements(&[(1 << 18) + 1, 1 << 18]).unwrap_err();
+        assert!(
+            e.contains("68719738880 elements, more than the limit of 68719476736"),
+            "{e}"
+        );
+        let e = elements(&[1 << 32, 1 << 32]).unwrap_err();
+        assert!(e.contains("2^64 or more elements"), "{e}");
+        // A vector of 2^29 tiles of 128 lanes is 2^36 lanes; of 2^29 + 1 tiles, more.
+        assert!(value_size(&Ty::Vector { tiles: 1 << 29 }, 128).is_ok());
+        assert!(
+            value_size(
+                &Ty::Vector {
+                    tiles: (1 << 29) + 1
+                },
+                128
+            )
+            .is_err()
+        );
+        assert!(value_size(&Ty::TileStack { tiles: u32::MAX }, 4096).is_err());
+    }
+
+    /// A format whose literal reads back to it is accepted; one with a field out of the
+    /// parser's range (a 1000-bit mantissa) is refused.
+    #[test]
+    fn formats_must_be_ones_a_firmware_can_name() {
+        for lit in [
+            "bfp(mant = 8, exp_bits = 5, round = even)",
+            "mx6",
+            "fp(5, 2)",
+            "bf16",
+        ] {
+            let f: Format = lit.parse().expect(lit);
+            assert_eq!(format_literal(&f), Ok(()), "{lit}");
+        }
+        let Ok(Format::Bfp(mut b)) = "bfp(mant = 8)".parse::<Format>() else {
+            panic!("bfp parses");
+        };
+        b.mant = 1000;
+        let e = format_literal(&Format::Bfp(b)).unwrap_err();
+        assert!(e.contains("is not one a firmware can name"), "{e}");
+    }
+}
