@@ -1,4 +1,4 @@
-//! The ISA table: every mnemonic of ISA.md section 2 and what it means.
+//! The ISA table: every mnemonic of docs/language.md and what it means.
 
 use crate::program::OpKind;
 use serde::{Deserialize, Serialize};

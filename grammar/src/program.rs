@@ -123,7 +123,7 @@ impl LineIndex {
     }
 }
 
-/// Memories of ISA.md section 1.
+/// Memories of docs/language.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Mem {
     Netq,

@@ -99,7 +99,7 @@ pub struct Tables {
     pub exp: Option<PathBuf>,
 }
 
-/// The numeric knobs of NUMERICS.md: default formats per quantization point and more.
+/// The numeric knobs of docs/numerics.md: default formats per quantization point and more.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TargetNumerics {
     pub storage: Format,
@@ -301,7 +301,7 @@ pub const BUILTIN_TARGETS: &[&str] = &["bw-default"];
 
 impl Target {
     /// `bw-default`: N = 128, 2 MFUs, fp16 storage, BFP 8-bit mantissa / 5-bit exponent for the
-    /// MVM inputs, exact accumulation, fp16 output (NUMERICS.md section 1).
+    /// MVM inputs, exact accumulation, fp16 output (docs/numerics.md).
     pub fn bw_default() -> Target {
         let bfp: Format = "bfp(mant = 8, exp_bits = 5, round = even)"
             .parse()

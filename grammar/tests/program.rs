@@ -1,5 +1,5 @@
 //! Valid programs produce the right `Program`: expected values derived by hand from the source
-//! and the layout rules of ISA.md section 1 and docs/semantics.md (N = 128 on bw-default).
+//! and the layout rules of docs/language.md and docs/semantics.md (N = 128 on bw-default).
 
 use nnp_grammar::ast::{ExprKind, Item};
 use nnp_grammar::{
@@ -402,7 +402,7 @@ fn ast_spans() {
 
 /// A matrix's own `quant` follows its tiles: through one `m_wr` line that copies two
 /// matrices (one per iteration), and per iteration of an `mv_mul` whose iterations read
-/// different matrices (ISA.md section 3: per-matrix precision).
+/// different matrices (docs/language.md: per-matrix precision).
 #[test]
 fn matrix_formats_follow_their_tiles() {
     let p = program(include_str!("fixtures/matrix_formats.nnp"));

@@ -1,4 +1,4 @@
-//! One violating program per rule of ISA.md sections 2-4 (and the project's decisions in
+//! One violating program per rule of docs/language.md (and the project's decisions in
 //! docs/semantics.md). Each test asserts the diagnostic's code, its message, and the exact span
 //! it points at, computed from the test source by locating a substring.
 
@@ -1186,7 +1186,7 @@ fn a_repeat_too_long_to_unroll_says_nothing_more() {
     );
 }
 
-// ---- pad lanes (NUMERICS.md section 4: pad lanes must not change any result) ----
+// ---- pad lanes (docs/numerics.md: pad lanes must not change any result) ----
 
 /// The `nnp::pad-lanes` warnings of a valid program.
 #[track_caller]

@@ -1,4 +1,4 @@
-//! The dependency graph of a checked program (ISA.md section 5).
+//! The dependency graph of a checked program (docs/language.md).
 //!
 //! One node per instruction per iteration (`v_rd`, `mv_mul`, each MFU op, each `v_wr`, `m_rd`,
 //! `m_wr`; `s_wr` and `end_chain` move no data and get no node), in execution order, grouped by
@@ -73,7 +73,7 @@ impl Instr {
 /// matrix tiles (`m_rd`), so matrix DRAM is its own space here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Space {
-    /// A memory of ISA.md section 1, addressed as the memory is (`mrf` in tiles, the rest in
+    /// A memory of docs/language.md, addressed as the memory is (`mrf` in tiles, the rest in
     /// vector registers).
     Reg(Mem),
     /// DRAM addressed in N x N tiles by `m_rd`.

@@ -1,5 +1,5 @@
 //! Reference activation functions and the 65,536-entry tables of 16-bit MFU formats
-//! (NUMERICS.md section 1: the default table is the correctly rounded function).
+//! (docs/numerics.md: the default table is the correctly rounded function).
 //!
 //! The functions are evaluated in f64 and rounded once to the format. A test checks, for every
 //! fp16 and bf16 input, that the f64 value lies farther than 2^-40 (relative) from any rounding

@@ -1,4 +1,4 @@
-//! Block formats: BFP / MSFP (NUMERICS.md section 2), OCP MX v1.0, and seed 000's hierarchical
+//! Block formats: BFP / MSFP (docs/numerics.md), OCP MX v1.0, and seed 000's hierarchical
 //! BFP. Each `*_block` function quantizes one block of finite values; `Format::quantize` cuts
 //! runs into blocks and handles non-finite blocks. Shared exponents come from the bits
 //! ([`floor_log2`]), never from a float `log2`.
@@ -62,7 +62,7 @@ impl BfpFormat {
     }
 }
 
-/// BFP fake-quant of one block (NUMERICS.md section 2 steps 1-4).
+/// BFP fake-quant of one block (docs/numerics.md).
 pub(crate) fn bfp_block(b: &BfpFormat, x: &[f64], out: &mut [f64], base: u64) {
     let mut q = vec![0i64; x.len()];
     let (_, lsb) = b.block_mantissas(x, &mut q, base);

@@ -1,4 +1,4 @@
-//! The format catalogue of NUMERICS.md section 3: the [`Format`] value of every `quant`
+//! The format catalogue of docs/numerics.md: the [`Format`] value of every `quant`
 //! literal, its parser (`str::parse`), its canonical printing (`Display`, which parses back to
 //! the same value) and the scalar reference quantizer [`Format::quantize`].
 //!
@@ -32,7 +32,7 @@ impl Block {
     }
 }
 
-/// `bfp(mant, block, exp_bits, round)`: NUMERICS.md section 2. `msfp(mant)` is the same with
+/// `bfp(mant, block, exp_bits, round)`: docs/numerics.md. `msfp(mant)` is the same with
 /// `block = 16, exp_bits = 8`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BfpFormat {

@@ -1,4 +1,4 @@
-//! Bit-exact number formats of the NNP (see `shared/NUMERICS.md` and `docs/numerics.md`).
+//! Bit-exact number formats of the NNP (see `docs/numerics.md`).
 //!
 //! The public contract other crates rely on:
 //! - [`Format`]: every `quant` literal, parsed with `str::parse`, printed canonically with

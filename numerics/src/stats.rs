@@ -22,7 +22,7 @@ pub struct ErrorStats {
     pub changed: usize,
 }
 
-/// QSNR in dB over one tensor: `-10 log10(||q - x||^2 / ||x||^2)` (NUMERICS.md section 3).
+/// QSNR in dB over one tensor: `-10 log10(||q - x||^2 / ||x||^2)` (docs/numerics.md).
 pub fn qsnr(x: &[f64], q: &[f64]) -> f64 {
     error_stats(x, q).qsnr_db
 }

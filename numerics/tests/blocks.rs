@@ -1,4 +1,4 @@
-//! Block formats: BFP (NUMERICS.md section 2), OCP MX golden cases, seed 000's worked examples.
+//! Block formats: BFP (docs/numerics.md), OCP MX golden cases, seed 000's worked examples.
 
 use nnp_numerics::{Format, HbfpFormat, MxFormat};
 

@@ -99,7 +99,7 @@ const ROUNDINGS: [Rounding; 3] = [
 
 const FLOATS: [Format; 3] = [Format::FP16, Format::BF16, Format::FP32];
 
-/// The catalogue's formats for the MVM's inputs (NUMERICS.md section 3): ms-fp8 and ms-fp9,
+/// The catalogue's formats for the MVM's inputs (docs/numerics.md): ms-fp8 and ms-fp9,
 /// MSFP12/13/16, OCP MX in blocks of 32 with each element type, and the `mxN` presets. A
 /// board built for one of them, diffed against a target of another, is concordant under
 /// that one. (Each literal parses: `explain::tests`.)

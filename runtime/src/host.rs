@@ -6,7 +6,7 @@
 //! - Weights: one [`Tensor`] per `matrix`/`vector` declaration loaded from files (`Init::Load`),
 //!   in the declaration's logical shape.
 //! - Inputs: one [`Tensor`] per `input` declaration, shape `[batch, ...decl.shape]`.
-//! - Values are plain f32. The engines round them to the storage format on entry (NUMERICS.md
+//! - Values are plain f32. The engines round them to the storage format on entry (docs/numerics.md
 //!   section 1); a file holding f64 is rounded to f32 when read (the host's data type).
 //! - A run through a large batch in chunks takes its inputs a range of items at a time from an
 //!   [`InputFeed`] ([`HostData::open`] for files, [`InputFeed::random`]), so it never holds the

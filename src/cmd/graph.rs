@@ -18,7 +18,7 @@ pub enum GraphFormat {
     Json,
 }
 
-/// Build the dependency graph of a firmware file (ISA.md section 5) and write it as DOT or JSON,
+/// Build the dependency graph of a firmware file (docs/language.md) and write it as DOT or JSON,
 /// or answer a query on it.
 ///
 /// Nodes are instructions, one per iteration; edges are the pipeline inside a chain and

@@ -32,7 +32,7 @@ fn block_size(r: &mut Rng, n: usize) -> usize {
     *r.pick(&blocks)
 }
 
-/// A random MVM-input format. With `all`, the whole catalogue of NUMERICS.md section 3;
+/// A random MVM-input format. With `all`, the whole catalogue of docs/numerics.md;
 /// otherwise BFP, MSFP, MX, reduced floats, bf16 and fp16.
 fn mvm_format(r: &mut Rng, n: usize, all: bool) -> String {
     let pick = r.below(if all { 22 } else { 16 });

@@ -1,4 +1,4 @@
-//! Chains: assembling instructions into chains (ISA.md section 2), MFU placement, and checking a
+//! Chains: assembling instructions into chains (docs/language.md), MFU placement, and checking a
 //! finished chain (widths, address ranges, read-modify-write, register simulation, netq).
 
 use super::state::Space;

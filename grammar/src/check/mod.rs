@@ -1,4 +1,4 @@
-//! The checker: AST -> [`Program`], enforcing the rules of ISA.md sections 1-4 against a
+//! The checker: AST -> [`Program`], enforcing the rules of docs/language.md against a
 //! [`Target`].
 //!
 //! Two passes over the file. Pass 1 evaluates the top-level `let`s and declarations (so the
@@ -434,7 +434,7 @@ impl Checker {
                 d = d.help(e.help.unwrap_or_else(|| {
                     "formats: fp16, bf16, fp32, fp(e, m), bfp(mant = M), msfp(mant = M), \
                      mx(elem, block), hbfp(...), int(bits), fixed(int, frac), dynfixed(bits), \
-                     pot(bits), twohot(bits) (NUMERICS.md section 3)"
+                     pot(bits), twohot(bits) (docs/numerics.md)"
                         .to_string()
                 }));
                 self.emit(d);

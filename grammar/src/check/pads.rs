@@ -3,7 +3,7 @@
 //! A row whose length is not a multiple of N ends in a partial register: its pad lanes hold the
 //! declared `pad` (0 by default), and a product's output tile past the matrix's last row holds 0.
 //! MFU ops treat pad lanes like any other lane, so after `v_sigm` they hold sigm(0) = 0.5.
-//! NUMERICS.md section 4 says pad lanes must not change any result. Two places let them:
+//! docs/numerics.md says pad lanes must not change any result. Two places let them:
 //! - a product's vector quantization, where nonzero pad lanes share a block (one exponent) with
 //!   real lanes. Their products are zero (the matrix's pad columns are), but their magnitude can
 //!   raise the block's exponent and round the real lanes more coarsely;
@@ -317,7 +317,7 @@ impl Checker {
         );
         let d = Self::pad_source(d, &pad).help(
             "their products are zero, but they can raise the block's shared exponent and round the \
-             real lanes more coarsely (NUMERICS.md section 4). Make them 0 before the product: a \
+             real lanes more coarsely (docs/numerics.md). Make them 0 before the product: a \
              `pad` the ops map to 0 (e.g. `pad -65504` on the vector before `v_sigm` or `v_exp`), \
              or `vv_mul` by a mask vector whose pad lanes are 0",
         );
@@ -338,7 +338,7 @@ impl Checker {
             ),
         );
         let d = Self::pad_source(d, &pad).help(
-            "the max and the sum run over every carried lane (NUMERICS.md section 1). Give the \
+            "the max and the sum run over every carried lane (docs/numerics.md). Give the \
              pad lanes the most negative value, `pad -65504` on the vector they come from, so \
              that they drop out (as samples/softmax_classifier.nnp does)",
         );

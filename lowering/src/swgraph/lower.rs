@@ -256,7 +256,7 @@ impl Lowering<'_> {
         self.push(Op::Concat { parts })
     }
 
-    /// Host loading of every declaration (NUMERICS.md section 1, semantics.md "Memories"):
+    /// Host loading of every declaration (docs/numerics.md, semantics.md "Memories"):
     /// pad, round to storage, then the declaration's own format per padded row.
     fn load_decls(&mut self) -> Result<(), LowerError> {
         // The emulator loads every weight, then each item's placed inputs: checks in that order.

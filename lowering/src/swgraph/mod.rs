@@ -137,7 +137,7 @@ pub enum UnOp {
     Sigm,
     Tanh,
     Exp,
-    /// Over all lanes of the value (pad lanes included), NUMERICS.md section 1.
+    /// Over all lanes of the value (pad lanes included), docs/numerics.md.
     Softmax,
 }
 

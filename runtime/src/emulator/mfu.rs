@@ -87,7 +87,7 @@ pub fn binary(kind: OpKind, fmt: &FloatFormat, v: f64, m: f64) -> f64 {
     }
 }
 
-/// `v_softmax` over one item's carried lanes (values already rounded to `fmt`), NUMERICS.md
+/// `v_softmax` over one item's carried lanes (values already rounded to `fmt`), docs/numerics.md
 /// section 1: `m = max`; `e_i = exp(fmt(x_i - m))`; `s = f32(exact sum of e_i)`;
 /// `y_i = fmt(f32(e_i) / s)` with the division in f32.
 pub fn softmax(fmt: &FloatFormat, files: &TableFiles, x: &mut [f64]) {

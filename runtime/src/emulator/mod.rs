@@ -1,4 +1,4 @@
-//! The emulator: an instruction-level model of the NNP hardware (ISA.md, NUMERICS.md section 5).
+//! The emulator: an instruction-level model of the NNP hardware (docs/language.md, docs/numerics.md).
 //!
 //! It executes a checked [`Program`] chain by chain, iteration by iteration, over native tiles,
 //! with its own code for every op: integer mantissas and exact sums in the MVM, correctly

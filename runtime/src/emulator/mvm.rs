@@ -1,5 +1,5 @@
 //! The matrix-vector multiplier: quantized runs as integer mantissas, dot products in integers,
-//! and the accumulation modes of NUMERICS.md.
+//! and the accumulation modes of docs/numerics.md.
 
 use super::exact::{self, ExactSum, bitlen};
 use nnp_grammar::Accumulation;

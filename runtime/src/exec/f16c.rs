@@ -6,7 +6,7 @@
 //! - add, subtract and multiply of two fp16 values are computed in f32 and rounded to fp16
 //!   by `vcvtps2ph`. Rounding the exact result to f32 first and then to fp16 gives the
 //!   correctly rounded fp16 result, as f32 has at least `2 * 11 + 2` significand bits
-//!   (NUMERICS.md section 1); a product of two fp16 values is exact in f32 anyway;
+//!   (docs/numerics.md); a product of two fp16 values is exact in f32 anyway;
 //! - max, relu and pass return one of their operands (or +0), which is fp16 already;
 //! - the activations look the operand's fp16 bits up in the table's 16-bit outputs;
 //! - an operand from outside the region is rounded to fp16 as it is read, which is what every

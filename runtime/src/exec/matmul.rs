@@ -185,7 +185,7 @@ fn chunk_of(gx: &Grid, gw: &Grid, n: usize, t: &Bounds) -> Option<usize> {
 }
 
 /// True when a plain f64 dot product of one N-lane tile of `vec_fmt` values with one tile row
-/// of `mat_fmt` values is exact for every input (NUMERICS.md section 4).
+/// of `mat_fmt` values is exact for every input (docs/numerics.md).
 pub fn tile_partial_is_exact(vec_fmt: &Format, mat_fmt: &Format, n: usize) -> bool {
     exact_chunk(vec_fmt, mat_fmt, n) == Some(n)
 }

@@ -1,5 +1,5 @@
 //! MFU kernels over slices: element-wise ops with one rounding, table activations, softmax
-//! (NUMERICS.md section 1, semantics.md "Numerics in the pipeline").
+//! (docs/numerics.md, semantics.md "Numerics in the pipeline").
 
 use super::exact::{ExactSum, two_prod, two_sum};
 use super::quant::{FastRound, PAR_MIN, Rounder, avx2_copy, par_pieces, vectorized};
