@@ -9,46 +9,10 @@ use nnp_runtime::exec::ExecOptions;
 use nnp_runtime::host::canonical_nan;
 use nnp_runtime::module::{FirmwareModule, ModuleError, Weights};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-fn samples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples")
-}
-
-/// `(sample, target)` for every sample and every target its `// nnpc: targets =` header names.
-fn cases() -> Vec<(PathBuf, String)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(samples())
-        .expect("samples/ exists")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "nnp"))
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).expect("readable sample");
-        let line = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("// nnpc: targets ="))
-            .unwrap_or_else(|| panic!("{} has no targets line", f.display()));
-        for t in line.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-            out.push((f.clone(), t.to_string()));
-        }
-    }
-    assert!(out.len() >= 10, "only {} cases", out.len());
-    out
-}
-
-fn target_arg(target: &str) -> String {
-    match target {
-        "bw-default" => target.to_string(),
-        t => samples()
-            .join("targets")
-            .join(format!("{t}.toml"))
-            .display()
-            .to_string(),
-    }
-}
+mod sample_cases;
+use sample_cases::{cases, samples_dir as samples, target_arg};
 
 /// Inputs that stress the quantizers: zeros, exact ties of small formats, values far apart in
 /// one tile (block exponents differ widely), tiny and subnormal-range values, large ones that

@@ -9,47 +9,14 @@ use nnp_lowering::swgraph::{self, Roots};
 use nnp_runtime::emulator::{self, EmuOptions};
 use nnp_runtime::exec::{self, ExecOptions};
 use nnp_runtime::host::{HostData, Outputs};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-fn samples_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples")
-}
-
-/// `(sample path, target name)` for every sample and every target it declares.
-fn cases() -> Vec<(PathBuf, String)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(samples_dir())
-        .expect("samples/ exists")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "nnp"))
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).expect("readable sample");
-        let line = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("// nnpc: targets ="))
-            .unwrap_or_else(|| panic!("{} has no `// nnpc: targets =` line", f.display()));
-        for t in line.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-            out.push((f.clone(), t.to_string()));
-        }
-    }
-    assert!(
-        out.len() >= 10,
-        "expected many (sample, target) cases, found {}",
-        out.len()
-    );
-    out
-}
+mod sample_cases;
+use sample_cases::{cases, samples_dir, target_arg};
 
 fn load(path: &Path, target: &str) -> Program {
-    let t = if target == "bw-default" {
-        Target::bw_default()
-    } else {
-        let p = samples_dir().join("targets").join(format!("{target}.toml"));
-        Target::load(p.to_str().expect("utf-8 path")).expect("sample target loads")
-    };
+    let t = Target::load(&target_arg(target)).expect("sample target loads");
     let text = std::fs::read_to_string(path).expect("readable sample");
     let src = Arc::new(SourceFile::new(path.display().to_string(), text));
     match nnp_grammar::check(src, Some(t)) {
