@@ -2,6 +2,8 @@
 //! differential runs sized by environment variables.
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod dumps;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
