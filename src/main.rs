@@ -29,6 +29,7 @@ enum Command {
     Diff(cmd::diff::Args),
     Quantize(cmd::quantize::Args),
     Bench(cmd::bench::Args),
+    Train(cmd::train::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +44,7 @@ fn main() -> ExitCode {
         Command::Diff(a) => cmd::diff::run(a),
         Command::Quantize(a) => cmd::quantize::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Train(a) => cmd::train::run(a),
     };
     match result {
         Ok(code) => code,

@@ -11,3 +11,4 @@ pub mod host;
 pub mod io;
 pub mod module;
 pub mod trace;
+pub mod train;

@@ -386,7 +386,7 @@ fn to_host(name: &str, t: &Tensor) -> Result<HostTensor, ModuleError> {
 
 /// The host data holding `weights` for `program` (checked by name, shape and value as
 /// `--weights` files are), with no inputs yet.
-fn host_weights(program: &Program, weights: Weights) -> Result<HostData, ModuleError> {
+pub fn host_weights(program: &Program, weights: Weights) -> Result<HostData, ModuleError> {
     let (tensors, seed, searched) = match weights {
         Weights::Random { seed } => (BTreeMap::new(), Some(seed), "no tensors (random weights)"),
         Weights::Tensors(ts) => {

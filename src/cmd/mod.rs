@@ -12,6 +12,7 @@ pub mod host_args;
 pub mod output;
 pub mod quantize;
 pub mod run;
+pub mod train;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use nnp_grammar::Program;

@@ -60,6 +60,10 @@ pub struct ExecOptions {
     pub device: DeviceKind,
     /// Keep the value of every `v_wr` (the graph's write records) for traces.
     pub keep_writes: bool,
+    /// Hand back the value of every node but the outputs in `Execution::written` (the
+    /// forward values the training's backward pass reads, `crate::train`). Every value is
+    /// then made whole: no fused region, prepared stack or skipped concat keeps one inside.
+    pub keep_values: bool,
     /// Take the float BLAS path for every product even where the integer kernel ([`intdot`])
     /// applies (for comparisons and tests: the results are the same bits).
     pub float_matmul: bool,
@@ -104,7 +108,8 @@ impl WrittenValue {
 #[derive(Clone, Debug)]
 pub struct Execution {
     pub outputs: Outputs,
-    /// With `keep_writes`: the value of every written value id.
+    /// With `keep_writes`: the value of every written value id; with `keep_values`: of every
+    /// node but the outputs.
     pub written: HashMap<ValueId, WrittenValue>,
     /// The nodes that took each fast path.
     pub paths: PathCounts,

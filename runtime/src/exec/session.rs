@@ -180,7 +180,8 @@ impl<'g> Session<'g> {
         // target's `nonfinite = "error"` checks. Each is made whole (never only inside a
         // prepared stack or a skipped concat); only a fused region's checked values stay in
         // its scratch rows, scanned there (`fused::RegionPass::run`).
-        let handed: HashSet<ValueId> = written_values(graph, opts.keep_writes)
+        let handed: HashSet<ValueId> = written_values(graph, opts)
+            .into_iter()
             .chain(graph.checks.iter().map(|c| c.value))
             .collect();
         for v in &handed {
@@ -201,7 +202,7 @@ impl<'g> Session<'g> {
                 last_use[v.index()] = pos;
             }
         }
-        let traced: HashSet<ValueId> = written_values(graph, opts.keep_writes).collect();
+        let traced: HashSet<ValueId> = written_values(graph, opts).into_iter().collect();
         let item_bytes = peak_item_bytes(graph, &order, &constant, &last_use, &traced);
         // The distinct weight stacks of the products, in elements.
         let weights: HashMap<ValueId, usize> = graph
@@ -917,10 +918,16 @@ fn quantized_vectors(
         .collect()
 }
 
-/// The values of the graph's `v_wr`s when a run keeps them (`keep_writes`).
-fn written_values(graph: &SwGraph, keep_writes: bool) -> impl Iterator<Item = ValueId> + '_ {
-    let writes = if keep_writes { &graph.writes[..] } else { &[] };
-    writes.iter().map(|w| w.value)
+/// The values a run hands back: the graph's `v_wr`s with `keep_writes`, every node's but the
+/// outputs' with `keep_values`.
+fn written_values(graph: &SwGraph, opts: &ExecOptions) -> Vec<ValueId> {
+    if opts.keep_values {
+        let values = graph.nodes.iter().enumerate();
+        let values = values.filter(|(_, n)| !matches!(n.op, Op::Output { .. }));
+        return values.map(|(i, _)| ValueId(i as u32)).collect();
+    }
+    let writes = if opts.keep_writes { &graph.writes[..] } else { &[] };
+    writes.iter().map(|w| w.value).collect()
 }
 
 /// The values a node other than a product reads, or that a run hands back (`handed`).

@@ -1,0 +1,674 @@
+//! Fine-tuning a firmware program's weights through its concordant graph (docs/training.md).
+//!
+//! Every training step runs the software graph itself on the batch ([`crate::exec::Session`],
+//! every value handed back): the forward values are bit-identical to `nnpc run`. candle's
+//! autograd then differentiates the graph's twin ([`twin`]) at those values: straight-through
+//! quantizers ([`ste`]), float derivatives of products and MFU ops. The weights are candle
+//! `Var`s in their declared (logical) shapes; [`optim`] updates them.
+//!
+//! [`train`] runs the epochs of a [`schedule::Schedule`] (by default the firmware's own
+//! precision throughout) and evaluates the test set three ways: the float model (the twin's
+//! own values, starting weights), the hardware numerics before training and after.
+
+mod loss;
+mod optim;
+pub mod schedule;
+pub mod ste;
+pub(crate) mod twin;
+
+pub use loss::LossKind;
+pub use optim::OptimizerKind;
+pub use schedule::{Phase, Precision, Schedule};
+pub use ste::Points;
+
+use crate::exec::{ExecError, ExecOptions, Session};
+use crate::host::{HostData, Tensor as HostTensor};
+use candle_core::{DType, Device, Tensor, Var};
+use loss::Scoring;
+use nnp_grammar::Program;
+use nnp_lowering::swgraph::{self, LowerError, Op, Roots, SwGraph, UnOp, ValueId};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Why training failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Lower(#[from] LowerError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    #[error(transparent)]
+    Weights(#[from] Box<crate::module::ModuleError>),
+    #[error("training data: {0}")]
+    Data(String),
+    #[error("precision schedule: {0}")]
+    Schedule(String),
+    #[error("{0}")]
+    Options(String),
+    #[error(
+        "the loss became {loss} at epoch {epoch}, step {step}; help: lower the learning rate \
+         (`--lr`)"
+    )]
+    Diverged { epoch: usize, step: usize, loss: f64 },
+    #[error("tensor operation failed at node {node} ({op}): {message}")]
+    Node {
+        node: usize,
+        op: &'static str,
+        message: String,
+    },
+    #[error("tensor operation failed: {0}")]
+    Tensor(String),
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl TrainError {
+    /// A candle error's first line (its Display may carry a backtrace after it).
+    fn first_line(e: &candle_core::Error) -> String {
+        e.to_string().lines().next().unwrap_or("candle error").to_string()
+    }
+
+    fn node(node: usize, op: &'static str, e: &candle_core::Error) -> TrainError {
+        TrainError::Node {
+            node,
+            op,
+            message: TrainError::first_line(e),
+        }
+    }
+
+    fn tensor(e: &candle_core::Error) -> TrainError {
+        TrainError::Tensor(TrainError::first_line(e))
+    }
+}
+
+/// Items for every input (`[items, ...declared shape]`) and the targets of every output.
+#[derive(Clone, Debug, Default)]
+pub struct Split {
+    pub inputs: BTreeMap<String, HostTensor>,
+    pub targets: BTreeMap<String, HostTensor>,
+}
+
+impl Split {
+    /// Items of the split (the inputs' first dimension).
+    pub fn items(&self) -> usize {
+        self.inputs
+            .values()
+            .chain(self.targets.values())
+            .next()
+            .and_then(|t| t.shape.first().copied())
+            .unwrap_or(0)
+    }
+
+    /// The items `idx`, in that order.
+    fn gather(&self, idx: &[usize]) -> Split {
+        let take = |ts: &BTreeMap<String, HostTensor>| {
+            ts.iter()
+                .map(|(name, t)| {
+                    let per = t.data.len() / t.shape.first().copied().unwrap_or(1).max(1);
+                    let mut data = Vec::with_capacity(idx.len() * per);
+                    for &i in idx {
+                        data.extend_from_slice(&t.data[i * per..(i + 1) * per]);
+                    }
+                    let mut shape = t.shape.clone();
+                    shape[0] = idx.len();
+                    (name.clone(), HostTensor { shape, data })
+                })
+                .collect()
+        };
+        Split {
+            inputs: take(&self.inputs),
+            targets: take(&self.targets),
+        }
+    }
+}
+
+/// The training and test items.
+#[derive(Clone, Debug, Default)]
+pub struct Dataset {
+    pub train: Split,
+    /// `None`: the model is evaluated on the training items.
+    pub test: Option<Split>,
+}
+
+impl Dataset {
+    /// The tensors of a data file for `program`: for each input and output `NAME`,
+    /// `NAME_train` and `NAME_test`, or `NAME` alone (then the test set is the training set).
+    pub fn from_tensors(
+        program: &Program,
+        mut tensors: BTreeMap<String, HostTensor>,
+    ) -> Result<Dataset, TrainError> {
+        let names: Vec<(String, bool)> = program
+            .inputs()
+            .map(|d| (d.name.clone(), true))
+            .chain(program.outputs().map(|d| (d.name.clone(), false)))
+            .collect();
+        let split = |tensors: &mut BTreeMap<String, HostTensor>, suffix: &str| {
+            let mut s = Split::default();
+            for (name, input) in &names {
+                let key = format!("{name}{suffix}");
+                if let Some(t) = tensors.remove(&key) {
+                    match input {
+                        true => s.inputs.insert(name.clone(), t),
+                        false => s.targets.insert(name.clone(), t),
+                    };
+                }
+            }
+            s
+        };
+        let mut train = split(&mut tensors, "_train");
+        let test = split(&mut tensors, "_test");
+        if train.inputs.is_empty() && train.targets.is_empty() {
+            train = split(&mut tensors, "");
+        }
+        for (name, input) in &names {
+            let held = if *input { &train.inputs } else { &train.targets };
+            if !held.contains_key(name) {
+                let what = if *input { "input" } else { "the targets of output" };
+                return Err(TrainError::Data(format!(
+                    "no tensor `{name}_train` (or `{name}`) for {what} `{name}`; help: a data \
+                     file holds `NAME_train` and `NAME_test` (or `NAME`) for every input and \
+                     output of the program"
+                )));
+            }
+        }
+        let test = (!test.inputs.is_empty() || !test.targets.is_empty()).then_some(test);
+        let data = Dataset { train, test };
+        data.check(program)?;
+        Ok(data)
+    }
+
+    /// Every split has every input and target, with one item count and the declared shapes.
+    fn check(&self, program: &Program) -> Result<(), TrainError> {
+        for (which, s) in std::iter::once(("train", &self.train)).chain(self.test.iter().map(|t| ("test", t))) {
+            let items = s.items();
+            if items == 0 {
+                return Err(TrainError::Data(format!("the {which} split has no items")));
+            }
+            for d in program.inputs() {
+                let t = s.inputs.get(&d.name).ok_or_else(|| {
+                    TrainError::Data(format!("the {which} split has no input `{}`", d.name))
+                })?;
+                let mut want = vec![items];
+                want.extend(&d.shape);
+                if t.shape != want {
+                    return Err(TrainError::Data(format!(
+                        "input `{}` of the {which} split has shape {:?}; the program takes \
+                         {want:?} ([items, ...declared shape])",
+                        d.name, t.shape
+                    )));
+                }
+                if let Some(k) = t.data.iter().position(|v| !v.is_finite()) {
+                    return Err(TrainError::Data(format!(
+                        "input `{}` of the {which} split holds {} at element {k}",
+                        d.name, t.data[k]
+                    )));
+                }
+            }
+            for d in program.outputs() {
+                let t = s.targets.get(&d.name).ok_or_else(|| {
+                    TrainError::Data(format!("the {which} split has no targets for `{}`", d.name))
+                })?;
+                if t.shape.first() != Some(&items) {
+                    return Err(TrainError::Data(format!(
+                        "the targets of `{}` in the {which} split have {} items; its inputs \
+                         {items}",
+                        d.name,
+                        t.shape.first().copied().unwrap_or(0)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a run trains.
+#[derive(Clone, Debug)]
+pub struct TrainOptions {
+    /// Epochs at the firmware's precision (ignored with a schedule, whose phases say).
+    pub epochs: usize,
+    /// Items per step.
+    pub batch: usize,
+    pub lr: f64,
+    pub optimizer: OptimizerKind,
+    /// `None`: cross-entropy for class targets, else mean squared error.
+    pub loss: Option<LossKind>,
+    /// The learning rate falls from `lr` to 0 along a half cosine over the run's steps
+    /// (else it stays `lr`).
+    pub cosine: bool,
+    /// Shuffles the training items each epoch.
+    pub seed: u64,
+    pub schedule: Option<Schedule>,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        TrainOptions {
+            epochs: 10,
+            batch: 32,
+            lr: 1e-3,
+            optimizer: OptimizerKind::Adam,
+            loss: None,
+            cosine: true,
+            seed: 0,
+            schedule: None,
+        }
+    }
+}
+
+/// A model's score on a split.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Score {
+    pub loss: f64,
+    /// Fraction of positions whose largest output is the target class (cross-entropy only).
+    pub accuracy: Option<f64>,
+}
+
+/// One epoch's numbers.
+#[derive(Clone, Debug)]
+pub struct EpochMetrics {
+    /// 1-based.
+    pub epoch: usize,
+    /// The phase's precision ([`Phase::label`]).
+    pub precision: String,
+    pub steps: usize,
+    /// Mean training loss over the epoch's steps (under the phase's numerics).
+    pub train_loss: f64,
+    /// The test split under the phase's numerics after the epoch.
+    pub test: Score,
+    /// The `dynfixed` point positions of the epoch's steps, by node.
+    pub points: Points,
+    pub seconds: f64,
+}
+
+/// What [`train`] gives back.
+#[derive(Clone, Debug)]
+pub struct TrainReport {
+    /// The loss each output was trained with.
+    pub loss: Vec<(String, LossKind)>,
+    /// The float model (the twin's own values) with the starting weights, on the test split.
+    pub float: Score,
+    /// The hardware numerics (the firmware's precision), starting weights.
+    pub before: Score,
+    /// The hardware numerics, tuned weights.
+    pub after: Score,
+    pub epochs: Vec<EpochMetrics>,
+    /// The tuned weights, by name, in their declared shapes.
+    pub weights: BTreeMap<String, HostTensor>,
+}
+
+/// Progress of a run, as it goes.
+pub enum Progress<'a> {
+    /// The run starts: this many steps in all.
+    Start { steps: usize },
+    /// One more step done.
+    Step,
+    Epoch(&'a EpochMetrics),
+}
+
+/// The starting weights of a run: every matrix and vector `program` loads, checked by name,
+/// shape and value as the embedding API checks them ([`crate::module::host_weights`]).
+pub fn starting_weights(
+    program: &Program,
+    weights: crate::module::Weights,
+) -> Result<BTreeMap<String, HostTensor>, TrainError> {
+    Ok(crate::module::host_weights(program, weights)
+        .map_err(Box::new)?
+        .weights)
+}
+
+/// Train `weights` (every matrix and vector `program` loads, by name, declared shapes) on
+/// `data` ([`train`] in the module docs).
+pub fn train(
+    program: &Program,
+    weights: &BTreeMap<String, HostTensor>,
+    data: &Dataset,
+    opts: &TrainOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<TrainReport, TrainError> {
+    if opts.batch == 0 || !(opts.lr > 0.0 && opts.lr.is_finite()) {
+        return Err(TrainError::Options(
+            "the batch must be at least 1 and the learning rate a positive number".into(),
+        ));
+    }
+    let schedule = match &opts.schedule {
+        Some(s) => s.clone(),
+        None if opts.epochs == 0 => Schedule { phases: Vec::new() },
+        None => Schedule {
+            phases: vec![Phase {
+                epochs: opts.epochs,
+                precision: Precision::default(),
+                layers: Vec::new(),
+            }],
+        },
+    };
+    let firmware = compile(program)?;
+    let scoring = scorings(program, &firmware, data, opts.loss)?;
+    let test = data.test.as_ref().unwrap_or(&data.train);
+    let test_targets = targets(&scoring, &firmware, test)?;
+    let vars = variables(weights)?;
+    let float = score(&firmware, &scoring, test, &test_targets, &vars, Engine::Float)?;
+    let before = score(&firmware, &scoring, test, &test_targets, &vars, Engine::Hardware)?;
+
+    let items = data.train.items();
+    let steps_per_epoch = items.div_ceil(opts.batch);
+    progress(Progress::Start {
+        steps: steps_per_epoch * schedule.epochs(),
+    });
+    let mut optimizer = optim::Optimizer::new(opts.optimizer, opts.lr, &vars.list)
+        .map_err(|e| TrainError::tensor(&e))?;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed);
+    let total_steps = (steps_per_epoch * schedule.epochs()).max(1);
+    let mut done = 0usize;
+    let mut epochs = Vec::new();
+    for phase in &schedule.phases {
+        let graph = match phase.precision == Precision::default() && phase.layers.is_empty() {
+            true => firmware.clone(),
+            false => compile(&schedule::apply(program, phase)?)?,
+        };
+        for _ in 0..phase.epochs {
+            let t0 = Instant::now();
+            let epoch = epochs.len() + 1;
+            let mut order: Vec<usize> = (0..items).collect();
+            order.shuffle(&mut rng);
+            let (mut total, mut points) = (0.0, Points::default());
+            for (step, idx) in order.chunks(opts.batch).enumerate() {
+                if opts.cosine {
+                    let at = done as f64 / total_steps as f64;
+                    optimizer.set_lr(opts.lr * 0.5 * (1.0 + (std::f64::consts::PI * at).cos()));
+                }
+                done += 1;
+                let batch = data.train.gather(idx);
+                let batch_targets = targets(&scoring, &graph, &batch)?;
+                let (loss, pass_points) = step_once(&graph, &scoring, &batch, &batch_targets, &vars, &mut optimizer)?;
+                if !loss.is_finite() {
+                    return Err(TrainError::Diverged {
+                        epoch,
+                        step: step + 1,
+                        loss,
+                    });
+                }
+                total += loss;
+                points.merge(&pass_points);
+                progress(Progress::Step);
+            }
+            let test_score = score(&graph, &scoring, test, &test_targets, &vars, Engine::Hardware)?;
+            epochs.push(EpochMetrics {
+                epoch,
+                precision: phase.label(),
+                steps: steps_per_epoch,
+                train_loss: total / steps_per_epoch.max(1) as f64,
+                test: test_score,
+                points,
+                seconds: t0.elapsed().as_secs_f64(),
+            });
+            if let Some(m) = epochs.last() {
+                progress(Progress::Epoch(m));
+            }
+        }
+    }
+    let after = score(&firmware, &scoring, test, &test_targets, &vars, Engine::Hardware)?;
+    Ok(TrainReport {
+        loss: scoring.iter().map(|s| (s.output.clone(), s.loss)).collect(),
+        float,
+        before,
+        after,
+        epochs,
+        weights: vars.host()?,
+    })
+}
+
+/// The graph a run executes: lowered, optimized for its outputs.
+pub fn compile(program: &Program) -> Result<SwGraph, TrainError> {
+    Ok(swgraph::optimize(&swgraph::lower(program)?, Roots::Outputs))
+}
+
+/// The weights as variables, in name order.
+struct Vars {
+    names: Vec<String>,
+    list: Vec<Var>,
+}
+
+impl Vars {
+    /// The variables as f64 tensors that track their gradient.
+    fn tensors(&self) -> Result<BTreeMap<String, Tensor>, TrainError> {
+        self.names
+            .iter()
+            .zip(&self.list)
+            .map(|(n, v)| Ok((n.clone(), v.as_tensor().to_dtype(DType::F64).map_err(|e| TrainError::tensor(&e))?)))
+            .collect()
+    }
+
+    /// The variables' current values as host tensors.
+    fn host(&self) -> Result<BTreeMap<String, HostTensor>, TrainError> {
+        self.names
+            .iter()
+            .zip(&self.list)
+            .map(|(n, v)| {
+                let t = v.as_tensor();
+                let data = t
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .map_err(|e| TrainError::tensor(&e))?;
+                Ok((n.clone(), HostTensor { shape: t.dims().to_vec(), data }))
+            })
+            .collect()
+    }
+}
+
+fn variables(weights: &BTreeMap<String, HostTensor>) -> Result<Vars, TrainError> {
+    let mut vars = Vars {
+        names: Vec::new(),
+        list: Vec::new(),
+    };
+    for (name, t) in weights {
+        let v = Var::from_vec(t.data.clone(), t.shape.clone(), &Device::Cpu)
+            .map_err(|e| TrainError::tensor(&e))?;
+        vars.names.push(name.clone());
+        vars.list.push(v);
+    }
+    Ok(vars)
+}
+
+/// The scoring of every output, from the training targets' shapes.
+fn scorings(
+    program: &Program,
+    graph: &SwGraph,
+    data: &Dataset,
+    loss: Option<LossKind>,
+) -> Result<Vec<Scoring>, TrainError> {
+    program
+        .outputs()
+        .map(|d| {
+            let t = &data.train.targets[&d.name];
+            Scoring::new(&d.name, &d.shape, &t.shape[1..], loss, softmax_output(graph, &d.name))
+        })
+        .collect()
+}
+
+/// Whether every row of output `name` is a `v_softmax` result (through unpadding and
+/// storage rounding).
+fn softmax_output(graph: &SwGraph, name: &str) -> bool {
+    let mut rows = graph.output_nodes().filter(|(_, n, _, _)| *n == name).peekable();
+    rows.peek().is_some()
+        && rows.all(|(_, _, _, mut v)| loop {
+            match &graph.node(v).op {
+                Op::Unpad { src, .. } | Op::Round { src, .. } => v = *src,
+                Op::Unary {
+                    op: UnOp::Softmax, ..
+                } => return true,
+                _ => return false,
+            }
+        })
+}
+
+/// The loss's targets of every output of `split`.
+fn targets(scoring: &[Scoring], graph: &SwGraph, split: &Split) -> Result<Vec<Tensor>, TrainError> {
+    scoring
+        .iter()
+        .map(|s| {
+            let classes = graph
+                .outputs
+                .iter()
+                .find(|o| o.name == s.output)
+                .and_then(|o| o.shape.last().copied())
+                .unwrap_or(1);
+            s.targets(&split.targets[&s.output], classes)
+        })
+        .collect()
+}
+
+/// The inputs of `split` as f64 tensors.
+fn input_tensors(split: &Split) -> Result<BTreeMap<String, Tensor>, TrainError> {
+    split
+        .inputs
+        .iter()
+        .map(|(n, t)| {
+            let v: Vec<f64> = t.data.iter().map(|&x| f64::from(x)).collect();
+            let t = Tensor::from_vec(v, t.shape.clone(), &Device::Cpu).map_err(|e| TrainError::tensor(&e))?;
+            Ok((n.clone(), t))
+        })
+        .collect()
+}
+
+/// Which values a scoring pass reads.
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    /// The float model: the twin's own values.
+    Float,
+    /// The concordant graph (`Session`), as `nnpc run` computes.
+    Hardware,
+}
+
+/// The loss and accuracy of `graph` with the current weights on `split`.
+fn score(
+    graph: &SwGraph,
+    scoring: &[Scoring],
+    split: &Split,
+    targets: &[Tensor],
+    vars: &Vars,
+    engine: Engine,
+) -> Result<Score, TrainError> {
+    let outputs: BTreeMap<String, Tensor> = match engine {
+        Engine::Float => {
+            let weights = vars.tensors()?;
+            twin::forward(graph, &weights, &input_tensors(split)?, twin::Mode::Float)?.outputs
+        }
+        Engine::Hardware => {
+            let data = HostData {
+                batch: split.items(),
+                weights: vars.host()?,
+                inputs: split.inputs.clone(),
+            };
+            let run = Session::new(graph, &ExecOptions::default())?.run(&data)?;
+            run.outputs
+                .into_iter()
+                .map(|(n, t)| {
+                    let v: Vec<f64> = t.data.iter().map(|&x| f64::from(x)).collect();
+                    let t = Tensor::from_vec(v, t.shape, &Device::Cpu).map_err(|e| TrainError::tensor(&e))?;
+                    Ok((n, t))
+                })
+                .collect::<Result<_, TrainError>>()?
+        }
+    };
+    let (mut loss, mut hits, mut positions) = (0.0, 0u64, 0u64);
+    let mut classified = false;
+    for (s, target) in scoring.iter().zip(targets) {
+        let y = &outputs[&s.output];
+        let l = s.loss(y, target).and_then(|l| l.to_scalar::<f64>());
+        loss += l.map_err(|e| TrainError::tensor(&e))?;
+        if let Some((h, p)) = s.correct(y, target).map_err(|e| TrainError::tensor(&e))? {
+            (hits, positions, classified) = (hits + h, positions + p, true);
+        }
+    }
+    Ok(Score {
+        loss,
+        accuracy: classified.then(|| hits as f64 / positions.max(1) as f64),
+    })
+}
+
+/// One step on `batch`: the concordant forward pass, the twin's backward pass, an update.
+/// Returns the batch's loss and the `dynfixed` point positions of the pass.
+fn step_once(
+    graph: &SwGraph,
+    scoring: &[Scoring],
+    batch: &Split,
+    targets: &[Tensor],
+    vars: &Vars,
+    optimizer: &mut optim::Optimizer,
+) -> Result<(f64, Points), TrainError> {
+    let items = batch.items();
+    let data = HostData {
+        batch: items,
+        weights: vars.host()?,
+        inputs: batch.inputs.clone(),
+    };
+    let opts = ExecOptions {
+        keep_values: true,
+        batch_shards: Some(1),
+        chunk_items: Some(items),
+        ..ExecOptions::default()
+    };
+    let run = Session::new(graph, &opts)?.run(&data)?;
+    let pass = twin::forward(graph, &vars.tensors()?, &input_tensors(batch)?, twin::Mode::Exact(&run.written))?;
+    let mut total: Option<Tensor> = None;
+    for (s, target) in scoring.iter().zip(targets) {
+        let l = s.loss(&pass.outputs[&s.output], target).map_err(|e| TrainError::tensor(&e))?;
+        total = Some(match total {
+            None => l,
+            Some(t) => (t + l).map_err(|e| TrainError::tensor(&e))?,
+        });
+    }
+    let total = total.ok_or_else(|| TrainError::Internal("a program with no outputs".into()))?;
+    let value = total.to_scalar::<f64>().map_err(|e| TrainError::tensor(&e))?;
+    if value.is_finite() {
+        let grads = total.backward().map_err(|e| TrainError::tensor(&e))?;
+        optimizer.step(&vars.list, &grads).map_err(|e| TrainError::tensor(&e))?;
+    }
+    Ok((value, pass.points))
+}
+
+/// The twin's gradient of `loss(outputs)` with respect to every weight, on `inputs`: for the
+/// gradient checks. `exact`: at the concordant graph's values (else the float model's).
+pub fn gradients(
+    graph: &SwGraph,
+    weights: &BTreeMap<String, Tensor>,
+    inputs: &BTreeMap<String, Tensor>,
+    exact: Option<&std::collections::HashMap<ValueId, crate::exec::WrittenValue>>,
+    loss: impl Fn(&BTreeMap<String, Tensor>) -> candle_core::Result<Tensor>,
+) -> Result<(f64, BTreeMap<String, Tensor>), TrainError> {
+    let vars: BTreeMap<String, Var> = weights
+        .iter()
+        .map(|(n, t)| Ok((n.clone(), Var::from_tensor(t).map_err(|e| TrainError::tensor(&e))?)))
+        .collect::<Result<_, TrainError>>()?;
+    let ws: BTreeMap<String, Tensor> = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
+    let mode = match exact {
+        Some(e) => twin::Mode::Exact(e),
+        None => twin::Mode::Float,
+    };
+    let pass = twin::forward(graph, &ws, inputs, mode)?;
+    let l = loss(&pass.outputs).map_err(|e| TrainError::tensor(&e))?;
+    let value = l.to_scalar::<f64>().map_err(|e| TrainError::tensor(&e))?;
+    let grads = l.backward().map_err(|e| TrainError::tensor(&e))?;
+    let out = vars
+        .iter()
+        .map(|(n, v)| {
+            let g = grads.get(v.as_tensor()).cloned();
+            let g = g.map_or_else(|| v.as_tensor().zeros_like(), Ok).map_err(|e| TrainError::tensor(&e))?;
+            Ok((n.clone(), g))
+        })
+        .collect::<Result<_, TrainError>>()?;
+    Ok((value, out))
+}
+
+/// The outputs of `graph`'s float model (the twin's own values) on `inputs` with `weights`:
+/// for the gradient checks' finite differences.
+pub fn float_outputs(
+    graph: &SwGraph,
+    weights: &BTreeMap<String, Tensor>,
+    inputs: &BTreeMap<String, Tensor>,
+) -> Result<BTreeMap<String, Tensor>, TrainError> {
+    Ok(twin::forward(graph, weights, inputs, twin::Mode::Float)?.outputs)
+}

@@ -1,0 +1,300 @@
+//! `nnpc train`: fine-tune a program's weights through its concordant graph (docs/training.md).
+
+use super::files::{Reads, fnv1a64, key};
+use super::{at_least_one, bar, fail, output};
+use nnp_runtime::io::{self, Dtype, Metadata};
+use nnp_runtime::module::Weights;
+use nnp_runtime::train::{
+    self, Dataset, EpochMetrics, LossKind, OptimizerKind, Progress, Schedule, Score, TrainOptions,
+    TrainReport,
+};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Fine-tune the weights of a firmware program against the hardware's exact numerics.
+///
+/// Each step runs the software graph (bit-identical to `nnpc run`) on a batch and takes the
+/// gradient through it: quantizers straight through (zero where they saturate), products and
+/// MFU ops by their float derivatives. The test split is scored three ways: the float model
+/// with the starting weights, the hardware numerics before and after training.
+///
+/// Data: a safetensors file with `NAME_train` and `NAME_test` (or `NAME`) for every input and
+/// output of the program; an output's targets are class indices (the output's shape without
+/// its last axis: softmax cross-entropy, accuracy) or values of its shape (mean squared error).
+/// Without `--data` / `--weights`, the files beside the firmware, `STEM.data.safetensors` and
+/// `STEM.weights.safetensors`, are used (without the weights file: seeded random weights).
+///
+/// Exit status: 0 on success, 1 for errors in the firmware or a failed run, 2 for bad input.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  nnpc train samples/train/digits_mlp.nnp -o tuned.safetensors
+  nnpc train samples/train/digits_mlp.nnp --schedule a4w4:2,a6w6:2,firmware:2 --json
+  nnpc train net.nnp --data d.safetensors --weights w.safetensors --optimizer sgd --lr 0.01
+
+Schedules (--schedule): PRECISION:EPOCHS phases separated by commas, PRECISION being
+`firmware`, `aNwM` (BFP mantissa widths of mvm.vector and mvm.matrix, sign included), `aN` or
+`wM`; or a TOML file of [[phase]] tables (docs/training.md).")]
+pub struct Args {
+    /// Firmware file.
+    pub file: PathBuf,
+    /// Target: a built-in name or a TOML file (default: the firmware's `target` line, else
+    /// bw-default).
+    #[arg(long, value_name = "TARGET")]
+    pub target: Option<String>,
+    /// Training data (safetensors); default `STEM.data.safetensors` beside the firmware.
+    #[arg(long, value_name = "FILE")]
+    pub data: Option<PathBuf>,
+    /// Starting weights; default `STEM.weights.safetensors` beside the firmware, else seeded
+    /// random weights.
+    #[arg(long, value_name = "FILE")]
+    pub weights: Option<PathBuf>,
+    /// Where the tuned weights go (safetensors, `.npy` directory): the names and shapes of the
+    /// starting weights.
+    #[arg(short = 'o', long, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Epochs at the firmware's precision (a schedule sets its own).
+    #[arg(long, default_value_t = 10)]
+    pub epochs: usize,
+    /// Items per step.
+    #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+    pub batch: usize,
+    /// Learning rate (at the start: it falls to 0 along a half cosine unless `--constant-lr`).
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Keep the learning rate at `--lr` throughout.
+    #[arg(long)]
+    pub constant_lr: bool,
+    #[arg(long, value_enum, default_value_t = Optimizer::Adam)]
+    pub optimizer: Optimizer,
+    /// Momentum of `--optimizer sgd`.
+    #[arg(long, default_value_t = 0.9)]
+    pub momentum: f64,
+    /// Loss (default: cross-entropy for class targets, else mean squared error).
+    #[arg(long, value_enum)]
+    pub loss: Option<Loss>,
+    /// Seed of the item order (and of the random weights without a weights file).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Precision schedule: `a4w4:2,a6w6:2,firmware:1`, or a TOML file.
+    #[arg(long, value_name = "SPEC|FILE")]
+    pub schedule: Option<String>,
+    /// One JSON line per epoch, then the summary as one JSON object on the last line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Optimizer {
+    Adam,
+    Sgd,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Loss {
+    Mse,
+    Xent,
+}
+
+/// `STEM.SUFFIX` beside `file`.
+fn beside(file: &Path, suffix: &str) -> PathBuf {
+    let stem = file.file_stem().unwrap_or_default().to_string_lossy();
+    file.with_file_name(format!("{stem}.{suffix}"))
+}
+
+pub fn run(args: Args) -> miette::Result<ExitCode> {
+    let program = match super::load(&args.file, args.target.as_deref()) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let mut reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
+    let data_path = args.data.clone().unwrap_or_else(|| beside(&args.file, "data.safetensors"));
+    if args.data.is_none() && !data_path.exists() {
+        return Err(fail(format!(
+            "no training data: `{}` does not exist; help: pass `--data FILE` (safetensors with \
+             `NAME_train` / `NAME_test` for every input and output)",
+            data_path.display()
+        )));
+    }
+    reads.add("the training data", &data_path);
+    let weights_path = args
+        .weights
+        .clone()
+        .or_else(|| Some(beside(&args.file, "weights.safetensors")).filter(|p| p.exists()));
+    let weights = match &weights_path {
+        Some(p) => {
+            reads.add("the starting weights", p);
+            Weights::File(p.clone())
+        }
+        None => Weights::Random { seed: args.seed },
+    };
+    if let Some(out) = &args.output {
+        reads.check("-o", out)?;
+    }
+    let schedule = args.schedule.as_deref().map(read_schedule).transpose()?;
+    let start = train::starting_weights(&program, weights).map_err(fail)?;
+    let tensors = io::read_tensors(&data_path).map_err(fail)?;
+    let data = Dataset::from_tensors(&program, tensors).map_err(fail)?;
+    let opts = TrainOptions {
+        epochs: args.epochs,
+        batch: args.batch,
+        lr: args.lr,
+        optimizer: match args.optimizer {
+            Optimizer::Adam => OptimizerKind::Adam,
+            Optimizer::Sgd => OptimizerKind::Sgd {
+                momentum: args.momentum,
+            },
+        },
+        loss: args.loss.map(|l| match l {
+            Loss::Mse => LossKind::Mse,
+            Loss::Xent => LossKind::CrossEntropy,
+        }),
+        cosine: !args.constant_lr,
+        seed: args.seed,
+        schedule,
+    };
+    let mut steps = None;
+    let json = args.json;
+    let mut epoch_lines = Vec::new();
+    let mut on_progress = |p: Progress| match p {
+        Progress::Start { steps: s } => steps = Some(bar("training", s, "steps")),
+        Progress::Step => {
+            if let Some(b) = &steps {
+                b.inc(1);
+            }
+        }
+        Progress::Epoch(m) => {
+            let line = if json {
+                epoch_json(m).to_string()
+            } else {
+                epoch_text(m)
+            };
+            match &steps {
+                // Above the bar, as each epoch ends; JSON lines go to stdout with the summary.
+                Some(b) if !json => b.suspend(|| eprintln!("{line}")),
+                _ => epoch_lines.push(line),
+            }
+        }
+    };
+    let report = train::train(&program, &start, &data, &opts, &mut on_progress);
+    if let Some(b) = &steps {
+        b.finish_and_clear();
+    }
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            return Ok(output::report(&fail(e), ExitCode::from(1)));
+        }
+    };
+    if let Some(out) = &args.output {
+        let mut meta = Metadata::new();
+        meta.insert(key::VERSION.into(), env!("CARGO_PKG_VERSION").into());
+        meta.insert(key::PROGRAM.into(), args.file.display().to_string());
+        meta.insert(key::PROGRAM_HASH.into(), fnv1a64(program.source.text.as_bytes()));
+        meta.insert(key::TARGET.into(), program.target.name.clone());
+        meta.insert("nnpc.trained_on".into(), data_path.display().to_string());
+        reads.check_tensors("-o", out, report.weights.keys())?;
+        io::write_tensors_with(out, &report.weights, Dtype::F32, &meta).map_err(fail)?;
+    }
+    let mut text = String::new();
+    for line in &epoch_lines {
+        text.push_str(line);
+        text.push('\n');
+    }
+    if json {
+        text.push_str(&summary_json(&args, &report, &data_path).to_string());
+    } else {
+        text.push_str(&summary_text(&args, &report));
+    }
+    text.push('\n');
+    output::stdout(text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_schedule(spec: &str) -> miette::Result<Schedule> {
+    let path = Path::new(spec);
+    if path.extension().is_some_and(|e| e == "toml") || path.is_file() {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| fail(format!("cannot read schedule file `{spec}`: {e}")))?;
+        return Schedule::parse_toml(&text).map_err(fail);
+    }
+    Schedule::parse_spec(spec).map_err(fail)
+}
+
+fn score_json(s: &Score) -> Value {
+    json!({ "loss": s.loss, "accuracy": s.accuracy })
+}
+
+fn points_json(m: &EpochMetrics) -> Value {
+    let nodes: serde_json::Map<String, Value> = m
+        .points
+        .by_node
+        .iter()
+        .map(|(node, hist)| {
+            let h: serde_json::Map<String, Value> =
+                hist.iter().map(|(f, c)| (f.to_string(), json!(c))).collect();
+            (format!("%{node}"), Value::Object(h))
+        })
+        .collect();
+    Value::Object(nodes)
+}
+
+fn epoch_json(m: &EpochMetrics) -> Value {
+    let mut v = json!({
+        "epoch": m.epoch,
+        "precision": m.precision,
+        "steps": m.steps,
+        "train_loss": m.train_loss,
+        "test": score_json(&m.test),
+        "seconds": m.seconds,
+    });
+    if !m.points.by_node.is_empty() {
+        v["dynfixed_frac_bits"] = points_json(m);
+    }
+    v
+}
+
+fn epoch_text(m: &EpochMetrics) -> String {
+    let acc = m
+        .test
+        .accuracy
+        .map(|a| format!(", test accuracy {:.2}%", a * 100.0))
+        .unwrap_or_default();
+    format!(
+        "epoch {:>3} [{}]: train loss {:.4}, test loss {:.4}{acc} ({:.2} s)",
+        m.epoch, m.precision, m.train_loss, m.test.loss, m.seconds
+    )
+}
+
+fn summary_json(args: &Args, r: &TrainReport, data: &Path) -> Value {
+    json!({
+        "file": args.file.display().to_string(),
+        "data": data.display().to_string(),
+        "output_file": args.output.as_ref().map(|p| p.display().to_string()),
+        "loss": r.loss.iter().map(|(o, l)| json!({"output": o, "loss": l.name()})).collect::<Vec<_>>(),
+        "epochs": r.epochs.len(),
+        "accuracy_float": r.float.accuracy,
+        "accuracy_before": r.before.accuracy,
+        "accuracy_after": r.after.accuracy,
+        "loss_float": r.float.loss,
+        "loss_before": r.before.loss,
+        "loss_after": r.after.loss,
+        "seconds": r.epochs.iter().map(|m| m.seconds).sum::<f64>(),
+    })
+}
+
+fn summary_text(args: &Args, r: &TrainReport) -> String {
+    let line = |what: &str, s: &Score| match s.accuracy {
+        Some(a) => format!("{what:<32} loss {:.4}, accuracy {:.2}%\n", s.loss, a * 100.0),
+        None => format!("{what:<32} loss {:.4}\n", s.loss),
+    };
+    let mut t = String::new();
+    t.push_str(&line("float model, starting weights", &r.float));
+    t.push_str(&line("hardware numerics, before", &r.before));
+    t.push_str(&line("hardware numerics, after", &r.after));
+    match &args.output {
+        Some(p) => t.push_str(&format!("tuned weights written to {}", p.display())),
+        None => t.push_str("tuned weights not written (pass -o FILE to keep them)"),
+    }
+    t
+}
