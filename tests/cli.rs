@@ -90,8 +90,8 @@ fn check_json_reports_unusable_files_as_objects() {
 }
 
 /// Every subcommand of `nnpc`.
-const COMMANDS: [&str; 8] = [
-    "check", "graph", "compile", "run", "emulate", "diff", "quantize", "bench",
+const COMMANDS: [&str; 9] = [
+    "check", "graph", "compile", "run", "emulate", "diff", "quantize", "bench", "train",
 ];
 
 /// `nnpc CMD --help`.
@@ -1161,5 +1161,50 @@ fn counts_of_one_are_singular() {
         "{}",
         stdout(&o)
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `nnpc train` on the digits sample with its defaults: the last line of `--json` is the
+/// summary with the three accuracies, the tuned weights keep the starting weights' names and
+/// shapes, and a missing data file is an input error (2) that names the flag to pass.
+#[test]
+fn train_prints_its_summary_last_and_writes_the_tuned_weights() {
+    let dir = common::scratch("train");
+    let out = dir.join("tuned.safetensors");
+    let o = nnpc(&[
+        "train",
+        "samples/train/digits_mlp.nnp",
+        "--epochs",
+        "2",
+        "--json",
+        "-o",
+        common::arg(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "two epoch lines and the summary: {text}");
+    let last: serde_json::Value = serde_json::from_str(lines[2]).expect("JSON summary");
+    for k in ["accuracy_float", "accuracy_before", "accuracy_after"] {
+        let a = last[k].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=1.0).contains(&a), "{k}: {last}");
+    }
+    let epoch: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON epoch");
+    assert_eq!(epoch["epoch"], 1);
+    let tuned = nnp_runtime::io::read_tensors(&out).expect("tuned weights");
+    let start = nnp_runtime::io::read_tensors(std::path::Path::new(
+        "samples/train/digits_mlp.weights.safetensors",
+    ))
+    .expect("starting weights");
+    let shapes = |m: &std::collections::BTreeMap<String, nnp_runtime::host::Tensor>| {
+        m.iter()
+            .map(|(k, t)| (k.clone(), t.shape.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shapes(&tuned), shapes(&start));
+
+    let o = nnpc(&["train", "samples/mlp2_relu.nnp"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--data"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

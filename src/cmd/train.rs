@@ -30,6 +30,7 @@ use std::process::ExitCode;
 #[command(after_help = "Examples:
   nnpc train samples/train/digits_mlp.nnp -o tuned.safetensors
   nnpc train samples/train/digits_mlp.nnp --schedule a4w4:2,a6w6:2,firmware:2 --json
+  nnpc train samples/train/digits_mlp.nnp --bench 20 --batch 256
   nnpc train net.nnp --data d.safetensors --weights w.safetensors --optimizer sgd --lr 0.01
 
 Schedules (--schedule): PRECISION:EPOCHS phases separated by commas, PRECISION being
@@ -82,6 +83,10 @@ pub struct Args {
     /// One JSON line per epoch, then the summary as one JSON object on the last line.
     #[arg(long)]
     pub json: bool,
+    /// Measure instead of training: this many training steps on the first `--batch` items,
+    /// each against forward-only runs of the graph on the same items (medians).
+    #[arg(long, value_name = "STEPS", value_parser = at_least_one)]
+    pub bench: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -108,7 +113,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let mut reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
-    let data_path = args.data.clone().unwrap_or_else(|| beside(&args.file, "data.safetensors"));
+    let data_path = args
+        .data
+        .clone()
+        .unwrap_or_else(|| beside(&args.file, "data.safetensors"));
     if args.data.is_none() && !data_path.exists() {
         return Err(fail(format!(
             "no training data: `{}` does not exist; help: pass `--data FILE` (safetensors with \
@@ -128,6 +136,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         }
         None => Weights::Random { seed: args.seed },
     };
+    if let Some(s) = args.schedule.as_deref().filter(|s| Path::new(s).is_file()) {
+        reads.add("the schedule file", Path::new(s));
+    }
     if let Some(out) = &args.output {
         reads.check("-o", out)?;
     }
@@ -153,6 +164,37 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         seed: args.seed,
         schedule,
     };
+    if let Some(reps) = args.bench {
+        let t = train::time_steps(&program, &start, &data, &opts, reps).map_err(fail)?;
+        let text = if args.json {
+            json!({
+                "file": args.file.display().to_string(),
+                "batch": t.batch,
+                "steps": reps,
+                "step_seconds": t.step_s,
+                "forward_seconds": t.forward_s,
+                "forward_warm_seconds": t.forward_warm_s,
+                "step_over_forward": t.step_s / t.forward_s,
+                "step_over_forward_warm": t.step_s / t.forward_warm_s,
+            })
+            .to_string()
+        } else {
+            format!(
+                "{}: batch {}, medians of {reps} steps\n  training step        {:>9.3} ms\n  \
+                 forward, fresh session {:>7.3} ms  (step / forward = {:.2})\n  \
+                 forward, warm session  {:>7.3} ms  (step / forward = {:.2})",
+                args.file.display(),
+                t.batch,
+                t.step_s * 1e3,
+                t.forward_s * 1e3,
+                t.step_s / t.forward_s,
+                t.forward_warm_s * 1e3,
+                t.step_s / t.forward_warm_s
+            )
+        };
+        output::stdout(format!("{text}\n"))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut steps = None;
     let json = args.json;
     let mut epoch_lines = Vec::new();
@@ -190,7 +232,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         let mut meta = Metadata::new();
         meta.insert(key::VERSION.into(), env!("CARGO_PKG_VERSION").into());
         meta.insert(key::PROGRAM.into(), args.file.display().to_string());
-        meta.insert(key::PROGRAM_HASH.into(), fnv1a64(program.source.text.as_bytes()));
+        meta.insert(
+            key::PROGRAM_HASH.into(),
+            fnv1a64(program.source.text.as_bytes()),
+        );
         meta.insert(key::TARGET.into(), program.target.name.clone());
         meta.insert("nnpc.trained_on".into(), data_path.display().to_string());
         reads.check_tensors("-o", out, report.weights.keys())?;
@@ -231,8 +276,10 @@ fn points_json(m: &EpochMetrics) -> Value {
         .by_node
         .iter()
         .map(|(node, hist)| {
-            let h: serde_json::Map<String, Value> =
-                hist.iter().map(|(f, c)| (f.to_string(), json!(c))).collect();
+            let h: serde_json::Map<String, Value> = hist
+                .iter()
+                .map(|(f, c)| (f.to_string(), json!(c)))
+                .collect();
             (format!("%{node}"), Value::Object(h))
         })
         .collect();
@@ -285,7 +332,11 @@ fn summary_json(args: &Args, r: &TrainReport, data: &Path) -> Value {
 
 fn summary_text(args: &Args, r: &TrainReport) -> String {
     let line = |what: &str, s: &Score| match s.accuracy {
-        Some(a) => format!("{what:<32} loss {:.4}, accuracy {:.2}%\n", s.loss, a * 100.0),
+        Some(a) => format!(
+            "{what:<32} loss {:.4}, accuracy {:.2}%\n",
+            s.loss,
+            a * 100.0
+        ),
         None => format!("{what:<32} loss {:.4}\n", s.loss),
     };
     let mut t = String::new();

@@ -115,8 +115,7 @@ impl Scoring {
                 };
                 // Mean over the positions that take a class (every item, every row).
                 let positions = (target.elem_count() / target.dim(D::Minus1)?.max(1)) as f64;
-                (target.mul(&logp)?.sum_all()? / -positions)?
-                    .to_dtype(DType::F64)
+                (target.mul(&logp)?.sum_all()? / -positions)?.to_dtype(DType::F64)
             }
         }
     }
@@ -129,7 +128,11 @@ impl Scoring {
         }
         let predicted = y.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?;
         let expected = target.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?;
-        let hits = predicted.iter().zip(&expected).filter(|(a, b)| a == b).count();
+        let hits = predicted
+            .iter()
+            .zip(&expected)
+            .filter(|(a, b)| a == b)
+            .count();
         Ok(Some((hits as u64, expected.len() as u64)))
     }
 }

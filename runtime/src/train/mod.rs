@@ -51,7 +51,11 @@ pub enum TrainError {
         "the loss became {loss} at epoch {epoch}, step {step}; help: lower the learning rate \
          (`--lr`)"
     )]
-    Diverged { epoch: usize, step: usize, loss: f64 },
+    Diverged {
+        epoch: usize,
+        step: usize,
+        loss: f64,
+    },
     #[error("tensor operation failed at node {node} ({op}): {message}")]
     Node {
         node: usize,
@@ -67,7 +71,11 @@ pub enum TrainError {
 impl TrainError {
     /// A candle error's first line (its Display may carry a backtrace after it).
     fn first_line(e: &candle_core::Error) -> String {
-        e.to_string().lines().next().unwrap_or("candle error").to_string()
+        e.to_string()
+            .lines()
+            .next()
+            .unwrap_or("candle error")
+            .to_string()
     }
 
     fn node(node: usize, op: &'static str, e: &candle_core::Error) -> TrainError {
@@ -163,9 +171,17 @@ impl Dataset {
             train = split(&mut tensors, "");
         }
         for (name, input) in &names {
-            let held = if *input { &train.inputs } else { &train.targets };
+            let held = if *input {
+                &train.inputs
+            } else {
+                &train.targets
+            };
             if !held.contains_key(name) {
-                let what = if *input { "input" } else { "the targets of output" };
+                let what = if *input {
+                    "input"
+                } else {
+                    "the targets of output"
+                };
                 return Err(TrainError::Data(format!(
                     "no tensor `{name}_train` (or `{name}`) for {what} `{name}`; help: a data \
                      file holds `NAME_train` and `NAME_test` (or `NAME`) for every input and \
@@ -181,7 +197,9 @@ impl Dataset {
 
     /// Every split has every input and target, with one item count and the declared shapes.
     fn check(&self, program: &Program) -> Result<(), TrainError> {
-        for (which, s) in std::iter::once(("train", &self.train)).chain(self.test.iter().map(|t| ("test", t))) {
+        for (which, s) in
+            std::iter::once(("train", &self.train)).chain(self.test.iter().map(|t| ("test", t)))
+        {
             let items = s.items();
             if items == 0 {
                 return Err(TrainError::Data(format!("the {which} split has no items")));
@@ -302,7 +320,9 @@ pub struct TrainReport {
 /// Progress of a run, as it goes.
 pub enum Progress<'a> {
     /// The run starts: this many steps in all.
-    Start { steps: usize },
+    Start {
+        steps: usize,
+    },
     /// One more step done.
     Step,
     Epoch(&'a EpochMetrics),
@@ -349,8 +369,22 @@ pub fn train(
     let test = data.test.as_ref().unwrap_or(&data.train);
     let test_targets = targets(&scoring, &firmware, test)?;
     let vars = variables(weights)?;
-    let float = score(&firmware, &scoring, test, &test_targets, &vars, Engine::Float)?;
-    let before = score(&firmware, &scoring, test, &test_targets, &vars, Engine::Hardware)?;
+    let float = score(
+        &firmware,
+        &scoring,
+        test,
+        &test_targets,
+        &vars,
+        Engine::Float,
+    )?;
+    let before = score(
+        &firmware,
+        &scoring,
+        test,
+        &test_targets,
+        &vars,
+        Engine::Hardware,
+    )?;
 
     let items = data.train.items();
     let steps_per_epoch = items.div_ceil(opts.batch);
@@ -382,7 +416,14 @@ pub fn train(
                 done += 1;
                 let batch = data.train.gather(idx);
                 let batch_targets = targets(&scoring, &graph, &batch)?;
-                let (loss, pass_points) = step_once(&graph, &scoring, &batch, &batch_targets, &vars, &mut optimizer)?;
+                let (loss, pass_points) = step_once(
+                    &graph,
+                    &scoring,
+                    &batch,
+                    &batch_targets,
+                    &vars,
+                    &mut optimizer,
+                )?;
                 if !loss.is_finite() {
                     return Err(TrainError::Diverged {
                         epoch,
@@ -394,7 +435,14 @@ pub fn train(
                 points.merge(&pass_points);
                 progress(Progress::Step);
             }
-            let test_score = score(&graph, &scoring, test, &test_targets, &vars, Engine::Hardware)?;
+            let test_score = score(
+                &graph,
+                &scoring,
+                test,
+                &test_targets,
+                &vars,
+                Engine::Hardware,
+            )?;
             epochs.push(EpochMetrics {
                 epoch,
                 precision: phase.label(),
@@ -409,7 +457,14 @@ pub fn train(
             }
         }
     }
-    let after = score(&firmware, &scoring, test, &test_targets, &vars, Engine::Hardware)?;
+    let after = score(
+        &firmware,
+        &scoring,
+        test,
+        &test_targets,
+        &vars,
+        Engine::Hardware,
+    )?;
     Ok(TrainReport {
         loss: scoring.iter().map(|s| (s.output.clone(), s.loss)).collect(),
         float,
@@ -417,6 +472,73 @@ pub fn train(
         after,
         epochs,
         weights: vars.host()?,
+    })
+}
+
+/// Median seconds of a training step and of forward-only runs of the graph on the same batch
+/// ([`time_steps`]).
+#[derive(Clone, Copy, Debug)]
+pub struct StepTimes {
+    pub batch: usize,
+    /// One step: the graph's run with every value kept, the twin's backward pass, the update.
+    pub step_s: f64,
+    /// A forward run of a fresh session (what a step's forward pass costs alone: the weights
+    /// change every step, so each step prepares them again).
+    pub forward_s: f64,
+    /// A warm forward run (weights prepared by an earlier run), as `nnpc run` repeats it.
+    pub forward_warm_s: f64,
+}
+
+/// Time `reps` training steps on the first `opts.batch` training items against forward-only
+/// runs on the same items, alternating so all see the same machine load.
+pub fn time_steps(
+    program: &Program,
+    weights: &BTreeMap<String, HostTensor>,
+    data: &Dataset,
+    opts: &TrainOptions,
+    reps: usize,
+) -> Result<StepTimes, TrainError> {
+    let graph = compile(program)?;
+    let scoring = scorings(program, &graph, data, opts.loss)?;
+    let items: Vec<usize> = (0..opts.batch.min(data.train.items())).collect();
+    let batch = data.train.gather(&items);
+    let batch_targets = targets(&scoring, &graph, &batch)?;
+    let vars = variables(weights)?;
+    let mut optimizer = optim::Optimizer::new(opts.optimizer, opts.lr, &vars.list)
+        .map_err(|e| TrainError::tensor(&e))?;
+    let host = HostData {
+        batch: items.len(),
+        weights: vars.host()?,
+        inputs: batch.inputs.clone(),
+    };
+    let mut warm = Session::new(&graph, &ExecOptions::default())?;
+    warm.run(&host)?;
+    let (mut step, mut cold, mut hot) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..reps.max(1) + 1 {
+        let t = Instant::now();
+        step_once(
+            &graph,
+            &scoring,
+            &batch,
+            &batch_targets,
+            &vars,
+            &mut optimizer,
+        )?;
+        step.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        Session::new(&graph, &ExecOptions::default())?.run(&host)?;
+        cold.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        warm.run(&host)?;
+        hot.push(t.elapsed().as_secs_f64());
+    }
+    // The first of each warms caches and the allocator: left out.
+    let median = |v: &mut Vec<f64>| crate::exec::baseline::median(&mut v[1..]);
+    Ok(StepTimes {
+        batch: items.len(),
+        step_s: median(&mut step),
+        forward_s: median(&mut cold),
+        forward_warm_s: median(&mut hot),
     })
 }
 
@@ -437,7 +559,14 @@ impl Vars {
         self.names
             .iter()
             .zip(&self.list)
-            .map(|(n, v)| Ok((n.clone(), v.as_tensor().to_dtype(DType::F64).map_err(|e| TrainError::tensor(&e))?)))
+            .map(|(n, v)| {
+                Ok((
+                    n.clone(),
+                    v.as_tensor()
+                        .to_dtype(DType::F64)
+                        .map_err(|e| TrainError::tensor(&e))?,
+                ))
+            })
             .collect()
     }
 
@@ -452,7 +581,13 @@ impl Vars {
                     .flatten_all()
                     .and_then(|t| t.to_vec1::<f32>())
                     .map_err(|e| TrainError::tensor(&e))?;
-                Ok((n.clone(), HostTensor { shape: t.dims().to_vec(), data }))
+                Ok((
+                    n.clone(),
+                    HostTensor {
+                        shape: t.dims().to_vec(),
+                        data,
+                    },
+                ))
             })
             .collect()
     }
@@ -483,7 +618,13 @@ fn scorings(
         .outputs()
         .map(|d| {
             let t = &data.train.targets[&d.name];
-            Scoring::new(&d.name, &d.shape, &t.shape[1..], loss, softmax_output(graph, &d.name))
+            Scoring::new(
+                &d.name,
+                &d.shape,
+                &t.shape[1..],
+                loss,
+                softmax_output(graph, &d.name),
+            )
         })
         .collect()
 }
@@ -491,15 +632,20 @@ fn scorings(
 /// Whether every row of output `name` is a `v_softmax` result (through unpadding and
 /// storage rounding).
 fn softmax_output(graph: &SwGraph, name: &str) -> bool {
-    let mut rows = graph.output_nodes().filter(|(_, n, _, _)| *n == name).peekable();
+    let mut rows = graph
+        .output_nodes()
+        .filter(|(_, n, _, _)| *n == name)
+        .peekable();
     rows.peek().is_some()
-        && rows.all(|(_, _, _, mut v)| loop {
-            match &graph.node(v).op {
-                Op::Unpad { src, .. } | Op::Round { src, .. } => v = *src,
-                Op::Unary {
-                    op: UnOp::Softmax, ..
-                } => return true,
-                _ => return false,
+        && rows.all(|(_, _, _, mut v)| {
+            loop {
+                match &graph.node(v).op {
+                    Op::Unpad { src, .. } | Op::Round { src, .. } => v = *src,
+                    Op::Unary {
+                        op: UnOp::Softmax, ..
+                    } => return true,
+                    _ => return false,
+                }
             }
         })
 }
@@ -527,7 +673,8 @@ fn input_tensors(split: &Split) -> Result<BTreeMap<String, Tensor>, TrainError> 
         .iter()
         .map(|(n, t)| {
             let v: Vec<f64> = t.data.iter().map(|&x| f64::from(x)).collect();
-            let t = Tensor::from_vec(v, t.shape.clone(), &Device::Cpu).map_err(|e| TrainError::tensor(&e))?;
+            let t = Tensor::from_vec(v, t.shape.clone(), &Device::Cpu)
+                .map_err(|e| TrainError::tensor(&e))?;
             Ok((n.clone(), t))
         })
         .collect()
@@ -567,7 +714,8 @@ fn score(
                 .into_iter()
                 .map(|(n, t)| {
                     let v: Vec<f64> = t.data.iter().map(|&x| f64::from(x)).collect();
-                    let t = Tensor::from_vec(v, t.shape, &Device::Cpu).map_err(|e| TrainError::tensor(&e))?;
+                    let t = Tensor::from_vec(v, t.shape, &Device::Cpu)
+                        .map_err(|e| TrainError::tensor(&e))?;
                     Ok((n, t))
                 })
                 .collect::<Result<_, TrainError>>()?
@@ -612,55 +760,94 @@ fn step_once(
         ..ExecOptions::default()
     };
     let run = Session::new(graph, &opts)?.run(&data)?;
-    let pass = twin::forward(graph, &vars.tensors()?, &input_tensors(batch)?, twin::Mode::Exact(&run.written))?;
+    let pass = twin::forward(
+        graph,
+        &vars.tensors()?,
+        &input_tensors(batch)?,
+        twin::Mode::Exact(&run.written),
+    )?;
     let mut total: Option<Tensor> = None;
     for (s, target) in scoring.iter().zip(targets) {
-        let l = s.loss(&pass.outputs[&s.output], target).map_err(|e| TrainError::tensor(&e))?;
+        let l = s
+            .loss(&pass.outputs[&s.output], target)
+            .map_err(|e| TrainError::tensor(&e))?;
         total = Some(match total {
             None => l,
             Some(t) => (t + l).map_err(|e| TrainError::tensor(&e))?,
         });
     }
     let total = total.ok_or_else(|| TrainError::Internal("a program with no outputs".into()))?;
-    let value = total.to_scalar::<f64>().map_err(|e| TrainError::tensor(&e))?;
+    let value = total
+        .to_scalar::<f64>()
+        .map_err(|e| TrainError::tensor(&e))?;
     if value.is_finite() {
         let grads = total.backward().map_err(|e| TrainError::tensor(&e))?;
-        optimizer.step(&vars.list, &grads).map_err(|e| TrainError::tensor(&e))?;
+        optimizer
+            .step(&vars.list, &grads)
+            .map_err(|e| TrainError::tensor(&e))?;
     }
     Ok((value, pass.points))
 }
 
-/// The twin's gradient of `loss(outputs)` with respect to every weight, on `inputs`: for the
-/// gradient checks. `exact`: at the concordant graph's values (else the float model's).
+/// One differentiated pass of the twin ([`gradients`]).
+#[derive(Debug)]
+pub struct Gradients {
+    pub loss: f64,
+    /// The outputs' values by name, `[batch, ...declared shape]`, f64.
+    pub outputs: BTreeMap<String, Tensor>,
+    /// The gradient of the loss by weight name, in the weight's shape.
+    pub weights: BTreeMap<String, Tensor>,
+    /// The `dynfixed` point positions of the pass.
+    pub points: Points,
+}
+
+/// The gradient of `loss(outputs)` with respect to every weight (logical shapes, f64) on
+/// `inputs` (`[batch, ...]`, f64): at the concordant graph's values where `exact` holds them
+/// (an [`crate::exec::Execution::written`] of a `keep_values` run on the same data), else at
+/// the float model's. What a training step differentiates; public for the gradient checks.
 pub fn gradients(
     graph: &SwGraph,
     weights: &BTreeMap<String, Tensor>,
     inputs: &BTreeMap<String, Tensor>,
     exact: Option<&std::collections::HashMap<ValueId, crate::exec::WrittenValue>>,
     loss: impl Fn(&BTreeMap<String, Tensor>) -> candle_core::Result<Tensor>,
-) -> Result<(f64, BTreeMap<String, Tensor>), TrainError> {
+) -> Result<Gradients, TrainError> {
+    let err = |e: candle_core::Error| TrainError::tensor(&e);
     let vars: BTreeMap<String, Var> = weights
         .iter()
-        .map(|(n, t)| Ok((n.clone(), Var::from_tensor(t).map_err(|e| TrainError::tensor(&e))?)))
+        .map(|(n, t)| Ok((n.clone(), Var::from_tensor(t).map_err(err)?)))
         .collect::<Result<_, TrainError>>()?;
-    let ws: BTreeMap<String, Tensor> = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
+    let ws = vars
+        .iter()
+        .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+        .collect();
     let mode = match exact {
         Some(e) => twin::Mode::Exact(e),
         None => twin::Mode::Float,
     };
     let pass = twin::forward(graph, &ws, inputs, mode)?;
-    let l = loss(&pass.outputs).map_err(|e| TrainError::tensor(&e))?;
-    let value = l.to_scalar::<f64>().map_err(|e| TrainError::tensor(&e))?;
-    let grads = l.backward().map_err(|e| TrainError::tensor(&e))?;
-    let out = vars
+    let l = loss(&pass.outputs).map_err(err)?;
+    let value = l.to_scalar::<f64>().map_err(err)?;
+    let grads = l.backward().map_err(err)?;
+    let mut by_name = BTreeMap::new();
+    for (n, v) in &vars {
+        let g = match grads.get(v.as_tensor()) {
+            Some(g) => g.clone(),
+            None => v.as_tensor().zeros_like().map_err(err)?,
+        };
+        by_name.insert(n.clone(), g);
+    }
+    let outputs = pass
+        .outputs
         .iter()
-        .map(|(n, v)| {
-            let g = grads.get(v.as_tensor()).cloned();
-            let g = g.map_or_else(|| v.as_tensor().zeros_like(), Ok).map_err(|e| TrainError::tensor(&e))?;
-            Ok((n.clone(), g))
-        })
-        .collect::<Result<_, TrainError>>()?;
-    Ok((value, out))
+        .map(|(n, t)| (n.clone(), t.detach()))
+        .collect();
+    Ok(Gradients {
+        loss: value,
+        outputs,
+        weights: by_name,
+        points: pass.points,
+    })
 }
 
 /// The outputs of `graph`'s float model (the twin's own values) on `inputs` with `weights`:

@@ -77,7 +77,15 @@ impl fmt::Display for Precision {
             (None, None) => write!(f, "firmware"),
             (Some(FormatChange::Format(_)), _) | (_, Some(FormatChange::Format(_))) => {
                 let (v, m) = (side(&self.vector, "vector"), side(&self.matrix, "matrix"));
-                write!(f, "{}", [v, m].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" "))
+                write!(
+                    f,
+                    "{}",
+                    [v, m]
+                        .into_iter()
+                        .filter(|s| !s.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                )
             }
             _ => write!(f, "{}{}", side(&self.vector, "a"), side(&self.matrix, "w")),
         }
@@ -254,13 +262,17 @@ pub fn apply(program: &Program, phase: &Phase) -> Result<Program, TrainError> {
     Ok(p)
 }
 
-fn changed(from: &Format, change: &FormatChange, what: &str, line: usize) -> Result<Format, TrainError> {
+fn changed(
+    from: &Format,
+    change: &FormatChange,
+    what: &str,
+    line: usize,
+) -> Result<Format, TrainError> {
     match (change, from) {
         (FormatChange::Format(f), _) => Ok(*f),
-        (FormatChange::Mantissa(m), Format::Bfp(b)) => Ok(Format::Bfp(nnp_numerics::BfpFormat {
-            mant: *m,
-            ..*b
-        })),
+        (FormatChange::Mantissa(m), Format::Bfp(b)) => {
+            Ok(Format::Bfp(nnp_numerics::BfpFormat { mant: *m, ..*b }))
+        }
         (FormatChange::Mantissa(m), other) => Err(TrainError::Schedule(format!(
             "a mantissa width ({m}) for the `{what}` format of the mv_mul at line {line}, which is \
              {other}, not BFP; help: give that phase the format in full (`vector = ...`, \

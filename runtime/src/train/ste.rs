@@ -75,7 +75,10 @@ pub(crate) fn passes(
                         *hist.entry(f).or_default() += 1;
                         let scale = 2f64.powi(f);
                         let (lo, hi) = (lo as f64 / scale, hi as f64 / scale);
-                        mask.extend(r.iter().map(|v| u8::from(v.is_nan() || (lo..=hi).contains(v))));
+                        mask.extend(
+                            r.iter()
+                                .map(|v| u8::from(v.is_nan() || (lo..=hi).contains(v))),
+                        );
                     }
                 }
             }

@@ -16,8 +16,8 @@
 //!   sigmoid, tanh, exp, softmax over the value's lanes);
 //! - padding, slicing and concatenation: candle's own (pad lanes take no gradient).
 
-use super::ste::{self, Points};
 use super::TrainError;
+use super::ste::{self, Points};
 use crate::exec::WrittenValue;
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use nnp_lowering::swgraph::{BinOp, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
@@ -110,7 +110,11 @@ pub(crate) fn forward(
                 straight_through(x, pass).map_err(at)?
             }
             Op::Concat { parts } => {
-                let unit = if matches!(node.ty, Ty::TileStack { .. }) { 1 } else { n };
+                let unit = if matches!(node.ty, Ty::TileStack { .. }) {
+                    1
+                } else {
+                    n
+                };
                 let mut ts = Vec::with_capacity(parts.len());
                 for p in parts {
                     let t = get(p.value)?;
@@ -140,9 +144,7 @@ pub(crate) fn forward(
             }
         };
         let value = match (&mode, &node.op) {
-            (Mode::Float, _) | (_, Op::Input { .. } | Op::Weight { .. } | Op::Zero { .. }) => {
-                float
-            }
+            (Mode::Float, _) | (_, Op::Input { .. } | Op::Weight { .. } | Op::Zero { .. }) => float,
             (Mode::Exact(exact), _) => {
                 let value = exact.get(&ValueId(i as u32)).ok_or_else(|| {
                     TrainError::Internal(format!("the run handed back no value for node {i}"))
@@ -255,7 +257,13 @@ fn pad_to_tiles(
 
 /// `y = W x` of `rows x cols` tiles (row-major) as one float product: `x` `[bx, cols * N]`,
 /// `w` `[bw, rows * cols, N, N]`.
-fn matvec(x: &Tensor, w: &Tensor, rows: usize, cols: usize, n: usize) -> candle_core::Result<Tensor> {
+fn matvec(
+    x: &Tensor,
+    w: &Tensor,
+    rows: usize,
+    cols: usize,
+    n: usize,
+) -> candle_core::Result<Tensor> {
     let bw = w.dim(0)?;
     // The tiles as one matrix [bw, rows * N, cols * N].
     let m = w
@@ -266,7 +274,11 @@ fn matvec(x: &Tensor, w: &Tensor, rows: usize, cols: usize, n: usize) -> candle_
         return x.matmul(&m.squeeze(0)?.t()?);
     }
     let bx = x.dim(0)?;
-    let x = if bx == bw { x.clone() } else { x.broadcast_as((bw, cols * n))?.contiguous()? };
+    let x = if bx == bw {
+        x.clone()
+    } else {
+        x.broadcast_as((bw, cols * n))?.contiguous()?
+    };
     m.matmul(&x.unsqueeze(2)?)?.squeeze(2)
 }
 

@@ -1,6 +1,9 @@
 //! The samples and the targets each names (`// nnpc: targets = ...`), shared by the tests that
 //! run every sample on every target it declares.
 
+// Each test crate that includes this module uses part of it.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 
 pub fn samples_dir() -> PathBuf {
