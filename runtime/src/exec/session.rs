@@ -926,7 +926,11 @@ fn written_values(graph: &SwGraph, opts: &ExecOptions) -> Vec<ValueId> {
         let values = values.filter(|(_, n)| !matches!(n.op, Op::Output { .. }));
         return values.map(|(i, _)| ValueId(i as u32)).collect();
     }
-    let writes = if opts.keep_writes { &graph.writes[..] } else { &[] };
+    let writes = if opts.keep_writes {
+        &graph.writes[..]
+    } else {
+        &[]
+    };
     writes.iter().map(|w| w.value).collect()
 }
 
