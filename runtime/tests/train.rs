@@ -25,11 +25,22 @@ fn check(name: &str, text: &str, target: Option<&str>) -> Program {
     }
 }
 
+/// A sample, or `PASS_PROGRAM` for the name `pass`.
 fn sample(name: &str, target: &str) -> Program {
+    if name == "pass" {
+        return check("pass.nnp", PASS_PROGRAM, Some(target));
+    }
     let path = samples_dir().join(name);
     let text = std::fs::read_to_string(&path).expect("sample");
     check(&path.display().to_string(), &text, Some(target))
 }
+
+/// `v_pass` between two products (no sample uses it).
+const PASS_PROGRAM: &str = "matrix A : [16, 16] at mrf[0]\nmatrix B : [16, 16] at mrf[1]\n\
+    input x : [16]\noutput y : [16]\n\
+    v_rd netq\nv_wr ivrf[0]\nend_chain\n\
+    v_rd ivrf[0]\nmv_mul mrf[A]\nv_pass\nv_wr ivrf[1]\nend_chain\n\
+    v_rd ivrf[1]\nmv_mul mrf[B]\nv_wr netq\nend_chain\n";
 
 fn f64_tensors(ts: &BTreeMap<String, HostTensor>) -> BTreeMap<String, Tensor> {
     ts.iter()
@@ -68,6 +79,7 @@ const GRADIENT_CASES: &[(&str, &str)] = &[
     ("softmax_classifier.nnp", "fp32"),
     ("conv3x3.nnp", "fp32"),
     ("bn_clip_n16.nnp", "n16"),
+    ("pass", "n16"),
 ];
 
 #[test]

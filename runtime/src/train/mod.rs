@@ -369,22 +369,12 @@ pub fn train(
     let test = data.test.as_ref().unwrap_or(&data.train);
     let test_targets = targets(&scoring, &firmware, test)?;
     let vars = variables(weights)?;
-    let float = score(
-        &firmware,
-        &scoring,
-        test,
-        &test_targets,
-        &vars,
-        Engine::Float,
-    )?;
-    let before = score(
-        &firmware,
-        &scoring,
-        test,
-        &test_targets,
-        &vars,
-        Engine::Hardware,
-    )?;
+    // The test split's score of `graph` with the current weights.
+    let score_test = |graph: &SwGraph, vars: &Vars, engine| {
+        score(graph, &scoring, test, &test_targets, vars, engine)
+    };
+    let float = score_test(&firmware, &vars, Engine::Float)?;
+    let before = score_test(&firmware, &vars, Engine::Hardware)?;
 
     let items = data.train.items();
     let steps_per_epoch = items.div_ceil(opts.batch);
@@ -435,14 +425,7 @@ pub fn train(
                 points.merge(&pass_points);
                 progress(Progress::Step);
             }
-            let test_score = score(
-                &graph,
-                &scoring,
-                test,
-                &test_targets,
-                &vars,
-                Engine::Hardware,
-            )?;
+            let test_score = score_test(&graph, &vars, Engine::Hardware)?;
             epochs.push(EpochMetrics {
                 epoch,
                 precision: phase.label(),
@@ -457,14 +440,7 @@ pub fn train(
             }
         }
     }
-    let after = score(
-        &firmware,
-        &scoring,
-        test,
-        &test_targets,
-        &vars,
-        Engine::Hardware,
-    )?;
+    let after = score_test(&firmware, &vars, Engine::Hardware)?;
     Ok(TrainReport {
         loss: scoring.iter().map(|s| (s.output.clone(), s.loss)).collect(),
         float,
