@@ -2,9 +2,9 @@
 //!
 //! Every training step runs the software graph itself on the batch ([`crate::exec::Session`],
 //! every value handed back): the forward values are bit-identical to `nnpc run`. candle's
-//! autograd then differentiates the graph's twin ([`twin`]) at those values: straight-through
+//! autograd then differentiates the graph's twin (`twin.rs`) at those values: straight-through
 //! quantizers ([`ste`]), float derivatives of products and MFU ops. The weights are candle
-//! `Var`s in their declared (logical) shapes; [`optim`] updates them.
+//! `Var`s in their declared (logical) shapes; `optim.rs` updates them.
 //!
 //! [`train`] runs the epochs of a [`schedule::Schedule`] (by default the firmware's own
 //! precision throughout) and evaluates the test set three ways: the float model (the twin's
