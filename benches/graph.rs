@@ -30,7 +30,7 @@ fn bench(c: &mut Criterion) {
     ] {
         let path = format!("{}/samples/{file}", env!("CARGO_MANIFEST_DIR"));
         let program = nnpc::load_program(&path, None).expect("the sample checks");
-        let graph = swgraph::optimize(&swgraph::lower(&program).expect("lowers"), Roots::Outputs);
+        let graph = swgraph::compile(&program, Roots::Outputs).expect("lowers");
         let data = HostData::random(&program, batch, 0);
         let mut session = Session::new(&graph, &ExecOptions::default()).expect("a session");
         session.run(&data).expect("the first run");

@@ -240,7 +240,11 @@ fn graph_error(source: &str, toml: &str, seed: u64) -> Result<String, String> {
     .program;
     let data: HostData = host_data(&program, BATCH, seed, &DataConfig::default());
     let ran = catch_unwind(AssertUnwindSafe(|| {
-        let graph = nnp_lowering::swgraph::lower(&program).map_err(|e| e.to_string())?;
+        let graph = nnp_lowering::swgraph::compile(
+            &program,
+            nnp_lowering::swgraph::Roots::OutputsAndWrites,
+        )
+        .map_err(|e| e.to_string())?;
         let mut session =
             Session::new(&graph, &ExecOptions::default()).map_err(|e| e.to_string())?;
         session.run(&data).map(|_| ()).map_err(|e| e.to_string())

@@ -87,11 +87,10 @@ pub fn compile(
         }
     };
     let program = out.program;
-    let lowered = swgraph::lower(&program).map_err(|e| {
+    let graph = swgraph::compile(&program, Roots::Outputs).map_err(|e| {
         let message = format!("{}: cannot lower: {e}", program.source.name);
         raise(py, "FirmwareError", (message, PyList::empty(py)))
     })?;
-    let graph = swgraph::optimize(&lowered, Roots::Outputs);
     Ok(Graph {
         program: Arc::new(program),
         graph: Arc::new(graph),

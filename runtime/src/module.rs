@@ -146,10 +146,7 @@ impl FirmwareModule {
         weights: Weights,
         opts: &ExecOptions,
     ) -> Result<FirmwareModule, ModuleError> {
-        let graph = Arc::new(swgraph::optimize(
-            &swgraph::lower(&program)?,
-            Roots::Outputs,
-        ));
+        let graph = Arc::new(swgraph::compile(&program, Roots::Outputs)?);
         let opts = ExecOptions {
             keep_writes: false,
             ..*opts

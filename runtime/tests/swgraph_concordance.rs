@@ -117,7 +117,7 @@ fn warm_runs_in_shards_match_the_emulator() {
         t.data[11 * per_item] = f32::NAN;
         let hw = emulator::emulate(&program, &nan, &EmuOptions::default())
             .unwrap_or_else(|e| panic!("{case}: emulator: {e}"));
-        let graph = swgraph::optimize(&swgraph::lower(&program).expect("lowers"), Roots::Outputs);
+        let graph = swgraph::compile(&program, Roots::Outputs).expect("lowers");
         // A first run of clean data (always whole), then a warm run of the NaN data.
         let runs = |shards: usize| {
             let opts = ExecOptions {
@@ -192,7 +192,7 @@ fn the_thread_count_changes_no_bit() {
         let data = HostData::random(&program, 13, 0x7e4d);
         let hw = emulator::emulate(&program, &data, &EmuOptions::default())
             .unwrap_or_else(|e| panic!("{}: emulator: {e}", path.display()));
-        let graph = swgraph::optimize(&swgraph::lower(&program).expect("lowers"), Roots::Outputs);
+        let graph = swgraph::compile(&program, Roots::Outputs).expect("lowers");
         for threads in [1, 3, 16] {
             let case = format!("{} on {target}, {threads} threads", path.display());
             let pool = rayon::ThreadPoolBuilder::new()
@@ -390,7 +390,7 @@ fn traces_match_the_emulator_record_for_record() {
             keep_writes: true,
             ..ExecOptions::default()
         };
-        let graph = swgraph::lower(&program).expect("lowers");
+        let graph = swgraph::compile(&program, Roots::OutputsAndWrites).expect("lowers");
         let hw = hw.trace.expect("trace asked for");
         let same_records = |run: &exec::Execution, how: &str| {
             let sw = exec::trace::records(&graph, run, 0..data.batch).expect("kept writes");

@@ -7,8 +7,8 @@ use nnp_grammar::{
     OpKind, Place, Program, QuantConfig, Read, SourceFile, Span, Target, VectorChain, Write,
 };
 use nnp_lowering::swgraph::{
-    self, BlockAxis, FiniteCheck, GraphError, Node, Op, OutputInfo, SWGRAPH_VERSION, SwGraph,
-    TileLayout, Ty, ValueId,
+    self, BlockAxis, FiniteCheck, GraphError, Node, Op, OutputInfo, Roots, SWGRAPH_VERSION,
+    SwGraph, TileLayout, Ty, ValueId,
 };
 use nnp_numerics::{FloatFormat, Format};
 use nnp_runtime::exec::{self, ExecOptions, matmul};
@@ -277,7 +277,11 @@ fn mfu_chain_by_hand() {
 
 #[test]
 fn json_round_trip_and_validation() {
-    let g = swgraph::lower(&matvec_program(Accumulation::Fp32Seq)).expect("lowers");
+    let g = swgraph::compile(
+        &matvec_program(Accumulation::Fp32Seq),
+        Roots::OutputsAndWrites,
+    )
+    .expect("lowers");
     let text = g.to_json();
     let back = SwGraph::from_json(&text).expect("parses");
     assert_eq!(g, back);
@@ -350,7 +354,11 @@ fn json_round_trip_and_validation() {
 
 #[test]
 fn lowering_keeps_only_real_data_flow() {
-    let g = swgraph::lower(&matvec_program(Accumulation::Exact)).expect("lowers");
+    let g = swgraph::compile(
+        &matvec_program(Accumulation::Exact),
+        Roots::OutputsAndWrites,
+    )
+    .expect("lowers");
     let count = |name: &str| g.nodes.iter().filter(|n| n.op.name() == name).count();
     // The ivrf round trip is register movement: no node. One storage rounding per loaded
     // tensor (x, W); the chain-0 write rounds an fp16 value to fp16 and is elided; the matvec

@@ -4,7 +4,7 @@ use super::host_args::{fits_in_memory, input_rows, io_bytes_per_item};
 use super::run::DeviceArg;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nnp_grammar::Program;
-use nnp_lowering::swgraph::{self, Roots, SwGraph};
+use nnp_lowering::swgraph::{Roots, SwGraph};
 use nnp_numerics::Format;
 use nnp_runtime::emulator::{self, EmuOptions};
 use nnp_runtime::exec::baseline::{self, Floor};
@@ -100,8 +100,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let graph = match super::lower(&program) {
-        Ok(g) => swgraph::optimize(&g, Roots::Outputs),
+    let graph = match super::compile(&program, Roots::Outputs) {
+        Ok(g) => g,
         Err(code) => return Ok(code),
     };
     let progress = Progress::new();
@@ -582,7 +582,7 @@ mod tests {
             json: true,
         };
         let program = nnpc::load_program(&args.file, None).expect("sample checks");
-        let graph = swgraph::optimize(&swgraph::lower(&program).expect("lowers"), Roots::Outputs);
+        let graph = nnp_lowering::swgraph::compile(&program, Roots::Outputs).expect("lowers");
         let r =
             measure(&args, &program, &graph, &Progress(ProgressBar::hidden())).expect("bench runs");
         assert_eq!(r["concordant"], Value::Bool(true));

@@ -2,7 +2,7 @@
 
 use super::files::Reads;
 use super::output::{self, count};
-use nnp_lowering::swgraph::{self, Roots, SwGraph};
+use nnp_lowering::swgraph::{Roots, SwGraph};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -42,14 +42,14 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let graph = match super::lower(&program) {
+    let roots = if args.outputs_only {
+        Roots::Outputs
+    } else {
+        Roots::OutputsAndWrites
+    };
+    let graph = match super::compile(&program, roots) {
         Ok(g) => g,
         Err(code) => return Ok(code),
-    };
-    let graph = if args.outputs_only {
-        swgraph::optimize(&graph, Roots::Outputs)
-    } else {
-        graph
     };
     let out = args
         .output

@@ -116,8 +116,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     } else {
         Roots::Outputs
     };
-    let graph = match super::lower(&program) {
-        Ok(g) => swgraph::optimize(&g, roots),
+    let graph = match super::compile(&program, roots) {
+        Ok(g) => g,
         Err(code) => return Ok(code),
     };
     // The hardware trace's lines are indexed by item before the run (a malformed line stops
@@ -325,9 +325,8 @@ impl Comparison<'_> {
                     .first()
                     .map_or("the firmware does not check".into(), |d| d.message.clone())
             })?;
-        let graph = nnp_lowering::swgraph::lower(&checked.program)
+        let graph = swgraph::compile(&checked.program, Roots::Outputs)
             .map_err(|e| format!("cannot lower: {e}"))?;
-        let graph = swgraph::optimize(&graph, Roots::Outputs);
         let compare = |items| {
             self.compare(&checked.program, &graph, weights.clone(), items, 0, None)
                 .map(|report| (items, report))

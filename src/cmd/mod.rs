@@ -16,7 +16,7 @@ pub mod train;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use nnp_grammar::Program;
-use nnp_lowering::swgraph::SwGraph;
+use nnp_lowering::swgraph::{Roots, SwGraph};
 use nnp_runtime::host::Progress;
 use std::path::Path;
 use std::process::ExitCode;
@@ -131,9 +131,10 @@ pub fn write_output(
         .map_err(|e| fail(format!("cannot write `{}`: {e}", path.display())))
 }
 
-/// Lower a checked program to its software graph; on failure print why and return status 1.
-pub fn lower(program: &Program) -> Result<SwGraph, ExitCode> {
-    nnp_lowering::swgraph::lower(program).map_err(|e| {
+/// Compile a checked program to the software graph that keeps `roots`
+/// ([`nnp_lowering::swgraph::compile`]); on failure print why and return status 1.
+pub fn compile(program: &Program, roots: Roots) -> Result<SwGraph, ExitCode> {
+    nnp_lowering::swgraph::compile(program, roots).map_err(|e| {
         let report = fail(format!("{}: cannot lower: {e}", program.source.name));
         output::report(&report, ExitCode::from(1))
     })

@@ -151,12 +151,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             Ok(p) => p,
             Err(code) => return Ok(code),
         };
-        let g = match super::lower(&program) {
+        let g = match super::compile(&program, roots) {
             Ok(g) => g,
             Err(code) => return Ok(code),
         };
         reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
-        (swgraph::optimize(&g, roots), program)
+        (g, program)
     };
     // Inputs, from files or seeded random, are read or made a chunk at a time.
     let (weights, feed) = args.data.feed(&program, None).map_err(super::fail)?;

@@ -131,7 +131,7 @@ pub fn run_differential(
     json: bool,
 ) -> Outcome {
     use nnp_grammar::{SourceFile, Target, check};
-    use nnp_lowering::swgraph::{Roots, SwGraph, optimize};
+    use nnp_lowering::swgraph::{Roots, SwGraph, compile};
     use nnp_runtime::emulator::{EmuError, EmuOptions, emulate};
     use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution, Session};
     use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -203,7 +203,7 @@ pub fn run_differential(
         Ok([first, session.run(&data)])
     };
     let sw = catch_unwind(AssertUnwindSafe(|| -> Result<_, String> {
-        let g = nnp_lowering::swgraph::lower(&program).map_err(|e| e.to_string())?;
+        let g = compile(&program, Roots::OutputsAndWrites).map_err(|e| e.to_string())?;
         let keep = ExecOptions {
             keep_writes: true,
             float_matmul: true,
@@ -216,7 +216,8 @@ pub fn run_differential(
                 SwGraph::from_json(&g.to_json()).map_err(|e| format!("JSON round trip: {e}"))?;
             twice(&g, run_options(data_seed))?
         } else {
-            twice(&optimize(&g, Roots::Outputs), run_options(data_seed))?
+            let g = compile(&program, Roots::Outputs).map_err(|e| e.to_string())?;
+            twice(&g, run_options(data_seed))?
         };
         Ok((g, traced, plain))
     }));

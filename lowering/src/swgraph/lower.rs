@@ -53,15 +53,16 @@ pub enum LowerError {
     TooLarge(#[from] nnp_grammar::SizeError),
 }
 
-/// Lower a checked program to its software graph, optimized ([`optimize`] with
-/// [`Roots::OutputsAndWrites`], so `run --trace` can report every `v_wr`).
-pub fn lower(program: &Program) -> Result<SwGraph, LowerError> {
-    let g = lower_raw(program)?;
-    Ok(optimize(&g, Roots::OutputsAndWrites))
+/// The one entry point from a checked program to the graph a run executes: [`lower`], then
+/// [`optimize`] for `roots` (`Roots::OutputsAndWrites` keeps every `v_wr`'s value, which
+/// `run --trace` and `diff --trace` report; `Roots::Outputs` only what the outputs need).
+pub fn compile(program: &Program, roots: Roots) -> Result<SwGraph, LowerError> {
+    Ok(optimize(&lower(program)?, roots))
 }
 
-/// Lower without merging or pruning (every register move is visible; for tests of the passes).
-pub fn lower_raw(program: &Program) -> Result<SwGraph, LowerError> {
+/// Lower a checked program by symbolic execution, without merging or pruning (every register
+/// move is visible): what [`compile`] optimizes, and what the tests of the passes read.
+pub fn lower(program: &Program) -> Result<SwGraph, LowerError> {
     program.check_size()?;
     // The host rounds what it loads to the storage format in force at the first vector chain.
     let load = program

@@ -19,7 +19,7 @@ mod lower;
 mod passes;
 mod validate;
 
-pub use lower::{LowerError, lower};
+pub use lower::{LowerError, compile, lower};
 pub use passes::{Roots, optimize};
 pub use validate::MAX_VALUE_ELEMENTS;
 pub(crate) use validate::infer_ty;

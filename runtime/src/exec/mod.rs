@@ -287,13 +287,12 @@ pub fn run_program(
     data: &HostData,
     opts: &ExecOptions,
 ) -> Result<Execution, RunError> {
-    let g = nnp_lowering::swgraph::lower(program)?;
     let roots = if opts.keep_writes {
         nnp_lowering::swgraph::Roots::OutputsAndWrites
     } else {
         nnp_lowering::swgraph::Roots::Outputs
     };
-    let g = nnp_lowering::swgraph::optimize(&g, roots);
+    let g = nnp_lowering::swgraph::compile(program, roots)?;
     Ok(execute(&g, data, opts)?)
 }
 

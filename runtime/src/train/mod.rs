@@ -518,9 +518,9 @@ pub fn time_steps(
     })
 }
 
-/// The graph a run executes: lowered, optimized for its outputs.
+/// The graph a run executes, optimized for its outputs ([`swgraph::compile`]).
 pub fn compile(program: &Program) -> Result<SwGraph, TrainError> {
-    Ok(swgraph::optimize(&swgraph::lower(program)?, Roots::Outputs))
+    Ok(swgraph::compile(program, Roots::Outputs)?)
 }
 
 /// The weights as variables, in name order.

@@ -4,7 +4,7 @@ use super::*;
 use crate::emulator::{self, EmuOptions};
 use crate::exec::execute;
 use nnp_grammar::SourceFile;
-use nnp_lowering::swgraph::{Node, Roots, TileLayout, lower, optimize};
+use nnp_lowering::swgraph::{Node, Roots, TileLayout, compile};
 
 /// The outputs' bit patterns, NaN canonical (NaN payloads are not part of the contract).
 fn bits(o: &Outputs) -> Vec<(String, Vec<u32>)> {
@@ -38,7 +38,7 @@ fn checked(
     let program = nnp_grammar::check(src, target)
         .expect("firmware checks")
         .program;
-    let g = optimize(&lower(&program).expect("lowers"), Roots::Outputs);
+    let g = compile(&program, Roots::Outputs).expect("lowers");
     (program, g)
 }
 
