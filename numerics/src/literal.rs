@@ -1,6 +1,6 @@
 //! The small syntax of format literals: `name`, `name(arg, key = value, ...)`, where a value is
 //! an identifier, an integer, a decimal number or itself a call (`stochastic(seed = 7)`).
-//! This module only builds the syntax tree with byte spans; `format.rs` gives it meaning.
+//! This module only builds the syntax tree with byte spans; `format/parse.rs` gives it meaning.
 
 use crate::format::FormatError;
 
