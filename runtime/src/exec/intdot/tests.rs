@@ -1,6 +1,15 @@
+use super::kernel::*;
+use super::product::*;
+use super::runs::*;
+use super::sink::*;
+use super::sliced::*;
+use super::vector::*;
+use super::weights::*;
 use super::*;
-use crate::exec::matmul::matvec_exact;
-use nnp_numerics::FloatFormat;
+use crate::exec::matmul::{MatVec, matvec_exact};
+use crate::exec::quant::BfpInts;
+use nnp_grammar::Accumulation;
+use nnp_numerics::{FloatFormat, pow2};
 
 #[test]
 fn qmax_by_hand() {
