@@ -9,7 +9,6 @@
 //! ```
 
 pub mod memory;
-pub mod progen;
 
 pub use nnp_grammar as grammar;
 pub use nnp_grammar::{

@@ -1,4 +1,4 @@
-//! Differential test: random valid programs (`nnpc::progen`), software graph vs emulator, bit
+//! Differential test: random valid programs (`nnp_progen`), software graph vs emulator, bit
 //! for bit, on several adversarial input sets each.
 //!
 //! CI runs 200 programs. The long run (docs/testing.md):
@@ -11,11 +11,11 @@ mod common;
 
 use common::env_u64;
 use nnp_grammar::{ChainBody, DeclKind, Init, Mem, OpKind, SourceFile, Target, check};
-use nnp_runtime::exec::PathCounts;
-use nnpc::progen::{
+use nnp_progen::{
     DataConfig, GenConfig, Outcome, compare_outputs, generate, minimize, minimize_failure,
     run_differential,
 };
+use nnp_runtime::exec::PathCounts;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -189,7 +189,7 @@ fn comparison_finds_one_flipped_bit() {
         })
         .find(|(_, _, p)| p.outputs().any(|d| d.shape.len() == 2 && d.shape[0] > 1))
         .expect("a program with a two-row output");
-    let data = nnpc::progen::host_data(&p, BATCH, seed, &DataConfig::default());
+    let data = nnp_progen::host_data(&p, BATCH, seed, &DataConfig::default());
     let emu = nnp_runtime::emulator::emulate(&p, &data, &Default::default())
         .expect("emulator runs")
         .outputs;
@@ -262,7 +262,7 @@ fn a_different_machine_is_caught() {
             checked(&g.source, &g.target_toml),
             checked(&g.source, &other),
         );
-        let data = nnpc::progen::host_data(&a, BATCH, seed, &DataConfig::default());
+        let data = nnp_progen::host_data(&a, BATCH, seed, &DataConfig::default());
         let emu = nnp_runtime::emulator::emulate(&a, &data, &Default::default())
             .expect("emulator runs")
             .outputs;

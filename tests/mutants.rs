@@ -14,10 +14,10 @@
 mod common;
 
 use common::env_u64;
+use nnp_progen::{DataConfig, Outcome, Rng, host_data, minimize_failure, run_differential};
 use nnp_runtime::exec::{ExecOptions, Session};
 use nnp_runtime::host::HostData;
 use nnpc::grammar::{SourceFile, Target, check};
-use nnpc::progen::{DataConfig, Outcome, Rng, host_data, minimize_failure, run_differential};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::Arc;

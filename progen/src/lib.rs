@@ -1,4 +1,6 @@
-//! Random firmware programs for differential testing (software graph vs emulator).
+//! Random firmware programs for differential testing (software graph vs emulator): a
+//! dev-dependency of `nnpc`'s tests (`tests/differential.rs`, `tests/mutants.rs`), never part
+//! of the shipped library or binary.
 //!
 //! [`generate`] builds a program that is valid *by construction*: it models the machine state
 //! (which registers hold data, which are declared, where the scalar registers stand, the MFU
