@@ -3,8 +3,9 @@
 use super::*;
 use crate::emulator::{self, EmuOptions};
 use crate::exec::execute;
+use crate::host::HostData;
 use nnp_grammar::SourceFile;
-use nnp_lowering::swgraph::{Node, Roots, TileLayout, compile};
+use nnp_lowering::swgraph::{Roots, compile};
 
 /// The outputs' bit patterns, NaN canonical (NaN payloads are not part of the contract).
 fn bits(o: &Outputs) -> Vec<(String, Vec<u32>)> {
@@ -48,111 +49,6 @@ fn products(g: &SwGraph) -> usize {
         .iter()
         .filter(|n| matches!(n.op, Op::TiledMatVec { .. }))
         .count()
-}
-
-/// The bytes per item a run holds at once, by hand (N = 2): the output `y` of 5 values (5
-/// f32, held from the start), an input of 4 lanes (4 f64), padded to 3 tiles (6 f64) that
-/// the output reads, the relu of the padded value and the sum of the relu with itself. The
-/// input is freed after the pad and the constant is not counted; the output's row goes into
-/// its f32 buffer, so the padded value goes after its last reader, the relu: at the relu and
-/// at the sum, 5 f32 and 2 x 6 f64. With the output reading the input instead, the input goes
-/// at the output node, before the relu: the same peak.
-#[test]
-fn peak_item_bytes_by_hand() {
-    let v = Ty::Vector { tiles: 3 };
-    let output = |src: u32| Node {
-        op: Op::Output {
-            name: "y".into(),
-            row: 0,
-            src: ValueId(src),
-        },
-        ty: Ty::None,
-    };
-    let mut graph = SwGraph {
-        version: nnp_lowering::swgraph::SWGRAPH_VERSION,
-        source: "hand".into(),
-        target: "hand".into(),
-        native: 2,
-        storage: FloatFormat::FP16,
-        nodes: vec![
-            Node {
-                op: Op::Input {
-                    name: "x".into(),
-                    shape: vec![4],
-                },
-                ty: Ty::Logical { shape: vec![4] },
-            },
-            Node {
-                op: Op::Zero { shape: vec![6] },
-                ty: Ty::Logical { shape: vec![6] },
-            },
-            Node {
-                op: Op::PadToTiles {
-                    src: ValueId(0),
-                    layout: TileLayout::Vector,
-                    pad: 0.0,
-                },
-                ty: v.clone(),
-            },
-            output(2),
-            Node {
-                op: Op::Unary {
-                    op: UnOp::Relu,
-                    src: ValueId(2),
-                    format: FloatFormat::FP16,
-                    table: None,
-                },
-                ty: v.clone(),
-            },
-            Node {
-                op: Op::Binary {
-                    op: nnp_lowering::swgraph::BinOp::Add,
-                    a: ValueId(4),
-                    b: ValueId(4),
-                    format: FloatFormat::FP16,
-                },
-                ty: v,
-            },
-        ],
-        outputs: vec![nnp_lowering::swgraph::OutputInfo {
-            name: "y".into(),
-            shape: vec![5],
-            rows: 1,
-            row_len: 5,
-        }],
-        decls: vec![],
-        writes: vec![],
-        checks: vec![],
-    };
-    let order: Vec<usize> = (0..6).collect();
-    let constant = [false, true, false, false, false, false];
-    // Last readers: the input's at position 2, the padded value's at 4 (the relu), the
-    // relu's at 5; the rest are read by nothing.
-    let last_use = [2, 0, 4, 0, 5, 0];
-    let none = HashSet::new();
-    assert_eq!(
-        peak_item_bytes(&graph, &order, &constant, &last_use, &none),
-        5 * 4 + 2 * 6 * 8
-    );
-    // A traced relu adds its written copy (6 f64) and its records' bits (6 u32).
-    let relu: HashSet<ValueId> = [ValueId(4)].into();
-    assert_eq!(
-        peak_item_bytes(&graph, &order, &constant, &last_use, &relu),
-        5 * 4 + 2 * 6 * 8 + 6 * (8 + 4)
-    );
-    graph.nodes[3] = output(0);
-    let last_use = [3, 0, 4, 0, 5, 0];
-    assert_eq!(
-        peak_item_bytes(&graph, &order, &constant, &last_use, &none),
-        5 * 4 + 2 * 6 * 8
-    );
-    // At the pad, the input is alive too (its reader, the output, comes after): 5 f32, 4 + 6
-    // f64. With the input 2 lanes wider, that is the peak.
-    graph.nodes[0].ty = Ty::Logical { shape: vec![8] };
-    assert_eq!(
-        peak_item_bytes(&graph, &order, &constant, &last_use, &none),
-        5 * 4 + (8 + 6) * 8
-    );
 }
 
 /// The chunks of a run, by hand: `chunk_items` consecutive ranges of nearly equal size,
