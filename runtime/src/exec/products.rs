@@ -55,7 +55,7 @@ struct Operands {
     cacheable: bool,
 }
 
-/// A weight stack for [`FloatPath::Bounded`] on the host, and [`matmul::norm_bound`] of each
+/// A weight stack for [`FloatPath::Bounded`](float::FloatPath::Bounded) on the host, and [`matmul::norm_bound`] of each
 /// of its rows: under `exact` accumulation one `[rows * n, cols * n]` matrix, under the `-seq`
 /// modes one `[rows * n, n]` matrix per tile column (`[cols, rows * n, n]`).
 pub(super) struct BoundedWeights {

@@ -105,7 +105,7 @@ pub struct Session<'g> {
     /// only if a product needs it.
     to_ints: Vec<Option<quant::BfpInts>>,
     /// `concat` nodes that only such `quantize` nodes read: where the kernel runs, those
-    /// quantize the concat's parts tile by tile ([`Executor::quantize_parts_to_ints`]; a
+    /// quantize the concat's parts tile by tile ([`Executor::quantize_parts_to_ints`](super::executor::Executor::quantize_parts_to_ints); a
     /// convolution's window holds each pixel's tile several times) and the concat itself is
     /// made only if one of them falls back to its f64 value.
     through: Vec<bool>,
@@ -273,7 +273,7 @@ impl<'g> Session<'g> {
 /// integers, which every shard then reads from the shared caches.
 const SMALL_WEIGHTS: usize = 1 << 20;
 
-/// A fast path a node took ([`Execution`]'s counts).
+/// A fast path a node took ([`Execution`](super::Execution)'s counts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Path {
     IntKernel,

@@ -125,7 +125,7 @@ impl<'a> Executor<'a> {
     }
 
     /// Compute the weight stack `w` (read only by chunked matmuls of chunk and dtype `key`)
-    /// straight from the host's weights into that matmul's layout ([`arrange_w`], converted),
+    /// straight from the host's weights into that matmul's layout ([`arrange_w`](super::float::arrange_w), converted),
     /// and keep it in that form alone (the products read nothing else).
     pub(in crate::exec) fn prepare_arranged(
         &mut self,
