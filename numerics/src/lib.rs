@@ -12,6 +12,7 @@
 
 pub mod activation;
 pub mod block;
+pub mod elementwise;
 pub mod fixed;
 pub mod float;
 pub mod format;

@@ -17,9 +17,9 @@ use super::chain::VecChain;
 use super::state::Space;
 use crate::diagnostics::{Diagnostic, codes};
 use crate::program::{DeclKind, Mem, OpKind, Span};
-use nnp_numerics::Format;
 use nnp_numerics::activation::{self, Activation};
 use nnp_numerics::format::Per;
+use nnp_numerics::{Format, elementwise};
 
 /// The most negative fp16: the idiomatic pad before a softmax (exp(-65504 - max) is 0).
 const SOFTMAX_PAD: f64 = -65504.0;
@@ -91,9 +91,9 @@ fn apply(kind: OpKind, v: f64, operand: Option<f64>) -> Option<f64> {
         (OpKind::Add, Some(b)) => v + b,
         (OpKind::ASubB, Some(b)) => v - b,
         (OpKind::BSubA, Some(b)) => b - v,
-        (OpKind::Max, Some(b)) => v.max(b),
+        (OpKind::Max, Some(b)) => elementwise::max(v, b),
         (OpKind::Mul, Some(b)) => v * b,
-        (OpKind::Relu, _) => v.max(0.0),
+        (OpKind::Relu, _) => elementwise::relu(v),
         (OpKind::Sigm, _) => activation::eval(Activation::Sigmoid, v),
         (OpKind::Tanh, _) => activation::eval(Activation::Tanh, v),
         (OpKind::Exp, _) => activation::eval(Activation::Exp, v),

@@ -56,24 +56,8 @@ impl<'t> Act<'t> {
     }
 }
 
-/// `v_relu`: `x > 0 ? x : +0.0`, NaN stays NaN.
-pub fn relu(x: f64) -> f64 {
-    if x.is_nan() || x > 0.0 { x } else { 0.0 }
-}
-
-/// `vv_max`: NaN if either side is NaN; `max(-0, +0) = +0`.
-pub fn max(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if a == b {
-        // Equal values: only the signs of zeros can differ; prefer +0.
-        if a.is_sign_positive() { a } else { b }
-    } else if a > b {
-        a
-    } else {
-        b
-    }
-}
+// `v_relu` and `vv_max` select: their one definition is shared by every engine.
+pub use nnp_numerics::elementwise::{max, relu};
 
 /// An element-wise op of the add-class or multiply unit: `v` is the carried value, `m` the
 /// operand, both already rounded to `fmt`.

@@ -4,7 +4,7 @@
 use super::exact::{ExactSum, two_prod, two_sum};
 use super::quant::{FastRound, PAR_MIN, Rounder, avx2_copy, par_pieces, vectorized};
 use nnp_lowering::swgraph::{BinOp, TableFn};
-use nnp_numerics::{Activation, FloatFormat, Rounding, activation, floor_log2};
+use nnp_numerics::{Activation, FloatFormat, Rounding, activation, elementwise, floor_log2};
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -134,22 +134,7 @@ fn binary1(op: BinOp, fmt: &FloatFormat, r: &Rounder, x: f64, y: f64) -> f64 {
     }
 }
 
-/// NaN-propagating maximum with `max(-0, +0) = +0`.
-#[inline]
-pub fn max(x: f64, y: f64) -> f64 {
-    if x.is_nan() || y.is_nan() {
-        f64::NAN
-    } else if x > y {
-        x
-    } else if y > x {
-        y
-    } else if x.is_sign_negative() {
-        // Equal: only the zeros differ, and -0 wins only against -0.
-        y
-    } else {
-        x
-    }
-}
+pub use nnp_numerics::elementwise::max;
 
 /// An activation function as a lookup: 65,536-entry table for 16-bit formats, else the f64
 /// function rounded once.
@@ -379,8 +364,7 @@ pub fn relu(fmt: &FloatFormat, x: &[f64], out: &mut [f64]) {
     par_pieces(x, out, 4096, |(xs, os)| {
         r.round_all(xs, os);
         // The select on its own vectorises as it is.
-        os.iter_mut()
-            .for_each(|o| *o = if *o > 0.0 || o.is_nan() { *o } else { 0.0 });
+        os.iter_mut().for_each(|o| *o = elementwise::relu(*o));
     });
 }
 
