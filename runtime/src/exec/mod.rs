@@ -11,10 +11,11 @@
 //! With the `cuda` feature and [`DeviceKind::Cuda`] the integer products run on the GPU
 //! (`gpu`); the rest of the graph stays on the host.
 //!
-//! A run, file by file: [`Session::new`] (`session.rs`) decides what each node's value is for
-//! and the evaluation order; [`Session::run`] takes the batch in chunks (and shards), each one
-//! pass of an `Executor` over the nodes (`executor.rs`); the products take their operands and
-//! their path in `products.rs`; the kernels are the modules below.
+//! A run, file by file: [`Session::new`] (`session.rs`, its analyses in `session/analysis.rs`)
+//! decides what each node's value is for and the evaluation order; [`Session::run`]
+//! (`session/run.rs`) takes the batch in chunks (and shards), each one pass
+//! (`session/pass.rs`) of an `Executor` over the nodes (`executor.rs`); the products take
+//! their operands and their path in `products/`; the kernels are the modules below.
 
 pub mod baseline;
 pub mod exact;
