@@ -1203,6 +1203,10 @@ fn train_prints_its_summary_last_and_writes_the_tuned_weights() {
     };
     assert_eq!(shapes(&tuned), shapes(&start));
 
+    let o = nnpc(&["train", "samples/train/digits_mlp.nnp", "--lr", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("learning rate"), "{}", stderr(&o));
+
     let o = nnpc(&["train", "samples/mlp2_relu.nnp"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--data"), "{}", stderr(&o));

@@ -224,8 +224,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     }
     let report = match report {
         Ok(r) => r,
+        // Unusable data or options are bad input (2); a run that fails is 1.
         Err(e) => {
-            return Ok(output::report(&fail(e), ExitCode::from(1)));
+            let code = if e.is_input_error() { 2 } else { 1 };
+            return Ok(output::report(&fail(e), ExitCode::from(code)));
         }
     };
     if let Some(out) = &args.output {

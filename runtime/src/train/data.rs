@@ -111,7 +111,7 @@ impl Dataset {
     }
 
     /// Every split has every input and target, with one item count and the declared shapes.
-    fn check(&self, program: &Program) -> Result<(), TrainError> {
+    pub(super) fn check(&self, program: &Program) -> Result<(), TrainError> {
         for (which, s) in
             std::iter::once(("train", &self.train)).chain(self.test.iter().map(|t| ("test", t)))
         {

@@ -7,7 +7,7 @@
 
 use super::TrainError;
 use crate::host::Tensor as HostTensor;
-use candle_core::{D, DType, Device, Tensor};
+use candle_core::{D, Device, Tensor};
 
 /// The loss a run minimizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,7 +115,7 @@ impl Scoring {
                 };
                 // Mean over the positions that take a class (every item, every row).
                 let positions = (target.elem_count() / target.dim(D::Minus1)?.max(1)) as f64;
-                (target.mul(&logp)?.sum_all()? / -positions)?.to_dtype(DType::F64)
+                target.mul(&logp)?.sum_all()? / -positions
             }
         }
     }

@@ -71,6 +71,18 @@ pub enum TrainError {
 }
 
 impl TrainError {
+    /// Whether the error is in what the caller passed (data, schedule, options, weights)
+    /// rather than in the run.
+    pub fn is_input_error(&self) -> bool {
+        matches!(
+            self,
+            TrainError::Data(_)
+                | TrainError::Schedule(_)
+                | TrainError::Options(_)
+                | TrainError::Weights(_)
+        )
+    }
+
     /// A candle error's first line (its Display may carry a backtrace after it).
     fn first_line(e: &candle_core::Error) -> String {
         e.to_string()
@@ -215,6 +227,8 @@ pub fn train(
             }],
         },
     };
+    // A dataset built by hand has not been through `Dataset::from_tensors`' checks.
+    data.check(program)?;
     let firmware = compile(program)?;
     let scoring = scorings(program, &firmware, data, opts.loss)?;
     let test = data.test.as_ref().unwrap_or(&data.train);
@@ -325,6 +339,7 @@ pub fn time_steps(
     opts: &TrainOptions,
     reps: usize,
 ) -> Result<StepTimes, TrainError> {
+    data.check(program)?;
     let graph = compile(program)?;
     let scoring = scorings(program, &graph, data, opts.loss)?;
     let items: Vec<usize> = (0..opts.batch.min(data.train.items())).collect();
