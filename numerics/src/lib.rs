@@ -20,6 +20,7 @@ pub mod kernel;
 mod literal;
 pub mod log;
 pub mod pack;
+mod quantize;
 pub mod rounding;
 pub mod stats;
 

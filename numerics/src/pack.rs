@@ -2,6 +2,14 @@
 
 use crate::format::{Block, Format, IntScale};
 
+impl Format {
+    /// Storage cost in bits per element for runs of `run_len` elements (shared scales
+    /// amortised over their block; per-tensor scales counted once per run).
+    pub fn bits_per_element(&self, native: usize, run_len: usize) -> f64 {
+        bits_per_element(self, native, run_len)
+    }
+}
+
 /// Bits per element for runs of `run_len` elements (block headers amortised over their block,
 /// per-run headers over the run).
 pub fn bits_per_element(f: &Format, native: usize, run_len: usize) -> f64 {
