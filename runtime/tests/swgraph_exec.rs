@@ -479,6 +479,7 @@ fn matvec_graph(rows: usize, cols: usize, fmt: Format, acc: Accumulation) -> SwG
         decls: vec![],
         writes: vec![],
         checks: vec![],
+        planned: Default::default(),
     }
 }
 

@@ -55,9 +55,12 @@ pub enum LowerError {
 
 /// The one entry point from a checked program to the graph a run executes: [`lower`], then
 /// [`optimize`] for `roots` (`Roots::OutputsAndWrites` keeps every `v_wr`'s value, which
-/// `run --trace` and `diff --trace` report; `Roots::Outputs` only what the outputs need).
+/// `run --trace` and `diff --trace` report; `Roots::Outputs` only what the outputs need), then
+/// [`SwGraph::plan`] (what every session of the graph shares).
 pub fn compile(program: &Program, roots: Roots) -> Result<SwGraph, LowerError> {
-    Ok(optimize(&lower(program)?, roots))
+    let graph = optimize(&lower(program)?, roots);
+    graph.plan();
+    Ok(graph)
 }
 
 /// Lower a checked program by symbolic execution, without merging or pruning (every register
@@ -134,6 +137,7 @@ pub fn lower(program: &Program) -> Result<SwGraph, LowerError> {
         decls: program.decls.clone(),
         writes: lw.writes,
         checks: lw.checks,
+        planned: Default::default(),
     })
 }
 

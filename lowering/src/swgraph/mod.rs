@@ -12,15 +12,18 @@
 //! - *logical* values (`Input`, `Weight`, `Zero`, `Unpad`) have the declaration's shape.
 //!
 //! [`lower`] builds the graph by symbolic execution of the program; [`optimize`] merges identical
-//! work and drops dead values. The JSON form is versioned ([`SWGRAPH_VERSION`]); see
+//! work and drops dead values; [`compile`] does both and plans the result ([`Plan`]: order,
+//! constants, fused regions, last uses, product candidates). The JSON form is versioned ([`SWGRAPH_VERSION`]); see
 //! `docs/swgraph.md`.
 
 mod lower;
 mod passes;
+mod plan;
 mod validate;
 
 pub use lower::{LowerError, compile, lower};
 pub use passes::{Roots, optimize};
+pub use plan::{Plan, PlanCell, Schedule, fusable};
 pub use validate::MAX_VALUE_ELEMENTS;
 pub(crate) use validate::infer_ty;
 
@@ -28,6 +31,7 @@ use nnp_grammar::{Accumulation, Decl, Mem, Span};
 use nnp_numerics::{FloatFormat, Format};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 /// Version of the JSON schema written by [`SwGraph::to_json`].
 pub const SWGRAPH_VERSION: u32 = 1;
@@ -346,6 +350,11 @@ pub struct SwGraph {
     /// order (none otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<FiniteCheck>,
+    /// The plan, once computed ([`SwGraph::plan`]); a graph built by hand starts with
+    /// `PlanCell::default()`. Edit a graph's other fields before its plan is first asked
+    /// for (or edit a clone, which plans anew).
+    #[serde(skip)]
+    pub planned: PlanCell,
 }
 
 /// A value that must hold no NaN or infinity under `nonfinite = "error"` (docs/semantics.md,
@@ -417,7 +426,15 @@ impl SwGraph {
         let g: SwGraph = serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
         g.validate()?;
         validate::declared(&g)?;
+        g.plan();
         Ok(g)
+    }
+
+    /// What a run of the graph can know before data arrives ([`Plan`]): computed by
+    /// [`compile`] and [`SwGraph::from_json`], else on first use. Meaningful for a valid graph
+    /// ([`SwGraph::validate`]) only.
+    pub fn plan(&self) -> &Arc<Plan> {
+        self.planned.get(self)
     }
 
     /// Check every field before anything acts on it ([`validate`](validate.rs)): every

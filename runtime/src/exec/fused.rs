@@ -3,8 +3,9 @@
 //! The lowering emits one node per MFU instruction: an LSTM step has a dozen of them on
 //! `[B, tiles * N]` values. One by one, every op reads and writes whole tensors (memory traffic,
 //! an output buffer and a parallel dispatch per op). A [`Region`] is a run of consecutive nodes
-//! (in graph order) that are element-wise MFU ops (binary ops, relu, pass, table activations)
-//! on vectors of one length, none of them constant. It is evaluated in one parallel pass over
+//! of the evaluation order that are element-wise MFU ops (binary ops, relu, pass, table
+//! activations) on vectors of one length, none of them constant: the graph's plan decides
+//! which ([`Schedule::regions`]), the session which of their values it keeps. It is evaluated in one parallel pass over
 //! chunks of whole rows: each node of the region on the chunk, from its operands' rows (values
 //! from outside the region, or the chunk's rows of an earlier node of the region), and only the
 //! values read after the region (or traced) become tensors. Every element goes through the
@@ -13,7 +14,7 @@
 use super::f16c::F16c;
 use super::finite::{ExponentField, all_finite};
 use super::mfu::{self, ActTable};
-use nnp_lowering::swgraph::{BinOp, Op, SwGraph, Ty, UnOp, ValueId};
+use nnp_lowering::swgraph::{BinOp, Schedule, ValueId};
 use nnp_numerics::FloatFormat;
 use rayon::prelude::*;
 use std::collections::HashSet;
@@ -30,136 +31,21 @@ pub(crate) struct Region {
     pub kept: Vec<bool>,
 }
 
-/// The vector length (in tiles) of a node that may join a region: a non-constant binary op or
-/// relu, pass or table activation; `None` otherwise. (A validated graph gives such an op's
-/// operands the length of its value.)
-pub(crate) fn fusable(graph: &SwGraph, constant: &[bool], i: usize) -> Option<u32> {
-    let node = graph.nodes.get(i)?;
-    let mfu = match &node.op {
-        Op::Binary { .. } => true,
-        Op::Unary { op, .. } => *op != UnOp::Softmax,
-        _ => false,
+/// The regions of a schedule ([`Schedule::regions`]), with which of their values a run keeps:
+/// those read after the region or `traced`.
+pub(crate) fn regions(schedule: &Schedule, traced: &HashSet<ValueId>) -> Vec<Region> {
+    let Schedule {
+        order, last_use, ..
+    } = schedule;
+    let region = |r: &std::ops::Range<usize>| Region {
+        start: r.start,
+        end: r.end,
+        kept: order[r.clone()]
+            .iter()
+            .map(|&k| last_use[k] >= r.end || traced.contains(&ValueId(k as u32)))
+            .collect(),
     };
-    match node.ty {
-        Ty::Vector { tiles } if tiles > 0 && mfu && !constant.get(i).copied().unwrap_or(true) => {
-            Some(tiles)
-        }
-        _ => None,
-    }
-}
-
-/// An evaluation order of the nodes: graph order, except that fusable nodes wait until a node
-/// that is not fusable needs them (or the end), and then come together, each after its
-/// operands. The lowering emits an LSTM step chain by chain (product, add, product, add,
-/// sigmoid, ...); in this order the step's element-wise ops form one region.
-///
-/// Constant nodes wait for their first reader too. The lowering declares every weight first:
-/// in graph order, all the weight stacks' preparations (load, pad, round) would be alive
-/// together before the first product, while this way each stack is prepared right before the
-/// product that quantizes it, and the session can keep it as integers alone (`exec`) before
-/// the next one is loaded.
-///
-/// With `products_first` (products on a GPU, which pays a round trip per batch of products),
-/// the products that depend on no other product come first, after the operands of all of them:
-/// an LSTM's `W x_t` products of every step then form one batch, and each step waits for its
-/// `U h_(t-1)` products only.
-pub(crate) fn schedule(graph: &SwGraph, constant: &[bool], products_first: bool) -> Vec<usize> {
-    let count = graph.nodes.len();
-    let mut order = Vec::with_capacity(count);
-    let mut placed = vec![false; count];
-    let mut stack = Vec::new();
-    let mut place = |root: usize, order: &mut Vec<usize>| {
-        // Depth first, operands before the node; an explicit stack (chains can be long).
-        stack.push((root, false));
-        while let Some((i, ready)) = stack.pop() {
-            if placed[i] {
-                continue;
-            }
-            if ready {
-                placed[i] = true;
-                order.push(i);
-                continue;
-            }
-            stack.push((i, true));
-            for v in graph.nodes[i].op.inputs().into_iter().rev() {
-                if v.index() < count && !placed[v.index()] {
-                    stack.push((v.index(), false));
-                }
-            }
-        }
-    };
-    if products_first {
-        let product = |i: usize| matches!(graph.nodes[i].op, Op::TiledMatVec { .. });
-        // Whether every operand of node `i` depends on no product (operands come first).
-        let operands_free = |free: &[bool], i: usize| {
-            let inputs = graph.nodes[i].op.inputs();
-            inputs
-                .iter()
-                .all(|v| free.get(v.index()).copied().unwrap_or(false))
-        };
-        let mut free = vec![false; count];
-        for i in 0..count {
-            free[i] = !product(i) && operands_free(&free, i);
-        }
-        let first: Vec<usize> = (0..count)
-            .filter(|&i| product(i) && operands_free(&free, i))
-            .collect();
-        for &i in &first {
-            for v in graph.nodes[i].op.inputs() {
-                if v.index() < count {
-                    place(v.index(), &mut order);
-                }
-            }
-        }
-        for &i in &first {
-            place(i, &mut order);
-        }
-    }
-    for i in 0..count {
-        if fusable(graph, constant, i).is_none() && !constant.get(i).copied().unwrap_or(false) {
-            place(i, &mut order);
-        }
-    }
-    for i in 0..count {
-        place(i, &mut order);
-    }
-    order
-}
-
-/// The regions of an evaluation order (two nodes or more; a single op gains nothing).
-/// `last_use[i]`: the position of the last node that reads value `i`.
-pub(crate) fn regions(
-    graph: &SwGraph,
-    constant: &[bool],
-    order: &[usize],
-    last_use: &[usize],
-    traced: &HashSet<ValueId>,
-) -> Vec<Region> {
-    let fusable_at = |pos: usize| fusable(graph, constant, order[pos]);
-    let mut out = Vec::new();
-    let mut pos = 0;
-    while pos < order.len() {
-        let Some(tiles) = fusable_at(pos) else {
-            pos += 1;
-            continue;
-        };
-        let start = pos;
-        while pos < order.len() && fusable_at(pos) == Some(tiles) {
-            pos += 1;
-        }
-        if pos - start >= 2 {
-            let kept = order[start..pos]
-                .iter()
-                .map(|&k| last_use[k] >= pos || traced.contains(&ValueId(k as u32)))
-                .collect();
-            out.push(Region {
-                start,
-                end: pos,
-                kept,
-            });
-        }
-    }
-    out
+    schedule.regions.iter().map(region).collect()
 }
 
 /// Where an operand's rows come from.

@@ -8,17 +8,17 @@ mod pass;
 mod run;
 
 use super::mfu::ActTable;
-use super::products::{BoundedWeights, bounded_stacks, chunked_stacks, product_spec};
+use super::products::{BoundedWeights, bounded_stacks, chunked_stacks};
 use super::{
     DeviceKind, ExecError, ExecOptions, PathCounts, WrittenValue, finite, fused, gpu, intdot,
     prepare, quant, rounded,
 };
 use crate::host::{Outputs, Progress};
 use analysis::{
-    concats_to_ints, peak_item_bytes, quantized_vectors, reads, weight_stacks, written_values,
+    concats_to_ints, extend_last_uses, peak_item_bytes, quantized_vectors, written_values,
 };
 use candle_core::{DType, Device, Tensor};
-use nnp_lowering::swgraph::{Op, SwGraph, UnOp, ValueId};
+use nnp_lowering::swgraph::{Plan, Schedule, SwGraph, UnOp, ValueId};
 use nnp_numerics::FloatFormat;
 pub(super) use pass::tally;
 pub use run::{
@@ -73,9 +73,10 @@ pub struct Session<'g> {
     dev: Device,
     /// The GPU of `DeviceKind::Cuda`.
     gpu: Option<Arc<gpu::Gpu>>,
-    /// Nodes whose value depends on no input (batch 1, the same in every run).
-    constant: Vec<bool>,
-    /// Constant values a non-constant node, an output or a trace reads: what a warm run needs.
+    /// The graph's plan ([`SwGraph::plan`]): which nodes are constant, the product candidates.
+    plan: Arc<Plan>,
+    /// Constant values a non-constant node, a check or a trace reads: what a warm run needs
+    /// (the plan's and the traced ones).
     keep: Vec<bool>,
     /// The kept constant values, once computed.
     consts: Vec<Option<Tensor>>,
@@ -89,7 +90,7 @@ pub struct Session<'g> {
     /// weights (as integers where the kernel runs, else in their matmul's layout or as f64),
     /// the input chains it computes in one pass from the host's inputs, and the nodes it
     /// skips.
-    plan: prepare::Plan,
+    prepared: prepare::Plan,
     /// For the float path, the plan's stacks whose every product takes the chunked matmul
     /// with one chunk and dtype: those, which the session prepares straight into that
     /// matmul's layout and keeps in it alone.
@@ -109,11 +110,11 @@ pub struct Session<'g> {
     /// convolution's window holds each pixel's tile several times) and the concat itself is
     /// made only if one of them falls back to its f64 value.
     through: Vec<bool>,
-    /// The evaluation order ([`fused::schedule`]).
-    order: Vec<usize>,
-    /// Position in `order` of the last reader of every value, so tensors are freed as soon as
-    /// possible.
-    last_use: Vec<usize>,
+    /// The evaluation order, the plan's or products first on a GPU ([`Schedule::new`]), with
+    /// the last uses of the concats' parts that a run may skip (`through`).
+    schedule: Schedule,
+    /// The fused regions of the order, and which of their values become tensors.
+    regions: Vec<fused::Region>,
     /// Bytes per batch item of the values a run holds at once, at most ([`peak_item_bytes`]).
     item_bytes: usize,
     /// Told how many items each chunk of a run covered, after it ([`Session::set_progress`]).
@@ -170,78 +171,70 @@ impl<'g> Session<'g> {
             DeviceKind::Cpu => None,
             DeviceKind::Cuda => Some(gpu::Gpu::open()?),
         };
-        let len = graph.nodes.len();
-        let mut constant = vec![false; len];
-        let mut keep = vec![false; len];
-        for (i, node) in graph.nodes.iter().enumerate() {
-            let inputs = node.op.inputs();
-            constant[i] = match &node.op {
-                Op::Input { .. } | Op::Output { .. } => false,
-                _ => inputs.iter().all(|v| constant[v.index()]),
-            };
-            if !constant[i] {
-                for v in inputs {
-                    keep[v.index()] |= constant[v.index()];
-                }
-            }
-        }
+        // What the graph alone decides (constants, order, regions, product candidates) is
+        // its plan; the session adds what its options and the weights' data decide.
+        let graph_plan = graph.plan().clone();
+        let constant = &graph_plan.constant;
         // The values a run hands back or scans: every `v_wr`'s for traces, and those the
         // target's `nonfinite = "error"` checks. Each is made whole (never only inside a
         // prepared stack or a skipped concat); only a fused region's checked values stay in
-        // its scratch rows, scanned there (`fused::RegionPass::run`).
-        let handed: HashSet<ValueId> = written_values(graph, opts)
-            .into_iter()
+        // its scratch rows, scanned there (`fused::RegionPass::run`). The plan leaves out the
+        // checked ones already; the traced ones are left out here.
+        let traced: HashSet<ValueId> = written_values(graph, opts).into_iter().collect();
+        let handed: HashSet<ValueId> = traced
+            .iter()
+            .copied()
             .chain(graph.checks.iter().map(|c| c.value))
             .collect();
-        for v in &handed {
+        let mut keep = graph_plan.keep.clone();
+        let mut product_only = graph_plan.stacks.clone();
+        for v in &traced {
             keep[v.index()] |= constant[v.index()];
+            product_only[v.index()] = None;
         }
-        let order = fused::schedule(graph, &constant, gpu.is_some() || opts.products_first);
+        let mut schedule = match gpu.is_some() || opts.products_first {
+            true => Schedule::new(graph, constant, true),
+            false => graph_plan.schedule.clone(),
+        };
         // Every constant stack that only products read, kept or not (a product of constants
-        // reads its stack once), goes to the plan; the kept ones may be kept as integers.
-        let product_only = weight_stacks(graph, &constant, &handed);
-        let plan = prepare::plan(graph, &product_only, &handed);
-        let arranged = chunked_stacks(graph, &plan);
+        // reads its stack once), is prepared in one pass; the kept ones may be kept as integers.
+        let prepared = prepare::plan(graph, &product_only, &handed);
+        let arranged = chunked_stacks(graph, &prepared);
         let bounded = bounded_stacks(graph);
-        let to_ints = quantized_vectors(graph, &constant, &keep, &handed);
-        let through = concats_to_ints(graph, &constant, &to_ints, &handed);
-        let mut last_use = vec![0usize; len];
-        for (pos, &i) in order.iter().enumerate() {
-            for v in reads(graph, &through, i) {
-                last_use[v.index()] = pos;
-            }
-        }
-        let traced: HashSet<ValueId> = written_values(graph, opts).into_iter().collect();
-        let item_bytes = peak_item_bytes(graph, &order, &constant, &last_use, &traced);
-        // The distinct weight stacks of the products, in elements.
-        let weights: HashMap<ValueId, usize> = graph
-            .nodes
-            .iter()
-            .filter_map(|node| product_spec(&node.op, graph.native))
-            .map(|(s, _, w)| (w, s.rows * s.cols * s.n * s.n))
-            .collect();
+        let to_ints = quantized_vectors(graph, &graph_plan.vectors, &traced);
+        let through = concats_to_ints(graph, constant, &to_ints, &handed);
+        extend_last_uses(graph, &mut schedule, &through);
+        let regions = fused::regions(&schedule, &traced);
+        let item_bytes = peak_item_bytes(
+            graph,
+            &schedule.order,
+            constant,
+            &schedule.last_use,
+            &traced,
+        );
         let stacks = product_only
             .into_iter()
             .zip(&keep)
             .map(|(s, &k)| s.filter(|_| k))
             .collect();
         let rounded = rounded::rounded_formats(&graph.nodes);
-        let small = weights.values().sum::<usize>() <= SMALL_WEIGHTS;
+        let small = graph_plan.weight_elements <= SMALL_WEIGHTS;
         let checks = finite::Checks::new(graph);
+        let len = graph.nodes.len();
         Ok(Session {
             graph: owner,
             opts: *opts,
             dev: Device::Cpu,
             gpu,
-            order,
-            last_use,
+            consts: vec![None; len],
+            plan: graph_plan,
+            schedule,
+            regions,
             item_bytes,
             progress: None,
-            constant,
             keep,
-            consts: vec![None; len],
             stacks,
-            plan,
+            prepared,
             arranged,
             bounded,
             rounded,

@@ -1,17 +1,7 @@
 //! Tests of `exec::fused`.
 use super::*;
 use crate::exec::mfu::nan_bits;
-use nnp_lowering::swgraph::{Node, TableFn};
-
-fn last_uses(graph: &SwGraph, order: &[usize]) -> Vec<usize> {
-    let mut last_use = vec![0; graph.nodes.len()];
-    for (pos, &i) in order.iter().enumerate() {
-        for v in graph.nodes[i].op.inputs() {
-            last_use[v.index()] = pos;
-        }
-    }
-    last_use
-}
+use nnp_lowering::swgraph::{Node, Op, SwGraph, TableFn, Ty, UnOp};
 
 fn hand_graph(nodes: Vec<Node>) -> SwGraph {
     SwGraph {
@@ -25,6 +15,7 @@ fn hand_graph(nodes: Vec<Node>) -> SwGraph {
         decls: vec![],
         writes: vec![],
         checks: vec![],
+        planned: Default::default(),
     }
 }
 
@@ -76,58 +67,16 @@ fn schedule_gathers_element_wise_ops() {
         node(quantize(7)),
     ]);
     let constant = [false, true, false, false, false, false, false, false, false];
-    let order = schedule(&graph, &constant, false);
-    assert_eq!(order, vec![0, 1, 2, 3, 5, 4, 6, 7, 8]);
-    let last_use = last_uses(&graph, &order);
+    let schedule = Schedule::new(&graph, &constant, false);
+    assert_eq!(schedule.order, vec![0, 1, 2, 3, 5, 4, 6, 7, 8]);
     assert_eq!(
-        regions(&graph, &constant, &order, &last_use, &HashSet::new()),
+        regions(&schedule, &HashSet::new()),
         vec![Region {
             start: 5,
             end: 8,
             // Only the sigmoid is read after the region (by the last quantize).
             kept: vec![false, false, true],
         }]
-    );
-}
-
-/// With products first, the products whose operands depend on no product (3 and 8, like
-/// an LSTM's `W x_t`) come right after the operands of both; the product that reads
-/// another's value (6, like `U h_t`) keeps its place.
-#[test]
-fn products_first_hoists_the_independent_products() {
-    let v = Ty::Vector { tiles: 2 };
-    let node = |op: Op| Node { op, ty: v.clone() };
-    let product = |x: u32| Op::TiledMatVec {
-        x: ValueId(x),
-        w: ValueId(1),
-        rows: 1,
-        cols: 1,
-        accumulation: nnp_grammar::Accumulation::Exact,
-        vector_format: nnp_numerics::Format::FP16,
-        matrix_format: nnp_numerics::Format::FP16,
-        output: FloatFormat::FP16,
-    };
-    let graph = hand_graph(vec![
-        node(input()),
-        node(Op::Zero { shape: vec![4] }),
-        node(quantize(0)),
-        node(product(2)),
-        node(add(3, 0)),
-        node(quantize(4)),
-        node(product(5)),
-        node(quantize(0)),
-        node(product(7)),
-    ]);
-    let constant = [false, true, false, false, false, false, false, false, false];
-    assert_eq!(
-        schedule(&graph, &constant, true),
-        vec![0, 2, 1, 7, 3, 8, 4, 5, 6]
-    );
-    // Without: graph order, the add waiting for the quantize that reads it and the
-    // constant weights (1) for the first product.
-    assert_eq!(
-        schedule(&graph, &constant, false),
-        vec![0, 2, 1, 3, 4, 5, 6, 7, 8]
     );
 }
 
@@ -333,11 +282,11 @@ fn regions_by_hand() {
     ];
     let graph = hand_graph(nodes);
     let constant = [false, true, false, false, false, false, false, false];
-    let order: Vec<usize> = (0..graph.nodes.len()).collect();
-    let last_use = last_uses(&graph, &order);
+    let schedule = Schedule::new(&graph, &constant, false);
+    assert_eq!(schedule.order, (0..graph.nodes.len()).collect::<Vec<_>>());
     let none = HashSet::new();
     assert_eq!(
-        regions(&graph, &constant, &order, &last_use, &none),
+        regions(&schedule, &none),
         vec![Region {
             start: 2,
             end: 5,
@@ -347,8 +296,5 @@ fn regions_by_hand() {
     );
     // A traced value is kept.
     let traced: HashSet<ValueId> = [ValueId(3)].into();
-    assert_eq!(
-        regions(&graph, &constant, &order, &last_use, &traced)[0].kept,
-        vec![false, true, true]
-    );
+    assert_eq!(regions(&schedule, &traced)[0].kept, vec![false, true, true]);
 }

@@ -1,10 +1,9 @@
-//! The analysis behind a session: which nodes take which fast path (weight stacks only
-//! products read, vectors quantized straight to integers, concats skipped), what a run reads
-//! and hands back, and the bytes per item it holds at once.
+//! The analysis behind a session, on top of the graph's plan: which of the plan's candidates
+//! take which fast path (vectors quantized straight to integers, concats skipped), what a run
+//! reads and hands back, and the bytes per item it holds at once.
 
-use crate::exec::products::product_spec;
 use crate::exec::{ExecOptions, intdot, quant};
-use nnp_lowering::swgraph::{Op, SwGraph, Ty, ValueId};
+use nnp_lowering::swgraph::{Op, Schedule, SwGraph, Ty, ValueId};
 use std::collections::HashSet;
 
 /// Bytes per batch item of the values a run holds at once, at most: the run's output tensors
@@ -59,13 +58,38 @@ const TRACED_BYTES: usize = std::mem::size_of::<f64>() + std::mem::size_of::<u32
 /// (`through`, [`Session::through`](super::Session::through)), that concat's parts.
 pub(super) fn reads(graph: &SwGraph, through: &[bool], i: usize) -> Vec<ValueId> {
     let mut vs = graph.nodes[i].op.inputs();
-    if let Op::Quantize { src, .. } = &graph.nodes[i].op
-        && through[src.index()]
-        && let Op::Concat { parts } = &graph.nodes[src.index()].op
-    {
-        vs.extend(parts.iter().map(|p| p.value));
-    }
+    vs.extend(through_parts(graph, through, i));
     vs
+}
+
+/// The parts of the concat that node `i` quantizes, where the run may skip that concat.
+fn through_parts<'g>(
+    graph: &'g SwGraph,
+    through: &[bool],
+    i: usize,
+) -> impl Iterator<Item = ValueId> + 'g {
+    let parts = match &graph.nodes[i].op {
+        Op::Quantize { src, .. } if through[src.index()] => match &graph.nodes[src.index()].op {
+            Op::Concat { parts } => &parts[..],
+            _ => &[],
+        },
+        _ => &[],
+    };
+    parts.iter().map(|p| p.value)
+}
+
+/// The plan's last uses ([`Schedule::last_use`]) with the reads of `through`: a quantize that
+/// reads a skipped concat's parts is their last reader where it comes after the others.
+pub(super) fn extend_last_uses(graph: &SwGraph, schedule: &mut Schedule, through: &[bool]) {
+    if !through.contains(&true) {
+        return;
+    }
+    for (pos, &i) in schedule.order.iter().enumerate() {
+        for v in through_parts(graph, through, i) {
+            let last = &mut schedule.last_use[v.index()];
+            *last = (*last).max(pos);
+        }
+    }
 }
 
 /// The `concat` nodes of vectors that only `quantize` nodes of [`quantized_vectors`] read,
@@ -92,62 +116,23 @@ pub(super) fn concats_to_ints(
         .collect()
 }
 
-/// The values marked in `among` that only products read, as their matrix, with one
-/// `(rows, cols)` for all of them, and that a run does not hand back (`handed`): `(rows,
-/// cols)` per value, `None` for every other value.
-pub(super) fn weight_stacks(
-    graph: &SwGraph,
-    among: &[bool],
-    handed: &HashSet<ValueId>,
-) -> Vec<Option<(usize, usize)>> {
-    let len = graph.nodes.len();
-    let mut stacks = vec![None; len];
-    let mut other = read_beside_products(graph, handed);
-    for node in &graph.nodes {
-        if let Some((spec, x, w)) = product_spec(&node.op, graph.native) {
-            other[x.index()] = true;
-            let dims = (spec.rows, spec.cols);
-            match stacks[w.index()] {
-                Some(d) if d != dims => other[w.index()] = true,
-                _ => stacks[w.index()] = Some(dims),
-            }
-        }
-    }
-    for (i, s) in stacks.iter_mut().enumerate() {
-        if other[i] || !among[i] {
-            *s = None;
-        }
-    }
-    stacks
-}
-
-/// The `quantize` nodes that only products read, each as its vector, and that a run does not
-/// hand back (`handed`), in a format [`quant::BfpInts`] quantizes straight to the integer kernel's
-/// integers: that format by node. A constant one only where the session keeps no value of it
-/// (`keep`): its products are constant too, computed with it in the first run.
+/// The plan's candidates for quantizing straight to the integer kernel's integers
+/// ([`Plan::vectors`](nnp_lowering::swgraph::Plan::vectors)) that a run does not trace, in a
+/// format [`quant::BfpInts`] quantizes so: that format by node.
 pub(super) fn quantized_vectors(
     graph: &SwGraph,
-    constant: &[bool],
-    keep: &[bool],
-    handed: &HashSet<ValueId>,
+    candidates: &[bool],
+    traced: &HashSet<ValueId>,
 ) -> Vec<Option<quant::BfpInts>> {
     let n = graph.native;
-    let mut other = read_beside_products(graph, handed);
-    let mut as_x = vec![false; graph.nodes.len()];
-    for node in &graph.nodes {
-        if let Some((_, x, w)) = product_spec(&node.op, n) {
-            as_x[x.index()] = true;
-            other[w.index()] = true;
-        }
-    }
     let limit = intdot::mantissa_limit(n);
     graph
         .nodes
         .iter()
         .enumerate()
         .map(|(i, node)| match &node.op {
-            Op::Quantize { format, axis, .. }
-                if as_x[i] && !other[i] && !(constant[i] && keep[i]) && axis.run(n) == n =>
+            Op::Quantize { format, .. }
+                if candidates[i] && !traced.contains(&ValueId(i as u32)) =>
             {
                 quant::BfpInts::new(format, n, limit)
             }
@@ -170,13 +155,6 @@ pub(super) fn written_values(graph: &SwGraph, opts: &ExecOptions) -> Vec<ValueId
         &[]
     };
     writes.iter().map(|w| w.value).collect()
-}
-
-/// The values a node other than a product reads, or that a run hands back (`handed`).
-fn read_beside_products(graph: &SwGraph, handed: &HashSet<ValueId>) -> Vec<bool> {
-    read_beside(graph, handed, |_, node| {
-        product_spec(&node.op, graph.native).is_none()
-    })
 }
 
 /// The values that a node for which `reader(i, node)` holds reads, or that a run hands back
@@ -275,6 +253,7 @@ mod tests {
             decls: vec![],
             writes: vec![],
             checks: vec![],
+            planned: Default::default(),
         };
         let order: Vec<usize> = (0..6).collect();
         let constant = [false, true, false, false, false, false];

@@ -6,7 +6,7 @@ use super::analysis::reads;
 use super::{Caches, Part, Path, Paths, Session, counts};
 use crate::exec::executor::{Executor, Failure, Profile};
 use crate::exec::tensors::with_host;
-use crate::exec::{ExecError, WrittenValue, finite, fused, intdot, item_lanes, short};
+use crate::exec::{ExecError, WrittenValue, finite, intdot, item_lanes, short};
 use crate::host::{HostData, Outputs, Tensor as HostTensor, canonical_nan};
 use candle_core::{Device, Tensor};
 use nnp_lowering::swgraph::{GraphError, Op, SwGraph, ValueId};
@@ -31,7 +31,7 @@ impl Session<'_> {
             dev: self.dev.clone(),
             n: graph.native,
             values: self.consts.clone(),
-            constant: &self.constant,
+            constant: &self.plan.constant,
             rounded: &self.rounded,
             caches,
             arranged_x: HashMap::new(),
@@ -44,7 +44,7 @@ impl Session<'_> {
             prefetched: HashMap::new(),
             prof: std::env::var_os("NNPC_EXEC_PROFILE").map(|_| Vec::new()),
         };
-        let last_use = &self.last_use;
+        let last_use = &self.schedule.last_use;
         let traced = &self.traced;
         let first = ex.items.start;
         let (mut found, mut const_found) = Default::default();
@@ -60,7 +60,7 @@ impl Session<'_> {
         };
         let mut hand = |id: ValueId, t: &Tensor, written: &mut HashMap<ValueId, WrittenValue>| {
             trace(id, t, written)?;
-            match (self.constant[id.index()], warm) {
+            match (self.plan.constant[id.index()], warm) {
                 (false, _) => self.checks.scan(graph, id, t, first, &mut found),
                 (true, false) => self.checks.scan(graph, id, t, first, &mut const_found),
                 (true, true) => Ok(()),
@@ -70,15 +70,12 @@ impl Session<'_> {
         // came from is freed at its last reader like any other.
         let mut outputs = OutputRows::new(graph, ex.batch());
         let mut written = HashMap::new();
-        let mut regions =
-            fused::regions(graph, &self.constant, &self.order, last_use, &self.traced)
-                .into_iter()
-                .peekable();
+        let mut regions = self.regions.iter().peekable();
         let mut in_region = 0..0;
         // Where `Executor::keep_as_ints` would keep weight stacks as integers, `prepare` makes
         // them so.
         let ints = ex.int && intdot::supports(ex.n);
-        for (pos, &i) in self.order.iter().enumerate() {
+        for (pos, &i) in self.schedule.order.iter().enumerate() {
             if in_region.contains(&pos) {
                 continue;
             }
@@ -105,7 +102,7 @@ impl Session<'_> {
             };
             if let Some(reg) = regions.next_if(|r| r.start == pos) {
                 // A run of element-wise MFU ops, evaluated together (`fused`).
-                let nodes = &self.order[reg.start..reg.end];
+                let nodes = &self.schedule.order[reg.start..reg.end];
                 let scan_region = |k: usize, item, rows: &[f64], len, found: &mut finite::Found| {
                     let id = ValueId(k as u32);
                     self.checks.scan_rows(graph, id, rows, len, item, found)
@@ -131,14 +128,14 @@ impl Session<'_> {
                 continue;
             }
             let id = ValueId(i as u32);
-            if warm && self.constant[i] {
+            if warm && self.plan.constant[i] {
                 // Computed by an earlier run; kept when anything of this run reads it.
                 if let Some(t) = &self.consts[i] {
                     hand(id, t, &mut written).map_err(fail)?;
                 }
                 continue;
             }
-            if self.plan.skipped[i] || (ints && self.through[i]) {
+            if self.prepared.skipped[i] || (ints && self.through[i]) {
                 // Computed with the stacks that read it, below; or a concat its quantize
                 // nodes read part by part (made by them if they need it).
                 continue;
@@ -154,11 +151,11 @@ impl Session<'_> {
             // keeps (`prepare`): integers where the kernel runs, else its matmul's layout or
             // the f64 stack; an input chain's value straight from the host's input.
             let mut prepared = None;
-            if let Some(chain) = &self.plan.inputs[i] {
+            if let Some(chain) = &self.prepared.inputs[i] {
                 // The input converted, padded and rounded in one pass (`prepare`).
                 prepared = Some(ex.rounded_input(chain).map_err(exec_err)?);
             }
-            if let Some(stack) = &self.plan.stacks[i] {
+            if let Some(stack) = &self.prepared.stacks[i] {
                 let arranged = self.arranged[i].filter(|_| !ints);
                 // Kept in the bounded matmul's matrix alone where only such products read it
                 // (after the integer form, which the kernel takes first where there is one).
@@ -190,7 +187,8 @@ impl Session<'_> {
             } else {
                 let product = matches!(node.op, Op::TiledMatVec { .. });
                 if product && ex.gpu.is_some() && !ex.prefetched.contains_key(&i) {
-                    ex.prefetch_products(&self.order[pos..]).map_err(exec_err)?;
+                    ex.prefetch_products(&self.schedule.order[pos..])
+                        .map_err(exec_err)?;
                 }
                 let t = match prepared.take().or_else(|| ex.prefetched.remove(&i)) {
                     Some(t) => t,
@@ -202,13 +200,13 @@ impl Session<'_> {
                     None => false,
                 };
                 if !as_ints {
-                    if self.keep[i] && self.constant[i] {
+                    if self.keep[i] && self.plan.constant[i] {
                         consts.push((i, t.clone()));
                     }
                     ex.values[i] = Some(t);
                 }
             }
-            let kind = match (&self.plan.stacks[i], &self.plan.inputs[i]) {
+            let kind = match (&self.prepared.stacks[i], &self.prepared.inputs[i]) {
                 (Some(_), _) if !ints => "prepare weights",
                 (_, Some(_)) => "input",
                 _ => node.op.name(),

@@ -5,7 +5,7 @@ use crate::emulator::{self, EmuOptions};
 use crate::exec::execute;
 use crate::host::HostData;
 use nnp_grammar::SourceFile;
-use nnp_lowering::swgraph::{Roots, compile};
+use nnp_lowering::swgraph::{Op, Roots, compile};
 
 /// The outputs' bit patterns, NaN canonical (NaN payloads are not part of the contract).
 fn bits(o: &Outputs) -> Vec<(String, Vec<u32>)> {
@@ -293,7 +293,7 @@ fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
         }
     }
     let stack_of = |session: &Session, name: &str| {
-        session.plan.stacks.iter().position(|stack| {
+        session.prepared.stacks.iter().position(|stack| {
             stack.iter().flat_map(|s| &s.parts).any(
                 |p| matches!(&g.nodes[p.chain.weight].op, Op::Weight { name: w, .. } if w == name),
             )
@@ -310,7 +310,7 @@ fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
         };
         let mut session = Session::new(&g, &opts).expect("session");
         let stacks = session.stacks.iter().flatten().count();
-        assert_eq!(session.plan.stacks.iter().flatten().count(), stacks);
+        assert_eq!(session.prepared.stacks.iter().flatten().count(), stacks);
         let out = session.run(&fed).expect("run");
         // The float path's f64 stacks have no integer form to miss.
         let fallbacks = usize::from(overflow && !float_matmul);
@@ -481,7 +481,11 @@ fn missing_or_misshaped_tensors_are_named() {
     }
     // The input, which the session converts, pads and rounds in one pass, likewise.
     let session = Session::new(&g, &ExecOptions::default()).expect("session");
-    assert_eq!(session.plan.inputs.iter().flatten().count(), 1, "x's chain");
+    assert_eq!(
+        session.prepared.inputs.iter().flatten().count(),
+        1,
+        "x's chain"
+    );
     let mut missing = HostData::random(&program, 2, 1);
     let x = missing.inputs.remove("x").expect("x");
     let err = execute(&g, &missing, &ExecOptions::default()).err();

@@ -1,0 +1,355 @@
+//! The plan of a graph: everything about running it that the graph alone decides, computed
+//! once ([`SwGraph::plan`]) and shared by every session that runs the graph (docs/swgraph.md,
+//! "The plan"). What depends on a run's options (traced values, devices) or on the weights'
+//! data is the session's, derived from the plan.
+
+use super::{Op, SwGraph, Ty, UnOp, ValueId};
+use std::collections::HashSet;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+
+/// What a run of a graph can know before any data arrives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Nodes whose value depends on no input (batch 1, the same in every run).
+    pub constant: Vec<bool>,
+    /// Constant values that a non-constant node or a non-finite check reads: what a warm run
+    /// needs of the first run's constants (a session adds the values it hands back).
+    pub keep: Vec<bool>,
+    /// The evaluation order, its last uses and fused regions, for graph order
+    /// ([`Schedule::new`] without products first).
+    pub schedule: Schedule,
+    /// Constant values that only products read, as their matrix, with one `(rows, cols)` for
+    /// all of them, and no check reads: `(rows, cols)` per value, `None` for every other. The
+    /// session prepares those in one pass and may keep them as integers alone.
+    pub stacks: Vec<Option<(usize, usize)>>,
+    /// `quantize` nodes that only products read, as their vector, quantized one native tile
+    /// at a time, no check reads, and not kept constants: the candidates for quantizing
+    /// straight to the integer kernel's integers (whether the format allows it is the
+    /// executor's to say).
+    pub vectors: Vec<bool>,
+    /// Elements of the distinct weight stacks that products read.
+    pub weight_elements: usize,
+}
+
+/// An evaluation order of the nodes, with what follows from it alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// The nodes, each after its operands.
+    pub order: Vec<usize>,
+    /// Position in `order` of the last node that reads each value (0 for a value nothing
+    /// reads), so a run frees it there.
+    pub last_use: Vec<usize>,
+    /// Runs of `order` (positions) of two or more consecutive [`fusable`] nodes of one vector
+    /// length: each is evaluated in one pass (a single op gains nothing).
+    pub regions: Vec<Range<usize>>,
+}
+
+impl Plan {
+    /// The plan of `graph`, a valid one ([`SwGraph::validate`]).
+    pub fn new(graph: &SwGraph) -> Plan {
+        let len = graph.nodes.len();
+        let mut constant = vec![false; len];
+        let mut keep = vec![false; len];
+        for (i, node) in graph.nodes.iter().enumerate() {
+            let inputs = node.op.inputs();
+            let is = |v: &ValueId| constant.get(v.index()).copied().unwrap_or(false);
+            constant[i] = match &node.op {
+                Op::Input { .. } | Op::Output { .. } => false,
+                _ => inputs.iter().all(is),
+            };
+            if !constant[i] {
+                for v in inputs.iter().filter(|v| v.index() < len) {
+                    keep[v.index()] |= constant[v.index()];
+                }
+            }
+        }
+        let checked: HashSet<ValueId> = graph.checks.iter().map(|c| c.value).collect();
+        for v in checked.iter().filter(|v| v.index() < len) {
+            keep[v.index()] |= constant[v.index()];
+        }
+        let schedule = Schedule::new(graph, &constant, false);
+        let stacks = weight_stacks(graph, &constant, &checked);
+        let vectors = quantized_vectors(graph, &constant, &keep, &checked);
+        let mut weights: Vec<(ValueId, usize)> = graph
+            .nodes
+            .iter()
+            .filter_map(|node| match &node.op {
+                Op::TiledMatVec { w, rows, cols, .. } => {
+                    let n = graph.native;
+                    Some((*w, *rows as usize * *cols as usize * n * n))
+                }
+                _ => None,
+            })
+            .collect();
+        weights.sort_unstable();
+        weights.dedup_by_key(|(w, _)| *w);
+        Plan {
+            constant,
+            keep,
+            schedule,
+            stacks,
+            vectors,
+            weight_elements: weights.iter().map(|(_, e)| e).sum(),
+        }
+    }
+}
+
+impl Schedule {
+    /// An evaluation order of the nodes: graph order, except that fusable nodes wait until a
+    /// node that is not fusable needs them (or the end), and then come together, each after
+    /// its operands. The lowering emits an LSTM step chain by chain (product, add, product,
+    /// add, sigmoid, ...); in this order the step's element-wise ops form one region.
+    ///
+    /// Constant nodes wait for their first reader too. The lowering declares every weight
+    /// first: in graph order, all the weight stacks' preparations (load, pad, round) would be
+    /// alive together before the first product, while this way each stack is prepared right
+    /// before the product that quantizes it, and a session can keep it as integers alone
+    /// before the next one is loaded.
+    ///
+    /// With `products_first` (products on a GPU, which pays a round trip per batch of
+    /// products), the products that depend on no other product come first, after the
+    /// operands of all of them: an LSTM's `W x_t` products of every step then form one
+    /// batch, and each step waits for its `U h_(t-1)` products only.
+    pub fn new(graph: &SwGraph, constant: &[bool], products_first: bool) -> Schedule {
+        let order = order(graph, constant, products_first);
+        let mut last_use = vec![0usize; graph.nodes.len()];
+        for (pos, &i) in order.iter().enumerate() {
+            for v in graph.nodes[i].op.inputs() {
+                if let Some(l) = last_use.get_mut(v.index()) {
+                    *l = pos;
+                }
+            }
+        }
+        let regions = regions(graph, constant, &order);
+        Schedule {
+            order,
+            last_use,
+            regions,
+        }
+    }
+}
+
+/// The vector length (in tiles) of a node that may join a fused region: a non-constant
+/// binary op or relu, pass or table activation; `None` otherwise. (A valid graph gives such
+/// an op's operands the length of its value.)
+pub fn fusable(graph: &SwGraph, constant: &[bool], i: usize) -> Option<u32> {
+    let node = graph.nodes.get(i)?;
+    let mfu = match &node.op {
+        Op::Binary { .. } => true,
+        Op::Unary { op, .. } => *op != UnOp::Softmax,
+        _ => false,
+    };
+    match node.ty {
+        Ty::Vector { tiles } if tiles > 0 && mfu && !constant.get(i).copied().unwrap_or(true) => {
+            Some(tiles)
+        }
+        _ => None,
+    }
+}
+
+/// [`Schedule::new`]'s order.
+fn order(graph: &SwGraph, constant: &[bool], products_first: bool) -> Vec<usize> {
+    let count = graph.nodes.len();
+    let mut order = Vec::with_capacity(count);
+    let mut placed = vec![false; count];
+    let mut stack = Vec::new();
+    let mut place = |root: usize, order: &mut Vec<usize>| {
+        // Depth first, operands before the node; an explicit stack (chains can be long).
+        stack.push((root, false));
+        while let Some((i, ready)) = stack.pop() {
+            if placed[i] {
+                continue;
+            }
+            if ready {
+                placed[i] = true;
+                order.push(i);
+                continue;
+            }
+            stack.push((i, true));
+            for v in graph.nodes[i].op.inputs().into_iter().rev() {
+                if v.index() < count && !placed[v.index()] {
+                    stack.push((v.index(), false));
+                }
+            }
+        }
+    };
+    if products_first {
+        let product = |i: usize| matches!(graph.nodes[i].op, Op::TiledMatVec { .. });
+        // Whether every operand of node `i` depends on no product (operands come first).
+        let operands_free = |free: &[bool], i: usize| {
+            let inputs = graph.nodes[i].op.inputs();
+            inputs
+                .iter()
+                .all(|v| free.get(v.index()).copied().unwrap_or(false))
+        };
+        let mut free = vec![false; count];
+        for i in 0..count {
+            free[i] = !product(i) && operands_free(&free, i);
+        }
+        let first: Vec<usize> = (0..count)
+            .filter(|&i| product(i) && operands_free(&free, i))
+            .collect();
+        for &i in &first {
+            for v in graph.nodes[i].op.inputs() {
+                if v.index() < count {
+                    place(v.index(), &mut order);
+                }
+            }
+        }
+        for &i in &first {
+            place(i, &mut order);
+        }
+    }
+    for i in 0..count {
+        if fusable(graph, constant, i).is_none() && !constant.get(i).copied().unwrap_or(false) {
+            place(i, &mut order);
+        }
+    }
+    for i in 0..count {
+        place(i, &mut order);
+    }
+    order
+}
+
+/// The fused regions of `order` ([`Schedule::regions`]).
+fn regions(graph: &SwGraph, constant: &[bool], order: &[usize]) -> Vec<Range<usize>> {
+    let fusable_at = |pos: usize| fusable(graph, constant, order[pos]);
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < order.len() {
+        let Some(tiles) = fusable_at(pos) else {
+            pos += 1;
+            continue;
+        };
+        let start = pos;
+        while pos < order.len() && fusable_at(pos) == Some(tiles) {
+            pos += 1;
+        }
+        if pos - start >= 2 {
+            out.push(start..pos);
+        }
+    }
+    out
+}
+
+/// [`Plan::stacks`]: the values marked in `among` that only products read, as their matrix,
+/// with one `(rows, cols)` for all of them, and not `checked`.
+fn weight_stacks(
+    graph: &SwGraph,
+    among: &[bool],
+    checked: &HashSet<ValueId>,
+) -> Vec<Option<(usize, usize)>> {
+    let len = graph.nodes.len();
+    let mut stacks = vec![None; len];
+    let mut other = read_beside_products(graph, checked);
+    for node in &graph.nodes {
+        if let Op::TiledMatVec {
+            x, w, rows, cols, ..
+        } = &node.op
+            && x.index() < len
+            && w.index() < len
+        {
+            other[x.index()] = true;
+            let dims = (*rows as usize, *cols as usize);
+            match stacks[w.index()] {
+                Some(d) if d != dims => other[w.index()] = true,
+                _ => stacks[w.index()] = Some(dims),
+            }
+        }
+    }
+    for (i, s) in stacks.iter_mut().enumerate() {
+        if other[i] || !among[i] {
+            *s = None;
+        }
+    }
+    stacks
+}
+
+/// [`Plan::vectors`]: the `quantize` nodes that only products read, as their vector, one
+/// native tile per quantizer run, not `checked`, and not constants a warm run keeps (`keep`):
+/// a constant one's products are constant too, computed with it by the first run.
+fn quantized_vectors(
+    graph: &SwGraph,
+    constant: &[bool],
+    keep: &[bool],
+    checked: &HashSet<ValueId>,
+) -> Vec<bool> {
+    let (n, len) = (graph.native, graph.nodes.len());
+    let mut other = read_beside_products(graph, checked);
+    let mut as_x = vec![false; len];
+    for node in &graph.nodes {
+        if let Op::TiledMatVec { x, w, .. } = &node.op
+            && x.index() < len
+            && w.index() < len
+        {
+            as_x[x.index()] = true;
+            other[w.index()] = true;
+        }
+    }
+    graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| match &node.op {
+            Op::Quantize { axis, .. } => {
+                as_x[i] && !other[i] && !(constant[i] && keep[i]) && axis.run(n) == n
+            }
+            _ => false,
+        })
+        .collect()
+}
+
+/// The values a node other than a product reads, or that are `checked`.
+fn read_beside_products(graph: &SwGraph, checked: &HashSet<ValueId>) -> Vec<bool> {
+    let len = graph.nodes.len();
+    let mut read = vec![false; len];
+    for node in &graph.nodes {
+        if !matches!(node.op, Op::TiledMatVec { .. }) {
+            for v in node.op.inputs().into_iter().filter(|v| v.index() < len) {
+                read[v.index()] = true;
+            }
+        }
+    }
+    for v in checked.iter().filter(|v| v.index() < len) {
+        read[v.index()] = true;
+    }
+    read
+}
+
+/// A graph's plan, once computed ([`SwGraph::plan`]). Not part of the graph's JSON form (a
+/// loaded graph plans itself) nor of its equality (the plan follows from the rest), and not
+/// cloned: a clone is planned anew on first use, because callers clone a graph to edit it.
+#[derive(Default)]
+pub struct PlanCell(OnceLock<Arc<Plan>>);
+
+impl PlanCell {
+    /// The plan of `graph`, computed on first use.
+    pub(super) fn get(&self, graph: &SwGraph) -> &Arc<Plan> {
+        self.0.get_or_init(|| Arc::new(Plan::new(graph)))
+    }
+}
+
+impl Clone for PlanCell {
+    fn clone(&self) -> PlanCell {
+        PlanCell::default()
+    }
+}
+
+impl PartialEq for PlanCell {
+    fn eq(&self, _: &PlanCell) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for PlanCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0.get() {
+            Some(_) => "PlanCell(planned)",
+            None => "PlanCell(not yet)",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
