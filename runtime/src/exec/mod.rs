@@ -68,7 +68,7 @@ pub struct ExecOptions {
     /// Take the float BLAS path for every product even where the integer kernel ([`intdot`])
     /// applies (for comparisons and tests: the results are the same bits).
     pub float_matmul: bool,
-    /// Evaluate in the products-first order (`fused::schedule`), which a session on a GPU
+    /// Evaluate in the products-first order (`swgraph::Schedule::new`), which a session on a GPU
     /// always uses; on the CPU for tests (the results are the same bits).
     pub products_first: bool,
     /// Shards of a warm run on the CPU ([`Session::run`]): `None` chooses (one per thread for

@@ -135,7 +135,7 @@ impl<'a> Executor<'a> {
     /// With a GPU: compute the product at `upcoming[0]` and every product among the next nodes
     /// of the evaluation order whose operands are ready, in one [`gpu::Gpu::products`] call (a
     /// few launches, one wait): at an LSTM's first product, the `W x_t` products of every step
-    /// (the products-first order, [`super::fused::schedule`](crate::exec::fused::schedule)), then each step's four `U h_(t-1)`. The
+    /// (the products-first order, [`Schedule::new`](nnp_lowering::swgraph::Schedule::new)), then each step's four `U h_(t-1)`. The
     /// values wait in `prefetched` until the main loop reaches their nodes; a product the GPU
     /// refuses is left to [`Executor::matvec`] (the CPU).
     pub(in crate::exec) fn prefetch_products(&mut self, upcoming: &[usize]) -> Result<(), Failure> {
