@@ -5,11 +5,12 @@
 //! an output buffer and a parallel dispatch per op). A [`Region`] is a run of consecutive nodes
 //! of the evaluation order that are element-wise MFU ops (binary ops, relu, pass, table
 //! activations) on vectors of one length, none of them constant: the graph's plan decides
-//! which ([`Schedule::regions`]), the session which of their values it keeps. It is evaluated in one parallel pass over
-//! chunks of whole rows: each node of the region on the chunk, from its operands' rows (values
-//! from outside the region, or the chunk's rows of an earlier node of the region), and only the
-//! values read after the region (or traced) become tensors. Every element goes through the
-//! kernels of [`mfu`] exactly as in an op of its own, so the bits are the same.
+//! which ([`Schedule::regions`]), the session which of their values it keeps. It is evaluated
+//! in one parallel pass over chunks of whole rows: each node of the region on the chunk, from
+//! its operands' rows (values from outside the region, or the chunk's rows of an earlier node
+//! of the region), and only the values read after the region (or traced) become tensors.
+//! Every element goes through the kernels of [`mfu`] exactly as in an op of its own, so the
+//! bits are the same.
 
 use super::f16c::F16c;
 use super::finite::{ExponentField, all_finite};
