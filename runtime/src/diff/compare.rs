@@ -154,7 +154,7 @@ impl Comparison<'_> {
     ) -> Result<DiffReport, CompareError> {
         let opts = ExecOptions {
             keep_writes: trace.is_some(),
-            ..self.exec.clone()
+            ..self.exec
         };
         let path = self.dump.path();
         let diff_error = |source| CompareError::Diff {
@@ -186,7 +186,8 @@ impl Comparison<'_> {
     }
 
     /// The software graph under each one-knob change of the program's target numerics,
-    /// against the dump ([`Comparison::under`]). When none is concordant, under changes of two
+    /// against the dump: on its first [`SCREEN_ITEMS`] items, then, where those are all
+    /// bit-exact, on the whole batch. When none is concordant, under changes of two
     /// knobs ([`on_top_of`]): on top of the closest one where it is closer than the target
     /// itself (`share`: the first comparison's bit-exact elements and elements), or on top of
     /// every one.
