@@ -7,14 +7,20 @@
 //! gives the distance in units in the last place of the storage format, and for the first few
 //! the output name, logical index, native tile and lane, and the firmware line of the `v_wr`
 //! that produced the element.
+//!
+//! A whole comparison with a dump ([`Dump`]) is a [`Comparison`]: the software graph run over
+//! the batch in chunks, each chunk compared as it is done, and the explain search.
 
 mod builder;
+mod compare;
+mod dump;
 pub mod nonfinite;
 
 use crate::host::{Outputs, Unfilled};
 pub use builder::DiffBuilder;
+pub use compare::{CompareError, Comparison, ExplainPairs, Measure, Meter};
+pub use dump::{Dump, DumpError};
 use nnp_grammar::Program;
-use nnp_numerics::{FloatFormat, Format, Rounding};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -163,16 +169,6 @@ impl DiffReport {
         self.concordant = self.outputs_bit_exact() && identical;
         self.trace = Some(trace);
     }
-}
-
-/// The name of a float format's set of values: its rounding left out (`fp16`, `bf16`,
-/// `fp(5, 2)`).
-pub fn values_name(format: &FloatFormat) -> String {
-    let values = FloatFormat {
-        rounding: Rounding::NearestEven,
-        ..*format
-    };
-    Format::Float(values).to_string()
 }
 
 /// Compare `software` against `hardware` for every output of `program`: one piece of a

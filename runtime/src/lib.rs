@@ -10,5 +10,7 @@ pub mod explain;
 pub mod host;
 pub mod io;
 pub mod module;
+pub mod stream;
+pub mod tensor;
 pub mod trace;
 pub mod train;

@@ -448,7 +448,7 @@ impl TraceComparer {
                             record: h.describe(),
                             lane,
                             bits: h.bits[lane],
-                            format: crate::diff::values_name(&f),
+                            format: crate::host::values_name(&f),
                             width,
                         });
                     }

@@ -1,6 +1,6 @@
 //! `nnpc bench`: throughput of the software graph measured against its baselines, in one run.
 
-use super::host_args::{fits_in_memory, input_rows, io_bytes_per_item};
+use super::host_args::input_rows;
 use super::run::DeviceArg;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nnp_grammar::Program;
@@ -10,6 +10,7 @@ use nnp_runtime::emulator::{self, EmuOptions};
 use nnp_runtime::exec::baseline::{self, Floor};
 use nnp_runtime::exec::{ExecOptions, Session};
 use nnp_runtime::host::{HostData, Outputs};
+use nnp_runtime::stream::{fits_in_memory, io_bytes_per_item};
 use serde_json::{Value, json};
 use std::io::IsTerminal;
 use std::path::PathBuf;

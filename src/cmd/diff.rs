@@ -1,23 +1,18 @@
 //! `nnpc diff`: compare a hardware output dump (or trace) with the software graph, bit for bit.
 
+use super::data::DataArgs;
 use super::files::provenance_warnings;
-use super::host_args::{ChunkArgs, ChunkError, DataArgs, LayoutArg, run_failed, trace_records};
+use super::host_args::{ChunkArgs, LayoutArg, run_failed};
 use super::run::DeviceArg;
-use nnp_grammar::{Program, Target};
-use nnp_lowering::swgraph::{self, Roots, SwGraph};
-use nnp_runtime::diff::{DiffBuilder, DiffError, DiffReport};
-use nnp_runtime::exec::{ExecOptions, Execution};
-use nnp_runtime::explain::{
-    ExplainRow, NumericsChange, SCREEN_ITEMS, closest, cmp_share, default_target, on_top_of,
-    one_knob_changes,
-};
-use nnp_runtime::host::{InputFeed, Outputs, ShapeDisplay, Tensor};
-use nnp_runtime::io::{self, Inexact, IoError, StoredTensor};
-use nnp_runtime::trace::{TraceComparer, TraceFile, TraceRecord};
-use std::collections::BTreeMap;
-use std::ops::Range;
-use std::path::{Path, PathBuf};
+use indicatif::ProgressFinish;
+use nnp_lowering::swgraph::Roots;
+use nnp_runtime::diff::{CompareError, Comparison, Dump, Measure};
+use nnp_runtime::exec::ExecOptions;
+use nnp_runtime::host::Progress;
+use nnp_runtime::io;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// Run the firmware's software graph on the data the hardware saw and compare every output
 /// with the hardware's dump: bit-exact count, ULP histogram, error statistics and the first
@@ -96,7 +91,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let dump = Dump::open(&program, &args.hardware, args.layout)?;
+    let dump = Dump::open(&program, &args.hardware, args.layout.into()).map_err(super::fail)?;
     // A dump nnpc made says how; where that is not how this diff runs, say so first.
     if let Some(made) = io::read_metadata(&args.hardware) {
         for w in provenance_warnings(&args.hardware, &made, &args.file, &program, &args.data) {
@@ -120,45 +115,24 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Ok(g) => g,
         Err(code) => return Ok(code),
     };
-    // The hardware trace's lines are indexed by item before the run (a malformed line stops
-    // it there); its records are read a chunk of items at a time.
-    let hw_trace = match args.trace.as_deref() {
-        Some(path) => Some((path, TraceFile::open(path).map_err(super::fail)?)),
-        None => None,
-    };
-    // The records' lanes are compared as storage values: any NaN equals any NaN, as in the
-    // outputs (docs/diff.md, "What equal means").
-    let mut traces = match program.target.numerics.storage.as_float() {
-        Some(storage) => TraceComparer::for_storage(*storage),
-        None => TraceComparer::default(),
-    };
-    let run = Comparison {
-        args: &args,
+    let comparison = Comparison {
+        program: &program,
         dump: &dump,
         feed: &feed,
+        exec: ExecOptions {
+            device: args.device.into(),
+            chunk_items: args.chunks.chunk_items,
+            ..ExecOptions::default()
+        },
+        meter: &meter,
     };
-    let trace = hw_trace
-        .as_ref()
-        .map(|(path, file)| (*path, file, &mut traces));
-    // The weights go to the run; --explain keeps a copy for its own runs.
-    let kept = args.explain.map(|pairs| (pairs, weights.clone()));
-    let mut report = match run.compare(&program, &graph, weights, batch, args.first, trace) {
+    let explain = args.explain.map(Into::into);
+    let trace = args.trace.as_deref();
+    let report = match comparison.report(&graph, weights, args.first, trace, explain) {
         Ok(report) => report,
-        Err(e) => return run_failed(&program, e),
+        Err(CompareError::Exec(e)) => return run_failed(&program, e.into()),
+        Err(e) => return Err(super::fail(e)),
     };
-    if let Some((path, file)) = &hw_trace {
-        // Records of items past the batch: a trace of another execution.
-        let extra = file.read_items(batch..usize::MAX).map_err(super::fail)?;
-        compare_trace_piece(&mut traces, path, &extra, &[]).map_err(super::fail)?;
-        // A divergent record makes the report not concordant.
-        report.set_trace(traces.finish());
-    }
-    // The changes of the numerics explain outputs: with bit-exact outputs there is nothing
-    // for them to explain (a divergent trace alone is named by its first record).
-    if let Some((pairs, weights)) = kept.filter(|_| !report.outputs_bit_exact()) {
-        let share = (report.bit_exact, report.elements);
-        report.explain = Some(run.explain(&program, &weights, share, pairs));
-    }
 
     if args.json {
         let v = serde_json::to_string_pretty(&report).map_err(super::fail)?;
@@ -175,6 +149,19 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     })
 }
 
+/// The progress bars of a comparison's runs and of the explain search, on a terminal.
+fn meter(measure: Measure) -> Option<Progress> {
+    let bar = match measure {
+        Measure::Run { batch } => super::bar("running", batch, "input sets"),
+        Measure::Explain { changes } => {
+            super::bar("explaining", changes, "changes of the numerics")
+        }
+    };
+    // Cleared when the measure is done and drops its callback.
+    let bar = bar.with_finish(ProgressFinish::AndClear);
+    Some(Progress(Arc::new(move |n| bar.inc(n as u64))))
+}
+
 /// Which changes of two knobs `--explain` tries when no one-knob change is concordant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExplainPairs {
@@ -185,322 +172,13 @@ pub enum ExplainPairs {
     AllPairs,
 }
 
-/// What every run of the software graph against the dump shares.
-struct Comparison<'a> {
-    args: &'a Args,
-    dump: &'a Dump,
-    feed: &'a InputFeed,
-}
-
-impl Comparison<'_> {
-    /// Run `graph` over the first `items` of the batch: each chunk's outputs are compared with
-    /// the dump's items as the chunk is done, and with `trace` its records with the same
-    /// items' records of the hardware trace. The run holds one chunk's inputs, outputs, dump
-    /// items and trace records at a time. The report lists the first `first` mismatches.
-    fn compare(
-        &self,
-        program: &Program,
-        graph: &SwGraph,
-        weights: BTreeMap<String, Tensor>,
-        items: usize,
-        first: usize,
-        mut trace: Option<(&Path, &TraceFile, &mut TraceComparer)>,
-    ) -> Result<DiffReport, ChunkError> {
-        let opts = ExecOptions {
-            device: self.args.device.into(),
-            keep_writes: trace.is_some(),
-            ..ExecOptions::default()
-        };
-        let path = &self.args.hardware;
-        let mut diff = DiffBuilder::new(program, first).map_err(|source| ChunkError::Diff {
-            path: path.clone(),
-            source,
-        })?;
-        let inputs = |items| self.feed.items(items).map_err(ChunkError::Input);
-        let sink = |items: Range<usize>, run: Execution| {
-            let (hardware, inexact) = self
-                .dump
-                .items(program, items.clone())
-                .map_err(ChunkError::Io)?;
-            diff.add_read(items.start, &hardware, &inexact, &run.outputs)
-                .map_err(|source| ChunkError::Diff {
-                    path: path.clone(),
-                    source,
-                })?;
-            if let Some((trace_path, file, traces)) = &mut trace {
-                let software = trace_records(graph, &run, items.clone())?;
-                let hardware = file.read_items(items).map_err(ChunkError::Trace)?;
-                compare_trace_piece(traces, trace_path, &hardware, &software)?;
-            }
-            Ok(())
-        };
-        self.args
-            .chunks
-            .execute_fed(graph, (weights, items), opts, inputs, sink)?;
-        Ok(diff.finish())
-    }
-
-    /// The software graph under each one-knob change of `program`'s target numerics, against
-    /// the dump ([`Comparison::under`]). When none is concordant, under changes of two knobs
-    /// ([`on_top_of`]): on top of the closest one where it is closer than the target itself
-    /// (`share`: the first comparison's bit-exact elements and elements), or on top of every
-    /// one.
-    fn explain(
-        &self,
-        program: &Program,
-        weights: &BTreeMap<String, Tensor>,
-        share: (usize, usize),
-        pairs: ExplainPairs,
-    ) -> Vec<ExplainRow> {
-        // The default target whole first: a board that ran it while `--target` named another.
-        let singles: Vec<NumericsChange> = (default_target(&program.target).into_iter())
-            .chain(one_knob_changes(&program.target))
-            .collect();
-        let mut rows = self.rows(program, &singles, 1, weights);
-        if rows.iter().any(|r| r.concordant) {
-            return rows;
-        }
-        let firsts = match pairs {
-            ExplainPairs::AllPairs => &singles[..],
-            ExplainPairs::Closest => match closest(&rows) {
-                Some(i) if cmp_share(rows[i].share(), share).is_gt() => &singles[i..=i],
-                _ => &[],
-            },
-        };
-        let pairs = on_top_of(&program.target, firsts);
-        if !pairs.is_empty() {
-            rows.extend(self.rows(program, &pairs, 2, weights));
-        }
-        rows
-    }
-
-    /// The rows of `changes`, each of `knobs` knobs; a change under which the firmware does
-    /// not check, lower or run is a row with its error.
-    fn rows(
-        &self,
-        program: &Program,
-        changes: &[NumericsChange],
-        knobs: usize,
-        weights: &BTreeMap<String, Tensor>,
-    ) -> Vec<ExplainRow> {
-        let bar = super::bar("explaining", changes.len(), "changes of the numerics");
-        let rows = changes
-            .iter()
-            .map(|change| {
-                let under = self.under(program, change.target.clone(), weights);
-                bar.inc(1);
-                let ((items, elements, bit_exact), error) = match under {
-                    Ok((items, r)) => ((items, r.elements, r.bit_exact), None),
-                    Err(e) => ((0, 0, 0), Some(e)),
-                };
-                ExplainRow {
-                    concordant: error.is_none()
-                        && items == self.feed.batch
-                        && bit_exact == elements,
-                    change: change.lines(),
-                    knobs,
-                    items,
-                    elements,
-                    bit_exact,
-                    error,
-                }
-            })
-            .collect();
-        bar.finish_and_clear();
-        rows
-    }
-
-    /// The dump against `program` checked, lowered and run on `target`: on its first
-    /// [`SCREEN_ITEMS`] items, then, where those are all bit-exact, on the whole batch. The
-    /// items compared and the report, or why the firmware could not check, lower or run.
-    fn under(
-        &self,
-        program: &Program,
-        target: Target,
-        weights: &BTreeMap<String, Tensor>,
-    ) -> Result<(usize, DiffReport), String> {
-        let checked =
-            nnp_grammar::check(program.source.clone(), Some(target)).map_err(|diags| {
-                diags
-                    .first()
-                    .map_or("the firmware does not check".into(), |d| d.message.clone())
-            })?;
-        let graph = swgraph::compile(&checked.program, Roots::Outputs)
-            .map_err(|e| format!("cannot lower: {e}"))?;
-        let compare = |items| {
-            self.compare(&checked.program, &graph, weights.clone(), items, 0, None)
-                .map(|report| (items, report))
-                .map_err(|e| e.to_string())
-        };
-        let (batch, screen) = (self.feed.batch, self.feed.batch.min(SCREEN_ITEMS));
-        let (items, report) = compare(screen)?;
-        if items < batch && report.bit_exact == report.elements {
-            compare(batch)
-        } else {
-            Ok((items, report))
+impl From<ExplainPairs> for nnp_runtime::diff::ExplainPairs {
+    fn from(p: ExplainPairs) -> Self {
+        match p {
+            ExplainPairs::Closest => Self::Closest,
+            ExplainPairs::AllPairs => Self::AllPairs,
         }
     }
-}
-
-/// Compare a piece of the traces, an error naming the hardware trace.
-fn compare_trace_piece(
-    traces: &mut TraceComparer,
-    path: &Path,
-    hardware: &[TraceRecord],
-    software: &[TraceRecord],
-) -> Result<(), ChunkError> {
-    traces
-        .add(hardware, software)
-        .map_err(|source| ChunkError::TraceMismatch {
-            path: path.to_path_buf(),
-            source,
-        })
-}
-
-/// The hardware's dump, its headers read: each output's values are read a range of items at
-/// a time ([`Dump::items`]).
-struct Dump {
-    tensors: BTreeMap<String, StoredTensor>,
-    layout: LayoutArg,
-    /// Whether each output's tensor has the batch dimension (a dump of one input set may
-    /// leave it out).
-    batched: BTreeMap<String, bool>,
-}
-
-impl Dump {
-    fn open(program: &Program, path: &Path, layout: LayoutArg) -> miette::Result<Dump> {
-        let mut tensors = io::index_tensors(path).map_err(super::fail)?;
-        // A single .npy file holds one tensor, whatever its name: the program's output, where
-        // it has one (the file is named by the board, not after the output).
-        let npy = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| e.eq_ignore_ascii_case("npy"));
-        if npy && !path.is_dir() {
-            let outputs: Vec<&str> = program.outputs().map(|d| d.name.as_str()).collect();
-            match outputs[..] {
-                [] => {}
-                [name] => {
-                    tensors = tensors
-                        .into_values()
-                        .map(|t| (name.to_string(), t))
-                        .collect();
-                }
-                _ => {
-                    let outputs = outputs.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>();
-                    return Err(super::fail(DiffError::OneNpyForOutputs {
-                        path: path.to_path_buf(),
-                        count: outputs.len(),
-                        outputs: outputs.join(", "),
-                    }));
-                }
-            }
-        }
-        let batched = program
-            .outputs()
-            .filter_map(|d| {
-                let t = tensors.get(&d.name)?;
-                let rank = match layout {
-                    LayoutArg::Logical => d.shape.len(),
-                    LayoutArg::Tiles => d.shape.len() + 1,
-                };
-                Some((d.name.clone(), t.shape.len() > rank))
-            })
-            .collect();
-        Ok(Dump {
-            tensors,
-            layout,
-            batched,
-        })
-    }
-
-    /// The batch of the dump: the leading dimension of the first output (in declaration
-    /// order) that has one.
-    fn batch(&self, program: &Program) -> Option<usize> {
-        program.outputs().find_map(|d| {
-            let batched = self.batched.get(&d.name).copied().unwrap_or(false);
-            batched.then(|| self.tensors.get(&d.name)?.shape.first().copied())?
-        })
-    }
-
-    /// Every output is in the dump with the shape of `batch` items (in the dump's layout), so
-    /// that every range of items can be read: checked before the run.
-    fn check(&self, program: &Program, batch: usize) -> Result<(), DiffError> {
-        for d in program.outputs() {
-            let t = self
-                .tensors
-                .get(&d.name)
-                .ok_or_else(|| DiffError::MissingOutput(d.name.clone()))?;
-            let logical: Vec<usize> = std::iter::once(batch).chain(d.shape.clone()).collect();
-            let (whole, one, layout) = match self.layout {
-                LayoutArg::Logical => (logical, d.shape.clone(), ""),
-                LayoutArg::Tiles => {
-                    let tiles = |s: &[usize]| io::tiles_shape(s, program.native(), false);
-                    (tiles(&logical), tiles(&d.shape), " in native tiles")
-                }
-            };
-            if t.shape != whole && !(batch == 1 && t.shape == one) {
-                return Err(DiffError::Shape {
-                    name: d.name.clone(),
-                    expected: format!("{}{layout}", ShapeDisplay(&whole)),
-                    found: ShapeDisplay(&t.shape).to_string(),
-                    batch,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Items `items` of every output, in logical layout (a tensor without the batch
-    /// dimension whole, in its declared shape), and each output's values that the dump holds
-    /// but f32 does not ([`Inexact`], indexed in that logical piece).
-    fn items(
-        &self,
-        program: &Program,
-        items: Range<usize>,
-    ) -> Result<(Outputs, BTreeMap<String, Inexact>), IoError> {
-        let mut out = Outputs::new();
-        let mut inexact = BTreeMap::new();
-        for d in program.outputs() {
-            let Some(t) = self.tensors.get(&d.name) else {
-                continue; // reported as missing by the comparison
-            };
-            let batched = self.batched.get(&d.name).copied().unwrap_or(false);
-            let ((piece, wide), mut logical) = match batched {
-                true => (t.read_items_checked(items.clone())?, vec![items.len()]),
-                false => (t.read_checked()?, Vec::new()),
-            };
-            logical.extend(&d.shape);
-            let (piece, wide) = match self.layout {
-                LayoutArg::Logical => (piece, wide),
-                LayoutArg::Tiles => {
-                    let n = program.native();
-                    let piece = io::from_tiles(&d.name, &piece, &logical, n, false)?;
-                    (piece, logical_of_tiles(wide, &logical, n))
-                }
-            };
-            if !wide.is_empty() {
-                inexact.insert(d.name.clone(), wide);
-            }
-            out.insert(d.name.clone(), piece);
-        }
-        Ok((out, inexact))
-    }
-}
-
-/// Values indexed in the native-tile layout of a vector-like tensor of shape `logical`
-/// (`[..., C]` as `[..., ceil(C/N), N]`), indexed in the logical layout instead: those in pad
-/// lanes left out, as [`io::from_tiles`] leaves them.
-fn logical_of_tiles(values: Inexact, logical: &[usize], native: usize) -> Inexact {
-    let c = logical.last().copied().unwrap_or(1);
-    let padded = c.div_ceil(native.max(1)) * native.max(1);
-    values
-        .into_iter()
-        .filter_map(|(i, v)| {
-            let (row, lane) = (i.checked_div(padded)?, i.checked_rem(padded)?);
-            (lane < c).then_some((row * c + lane, v))
-        })
-        .collect()
 }
 
 mod report;

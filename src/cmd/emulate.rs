@@ -1,14 +1,12 @@
 //! `nnpc emulate`: run firmware on the instruction-level hardware model.
 
+use super::data::DataArgs;
 use super::files::{Reads, provenance};
-use super::host_args::{
-    ChunkError, DataArgs, OutputArgs, RunSummary, fits_in_memory, interrupted, io_bytes_per_item,
-};
-use nnp_grammar::SourceFile;
-use nnp_runtime::emulator::{self, EmuError, EmuOptions, PROGRESS_CHUNK};
-use nnp_runtime::exec::max_chunk_items;
-use nnp_runtime::host::HostData;
+use super::host_args::{ChunkError, INTERRUPTED, OutputArgs, RunSummary, run_failed};
+use nnp_runtime::emulator::{EmuOptions, Emulation};
+use nnp_runtime::stream::{Emulator, Stream};
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -49,33 +47,6 @@ pub struct Args {
     pub json: bool,
 }
 
-fn render(src: &SourceFile, e: &EmuError) -> miette::Report {
-    super::runtime_error(src, e, e.span(), e.help())
-}
-
-/// Batch items emulated at a time by default (`--chunk-items`): each piece's inputs are read
-/// or made just before it runs, and its outputs and trace written as it is done, so the
-/// emulator never holds more than a piece's values whatever the batch. The emulator splits a
-/// piece over its threads, so a piece should keep them all busy.
-const PIECE_ITEMS: usize = 4096;
-
-/// [`PIECE_ITEMS`] of a traced emulation: a piece holds its trace records until it is written,
-/// and the README LSTM's are 45 KB per item (275 MB at 4096 items, 84 to 87 MB at 1024, in
-/// the same time).
-const TRACED_PIECE_ITEMS: usize = 1024;
-
-/// Items per piece by default for inputs and outputs of `per_item` bytes per item:
-/// [`PIECE_ITEMS`] or [`TRACED_PIECE_ITEMS`], fewer where those would pass the software
-/// graph's cap on a chunk ([`max_chunk_items`]).
-fn default_piece(traced: bool, per_item: usize) -> usize {
-    let most = if traced {
-        TRACED_PIECE_ITEMS
-    } else {
-        PIECE_ITEMS
-    };
-    most.min(max_chunk_items(per_item))
-}
-
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let program = match super::load(&args.file, args.target.as_deref()) {
         Ok(p) => p,
@@ -99,65 +70,51 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         (&args.data, reads),
         &made,
     )?;
-    let (bar, tick) = super::input_sets_bar("emulating", batch);
-    let mut opts = EmuOptions {
+    let opts = EmuOptions {
         trace: args.trace.is_some(),
-        progress: (batch >= 2 * PROGRESS_CHUNK).then_some(tick),
         ..EmuOptions::default()
     };
-    let mut data = HostData {
-        batch: 0,
-        weights,
-        inputs: BTreeMap::new(),
-    };
+    let mut engine = Emulator::new(&program, opts, args.chunk_items, batch).map_err(super::fail)?;
+    let (bar, tick) = super::input_sets_bar("emulating", batch);
     let start = Instant::now();
     // The time reported is the emulation's alone, as when the data was loaded before it and
     // the outputs written after.
-    let mut io = Duration::ZERO;
-    let per_item = io_bytes_per_item(&program);
-    let piece = args
-        .chunk_items
-        .unwrap_or_else(|| default_piece(args.trace.is_some(), per_item));
-    let fix = match args.chunk_items {
-        Some(_) => "a smaller `--chunk-items`, or none (pieces of bounded memory)",
-        None => "the program's inputs and outputs per input set are too large for this machine",
+    let mut feeding = Duration::ZERO;
+    let mut writing = Duration::ZERO;
+    let inputs = |items| {
+        let t0 = Instant::now();
+        let fed = feed.items(items);
+        feeding += t0.elapsed();
+        Ok(fed?)
     };
-    fits_in_memory(piece.min(batch), per_item, fix.into()).map_err(super::fail)?;
-    for first in (0..batch).step_by(piece) {
-        let items = first..(first + piece).min(batch);
-        if interrupted() {
-            bar.finish_and_clear();
+    let sink = |items: Range<usize>, emu: Emulation| {
+        let t0 = Instant::now();
+        let records = || Ok(emu.trace.unwrap_or_default());
+        files.write(items.start, &emu.outputs, records)?;
+        writing += t0.elapsed();
+        Ok(())
+    };
+    let stream = Stream {
+        weights,
+        batch,
+        progress: Some(tick),
+        stop: Some(&INTERRUPTED),
+    };
+    let run = stream.run(&mut engine, inputs, sink);
+    bar.finish_and_clear();
+    match run {
+        Ok(()) => {}
+        Err(e @ ChunkError::Interrupted { .. }) => {
             drop(files);
-            let e = ChunkError::Interrupted { done: first, batch };
             super::output::stderr(format!("{e}\n"))?;
             return Ok(ExitCode::from(130));
         }
-        let t0 = Instant::now();
-        data.inputs = feed.items(items.clone()).map_err(super::fail)?;
-        data.batch = items.len();
-        io += t0.elapsed();
-        opts.first_item = first;
-        let emu = match emulator::emulate(&program, &data, &opts) {
-            Ok(e) => e,
-            Err(e @ (EmuError::Data { .. } | EmuError::Table { .. })) => {
-                bar.finish_and_clear();
-                return Err(super::fail(e));
-            }
-            Err(e) => {
-                bar.finish_and_clear();
-                let report = render(&program.source, &e);
-                return Ok(super::output::report(&report, ExitCode::from(1)));
-            }
-        };
-        let t0 = Instant::now();
-        let records = || Ok(emu.trace.unwrap_or_default());
-        files
-            .write(first, &emu.outputs, records)
-            .map_err(super::fail)?;
-        io += t0.elapsed();
+        Err(e) => return run_failed(&program, e),
     }
-    bar.finish_and_clear();
-    let secs = start.elapsed().saturating_sub(io).as_secs_f64();
+    let secs = start
+        .elapsed()
+        .saturating_sub(feeding + writing)
+        .as_secs_f64();
     files.finish()?;
     RunSummary {
         engine: "emulated on",
@@ -178,6 +135,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
 mod tests {
     use super::*;
     use nnp_runtime::exec::MAX_CHUNK_BYTES;
+    use nnp_runtime::stream::{PIECE_ITEMS, TRACED_PIECE_ITEMS};
 
     /// `--chunk-items`' help states the defaults [`PIECE_ITEMS`] and [`TRACED_PIECE_ITEMS`].
     #[test]
@@ -189,19 +147,5 @@ mod tests {
             MAX_CHUNK_BYTES >> 30
         );
         assert!(help.contains(&stated), "{help:?} should say {stated:?}");
-    }
-
-    /// Pieces of 1 GiB of inputs and outputs at most, by hand: 4096 items of 256 KiB make
-    /// 1 GiB exactly; 4096 of 256 KiB + 1 byte pass it, so 4095; items of 100 MB, 10 (1.0 GB);
-    /// one item of more than 1 GiB still goes alone.
-    #[test]
-    fn default_pieces_by_hand() {
-        assert_eq!(default_piece(false, 0), 4096);
-        assert_eq!(default_piece(false, 256 << 10), 4096);
-        assert_eq!(default_piece(false, (256 << 10) + 1), 4095);
-        assert_eq!(default_piece(true, 256 << 10), 1024);
-        assert_eq!(default_piece(true, 100_000_000), 10);
-        assert_eq!(default_piece(false, 100_000_000), 10);
-        assert_eq!(default_piece(false, 3 << 30), 1);
     }
 }

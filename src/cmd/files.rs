@@ -3,7 +3,7 @@
 //! records about how it was made ([`provenance`]), which `nnpc diff` holds against its own
 //! flags ([`provenance_warnings`]).
 
-use super::host_args::DataArgs;
+use super::data::DataArgs;
 use nnp_grammar::ast::Item;
 use nnp_grammar::target::BUILTIN_TARGETS;
 use nnp_grammar::{Program, Target};

@@ -1,177 +1,75 @@
-//! Flags shared by the commands that execute firmware (`run`, `emulate`, `diff`, `bench`): where
-//! the host data comes from and how outputs are written. One definition, so the emulator and
-//! the software graph always see the same data for the same flags.
+//! Flags shared by the commands that execute firmware (`run`, `emulate`, `diff`, `bench`): the
+//! chunks of a software-graph run and how outputs are written, and how a run in chunks
+//! ([`nnp_runtime::stream`]) ends on the command line: its progress bar, Ctrl-C, its errors.
 
+use super::data::DataArgs;
 use super::files::{Reads, written_files};
 use super::output::count;
 use nnp_grammar::Program;
-use nnp_lowering::swgraph::{GraphError, SwGraph};
+use nnp_lowering::swgraph::SwGraph;
 use nnp_numerics::Format;
-use nnp_runtime::diff::DiffError;
-use nnp_runtime::exec::{ExecError, ExecOptions, Execution, Session};
-use nnp_runtime::host::{
-    HostData, HostError, InputFeed, LoadOptions, Outputs, ShapeDisplay, Tensor, fits_f16,
-    output_storage,
-};
+use nnp_runtime::emulator::EmuError;
+use nnp_runtime::exec::{ExecError, ExecOptions, Execution};
+use nnp_runtime::host::{HostError, Outputs, ShapeDisplay, Tensor, fits_f16, output_storage};
 use nnp_runtime::io::{self, Dtype, IoError, Layout};
-use nnp_runtime::trace::{TraceError, TraceMismatch, TraceRecord, TraceWriter};
+use nnp_runtime::stream::{self, Stream, StreamError};
+use nnp_runtime::trace::{TraceError, TraceRecord, TraceWriter};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Host data: weight and input files, or seeded random data of the declared shapes.
-#[derive(clap::Args, Clone, Debug)]
-pub struct DataArgs {
-    /// Weights: a .safetensors file, a .npy file, or a directory of .npy files.
-    #[arg(long, value_name = "FILE|DIR")]
-    pub weights: Option<PathBuf>,
-    /// Inputs, same kinds of file; each input is its declared shape or [batch, ...shape].
-    #[arg(long, value_name = "FILE|DIR")]
-    pub inputs: Option<PathBuf>,
-    /// Batch size: independent input sets run in one pass (default: from batched inputs, else
-    /// 1).
-    #[arg(long, value_name = "B", value_parser = super::at_least_one)]
-    pub batch: Option<usize>,
-    /// Seed of the random data used when no files are given (or with --random-missing).
-    #[arg(long, value_name = "S", default_value_t = 0)]
-    pub seed: u64,
-    /// Fill tensors missing from --weights/--inputs with seeded random data.
-    #[arg(long)]
-    pub random_missing: bool,
-}
-
-impl DataArgs {
-    /// The batch of seeded random data when no files are given (`None` with files);
-    /// `fallback_batch` as in [`DataArgs::feed`].
-    pub fn random_batch(&self, fallback_batch: Option<usize>) -> Option<usize> {
-        let random = self.weights.is_none() && self.inputs.is_none();
-        random.then(|| self.batch.or(fallback_batch).unwrap_or(1).max(1))
-    }
-
-    /// The host data these flags describe, the inputs made or read a range of items at a
-    /// time: the weights, and the inputs' feed. `fallback_batch` is used when neither
-    /// `--batch` nor batched input files say how many input sets there are.
-    pub fn feed(
-        &self,
-        program: &Program,
-        fallback_batch: Option<usize>,
-    ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
-        // Refused before any is made (a compiled graph's declarations may be any size).
-        nnp_runtime::host::weights_fit(program)?;
-        if let Some(batch) = self.random_batch(fallback_batch) {
-            let weights = HostData::random_weights(program, self.seed);
-            return Ok((weights, InputFeed::random(program, batch, self.seed)));
-        }
-        let opts = LoadOptions {
-            batch: self.batch.or(fallback_batch),
-            random_missing: self.random_missing,
-            seed: self.seed,
-        };
-        let data = HostData::open(
-            program,
-            self.weights.as_deref(),
-            self.inputs.as_deref(),
-            &opts,
-        )?;
-        for note in self.unused_tensors(program) {
-            // A warning that cannot be shown does not stop the run.
-            let _ = super::output::stderr(format!("warning: {note}\n"));
-        }
-        Ok(data)
-    }
-
-    /// What the files hold that the run does not use: tensors that no declaration names (a
-    /// misspelt name, whose declaration `--random-missing` then fills), and names in both
-    /// files (the weights file's tensor is the one used).
-    fn unused_tensors(&self, program: &Program) -> Vec<String> {
-        // Named as the run looks them up.
-        let names = |path: Option<&Path>, input: bool| {
-            let index = path.and_then(|p| HostData::index_file(program, p, input).ok());
-            index
-                .map(|t| t.into_keys().collect::<Vec<_>>())
-                .unwrap_or_default()
-        };
-        let declared = |n: &String| program.decl(n).is_some();
-        let weights = names(self.weights.as_deref(), false);
-        let inputs = names(self.inputs.as_deref(), true);
-        let mut notes = Vec::new();
-        for (path, held) in [(&self.weights, &weights), (&self.inputs, &inputs)] {
-            let Some(path) = path else { continue };
-            for name in held.iter().filter(|n| !declared(n)) {
-                notes.push(format!(
-                    "{}: `{name}` is not a declaration of the program; it is not used",
-                    path.display()
-                ));
-            }
-        }
-        for name in weights.iter().filter(|n| declared(n) && inputs.contains(n)) {
-            notes.push(format!(
-                "`{name}` is in both files; the one in the weights file is used"
-            ));
-        }
-        notes
-    }
-}
-
 /// Why a run in chunks stopped: a chunk's inputs could not be read, the run failed, its
-/// outputs or trace could not be written (or the dump's items to compare them with read),
-/// they could not be compared, or the user interrupted the run.
+/// outputs or trace could not be written, a chunk would not fit in memory, or the user
+/// interrupted the run.
 #[derive(Debug, thiserror::Error)]
 pub enum ChunkError {
     #[error(transparent)]
     Exec(#[from] ExecError),
     #[error(transparent)]
-    Input(HostError),
+    Emu(#[from] EmuError),
+    #[error(transparent)]
+    Input(#[from] HostError),
     #[error(transparent)]
     Io(IoError),
     #[error(transparent)]
     Trace(TraceError),
-    #[error("`{path}`: {source}")]
-    Diff { path: PathBuf, source: DiffError },
-    #[error("`{path}`: {source}")]
-    TraceMismatch {
-        path: PathBuf,
-        source: TraceMismatch,
-    },
     #[error(
         "interrupted after {done} of {batch} input sets; no output was written (a file already \
          there is left as it was)"
     )]
     Interrupted { done: usize, batch: usize },
-    #[error(
-        "{items} input sets at once hold about {need:.1} GiB ({per_item} bytes each), more than \
-         the {available:.1} GiB of memory available; help: {fix}"
-    )]
-    TooLarge {
-        items: usize,
-        per_item: usize,
-        need: f64,
-        available: f64,
-        fix: String,
-    },
+    #[error(transparent)]
+    Stream(StreamError),
 }
 
-/// The trace records of a chunk's run made with `keep_writes`, numbered from the chunk's
-/// first item.
-pub fn trace_records(
-    graph: &SwGraph,
-    run: &Execution,
-    items: Range<usize>,
-) -> Result<Vec<TraceRecord>, ChunkError> {
-    nnp_runtime::exec::trace::records(graph, run, items).ok_or_else(|| {
-        let e = GraphError::Other("internal: the run kept no written values".into());
-        ChunkError::Exec(e.into())
-    })
+impl From<StreamError> for ChunkError {
+    fn from(e: StreamError) -> ChunkError {
+        match e {
+            // The stop flag is Ctrl-C's (`INTERRUPTED`).
+            StreamError::Stopped { done, batch } => ChunkError::Interrupted { done, batch },
+            e => ChunkError::Stream(e),
+        }
+    }
 }
 
-/// Set by Ctrl-C or SIGTERM once [`stop_on_interrupt`] is called.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+impl From<stream::GraphError> for ChunkError {
+    fn from(e: stream::GraphError) -> ChunkError {
+        match e {
+            stream::GraphError::Exec(e) => e.into(),
+            stream::GraphError::Stream(e) => e.into(),
+        }
+    }
+}
 
-/// From here on, Ctrl-C (or SIGTERM) stops a run after the chunk it is in (the run checks
-/// [`interrupted`]), so the output and trace files' temporary copies are removed on the way
-/// out instead of staying behind; a second one exits at once.
+/// Set by Ctrl-C or SIGTERM once [`stop_on_interrupt`] is called: the stop flag of the runs
+/// in chunks.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// From here on, Ctrl-C (or SIGTERM) stops a run before its next chunk ([`INTERRUPTED`]), so
+/// the output and trace files' temporary copies are removed on the way out instead of
+/// staying behind; a second one exits at once.
 pub fn stop_on_interrupt() {
     // Where no handler can be set, a signal ends the process as before.
     let _ = ctrlc::set_handler(|| {
@@ -198,99 +96,51 @@ pub struct ChunkArgs {
 }
 
 impl ChunkArgs {
-    /// The session's largest chunk at `batch` fits the memory available (by the values a run
-    /// holds per item, `Session::item_bytes`), or the error that says so before any is
-    /// allocated.
-    fn chunk_fits(&self, session: &Session, batch: usize) -> Result<(), ChunkError> {
-        let items = batch.div_ceil(session.chunks(batch).len());
-        let fix = match self.chunk_items {
-            Some(_) => "a smaller `--chunk-items`, or none (chunks of bounded memory)",
-            None => "the graph's values per input set are too large for this machine",
-        };
-        fits_in_memory(items, session.item_bytes(), fix.into())
-    }
-
-    /// Run `graph` on `batch` items in a fresh session with these chunks, with a progress bar
-    /// on a terminal when the batch takes more than one chunk. `inputs` makes or reads each
-    /// chunk's inputs just before the chunk runs, with `weights`, and `sink` takes the
-    /// chunk's execution (its outputs, and its written values with `keep_writes`) as soon as
-    /// it is done, with the chunk's items: the run never holds more than one chunk's inputs,
-    /// values and outputs, whatever the batch. An error of either stops the run
+    /// Run `graph` on `batch` items with `weights` in a fresh session with these chunks
+    /// ([`Stream::run`]), with a progress bar on a terminal and Ctrl-C as the stop flag.
+    /// `inputs` makes or reads each chunk's inputs just before the chunk runs, and `sink`
+    /// takes the chunk's execution as soon as it is done. An error of either stops the run
     /// ([`run_failed`] says how it ends).
     pub fn execute_fed(
         &self,
         graph: &SwGraph,
         (weights, batch): (BTreeMap<String, Tensor>, usize),
         opts: ExecOptions,
-        mut inputs: impl FnMut(Range<usize>) -> Result<BTreeMap<String, Tensor>, ChunkError> + Send,
-        mut sink: impl FnMut(Range<usize>, Execution) -> Result<(), ChunkError> + Send,
+        inputs: impl FnMut(Range<usize>) -> Result<BTreeMap<String, Tensor>, ChunkError>,
+        sink: impl FnMut(Range<usize>, Execution) -> Result<(), ChunkError>,
     ) -> Result<(), ChunkError> {
         let opts = ExecOptions {
             chunk_items: self.chunk_items,
             ..opts
         };
-        let mut session = Session::new(graph, &opts)?;
-        self.chunk_fits(&session, batch)?;
+        let mut engine = stream::Graph::new(graph, &opts, batch)?;
         let (bar, tick) = super::input_sets_bar("running", batch);
-        if session.chunks(batch).len() > 1 {
-            session.set_progress(Some(tick));
-        }
-        let mut data = HostData {
-            batch: 0,
+        let stream = Stream {
             weights,
-            inputs: BTreeMap::new(),
+            batch,
+            progress: Some(tick),
+            stop: Some(&INTERRUPTED),
         };
-        // Each is one of the session's own chunks, so it runs as one.
-        let run = session.chunks(batch).into_iter().try_for_each(|items| {
-            data.inputs = inputs(items.clone())?;
-            data.batch = items.len();
-            let run = session.run(&data).map_err(|e| e.in_batch(items.start))?;
-            sink(items, run)
-        });
+        let run = stream.run(&mut engine, inputs, sink);
         bar.finish_and_clear();
         run
     }
 }
 
-/// Bytes per input set of `program`'s inputs (f32) and outputs (f64): what any run of it
-/// holds per item, at least.
-pub fn io_bytes_per_item(program: &Program) -> usize {
-    let elements = |decls: &mut dyn Iterator<Item = &nnp_grammar::Decl>| -> usize {
-        decls.fold(0, |sum, d| sum.saturating_add(d.elements()))
-    };
-    let inputs = elements(&mut program.inputs()).saturating_mul(4);
-    inputs.saturating_add(elements(&mut program.outputs()).saturating_mul(8))
-}
-
-/// `items` input sets of `per_item` bytes each fit the memory available (`MemAvailable`;
-/// no check where the system does not say), or the error, with `fix`, before any is
-/// allocated.
-pub fn fits_in_memory(items: usize, per_item: usize, fix: String) -> Result<(), ChunkError> {
-    let gib = |bytes: u128| bytes as f64 / f64::from(1u32 << 30);
-    let need = items as u128 * per_item as u128;
-    match nnp_runtime::host::mem_available_bytes() {
-        Some(have) if need > u128::from(have) => Err(ChunkError::TooLarge {
-            items,
-            per_item,
-            need: gib(need),
-            available: gib(u128::from(have)),
-            fix,
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// How a run that failed with `e` ends: a NaN or infinity that the target forbids is a
-/// runtime error of the firmware, shown at its instruction with exit status 1 (as `nnpc
-/// emulate` shows it); any other error is reported as one (exit status 2).
+/// How a run that failed with `e` ends: a runtime error of the firmware (a NaN or infinity
+/// that the target forbids, or any of the emulator's but unusable data or tables) is shown at
+/// its instruction with exit status 1; any other error is reported as one (exit status 2).
 pub fn run_failed(program: &Program, e: ChunkError) -> miette::Result<ExitCode> {
-    match e {
+    let report = match e {
         ChunkError::Exec(e @ ExecError::NonFinite { .. }) => {
-            let report = super::runtime_error(&program.source, &e, e.span(), e.help());
-            Ok(super::output::report(&report, ExitCode::from(1)))
+            super::runtime_error(&program.source, &e, e.span(), e.help())
         }
-        e => Err(super::fail(e)),
-    }
+        ChunkError::Emu(e) if !matches!(e, EmuError::Data { .. } | EmuError::Table { .. }) => {
+            super::runtime_error(&program.source, &e, e.span(), e.help())
+        }
+        e => return Err(super::fail(e)),
+    };
+    Ok(super::output::report(&report, ExitCode::from(1)))
 }
 
 /// Where and how to write outputs.

@@ -1,12 +1,11 @@
 //! `nnpc run`: execute firmware (or a compiled graph) as a software graph on candle-core.
 
+use super::data::DataArgs;
 use super::files::{Reads, provenance};
-use super::host_args::{
-    ChunkArgs, ChunkError, DataArgs, OutputArgs, RunSummary, interrupted, run_failed, trace_records,
-};
+use super::host_args::{ChunkArgs, ChunkError, OutputArgs, RunSummary, interrupted, run_failed};
 use nnp_grammar::{Program, SourceFile, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
-use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution};
+use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution, trace};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -197,12 +196,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         fed
     };
     let sink = |items: Range<usize>, run: Execution| {
-        if interrupted() {
-            let done = items.start;
-            return Err(ChunkError::Interrupted { done, batch });
-        }
         let t0 = Instant::now();
-        let records = || trace_records(&graph, &run, items.clone());
+        let records = || Ok(trace::kept_records(&graph, &run, items.clone())?);
         files.write(items.start, &run.outputs, records)?;
         writing += t0.elapsed();
         Ok(())

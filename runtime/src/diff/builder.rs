@@ -2,8 +2,8 @@
 //! against the storage format's values, its distance in ULPs, and the firmware line that
 //! wrote a mismatch.
 
-use super::{DiffError, DiffReport, Mismatch, OutputDiff, ULP_BUCKETS, values_name};
-use crate::host::{Outputs, ShapeDisplay, Tensor, storage_bits};
+use super::{DiffError, DiffReport, Mismatch, OutputDiff, ULP_BUCKETS};
+use crate::host::{Outputs, ShapeDisplay, Tensor, storage_bits, values_name};
 use crate::io::Inexact;
 use nnp_grammar::{ChainBody, DeclKind, Mem, Program};
 use nnp_numerics::{ErrorAcc, FloatFormat};

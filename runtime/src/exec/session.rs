@@ -13,7 +13,7 @@ use super::{
     DeviceKind, ExecError, ExecOptions, PathCounts, WrittenValue, finite, fused, gpu, intdot,
     prepare, quant, rounded,
 };
-use crate::host::{Outputs, Progress};
+use crate::host::Outputs;
 use analysis::{
     concats_to_ints, extend_last_uses, peak_item_bytes, quantized_vectors, written_values,
 };
@@ -117,8 +117,6 @@ pub struct Session<'g> {
     regions: Vec<fused::Region>,
     /// Bytes per batch item of the values a run holds at once, at most ([`peak_item_bytes`]).
     item_bytes: usize,
-    /// Told how many items each chunk of a run covered, after it ([`Session::set_progress`]).
-    progress: Option<Progress>,
     /// Whether the products' weights are at most [`SMALL_WEIGHTS`]: then warm runs go in
     /// shards ([`Session::shards`]).
     small: bool,
@@ -231,7 +229,6 @@ impl<'g> Session<'g> {
             schedule,
             regions,
             item_bytes,
-            progress: None,
             keep,
             stacks,
             prepared,
@@ -252,12 +249,6 @@ impl<'g> Session<'g> {
     /// The name of the GPU that computes the integer products (`DeviceKind::Cuda`).
     pub fn gpu_name(&self) -> Option<&str> {
         self.gpu.as_deref().map(gpu::Gpu::name)
-    }
-
-    /// Tell `progress` how many items each chunk of a run covered, after it (a run of one
-    /// chunk reports once, at its end).
-    pub fn set_progress(&mut self, progress: Option<Progress>) {
-        self.progress = progress;
     }
 }
 

@@ -2,10 +2,10 @@
 //! (`docs/emulator.md`): one record per batch item, per destination of every executed `v_wr`,
 //! item-major then execution order, with the storage bit patterns of every lane written.
 
-use super::{Execution, WrittenValue};
+use super::{ExecError, Execution, WrittenValue};
 use crate::host::storage_bits;
 use crate::trace::TraceRecord;
-use nnp_lowering::swgraph::SwGraph;
+use nnp_lowering::swgraph::{GraphError, SwGraph};
 use std::ops::Range;
 
 /// The trace of a run made with `keep_writes` of the batch items `items` (the run's items,
@@ -32,4 +32,15 @@ pub fn records(graph: &SwGraph, exec: &Execution, items: Range<usize>) -> Option
         }
     }
     Some(out)
+}
+
+/// [`records`] of a run that must have kept its values (`keep_writes`): a run that did not is
+/// an internal error.
+pub fn kept_records(
+    graph: &SwGraph,
+    exec: &Execution,
+    items: Range<usize>,
+) -> Result<Vec<TraceRecord>, ExecError> {
+    records(graph, exec, items)
+        .ok_or_else(|| GraphError::Other("internal: the run kept no written values".into()).into())
 }

@@ -2,7 +2,7 @@
 //! value is one of, and what a file of f16 or f32 holds exactly.
 
 use nnp_grammar::Program;
-use nnp_numerics::FloatFormat;
+use nnp_numerics::{FloatFormat, Format, Rounding};
 
 /// `x` as an output holds it: every NaN the canonical quiet NaN (`0x7FC0_0000`; `0x7E00` as
 /// fp16, `0x7FC0` as bf16), so that both engines write the same bytes whatever sign and payload
@@ -69,6 +69,16 @@ pub fn mem_available_bytes() -> Option<u64> {
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
+}
+
+/// The name of a float format's set of values: its rounding left out (`fp16`, `bf16`,
+/// `fp(5, 2)`).
+pub fn values_name(format: &FloatFormat) -> String {
+    let values = FloatFormat {
+        rounding: Rounding::NearestEven,
+        ..*format
+    };
+    Format::Float(values).to_string()
 }
 
 #[cfg(test)]

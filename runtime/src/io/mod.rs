@@ -17,7 +17,7 @@
 //!   `[ceil(R/N), ceil(C/N), N, N]` (tile-major, zero padded). [`to_tiles`] and [`from_tiles`]
 //!   convert.
 
-use crate::host::{ShapeDisplay, Tensor};
+use crate::tensor::{ShapeDisplay, Tensor};
 use half::{bf16, f16};
 use std::borrow::Cow;
 use std::collections::BTreeMap;

@@ -327,20 +327,7 @@ fn print_explain_rows(out: &mut String, rows: &[&ExplainRow], batch: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::logical_of_tiles;
     use super::bucket_label;
-
-    /// Indices in a native-tile layout, by hand: logical `[2, 3]` with N = 4 is tiles
-    /// `[2, 1, 4]`, row r's lanes at 4r..4r + 3, lane 3 a pad lane: 0 -> 0, 2 -> 2, 5 -> 4,
-    /// 6 -> 5; 3 and 7 (pad lanes) are left out.
-    #[test]
-    fn tile_indices_become_logical_indices() {
-        let tiles = [0, 2, 3, 5, 6, 7].map(|i| (i, i as f64)).to_vec();
-        let want = vec![(0, 0.0), (2, 2.0), (4, 5.0), (5, 6.0)];
-        assert_eq!(logical_of_tiles(tiles, &[2, 3], 4), want);
-        // Nothing to index: no panic.
-        assert_eq!(logical_of_tiles(vec![(0, 1.0)], &[2, 0], 4), vec![]);
-    }
 
     /// Values by hand: positional between 1e-5 and 1e16, else scientific, each the shortest
     /// decimal that reads back to the value in its own type.

@@ -68,9 +68,6 @@ impl Session<'_> {
                 let outputs = std::mem::take(&mut chunk.outputs);
                 self.merge(&mut all, chunk, data.batch);
                 sink(items.clone(), outputs)?;
-                if let Some(p) = &self.progress {
-                    (p.0)(items.len());
-                }
             }
             Ok(self.execution(all, shards, count))
         })

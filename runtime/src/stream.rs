@@ -1,0 +1,375 @@
+//! A batch run in chunks of items on either engine, the software graph ([`Graph`]) or the
+//! emulator ([`Emulator`]): each chunk's inputs are made or read just before it runs and its
+//! result handed on as soon as it is done, so that a run of any batch holds one chunk's
+//! inputs and outputs at a time ([`Stream::run`]).
+
+use crate::emulator::{self, EmuError, EmuOptions, Emulation, PROGRESS_CHUNK};
+use crate::exec::{ExecError, ExecOptions, Execution, Session, max_chunk_items};
+use crate::host::{HostData, Progress, Tensor, mem_available_bytes};
+use nnp_grammar::Program;
+use nnp_lowering::swgraph::SwGraph;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// An engine that runs a batch a chunk of items at a time.
+pub trait Engine {
+    /// What a chunk's run gives: its outputs, and what else the engine hands back.
+    type Run;
+    type Error;
+    /// The chunks of a batch of `batch` items: consecutive ranges, in order, covering it.
+    fn chunks(&self, batch: usize) -> Vec<Range<usize>>;
+    /// Whether a run of `batch` items in `chunks` chunks reports its progress.
+    fn shows_progress(&self, batch: usize, chunks: usize) -> bool;
+    /// Run the items `items` of the batch, their inputs (and the weights) in `data`, telling
+    /// `progress` how many items are done as they finish.
+    fn run(
+        &mut self,
+        data: &HostData,
+        items: Range<usize>,
+        progress: Option<&Progress>,
+    ) -> Result<Self::Run, Self::Error>;
+}
+
+/// Why a run in chunks stopped, besides its engine, its inputs and its sink: the stop flag
+/// was set, or a chunk would not fit in memory.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("stopped after {done} of {batch} input sets")]
+    Stopped { done: usize, batch: usize },
+    #[error(
+        "{items} input sets at once hold about {need:.1} GiB ({per_item} bytes each), more than \
+         the {available:.1} GiB of memory available; help: {fix}"
+    )]
+    TooLarge {
+        items: usize,
+        per_item: usize,
+        need: f64,
+        available: f64,
+        fix: String,
+    },
+}
+
+/// A batch to run in chunks: its weights and size, the progress callback (told how many items
+/// are done) and the stop flag (checked before each chunk).
+pub struct Stream<'a> {
+    pub weights: BTreeMap<String, Tensor>,
+    pub batch: usize,
+    pub progress: Option<Progress>,
+    pub stop: Option<&'a AtomicBool>,
+}
+
+impl Stream<'_> {
+    /// Run the batch on `engine` in its chunks: `inputs` makes or reads each chunk's inputs
+    /// just before the chunk runs, and `sink` takes the chunk's run, with its items, as soon as
+    /// it is done. The run never holds more than one chunk's inputs and outputs, whatever the
+    /// batch. An error of either, or of the engine, stops it; so does the stop flag, between
+    /// chunks ([`StreamError::Stopped`], with the items done).
+    pub fn run<G: Engine, E: From<G::Error> + From<StreamError>>(
+        self,
+        engine: &mut G,
+        mut inputs: impl FnMut(Range<usize>) -> Result<BTreeMap<String, Tensor>, E>,
+        mut sink: impl FnMut(Range<usize>, G::Run) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let batch = self.batch;
+        let chunks = engine.chunks(batch);
+        let progress = (self.progress).filter(|_| engine.shows_progress(batch, chunks.len()));
+        let mut data = HostData {
+            batch: 0,
+            weights: self.weights,
+            inputs: BTreeMap::new(),
+        };
+        for items in chunks {
+            if self.stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+                let done = items.start;
+                return Err(StreamError::Stopped { done, batch }.into());
+            }
+            data.inputs = inputs(items.clone())?;
+            data.batch = items.len();
+            let run = engine.run(&data, items.clone(), progress.as_ref())?;
+            sink(items, run)?;
+        }
+        Ok(())
+    }
+}
+
+/// The software graph as an [`Engine`]: one session, each chunk one of its own chunks.
+pub struct Graph<'g> {
+    pub session: Session<'g>,
+}
+
+impl<'g> Graph<'g> {
+    /// A fresh session of `graph` for a batch of `batch` items, its largest chunk checked to
+    /// fit in the memory available (by the values a run holds per item,
+    /// [`Session::item_bytes`]) before any is allocated.
+    pub fn new(graph: &'g SwGraph, opts: &ExecOptions, batch: usize) -> Result<Self, GraphError> {
+        let session = Session::new(graph, opts)?;
+        let items = batch.div_ceil(session.chunks(batch).len());
+        let fix = match opts.chunk_items {
+            Some(_) => "a smaller `--chunk-items`, or none (chunks of bounded memory)",
+            None => "the graph's values per input set are too large for this machine",
+        };
+        fits_in_memory(items, session.item_bytes(), fix.into())?;
+        Ok(Graph { session })
+    }
+}
+
+/// Why a [`Graph`] could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+}
+
+impl Engine for Graph<'_> {
+    type Run = Execution;
+    type Error = ExecError;
+
+    fn chunks(&self, batch: usize) -> Vec<Range<usize>> {
+        self.session.chunks(batch).collect()
+    }
+
+    /// A batch that takes more than one chunk.
+    fn shows_progress(&self, _: usize, chunks: usize) -> bool {
+        chunks > 1
+    }
+
+    fn run(
+        &mut self,
+        data: &HostData,
+        items: Range<usize>,
+        progress: Option<&Progress>,
+    ) -> Result<Execution, ExecError> {
+        // One of the session's own chunks, so it runs as one.
+        let run = self
+            .session
+            .run(data)
+            .map_err(|e| e.in_batch(items.start))?;
+        if let Some(Progress(tick)) = progress {
+            tick(items.len());
+        }
+        Ok(run)
+    }
+}
+
+/// Batch items emulated at a time by default: the emulator splits a piece over its threads,
+/// so a piece should keep them all busy.
+pub const PIECE_ITEMS: usize = 4096;
+
+/// [`PIECE_ITEMS`] of a traced emulation: a piece holds its trace records until it is handed
+/// on, and the README LSTM's are 45 KB per item (275 MB at 4096 items, 84 to 87 MB at 1024,
+/// in the same time).
+pub const TRACED_PIECE_ITEMS: usize = 1024;
+
+/// The emulator as an [`Engine`]: pieces of a fixed number of items.
+pub struct Emulator<'p> {
+    program: &'p Program,
+    opts: EmuOptions,
+    piece: usize,
+}
+
+impl<'p> Emulator<'p> {
+    /// The emulator of `program` with `opts` for a batch of `batch` items, in pieces of
+    /// `piece` items or by default [`Emulator::default_piece`]'s, checked to fit in the memory
+    /// available (by the inputs and outputs of an item, [`io_bytes_per_item`]).
+    pub fn new(
+        program: &'p Program,
+        opts: EmuOptions,
+        piece: Option<usize>,
+        batch: usize,
+    ) -> Result<Self, StreamError> {
+        let per_item = io_bytes_per_item(program);
+        let fix = match piece {
+            Some(_) => "a smaller `--chunk-items`, or none (pieces of bounded memory)",
+            None => "the program's inputs and outputs per input set are too large for this machine",
+        };
+        let piece = piece
+            .unwrap_or_else(|| Emulator::default_piece(opts.trace, per_item))
+            .max(1);
+        fits_in_memory(piece.min(batch), per_item, fix.into())?;
+        Ok(Emulator {
+            program,
+            opts,
+            piece,
+        })
+    }
+
+    /// Items per piece by default for inputs and outputs of `per_item` bytes per item:
+    /// [`PIECE_ITEMS`] or, `traced`, [`TRACED_PIECE_ITEMS`], fewer where those would pass the
+    /// software graph's cap on a chunk ([`max_chunk_items`]).
+    pub fn default_piece(traced: bool, per_item: usize) -> usize {
+        let most = if traced {
+            TRACED_PIECE_ITEMS
+        } else {
+            PIECE_ITEMS
+        };
+        most.min(max_chunk_items(per_item))
+    }
+}
+
+impl Engine for Emulator<'_> {
+    type Run = Emulation;
+    type Error = EmuError;
+
+    fn chunks(&self, batch: usize) -> Vec<Range<usize>> {
+        let piece = self.piece;
+        (0..batch)
+            .step_by(piece)
+            .map(|first| first..(first + piece).min(batch))
+            .collect()
+    }
+
+    /// A batch of at least two of the emulator's progress chunks ([`PROGRESS_CHUNK`]): the
+    /// emulator reports within a piece.
+    fn shows_progress(&self, batch: usize, _: usize) -> bool {
+        batch >= 2 * PROGRESS_CHUNK
+    }
+
+    fn run(
+        &mut self,
+        data: &HostData,
+        items: Range<usize>,
+        progress: Option<&Progress>,
+    ) -> Result<Emulation, EmuError> {
+        self.opts.first_item = items.start;
+        self.opts.progress = progress.cloned();
+        emulator::emulate(self.program, data, &self.opts)
+    }
+}
+
+/// Bytes per input set of `program`'s inputs (f32) and outputs (f64): what any run of it
+/// holds per item, at least.
+pub fn io_bytes_per_item(program: &Program) -> usize {
+    let elements = |decls: &mut dyn Iterator<Item = &nnp_grammar::Decl>| -> usize {
+        decls.fold(0, |sum, d| sum.saturating_add(d.elements()))
+    };
+    let inputs = elements(&mut program.inputs()).saturating_mul(4);
+    inputs.saturating_add(elements(&mut program.outputs()).saturating_mul(8))
+}
+
+/// `items` input sets of `per_item` bytes each fit the memory available (`MemAvailable`;
+/// no check where the system does not say), or the error, with `fix`, before any is
+/// allocated.
+pub fn fits_in_memory(items: usize, per_item: usize, fix: String) -> Result<(), StreamError> {
+    let gib = |bytes: u128| bytes as f64 / f64::from(1u32 << 30);
+    let need = items as u128 * per_item as u128;
+    match mem_available_bytes() {
+        Some(have) if need > u128::from(have) => Err(StreamError::TooLarge {
+            items,
+            per_item,
+            need: gib(need),
+            available: gib(u128::from(have)),
+            fix,
+        }),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// An engine that hands back each chunk's items and its inputs' item count, in pieces of
+    /// `piece` items.
+    struct Echo {
+        piece: usize,
+    }
+
+    impl Engine for Echo {
+        type Run = (Range<usize>, usize);
+        type Error = StreamError;
+        fn chunks(&self, batch: usize) -> Vec<Range<usize>> {
+            let piece = self.piece;
+            (0..batch)
+                .step_by(piece)
+                .map(|first| first..(first + piece).min(batch))
+                .collect()
+        }
+        fn shows_progress(&self, _: usize, chunks: usize) -> bool {
+            chunks > 1
+        }
+        fn run(
+            &mut self,
+            data: &HostData,
+            items: Range<usize>,
+            progress: Option<&Progress>,
+        ) -> Result<Self::Run, StreamError> {
+            if let Some(Progress(tick)) = progress {
+                tick(items.len());
+            }
+            Ok((items, data.inputs["x"].shape[0]))
+        }
+    }
+
+    fn stream(batch: usize, stop: Option<&AtomicBool>, done: Arc<Mutex<usize>>) -> Stream<'_> {
+        let tick = move |n| *done.lock().unwrap() += n;
+        Stream {
+            weights: BTreeMap::new(),
+            batch,
+            progress: Some(Progress(Arc::new(tick))),
+            stop,
+        }
+    }
+
+    /// Each chunk's inputs are made for its items just before it runs, and the sink takes the
+    /// chunks in order; progress counts every item.
+    #[test]
+    fn chunks_go_in_order_with_their_inputs() {
+        let done = Arc::new(Mutex::new(0));
+        let mut asked = Vec::new();
+        let mut got = Vec::new();
+        let inputs = |items: Range<usize>| {
+            asked.push(items.clone());
+            let x = Tensor::zeros(vec![items.len(), 2]);
+            Ok::<_, StreamError>(BTreeMap::from([("x".to_string(), x)]))
+        };
+        let sink = |items, run| {
+            got.push((items, run));
+            Ok(())
+        };
+        let run = stream(10, None, done.clone()).run(&mut Echo { piece: 4 }, inputs, sink);
+        assert!(run.is_ok());
+        assert_eq!(asked, [0..4, 4..8, 8..10]);
+        let want = [(0..4, (0..4, 4)), (4..8, (4..8, 4)), (8..10, (8..10, 2))];
+        assert_eq!(got, want);
+        assert_eq!(*done.lock().unwrap(), 10);
+    }
+
+    /// The stop flag, set during a chunk, stops the run before the next one, with the items
+    /// done.
+    #[test]
+    fn the_stop_flag_stops_between_chunks() {
+        let stop = AtomicBool::new(false);
+        let inputs = |items: Range<usize>| {
+            let x = Tensor::zeros(vec![items.len()]);
+            Ok::<_, StreamError>(BTreeMap::from([("x".to_string(), x)]))
+        };
+        let sink = |_, _| {
+            stop.store(true, Ordering::SeqCst);
+            Ok(())
+        };
+        let done = Arc::new(Mutex::new(0));
+        let run = stream(10, Some(&stop), done).run(&mut Echo { piece: 4 }, inputs, sink);
+        assert!(matches!(
+            run,
+            Err(StreamError::Stopped { done: 4, batch: 10 })
+        ));
+    }
+
+    /// Pieces of 1 GiB of inputs and outputs at most, by hand: 4096 items of 256 KiB make
+    /// 1 GiB exactly; 4096 of 256 KiB + 1 byte pass it, so 4095; items of 100 MB, 10 (1.0 GB);
+    /// one item of more than 1 GiB still goes alone.
+    #[test]
+    fn default_pieces_by_hand() {
+        assert_eq!(Emulator::default_piece(false, 0), 4096);
+        assert_eq!(Emulator::default_piece(false, 256 << 10), 4096);
+        assert_eq!(Emulator::default_piece(false, (256 << 10) + 1), 4095);
+        assert_eq!(Emulator::default_piece(true, 256 << 10), 1024);
+        assert_eq!(Emulator::default_piece(true, 100_000_000), 10);
+        assert_eq!(Emulator::default_piece(false, 100_000_000), 10);
+        assert_eq!(Emulator::default_piece(false, 3 << 30), 1);
+    }
+}

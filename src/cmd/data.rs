@@ -1,0 +1,102 @@
+//! The host-data flags shared by the commands that execute firmware (`run`, `emulate`,
+//! `diff`): where the weights and inputs come from. One definition, so the emulator and the
+//! software graph always see the same data for the same flags.
+
+use nnp_grammar::Program;
+use nnp_runtime::host::{HostData, HostError, InputFeed, LoadOptions, Tensor};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Host data: weight and input files, or seeded random data of the declared shapes.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DataArgs {
+    /// Weights: a .safetensors file, a .npy file, or a directory of .npy files.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub weights: Option<PathBuf>,
+    /// Inputs, same kinds of file; each input is its declared shape or [batch, ...shape].
+    #[arg(long, value_name = "FILE|DIR")]
+    pub inputs: Option<PathBuf>,
+    /// Batch size: independent input sets run in one pass (default: from batched inputs, else
+    /// 1).
+    #[arg(long, value_name = "B", value_parser = super::at_least_one)]
+    pub batch: Option<usize>,
+    /// Seed of the random data used when no files are given (or with --random-missing).
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub seed: u64,
+    /// Fill tensors missing from --weights/--inputs with seeded random data.
+    #[arg(long)]
+    pub random_missing: bool,
+}
+
+impl DataArgs {
+    /// The batch of seeded random data when no files are given (`None` with files);
+    /// `fallback_batch` as in [`DataArgs::feed`].
+    pub fn random_batch(&self, fallback_batch: Option<usize>) -> Option<usize> {
+        let random = self.weights.is_none() && self.inputs.is_none();
+        random.then(|| self.batch.or(fallback_batch).unwrap_or(1).max(1))
+    }
+
+    /// The host data these flags describe, the inputs made or read a range of items at a
+    /// time: the weights, and the inputs' feed. `fallback_batch` is used when neither
+    /// `--batch` nor batched input files say how many input sets there are.
+    pub fn feed(
+        &self,
+        program: &Program,
+        fallback_batch: Option<usize>,
+    ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
+        // Refused before any is made (a compiled graph's declarations may be any size).
+        nnp_runtime::host::weights_fit(program)?;
+        if let Some(batch) = self.random_batch(fallback_batch) {
+            let weights = HostData::random_weights(program, self.seed);
+            return Ok((weights, InputFeed::random(program, batch, self.seed)));
+        }
+        let opts = LoadOptions {
+            batch: self.batch.or(fallback_batch),
+            random_missing: self.random_missing,
+            seed: self.seed,
+        };
+        let data = HostData::open(
+            program,
+            self.weights.as_deref(),
+            self.inputs.as_deref(),
+            &opts,
+        )?;
+        for note in self.unused_tensors(program) {
+            // A warning that cannot be shown does not stop the run.
+            let _ = super::output::stderr(format!("warning: {note}\n"));
+        }
+        Ok(data)
+    }
+
+    /// What the files hold that the run does not use: tensors that no declaration names (a
+    /// misspelt name, whose declaration `--random-missing` then fills), and names in both
+    /// files (the weights file's tensor is the one used).
+    fn unused_tensors(&self, program: &Program) -> Vec<String> {
+        // Named as the run looks them up.
+        let names = |path: Option<&Path>, input: bool| {
+            let index = path.and_then(|p| HostData::index_file(program, p, input).ok());
+            index
+                .map(|t| t.into_keys().collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        let declared = |n: &String| program.decl(n).is_some();
+        let weights = names(self.weights.as_deref(), false);
+        let inputs = names(self.inputs.as_deref(), true);
+        let mut notes = Vec::new();
+        for (path, held) in [(&self.weights, &weights), (&self.inputs, &inputs)] {
+            let Some(path) = path else { continue };
+            for name in held.iter().filter(|n| !declared(n)) {
+                notes.push(format!(
+                    "{}: `{name}` is not a declaration of the program; it is not used",
+                    path.display()
+                ));
+            }
+        }
+        for name in weights.iter().filter(|n| declared(n) && inputs.contains(n)) {
+            notes.push(format!(
+                "`{name}` is in both files; the one in the weights file is used"
+            ));
+        }
+        notes
+    }
+}
