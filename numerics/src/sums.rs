@@ -313,9 +313,16 @@ impl Expansion {
     /// The exact sum rounded once to `fmt`. An exact zero is `+0` (the hardware's integer
     /// accumulator has no signed zero).
     pub fn round_to(&self, fmt: &FloatFormat) -> f64 {
+        self.round_by(fmt, |v| fmt.round(v))
+    }
+
+    /// [`round_to`](Self::round_to) `fmt`, a sum that is one f64 rounded by `round_one` (the
+    /// same bits as `fmt.round`; a faster rounder of it).
+    #[inline]
+    pub fn round_by(&self, fmt: &FloatFormat, round_one: impl Fn(f64) -> f64) -> f64 {
         match self.value() {
             ExactValue::Zero => 0.0,
-            ExactValue::One(v) => fmt.round(v),
+            ExactValue::One(v) => round_one(v),
             ExactValue::Wide {
                 negative,
                 mant,

@@ -4,20 +4,11 @@
 
 use super::quant::Rounder;
 use nnp_numerics::FloatFormat;
-use nnp_numerics::sums::{ExactValue, Expansion};
+use nnp_numerics::sums::Expansion;
 
 /// `sum` rounded once to `fmt` by `rounder` (one of `fmt`'s); an exact zero is `+0` (the
 /// hardware's integer accumulator has no signed zero).
 #[inline]
 pub(crate) fn round_with(sum: &Expansion, rounder: &Rounder, fmt: &FloatFormat) -> f64 {
-    match sum.value() {
-        ExactValue::Zero => 0.0,
-        ExactValue::One(v) => rounder.round(v),
-        ExactValue::Wide {
-            negative,
-            mant,
-            exp,
-            sticky,
-        } => fmt.round_exact(negative, mant, exp, sticky),
-    }
+    sum.round_by(fmt, |v| rounder.round(v))
 }
