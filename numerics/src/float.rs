@@ -5,7 +5,9 @@
 //! Rounding is done on the integer significand (see [`crate::rounding`]): one rounding, from the
 //! exact value, never a chain of float operations.
 
-use crate::rounding::{self, Rounding, bitlen, decompose, draw, make_f64, pow2, round_to_quantum};
+use crate::rounding::{
+    self, Rounding, bitlen, decompose, draw, make_f64, round_to_quantum, to_odd_f64,
+};
 use serde::{Deserialize, Serialize};
 
 /// What happens to a finite value beyond the largest finite value of a float format.
@@ -273,37 +275,6 @@ impl MiniFloat {
         self.round_parts(neg, u128::from(mant), exp - scale, false, rounding, rand)
             .to_f64_scaled(scale)
     }
-}
-
-/// `(-1)^negative * (mant + s) * 2^exp` (`s` infinitesimal when `sticky`) rounded to f64 by
-/// round-to-odd: truncated to f64's precision (53 bits, fewer among its subnormals), with the
-/// last bit set where anything was dropped; past f64's largest value, that value (whose last
-/// bit is set). The result depends on the value only, and is the value where f64 holds it.
-pub fn to_odd_f64(negative: bool, mant: u128, exp: i32, sticky: bool) -> f64 {
-    let signed = |v: f64| if negative { -v } else { v };
-    if mant == 0 {
-        // Zero, or zero plus an infinitesimal: truncated, with the last bit set.
-        return signed(if sticky { pow2(-1074) } else { 0.0 });
-    }
-    let lead = exp + bitlen(mant) - 1;
-    if lead > 1023 {
-        return signed(f64::MAX);
-    }
-    // f64's last bit for this value: 53 bits from its leading one, not below 2^-1074.
-    let low = (lead - 52).max(-1074);
-    let (mut m, mut lost) = (mant, sticky);
-    if exp < low {
-        let shift = (low - exp) as u32;
-        lost |= shift >= 128 || m & ((1u128 << shift) - 1) != 0;
-        m = m.checked_shr(shift).unwrap_or(0);
-    } else {
-        // At most 52 places: the value has fewer than 53 bits above `low`.
-        m <<= exp - low;
-    }
-    if lost {
-        m |= 1;
-    }
-    make_f64(negative, m, low)
 }
 
 /// Whether `a * 2^ea > b * 2^eb` (exact, for non-negative integers).

@@ -9,6 +9,8 @@
 //!   a wide exact integer) to an IEEE-style float format; `encode` / `decode` to its bits.
 //! - [`Rounding`]: the rounding modes.
 //! - [`activation`]: correctly rounded sigmoid / tanh / exp and their 16-bit tables.
+//! - [`rounding`] and [`sums`]: the exact-arithmetic building blocks (integer significands,
+//!   round-to-odd, two-sum) and the two exact sums, one per engine, each the other's check.
 
 pub mod activation;
 pub mod block;
@@ -23,6 +25,7 @@ pub mod pack;
 mod quantize;
 pub mod rounding;
 pub mod stats;
+pub mod sums;
 
 pub use activation::Activation;
 pub use format::{

@@ -1,5 +1,8 @@
-//! Rounding modes offered by every quantizer, and the one integer-rounding primitive every
-//! quantizer is built on (exact, from the bits: no float operation that could double-round).
+//! Rounding modes offered by every quantizer, the one integer-rounding primitive every
+//! quantizer is built on (exact, from the bits: no float operation that could double-round),
+//! and the exact-arithmetic building blocks both engines use: an f64's integer significand
+//! ([`decompose`], [`decompose_odd`]), [`bitlen`], and round-to-odd ([`to_odd_f64`],
+//! [`to_odd_pair`]). The exact sums built on them are in [`crate::sums`].
 
 use serde::{Deserialize, Serialize};
 
@@ -33,7 +36,8 @@ pub(crate) fn draw(seed: u64, value_bits: u64, position: u64) -> u64 {
 }
 
 /// Bit length of `v` (0 for 0).
-pub(crate) fn bitlen(v: u128) -> i32 {
+#[inline]
+pub fn bitlen(v: u128) -> i32 {
     128 - v.leading_zeros() as i32
 }
 
@@ -62,8 +66,15 @@ pub(crate) fn round_to_quantum(
         return mant << up;
     }
     let (int, rem_cmp, frac64) = if shift > 128 {
-        // Everything is below half a quantum.
-        (0u128, std::cmp::Ordering::Less, 0u64)
+        // Everything is below half a quantum (`mant < 2^128 <= 2^(shift - 1)`); the fraction's
+        // top 64 bits still count for stochastic rounding where `mant` reaches them (a wide
+        // sum's 128-bit significand just below the quantum).
+        let frac64 = if shift < 192 {
+            (mant >> (shift - 64)) as u64
+        } else {
+            0
+        };
+        (0u128, std::cmp::Ordering::Less, frac64)
     } else {
         let shift = shift as u32;
         let int = if shift == 128 { 0 } else { mant >> shift };
@@ -111,6 +122,63 @@ pub fn decompose(x: f64) -> (bool, u64, i32) {
         (neg, frac, -1074)
     } else {
         (neg, frac | (1u64 << 52), field - 1075)
+    }
+}
+
+/// `|x| = m * 2^e` with `m` odd (trailing zeros removed), for a finite non-zero f64.
+#[inline]
+pub fn decompose_odd(x: f64) -> (u64, i32) {
+    let (_, m, e) = decompose(x);
+    let tz = m.trailing_zeros();
+    (m >> tz, e + tz as i32)
+}
+
+/// `(-1)^negative * (mant + s) * 2^exp` (`s` infinitesimal when `sticky`) rounded to f64 by
+/// round-to-odd: truncated to f64's precision (53 bits, fewer among its subnormals), with the
+/// last bit set where anything was dropped; past f64's largest value, that value (whose last
+/// bit is set). The result depends on the value only, and is the value where f64 holds it.
+pub fn to_odd_f64(negative: bool, mant: u128, exp: i32, sticky: bool) -> f64 {
+    let signed = |v: f64| if negative { -v } else { v };
+    if mant == 0 {
+        // Zero, or zero plus an infinitesimal: truncated, with the last bit set.
+        return signed(if sticky { pow2(-1074) } else { 0.0 });
+    }
+    let lead = exp + bitlen(mant) - 1;
+    if lead > 1023 {
+        return signed(f64::MAX);
+    }
+    // f64's last bit for this value: 53 bits from its leading one, not below 2^-1074.
+    let low = (lead - 52).max(-1074);
+    let (mut m, mut lost) = (mant, sticky);
+    if exp < low {
+        let shift = (low - exp) as u32;
+        lost |= shift >= 128 || m & ((1u128 << shift) - 1) != 0;
+        m = m.checked_shr(shift).unwrap_or(0);
+    } else {
+        // At most 52 places: the value has fewer than 53 bits above `low`.
+        m <<= exp - low;
+    }
+    if lost {
+        m |= 1;
+    }
+    make_f64(negative, m, low)
+}
+
+/// The round-to-odd f64 of `s + err`, where `s = RN(exact)` and `err = exact - s` exactly
+/// (a two-sum or two-product pair): `s` where that is exact, else the odd one of `s` and its
+/// neighbour toward `err`, between which the exact value lies.
+pub fn to_odd_pair(s: f64, err: f64) -> f64 {
+    if err == 0.0 || s == 0.0 || !s.is_finite() {
+        return s;
+    }
+    let bits = s.to_bits();
+    if bits & 1 == 1 {
+        return s;
+    }
+    if (err > 0.0) == (s > 0.0) {
+        f64::from_bits(bits + 1)
+    } else {
+        f64::from_bits(bits - 1)
     }
 }
 

@@ -160,7 +160,7 @@ fn round_exact_matches_round() {
 /// its largest value; an infinitesimal above zero, the smallest subnormal.
 #[test]
 fn to_odd_f64_by_hand() {
-    use nnp_numerics::float::to_odd_f64;
+    use nnp_numerics::rounding::to_odd_f64;
     let bits = |v: f64| v.to_bits();
     assert_eq!(bits(to_odd_f64(false, 3, 1, false)), bits(6.0));
     assert_eq!(bits(to_odd_f64(true, 0, 5, false)), bits(-0.0));
@@ -252,4 +252,33 @@ fn parse_fp_literals() {
     assert_eq!(f.as_float(), Some(&FloatFormat::ieee(5, 2)));
     assert_eq!("fp16".parse::<Format>().unwrap(), Format::FP16);
     assert_eq!("fp(5, 10)".parse::<Format>().unwrap().to_string(), "fp16");
+}
+
+/// Stochastic rounding depends on the value only, not on how wide a significand carries it:
+/// `2^-11` as `1 * 2^-11` and as a wide sum's `2^127 * 2^-138` round alike in `fp(4, 3)`,
+/// where it is a quarter of the smallest subnormal `2^-9` (so some seeds round it up), and
+/// alike as the f64 `round` takes it.
+#[test]
+fn stochastic_rounding_of_a_wide_significand_below_the_quantum() {
+    let mut ups = 0;
+    for seed in 0..64 {
+        let f = FloatFormat {
+            rounding: Rounding::Stochastic { seed },
+            ..FloatFormat::ieee(4, 3)
+        };
+        for neg in [false, true] {
+            let narrow = f.round_exact(neg, 1, -11, false);
+            let wide = f.round_exact(neg, 1 << 127, -138, false);
+            let x = if neg {
+                -(2f64.powi(-11))
+            } else {
+                2f64.powi(-11)
+            };
+            assert_eq!(wide.to_bits(), narrow.to_bits(), "seed {seed}");
+            assert_eq!(f.round(x).to_bits(), narrow.to_bits(), "seed {seed}");
+            ups += usize::from(narrow != 0.0);
+        }
+    }
+    // Up with probability 1/4: some seeds, not all.
+    assert!(ups > 0 && ups < 128, "{ups} of 128 rounded up");
 }

@@ -5,7 +5,6 @@
 //! (`mrf`, matrix `dram`) are the same for every item (only the host writes matrix DRAM), so
 //! they are shared, with their `mvm.matrix` quantization cached per tile.
 
-use super::exact::ExactSum;
 use super::mfu;
 use super::mvm::{self, QRun};
 use super::{EmuError, Site};
@@ -13,6 +12,7 @@ use crate::host::{canonical_nan, storage_bits};
 use crate::trace::TraceRecord;
 use nnp_grammar::{Addr, ChainBody, Decl, DeclKind, MatrixChain, Mem, OpKind, Span, VectorChain};
 use nnp_numerics::activation::Activation;
+use nnp_numerics::sums::IntegerSum;
 use nnp_numerics::{FloatFormat, Format};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Range;
@@ -347,7 +347,7 @@ impl Machine<'_, '_> {
             .map(|t| QRun::quantize(&q.mvm_vector, t, n, &mut scratch))
             .collect();
         let mut y = vec![0.0f64; self.b * rows * n];
-        let mut partials = vec![ExactSum::new(); self.b * n * cols];
+        let mut partials = vec![IntegerSum::new(); self.b * n * cols];
         for i in 0..rows {
             for p in partials.iter_mut() {
                 p.clear();

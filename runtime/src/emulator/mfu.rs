@@ -1,10 +1,11 @@
 //! Multi-function unit arithmetic (docs/semantics.md "Numerics in the pipeline", step 3):
 //! inputs rounded to `mfu.input`, the exact result rounded once to `mfu.input`.
 
-use super::exact::{self, ExactSum};
+use super::exact;
 use nnp_grammar::OpKind;
 use nnp_numerics::FloatFormat;
 use nnp_numerics::activation::{self, Activation};
+use nnp_numerics::sums::IntegerSum;
 use std::sync::Arc;
 
 /// Activation tables loaded from a target's table files (fp16/16-bit input bits -> output bits).
@@ -77,7 +78,7 @@ pub fn binary(kind: OpKind, fmt: &FloatFormat, v: f64, m: f64) -> f64 {
 pub fn softmax(fmt: &FloatFormat, files: &TableFiles, x: &mut [f64]) {
     let m = x.iter().copied().fold(f64::NEG_INFINITY, max);
     let exp = Act::new(Activation::Exp, fmt, files);
-    let mut sum = ExactSum::new();
+    let mut sum = IntegerSum::new();
     for v in x.iter_mut() {
         let d = exact::add(fmt, *v, -m);
         *v = exp.apply(d);

@@ -15,7 +15,6 @@ pub mod mfu;
 pub mod mvm;
 
 pub use crate::trace::{TraceError, TraceRecord, read_trace, write_trace};
-pub use exact::ExactSum;
 
 pub use crate::host::Progress;
 use crate::host::{HostData, Outputs, Tensor};

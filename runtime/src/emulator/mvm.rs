@@ -1,8 +1,10 @@
 //! The matrix-vector multiplier: quantized runs as integer mantissas, dot products in integers,
 //! and the accumulation modes of docs/numerics.md.
 
-use super::exact::{self, ExactSum, bitlen};
+use super::exact;
 use nnp_grammar::Accumulation;
+use nnp_numerics::rounding::{bitlen, decompose_odd};
+use nnp_numerics::sums::IntegerSum;
 use nnp_numerics::{FloatFormat, Format};
 
 /// One quantized run (a native tile of the input vector, or one row of a matrix tile) as
@@ -40,7 +42,7 @@ impl QRun {
         let mut emin = i32::MAX;
         let mut top = i32::MIN;
         for &x in v.iter().filter(|x| **x != 0.0) {
-            let (m, e) = exact::decompose(x);
+            let (m, e) = decompose_odd(x);
             emin = emin.min(e);
             top = top.max(e + bitlen(m as u128));
         }
@@ -61,7 +63,7 @@ impl QRun {
                 if x == 0.0 {
                     return 0;
                 }
-                let (m, e) = exact::decompose(x);
+                let (m, e) = decompose_odd(x);
                 let m = (m << (e - emin)) as i64;
                 if x < 0.0 { -m } else { m }
             })
@@ -91,7 +93,7 @@ impl QRun {
 }
 
 /// Add the exact dot product `a . b` to `acc`.
-pub fn dot(a: &QRun, b: &QRun, acc: &mut ExactSum) {
+pub fn dot(a: &QRun, b: &QRun, acc: &mut IntegerSum) {
     match (a, b) {
         (
             QRun::Fixed {
@@ -143,8 +145,8 @@ pub fn dot(a: &QRun, b: &QRun, acc: &mut ExactSum) {
         _ => {
             for (x, y) in a.values().into_iter().zip(b.values()) {
                 if x != 0.0 && y != 0.0 {
-                    let (mx, ex) = exact::decompose(x);
-                    let (my, ey) = exact::decompose(y);
+                    let (mx, ex) = decompose_odd(x);
+                    let (my, ey) = decompose_odd(y);
                     let p = mx as i128 * my as i128;
                     acc.add(if (x < 0.0) != (y < 0.0) { -p } else { p }, ex + ey);
                 }
@@ -158,7 +160,7 @@ pub fn dot(a: &QRun, b: &QRun, acc: &mut ExactSum) {
 /// - `exact`: every partial summed exactly, one rounding.
 /// - `fp32-seq` / `fp16-seq`: each partial rounded to fp32 / fp16, added in increasing tile
 ///   order in that format (each addition correctly rounded), the result rounded to `out`.
-pub fn accumulate(mode: Accumulation, partials: &[ExactSum], out: &FloatFormat) -> f64 {
+pub fn accumulate(mode: Accumulation, partials: &[IntegerSum], out: &FloatFormat) -> f64 {
     let seq = |f: &FloatFormat| {
         let mut it = partials.iter().map(|p| p.round(f));
         let first = it.next().unwrap_or(0.0);
@@ -166,7 +168,7 @@ pub fn accumulate(mode: Accumulation, partials: &[ExactSum], out: &FloatFormat) 
     };
     match mode {
         Accumulation::Exact => {
-            let mut total = ExactSum::new();
+            let mut total = IntegerSum::new();
             for p in partials {
                 total.merge(p);
             }
@@ -212,9 +214,9 @@ mod tests {
             for _ in 0..20 {
                 let a = run(&mut s, 16, mbits, span);
                 let b = run(&mut s, 16, mbits, span);
-                let mut fast = ExactSum::new();
+                let mut fast = IntegerSum::new();
                 dot(&QRun::from_values(&a), &QRun::from_values(&b), &mut fast);
-                let mut slow = ExactSum::new();
+                let mut slow = IntegerSum::new();
                 dot(&QRun::Wide(a.clone()), &QRun::Wide(b.clone()), &mut slow);
                 for f in [FloatFormat::FP64, FloatFormat::FP16, FloatFormat::FP32] {
                     assert_eq!(
@@ -230,10 +232,10 @@ mod tests {
     #[test]
     fn non_finite_runs_give_ieee_results() {
         let a = QRun::from_values(&[f64::INFINITY, 1.0]);
-        let mut acc = ExactSum::new();
+        let mut acc = IntegerSum::new();
         dot(&a, &QRun::from_values(&[2.0, 3.0]), &mut acc);
         assert_eq!(acc.round(&FloatFormat::FP16), f64::INFINITY);
-        let mut acc = ExactSum::new();
+        let mut acc = IntegerSum::new();
         dot(&a, &QRun::from_values(&[0.0, 3.0]), &mut acc);
         assert!(acc.round(&FloatFormat::FP16).is_nan());
     }

@@ -8,7 +8,7 @@
 //! that bound fits 53 bits every f64 addition on the way is exact, in any order, with or
 //! without FMA: the per-tile partials a BLAS returns are the exact integer sums. The partials of
 //! different tiles have unrelated exponents, so they are summed with an error-free expansion
-//! ([`ExactSum`]) and rounded once.
+//! ([`Expansion`]) and rounded once.
 //!
 //! The same argument holds for any format whose values, inside aligned chunks of `k` lanes, are
 //! integer multiples of one power of two with a bounded integer ([`Grid`]): [`exact_chunk`]
@@ -16,17 +16,18 @@
 //! the expansion sums them. When the formats prove nothing (float formats, fine blocks), the
 //! data itself is split into [`slices`] that obey the bound pairwise (one matmul per slice
 //! pair); non-finite data takes [`matvec_exact`], every product exact by
-//! [`two_prod`](super::exact::two_prod).
+//! [`two_prod`](nnp_numerics::sums::two_prod).
 //!
 //! Here: the product's shape ([`MatVec`]), the `-seq` accumulation and the slow exact path
 //! ([`matvec_exact`]). Which chunks a pair of formats makes exact is in `grid`, the exact sums
 //! of partials in `sums`, the rounding of plain f64 matmuls from an error bound in `bounded`,
 //! the error-free splitting into slices in `slicing`.
 
-use super::exact::ExactSum;
+use super::exact::round_with;
 use super::quant::Rounder;
 use nnp_grammar::Accumulation;
 use nnp_numerics::FloatFormat;
+use nnp_numerics::sums::Expansion;
 use rayon::prelude::*;
 
 mod bounded;
@@ -62,7 +63,7 @@ pub(crate) fn seq_format(accumulation: Accumulation) -> Option<FloatFormat> {
 
 /// The `-seq` arithmetic ([`seq_add`]) on exact tile partials:
 /// `tiles` is `[cols][m]`, tile column j's partial of each of `m` elements. Each partial is
-/// rounded to the sequence format (an exact zero as `+0`, as [`ExactSum`] sums it), added in
+/// rounded to the sequence format (an exact zero as `+0`, as [`Expansion`] sums it), added in
 /// tile order in that format ([`seq_format`]), and the result rounded to `output`.
 pub(crate) fn seq_sums(
     seq: &FloatFormat,
@@ -108,7 +109,7 @@ fn seq_add(
     Rounder::new(output).round_all(&acc, &mut p);
     p
 }
-/// The slow exact path: every product exact ([`two_prod`](super::exact::two_prod)), summed in
+/// The slow exact path: every product exact ([`two_prod`](nnp_numerics::sums::two_prod)), summed in
 /// an expansion. `x` is `[b, cols * n]`, `w` the stack `[rows * cols, n, n]`; returns
 /// `[b, rows * n]`.
 pub fn matvec_exact(spec: &MatVec, x: &[f64], b: usize, w: &[f64]) -> Vec<f64> {
@@ -122,16 +123,16 @@ pub fn matvec_exact(spec: &MatVec, x: &[f64], b: usize, w: &[f64]) -> Vec<f64> {
         .for_each(|(idx, otile)| {
             let (bi, i) = (idx / rows, idx % rows);
             let xb = &x[bi * cols * n..(bi + 1) * cols * n];
-            let mut sum = ExactSum::new();
+            let mut sum = Expansion::new();
             // Adds the products of tile row `r` of tile column `j`.
-            let add_tile = |sum: &mut ExactSum, j: usize, r: usize| {
+            let add_tile = |sum: &mut Expansion, j: usize, r: usize| {
                 let tile = &w[((i * cols + j) * n + r) * n..][..n];
                 for (a, v) in tile.iter().zip(&xb[j * n..(j + 1) * n]) {
                     sum.add_product(*a, *v);
                 }
             };
-            let round = |sum: &mut ExactSum, rounder: &Rounder, fmt: &FloatFormat| {
-                let v = sum.round_with(rounder, fmt);
+            let round = |sum: &mut Expansion, rounder: &Rounder, fmt: &FloatFormat| {
+                let v = round_with(sum, rounder, fmt);
                 sum.clear();
                 v
             };

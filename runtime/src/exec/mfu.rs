@@ -1,9 +1,9 @@
 //! MFU kernels over slices: element-wise ops with one rounding, table activations, softmax
 //! (docs/numerics.md, semantics.md "Numerics in the pipeline").
 
-use super::exact::{ExactSum, two_prod, two_sum};
 use super::quant::{FastRound, PAR_MIN, Rounder, avx2_copy, par_pieces, vectorized};
 use nnp_lowering::swgraph::{BinOp, TableFn};
+use nnp_numerics::sums::{Expansion, two_prod, two_sum};
 use nnp_numerics::{Activation, FloatFormat, Rounding, activation, elementwise, floor_log2};
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -126,7 +126,7 @@ fn binary1(op: BinOp, fmt: &FloatFormat, r: &Rounder, x: f64, y: f64) -> f64 {
             if !hi.is_finite() || lo == 0.0 {
                 return r.round(hi);
             }
-            let mut s = ExactSum::new();
+            let mut s = Expansion::new();
             s.add(hi);
             s.add(lo);
             s.round_to(fmt)
@@ -403,14 +403,14 @@ pub fn softmax(exp: &ActTable, x: &[f64], lanes: usize, out: &mut [f64]) {
                 .for_each(|v| *v = binary1(BinOp::Sub, &fmt, &r, *v, m));
             exp.apply_all(&r, tmp, os, true);
         }
-        // Finite: the same exact value that `ExactSum` gives, rounded once alike.
+        // Finite: the same exact value that `Expansion` gives, rounded once alike.
         let plain_sum = plain
             .then(|| os.iter().sum::<f64>())
             .filter(|s| s.is_finite());
         let s = match plain_sum {
             Some(s) => FloatFormat::FP32.round(s),
             None => {
-                let mut e = ExactSum::new();
+                let mut e = Expansion::new();
                 os.iter().for_each(|&v| e.add(v));
                 e.round_to(&FloatFormat::FP32)
             }

@@ -3,8 +3,9 @@
 //! rest summed again exactly.
 
 use super::{MatVec, seq_add};
-use crate::exec::exact::ExactSum;
+use crate::exec::exact::round_with;
 use crate::exec::quant::Rounder;
+use nnp_numerics::sums::Expansion;
 use nnp_numerics::{FloatFormat, Rounding, pow2};
 use rayon::prelude::*;
 
@@ -130,7 +131,7 @@ fn round_sums(
     let (mut a, mut b) = (vec![0.0f64; rn], vec![0.0f64; rn]);
     rounder.round_all(&lo, &mut a);
     rounder.round_all(&hi, &mut b);
-    let (mut slow, monotone) = (ExactSum::new(), monotone(fmt));
+    let (mut slow, monotone) = (Expansion::new(), monotone(fmt));
     for (r, (y, wrow)) in y.iter_mut().zip(w.chunks(k.max(1))).enumerate() {
         let wn = w_norms[r];
         // Every product an exact zero (no NaN from 0 * inf): the sum is +0.
@@ -154,11 +155,11 @@ fn round_dot(
     fmt: &FloatFormat,
     x: &[f64],
     w: &[f64],
-    slow: &mut ExactSum,
+    slow: &mut Expansion,
 ) -> f64 {
     let (mut s, mut c, mut e) = (0.0f64, 0.0f64, 0.0f64);
     for (a, b) in x.iter().zip(w) {
-        let (t, err) = crate::exec::exact::two_sum(s, a * b);
+        let (t, err) = nnp_numerics::sums::two_sum(s, a * b);
         s = t;
         c += err;
         e += err.abs();
@@ -173,7 +174,7 @@ fn round_dot(
     round_within(rounder, fmt, r, bound).unwrap_or_else(|| {
         slow.clear();
         (x.iter().zip(w)).for_each(|(a, b)| slow.add_product(*a, *b));
-        slow.round_with(rounder, fmt)
+        round_with(slow, rounder, fmt)
     })
 }
 #[cfg(test)]
@@ -290,7 +291,7 @@ mod tests {
         assert_eq!(bounded_one(fp16, &[65504.0, 15.0, 0.0], &ones), 65504.0);
     }
 
-    /// `round_bounded` equals the exact sum rounded once (`ExactSum`, rounded by the format's
+    /// `round_bounded` equals the exact sum rounded once (`Expansion`, rounded by the format's
     /// reference) on adversarial rows, for every rounding mode and several output formats,
     /// whichever order the f64 matmul summed in.
     #[test]
@@ -400,7 +401,7 @@ mod tests {
                 round_bounded(&spec, &x, &w, &norms, &mut y);
                 for (e, got) in y.iter().enumerate() {
                     let (bi, r) = (e / rn, e % rn);
-                    let mut want = ExactSum::new();
+                    let mut want = Expansion::new();
                     for (a, c) in x[bi * k..][..k].iter().zip(&w[r * k..][..k]) {
                         want.add_product(*a, *c);
                     }

@@ -4,8 +4,9 @@
 
 use super::bounded::round_within;
 use super::{MatVec, seq_add, seq_format};
-use crate::exec::exact::ExactSum;
+use crate::exec::exact::round_with;
 use crate::exec::quant::Rounder;
+use nnp_numerics::sums::Expansion;
 use nnp_numerics::{FloatFormat, pow2};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -32,7 +33,7 @@ pub fn sum_partials<T: Copy + Into<f64> + Send + Sync>(
     out.par_chunks_mut(rn.max(1))
         .enumerate()
         .for_each(|(bi, orow)| {
-            let mut sum = ExactSum::new();
+            let mut sum = Expansion::new();
             let y = seq_add(&rounder, &spec.output, spec.cols, rn, |j, tile| {
                 for (r, t) in tile.iter_mut().enumerate() {
                     for c in j * per_tile..(j + 1) * per_tile {
@@ -40,7 +41,7 @@ pub fn sum_partials<T: Copy + Into<f64> + Send + Sync>(
                             sum.add(partials[p * pair_len + (c * rn + r) * b + bi].into());
                         }
                     }
-                    *t = sum.round_with(&rounder, &seq);
+                    *t = round_with(&sum, &rounder, &seq);
                     sum.clear();
                 }
             });
@@ -80,8 +81,8 @@ fn sum_exact<T: Copy + Into<f64> + Send + Sync>(
 /// Fast path: a plain f64 running sum per element, with Knuth's two-sum error of every
 /// addition summed in absolute value alongside. When every error is zero the running sum *is*
 /// the exact sum (the common case: the partials of one row rarely span more than 53 bits), and
-/// one rounding finishes it, as [`ExactSum::round_to`] does for a one-component expansion. An
-/// element with any non-zero (or NaN) error is summed again with [`ExactSum`]. The loops run
+/// one rounding finishes it, as [`Expansion::round_to`] does for a one-component expansion. An
+/// element with any non-zero (or NaN) error is summed again with [`Expansion`]. The loops run
 /// over contiguous elements term by term, so they vectorise.
 pub(crate) struct ExactSums {
     out_fmt: FloatFormat,
@@ -175,19 +176,19 @@ impl ExactSums {
         &self,
         s: &mut [f64],
         err: &[f64],
-        mut terms: impl FnMut(usize, &mut ExactSum),
+        mut terms: impl FnMut(usize, &mut Expansion),
     ) {
         let inexact: Vec<(usize, Option<f64>)> = (s.iter().zip(err).enumerate())
             .filter(|(_, (_, e))| **e != 0.0)
             .map(|(i, (s, e))| (i, self.bounded(*s, *e)))
             .collect();
         self.round(s);
-        let mut slow = ExactSum::new();
+        let mut slow = Expansion::new();
         for (i, bounded) in inexact {
             s[i] = bounded.unwrap_or_else(|| {
                 slow.clear();
                 terms(i, &mut slow);
-                slow.round_with(&self.rounder, &self.out_fmt)
+                round_with(&slow, &self.rounder, &self.out_fmt)
             });
         }
     }
