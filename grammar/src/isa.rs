@@ -72,11 +72,13 @@ pub struct Mnemonic {
     pub inc: bool,
 }
 
-/// Base mnemonics (without `_inc`) of the instructions that are not MFU ops.
-const BASE: &[(&str, Op)] = &[
+/// Base mnemonics (without `_inc`) of the instructions before the MFU ops, and after them.
+const READS: &[(&str, Op)] = &[
     ("v_rd", Op::VRd),
     ("v_rd_2d", Op::VRd2d),
     ("mv_mul", Op::MvMul),
+];
+const WRITES: &[(&str, Op)] = &[
     ("v_wr", Op::VWr),
     ("m_rd", Op::MRd),
     ("m_wr", Op::MWr),
@@ -88,18 +90,20 @@ const BASE: &[(&str, Op)] = &[
 /// reads and the multiply, the MFU ops ([`OpKind::ALL`]), then the rest.
 pub fn base_mnemonics() -> impl Iterator<Item = (&'static str, Op)> {
     let mfu = OpKind::ALL.into_iter().map(|k| (k.mnemonic(), Op::Mfu(k)));
-    BASE[..3]
+    READS
         .iter()
         .copied()
         .chain(mfu)
-        .chain(BASE[3..].iter().copied())
+        .chain(WRITES.iter().copied())
 }
 
 /// The op of a base mnemonic.
 fn base(name: &str) -> Option<Op> {
     match OpKind::from_mnemonic(name) {
         Some(k) => Some(Op::Mfu(k)),
-        None => BASE.iter().find(|(n, _)| *n == name).map(|&(_, op)| op),
+        None => (READS.iter().chain(WRITES))
+            .find(|(n, _)| *n == name)
+            .map(|&(_, op)| op),
     }
 }
 

@@ -13,7 +13,7 @@
 //!   ([`super::ste`]);
 //! - the product: the float matrix-vector product of the tiles, the tile layout undone;
 //! - MFU ops: the float derivative of the true function (add, sub, mul, max, relu, pass,
-//!   sigmoid, tanh, exp, softmax over the value's lanes);
+//!   softmax over the value's lanes; a table activation's `Activation::derivative`);
 //! - padding, slicing and concatenation: candle's own (pad lanes take no gradient).
 
 use super::TrainError;
