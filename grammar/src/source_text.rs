@@ -219,3 +219,20 @@ impl SourceCode for SourceText {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_index() {
+        let l = LineIndex::new("a\nbc\n\nd");
+        // offsets: a=0 \n=1 b=2 c=3 \n=4 \n=5 d=6
+        assert_eq!(l.line(0), 1);
+        assert_eq!(l.line(1), 1);
+        assert_eq!(l.line(2), 2);
+        assert_eq!(l.line(5), 3);
+        assert_eq!(l.line(6), 4);
+        assert_eq!(l.line(100), 4);
+    }
+}
