@@ -68,9 +68,9 @@ impl CustomOp1 for Exact {
 
 /// A table activation's true function (`Activation::eval`) with its derivative
 /// (`Activation::derivative`), element by element in f64.
-struct TableFn(Activation);
+struct TableActivation(Activation);
 
-impl CustomOp1 for TableFn {
+impl CustomOp1 for TableActivation {
     fn name(&self) -> &'static str {
         self.0.name()
     }
@@ -321,7 +321,7 @@ fn unary(op: UnOp, x: &Tensor) -> candle_core::Result<Tensor> {
     match op {
         UnOp::Relu => x.relu(),
         UnOp::Pass => Ok(x.clone()),
-        UnOp::Table(a) => x.contiguous()?.apply_op1(TableFn(a)),
+        UnOp::Table(a) => x.contiguous()?.apply_op1(TableActivation(a)),
         UnOp::Softmax => {
             // Over every lane of the value, pad lanes included (as the hardware's).
             let top = x.max_keepdim(1)?.detach();
