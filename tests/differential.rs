@@ -510,7 +510,10 @@ fn minimizer_shrinks_to_the_cause() {
         };
         match check(Arc::new(SourceFile::new("m.nnp", s)), Some(target)) {
             Ok(out) => out.program.chains.iter().any(|c| match &c.body {
-                ChainBody::Vector(v) => v.ops.iter().any(|o| o.kind == OpKind::Tanh),
+                ChainBody::Vector(v) => v
+                    .ops
+                    .iter()
+                    .any(|o| o.kind == OpKind::Table(nnp_numerics::Activation::Tanh)),
                 ChainBody::Matrix(_) => false,
             }),
             Err(_) => false,

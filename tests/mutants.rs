@@ -17,7 +17,7 @@ use common::env_u64;
 use nnp_progen::{DataConfig, Outcome, Rng, host_data, minimize_failure, run_differential};
 use nnp_runtime::exec::{ExecOptions, Session};
 use nnp_runtime::host::HostData;
-use nnpc::grammar::{SourceFile, Target, check};
+use nnpc::grammar::{OpKind, SourceFile, Target, check};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -64,13 +64,9 @@ fn target_toml(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Instructions an edit may insert: each valid somewhere in a chain.
+/// Instructions an edit may insert: each valid somewhere in a chain. The MFU ops without an
+/// operand (softmax aside) come from [`OpKind::ALL`] ([`inserts`]), the rest are here.
 const INSERTS: &[&str] = &[
-    "v_relu",
-    "v_sigm",
-    "v_tanh",
-    "v_exp",
-    "v_pass",
     "vv_add asvrf0[0]",
     "vv_mul mulvrf0[0]",
     "vv_max asvrf0[0]",
@@ -118,11 +114,27 @@ const MEMORIES: &[&str] = &[
     "ivrf", "dram", "asvrf0", "asvrf1", "mulvrf0", "mulvrf1", "netq", "mrf",
 ];
 
-/// Element-wise instructions an edit may swap for one another (same operand shape).
-const SWAPS: &[&[&str]] = &[
-    &["v_relu", "v_sigm", "v_tanh", "v_exp", "v_pass", "v_softmax"],
-    &["vv_add", "vv_mul", "vv_max", "vv_a_sub_b", "vv_b_sub_a"],
-];
+/// Every instruction an edit may insert.
+fn inserts() -> Vec<&'static str> {
+    let ops = OpKind::ALL
+        .into_iter()
+        .filter(|&k| !k.has_operand() && k != OpKind::Softmax);
+    ops.map(OpKind::mnemonic)
+        .chain(INSERTS.iter().copied())
+        .collect()
+}
+
+/// Element-wise instructions an edit may swap for one another (same operand shape): the MFU
+/// ops without an operand, and those with one.
+fn swaps() -> [Vec<&'static str>; 2] {
+    let group = |operand: bool| {
+        let ops = OpKind::ALL
+            .into_iter()
+            .filter(|k| k.has_operand() == operand);
+        ops.map(OpKind::mnemonic).collect()
+    };
+    [group(false), group(true)]
+}
 
 /// One to three edits of `text`.
 fn mutate(text: &str, rng: &mut Rng) -> String {
@@ -168,7 +180,7 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
                 let j = rng.below(lines.len() as u64) as usize;
                 lines.swap(i, j);
             }
-            4 => lines.insert(i, rng.pick(INSERTS).to_string()),
+            4 => lines.insert(i, rng.pick(&inserts()).to_string()),
             5 => {
                 let to = rng.pick::<&str>(MEMORIES);
                 if let Some(from) = MEMORIES
@@ -201,7 +213,7 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
             }
             _ => {
                 let words = lines[i].split_whitespace().next().unwrap_or("").to_string();
-                if let Some(&group) = SWAPS.iter().find(|g| g.contains(&words.as_str())) {
+                if let Some(group) = swaps().iter().find(|g| g.contains(&words.as_str())) {
                     let op = rng.pick::<&str>(group);
                     lines[i] = lines[i].replacen(&words, op, 1);
                 }

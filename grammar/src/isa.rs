@@ -1,7 +1,33 @@
 //! The ISA table: every mnemonic of docs/language.md and what it means.
 
-use crate::program::OpKind;
+use crate::ops::OpKind;
 use serde::{Deserialize, Serialize};
+
+/// Memories of docs/language.md.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Mem {
+    Netq,
+    Dram,
+    Ivrf,
+    Mrf,
+    /// Add/sub operand VRF of MFU k.
+    AsVrf(u8),
+    /// Multiply operand VRF of MFU k.
+    MulVrf(u8),
+}
+
+impl std::fmt::Display for Mem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mem::Netq => f.write_str("netq"),
+            Mem::Dram => f.write_str("dram"),
+            Mem::Ivrf => f.write_str("ivrf"),
+            Mem::Mrf => f.write_str("mrf"),
+            Mem::AsVrf(k) => write!(f, "asvrf{k}"),
+            Mem::MulVrf(k) => write!(f, "mulvrf{k}"),
+        }
+    }
+}
 
 /// What an instruction does (independent of its `_inc` spelling).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -46,22 +72,13 @@ pub struct Mnemonic {
     pub inc: bool,
 }
 
-/// Base mnemonics (without `_inc`).
-const BASE: &[(&str, Op)] = &[
+/// Base mnemonics (without `_inc`) of the instructions before the MFU ops, and after them.
+const READS: &[(&str, Op)] = &[
     ("v_rd", Op::VRd),
     ("v_rd_2d", Op::VRd2d),
     ("mv_mul", Op::MvMul),
-    ("vv_add", Op::Mfu(OpKind::Add)),
-    ("vv_a_sub_b", Op::Mfu(OpKind::ASubB)),
-    ("vv_b_sub_a", Op::Mfu(OpKind::BSubA)),
-    ("vv_max", Op::Mfu(OpKind::Max)),
-    ("vv_mul", Op::Mfu(OpKind::Mul)),
-    ("v_relu", Op::Mfu(OpKind::Relu)),
-    ("v_sigm", Op::Mfu(OpKind::Sigm)),
-    ("v_tanh", Op::Mfu(OpKind::Tanh)),
-    ("v_exp", Op::Mfu(OpKind::Exp)),
-    ("v_softmax", Op::Mfu(OpKind::Softmax)),
-    ("v_pass", Op::Mfu(OpKind::Pass)),
+];
+const WRITES: &[(&str, Op)] = &[
     ("v_wr", Op::VWr),
     ("m_rd", Op::MRd),
     ("m_wr", Op::MWr),
@@ -69,19 +86,39 @@ const BASE: &[(&str, Op)] = &[
     ("end_chain", Op::EndChain),
 ];
 
+/// Every base mnemonic (without `_inc`) with its op, in the order of docs/language.md: the
+/// reads and the multiply, the MFU ops ([`OpKind::ALL`]), then the rest.
+pub fn base_mnemonics() -> impl Iterator<Item = (&'static str, Op)> {
+    let mfu = OpKind::ALL.into_iter().map(|k| (k.mnemonic(), Op::Mfu(k)));
+    READS
+        .iter()
+        .copied()
+        .chain(mfu)
+        .chain(WRITES.iter().copied())
+}
+
+/// The op of a base mnemonic.
+fn base(name: &str) -> Option<Op> {
+    match OpKind::from_mnemonic(name) {
+        Some(k) => Some(Op::Mfu(k)),
+        None => (READS.iter().chain(WRITES))
+            .find(|(n, _)| *n == name)
+            .map(|&(_, op)| op),
+    }
+}
+
 /// Classify an identifier at the start of an instruction.
 pub fn lookup(name: &str) -> Option<Mnemonic> {
-    if let Some(&(_, op)) = BASE.iter().find(|(n, _)| *n == name) {
+    if let Some(op) = base(name) {
         return Some(Mnemonic { op, inc: false });
     }
-    let base = name.strip_suffix("_inc")?;
-    let &(_, op) = BASE.iter().find(|(n, _)| *n == base)?;
+    let op = base(name.strip_suffix("_inc")?)?;
     op.takes_address().then_some(Mnemonic { op, inc: true })
 }
 
 /// Every mnemonic spelling, `_inc` forms included.
 pub fn all_mnemonics() -> impl Iterator<Item = String> {
-    BASE.iter().flat_map(|&(n, op)| {
+    base_mnemonics().flat_map(|(n, op)| {
         let inc = op.takes_address().then(|| format!("{n}_inc"));
         std::iter::once(n.to_string()).chain(inc)
     })
@@ -134,6 +171,7 @@ mod tests {
         assert_eq!(lookup("v_relu_inc"), None);
         assert_eq!(lookup("end_chain_inc"), None);
         assert_eq!(all_mnemonics().count(), 19 + 11);
+        assert_eq!(base_mnemonics().count(), 19);
         assert_eq!(
             nearest("v_sigmoid", all_mnemonics()).as_deref(),
             Some("v_sigm")

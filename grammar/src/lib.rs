@@ -17,6 +17,7 @@ pub mod diagnostics;
 pub mod isa;
 pub mod lexer;
 pub mod limits;
+pub mod ops;
 pub mod parse;
 pub mod program;
 pub mod source_text;

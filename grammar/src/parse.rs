@@ -50,11 +50,13 @@ impl ParseCtx {
                     "`{b}` takes no address, so it has no `_inc` spelling"
                 )),
                 (None, Some(s)) => d.help(format!("did you mean `{s}`?")),
-                (None, None) => d.help(
-                    "instructions are v_rd, v_rd_2d, mv_mul, vv_add, vv_a_sub_b, vv_b_sub_a, \
-                     vv_max, vv_mul, v_relu, v_sigm, v_tanh, v_exp, v_softmax, v_pass, v_wr, \
-                     m_rd, m_wr, s_wr, end_chain (and _inc spellings)",
-                ),
+                (None, None) => {
+                    let names: Vec<&str> = isa::base_mnemonics().map(|(n, _)| n).collect();
+                    d.help(format!(
+                        "instructions are {} (and _inc spellings)",
+                        names.join(", ")
+                    ))
+                }
             };
             self.diags.push(d);
             Mnemonic {

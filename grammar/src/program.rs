@@ -5,6 +5,9 @@
 //! quantization formats in force for it. Source spans travel with every instruction so later
 //! stages (emulator errors, diff reports) can name the firmware line.
 
+pub use crate::isa::Mem;
+pub use crate::ops::{OpKind, Unit};
+pub use crate::source_text::LineIndex;
 use crate::source_text::SourceText;
 use crate::target::Target;
 use nnp_numerics::Format;
@@ -92,60 +95,6 @@ impl SourceFile {
         let line = self.lines.line(end as u32);
         let start = self.lines.start(line - 1).unwrap_or(0).min(end);
         (line, self.text[start..end].chars().count() + 1)
-    }
-}
-
-/// Byte offset -> 1-based line number, in O(log lines).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LineIndex {
-    starts: Vec<u32>,
-}
-
-impl LineIndex {
-    pub fn new(text: &str) -> Self {
-        let nl = text.bytes().enumerate().filter(|&(_, b)| b == b'\n');
-        let starts = std::iter::once(0)
-            .chain(nl.map(|(i, _)| i as u32 + 1))
-            .collect();
-        LineIndex { starts }
-    }
-    /// 1-based line holding byte `offset` (the last line past the end).
-    pub fn line(&self, offset: u32) -> usize {
-        self.starts.partition_point(|&s| s <= offset).max(1)
-    }
-    /// Byte offset where 0-based `line` starts, if the text has that line.
-    pub fn start(&self, line: usize) -> Option<usize> {
-        self.starts.get(line).map(|&s| s as usize)
-    }
-    /// Number of lines (a text without a line break has one).
-    pub fn count(&self) -> usize {
-        self.starts.len()
-    }
-}
-
-/// Memories of docs/language.md.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Mem {
-    Netq,
-    Dram,
-    Ivrf,
-    Mrf,
-    /// Add/sub operand VRF of MFU k.
-    AsVrf(u8),
-    /// Multiply operand VRF of MFU k.
-    MulVrf(u8),
-}
-
-impl std::fmt::Display for Mem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Mem::Netq => f.write_str("netq"),
-            Mem::Dram => f.write_str("dram"),
-            Mem::Ivrf => f.write_str("ivrf"),
-            Mem::Mrf => f.write_str("mrf"),
-            Mem::AsVrf(k) => write!(f, "asvrf{k}"),
-            Mem::MulVrf(k) => write!(f, "mulvrf{k}"),
-        }
     }
 }
 
@@ -255,78 +204,6 @@ pub struct QuantConfig {
     pub mvm_output: Format,
     /// MFU arithmetic format: every MFU op rounds its inputs and its result to it. A float format.
     pub mfu_input: Format,
-}
-
-/// Operations of the multi-function units.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum OpKind {
-    Add,
-    /// `v - m[a]`
-    ASubB,
-    /// `m[a] - v`
-    BSubA,
-    Max,
-    Mul,
-    Relu,
-    Sigm,
-    Tanh,
-    Exp,
-    Softmax,
-    Pass,
-}
-
-impl OpKind {
-    /// Every MFU operation, in declaration order.
-    pub const ALL: [OpKind; 11] = [
-        OpKind::Add,
-        OpKind::ASubB,
-        OpKind::BSubA,
-        OpKind::Max,
-        OpKind::Mul,
-        OpKind::Relu,
-        OpKind::Sigm,
-        OpKind::Tanh,
-        OpKind::Exp,
-        OpKind::Softmax,
-        OpKind::Pass,
-    ];
-}
-
-/// The unit class an op occupies inside one MFU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Unit {
-    AddSub,
-    Mul,
-    Activation,
-}
-
-impl OpKind {
-    pub fn unit(self) -> Unit {
-        match self {
-            OpKind::Add | OpKind::ASubB | OpKind::BSubA | OpKind::Max => Unit::AddSub,
-            OpKind::Mul => Unit::Mul,
-            _ => Unit::Activation,
-        }
-    }
-    /// True for the ops that read an operand VRF.
-    pub fn has_operand(self) -> bool {
-        self.unit() != Unit::Activation
-    }
-    pub fn mnemonic(self) -> &'static str {
-        match self {
-            OpKind::Add => "vv_add",
-            OpKind::ASubB => "vv_a_sub_b",
-            OpKind::BSubA => "vv_b_sub_a",
-            OpKind::Max => "vv_max",
-            OpKind::Mul => "vv_mul",
-            OpKind::Relu => "v_relu",
-            OpKind::Sigm => "v_sigm",
-            OpKind::Tanh => "v_tanh",
-            OpKind::Exp => "v_exp",
-            OpKind::Softmax => "v_softmax",
-            OpKind::Pass => "v_pass",
-        }
-    }
 }
 
 /// 2-D window registers in force for a `v_rd_2d`.
@@ -506,22 +383,5 @@ impl Program {
     /// 1-based source line of a span.
     pub fn line(&self, span: Span) -> usize {
         self.source.line_of(span.start)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn line_index() {
-        let l = LineIndex::new("a\nbc\n\nd");
-        // offsets: a=0 \n=1 b=2 c=3 \n=4 \n=5 d=6
-        assert_eq!(l.line(0), 1);
-        assert_eq!(l.line(1), 1);
-        assert_eq!(l.line(2), 2);
-        assert_eq!(l.line(5), 3);
-        assert_eq!(l.line(6), 4);
-        assert_eq!(l.line(100), 4);
     }
 }

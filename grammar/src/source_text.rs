@@ -10,9 +10,36 @@
 //!   longer than the limit) is refused, and the renderer prints the message without the
 //!   snippet.
 
-use crate::program::LineIndex;
 use miette::{MietteError, MietteSpanContents, SourceCode, SourceSpan, SpanContents};
 use std::fmt;
+
+/// Byte offset -> 1-based line number, in O(log lines).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineIndex {
+    starts: Vec<u32>,
+}
+
+impl LineIndex {
+    pub fn new(text: &str) -> Self {
+        let nl = text.bytes().enumerate().filter(|&(_, b)| b == b'\n');
+        let starts = std::iter::once(0)
+            .chain(nl.map(|(i, _)| i as u32 + 1))
+            .collect();
+        LineIndex { starts }
+    }
+    /// 1-based line holding byte `offset` (the last line past the end).
+    pub fn line(&self, offset: u32) -> usize {
+        self.starts.partition_point(|&s| s <= offset).max(1)
+    }
+    /// Byte offset where 0-based `line` starts, if the text has that line.
+    pub fn start(&self, line: usize) -> Option<usize> {
+        self.starts.get(line).map(|&s| s as usize)
+    }
+    /// Number of lines (a text without a line break has one).
+    pub fn count(&self) -> usize {
+        self.starts.len()
+    }
+}
 
 /// Bytes shown on each side of a span that sits far into a long line.
 pub const WINDOW: usize = 160;
@@ -190,5 +217,22 @@ impl SourceCode for SourceText {
             column,
             line_count,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_index() {
+        let l = LineIndex::new("a\nbc\n\nd");
+        // offsets: a=0 \n=1 b=2 c=3 \n=4 \n=5 d=6
+        assert_eq!(l.line(0), 1);
+        assert_eq!(l.line(1), 1);
+        assert_eq!(l.line(2), 2);
+        assert_eq!(l.line(5), 3);
+        assert_eq!(l.line(6), 4);
+        assert_eq!(l.line(100), 4);
     }
 }

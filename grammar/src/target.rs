@@ -4,8 +4,9 @@
 
 use crate::source_text::SourceText;
 use miette::SourceSpan;
-use nnp_numerics::Format;
+use nnp_numerics::{Activation, Format};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -90,13 +91,43 @@ impl Default for MemorySizes {
     }
 }
 
-/// Activation table files (65,536 little-endian u16: fp16 input bits -> fp16 output bits).
-#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Tables {
-    pub sigm: Option<PathBuf>,
-    pub tanh: Option<PathBuf>,
-    pub exp: Option<PathBuf>,
+/// Activation table files (65,536 little-endian u16: fp16 input bits -> fp16 output bits), by
+/// activation; a target file names each under its activation's name (`numerics.tables.sigm`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Tables(BTreeMap<Activation, PathBuf>);
+
+impl Tables {
+    /// The table file of `a`, if the target gives one.
+    pub fn get(&self, a: Activation) -> Option<&PathBuf> {
+        self.0.get(&a)
+    }
+    pub fn set(&mut self, a: Activation, path: PathBuf) {
+        self.0.insert(a, path);
+    }
+    /// The files given, in [`Activation::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (Activation, &PathBuf)> {
+        self.0.iter().map(|(&a, p)| (a, p))
+    }
+}
+
+/// Every activation's name with its file or null.
+impl Serialize for Tables {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(Activation::ALL.len()))?;
+        for a in Activation::ALL {
+            m.serialize_entry(a.name(), &self.get(a))?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Tables {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let given = BTreeMap::<Activation, Option<PathBuf>>::deserialize(d)?;
+        let files = given.into_iter().filter_map(|(a, p)| Some((a, p?)));
+        Ok(Tables(files.collect()))
+    }
 }
 
 /// The numeric knobs of docs/numerics.md: default formats per quantization point and more.
@@ -206,8 +237,19 @@ const KEYS: &[(&str, &[&str])] = &[
             "tables",
         ],
     ),
-    ("numerics.tables", &["sigm", "tanh", "exp"]),
+    ("numerics.tables", &TABLE_KEYS),
 ];
+
+/// The keys of `numerics.tables`: the activations' names.
+const TABLE_KEYS: [&str; Activation::ALL.len()] = {
+    let mut keys = [""; Activation::ALL.len()];
+    let mut i = 0;
+    while i < keys.len() {
+        keys[i] = Activation::ALL[i].name();
+        i += 1;
+    }
+    keys
+};
 
 /// Every unknown key of `table` (the table at `path`) and of the known tables in it, as
 /// (message, span).
@@ -282,14 +324,9 @@ struct NumericsFile {
     tables: Option<TablesFile>,
 }
 
-/// `[numerics] tables = { ... }`: each a path, relative to the target file's directory.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TablesFile {
-    sigm: Option<Spanned<PathBuf>>,
-    tanh: Option<Spanned<PathBuf>>,
-    exp: Option<Spanned<PathBuf>>,
-}
+/// `[numerics] tables = { ... }`: each a path, relative to the target file's directory, under
+/// an activation's name (other keys are reported by [`unknown_keys`]).
+type TablesFile = BTreeMap<String, Spanned<PathBuf>>;
 
 /// Largest native dimension N a target may have.
 pub const MAX_NATIVE: usize = 4096;
@@ -427,8 +464,9 @@ impl Target {
             // A table file is checked now (it exists and has a table's size), so that `check`
             // and `compile` point at the key, and every command agrees.
             if let Some(tables) = n.tables {
-                let mut table = |key: &str, v: Option<Spanned<PathBuf>>| {
-                    let v = v?;
+                let mut tables = tables;
+                let mut table = |key: &str| {
+                    let v = tables.remove(key)?;
                     let span = Some(v.span());
                     let given = v.into_inner();
                     let problem = match std::fs::metadata(t.table_path(&given)) {
@@ -447,11 +485,12 @@ impl Target {
                     ));
                     None
                 };
-                let checked = Tables {
-                    sigm: table("sigm", tables.sigm),
-                    tanh: table("tanh", tables.tanh),
-                    exp: table("exp", tables.exp),
-                };
+                let mut checked = Tables::default();
+                for a in Activation::ALL {
+                    if let Some(path) = table(a.name()) {
+                        checked.set(a, path);
+                    }
+                }
                 t.numerics.tables = checked;
             }
         }
@@ -494,8 +533,8 @@ impl Target {
     }
 
     /// Size of a memory in registers (tiles for `mrf`; vector registers for `dram`).
-    pub fn mem_size(&self, mem: crate::program::Mem) -> u32 {
-        use crate::program::Mem;
+    pub fn mem_size(&self, mem: crate::isa::Mem) -> u32 {
+        use crate::isa::Mem;
         match mem {
             Mem::Netq => u32::MAX,
             Mem::Dram => self.memory.dram,

@@ -118,7 +118,11 @@ fn table_files_are_checked_at_the_key() {
     }
     let t = Target::from_toml("[numerics]\ntables = { tanh = \"good.bin\" }\n", path)
         .expect("a good table loads");
-    let tanh = t.numerics.tables.tanh.as_deref().expect("tanh table");
+    let tanh = t
+        .numerics
+        .tables
+        .get(nnp_numerics::Activation::Tanh)
+        .expect("tanh table");
     let resolved = t.table_path(tanh);
     assert!(resolved.is_absolute(), "{}", resolved.display());
     assert_eq!(

@@ -11,8 +11,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-/// An MFU activation with a table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// An MFU activation with a table: the one description of a table op. Its name gives the
+/// mnemonic (`v_<name>`), the target's table-file key (`numerics.tables.<name>`) and the
+/// software graph's op name; [`eval`] is its reference semantics, [`Activation::derivative`]
+/// its gradient and [`below`] the shape rule of [`rounded`]. Every engine handles any
+/// activation through one arm, so a new one is a variant here and its arms below.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Activation {
     Sigmoid,
     Tanh,
@@ -20,7 +24,57 @@ pub enum Activation {
 }
 
 impl Activation {
+    /// Every activation, in mnemonic order.
     pub const ALL: [Activation; 3] = [Activation::Sigmoid, Activation::Tanh, Activation::Exp];
+
+    /// The short name: `v_<name>` is the mnemonic, `<name>` the table key and graph op name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Activation::Sigmoid => "sigm",
+            Activation::Tanh => "tanh",
+            Activation::Exp => "exp",
+        }
+    }
+
+    /// The activation of a [`name`](Activation::name).
+    pub fn from_name(name: &str) -> Option<Activation> {
+        Activation::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// The function in f64 ([`eval`]).
+    pub fn eval(self, x: f64) -> f64 {
+        eval(self, x)
+    }
+
+    /// `f'(x)` in f64, given `y = f(x)` (training's gradient: docs/training.md).
+    pub fn derivative(self, x: f64, y: f64) -> f64 {
+        let _ = x; // for functions whose derivative needs it
+        match self {
+            Activation::Sigmoid => y * (1.0 - y),
+            Activation::Tanh => 1.0 - y * y,
+            Activation::Exp => y,
+        }
+    }
+}
+
+/// Serialized by [`Activation::name`].
+impl Serialize for Activation {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Activation {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Activation::from_name(&name).ok_or_else(|| {
+            let names: Vec<&str> = Activation::ALL.iter().map(|a| a.name()).collect();
+            serde::de::Error::custom(format!(
+                "unknown activation `{name}`, expected one of {}",
+                names.join(", ")
+            ))
+        })
+    }
 }
 
 /// The function in f64 (NaN in, NaN out).

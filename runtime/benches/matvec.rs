@@ -6,8 +6,8 @@
 use candle_core::{DType, Device, Tensor};
 use criterion::{Criterion, criterion_group, criterion_main};
 use nnp_grammar::Accumulation;
-use nnp_lowering::swgraph::{BinOp, TableFn};
-use nnp_numerics::FloatFormat;
+use nnp_lowering::swgraph::BinOp;
+use nnp_numerics::{Activation, FloatFormat};
 use nnp_runtime::exec::matmul::{MatVec, sum_partials};
 use nnp_runtime::exec::{intdot, mfu, quant};
 use std::hint::black_box;
@@ -154,7 +154,7 @@ fn bench(c: &mut Criterion) {
             black_box(&out);
         })
     });
-    let sigm = mfu::ActTable::load(TableFn::Sigm, &FloatFormat::FP16, None).expect("table");
+    let sigm = mfu::ActTable::load(Activation::Sigmoid, &FloatFormat::FP16, None).expect("table");
     g.bench_function("sigm_fp16", |b| {
         b.iter(|| {
             mfu::activate(&sigm, &a, &mut out, false);

@@ -469,7 +469,9 @@ fn table_file_replaces_the_built_in_table() {
     let bytes: Vec<u8> = (0..65536).flat_map(|_| 0x3C00u16.to_le_bytes()).collect();
     std::fs::write(&path, bytes).unwrap();
     let mut tg = target(BFP8);
-    tg.numerics.tables.exp = Some(path.clone());
+    tg.numerics
+        .tables
+        .set(nnp_numerics::Activation::Exp, path.clone());
     let src = "input x : [1, 4]\noutput y : [1, 4]\nv_rd netq\nv_exp\nv_wr netq\nend_chain\n";
     let p = program(src, tg);
     let e = run(&p, &[("x", t(&[1, 4], &[5.0, -3.0, 0.0, 1.0]))]);

@@ -80,7 +80,7 @@ impl Reads {
 
     fn tables(&mut self, target: &Target) {
         let t = &target.numerics.tables;
-        for path in [&t.sigm, &t.tanh, &t.exp].into_iter().flatten() {
+        for (_, path) in t.iter() {
             self.add(
                 "an activation table file of the target",
                 &target.table_path(path),

@@ -17,9 +17,8 @@ use super::chain::VecChain;
 use super::state::Space;
 use crate::diagnostics::{Diagnostic, codes};
 use crate::program::{DeclKind, Mem, OpKind, Span};
-use nnp_numerics::activation::{self, Activation};
+use nnp_numerics::Format;
 use nnp_numerics::format::Per;
-use nnp_numerics::{Format, elementwise};
 
 /// The most negative fp16: the idiomatic pad before a softmax (exp(-65504 - max) is 0).
 const SOFTMAX_PAD: f64 = -65504.0;
@@ -84,24 +83,15 @@ fn round_to(format: &Format, v: f64) -> f64 {
     format.as_float().map_or(v, |f| f.round(v))
 }
 
-/// The pad value after one MFU op (`operand`: the operand's pad value), rounded like the MFU
-/// rounds. None when it is not known.
+/// The pad value after one MFU op (`operand`: the operand's pad value), before the MFU's
+/// rounding: the op's own reference semantics ([`OpKind::reference`]). None when it is not
+/// known.
 fn apply(kind: OpKind, v: f64, operand: Option<f64>) -> Option<f64> {
-    Some(match (kind, operand) {
-        (OpKind::Add, Some(b)) => v + b,
-        (OpKind::ASubB, Some(b)) => v - b,
-        (OpKind::BSubA, Some(b)) => b - v,
-        (OpKind::Max, Some(b)) => elementwise::max(v, b),
-        (OpKind::Mul, Some(b)) => v * b,
-        (OpKind::Relu, _) => elementwise::relu(v),
-        (OpKind::Sigm, _) => activation::eval(Activation::Sigmoid, v),
-        (OpKind::Tanh, _) => activation::eval(Activation::Tanh, v),
-        (OpKind::Exp, _) => activation::eval(Activation::Exp, v),
-        (OpKind::Pass, _) => v,
+    match kind {
         // exp(pad - max) is 0 when the pad is the most negative value.
-        (OpKind::Softmax, _) if v <= SOFTMAX_PAD => 0.0,
-        _ => return None,
-    })
+        OpKind::Softmax if v <= SOFTMAX_PAD => Some(0.0),
+        _ => kind.reference(v, operand),
+    }
 }
 
 impl Checker {

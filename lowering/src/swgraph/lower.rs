@@ -2,7 +2,7 @@
 //! (and which tile of it) each register holds, and emit nodes only for real data flow.
 
 use super::{
-    BinOp, BlockAxis, FiniteCheck, Node, Op, OutputInfo, Roots, SWGRAPH_VERSION, SwGraph, TableFn,
+    BinOp, BlockAxis, FiniteCheck, Node, Op, OutputInfo, Roots, SWGRAPH_VERSION, SwGraph,
     TileLayout, TileSlice, UnOp, ValueId, WriteRecord, infer_ty, optimize,
 };
 use nnp_grammar::{
@@ -526,9 +526,7 @@ impl Lowering<'_> {
                 (OpKind::Max, Some(b)) => binary(BinOp::Max, carried, b),
                 (OpKind::Mul, Some(b)) => binary(BinOp::Mul, carried, b),
                 (OpKind::Relu, _) => unary(self, UnOp::Relu),
-                (OpKind::Sigm, _) => unary(self, UnOp::Sigm),
-                (OpKind::Tanh, _) => unary(self, UnOp::Tanh),
-                (OpKind::Exp, _) => unary(self, UnOp::Exp),
+                (OpKind::Table(a), _) => unary(self, UnOp::Table(a)),
                 (OpKind::Softmax, _) => unary(self, UnOp::Softmax),
                 (OpKind::Pass, _) => unary(self, UnOp::Pass),
                 (kind, None) => {
@@ -631,12 +629,7 @@ impl Lowering<'_> {
         if mfu.bits() != 16 {
             return None;
         }
-        let tables = &self.p.target.numerics.tables;
-        let path = match op.table()? {
-            TableFn::Sigm => tables.sigm.as_ref(),
-            TableFn::Tanh => tables.tanh.as_ref(),
-            TableFn::Exp => tables.exp.as_ref(),
-        }?;
+        let path = self.p.target.numerics.tables.get(op.table()?)?;
         Some(self.p.target.table_path(path).display().to_string())
     }
 

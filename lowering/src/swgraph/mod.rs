@@ -28,7 +28,7 @@ pub use validate::MAX_VALUE_ELEMENTS;
 pub(crate) use validate::infer_ty;
 
 use nnp_grammar::{Accumulation, Decl, Mem, Span};
-use nnp_numerics::{FloatFormat, Format};
+use nnp_numerics::{Activation, FloatFormat, Format};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
@@ -130,40 +130,59 @@ pub enum BinOp {
     Mul,
 }
 
-/// MFU ops on the carried vector alone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// MFU ops on the carried vector alone. In the JSON form each is its name: `relu`, `pass`,
+/// `softmax`, or a table activation's [`Activation::name`] (`sigm`, `tanh`, `exp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UnOp {
     /// `x > 0 ? x : +0`, NaN stays NaN.
     Relu,
     /// Rounds to the MFU format only.
     Pass,
-    Sigm,
-    Tanh,
-    Exp,
+    /// A function read from its 65,536-entry table (16-bit MFU formats) or evaluated in f64
+    /// and rounded once.
+    Table(Activation),
     /// Over all lanes of the value (pad lanes included), docs/numerics.md.
     Softmax,
 }
 
 impl UnOp {
     /// The activation table the op reads (softmax reads the exp table).
-    pub fn table(self) -> Option<TableFn> {
+    pub fn table(self) -> Option<Activation> {
         match self {
-            UnOp::Sigm => Some(TableFn::Sigm),
-            UnOp::Tanh => Some(TableFn::Tanh),
-            UnOp::Exp | UnOp::Softmax => Some(TableFn::Exp),
+            UnOp::Table(a) => Some(a),
+            UnOp::Softmax => Some(Activation::Exp),
             UnOp::Relu | UnOp::Pass => None,
+        }
+    }
+
+    /// The name of the JSON form.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnOp::Relu => "relu",
+            UnOp::Pass => "pass",
+            UnOp::Table(a) => a.name(),
+            UnOp::Softmax => "softmax",
         }
     }
 }
 
-/// A function with a 65,536-entry table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TableFn {
-    Sigm,
-    Tanh,
-    Exp,
+impl Serialize for UnOp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for UnOp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        let fixed = [UnOp::Relu, UnOp::Pass, UnOp::Softmax];
+        let table = Activation::ALL.map(UnOp::Table);
+        fixed
+            .into_iter()
+            .chain(table)
+            .find(|op| op.name() == name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown unary op `{name}`")))
+    }
 }
 
 /// The operation of a node.

@@ -11,7 +11,6 @@ use super::{EmuError, Site};
 use crate::host::{canonical_nan, storage_bits};
 use crate::trace::TraceRecord;
 use nnp_grammar::{Addr, ChainBody, Decl, DeclKind, MatrixChain, Mem, OpKind, Span, VectorChain};
-use nnp_numerics::activation::Activation;
 use nnp_numerics::sums::IntegerSum;
 use nnp_numerics::{FloatFormat, Format};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -433,12 +432,7 @@ impl Machine<'_, '_> {
             match op.kind {
                 OpKind::Relu => y.iter_mut().for_each(|v| *v = mfu::relu(*v)),
                 OpKind::Pass => {}
-                OpKind::Sigm | OpKind::Tanh | OpKind::Exp => {
-                    let kind = match op.kind {
-                        OpKind::Sigm => Activation::Sigmoid,
-                        OpKind::Tanh => Activation::Tanh,
-                        _ => Activation::Exp,
-                    };
+                OpKind::Table(kind) => {
                     let act = mfu::Act::new(kind, &fmt, &self.sh.files);
                     for v in y.iter_mut() {
                         *v = act.apply(*v);

@@ -6,23 +6,17 @@ use nnp_grammar::OpKind;
 use nnp_numerics::FloatFormat;
 use nnp_numerics::activation::{self, Activation};
 use nnp_numerics::sums::IntegerSum;
+use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Activation tables loaded from a target's table files (fp16/16-bit input bits -> output bits).
+/// Activation tables loaded from a target's table files (16-bit input bits -> output bits), by
+/// activation.
 #[derive(Clone, Debug, Default)]
-pub struct TableFiles {
-    pub sigm: Option<Arc<[u16]>>,
-    pub tanh: Option<Arc<[u16]>>,
-    pub exp: Option<Arc<[u16]>>,
-}
+pub struct TableFiles(pub HashMap<Activation, Arc<[u16]>>);
 
 impl TableFiles {
     fn get(&self, kind: Activation) -> Option<&[u16]> {
-        match kind {
-            Activation::Sigmoid => self.sigm.as_deref(),
-            Activation::Tanh => self.tanh.as_deref(),
-            Activation::Exp => self.exp.as_deref(),
-        }
+        self.0.get(&kind).map(|t| &t[..])
     }
 }
 

@@ -294,9 +294,8 @@ fn lookup8(t: &[u16; 1 << 16], nan_at: __m256i, x: __m256) -> __m256 {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
-    use crate::exec::mfu::{self, activation_kind, nan_bits};
-    use nnp_lowering::swgraph::TableFn;
-    use nnp_numerics::{FloatFormat, activation};
+    use crate::exec::mfu::{self, nan_bits};
+    use nnp_numerics::{Activation, FloatFormat, activation};
 
     const FP16: FloatFormat = FloatFormat::FP16;
 
@@ -470,9 +469,9 @@ mod tests {
         let mut x = every_fp16();
         x.extend(ODD_NANS.map(f32::from_bits));
         let mut out = vec![0.0f32; x.len()];
-        for f in [TableFn::Sigm, TableFn::Tanh, TableFn::Exp] {
+        for f in Activation::ALL {
             let t = mfu::ActTable::load(f, &FP16, None).expect("built-in");
-            let kind = activation_kind(f);
+            let kind = f;
             for len in [x.len(), 1005] {
                 k.activate(&t, &x[..len], &mut out[..len]);
                 for (v, o) in x.iter().zip(&out[..len]) {
@@ -490,7 +489,7 @@ mod tests {
             .flat_map(|i| (i & 0x3FFF).to_le_bytes())
             .collect();
         std::fs::write(&path, bytes).expect("table written");
-        let t = mfu::ActTable::load(TableFn::Sigm, &FP16, path.to_str()).expect("table file");
+        let t = mfu::ActTable::load(Activation::Sigmoid, &FP16, path.to_str()).expect("table file");
         std::fs::remove_dir_all(&dir).ok();
         k.activate(&t, &x, &mut out);
         for (v, o) in x.iter().zip(&out) {

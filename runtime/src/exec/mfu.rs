@@ -2,7 +2,7 @@
 //! (docs/numerics.md, semantics.md "Numerics in the pipeline").
 
 use super::quant::{FastRound, PAR_MIN, Rounder, avx2_copy, par_pieces, vectorized};
-use nnp_lowering::swgraph::{BinOp, TableFn};
+use nnp_lowering::swgraph::BinOp;
 use nnp_numerics::sums::{Expansion, two_prod, two_sum};
 use nnp_numerics::{Activation, FloatFormat, Rounding, activation, elementwise, floor_log2};
 use rayon::prelude::*;
@@ -164,19 +164,14 @@ pub enum TableError {
     File { path: String, message: String },
 }
 
-pub fn activation_kind(f: TableFn) -> Activation {
-    match f {
-        TableFn::Sigm => Activation::Sigmoid,
-        TableFn::Tanh => Activation::Tanh,
-        TableFn::Exp => Activation::Exp,
-    }
-}
-
 impl ActTable {
     /// The built-in table (correctly rounded function) or a target's table file. Tables are
     /// for 16-bit formats; other formats compute the function (a file is then unused).
-    pub fn load(f: TableFn, fmt: &FloatFormat, file: Option<&str>) -> Result<ActTable, TableError> {
-        let kind = activation_kind(f);
+    pub fn load(
+        kind: Activation,
+        fmt: &FloatFormat,
+        file: Option<&str>,
+    ) -> Result<ActTable, TableError> {
         let file = file.filter(|_| fmt.bits() == 16);
         let bits: Option<Vec<u16>> = match file {
             Some(path) => Some(crate::io::read_table(std::path::Path::new(path)).map_err(

@@ -206,13 +206,13 @@ mod tests {
             }),
             // 8: a built-in sigmoid table: fp16; 9: a table file: unknown.
             node(Op::Unary {
-                op: UnOp::Sigm,
+                op: UnOp::Table(nnp_numerics::Activation::Sigmoid),
                 src: v(3),
                 format: fp16,
                 table: None,
             }),
             node(Op::Unary {
-                op: UnOp::Sigm,
+                op: UnOp::Table(nnp_numerics::Activation::Sigmoid),
                 src: v(3),
                 format: fp16,
                 table: Some("t.bin".into()),

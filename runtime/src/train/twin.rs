@@ -13,7 +13,7 @@
 //!   ([`super::ste`]);
 //! - the product: the float matrix-vector product of the tiles, the tile layout undone;
 //! - MFU ops: the float derivative of the true function (add, sub, mul, max, relu, pass,
-//!   sigmoid, tanh, exp, softmax over the value's lanes);
+//!   softmax over the value's lanes; a table activation's `Activation::derivative`);
 //! - padding, slicing and concatenation: candle's own (pad lanes take no gradient).
 
 use super::TrainError;
@@ -21,6 +21,7 @@ use super::ste::{self, Points};
 use crate::exec::WrittenValue;
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use nnp_lowering::swgraph::{BinOp, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
+use nnp_numerics::Activation;
 use std::collections::{BTreeMap, HashMap};
 
 /// Where the twin's values come from.
@@ -62,6 +63,39 @@ impl CustomOp1 for Exact {
 
     fn bwd(&self, _: &Tensor, _: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
         Ok(Some(grad.clone()))
+    }
+}
+
+/// A table activation's true function (`Activation::eval`) with its derivative
+/// (`Activation::derivative`), element by element in f64.
+struct TableActivation(Activation);
+
+impl CustomOp1 for TableActivation {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F64(v), Some((start, end))) = (s, layout.contiguous_offsets()) else {
+            candle_core::bail!("{}: not a contiguous f64 tensor", self.0.name());
+        };
+        let y = v[start..end].iter().map(|&x| self.0.eval(x)).collect();
+        Ok((CpuStorage::F64(y), layout.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, y: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let xs = x.flatten_all()?.to_vec1::<f64>()?;
+        let ys = y.flatten_all()?.to_vec1::<f64>()?;
+        let d: Vec<f64> = xs
+            .iter()
+            .zip(&ys)
+            .map(|(&x, &y)| self.0.derivative(x, y))
+            .collect();
+        Ok(Some(grad.mul(&Tensor::from_vec(
+            d,
+            x.shape(),
+            x.device(),
+        )?)?))
     }
 }
 
@@ -287,9 +321,7 @@ fn unary(op: UnOp, x: &Tensor) -> candle_core::Result<Tensor> {
     match op {
         UnOp::Relu => x.relu(),
         UnOp::Pass => Ok(x.clone()),
-        UnOp::Sigm => x.neg()?.exp()?.affine(1.0, 1.0)?.recip(),
-        UnOp::Tanh => x.tanh(),
-        UnOp::Exp => x.exp(),
+        UnOp::Table(a) => x.contiguous()?.apply_op1(TableActivation(a)),
         UnOp::Softmax => {
             // Over every lane of the value, pad lanes included (as the hardware's).
             let top = x.max_keepdim(1)?.detach();

@@ -81,17 +81,11 @@ impl<'a> Shared<'a> {
             })
             .or_else(|| p.target.numerics.storage.as_float().copied())
             .unwrap_or(FloatFormat::FP16);
-        let t = &p.target.numerics.tables;
-        let load = |o: &Option<std::path::PathBuf>| {
-            o.as_ref()
-                .map(|path| read_table(&p.target.table_path(path)))
-                .transpose()
-        };
-        let files = TableFiles {
-            sigm: load(&t.sigm)?,
-            tanh: load(&t.tanh)?,
-            exp: load(&t.exp)?,
-        };
+        let files = TableFiles(
+            (p.target.numerics.tables.iter())
+                .map(|(a, path)| Ok((a, read_table(&p.target.table_path(path))?)))
+                .collect::<Result<_, EmuError>>()?,
+        );
         let mut sh = Shared {
             p,
             data,

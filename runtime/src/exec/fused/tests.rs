@@ -1,7 +1,8 @@
 //! Tests of `exec::fused`.
 use super::*;
 use crate::exec::mfu::nan_bits;
-use nnp_lowering::swgraph::{Node, Op, SwGraph, TableFn, Ty, UnOp};
+use nnp_lowering::swgraph::{Node, Op, SwGraph, Ty, UnOp};
+use nnp_numerics::Activation;
 
 fn hand_graph(nodes: Vec<Node>) -> SwGraph {
     SwGraph {
@@ -50,7 +51,7 @@ fn schedule_gathers_element_wise_ops() {
     let v = Ty::Vector { tiles: 2 };
     let node = |op: Op| Node { op, ty: v.clone() };
     let sigm = Op::Unary {
-        op: UnOp::Sigm,
+        op: UnOp::Table(Activation::Sigmoid),
         src: ValueId(6),
         format: FloatFormat::FP16,
         table: None,
@@ -175,7 +176,7 @@ fn f32_lanes_give_the_f64_lanes_bits() {
         })
         .collect();
     let bias: Vec<f64> = (0..len).map(|i| fp16(i * 3)).collect();
-    let tables: Vec<ActTable> = [TableFn::Sigm, TableFn::Tanh, TableFn::Exp]
+    let tables: Vec<ActTable> = Activation::ALL
         .map(|f| ActTable::load(f, &FloatFormat::FP16, None).expect("built-in"))
         .into();
     let bin = |op, a, b, rounded| Step::Binary {
@@ -245,7 +246,7 @@ fn f32_lanes_give_the_f64_lanes_bits() {
     other.push(Step::Relu(FloatFormat::BF16, Local(0)));
     assert!(F16c::for_steps(&other).is_none());
     // Nor one whose activation's table is bf16's.
-    let bf16 = ActTable::load(TableFn::Sigm, &FloatFormat::BF16, None).expect("built-in");
+    let bf16 = ActTable::load(Activation::Sigmoid, &FloatFormat::BF16, None).expect("built-in");
     assert!(F16c::for_steps(&[act(0, Outer(0))]).is_some());
     let sigm = Step::Activation {
         table: bf16,
@@ -273,7 +274,7 @@ fn regions_by_hand() {
         node(Op::Zero { shape: vec![4] }),
         // 2..5: add, sigm, add: one region; 3 is read only inside it.
         node(add(0, 1)),
-        node(unary(UnOp::Sigm, 2)),
+        node(unary(UnOp::Table(Activation::Sigmoid), 2)),
         node(add(3, 2)),
         // 5: softmax ends it; 6: a lone add is no region; 7: not fusable.
         node(unary(UnOp::Softmax, 4)),

@@ -239,8 +239,8 @@ fn relu_and_pass_round_as_the_format_does() {
 
 #[test]
 fn tables_by_hand() {
-    let sigm = ActTable::load(TableFn::Sigm, &FP16, None).expect("built-in");
-    let exp = ActTable::load(TableFn::Exp, &FP16, None).expect("built-in");
+    let sigm = ActTable::load(Activation::Sigmoid, &FP16, None).expect("built-in");
+    let exp = ActTable::load(Activation::Exp, &FP16, None).expect("built-in");
     assert_eq!(sigm.apply(0.0), 0.5);
     assert_eq!(exp.apply(0.0), 1.0);
     // exp(12) = 162754.8 > 65504: inf. exp(-20) = 2.06e-9 < 2^-25: 0.
@@ -266,9 +266,9 @@ fn activate_matches_the_rounded_function_on_every_fp16_input() {
             1e300,
         ],
     );
-    for f in [TableFn::Sigm, TableFn::Tanh, TableFn::Exp] {
+    for f in Activation::ALL {
         let t = ActTable::load(f, &FP16, None).expect("built-in");
-        let kind = activation_kind(f);
+        let kind = f;
         for len in [x.len(), 1000] {
             let mut out = vec![0.0; len];
             activate(&t, &x[..len], &mut out, false);
@@ -295,8 +295,8 @@ fn activate_matches_the_rounded_function_on_every_fp16_input() {
 /// patterns; rows above and below the parallel threshold.
 #[test]
 fn softmax_equals_the_contract_on_adversarial_rows() {
-    let exp = ActTable::load(TableFn::Exp, &FP16, None).expect("built-in");
-    let kind = activation_kind(TableFn::Exp);
+    let exp = ActTable::load(Activation::Exp, &FP16, None).expect("built-in");
+    let kind = Activation::Exp;
     let mut s = 0x51f1_5e7a_u64;
     let mut next = || crate::exec::intdot::tests::xorshift(&mut s);
     for lanes in [3usize, 128, 1000] {
@@ -356,7 +356,7 @@ fn softmax_equals_the_contract_on_adversarial_rows() {
 
 #[test]
 fn softmax_by_hand() {
-    let exp = ActTable::load(TableFn::Exp, &FP16, None).expect("built-in");
+    let exp = ActTable::load(Activation::Exp, &FP16, None).expect("built-in");
     // Two equal lanes: each e = 1, s = 2, y = 0.5. A pad lane of -65504 gives
     // exp(-inf...) = exp(fp16(-65504 - 0)) = 0 and does not change the others.
     let mut o = [0.0; 3];
