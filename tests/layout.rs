@@ -313,9 +313,6 @@ fn cycles(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<Vec<ModPath>> {
 }
 
 #[test]
-#[ignore = "import cycles remain in grammar [isa, program, source_text, target], runtime [host, \
-            io] and [diff, trace], nnpc [cmd::files, cmd::host_args]: enabled once they are \
-            broken"]
 fn no_import_cycles_between_files() {
     let mut found = Vec::new();
     for (name, dir) in CRATES {

@@ -125,15 +125,30 @@ fn inserts() -> Vec<&'static str> {
 }
 
 /// Element-wise instructions an edit may swap for one another (same operand shape): the MFU
-/// ops without an operand, and those with one.
+/// ops without an operand (softmax last), and those with one (`BINARY`).
 fn swaps() -> [Vec<&'static str>; 2] {
-    let group = |operand: bool| {
-        let ops = OpKind::ALL
-            .into_iter()
-            .filter(|k| k.has_operand() == operand);
-        ops.map(OpKind::mnemonic).collect()
-    };
-    [group(false), group(true)]
+    let unary = OpKind::ALL
+        .into_iter()
+        .filter(|&k| !k.has_operand() && k != OpKind::Softmax)
+        .chain([OpKind::Softmax]);
+    [unary.map(OpKind::mnemonic).collect(), BINARY.to_vec()]
+}
+
+/// The MFU ops with an operand, in the order the mutants draw from (a fixed order keeps the
+/// seeds' mutants; `binary_swaps_are_every_op_with_an_operand` holds it to `OpKind::ALL`).
+const BINARY: &[&str] = &["vv_add", "vv_mul", "vv_max", "vv_a_sub_b", "vv_b_sub_a"];
+
+#[test]
+fn binary_swaps_are_every_op_with_an_operand() {
+    let mut want: Vec<&str> = OpKind::ALL
+        .into_iter()
+        .filter(|k| k.has_operand())
+        .map(OpKind::mnemonic)
+        .collect();
+    let mut have = BINARY.to_vec();
+    want.sort_unstable();
+    have.sort_unstable();
+    assert_eq!(have, want);
 }
 
 /// One to three edits of `text`.
