@@ -1,5 +1,5 @@
 //! The graph's exact sums are `nnp_numerics::sums::Expansion`s (Shewchuk expansions of
-//! two-sums); this is their one rounding by a session's [`Rounder`], the same bits as the
+//! two-sums); this is their one rounding by a session's `Rounder`, the same bits as the
 //! format's reference rounding, faster where the sum is one f64.
 
 use super::quant::Rounder;
