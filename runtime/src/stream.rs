@@ -209,16 +209,20 @@ impl<'p> Emulator<'p> {
     }
 }
 
+/// `0..batch` in consecutive ranges of `piece` items (the last one shorter).
+fn pieces(batch: usize, piece: usize) -> Vec<Range<usize>> {
+    (0..batch)
+        .step_by(piece)
+        .map(|first| first..(first + piece).min(batch))
+        .collect()
+}
+
 impl Engine for Emulator<'_> {
     type Run = Emulation;
     type Error = EmuError;
 
     fn chunks(&self, batch: usize) -> Vec<Range<usize>> {
-        let piece = self.piece;
-        (0..batch)
-            .step_by(piece)
-            .map(|first| first..(first + piece).min(batch))
-            .collect()
+        pieces(batch, self.piece)
     }
 
     /// A batch of at least two of the emulator's progress chunks ([`PROGRESS_CHUNK`]): the
@@ -282,11 +286,7 @@ mod tests {
         type Run = (Range<usize>, usize);
         type Error = StreamError;
         fn chunks(&self, batch: usize) -> Vec<Range<usize>> {
-            let piece = self.piece;
-            (0..batch)
-                .step_by(piece)
-                .map(|first| first..(first + piece).min(batch))
-                .collect()
+            pieces(batch, self.piece)
         }
         fn shows_progress(&self, _: usize, chunks: usize) -> bool {
             chunks > 1

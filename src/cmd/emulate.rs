@@ -2,9 +2,9 @@
 
 use super::data::DataArgs;
 use super::files::{Reads, provenance};
-use super::host_args::{ChunkError, INTERRUPTED, OutputArgs, RunSummary, run_failed};
+use super::host_args::{ChunkError, OutputArgs, RunSummary, run_failed, stream_with_bar};
 use nnp_runtime::emulator::{EmuOptions, Emulation};
-use nnp_runtime::stream::{Emulator, Stream};
+use nnp_runtime::stream::Emulator;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -75,7 +75,6 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         ..EmuOptions::default()
     };
     let mut engine = Emulator::new(&program, opts, args.chunk_items, batch).map_err(super::fail)?;
-    let (bar, tick) = super::input_sets_bar("emulating", batch);
     let start = Instant::now();
     // The time reported is the emulation's alone, as when the data was loaded before it and
     // the outputs written after.
@@ -94,14 +93,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         writing += t0.elapsed();
         Ok(())
     };
-    let stream = Stream {
-        weights,
-        batch,
-        progress: Some(tick),
-        stop: Some(&INTERRUPTED),
-    };
-    let run = stream.run(&mut engine, inputs, sink);
-    bar.finish_and_clear();
+    let run = stream_with_bar("emulating", &mut engine, (weights, batch), inputs, sink);
     match run {
         Ok(()) => {}
         Err(e @ ChunkError::Interrupted { .. }) => {

@@ -114,17 +114,29 @@ impl ChunkArgs {
             ..opts
         };
         let mut engine = stream::Graph::new(graph, &opts, batch)?;
-        let (bar, tick) = super::input_sets_bar("running", batch);
-        let stream = Stream {
-            weights,
-            batch,
-            progress: Some(tick),
-            stop: Some(&INTERRUPTED),
-        };
-        let run = stream.run(&mut engine, inputs, sink);
-        bar.finish_and_clear();
-        run
+        stream_with_bar("running", &mut engine, (weights, batch), inputs, sink)
     }
+}
+
+/// Run `batch` input sets on `engine` through the library's stream ([`Stream::run`]), with a
+/// progress bar saying `verb` on a terminal and Ctrl-C as the stop flag ([`INTERRUPTED`]).
+pub fn stream_with_bar<G: stream::Engine, E: From<G::Error> + From<StreamError>>(
+    verb: &str,
+    engine: &mut G,
+    (weights, batch): (BTreeMap<String, Tensor>, usize),
+    inputs: impl FnMut(Range<usize>) -> Result<BTreeMap<String, Tensor>, E>,
+    sink: impl FnMut(Range<usize>, G::Run) -> Result<(), E>,
+) -> Result<(), E> {
+    let (bar, tick) = super::input_sets_bar(verb, batch);
+    let stream = Stream {
+        weights,
+        batch,
+        progress: Some(tick),
+        stop: Some(&INTERRUPTED),
+    };
+    let run = stream.run(engine, inputs, sink);
+    bar.finish_and_clear();
+    run
 }
 
 /// How a run that failed with `e` ends: a runtime error of the firmware (a NaN or infinity
