@@ -27,7 +27,7 @@ pub use plan::{Plan, PlanCell, Schedule, fusable};
 pub use validate::MAX_VALUE_ELEMENTS;
 pub(crate) use validate::infer_ty;
 
-use nnp_grammar::{Accumulation, Decl, Mem, Span};
+use nnp_grammar::{Accumulation, Decl, Mem, OpKind, Span};
 use nnp_numerics::{Activation, FloatFormat, Format};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -146,13 +146,19 @@ pub enum UnOp {
 }
 
 impl UnOp {
-    /// The activation table the op reads (softmax reads the exp table).
-    pub fn table(self) -> Option<Activation> {
+    /// The MFU op this is.
+    pub fn kind(self) -> OpKind {
         match self {
-            UnOp::Table(a) => Some(a),
-            UnOp::Softmax => Some(Activation::Exp),
-            UnOp::Relu | UnOp::Pass => None,
+            UnOp::Relu => OpKind::Relu,
+            UnOp::Pass => OpKind::Pass,
+            UnOp::Table(a) => OpKind::Table(a),
+            UnOp::Softmax => OpKind::Softmax,
         }
+    }
+
+    /// The activation table the op reads ([`OpKind::table`]: softmax reads the exp table).
+    pub fn table(self) -> Option<Activation> {
+        self.kind().table()
     }
 
     /// The name of the JSON form.
