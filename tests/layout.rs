@@ -5,10 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The source folders: crate name, folder under the workspace root.
-const CRATES: [(&str, &str); 7] = [
+const CRATES: [(&str, &str); 10] = [
     ("numerics", "numerics/src"),
     ("grammar", "grammar/src"),
     ("lowering", "lowering/src"),
+    ("host", "runtime/host/src"),
+    ("emulator", "runtime/emulator/src"),
+    ("exec", "runtime/exec/src"),
     ("runtime", "runtime/src"),
     ("nnpc", "src"),
     ("progen", "progen/src"),
@@ -332,6 +335,57 @@ fn no_import_cycles_between_files() {
         found.is_empty(),
         "files that import each other (move what they share into a module both import): \
          {found:#?}"
+    );
+}
+
+/// The rules cover every crate: each workspace member's `src` (and the Python crate's) is in
+/// `CRATES`, so a new crate cannot slip past them.
+#[test]
+fn the_rules_cover_every_crate() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let members = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("members = ["))
+        .expect("a one-line `members = [...]` in Cargo.toml");
+    let mut want: BTreeSet<String> = members
+        .trim_end_matches(']')
+        .split(',')
+        .map(|m| format!("{}/src", m.trim().trim_matches('"')))
+        .collect();
+    want.insert("src".into());
+    want.insert("python/src".into());
+    let have: BTreeSet<String> = CRATES.iter().map(|(_, d)| d.to_string()).collect();
+    assert_eq!(have, want);
+}
+
+/// The names in a manifest's `[dependencies]` table.
+fn dependencies(manifest: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(root().join(manifest)).expect("a readable manifest");
+    text.lines()
+        .skip_while(|l| l.trim() != "[dependencies]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .filter_map(|l| l.split(['=', '.']).next())
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty() && !name.starts_with('#'))
+        .collect()
+}
+
+/// The two engines are independent oracles (docs/testing.md): the emulator's crate cannot
+/// reach the software graph or candle, and the executor's reaches the emulator only in its
+/// tests (a dev-dependency).
+#[test]
+fn the_engines_do_not_depend_on_each_other() {
+    let emulator = dependencies("runtime/emulator/Cargo.toml");
+    assert!(emulator.contains("nnp-host"), "{emulator:?}");
+    for other in ["nnp-exec", "nnp-lowering", "candle-core"] {
+        assert!(!emulator.contains(other), "the emulator depends on {other}");
+    }
+    let exec = dependencies("runtime/exec/Cargo.toml");
+    assert!(exec.contains("candle-core"), "{exec:?}");
+    assert!(
+        !exec.contains("nnp-emulator"),
+        "the executor depends on the emulator"
     );
 }
 

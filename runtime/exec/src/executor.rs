@@ -1,0 +1,361 @@
+//! One pass of the graph over some items: every node but the products' operands ([`super::products`]).
+
+use super::mfu::ActTable;
+use super::products::{float_path, product_spec};
+use super::session::{Caches, Paths};
+use super::tensors::{Map1, broadcast_batch, host_slice, map1, pad_dim};
+use super::{ExecError, fused, gpu, intdot, internal, mfu, quant};
+use candle_core::{DType, Device, Shape, Tensor};
+use nnp_host::HostData;
+use nnp_lowering::swgraph::{GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
+use nnp_numerics::{FloatFormat, Format};
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+pub(super) enum Failure {
+    Candle(candle_core::Error),
+    Exec(ExecError),
+}
+
+impl From<candle_core::Error> for Failure {
+    fn from(e: candle_core::Error) -> Self {
+        Failure::Candle(e)
+    }
+}
+
+impl From<ExecError> for Failure {
+    fn from(e: ExecError) -> Self {
+        Failure::Exec(e)
+    }
+}
+
+pub(super) struct Executor<'a> {
+    pub(super) g: &'a SwGraph,
+    pub(super) data: &'a HostData,
+    /// The items of `data` this run computes (a shard's, or all of them).
+    pub(super) items: Range<usize>,
+    pub(super) dev: Device,
+    pub(super) n: usize,
+    pub(super) values: Vec<Option<Tensor>>,
+    pub(super) constant: &'a [bool],
+    pub(super) rounded: &'a [Option<FloatFormat>],
+    pub(super) caches: &'a mut Caches,
+    /// Vectors rearranged for the chunked matmul in this run, by (value, chunk).
+    pub(super) arranged_x: HashMap<(ValueId, usize), Tensor>,
+    /// Vectors as integer mantissas in this run (`None`: they do not fit).
+    pub(super) int_x: HashMap<ValueId, Option<Arc<intdot::IntVector>>>,
+    /// Single tiles of values quantized to integers in this run, by format, then by (value,
+    /// tile): the columns [`Executor::quantize_parts_to_ints`] assembles vectors from.
+    pub(super) int_tiles: Vec<(quant::BfpInts, TileInts)>,
+    /// Whether products may take the integer kernel.
+    pub(super) int: bool,
+    /// The nodes that took each fast path in this run.
+    pub(super) paths: Paths,
+    /// The GPU that computes integer products where it gives the same bits.
+    pub(super) gpu: Option<&'a gpu::Gpu>,
+    /// Vectors as integers on the GPU in this run.
+    pub(super) gpu_x: HashMap<ValueId, Arc<gpu::GpuVector>>,
+    /// Products computed ahead by [`Executor::prefetch_products`], by node.
+    pub(super) prefetched: HashMap<usize, Tensor>,
+    /// Time per kind of work (`NNPC_EXEC_PROFILE`).
+    pub(super) prof: Profile,
+}
+
+/// Tiles of values as integers, by (value, tile): one column each ([`intdot::IntVector`] of
+/// one tile column; `None`: the tile has no integer form).
+type TileInts = HashMap<(ValueId, usize), Option<Arc<intdot::IntVector>>>;
+
+/// Seconds and counts per line of the profile; `None` when not profiling.
+pub(super) type Profile = Option<Vec<(&'static str, f64, usize)>>;
+
+impl<'a> Executor<'a> {
+    pub(super) fn value(&self, v: ValueId) -> Result<&Tensor, ExecError> {
+        self.values
+            .get(v.index())
+            .and_then(Option::as_ref)
+            .ok_or_else(|| {
+                ExecError::Graph(GraphError::Other(format!("{v} is used after it was freed")))
+            })
+    }
+
+    /// The values of host tensor `name`: this run's items of an input (`input`), or the
+    /// weights; checked to be `[data.batch, shape]` (weights: `shape`).
+    pub(super) fn host_tensor(
+        &self,
+        name: &str,
+        input: bool,
+        shape: &[usize],
+    ) -> Result<&'a [f32], ExecError> {
+        let (tensors, kind) = match input {
+            true => (&self.data.inputs, "input"),
+            false => (&self.data.weights, "weights"),
+        };
+        let t = tensors.get(name).ok_or_else(|| ExecError::Missing {
+            name: name.to_string(),
+            kind,
+        })?;
+        let mut want: Vec<usize> = input.then_some(self.data.batch).into_iter().collect();
+        want.extend(shape);
+        if t.shape != want {
+            return Err(ExecError::Shape {
+                name: name.to_string(),
+                found: t.shape.clone(),
+                expected: want,
+            });
+        }
+        if !input {
+            return Ok(&t.data);
+        }
+        let per_item: usize = shape.iter().product();
+        Ok(&t.data[self.items.start * per_item..self.items.end * per_item])
+    }
+
+    /// This run's batch: its items of the inputs.
+    pub(super) fn batch(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The host tensor `name` ([`Executor::host_tensor`]) as an f64 tensor `[batch or 1,
+    /// shape]`.
+    fn host(&self, name: &str, input: bool, shape: &[usize]) -> Result<Tensor, Failure> {
+        let t = self.host_tensor(name, input, shape)?;
+        let mut dims = vec![if input { self.batch() } else { 1 }];
+        dims.extend(shape);
+        // In parallel: a benchmark's inputs are megabytes, converted once per run.
+        let v: Vec<f64> = t
+            .par_iter()
+            .with_min_len(quant::PAR_MIN)
+            .map(|&x| f64::from(x))
+            .collect();
+        Ok(Tensor::from_vec(v, dims, &self.dev)?)
+    }
+
+    pub(super) fn eval(&mut self, i: usize) -> Result<Tensor, Failure> {
+        let node = &self.g.nodes[i];
+        let n = self.n;
+        Ok(match &node.op {
+            Op::Input { name, shape } => self.host(name, true, shape)?,
+            Op::Weight { name, shape } => self.host(name, false, shape)?,
+            Op::Zero { shape } => {
+                let mut dims = vec![1];
+                dims.extend(shape);
+                Tensor::zeros(dims, DType::F64, &self.dev)?
+            }
+            Op::PadToTiles { src, layout, pad } => {
+                let t = self.value(*src)?;
+                let Ty::Logical { shape } = &self.g.node(*src).ty else {
+                    return Err(internal("pad_to_tiles of a non-logical value").into());
+                };
+                let b = t.dims()[0];
+                let c = shape.last().copied().unwrap_or(1);
+                let rows: usize = shape[..shape.len() - 1].iter().product();
+                let ct = c.div_ceil(n);
+                match layout {
+                    TileLayout::Vector => {
+                        let t = t.reshape((b, rows, c))?;
+                        let t = pad_dim(&t, 2, ct * n, *pad)?;
+                        t.reshape((b, rows * ct * n))?
+                    }
+                    TileLayout::Matrix => {
+                        let r = shape[0];
+                        let rt = r.div_ceil(n);
+                        let t = pad_dim(&pad_dim(t, 2, ct * n, 0.0)?, 1, rt * n, 0.0)?;
+                        // [b, rt, n, ct, n] -> [b, rt, ct, n, n]: row runs of n copied, one row
+                        // band per task (candle's strided copy of this permute was 4x slower).
+                        let host = t.contiguous()?.to_device(&Device::Cpu)?;
+                        host.apply_op1_no_bwd(&Map1("pad_to_tiles", |xs: &[f64]| {
+                            let mut out = vec![0.0; xs.len()];
+                            out.par_chunks_mut(ct * n * n)
+                                .zip(xs.par_chunks(ct * n * n))
+                                .for_each(|(o, band)| {
+                                    for (r, row) in band.chunks(ct * n).enumerate() {
+                                        for (j, run) in row.chunks(n).enumerate() {
+                                            o[(j * n + r) * n..][..n].copy_from_slice(run);
+                                        }
+                                    }
+                                });
+                            (out, Shape::from((b, rt * ct, n, n)))
+                        }))?
+                        .to_device(&self.dev)?
+                    }
+                }
+            }
+            Op::Unpad { src, len } => self.value(*src)?.narrow(1, 0, *len)?.contiguous()?,
+            // Rounding a value that is rounded to the format already changes nothing.
+            Op::Round { src, format } if self.is_rounded(*src, format) => self.value(*src)?.clone(),
+            Op::Round { src, format } => {
+                let f = *format;
+                map1(self.value(*src)?, "round", move |x, o| {
+                    quant::round_slice(&f, x, o)
+                })?
+            }
+            Op::Quantize { src, format, axis } => {
+                let f: Format = *format;
+                let run = axis.run(n);
+                map1(self.value(*src)?, "quantize", move |x, o| {
+                    quant::quantize_runs(&f, x, run, n, o)
+                })?
+            }
+            Op::Concat { parts } => {
+                let stack = matches!(node.ty, Ty::TileStack { .. });
+                let unit = if stack { 1 } else { n };
+                let mut ts = Vec::with_capacity(parts.len());
+                for p in parts {
+                    let t = self.value(p.value)?;
+                    ts.push(t.narrow(1, p.start as usize * unit, p.count as usize * unit)?);
+                }
+                let ts = broadcast_batch(&ts)?;
+                Tensor::cat(&ts, 1)?
+            }
+            Op::TiledMatVec {
+                vector_format,
+                matrix_format,
+                ..
+            } => {
+                let (spec, x, w) = product_spec(&node.op, n)
+                    .ok_or_else(|| ExecError::Graph(GraphError::Other("not a product".into())))?;
+                let path = float_path(vector_format, matrix_format, &spec);
+                self.matvec(i, &spec, x, w, path)?
+            }
+            Op::Unary {
+                op: UnOp::Softmax,
+                src,
+                format,
+                table,
+            } => {
+                let tab = self.table(UnOp::Softmax, format, table.as_deref())?;
+                let t = self.value(*src)?.clone();
+                let lanes = t.dims().get(1).copied().unwrap_or(1);
+                map1(&t, "softmax", move |x, o| mfu::softmax(&tab, x, lanes, o))?
+            }
+            // Every other MFU op: a region of one node (`fused`).
+            Op::Binary { .. } | Op::Unary { .. } => self
+                .eval_mfu(&[i], &[true], &[false], |_, _, _, _, _: &mut ()| {})?
+                .0
+                .pop()
+                .ok_or_else(|| internal("an MFU op gave no value"))?,
+            Op::Output { .. } => return Err(internal("output evaluated as a value").into()),
+        })
+    }
+
+    /// Element-wise MFU nodes (binary ops, relu, pass, table activations on vectors of one
+    /// length, each after its operands), evaluated together ([`fused`]): the values of the
+    /// nodes whose `kept` is set, in node order, and what `scan` found in the values of the
+    /// nodes whose `scanned` is set (`scan(node, first_item, rows, lanes, state)`: whole rows
+    /// of `lanes` values, items numbered in the run).
+    pub(super) fn eval_mfu<S: Default + Send>(
+        &mut self,
+        nodes: &[usize],
+        kept: &[bool],
+        scanned: &[bool],
+        scan: impl Fn(usize, usize, &[f64], usize, &mut S) + Sync,
+    ) -> Result<(Vec<Tensor>, Vec<S>), Failure> {
+        use fused::{Src, Step};
+        let len = match nodes.first().map(|&k| &self.g.nodes[k].ty) {
+            Some(Ty::Vector { tiles }) => *tiles as usize * self.n,
+            _ => return Err(internal("an MFU op whose value is not a vector").into()),
+        };
+        // Operands from outside the region, contiguous on the host, each once.
+        let mut outer: Vec<(ValueId, Tensor)> = Vec::new();
+        let mut src = |ex: &Self, v: ValueId| -> Result<Src, Failure> {
+            if let Some(j) = nodes.iter().position(|&k| k == v.index()) {
+                return Ok(Src::Local(j));
+            }
+            let at = match outer.iter().position(|(w, _)| *w == v) {
+                Some(at) => at,
+                None => {
+                    let t = ex.value(v)?.contiguous()?.to_device(&Device::Cpu)?;
+                    outer.push((v, t));
+                    outer.len() - 1
+                }
+            };
+            Ok(Src::Outer(at))
+        };
+        let mut steps = Vec::with_capacity(nodes.len());
+        for node in nodes.iter().map(|&k| &self.g.nodes[k]) {
+            steps.push(match &node.op {
+                Op::Binary { op, a, b, format } => Step::Binary {
+                    op: *op,
+                    format: *format,
+                    a: src(self, *a)?,
+                    b: src(self, *b)?,
+                    rounded: [self.is_rounded(*a, format), self.is_rounded(*b, format)],
+                },
+                Op::Unary {
+                    op: UnOp::Relu,
+                    src: x,
+                    format,
+                    ..
+                } => Step::Relu(*format, src(self, *x)?),
+                Op::Unary {
+                    op: UnOp::Pass,
+                    src: x,
+                    format,
+                    ..
+                } => Step::Pass(*format, src(self, *x)?),
+                Op::Unary {
+                    op,
+                    src: x,
+                    format,
+                    table,
+                } => Step::Activation {
+                    table: self.table(*op, format, table.as_deref())?,
+                    x: src(self, *x)?,
+                    rounded: self.is_rounded(*x, format),
+                },
+                _ => return Err(internal("a region holds a node that is not an MFU op").into()),
+            });
+        }
+        // The batch is that of the widest operand; a batch-1 operand is broadcast.
+        let batch_of = |t: &Tensor| t.dims().first().copied().unwrap_or(1);
+        let batch = outer.iter().map(|(_, t)| batch_of(t)).max().unwrap_or(1);
+        let guards: Vec<_> = outer.iter().map(|(_, t)| t.storage_and_layout()).collect();
+        let mut slices: Vec<&[f64]> = Vec::with_capacity(guards.len());
+        for (storage, layout) in &guards {
+            match host_slice(storage, layout) {
+                Some(v) if v.len() == len || v.len() == batch * len => slices.push(v),
+                _ => return Err(internal("a region operand is not a contiguous f64 vector").into()),
+            }
+        }
+        let first = self.items.start;
+        let pass = fused::RegionPass {
+            steps: &steps,
+            kept,
+            scanned,
+            outer: &slices,
+            batch,
+            len,
+        };
+        let (values, found) = pass.run(|k, r0, rows, s| scan(nodes[k], first + r0, rows, len, s));
+        let values = values
+            .into_iter()
+            .map(|v| Tensor::from_vec(v, (batch, len), &self.dev))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok((values, found))
+    }
+
+    /// Whether every element of `v` is rounded to `f` already ([`super::rounded`]).
+    fn is_rounded(&self, v: ValueId, f: &FloatFormat) -> bool {
+        self.rounded.get(v.index()).copied().flatten() == Some(*f)
+    }
+
+    fn table(
+        &mut self,
+        op: UnOp,
+        f: &FloatFormat,
+        file: Option<&str>,
+    ) -> Result<ActTable, ExecError> {
+        let key = (op, file.map(str::to_string), *f);
+        if let Some(t) = self.caches.tables.get(&key) {
+            return Ok(t.clone());
+        }
+        let kind = op
+            .table()
+            .ok_or_else(|| internal("table for a table-less op"))?;
+        let t = ActTable::load(kind, f, file)?;
+        self.caches.tables.insert(key, t.clone());
+        Ok(t)
+    }
+}

@@ -1,0 +1,259 @@
+//! One product `y = W x` on the first path that applies: the integer kernel, the float
+//! path's chunked or bounded matmul, exact slices, or element by element; and the CPU custom
+//! ops of the float path.
+
+use super::BoundedWeights;
+use super::float::{FloatPath, arrange_w};
+use crate::executor::{Executor, Failure};
+use crate::matmul::MatVec;
+use crate::session::Path;
+use crate::tensors::{Map1, host_vec, with_host};
+use crate::{intdot, matmul};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
+use nnp_lowering::swgraph::ValueId;
+use std::sync::Arc;
+
+impl<'a> Executor<'a> {
+    /// `y = W x`, exactly, by the first of these paths that applies:
+    /// 0. on CPUs with AVX2 and FMA (unless `float_matmul`), data whose runs are small
+    ///    integers times a power of two (BFP up to 12-bit mantissas, checked on the data):
+    ///    integer tile products with exact sums ([`intdot`]);
+    /// 1. `FloatPath::Chunked`, chunks proven exact from the formats (BFP tiles by default): one
+    ///    f32 or f64 matmul gives the exact per-chunk partials;
+    /// 2. `FloatPath::Bounded`, products exact in f64 but not their tile sums (fp16, fp32):
+    ///    one f64 matmul, each sum's rounding proven from an error bound or the sum redone
+    ///    exactly ([`matmul::round_bounded`], [`matmul::round_bounded_seq`]);
+    /// 3. otherwise the values are split into slices whose pairwise tile products are exact
+    ///    ([`matmul::slices`]), one matmul per slice pair;
+    /// 4. non-finite data (or data needing too many slices): every product exact, element-wise.
+    ///
+    /// The partials of 1, 3 and 4 are then summed exactly and rounded once
+    /// ([`matmul::sum_partials`]).
+    pub(crate) fn matvec(
+        &mut self,
+        node: usize,
+        spec: &MatVec,
+        x: ValueId,
+        w: ValueId,
+        path: FloatPath,
+    ) -> Result<Tensor, Failure> {
+        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
+        let b = self.batch_of(x)?;
+        let s = *spec;
+        let sum = |parts: Vec<Tensor>, k: usize| -> Result<Tensor, Failure> {
+            let pairs = parts.len();
+            let p = match parts.as_slice() {
+                [one] => one.clone(),
+                _ => Tensor::cat(&parts, 0)?,
+            };
+            let p = p.contiguous()?.to_device(&Device::Cpu)?;
+            Ok(p.apply_op1_no_bwd(&SumPartials {
+                spec: s,
+                k,
+                pairs,
+                b,
+            })?)
+        };
+        let operands = self.operands(x, w, b);
+        let cacheable = operands.cacheable;
+        // The integer kernel on the CPU: the GPU took this product already where it gives the
+        // same bits (`prefetch_products`). Operands with more bits per run than one integer
+        // unit holds take it in slices (exact accumulation only: no weights are sliced for
+        // the others, which `SlicedWeights::matvec` refuses).
+        if self.int && intdot::supports(n) {
+            let kernel = intdot::Kernel::best();
+            let y = if let Some((wi, xi)) = self.int_operands(spec, operands)? {
+                if intdot::on_bytes(kernel, &wi, &xi) {
+                    self.paths.insert((Path::Bytes, node));
+                }
+                Some(intdot::matvec(spec, &wi, &xi, kernel))
+            } else if spec.accumulation == nnp_grammar::Accumulation::Exact
+                && let Some(y) = self.sliced_product(spec, operands)?
+            {
+                self.paths.insert((Path::Slices, node));
+                Some(y)
+            } else {
+                None
+            };
+            if let Some(y) = y {
+                self.paths.insert((Path::IntKernel, node));
+                return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
+            }
+        }
+        let xt = self.vector(x)?;
+        if path == FloatPath::Bounded {
+            let seq = matmul::seq_format(spec.accumulation);
+            let key = (w, seq.is_some());
+            let bw = match self.caches.bounded.get(&key) {
+                Some(bw) if cacheable => bw.clone(),
+                _ => {
+                    let t = self.weights(w)?;
+                    let bw = Arc::new(BoundedWeights::new(&t, rows, cols, n, seq.is_some())?);
+                    if cacheable {
+                        self.caches.bounded.insert(key, bw.clone());
+                    }
+                    bw
+                }
+            };
+            let xc = xt
+                .contiguous()?
+                .to_device(&Device::Cpu)?
+                .to_dtype(DType::F64)?;
+            let y = match seq {
+                None => {
+                    let mut y = host_vec(&xc.matmul(&bw.w.t()?)?)?;
+                    with_host(&xc, |xs| {
+                        with_host(&bw.w, |ws| {
+                            matmul::round_bounded(spec, xs, ws, &bw.norms, &mut y)
+                        })
+                    })??;
+                    y
+                }
+                Some(seq) => {
+                    // Each tile column's sums: [cols, b, n] x [cols, n, rows * n].
+                    let xj = xc.reshape((b, cols, n))?.transpose(0, 1)?.contiguous()?;
+                    let mut y = host_vec(&xj.matmul(&bw.w.transpose(1, 2)?)?)?;
+                    with_host(&xc, |xs| {
+                        with_host(&bw.w, |ws| {
+                            matmul::round_bounded_seq(spec, &seq, xs, ws, &bw.norms, &mut y)
+                        })
+                    })??
+                }
+            };
+            self.paths.insert((Path::Bounded, node));
+            return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
+        }
+        if let FloatPath::Chunked(k, dtype) = path {
+            let wa = match self.caches.arranged.get(&(w, k, dtype)) {
+                Some(t) if cacheable => t.clone(),
+                _ => {
+                    let t = arrange_w(&self.weights(w)?, rows, cols, n, k)?.to_dtype(dtype)?;
+                    if cacheable {
+                        self.caches.arranged.insert((w, k, dtype), t.clone());
+                    }
+                    t
+                }
+            };
+            // The vector side, once per run for every product that reads it (the four gates
+            // of an LSTM step share x_t and h_t): transposed and converted in one pass.
+            let xa = match self.arranged_x.get(&(x, k)) {
+                Some(t) if t.dtype() == dtype => t.clone(),
+                _ => {
+                    let t = xt
+                        .contiguous()?
+                        .to_device(&Device::Cpu)?
+                        .apply_op1_no_bwd(&TransposeTo(dtype))?
+                        .reshape((cols * n / k, k, b))?
+                        .to_device(&self.dev)?;
+                    self.arranged_x.insert((x, k), t.clone());
+                    t
+                }
+            };
+            // [chunks, rows*n, b], exact per chunk.
+            let y = sum(vec![wa.matmul(&xa)?], k)?;
+            return Ok(y.to_device(&self.dev)?);
+        }
+        let beta = matmul::slice_bits(n);
+        if !cacheable || !self.caches.sliced.contains_key(&w) {
+            let wv = host_vec(&self.weights(w)?)?;
+            let sl = match matmul::slices(&wv, n, beta) {
+                Some(sl) => Some(
+                    sl.into_iter()
+                        .map(|v| {
+                            let t = Tensor::from_vec(v, (1, rows * cols, n, n), &self.dev)?;
+                            arrange_w(&t, rows, cols, n, n)
+                        })
+                        .collect::<candle_core::Result<Vec<_>>>()?,
+                ),
+                None => None,
+            };
+            // A non-constant stack is replaced by the next run's (or call's) value.
+            self.caches.sliced.insert(w, sl);
+        }
+        let xv = host_vec(&xt)?;
+        let ws = self.caches.sliced.get(&w).cloned().flatten();
+        if let (Some(ws), Some(xs)) = (ws, matmul::slices(&xv, n, beta)) {
+            let mut parts = Vec::with_capacity(ws.len() * xs.len());
+            for xsl in xs {
+                let xa = arrange_x(
+                    &Tensor::from_vec(xsl, (b, cols * n), &self.dev)?,
+                    b,
+                    cols,
+                    n,
+                    n,
+                )?;
+                for wsl in &ws {
+                    parts.push(wsl.matmul(&xa)?);
+                }
+            }
+            return Ok(sum(parts, n)?.to_device(&self.dev)?);
+        }
+        let wv = Arc::new(host_vec(&self.weights(w)?)?);
+        let xc = xt.contiguous()?.to_device(&Device::Cpu)?;
+        let y = xc.apply_op1_no_bwd(&Map1("matvec_exact", move |xs: &[f64]| {
+            (
+                matmul::matvec_exact(&s, xs, b, &wv),
+                Shape::from((b, rows * n)),
+            )
+        }))?;
+        Ok(y.to_device(&self.dev)?)
+    }
+}
+
+/// A vector `[b, cols*n]` as `[chunks, k, b]`.
+fn arrange_x(t: &Tensor, b: usize, cols: usize, n: usize, k: usize) -> candle_core::Result<Tensor> {
+    t.reshape((b, cols * n / k, k))?
+        .permute((1, 2, 0))?
+        .contiguous()
+}
+
+/// A contiguous f64 matrix `[r, c]` transposed to `[c, r]` and converted to f32 (exact for
+/// values [`matmul::exact_chunk_f32`] admits) or kept f64, in cache-sized tiles.
+struct TransposeTo(DType);
+
+impl CustomOp1 for TransposeTo {
+    fn name(&self) -> &'static str {
+        "transpose_to"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F64(v), Some((a, e))) = (s, l.contiguous_offsets()) else {
+            candle_core::bail!("transpose_to: expected contiguous f64 data")
+        };
+        let (r, c) = l.shape().dims2()?;
+        let v = &v[a..e];
+        let storage = match self.0 {
+            DType::F32 => CpuStorage::F32(matmul::transpose_map(v, r, c, |x| x as f32)),
+            DType::F64 => CpuStorage::F64(matmul::transpose_map(v, r, c, |x| x)),
+            other => candle_core::bail!("transpose_to: unsupported dtype {other:?}"),
+        };
+        Ok((storage, Shape::from((c, r))))
+    }
+}
+
+/// [`matmul::sum_partials`] as a CPU custom op on f32 or f64 partials.
+struct SumPartials {
+    spec: MatVec,
+    k: usize,
+    pairs: usize,
+    b: usize,
+}
+
+impl CustomOp1 for SumPartials {
+    fn name(&self) -> &'static str {
+        "sum_partials"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let Some((a, e)) = l.contiguous_offsets() else {
+            candle_core::bail!("sum_partials: expected contiguous data")
+        };
+        let (spec, k, pairs, b) = (&self.spec, self.k, self.pairs, self.b);
+        let out = match s {
+            CpuStorage::F32(v) => matmul::sum_partials(spec, k, pairs, &v[a..e], b),
+            CpuStorage::F64(v) => matmul::sum_partials(spec, k, pairs, &v[a..e], b),
+            _ => candle_core::bail!("sum_partials: expected f32 or f64 data"),
+        };
+        Ok((CpuStorage::F64(out), Shape::from((b, spec.rows * spec.n))))
+    }
+}

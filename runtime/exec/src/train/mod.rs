@@ -1,0 +1,703 @@
+//! Fine-tuning a firmware program's weights through its concordant graph (docs/training.md).
+//!
+//! Every training step runs the software graph itself on the batch ([`crate::Session`],
+//! every value handed back): the forward values are bit-identical to `nnpc run`. candle's
+//! autograd then differentiates the graph's twin (`twin.rs`) at those values: straight-through
+//! quantizers ([`ste`]), float derivatives of products and MFU ops. The weights are candle
+//! `Var`s in their declared (logical) shapes; `optim.rs` updates them.
+//!
+//! [`train`] runs the epochs of a [`schedule::Schedule`] (by default the firmware's own
+//! precision throughout) and evaluates the test set three ways: the float model (the twin's
+//! own values, starting weights), the hardware numerics before training and after.
+
+mod data;
+mod loss;
+mod optim;
+pub mod schedule;
+pub mod ste;
+pub(crate) mod twin;
+
+pub use data::{Dataset, Split};
+pub use loss::LossKind;
+pub use optim::OptimizerKind;
+pub use schedule::{Phase, Precision, Schedule};
+pub use ste::Points;
+
+use crate::{ExecError, ExecOptions, Session};
+use candle_core::{DType, Device, Tensor, Var};
+use loss::Scoring;
+use nnp_grammar::Program;
+use nnp_host::{HostData, Tensor as HostTensor};
+use nnp_lowering::swgraph::{self, LowerError, Op, Roots, SwGraph, UnOp, ValueId};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Why training failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Lower(#[from] LowerError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    #[error(transparent)]
+    Weights(#[from] Box<crate::module::ModuleError>),
+    #[error("training data: {0}")]
+    Data(String),
+    #[error("precision schedule: {0}")]
+    Schedule(String),
+    #[error("{0}")]
+    Options(String),
+    #[error(
+        "the loss became {loss} at epoch {epoch}, step {step}; help: lower the learning rate \
+         (`--lr`)"
+    )]
+    Diverged {
+        epoch: usize,
+        step: usize,
+        loss: f64,
+    },
+    #[error("tensor operation failed at node {node} ({op}): {message}")]
+    Node {
+        node: usize,
+        op: &'static str,
+        message: String,
+    },
+    #[error("tensor operation failed: {0}")]
+    Tensor(String),
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl TrainError {
+    /// Whether the error is in what the caller passed (data, schedule, options, weights)
+    /// rather than in the run.
+    pub fn is_input_error(&self) -> bool {
+        matches!(
+            self,
+            TrainError::Data(_)
+                | TrainError::Schedule(_)
+                | TrainError::Options(_)
+                | TrainError::Weights(_)
+        )
+    }
+
+    /// A candle error's first line (its Display may carry a backtrace after it).
+    fn first_line(e: &candle_core::Error) -> String {
+        e.to_string()
+            .lines()
+            .next()
+            .unwrap_or("candle error")
+            .to_string()
+    }
+
+    fn node(node: usize, op: &'static str, e: &candle_core::Error) -> TrainError {
+        TrainError::Node {
+            node,
+            op,
+            message: TrainError::first_line(e),
+        }
+    }
+
+    fn tensor(e: &candle_core::Error) -> TrainError {
+        TrainError::Tensor(TrainError::first_line(e))
+    }
+}
+
+/// How a run trains.
+#[derive(Clone, Debug)]
+pub struct TrainOptions {
+    /// Epochs at the firmware's precision (ignored with a schedule, whose phases say).
+    pub epochs: usize,
+    /// Items per step.
+    pub batch: usize,
+    pub lr: f64,
+    pub optimizer: OptimizerKind,
+    /// `None`: cross-entropy for class targets, else mean squared error.
+    pub loss: Option<LossKind>,
+    /// The learning rate falls from `lr` to 0 along a half cosine over the run's steps
+    /// (else it stays `lr`).
+    pub cosine: bool,
+    /// Shuffles the training items each epoch.
+    pub seed: u64,
+    pub schedule: Option<Schedule>,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        TrainOptions {
+            epochs: 10,
+            batch: 32,
+            lr: 1e-3,
+            optimizer: OptimizerKind::Adam,
+            loss: None,
+            cosine: true,
+            seed: 0,
+            schedule: None,
+        }
+    }
+}
+
+/// A model's score on a split.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Score {
+    pub loss: f64,
+    /// Fraction of positions whose largest output is the target class (cross-entropy only).
+    pub accuracy: Option<f64>,
+}
+
+/// One epoch's numbers.
+#[derive(Clone, Debug)]
+pub struct EpochMetrics {
+    /// 1-based.
+    pub epoch: usize,
+    /// The phase's precision ([`Phase::label`]).
+    pub precision: String,
+    pub steps: usize,
+    /// Mean training loss over the epoch's steps (under the phase's numerics).
+    pub train_loss: f64,
+    /// The test split under the phase's numerics after the epoch.
+    pub test: Score,
+    /// The `dynfixed` point positions of the epoch's steps, by node.
+    pub points: Points,
+    pub seconds: f64,
+}
+
+/// What [`train`] gives back.
+#[derive(Clone, Debug)]
+pub struct TrainReport {
+    /// The loss each output was trained with.
+    pub loss: Vec<(String, LossKind)>,
+    /// The float model (the twin's own values) with the starting weights, on the test split.
+    pub float: Score,
+    /// The hardware numerics (the firmware's precision), starting weights.
+    pub before: Score,
+    /// The hardware numerics, tuned weights.
+    pub after: Score,
+    pub epochs: Vec<EpochMetrics>,
+    /// The tuned weights, by name, in their declared shapes.
+    pub weights: BTreeMap<String, HostTensor>,
+}
+
+/// Progress of a run, as it goes.
+pub enum Progress<'a> {
+    /// The run starts: this many steps in all.
+    Start {
+        steps: usize,
+    },
+    /// One more step done.
+    Step,
+    Epoch(&'a EpochMetrics),
+}
+
+/// The starting weights of a run: every matrix and vector `program` loads, checked by name,
+/// shape and value as the embedding API checks them ([`crate::module::host_weights`]).
+pub fn starting_weights(
+    program: &Program,
+    weights: crate::module::Weights,
+) -> Result<BTreeMap<String, HostTensor>, TrainError> {
+    Ok(crate::module::host_weights(program, weights)
+        .map_err(Box::new)?
+        .weights)
+}
+
+/// Train `weights` (every matrix and vector `program` loads, by name, declared shapes) on
+/// `data` ([`train`] in the module docs).
+pub fn train(
+    program: &Program,
+    weights: &BTreeMap<String, HostTensor>,
+    data: &Dataset,
+    opts: &TrainOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<TrainReport, TrainError> {
+    if opts.batch == 0 || !(opts.lr > 0.0 && opts.lr.is_finite()) {
+        return Err(TrainError::Options(
+            "the batch must be at least 1 and the learning rate a positive number".into(),
+        ));
+    }
+    let schedule = match &opts.schedule {
+        Some(s) => s.clone(),
+        None if opts.epochs == 0 => Schedule { phases: Vec::new() },
+        None => Schedule {
+            phases: vec![Phase {
+                epochs: opts.epochs,
+                precision: Precision::default(),
+                layers: Vec::new(),
+            }],
+        },
+    };
+    // A dataset built by hand has not been through `Dataset::from_tensors`' checks.
+    data.check(program)?;
+    let firmware = compile(program)?;
+    let scoring = scorings(program, &firmware, data, opts.loss)?;
+    let test = data.test.as_ref().unwrap_or(&data.train);
+    let test_targets = targets(&scoring, &firmware, test)?;
+    let vars = variables(weights)?;
+    // The test split's score of `graph` with the current weights.
+    let score_test = |graph: &SwGraph, vars: &Vars, engine| {
+        score(graph, &scoring, test, &test_targets, vars, engine)
+    };
+    let float = score_test(&firmware, &vars, Engine::Float)?;
+    let before = score_test(&firmware, &vars, Engine::Hardware)?;
+
+    let items = data.train.items();
+    let steps_per_epoch = items.div_ceil(opts.batch);
+    progress(Progress::Start {
+        steps: steps_per_epoch * schedule.epochs(),
+    });
+    let mut optimizer = optim::Optimizer::new(opts.optimizer, opts.lr, &vars.list)
+        .map_err(|e| TrainError::tensor(&e))?;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed);
+    let total_steps = (steps_per_epoch * schedule.epochs()).max(1);
+    let mut done = 0usize;
+    let mut epochs = Vec::new();
+    for phase in &schedule.phases {
+        let graph = match phase.precision == Precision::default() && phase.layers.is_empty() {
+            true => firmware.clone(),
+            false => compile(&schedule::apply(program, phase)?)?,
+        };
+        for _ in 0..phase.epochs {
+            let t0 = Instant::now();
+            let epoch = epochs.len() + 1;
+            let mut order: Vec<usize> = (0..items).collect();
+            order.shuffle(&mut rng);
+            let (mut total, mut points) = (0.0, Points::default());
+            for (step, idx) in order.chunks(opts.batch).enumerate() {
+                if opts.cosine {
+                    let at = done as f64 / total_steps as f64;
+                    optimizer.set_lr(opts.lr * 0.5 * (1.0 + (std::f64::consts::PI * at).cos()));
+                }
+                done += 1;
+                let batch = data.train.gather(idx);
+                let batch_targets = targets(&scoring, &graph, &batch)?;
+                let (loss, pass_points) = step_once(
+                    &graph,
+                    &scoring,
+                    &batch,
+                    &batch_targets,
+                    &vars,
+                    &mut optimizer,
+                )?;
+                if !loss.is_finite() {
+                    return Err(TrainError::Diverged {
+                        epoch,
+                        step: step + 1,
+                        loss,
+                    });
+                }
+                total += loss;
+                points.merge(&pass_points);
+                progress(Progress::Step);
+            }
+            let test_score = score_test(&graph, &vars, Engine::Hardware)?;
+            epochs.push(EpochMetrics {
+                epoch,
+                precision: phase.label(),
+                steps: steps_per_epoch,
+                train_loss: total / steps_per_epoch.max(1) as f64,
+                test: test_score,
+                points,
+                seconds: t0.elapsed().as_secs_f64(),
+            });
+            if let Some(m) = epochs.last() {
+                progress(Progress::Epoch(m));
+            }
+        }
+    }
+    let after = score_test(&firmware, &vars, Engine::Hardware)?;
+    Ok(TrainReport {
+        loss: scoring.iter().map(|s| (s.output.clone(), s.loss)).collect(),
+        float,
+        before,
+        after,
+        epochs,
+        weights: vars.host()?,
+    })
+}
+
+/// Median seconds of a training step and of forward-only runs of the graph on the same batch
+/// ([`time_steps`]).
+#[derive(Clone, Copy, Debug)]
+pub struct StepTimes {
+    pub batch: usize,
+    /// One step: the graph's run with every value kept, the twin's backward pass, the update.
+    pub step_s: f64,
+    /// A forward run of a fresh session (what a step's forward pass costs alone: the weights
+    /// change every step, so each step prepares them again).
+    pub forward_s: f64,
+    /// A warm forward run (weights prepared by an earlier run), as `nnpc run` repeats it.
+    pub forward_warm_s: f64,
+}
+
+/// Time `reps` training steps on the first `opts.batch` training items against forward-only
+/// runs on the same items, alternating so all see the same machine load.
+pub fn time_steps(
+    program: &Program,
+    weights: &BTreeMap<String, HostTensor>,
+    data: &Dataset,
+    opts: &TrainOptions,
+    reps: usize,
+) -> Result<StepTimes, TrainError> {
+    data.check(program)?;
+    let graph = compile(program)?;
+    let scoring = scorings(program, &graph, data, opts.loss)?;
+    let items: Vec<usize> = (0..opts.batch.min(data.train.items())).collect();
+    let batch = data.train.gather(&items);
+    let batch_targets = targets(&scoring, &graph, &batch)?;
+    let vars = variables(weights)?;
+    let mut optimizer = optim::Optimizer::new(opts.optimizer, opts.lr, &vars.list)
+        .map_err(|e| TrainError::tensor(&e))?;
+    let host = HostData {
+        batch: items.len(),
+        weights: vars.host()?,
+        inputs: batch.inputs.clone(),
+    };
+    let mut warm = Session::new(&graph, &ExecOptions::default())?;
+    warm.run(&host)?;
+    let (mut step, mut cold, mut hot) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..reps.max(1) + 1 {
+        let t = Instant::now();
+        step_once(
+            &graph,
+            &scoring,
+            &batch,
+            &batch_targets,
+            &vars,
+            &mut optimizer,
+        )?;
+        step.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        Session::new(&graph, &ExecOptions::default())?.run(&host)?;
+        cold.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        warm.run(&host)?;
+        hot.push(t.elapsed().as_secs_f64());
+    }
+    // The first of each warms caches and the allocator: left out.
+    let median = |v: &mut Vec<f64>| crate::baseline::median(&mut v[1..]);
+    Ok(StepTimes {
+        batch: items.len(),
+        step_s: median(&mut step),
+        forward_s: median(&mut cold),
+        forward_warm_s: median(&mut hot),
+    })
+}
+
+/// The graph a run executes, optimized for its outputs ([`swgraph::compile`]).
+pub fn compile(program: &Program) -> Result<SwGraph, TrainError> {
+    Ok(swgraph::compile(program, Roots::Outputs)?)
+}
+
+/// The weights as variables, in name order.
+struct Vars {
+    names: Vec<String>,
+    list: Vec<Var>,
+}
+
+impl Vars {
+    /// The variables as f64 tensors that track their gradient.
+    fn tensors(&self) -> Result<BTreeMap<String, Tensor>, TrainError> {
+        self.names
+            .iter()
+            .zip(&self.list)
+            .map(|(n, v)| {
+                Ok((
+                    n.clone(),
+                    v.as_tensor()
+                        .to_dtype(DType::F64)
+                        .map_err(|e| TrainError::tensor(&e))?,
+                ))
+            })
+            .collect()
+    }
+
+    /// The variables' current values as host tensors.
+    fn host(&self) -> Result<BTreeMap<String, HostTensor>, TrainError> {
+        self.names
+            .iter()
+            .zip(&self.list)
+            .map(|(n, v)| {
+                let t = v.as_tensor();
+                let data = t
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .map_err(|e| TrainError::tensor(&e))?;
+                Ok((
+                    n.clone(),
+                    HostTensor {
+                        shape: t.dims().to_vec(),
+                        data,
+                    },
+                ))
+            })
+            .collect()
+    }
+}
+
+fn variables(weights: &BTreeMap<String, HostTensor>) -> Result<Vars, TrainError> {
+    let mut vars = Vars {
+        names: Vec::new(),
+        list: Vec::new(),
+    };
+    for (name, t) in weights {
+        let v = Var::from_vec(t.data.clone(), t.shape.clone(), &Device::Cpu)
+            .map_err(|e| TrainError::tensor(&e))?;
+        vars.names.push(name.clone());
+        vars.list.push(v);
+    }
+    Ok(vars)
+}
+
+/// The scoring of every output, from the training targets' shapes.
+fn scorings(
+    program: &Program,
+    graph: &SwGraph,
+    data: &Dataset,
+    loss: Option<LossKind>,
+) -> Result<Vec<Scoring>, TrainError> {
+    program
+        .outputs()
+        .map(|d| {
+            let t = &data.train.targets[&d.name];
+            Scoring::new(
+                &d.name,
+                &d.shape,
+                &t.shape[1..],
+                loss,
+                softmax_output(graph, &d.name),
+            )
+        })
+        .collect()
+}
+
+/// Whether every row of output `name` is a `v_softmax` result (through unpadding and
+/// storage rounding).
+fn softmax_output(graph: &SwGraph, name: &str) -> bool {
+    let mut rows = graph
+        .output_nodes()
+        .filter(|(_, n, _, _)| *n == name)
+        .peekable();
+    rows.peek().is_some()
+        && rows.all(|(_, _, _, mut v)| {
+            loop {
+                match &graph.node(v).op {
+                    Op::Unpad { src, .. } | Op::Round { src, .. } => v = *src,
+                    Op::Unary {
+                        op: UnOp::Softmax, ..
+                    } => return true,
+                    _ => return false,
+                }
+            }
+        })
+}
+
+/// The loss's targets of every output of `split`.
+fn targets(scoring: &[Scoring], graph: &SwGraph, split: &Split) -> Result<Vec<Tensor>, TrainError> {
+    scoring
+        .iter()
+        .map(|s| {
+            let classes = graph
+                .outputs
+                .iter()
+                .find(|o| o.name == s.output)
+                .and_then(|o| o.shape.last().copied())
+                .unwrap_or(1);
+            s.targets(&split.targets[&s.output], classes)
+        })
+        .collect()
+}
+
+/// The inputs of `split` as f64 tensors.
+fn input_tensors(split: &Split) -> Result<BTreeMap<String, Tensor>, TrainError> {
+    split
+        .inputs
+        .iter()
+        .map(|(n, t)| {
+            let v: Vec<f64> = t.data.iter().map(|&x| f64::from(x)).collect();
+            let t = Tensor::from_vec(v, t.shape.clone(), &Device::Cpu)
+                .map_err(|e| TrainError::tensor(&e))?;
+            Ok((n.clone(), t))
+        })
+        .collect()
+}
+
+/// Which values a scoring pass reads.
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    /// The float model: the twin's own values.
+    Float,
+    /// The concordant graph (`Session`), as `nnpc run` computes.
+    Hardware,
+}
+
+/// The loss and accuracy of `graph` with the current weights on `split`.
+fn score(
+    graph: &SwGraph,
+    scoring: &[Scoring],
+    split: &Split,
+    targets: &[Tensor],
+    vars: &Vars,
+    engine: Engine,
+) -> Result<Score, TrainError> {
+    let outputs: BTreeMap<String, Tensor> = match engine {
+        Engine::Float => {
+            let weights = vars.tensors()?;
+            twin::forward(graph, &weights, &input_tensors(split)?, twin::Mode::Float)?.outputs
+        }
+        Engine::Hardware => {
+            let data = HostData {
+                batch: split.items(),
+                weights: vars.host()?,
+                inputs: split.inputs.clone(),
+            };
+            let run = Session::new(graph, &ExecOptions::default())?.run(&data)?;
+            run.outputs
+                .into_iter()
+                .map(|(n, t)| {
+                    let v: Vec<f64> = t.data.iter().map(|&x| f64::from(x)).collect();
+                    let t = Tensor::from_vec(v, t.shape, &Device::Cpu)
+                        .map_err(|e| TrainError::tensor(&e))?;
+                    Ok((n, t))
+                })
+                .collect::<Result<_, TrainError>>()?
+        }
+    };
+    let (mut loss, mut hits, mut positions) = (0.0, 0u64, 0u64);
+    let mut classified = false;
+    for (s, target) in scoring.iter().zip(targets) {
+        let y = &outputs[&s.output];
+        let l = s.loss(y, target).and_then(|l| l.to_scalar::<f64>());
+        loss += l.map_err(|e| TrainError::tensor(&e))?;
+        if let Some((h, p)) = s.correct(y, target).map_err(|e| TrainError::tensor(&e))? {
+            (hits, positions, classified) = (hits + h, positions + p, true);
+        }
+    }
+    Ok(Score {
+        loss,
+        accuracy: classified.then(|| hits as f64 / positions.max(1) as f64),
+    })
+}
+
+/// One step on `batch`: the concordant forward pass, the twin's backward pass, an update.
+/// Returns the batch's loss and the `dynfixed` point positions of the pass.
+fn step_once(
+    graph: &SwGraph,
+    scoring: &[Scoring],
+    batch: &Split,
+    targets: &[Tensor],
+    vars: &Vars,
+    optimizer: &mut optim::Optimizer,
+) -> Result<(f64, Points), TrainError> {
+    let items = batch.items();
+    let data = HostData {
+        batch: items,
+        weights: vars.host()?,
+        inputs: batch.inputs.clone(),
+    };
+    let opts = ExecOptions {
+        keep_values: true,
+        batch_shards: Some(1),
+        chunk_items: Some(items),
+        ..ExecOptions::default()
+    };
+    let run = Session::new(graph, &opts)?.run(&data)?;
+    let pass = twin::forward(
+        graph,
+        &vars.tensors()?,
+        &input_tensors(batch)?,
+        twin::Mode::Exact(&run.written),
+    )?;
+    let mut total: Option<Tensor> = None;
+    for (s, target) in scoring.iter().zip(targets) {
+        let l = s
+            .loss(&pass.outputs[&s.output], target)
+            .map_err(|e| TrainError::tensor(&e))?;
+        total = Some(match total {
+            None => l,
+            Some(t) => (t + l).map_err(|e| TrainError::tensor(&e))?,
+        });
+    }
+    let total = total.ok_or_else(|| TrainError::Internal("a program with no outputs".into()))?;
+    let value = total
+        .to_scalar::<f64>()
+        .map_err(|e| TrainError::tensor(&e))?;
+    if value.is_finite() {
+        let grads = total.backward().map_err(|e| TrainError::tensor(&e))?;
+        optimizer
+            .step(&vars.list, &grads)
+            .map_err(|e| TrainError::tensor(&e))?;
+    }
+    Ok((value, pass.points))
+}
+
+/// One differentiated pass of the twin ([`gradients`]).
+#[derive(Debug)]
+pub struct Gradients {
+    pub loss: f64,
+    /// The outputs' values by name, `[batch, ...declared shape]`, f64.
+    pub outputs: BTreeMap<String, Tensor>,
+    /// The gradient of the loss by weight name, in the weight's shape.
+    pub weights: BTreeMap<String, Tensor>,
+    /// The `dynfixed` point positions of the pass.
+    pub points: Points,
+}
+
+/// The gradient of `loss(outputs)` with respect to every weight (logical shapes, f64) on
+/// `inputs` (`[batch, ...]`, f64): at the concordant graph's values where `exact` holds them
+/// (an [`crate::Execution::written`] of a `keep_values` run on the same data), else at
+/// the float model's. What a training step differentiates; public for the gradient checks.
+pub fn gradients(
+    graph: &SwGraph,
+    weights: &BTreeMap<String, Tensor>,
+    inputs: &BTreeMap<String, Tensor>,
+    exact: Option<&std::collections::HashMap<ValueId, crate::WrittenValue>>,
+    loss: impl Fn(&BTreeMap<String, Tensor>) -> candle_core::Result<Tensor>,
+) -> Result<Gradients, TrainError> {
+    let err = |e: candle_core::Error| TrainError::tensor(&e);
+    let vars: BTreeMap<String, Var> = weights
+        .iter()
+        .map(|(n, t)| Ok((n.clone(), Var::from_tensor(t).map_err(err)?)))
+        .collect::<Result<_, TrainError>>()?;
+    let ws = vars
+        .iter()
+        .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+        .collect();
+    let mode = match exact {
+        Some(e) => twin::Mode::Exact(e),
+        None => twin::Mode::Float,
+    };
+    let pass = twin::forward(graph, &ws, inputs, mode)?;
+    let l = loss(&pass.outputs).map_err(err)?;
+    let value = l.to_scalar::<f64>().map_err(err)?;
+    let grads = l.backward().map_err(err)?;
+    let mut by_name = BTreeMap::new();
+    for (n, v) in &vars {
+        let g = match grads.get(v.as_tensor()) {
+            Some(g) => g.clone(),
+            None => v.as_tensor().zeros_like().map_err(err)?,
+        };
+        by_name.insert(n.clone(), g);
+    }
+    let outputs = pass
+        .outputs
+        .iter()
+        .map(|(n, t)| (n.clone(), t.detach()))
+        .collect();
+    Ok(Gradients {
+        loss: value,
+        outputs,
+        weights: by_name,
+        points: pass.points,
+    })
+}
+
+/// The outputs of `graph`'s float model (the twin's own values) on `inputs` with `weights`:
+/// for the gradient checks' finite differences.
+pub fn float_outputs(
+    graph: &SwGraph,
+    weights: &BTreeMap<String, Tensor>,
+    inputs: &BTreeMap<String, Tensor>,
+) -> Result<BTreeMap<String, Tensor>, TrainError> {
+    Ok(twin::forward(graph, weights, inputs, twin::Mode::Float)?.outputs)
+}
