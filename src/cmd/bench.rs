@@ -74,6 +74,10 @@ pub struct Args {
     /// kernel; see `nnpc run --float-matmul`).
     #[arg(long)]
     pub float_matmul: bool,
+    /// Measure the graph with every MFU op a candle op of its own, whole tensors in and out,
+    /// instead of the fused regions (docs/swgraph.md, "Which ops are candle ops").
+    #[arg(long)]
+    pub unfused: bool,
     /// Where the graph's integer products run (as `nnpc run --device`; the emulator, the
     /// floor and the quantize kernel stay on the CPU).
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
@@ -171,6 +175,7 @@ fn measure(
     let data = HostData::random(program, batch, args.seed);
     let opts = ExecOptions {
         float_matmul: args.float_matmul,
+        unfused: args.unfused,
         device: args.device.into(),
         batch_shards: args.shards,
         ..ExecOptions::default()
@@ -577,6 +582,7 @@ mod tests {
             emu_batch: None,
             skip_emulator: false,
             float_matmul: false,
+            unfused: false,
             device: DeviceArg::Cpu,
             shards: None,
             kernel_len: 1 << 14,

@@ -230,12 +230,8 @@ impl<'a> Executor<'a> {
                 let lanes = t.dims().get(1).copied().unwrap_or(1);
                 map1(&t, "softmax", move |x, o| mfu::softmax(&tab, x, lanes, o))?
             }
-            // Every other MFU op: a region of one node (`fused`).
-            Op::Binary { .. } | Op::Unary { .. } => self
-                .eval_mfu(&[i], &[true], &[false], |_, _, _, _, _: &mut ()| {})?
-                .0
-                .pop()
-                .ok_or_else(|| internal("an MFU op gave no value"))?,
+            // Every other MFU op outside a region: a candle op of its own (`fused::MfuOp`).
+            Op::Binary { .. } | Op::Unary { .. } => self.eval_mfu_op(i)?,
             Op::Output { .. } => return Err(internal("output evaluated as a value").into()),
         })
     }
@@ -252,10 +248,10 @@ impl<'a> Executor<'a> {
         scanned: &[bool],
         scan: impl Fn(usize, usize, &[f64], usize, &mut S) + Sync,
     ) -> Result<(Vec<Tensor>, Vec<S>), Failure> {
-        use fused::{Src, Step};
-        let len = match nodes.first().map(|&k| &self.g.nodes[k].ty) {
-            Some(Ty::Vector { tiles }) => *tiles as usize * self.n,
-            _ => return Err(internal("an MFU op whose value is not a vector").into()),
+        use fused::Src;
+        let len = match nodes.first() {
+            Some(&k) => self.mfu_len(k)?,
+            None => return Err(internal("an empty region").into()),
         };
         // Operands from outside the region, contiguous on the host, each once.
         let mut outer: Vec<(ValueId, Tensor)> = Vec::new();
@@ -274,39 +270,8 @@ impl<'a> Executor<'a> {
             Ok(Src::Outer(at))
         };
         let mut steps = Vec::with_capacity(nodes.len());
-        for node in nodes.iter().map(|&k| &self.g.nodes[k]) {
-            steps.push(match &node.op {
-                Op::Binary { op, a, b, format } => Step::Binary {
-                    op: *op,
-                    format: *format,
-                    a: src(self, *a)?,
-                    b: src(self, *b)?,
-                    rounded: [self.is_rounded(*a, format), self.is_rounded(*b, format)],
-                },
-                Op::Unary {
-                    op: UnOp::Relu,
-                    src: x,
-                    format,
-                    ..
-                } => Step::Relu(*format, src(self, *x)?),
-                Op::Unary {
-                    op: UnOp::Pass,
-                    src: x,
-                    format,
-                    ..
-                } => Step::Pass(*format, src(self, *x)?),
-                Op::Unary {
-                    op,
-                    src: x,
-                    format,
-                    table,
-                } => Step::Activation {
-                    table: self.table(*op, format, table.as_deref())?,
-                    x: src(self, *x)?,
-                    rounded: self.is_rounded(*x, format),
-                },
-                _ => return Err(internal("a region holds a node that is not an MFU op").into()),
-            });
+        for &k in nodes {
+            steps.push(self.mfu_step(k, &mut src)?);
         }
         // The batch is that of the widest operand; a batch-1 operand is broadcast.
         let batch_of = |t: &Tensor| t.dims().first().copied().unwrap_or(1);
@@ -334,6 +299,79 @@ impl<'a> Executor<'a> {
             .map(|v| Tensor::from_vec(v, (batch, len), &self.dev))
             .collect::<candle_core::Result<Vec<_>>>()?;
         Ok((values, found))
+    }
+
+    /// The length of the vectors MFU node `i` computes on.
+    fn mfu_len(&self, i: usize) -> Result<usize, Failure> {
+        match &self.g.nodes[i].ty {
+            Ty::Vector { tiles } => Ok(*tiles as usize * self.n),
+            _ => Err(internal("an MFU op whose value is not a vector").into()),
+        }
+    }
+
+    /// The step that computes MFU node `k`, its operands' rows found by `src`.
+    fn mfu_step(
+        &mut self,
+        k: usize,
+        src: &mut impl FnMut(&Self, ValueId) -> Result<fused::Src, Failure>,
+    ) -> Result<fused::Step, Failure> {
+        use fused::Step;
+        let g = self.g;
+        Ok(match &g.nodes[k].op {
+            Op::Binary { op, a, b, format } => Step::Binary {
+                op: *op,
+                format: *format,
+                a: src(self, *a)?,
+                b: src(self, *b)?,
+                rounded: [self.is_rounded(*a, format), self.is_rounded(*b, format)],
+            },
+            Op::Unary {
+                op: UnOp::Relu,
+                src: x,
+                format,
+                ..
+            } => Step::Relu(*format, src(self, *x)?),
+            Op::Unary {
+                op: UnOp::Pass,
+                src: x,
+                format,
+                ..
+            } => Step::Pass(*format, src(self, *x)?),
+            Op::Unary {
+                op,
+                src: x,
+                format,
+                table,
+            } => Step::Activation {
+                table: self.table(*op, format, table.as_deref())?,
+                x: src(self, *x)?,
+                rounded: self.is_rounded(*x, format),
+            },
+            _ => return Err(internal("a node that is not an MFU op").into()),
+        })
+    }
+
+    /// MFU node `i` alone, as a candle op ([`fused::MfuOp`]) on its operands' tensors.
+    fn eval_mfu_op(&mut self, i: usize) -> Result<Tensor, Failure> {
+        let len = self.mfu_len(i)?;
+        let mut operands: Vec<ValueId> = Vec::with_capacity(2);
+        let step = self.mfu_step(i, &mut |_, v| {
+            let at = match operands.iter().position(|w| *w == v) {
+                Some(at) => at,
+                None => {
+                    operands.push(v);
+                    operands.len() - 1
+                }
+            };
+            Ok(fused::Src::Outer(at))
+        })?;
+        let op = fused::MfuOp { step, len };
+        let operand = |v: ValueId| -> Result<Tensor, Failure> { Ok(self.value(v)?.contiguous()?) };
+        Ok(match operands[..] {
+            [x] => operand(x)?.apply_op1_no_bwd(&op)?,
+            [a, b] => operand(a)?.apply_op2_no_bwd(&operand(b)?, &op)?,
+            _ => return Err(internal("an MFU op of no or three operands").into()),
+        })
     }
 
     /// Whether every element of `v` is rounded to `f` already ([`super::rounded`]).

@@ -15,6 +15,8 @@
 use super::f16c::F16c;
 use super::finite::{ExponentField, all_finite};
 use super::mfu::{self, ActTable};
+use super::tensors::cpu_slice;
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape};
 use nnp_lowering::swgraph::{BinOp, Schedule, ValueId};
 use nnp_numerics::FloatFormat;
 use rayon::prelude::*;
@@ -75,6 +77,77 @@ pub(crate) enum Step {
         x: Src,
         rounded: bool,
     },
+}
+
+/// One MFU op outside a region, as a candle op: a region of its one step, whose operands
+/// (`Src::Outer(0)` and `Src::Outer(1)`) are the op's tensors, each `[batch or 1, len]`
+/// contiguous f64 on the CPU (a batch-1 operand is broadcast). A binary op of two values is a
+/// [`CustomOp2`]; a unary op, or a binary op of one value with itself, a [`CustomOp1`].
+pub(crate) struct MfuOp {
+    pub step: Step,
+    pub len: usize,
+}
+
+impl MfuOp {
+    fn forward(
+        &self,
+        operands: &[(&CpuStorage, &Layout)],
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let len = self.len.max(1);
+        let mut outer = Vec::with_capacity(operands.len());
+        for (storage, layout) in operands {
+            match cpu_slice(storage, layout) {
+                Some(v) if v.len() % len == 0 => outer.push(v),
+                _ => candle_core::bail!("mfu: an operand is not a contiguous f64 [batch, {len}]"),
+            }
+        }
+        let batch = outer.iter().map(|v| v.len() / len).max().unwrap_or(1);
+        if outer
+            .iter()
+            .any(|v| v.len() != len && v.len() != batch * len)
+        {
+            candle_core::bail!("mfu: operands of different batches");
+        }
+        let pass = RegionPass {
+            steps: std::slice::from_ref(&self.step),
+            kept: &[true],
+            scanned: &[false],
+            outer: &outer,
+            batch,
+            len: self.len,
+        };
+        let (mut values, _) = pass.run(|_, _, _, _: &mut ()| {});
+        let Some(value) = values.pop() else {
+            candle_core::bail!("mfu: no value")
+        };
+        Ok((CpuStorage::F64(value), Shape::from((batch, self.len))))
+    }
+}
+
+impl CustomOp1 for MfuOp {
+    fn name(&self) -> &'static str {
+        "mfu"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.forward(&[(s, l)])
+    }
+}
+
+impl CustomOp2 for MfuOp {
+    fn name(&self) -> &'static str {
+        "mfu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.forward(&[(s1, l1), (s2, l2)])
+    }
 }
 
 /// How a region's rows are held and computed.

@@ -2,11 +2,13 @@
 //!
 //! Every value is an f64 candle tensor with a leading batch dimension (B for values that depend
 //! on inputs, 1 for weights and constants; binary ops broadcast). f64 holds every value of
-//! every supported format exactly. Plain candle ops move data (pad, slice, concatenate,
-//! permute) and compute the per-chunk dot products (f64 matmul, exact by the argument in
-//! [`matmul`]); everything that rounds runs as a custom op whose kernel is in [`quant`],
-//! [`mfu`], [`matmul`] and [`exact`] (candle's own `round` rounds half away from zero, and it
-//! has no exact accumulation).
+//! every supported format exactly. Plain candle ops move data (pad, slice, concatenate) and
+//! compute the float path's per-chunk dot products (f64 matmul, exact by the argument in
+//! [`matmul`]); every op that rounds is a candle custom op whose kernel is in [`quant`],
+//! [`mfu`], [`matmul`], [`exact`] and `fused` (candle's own `round` rounds half away from zero,
+//! and it has no exact accumulation). Two kinds of op are not candle ops, for reasons measured
+//! in docs/swgraph.md ("Which ops are candle ops"): fused regions of MFU ops (many tensors in,
+//! several out) and products on the integer kernels ([`intdot`]; candle has no integer matmul).
 //!
 //! With the `cuda` feature and [`DeviceKind::Cuda`] the integer products run on the GPU
 //! (`gpu`); the rest of the graph stays on the host.
@@ -71,6 +73,9 @@ pub struct ExecOptions {
     /// Take the float BLAS path for every product even where the integer kernel ([`intdot`])
     /// applies (for comparisons and tests: the results are the same bits).
     pub float_matmul: bool,
+    /// Evaluate every MFU op as a candle op of its own, whole tensors in and out, instead of in
+    /// the plan's fused regions (for comparisons and tests: the results are the same bits).
+    pub unfused: bool,
     /// Evaluate in the products-first order (`swgraph::Schedule::new`), which a session on a GPU
     /// always uses; on the CPU for tests (the results are the same bits).
     pub products_first: bool,

@@ -202,7 +202,10 @@ impl<'g> Session<'g> {
         let to_ints = quantized_vectors(graph, &graph_plan.vectors, &traced);
         let through = concats_to_ints(graph, constant, &to_ints, &handed);
         extend_last_uses(graph, &mut schedule, &through);
-        let regions = fused::regions(&schedule, &traced);
+        let regions = match opts.unfused {
+            true => Vec::new(),
+            false => fused::regions(&schedule, &traced),
+        };
         let item_bytes = peak_item_bytes(
             graph,
             &schedule.order,

@@ -46,8 +46,16 @@ pub(super) fn host_slice<'a>(
     storage: &'a candle_core::Storage,
     layout: &Layout,
 ) -> Option<&'a [f64]> {
+    match storage {
+        candle_core::Storage::Cpu(s) => cpu_slice(s, layout),
+        _ => None,
+    }
+}
+
+/// A custom op's operand as a slice: contiguous f64 storage, else `None`.
+pub(super) fn cpu_slice<'a>(storage: &'a CpuStorage, layout: &Layout) -> Option<&'a [f64]> {
     match (storage, layout.contiguous_offsets()) {
-        (candle_core::Storage::Cpu(CpuStorage::F64(v)), Some((a, e))) => Some(&v[a..e]),
+        (CpuStorage::F64(v), Some((a, e))) => v.get(a..e),
         _ => None,
     }
 }
@@ -110,13 +118,10 @@ impl<F: Fn(&[f64]) -> (Vec<f64>, Shape) + Send + Sync> CustomOp1 for Map1<F> {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let CpuStorage::F64(v) = s else {
-            candle_core::bail!("{}: expected f64 data", self.0)
+        let Some(v) = cpu_slice(s, l) else {
+            candle_core::bail!("{}: expected contiguous f64 data", self.0)
         };
-        let Some((a, b)) = l.contiguous_offsets() else {
-            candle_core::bail!("{}: expected contiguous data", self.0)
-        };
-        let (out, shape) = (self.1)(&v[a..b]);
+        let (out, shape) = (self.1)(v);
         Ok((CpuStorage::F64(out), shape))
     }
 }

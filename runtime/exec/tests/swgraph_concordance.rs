@@ -78,14 +78,20 @@ fn every_sample_on_every_declared_target_matches_the_emulator() {
         );
         assert_same(&case, &hw.outputs, &sw.outputs);
         int_products += sw.paths.int_products;
-        // The float BLAS path, which the integer kernel replaces where the CPU has AVX2.
+        // The float BLAS path, which the integer kernel replaces where the CPU has AVX2, with
+        // every MFU op a candle op of its own (no fused region).
         let float = ExecOptions {
             float_matmul: true,
+            unfused: true,
             ..ExecOptions::default()
         };
         let sw = nnp_exec::run_program(&program, &data, &float)
-            .unwrap_or_else(|e| panic!("{case}: software graph (float path): {e}"));
-        assert_same(&format!("{case} (float path)"), &hw.outputs, &sw.outputs);
+            .unwrap_or_else(|e| panic!("{case}: software graph (float path, unfused): {e}"));
+        assert_same(
+            &format!("{case} (float path, unfused)"),
+            &hw.outputs,
+            &sw.outputs,
+        );
         assert_eq!(
             sw.paths.int_products, 0,
             "{case}: float path took the integer kernel"

@@ -299,3 +299,58 @@ fn regions_by_hand() {
     let traced: HashSet<ValueId> = [ValueId(3)].into();
     assert_eq!(regions(&schedule, &traced)[0].kept, vec![false, true, true]);
 }
+
+/// The `mfu` candle op by hand: an fp16 add of a batch-2 and a broadcast batch-1 operand
+/// (`fmt(fmt(a) + fmt(b))`: 2049 rounds to 2048 on entry, and 2048 + 1 ties back to 2048),
+/// relu of one operand (NaN stays NaN, -1 becomes +0), and a product of a value with itself.
+#[test]
+fn the_mfu_candle_op_by_hand() {
+    use candle_core::{Device, Tensor};
+    let t = |v: Vec<f64>, b: usize| Tensor::from_vec(v, (b, 2), &Device::Cpu).expect("tensor");
+    let bits = |t: Tensor| -> Vec<u64> {
+        let v: Vec<f64> = t.flatten_all().and_then(|t| t.to_vec1()).expect("values");
+        v.into_iter().map(f64::to_bits).collect()
+    };
+    let binary = |op, a, b| MfuOp {
+        step: Step::Binary {
+            op,
+            format: FloatFormat::FP16,
+            a,
+            b,
+            rounded: [false, false],
+        },
+        len: 2,
+    };
+    let a = t(vec![1.0, 2049.0, 0.5, -0.0], 2);
+    let b = t(vec![2f64.powi(-10), 1.0], 1);
+    let sum = a
+        .apply_op2_no_bwd(&b, &binary(BinOp::Add, Src::Outer(0), Src::Outer(1)))
+        .expect("add");
+    assert_eq!(sum.dims(), [2, 2]);
+    let want = [1.0 + 2f64.powi(-10), 2048.0, 0.5 + 2f64.powi(-10), 1.0];
+    assert_eq!(bits(sum), want.map(f64::to_bits));
+
+    let relu = MfuOp {
+        step: Step::Relu(FloatFormat::FP16, Src::Outer(0)),
+        len: 2,
+    };
+    let y = t(vec![f64::NAN, -1.0], 1)
+        .apply_op1_no_bwd(&relu)
+        .expect("relu");
+    let y: Vec<f64> = y.flatten_all().and_then(|t| t.to_vec1()).expect("values");
+    assert!(y[0].is_nan());
+    assert_eq!(y[1].to_bits(), 0.0f64.to_bits());
+
+    let square = binary(BinOp::Mul, Src::Outer(0), Src::Outer(0));
+    let y = t(vec![3.0, -0.25], 1)
+        .apply_op1_no_bwd(&square)
+        .expect("mul");
+    assert_eq!(bits(y), [9.0f64, 0.0625].map(f64::to_bits));
+
+    // Operands of two different batches greater than one are an error, not a panic.
+    let c = t(vec![1.0; 6], 3);
+    assert!(
+        a.apply_op2_no_bwd(&c, &binary(BinOp::Add, Src::Outer(0), Src::Outer(1)))
+            .is_err()
+    );
+}
