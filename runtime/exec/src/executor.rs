@@ -248,35 +248,19 @@ impl<'a> Executor<'a> {
         scanned: &[bool],
         scan: impl Fn(usize, usize, &[f64], usize, &mut S) + Sync,
     ) -> Result<(Vec<Tensor>, Vec<S>), Failure> {
-        use fused::Src;
         let len = match nodes.first() {
             Some(&k) => self.mfu_len(k)?,
             None => return Err(internal("an empty region").into()),
         };
-        // Operands from outside the region, contiguous on the host, each once.
-        let mut outer: Vec<(ValueId, Tensor)> = Vec::new();
-        let mut src = |ex: &Self, v: ValueId| -> Result<Src, Failure> {
-            if let Some(j) = nodes.iter().position(|&k| k == v.index()) {
-                return Ok(Src::Local(j));
-            }
-            let at = match outer.iter().position(|(w, _)| *w == v) {
-                Some(at) => at,
-                None => {
-                    let t = ex.value(v)?.contiguous()?.to_device(&Device::Cpu)?;
-                    outer.push((v, t));
-                    outer.len() - 1
-                }
-            };
-            Ok(Src::Outer(at))
-        };
-        let mut steps = Vec::with_capacity(nodes.len());
-        for &k in nodes {
-            steps.push(self.mfu_step(k, &mut src)?);
-        }
+        let (steps, outer) = self.mfu_steps(nodes)?;
+        let outer = outer
+            .into_iter()
+            .map(|v| self.host_operand(v))
+            .collect::<Result<Vec<_>, _>>()?;
         // The batch is that of the widest operand; a batch-1 operand is broadcast.
         let batch_of = |t: &Tensor| t.dims().first().copied().unwrap_or(1);
-        let batch = outer.iter().map(|(_, t)| batch_of(t)).max().unwrap_or(1);
-        let guards: Vec<_> = outer.iter().map(|(_, t)| t.storage_and_layout()).collect();
+        let batch = outer.iter().map(batch_of).max().unwrap_or(1);
+        let guards: Vec<_> = outer.iter().map(Tensor::storage_and_layout).collect();
         let mut slices: Vec<&[f64]> = Vec::with_capacity(guards.len());
         for (storage, layout) in &guards {
             match host_slice(storage, layout) {
@@ -309,11 +293,33 @@ impl<'a> Executor<'a> {
         }
     }
 
+    /// The steps that compute MFU nodes `nodes` together, and the values from outside they
+    /// read, each once, in the order of their `Src::Outer` indices (an operand that is an
+    /// earlier node of `nodes` is `Src::Local`).
+    fn mfu_steps(&mut self, nodes: &[usize]) -> Result<(Vec<fused::Step>, Vec<ValueId>), Failure> {
+        let mut outer: Vec<ValueId> = Vec::new();
+        let mut src = |v: ValueId| match nodes.iter().position(|&k| k == v.index()) {
+            Some(j) => fused::Src::Local(j),
+            None => fused::Src::Outer(match outer.iter().position(|w| *w == v) {
+                Some(at) => at,
+                None => {
+                    outer.push(v);
+                    outer.len() - 1
+                }
+            }),
+        };
+        let steps = nodes
+            .iter()
+            .map(|&k| self.mfu_step(k, &mut src))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((steps, outer))
+    }
+
     /// The step that computes MFU node `k`, its operands' rows found by `src`.
     fn mfu_step(
         &mut self,
         k: usize,
-        src: &mut impl FnMut(&Self, ValueId) -> Result<fused::Src, Failure>,
+        src: &mut impl FnMut(ValueId) -> fused::Src,
     ) -> Result<fused::Step, Failure> {
         use fused::Step;
         let g = self.g;
@@ -321,8 +327,8 @@ impl<'a> Executor<'a> {
             Op::Binary { op, a, b, format } => Step::Binary {
                 op: *op,
                 format: *format,
-                a: src(self, *a)?,
-                b: src(self, *b)?,
+                a: src(*a),
+                b: src(*b),
                 rounded: [self.is_rounded(*a, format), self.is_rounded(*b, format)],
             },
             Op::Unary {
@@ -330,13 +336,13 @@ impl<'a> Executor<'a> {
                 src: x,
                 format,
                 ..
-            } => Step::Relu(*format, src(self, *x)?),
+            } => Step::Relu(*format, src(*x)),
             Op::Unary {
                 op: UnOp::Pass,
                 src: x,
                 format,
                 ..
-            } => Step::Pass(*format, src(self, *x)?),
+            } => Step::Pass(*format, src(*x)),
             Op::Unary {
                 op,
                 src: x,
@@ -344,32 +350,31 @@ impl<'a> Executor<'a> {
                 table,
             } => Step::Activation {
                 table: self.table(*op, format, table.as_deref())?,
-                x: src(self, *x)?,
+                x: src(*x),
                 rounded: self.is_rounded(*x, format),
             },
             _ => return Err(internal("a node that is not an MFU op").into()),
         })
     }
 
+    /// The value `v` as an MFU kernel reads it: contiguous on the host.
+    fn host_operand(&self, v: ValueId) -> Result<Tensor, Failure> {
+        Ok(self.value(v)?.contiguous()?.to_device(&Device::Cpu)?)
+    }
+
     /// MFU node `i` alone, as a candle op ([`fused::MfuOp`]) on its operands' tensors.
     fn eval_mfu_op(&mut self, i: usize) -> Result<Tensor, Failure> {
         let len = self.mfu_len(i)?;
-        let mut operands: Vec<ValueId> = Vec::with_capacity(2);
-        let step = self.mfu_step(i, &mut |_, v| {
-            let at = match operands.iter().position(|w| *w == v) {
-                Some(at) => at,
-                None => {
-                    operands.push(v);
-                    operands.len() - 1
-                }
-            };
-            Ok(fused::Src::Outer(at))
-        })?;
+        let (mut steps, operands) = self.mfu_steps(&[i])?;
+        let step = steps
+            .pop()
+            .ok_or_else(|| internal("an MFU op gave no step"))?;
         let op = fused::MfuOp { step, len };
-        let operand = |v: ValueId| -> Result<Tensor, Failure> { Ok(self.value(v)?.contiguous()?) };
         Ok(match operands[..] {
-            [x] => operand(x)?.apply_op1_no_bwd(&op)?,
-            [a, b] => operand(a)?.apply_op2_no_bwd(&operand(b)?, &op)?,
+            [x] => self.host_operand(x)?.apply_op1_no_bwd(&op)?,
+            [a, b] => self
+                .host_operand(a)?
+                .apply_op2_no_bwd(&self.host_operand(b)?, &op)?,
             _ => return Err(internal("an MFU op of no or three operands").into()),
         })
     }
