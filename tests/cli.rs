@@ -616,8 +616,8 @@ fn run_gives_the_same_bytes_on_the_float_path() {
 #[test]
 fn run_on_cuda_gives_the_same_bytes_or_says_how_to_get_it() {
     if cfg!(feature = "cuda") {
-        // A build with the feature (on a machine with a GPU): the products on the GPU give
-        // the CPU's bytes.
+        // A build with the feature (on a machine with a GPU): the graph on the GPU gives the
+        // CPU's bytes.
         let a = lstm_run_bytes("cuda_cpu", &[]);
         assert_eq!(a, lstm_run_bytes("cuda_gpu", &["--device", "cuda"]));
         return;
@@ -628,7 +628,9 @@ fn run_on_cuda_gives_the_same_bytes_or_says_how_to_get_it() {
     // The message as words (miette wraps it in a box that depends on the terminal width).
     let words: Vec<&str> = err.split_whitespace().filter(|w| *w != "│").collect();
     assert!(
-        words.join(" ").contains("rebuild with `--features cuda`"),
+        words
+            .join(" ")
+            .contains("build it with `scripts/cuda-build.sh`"),
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");

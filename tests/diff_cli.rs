@@ -551,7 +551,7 @@ fn explain_all_pairs_finds_a_board_the_closest_change_does_not_lead_to() {
 }
 
 /// `nnpc diff --device cuda`: in a build with the feature (on a machine with a GPU) the
-/// emulator's dump is concordant with the products on the GPU; without it, the error says how
+/// emulator's dump is concordant with the graph on the GPU; without it, the error says how
 /// to get one, with exit 2 and no panic.
 #[test]
 fn diff_on_cuda_is_concordant_or_says_how_to_get_it() {
@@ -567,7 +567,9 @@ fn diff_on_cuda_is_concordant_or_says_how_to_get_it() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     let words: Vec<&str> = err.split_whitespace().filter(|w| *w != "│").collect();
     assert!(
-        words.join(" ").contains("rebuild with `--features cuda`"),
+        words
+            .join(" ")
+            .contains("build it with `scripts/cuda-build.sh`"),
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");

@@ -78,8 +78,8 @@ pub struct Args {
     /// instead of the fused regions (docs/swgraph.md, "Which ops are candle ops").
     #[arg(long)]
     pub unfused: bool,
-    /// Where the graph's integer products run (as `nnpc run --device`; the emulator, the
-    /// floor and the quantize kernel stay on the CPU).
+    /// Where the graph runs (as `nnpc run --device`; the emulator, the floor and the quantize
+    /// kernel stay on the CPU).
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
     /// Shards of items each warm run goes in, side by side (1: the whole batch in one pass).

@@ -54,8 +54,8 @@ pub struct Args {
     pub data: DataArgs,
     #[command(flatten)]
     pub chunks: ChunkArgs,
-    /// Where the software graph's integer products run: `cuda` puts them on the first CUDA
-    /// GPU, with the same bits (needs a build with `--features cuda`; docs/swgraph.md).
+    /// Where the software graph runs: `cuda` puts it on the first CUDA GPU, with the same
+    /// bits (needs a build made by `scripts/cuda-build.sh`; docs/swgraph.md).
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
     /// How many mismatching elements to list.

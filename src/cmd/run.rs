@@ -44,8 +44,8 @@ pub struct Args {
     /// Write the trace of every `v_wr` as JSON lines (the emulator's format: docs/emulator.md).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Where the integer products run: `cuda` puts them on the first CUDA GPU, the rest of the
-    /// graph stays on the CPU (needs a build with `--features cuda`; docs/swgraph.md).
+    /// Where the graph runs: `cuda` puts its values and ops on the first CUDA GPU, with the
+    /// same bits (needs a build made by `scripts/cuda-build.sh`; docs/swgraph.md).
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
     /// Compute every product with the float BLAS path, even where the integer kernel applies

@@ -8,7 +8,7 @@ use super::{ExecError, fused, gpu, intdot, internal, mfu, quant};
 use candle_core::{DType, Device, Shape, Tensor};
 use nnp_host::HostData;
 use nnp_lowering::swgraph::{GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
-use nnp_numerics::{FloatFormat, Format};
+use nnp_numerics::FloatFormat;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -55,10 +55,8 @@ pub(super) struct Executor<'a> {
     pub(super) paths: Paths,
     /// The GPU that computes integer products where it gives the same bits.
     pub(super) gpu: Option<&'a gpu::Gpu>,
-    /// Vectors as integers on the GPU in this run.
-    pub(super) gpu_x: HashMap<ValueId, Arc<gpu::GpuVector>>,
-    /// Products computed ahead by [`Executor::prefetch_products`], by node.
-    pub(super) prefetched: HashMap<usize, Tensor>,
+    /// Vectors as integers on the GPU in this run (`None`: they have none).
+    pub(super) gpu_x: HashMap<ValueId, Option<Arc<gpu::GpuVector>>>,
     /// Time per kind of work (`NNPC_EXEC_PROFILE`).
     pub(super) prof: Profile,
 }
@@ -185,18 +183,17 @@ impl<'a> Executor<'a> {
             Op::Unpad { src, len } => self.value(*src)?.narrow(1, 0, *len)?.contiguous()?,
             // Rounding a value that is rounded to the format already changes nothing.
             Op::Round { src, format } if self.is_rounded(*src, format) => self.value(*src)?.clone(),
-            Op::Round { src, format } => {
-                let f = *format;
-                map1(self.value(*src)?, "round", move |x, o| {
-                    quant::round_slice(&f, x, o)
-                })?
-            }
+            Op::Round { src, format } => self
+                .value(*src)?
+                .contiguous()?
+                .apply_op1_no_bwd(&quant::RoundOp(*format))?,
             Op::Quantize { src, format, axis } => {
-                let f: Format = *format;
-                let run = axis.run(n);
-                map1(self.value(*src)?, "quantize", move |x, o| {
-                    quant::quantize_runs(&f, x, run, n, o)
-                })?
+                let op = quant::QuantizeOp {
+                    format: *format,
+                    len: axis.run(n),
+                    native: n,
+                };
+                self.value(*src)?.contiguous()?.apply_op1_no_bwd(&op)?
             }
             Op::Concat { parts } => {
                 let stack = matches!(node.ty, Ty::TileStack { .. });
@@ -370,11 +367,11 @@ impl<'a> Executor<'a> {
             .pop()
             .ok_or_else(|| internal("an MFU op gave no step"))?;
         let op = fused::MfuOp { step, len };
+        // On the values' own device: the op's `cpu_fwd` or `cuda_fwd`.
+        let operand = |v| -> Result<Tensor, Failure> { Ok(self.value(v)?.contiguous()?) };
         Ok(match operands[..] {
-            [x] => self.host_operand(x)?.apply_op1_no_bwd(&op)?,
-            [a, b] => self
-                .host_operand(a)?
-                .apply_op2_no_bwd(&self.host_operand(b)?, &op)?,
+            [x] => operand(x)?.apply_op1_no_bwd(&op)?,
+            [a, b] => operand(a)?.apply_op2_no_bwd(&operand(b)?, &op)?,
             _ => return Err(internal("an MFU op of no or three operands").into()),
         })
     }

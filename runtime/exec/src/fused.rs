@@ -132,6 +132,18 @@ impl CustomOp1 for MfuOp {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         self.forward(&[(s, l)])
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        match self.on_gpu(&[(s, l)])? {
+            Some(out) => Ok(out),
+            None => crate::device::via_host(s, l, |s, l| self.forward(&[(s, l)])),
+        }
+    }
 }
 
 impl CustomOp2 for MfuOp {
@@ -147,6 +159,75 @@ impl CustomOp2 for MfuOp {
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         self.forward(&[(s1, l1), (s2, l2)])
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        match self.on_gpu(&[(s1, l1), (s2, l2)])? {
+            Some(out) => Ok(out),
+            None => crate::device::via_host2((s1, l1), (s2, l2), |a, b| self.forward(&[a, b])),
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl MfuOp {
+    /// The op on the GPU where its format has a kernel there (`device::mfu`); `None` where
+    /// it has not (the caller runs the CPU kernel on a host copy).
+    fn on_gpu(
+        &self,
+        operands: &[(&candle_core::CudaStorage, &Layout)],
+    ) -> candle_core::Result<Option<(candle_core::CudaStorage, Shape)>> {
+        use crate::device::{self, MfuKernel};
+        use crate::quant::FastRound;
+        let outer = |s: &Src| match *s {
+            Src::Outer(k) => operands.get(k).copied(),
+            Src::Local(_) => None,
+        };
+        let (kernel, format, table, ops) = match &self.step {
+            Step::Binary {
+                op,
+                format,
+                a,
+                b,
+                rounded,
+            } => {
+                let code = match op {
+                    BinOp::Add => 0,
+                    BinOp::Sub => 1,
+                    BinOp::Mul => 2,
+                    BinOp::Max => 3,
+                };
+                if *op != BinOp::Max && !mfu::narrow(format) {
+                    return Ok(None);
+                }
+                let kernel = MfuKernel::Binary {
+                    op: code,
+                    rounded: *rounded,
+                };
+                (kernel, *format, None, [outer(a), outer(b)])
+            }
+            Step::Relu(format, x) => (MfuKernel::Relu, *format, None, [outer(x), outer(x)]),
+            Step::Pass(format, x) => (MfuKernel::Pass, *format, None, [outer(x), outer(x)]),
+            Step::Activation { table, x, rounded } => match table.gpu_lookup(*rounded) {
+                Some(k) => (k, *table.format(), Some(table), [outer(x), outer(x)]),
+                None => return Ok(None),
+            },
+        };
+        let (Some(f), [Some(a), Some(b)]) = (FastRound::new(&format), ops) else {
+            return Ok(None);
+        };
+        let table = match table {
+            Some(t) => Some(t.on_gpu(&a.0.device)?),
+            None => None,
+        };
+        device::mfu(&kernel, &f, table, &[a, b], self.len).map(Some)
     }
 }
 

@@ -23,6 +23,7 @@ pub mod module;
 pub mod train;
 
 pub mod baseline;
+mod device;
 pub mod exact;
 mod f16c;
 mod finite;

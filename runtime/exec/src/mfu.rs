@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// correctly rounded to nearest by one f64 operation and one rounding (53 >= 2p + 2: the f64
 /// result never lands on or crosses a midpoint of the format that the exact one does not);
 /// wider formats go through the error-free transformations.
-fn narrow(fmt: &FloatFormat) -> bool {
+pub(crate) fn narrow(fmt: &FloatFormat) -> bool {
     fmt.mant_bits < 25
 }
 
@@ -147,6 +147,9 @@ pub struct ActTable {
     /// The output bit patterns themselves, for an fp16 table (half the bytes of the f32
     /// values: [`super::f16c`]'s lookups).
     fp16: Option<Arc<[u16; 1 << 16]>>,
+    /// The outputs on the GPU, uploaded at the first use there.
+    #[cfg(feature = "cuda")]
+    on_gpu: Arc<std::sync::OnceLock<candle_core::cuda_backend::cudarc::driver::CudaSlice<f64>>>,
 }
 
 /// A table's outputs: as f32 where every value of the format is one (fp16, bf16: the table is
@@ -204,7 +207,49 @@ impl ActTable {
             kind,
             values,
             fp16,
+            #[cfg(feature = "cuda")]
+            on_gpu: Arc::default(),
         })
+    }
+
+    /// What the GPU's lookup needs (`device::MfuKernel::Table`), for a table of fp16 or bf16
+    /// (with subnormals), whose encodings `device`'s `bits16` forms: `None` for other formats.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn gpu_lookup(&self, rounded: bool) -> Option<crate::device::MfuKernel> {
+        let f = &self.fmt;
+        let ok = self.values.is_some()
+            && f.subnormals
+            && matches!((f.exp_bits, f.mant_bits), (5, 10) | (8, 7));
+        ok.then(|| crate::device::MfuKernel::Table {
+            rounded,
+            mant_bits: f.mant_bits,
+            bias: f.bias(),
+            nan_index: u32::from(bits16(f, f64::NAN)),
+        })
+    }
+
+    /// The table's outputs on the GPU of `dev`, uploaded once.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn on_gpu(
+        &self,
+        dev: &candle_core::cuda_backend::CudaDevice,
+    ) -> candle_core::Result<&candle_core::cuda_backend::cudarc::driver::CudaSlice<f64>> {
+        if let Some(t) = self.on_gpu.get() {
+            return Ok(t);
+        }
+        let values: Vec<f64> = match &self.values {
+            Some(Values::F32(v)) => v.iter().map(|&x| f64::from(x)).collect(),
+            Some(Values::F64(v)) => v.to_vec(),
+            None => candle_core::bail!("mfu: a table op without a table"),
+        };
+        let t = dev.clone_htod(&values)?;
+        Ok(self.on_gpu.get_or_init(|| t))
+    }
+
+    /// The table's format.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn format(&self) -> &FloatFormat {
+        &self.fmt
     }
 
     /// `out[i] = apply(r.round(x[i]))`, with the common case (an fp16 table, the fast

@@ -18,11 +18,13 @@ use rayon::prelude::*;
 
 mod bfp;
 mod mx;
+mod ops;
 mod round;
 
 pub use bfp::BfpInts;
 use bfp::FastBfp;
 use mx::FastMx;
+pub(crate) use ops::{QuantizeOp, RoundOp};
 pub use round::round_slice;
 pub(crate) use round::{FastRound, Rounder, round_seq};
 
@@ -178,12 +180,12 @@ pub(crate) fn to_i16(y: f64) -> (i16, bool) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Adversarial f64 values around the fp16/bf16/fp32 decision points: ties, one ulp either
     /// side, subnormal boundaries, overflow threshold, zeros, non-finite.
-    pub(super) fn adversarial() -> Vec<f64> {
+    pub(crate) fn adversarial() -> Vec<f64> {
         let mut v = vec![
             0.0,
             -0.0,

@@ -190,7 +190,7 @@ impl<'g> Session<'g> {
             keep[v.index()] |= constant[v.index()];
             product_only[v.index()] = None;
         }
-        let mut schedule = match gpu.is_some() || opts.products_first {
+        let mut schedule = match opts.products_first {
             true => Schedule::new(graph, constant, true),
             false => graph_plan.schedule.clone(),
         };
@@ -199,10 +199,15 @@ impl<'g> Session<'g> {
         let prepared = prepare::plan(graph, &product_only, &handed);
         let arranged = chunked_stacks(graph, &prepared);
         let bounded = bounded_stacks(graph);
-        let to_ints = quantized_vectors(graph, &graph_plan.vectors, &traced);
+        // On a GPU the vectors stay values there: none is quantized straight to host integers.
+        let to_ints = match gpu {
+            Some(_) => vec![None; graph.nodes.len()],
+            None => quantized_vectors(graph, &graph_plan.vectors, &traced),
+        };
         let through = concats_to_ints(graph, constant, &to_ints, &handed);
         extend_last_uses(graph, &mut schedule, &through);
-        let regions = match opts.unfused {
+        // On a GPU every MFU op is a candle op of its own (`fused::MfuOp`'s `cuda_fwd`).
+        let regions = match opts.unfused || gpu.is_some() {
             true => Vec::new(),
             false => fused::regions(&schedule, &traced),
         };
@@ -225,7 +230,7 @@ impl<'g> Session<'g> {
         Ok(Session {
             graph: owner,
             opts: *opts,
-            dev: Device::Cpu,
+            dev: gpu.as_ref().map_or(Device::Cpu, |g| g.device().clone()),
             gpu,
             consts: vec![None; len],
             plan: graph_plan,
@@ -249,7 +254,7 @@ impl<'g> Session<'g> {
         })
     }
 
-    /// The name of the GPU that computes the integer products (`DeviceKind::Cuda`).
+    /// The name of the GPU the graph runs on (`DeviceKind::Cuda`).
     pub fn gpu_name(&self) -> Option<&str> {
         self.gpu.as_deref().map(gpu::Gpu::name)
     }

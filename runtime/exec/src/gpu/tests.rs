@@ -2,6 +2,8 @@
 //! of both integer kernels). These need a CUDA device: they run in a build with the feature.
 use super::*;
 use crate::intdot::tests::{extreme_operands, random_product, spec};
+use crate::intdot::{self, IntVector};
+use crate::matmul::MatVec;
 use crate::matmul::matvec_exact;
 use nnp_grammar::Accumulation;
 use nnp_numerics::FloatFormat;
@@ -10,21 +12,38 @@ fn bits(v: &[f64]) -> Vec<u64> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+fn values(t: &candle_core::Tensor) -> Vec<f64> {
+    t.flatten_all()
+        .and_then(|t| t.to_device(&candle_core::Device::Cpu))
+        .and_then(|t| t.to_vec1())
+        .expect("values")
+}
+
+/// The product with the vector's integers made on the host and uploaded.
 fn on_gpu(spec: &MatVec, w: &IntWeights, x: &IntVector) -> Option<Vec<f64>> {
     let gpu = Gpu::open().expect("a CUDA device");
     let (gw, gx) = (
         gpu.weights(w).expect("upload"),
         gpu.vector(x).expect("upload"),
     );
-    let product = Product {
-        spec: *spec,
-        w: (w, &gw),
-        x: (x, &gx),
-    };
-    gpu.products(&[product])
+    gpu.product(spec, (w, &gw), &gx)
         .expect("kernels run")
-        .pop()
-        .flatten()
+        .map(|t| values(&t))
+}
+
+/// The vector's values `[b, cols * n]`, from its integers and tile scales (exact).
+fn vector_values(x: &IntVector, cols: usize, n: usize) -> Vec<f64> {
+    let b = x.batch();
+    let (q, s) = (x.ints(), x.tile_scales());
+    let mut v = vec![0.0; b * cols * n];
+    for j in 0..cols {
+        for bi in 0..b {
+            for l in 0..n {
+                v[bi * cols * n + j * n + l] = f64::from(q[(j * b + bi) * n + l]) * s[j * b + bi];
+            }
+        }
+    }
+    v
 }
 
 /// Batches that leave partial 64-item blocks and odd items in the 2 x 2 thread tiles (1,
@@ -67,16 +86,16 @@ fn gpu_products_equal_the_exact_reference_bit_for_bit() {
     assert!(taken >= 10, "{taken} products on the GPU");
 }
 
-/// Many products in one call, as the executor batches them: 21 products (two launches of
-/// up to 16) of different shapes, batches and output formats (runs rounded on the device
-/// to fp16 and bf16, runs of fp64 sums rounded on the host), with products the GPU refuses
-/// (wide spreads) among them. Each result equals the exact reference bit for bit, and the
-/// refused ones come back as `None` in their places.
+/// The vector's integers made on the GPU from its values (`Gpu::vector_of`), as the
+/// executor makes them: 21 products of different shapes, batches and output formats (fp16
+/// and bf16 sums rounded on the device, fp64 ones too), with products the GPU refuses (wide
+/// spreads) among them. Each result equals the exact reference bit for bit; the refused ones
+/// are those whose sums are not exact in any order.
 #[test]
-fn gpu_batched_products_equal_the_exact_reference_bit_for_bit() {
+fn gpu_vectors_made_on_the_device_give_the_exact_products() {
     let gpu = Gpu::open().expect("a CUDA device");
     let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    let mut cases = Vec::new();
+    let mut taken = 0;
     for k in 0..21usize {
         let (n, rows, cols, b) = [(128, 2, 3, 64), (32, 1, 2, 70), (16, 3, 1, 5)][k % 3];
         let out = [
@@ -88,36 +107,40 @@ fn gpu_batched_products_equal_the_exact_reference_bit_for_bit() {
         let spread = if k % 7 == 3 { 61 } else { 3 };
         let spec = spec(n, rows, cols, Accumulation::Exact, out);
         let (want, wi, xi) = random_product(&mut s, &spec, b, spread);
-        let exact = intdot::sums_exact_in_any_order(&spec, &wi, &xi);
-        let (gw, gx) = (
-            gpu.weights(&wi).expect("upload"),
-            gpu.vector(&xi).expect("upload"),
-        );
-        cases.push((spec, wi, xi, gw, gx, want, exact));
-    }
-    let products: Vec<Product> = cases
-        .iter()
-        .map(|(spec, wi, xi, gw, gx, ..)| Product {
-            spec: *spec,
-            w: (wi, gw),
-            x: (xi, gx),
-        })
-        .collect();
-    let got = gpu.products(&products).expect("kernels run");
-    assert_eq!(got.len(), cases.len());
-    let mut taken = 0;
-    for (k, (got, (.., want, exact))) in got.iter().zip(&cases).enumerate() {
-        match got {
+        let x =
+            candle_core::Tensor::from_vec(vector_values(&xi, cols, n), (b, cols * n), gpu.device())
+                .expect("upload");
+        let gw = gpu.weights(&wi).expect("upload");
+        let gx = gpu
+            .vector_of(&x, cols, n)
+            .expect("kernels run")
+            .expect("integers");
+        match gpu.product(&spec, (&wi, &gw), &gx).expect("kernels run") {
             Some(got) => {
-                assert!(exact, "product {k}");
-                assert_eq!(bits(got), bits(want), "product {k}");
+                assert_eq!(bits(&values(&got)), bits(&want), "product {k}");
                 taken += 1;
             }
-            None => assert!(!exact, "the GPU refused product {k}, which it can compute"),
+            None => assert_eq!(spread, 61, "the GPU refused product {k}"),
         }
     }
     // Products 3, 10 and 17 have the wide spread; the other 18 went to the GPU.
     assert_eq!(taken, 18);
+}
+
+/// A vector with a NaN, or finer than the integers hold, has no integer form on the GPU.
+#[test]
+fn gpu_vectors_without_integers_are_refused() {
+    let gpu = Gpu::open().expect("a CUDA device");
+    let n = 16;
+    for bad in [f64::NAN, f64::INFINITY, 1.0 + f64::EPSILON] {
+        let mut v = vec![1.0; 2 * n];
+        v[n + 3] = bad;
+        let x = candle_core::Tensor::from_vec(v, (1, 2 * n), gpu.device()).expect("upload");
+        assert!(
+            gpu.vector_of(&x, 2, n).expect("kernels run").is_none(),
+            "{bad:e}"
+        );
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! exact sums of their tile partials, rounded once.
 
 use super::kernel::{XTiles, dot_scalar, kernel};
-use super::runs::ceil_log2;
+use super::runs::{Span, ceil_log2};
 use super::sink::{Adds, Emit, Sum, Sums};
 use super::vector::IntVector;
 use super::weights::IntWeights;
@@ -45,9 +45,14 @@ pub fn on_bytes(kernel: Kernel, w: &IntWeights, x: &IntVector) -> bool {
 /// has the weights' tile columns, or a multiple of them that it reads in turn
 /// ([`SlicedWeights`](super::SlicedWeights)).
 pub fn fits(w: &IntWeights, x: &IntVector) -> bool {
-    let (ws, xs) = (w.span(), x.span(0, x.b));
-    let sums_fit = w.n as i64 * i64::from(w.limit) * i64::from(x.limit) <= i64::from(i32::MAX);
-    let columns = w.cols > 0 && x.cols().is_multiple_of(w.cols);
+    fits_spans(w, x.cols(), x.limit, x.span(0, x.b))
+}
+
+/// [`fits`] of a vector known by its column tiles, integer limit and units' span.
+fn fits_spans(w: &IntWeights, cols: usize, limit: i32, xs: Span) -> bool {
+    let ws = w.span();
+    let sums_fit = w.n as i64 * i64::from(w.limit) * i64::from(limit) <= i64::from(i32::MAX);
+    let columns = w.cols > 0 && cols.is_multiple_of(w.cols);
     // An all-zero side: every partial is zero.
     let zero = ws.is_empty() || xs.is_empty();
     sums_fit
@@ -323,13 +328,36 @@ pub(super) fn plain_sums(
     items: usize,
 ) -> bool {
     spec.accumulation == Accumulation::Exact
-        && sum_bits(w, x, w.row_span[i].width() + x.span(b0, items).width()) <= 53
+        && sum_bits(
+            w,
+            x.cols(),
+            x.bits,
+            w.row_span[i].width() + x.span(b0, items).width(),
+        ) <= 53
 }
 
-/// Bits a sum of `cols` partials of `w` and `x` needs, each `|P| < n 2^(bits_w + bits_x)`
-/// moved up by at most `spread` binades: `|sum| < 2^sum_bits`.
-fn sum_bits(w: &IntWeights, x: &IntVector, spread: u32) -> u32 {
-    ceil_log2(x.cols()) + ceil_log2(w.n) + w.bits + x.bits + spread
+/// [`fits`] and [`sums_exact_in_any_order`] for a vector known by its column tiles, the bits
+/// of its widest integer (each at most [`qmax`](super::qmax)) and the lowest and highest unit
+/// of its tiles (`None`: every tile is zero): a vector made on the GPU (`gpu`).
+pub fn sums_exact_with(
+    spec: &MatVec,
+    w: &IntWeights,
+    cols: usize,
+    bits: u32,
+    units: Option<(i32, i32)>,
+) -> bool {
+    let xs = units.map_or(Span::EMPTY, |(lo, hi)| Span { lo, hi });
+    fits_spans(w, cols, super::qmax(w.n), xs)
+        && spec.accumulation == Accumulation::Exact
+        && w.row_span
+            .iter()
+            .all(|s| sum_bits(w, cols, bits, s.width() + xs.width()) <= 53)
+}
+
+/// Bits a sum of `cols` partials of `w` and a vector of `bits`-bit integers needs, each
+/// `|P| < n 2^(bits_w + bits)` moved up by at most `spread` binades: `|sum| < 2^sum_bits`.
+fn sum_bits(w: &IntWeights, cols: usize, bits: u32, spread: u32) -> u32 {
+    ceil_log2(cols) + ceil_log2(w.n) + w.bits + bits + spread
 }
 
 /// Whether the outputs of row tile `i` for items `b0..b0 + items` can be summed in integers
@@ -353,7 +381,8 @@ pub(super) fn int_sums(
         .copied()
         .max()
         .unwrap_or(0) as u32;
-    spec.accumulation == Accumulation::Exact && sum_bits(w, x, w.shift_span[i] + span_x) < width
+    spec.accumulation == Accumulation::Exact
+        && sum_bits(w, x.cols(), x.bits, w.shift_span[i] + span_x) < width
 }
 
 /// Whether every output of `w x` is such a plain sum (for the whole batch), so that a kernel

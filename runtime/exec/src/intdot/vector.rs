@@ -208,6 +208,17 @@ impl IntVector {
         self.b
     }
 
+    /// The bits of its integers: each `|q| < 2^bits`.
+    pub fn bits(&self) -> u32 {
+        self.bits
+    }
+
+    /// The lowest and highest unit of its tiles (`None`: every tile is zero).
+    pub fn units(&self) -> Option<(i32, i32)> {
+        let s = self.span(0, self.b);
+        (!s.is_empty()).then_some((s.lo, s.hi))
+    }
+
     /// Tile columns.
     pub(super) fn cols(&self) -> usize {
         self.unit.len() / self.b.max(1)

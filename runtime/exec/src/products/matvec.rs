@@ -56,8 +56,10 @@ impl<'a> Executor<'a> {
         };
         let operands = self.operands(x, w, b);
         let cacheable = operands.cacheable;
-        // The integer kernel on the CPU: the GPU took this product already where it gives the
-        // same bits (`prefetch_products`). Operands with more bits per run than one integer
+        if let Some(y) = self.gpu_product(node, spec, operands)? {
+            return Ok(y);
+        }
+        // The integer kernel on the CPU. Operands with more bits per run than one integer
         // unit holds take it in slices (exact accumulation only: no weights are sliced for
         // the others, which `SlicedWeights::matvec` refuses).
         if self.int && intdot::supports(n) {

@@ -213,11 +213,6 @@ impl<'a> Executor<'a> {
         self.values.get(v.index()).is_some_and(Option::is_some)
     }
 
-    /// Whether the weight stack `w` is available: computed, or kept in another form.
-    pub(super) fn weights_ready(&self, w: ValueId) -> bool {
-        self.ready(w) || self.caches.kept.contains_key(&w)
-    }
-
     /// The weight stack `w` as a tensor: its value, or restored from the form it is kept in
     /// ([`Kept`]; from integers, then held for the rest of the run).
     pub(super) fn weights(&mut self, w: ValueId) -> Result<Tensor, Failure> {

@@ -105,11 +105,6 @@ impl<'a> Executor<'a> {
         Ok(column)
     }
 
-    /// Whether a product's vector `x` is available: computed, or as integers.
-    pub(super) fn vector_ready(&self, x: ValueId) -> bool {
-        self.ready(x) || matches!(self.int_x.get(&x), Some(Some(_)))
-    }
-
     /// The batch of a product's vector `x`.
     pub(super) fn batch_of(&self, x: ValueId) -> Result<usize, ExecError> {
         match self.int_x.get(&x) {

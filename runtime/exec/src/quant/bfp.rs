@@ -43,6 +43,24 @@ impl FastBfp {
         })
     }
 
+    /// The quantizer as the GPU's `bfp_quantize` takes it.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(super) fn params(&self) -> crate::device::BfpParams {
+        crate::device::BfpParams {
+            max: self.max,
+            min: self.min,
+            block: self.block as i32,
+            lo: self.lo,
+            hi: self.hi,
+            mant: self.mant,
+            rounding: match self.rounding {
+                Rounding::NearestEven => 0,
+                Rounding::NearestAway => 1,
+                _ => 2,
+            },
+        }
+    }
+
     #[inline(always)]
     fn run(&self, x: &[f64], out: &mut [f64]) {
         for (xb, ob) in x.chunks(self.block).zip(out.chunks_mut(self.block)) {

@@ -41,7 +41,6 @@ impl Session<'_> {
             paths: Paths::new(),
             gpu: self.gpu.as_deref(),
             gpu_x: HashMap::new(),
-            prefetched: HashMap::new(),
             prof: std::env::var_os("NNPC_EXEC_PROFILE").map(|_| Vec::new()),
         };
         let last_use = &self.schedule.last_use;
@@ -185,12 +184,7 @@ impl Session<'_> {
             if let Op::Output { name, row, src } = &node.op {
                 outputs.put(name, *row, ex.value(*src)?).map_err(fail)?;
             } else {
-                let product = matches!(node.op, Op::TiledMatVec { .. });
-                if product && ex.gpu.is_some() && !ex.prefetched.contains_key(&i) {
-                    ex.prefetch_products(&self.schedule.order[pos..])
-                        .map_err(exec_err)?;
-                }
-                let t = match prepared.take().or_else(|| ex.prefetched.remove(&i)) {
+                let t = match prepared.take() {
                     Some(t) => t,
                     None => ex.eval(i).map_err(exec_err)?,
                 };
