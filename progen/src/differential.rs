@@ -137,9 +137,9 @@ pub fn run_differential(
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::sync::Arc;
 
-    /// The options of the outputs' run: `NNPC_DIFF_DEVICE=cuda` puts its integer products on
-    /// the GPU (a build with the `cuda` feature), anything else or nothing keeps them on the CPU.
-    /// Odd seeds evaluate in the products-first order, the GPU's, on the CPU too.
+    /// The options of the outputs' run: `NNPC_DIFF_DEVICE=cuda` runs the graph on the GPU (a
+    /// build with the `cuda` feature), anything else or nothing on the CPU. Odd seeds evaluate
+    /// in the products-first order (another order of the same graph: the same bits).
     fn run_options(data_seed: u64) -> ExecOptions {
         let cuda = std::env::var("NNPC_DIFF_DEVICE").is_ok_and(|d| d == "cuda");
         ExecOptions {
@@ -188,7 +188,7 @@ pub fn run_differential(
     };
     // The graph twice: with every write kept (traces) on the float BLAS path of products, and
     // as `nnpc run` runs it (outputs only, pruned; the integer kernel where the CPU has AVX2,
-    // or on the GPU with `NNPC_DIFF_DEVICE=cuda`), or through its JSON form. Each in a session
+    // or the whole graph on the GPU with `NNPC_DIFF_DEVICE=cuda`), or through its JSON form. Each in a session
     // that runs it twice: the first run (the whole batch), then a warm run in 2 shards of
     // items (on the CPU). The traced session goes in chunks of at most 2 items (its first
     // chunk computes the constants; its warm chunks go in shards).

@@ -292,6 +292,12 @@ mod imp {
             &self.device
         }
 
+        /// Makes the device's context current on the calling thread (CUDA's driver calls act
+        /// on the thread's current context; a session may run on any thread).
+        pub fn bind_to_thread(&self) -> Result<(), ExecError> {
+            self.stream.context().bind_to_thread().map_err(cuda)
+        }
+
         pub fn weights(&self, w: &IntWeights) -> Result<GpuWeights, ExecError> {
             Ok(GpuWeights {
                 w: self.stream.clone_htod(&w.tiles_row_major()).map_err(cuda)?,
@@ -458,6 +464,10 @@ mod off {
         }
 
         pub fn device(&self) -> &candle_core::Device {
+            match self.0 {}
+        }
+
+        pub fn bind_to_thread(&self) -> Result<(), ExecError> {
             match self.0 {}
         }
 

@@ -10,8 +10,8 @@
 //! in docs/swgraph.md ("Which ops are candle ops"): fused regions of MFU ops (many tensors in,
 //! several out) and products on the integer kernels ([`intdot`]; candle has no integer matmul).
 //!
-//! With the `cuda` feature and [`DeviceKind::Cuda`] the integer products run on the GPU
-//! (`gpu`); the rest of the graph stays on the host.
+//! With the `cuda` feature and [`DeviceKind::Cuda`] the values live on the GPU (candle's
+//! `Device::Cuda`) and the custom ops run their `cuda_fwd` (`device`, the products' `gpu`).
 //!
 //! A run, file by file: [`Session::new`] (`session.rs`, its analyses in `session/analysis.rs`)
 //! decides what each node's value is for and the evaluation order; [`Session::run`]
@@ -56,8 +56,7 @@ use std::collections::HashMap;
 pub enum DeviceKind {
     #[default]
     Cpu,
-    /// The integer products on the first CUDA device (`gpu`, needs the `cuda` feature);
-    /// every other op on the host.
+    /// The graph on the first CUDA device (`device`, `gpu`; needs the `cuda` feature).
     Cuda,
 }
 
@@ -77,8 +76,8 @@ pub struct ExecOptions {
     /// Evaluate every MFU op as a candle op of its own, whole tensors in and out, instead of in
     /// the plan's fused regions (for comparisons and tests: the results are the same bits).
     pub unfused: bool,
-    /// Evaluate in the products-first order (`swgraph::Schedule::new`), which a session on a GPU
-    /// always uses; on the CPU for tests (the results are the same bits).
+    /// Evaluate in the products-first order (`swgraph::Schedule::new`): another order of the
+    /// same graph, for tests (the results are the same bits).
     pub products_first: bool,
     /// Shards of a warm run on the CPU ([`Session::run`]): `None` chooses (one per thread for
     /// graphs of small weights, else the whole batch), `Some(1)` runs every batch whole; for

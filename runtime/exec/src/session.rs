@@ -149,6 +149,17 @@ impl std::ops::Deref for GraphRef<'_> {
     }
 }
 
+/// A session on a GPU frees its tensors and caches there: CUDA frees memory in the calling
+/// thread's current context, and a session may be dropped on any thread.
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        if let Some(gpu) = &self.gpu {
+            // An error here surfaces at the context's next call, as CUDA's free errors do.
+            let _ = gpu.bind_to_thread();
+        }
+    }
+}
+
 impl Session<'static> {
     /// A session that shares ownership of its graph, so it can live as long as its owner.
     pub fn shared(graph: Arc<SwGraph>, opts: &ExecOptions) -> Result<Session<'static>, ExecError> {

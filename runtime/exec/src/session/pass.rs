@@ -22,6 +22,9 @@ impl Session<'_> {
         caches: &mut Caches,
     ) -> Result<Part, ExecError> {
         let graph: &SwGraph = &self.graph;
+        if let Some(gpu) = &self.gpu {
+            gpu.bind_to_thread()?;
+        }
         let warm = self.warm;
         let mut consts = Vec::new();
         let mut ex = Executor {
