@@ -258,9 +258,11 @@ mod imp {
     use candle_core::cuda_backend::cudarc::driver::{
         CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg,
     };
+    use candle_core::cuda_backend::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
     use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
     use candle_core::{CpuStorage, Layout, Shape};
-    use std::sync::OnceLock;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
 
     /// [`FastRound`] as the kernels take it (`struct Fr`).
     #[repr(C)]
@@ -292,29 +294,44 @@ mod imp {
         }
     }
 
-    /// The PTX of [`SOURCE`] and of the products' kernel (`gpu::SOURCE`), compiled once per
-    /// process by NVRTC.
-    pub(crate) fn ptx() -> candle_core::Result<&'static str> {
-        static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-        let compiled = PTX.get_or_init(|| {
-            let opts = candle_core::cuda_backend::cudarc::nvrtc::CompileOptions {
+    /// The PTX of a kernel source, compiled once per process by NVRTC with `--fmad=false`.
+    fn ptx(source: &'static str) -> candle_core::Result<&'static str> {
+        type Compiled = Mutex<HashMap<usize, Result<&'static str, String>>>;
+        static PTX: OnceLock<Compiled> = OnceLock::new();
+        let mut cache = PTX
+            .get_or_init(Compiled::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let compiled = cache.entry(source.as_ptr() as usize).or_insert_with(|| {
+            let opts = CompileOptions {
                 fmad: Some(false),
                 ..Default::default()
             };
-            let src = format!("{}\n{}", SOURCE, crate::gpu::SOURCE);
-            candle_core::cuda_backend::cudarc::nvrtc::compile_ptx_with_opts(src, opts)
-                .map(|p| p.to_src())
+            compile_ptx_with_opts(source, opts)
+                .map(|p| &*Box::leak(p.to_src().into_boxed_str()))
                 .map_err(|e| format!("NVRTC could not compile nnpc's kernels: {e}"))
         });
         compiled
-            .as_deref()
+            .as_ref()
+            .copied()
             .map_err(|e| candle_core::Error::Msg(e.clone()))
     }
 
-    pub(crate) fn function(dev: &CudaDevice, name: &str) -> candle_core::Result<CudaFunction> {
+    /// Kernel `name` of `source` (module `module` of the device: one per source).
+    pub(crate) fn kernel(
+        dev: &CudaDevice,
+        module: &str,
+        source: &'static str,
+        name: &str,
+    ) -> candle_core::Result<CudaFunction> {
         Ok(dev
-            .get_or_load_custom_func(name, "nnpc", ptx()?)?
+            .get_or_load_custom_func(name, module, ptx(source)?)?
             .into_cuda_function())
+    }
+
+    /// Kernel `name` of [`SOURCE`].
+    fn function(dev: &CudaDevice, name: &str) -> candle_core::Result<CudaFunction> {
+        kernel(dev, "nnpc-ops", SOURCE, name)
     }
 
     /// A grid-stride launch over `total` elements.
@@ -451,6 +468,8 @@ mod imp {
         let (fr, total64, len64) = (Fr::from(f), total as i64, len as i64);
         let a = &views[0];
         let b = &views[views.len() - 1];
+        // The unary kernel's (kind, rounded, mantissa bits, bias, NaN's index).
+        let mut unary_args = None;
         match *k {
             MfuKernel::Binary { op, rounded } => {
                 let func = function(dev, "mfu_binary")?;
@@ -469,44 +488,41 @@ mod imp {
                 // `len` read at `e % len`.
                 unsafe { l.launch(elements(total)) }.w()?;
             }
-            MfuKernel::Relu | MfuKernel::Pass | MfuKernel::Table { .. } => {
-                let (kind, rounded, m, bias, nan) = match *k {
-                    MfuKernel::Relu => (0i32, 0i32, 0u32, 0i32, 0u32),
-                    MfuKernel::Pass => (1, 0, 0, 0, 0),
-                    MfuKernel::Table {
-                        rounded,
-                        mant_bits,
-                        bias,
-                        nan_index,
-                    } => (2, i32::from(rounded), mant_bits, bias, nan_index),
-                    MfuKernel::Binary { .. } => unreachable!("matched above"),
-                };
-                // A table-less op reads no table: any f64 buffer stands in for the pointer.
-                let t = match (kind, table) {
-                    (2, Some(t)) => t.slice(..),
-                    (2, None) => candle_core::bail!("mfu: a table op without its table"),
-                    _ => a.slice(..),
-                };
-                let func = function(dev, "mfu_unary")?;
-                let stream = dev.cuda_stream();
-                let mut l = stream.launch_builder(&func);
-                let x_all = all(0);
-                l.arg(a)
-                    .arg(&mut y)
-                    .arg(&total64)
-                    .arg(&len64)
-                    .arg(&x_all)
-                    .arg(&kind);
-                l.arg(&rounded)
-                    .arg(&fr)
-                    .arg(&t)
-                    .arg(&m)
-                    .arg(&bias)
-                    .arg(&nan);
-                // SAFETY: `mfu_unary`'s arguments; a table holds 2^16 entries and every index
-                // `bits16` forms is below it.
-                unsafe { l.launch(elements(total)) }.w()?;
-            }
+            MfuKernel::Relu => unary_args = Some((0i32, 0i32, 0u32, 0i32, 0u32)),
+            MfuKernel::Pass => unary_args = Some((1, 0, 0, 0, 0)),
+            MfuKernel::Table {
+                rounded,
+                mant_bits,
+                bias,
+                nan_index,
+            } => unary_args = Some((2, i32::from(rounded), mant_bits, bias, nan_index)),
+        }
+        if let Some((kind, rounded, m, bias, nan)) = unary_args {
+            // A table-less op reads no table: any f64 buffer stands in for the pointer.
+            let t = match (kind, table) {
+                (2, Some(t)) => t.slice(..),
+                (2, None) => candle_core::bail!("mfu: a table op without its table"),
+                _ => a.slice(..),
+            };
+            let func = function(dev, "mfu_unary")?;
+            let stream = dev.cuda_stream();
+            let mut l = stream.launch_builder(&func);
+            let x_all = all(0);
+            l.arg(a)
+                .arg(&mut y)
+                .arg(&total64)
+                .arg(&len64)
+                .arg(&x_all)
+                .arg(&kind);
+            l.arg(&rounded)
+                .arg(&fr)
+                .arg(&t)
+                .arg(&m)
+                .arg(&bias)
+                .arg(&nan);
+            // SAFETY: `mfu_unary`'s arguments; a table holds 2^16 entries and every index
+            // `bits16` forms is below it.
+            unsafe { l.launch(elements(total)) }.w()?;
         }
         Ok((
             CudaStorage::wrap_cuda_slice(y, dev.clone()),

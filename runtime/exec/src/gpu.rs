@@ -273,7 +273,8 @@ mod imp {
             };
             let stream = cuda.cuda_stream();
             let name = stream.context().name().map_err(self::cuda)?;
-            let matvec = device::function(&cuda, "int_matvec").map_err(candle)?;
+            let matvec =
+                device::kernel(&cuda, "nnpc-products", SOURCE, "int_matvec").map_err(candle)?;
             Ok(Gpu {
                 device,
                 cuda,
