@@ -44,6 +44,23 @@ impl<'a> Executor<'a> {
         Ok(v)
     }
 
+    /// The weight stack `w` of a product as integers, kept for the session when `cacheable`;
+    /// `None` where it has none.
+    fn int_weights(
+        &mut self,
+        spec: &MatVec,
+        w: ValueId,
+        cacheable: bool,
+    ) -> Result<Option<Arc<intdot::IntWeights>>, Failure> {
+        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
+        self.weight_side(
+            |c| &mut c.int,
+            w,
+            cacheable,
+            |ex| Ok(int_weights(&ex.weights(w)?, rows, cols, n)?),
+        )
+    }
+
     /// The integer operands of a product (weights cached for the session when `cacheable`,
     /// the vector for the run), when both fit the integer kernel.
     #[allow(clippy::type_complexity)]
@@ -52,14 +69,10 @@ impl<'a> Executor<'a> {
         spec: &MatVec,
         Operands { x, w, b, cacheable }: Operands,
     ) -> Result<Option<(Arc<intdot::IntWeights>, Arc<intdot::IntVector>)>, Failure> {
-        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
-        let wi = self.weight_side(
-            |c| &mut c.int,
-            w,
-            cacheable,
-            |ex| Ok(int_weights(&ex.weights(w)?, rows, cols, n)?),
-        )?;
-        let Some(wi) = wi else { return Ok(None) };
+        let (n, cols) = (spec.n, spec.cols);
+        let Some(wi) = self.int_weights(spec, w, cacheable)? else {
+            return Ok(None);
+        };
         let xi = match self.int_x.get(&x) {
             Some(xi) => xi.clone(),
             None => {
@@ -115,15 +128,11 @@ impl<'a> Executor<'a> {
         let Some(gpu) = self.gpu.filter(|_| self.int && intdot::supports(self.n)) else {
             return Ok(None);
         };
-        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
+        let (n, cols) = (spec.n, spec.cols);
         let t0 = std::time::Instant::now();
-        let wi = self.weight_side(
-            |c| &mut c.int,
-            w,
-            cacheable,
-            |ex| Ok(int_weights(&ex.weights(w)?, rows, cols, n)?),
-        )?;
-        let Some(wi) = wi else { return Ok(None) };
+        let Some(wi) = self.int_weights(spec, w, cacheable)? else {
+            return Ok(None);
+        };
         let gw = self.weight_side(
             |c| &mut c.gpu,
             w,
