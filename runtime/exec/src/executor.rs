@@ -3,7 +3,7 @@
 use super::mfu::ActTable;
 use super::products::{float_path, product_spec};
 use super::session::{Caches, Paths};
-use super::tensors::{Map1, broadcast_batch, host_slice, map1, pad_dim};
+use super::tensors::{Map1, broadcast_batch, host_slice, pad_dim};
 use super::{ExecError, fused, gpu, intdot, internal, mfu, quant};
 use candle_core::{DType, Device, Shape, Tensor};
 use nnp_host::HostData;
@@ -225,7 +225,8 @@ impl<'a> Executor<'a> {
                 let tab = self.table(UnOp::Softmax, format, table.as_deref())?;
                 let t = self.value(*src)?.clone();
                 let lanes = t.dims().get(1).copied().unwrap_or(1);
-                map1(&t, "softmax", move |x, o| mfu::softmax(&tab, x, lanes, o))?
+                t.contiguous()?
+                    .apply_op1_no_bwd(&mfu::SoftmaxOp { exp: tab, lanes })?
             }
             // Every other MFU op outside a region: a candle op of its own (`fused::MfuOp`).
             Op::Binary { .. } | Op::Unary { .. } => self.eval_mfu_op(i)?,

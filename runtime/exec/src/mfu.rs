@@ -470,6 +470,52 @@ pub fn softmax(exp: &ActTable, x: &[f64], lanes: usize, out: &mut [f64]) {
     });
 }
 
+/// `v_softmax` over rows of `lanes` values as a candle op: [`softmax`] in `cpu_fwd`, the GPU's
+/// kernel in `cuda_fwd` where the format has one (`device::softmax`), else the CPU kernel on a
+/// host copy.
+pub(crate) struct SoftmaxOp {
+    pub exp: ActTable,
+    pub lanes: usize,
+}
+
+impl candle_core::CustomOp1 for SoftmaxOp {
+    fn name(&self) -> &'static str {
+        "softmax"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s: &candle_core::CpuStorage,
+        l: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let Some(x) = super::tensors::cpu_slice(s, l) else {
+            candle_core::bail!("softmax: expected contiguous f64 data")
+        };
+        let mut out = vec![0.0; x.len()];
+        softmax(&self.exp, x, self.lanes, &mut out);
+        Ok((candle_core::CpuStorage::F64(out), l.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, candle_core::Shape)> {
+        let fmt = &self.exp.fmt;
+        let gpu = (narrow_nearest(fmt) && plain_sum_is_exact(fmt, self.lanes.max(1)))
+            .then(|| FastRound::new(fmt).zip(self.exp.gpu_lookup(false)))
+            .flatten();
+        if let Some((f, k)) = gpu {
+            let table = self.exp.on_gpu(&s.device)?;
+            if let Some(out) = crate::device::softmax(&k, &f, table, (s, l), self.lanes)? {
+                return Ok(out);
+            }
+        }
+        crate::device::via_host(s, l, |s, l| self.cpu_fwd(s, l))
+    }
+}
+
 /// Whether a plain f64 sum of `lanes` finite values of `fmt` is exact in any order: each is a
 /// multiple of the format's quantum 2^(emin - mant_bits) below 2^(emax + 1), so every partial
 /// sum is an integer number of quanta below `lanes * 2^(emax + 1 - emin + mant_bits)`, which

@@ -93,22 +93,6 @@ pub(super) fn broadcast_batch(ts: &[Tensor]) -> candle_core::Result<Vec<Tensor>>
         .collect()
 }
 
-/// An element-wise kernel on a contiguous f64 tensor (CPU path on every device).
-pub(super) fn map1(
-    t: &Tensor,
-    name: &'static str,
-    f: impl Fn(&[f64], &mut [f64]) + Send + Sync,
-) -> candle_core::Result<Tensor> {
-    let dev = t.device().clone();
-    let t = t.contiguous()?.to_device(&Device::Cpu)?;
-    let y = t.apply_op1_no_bwd(&Map1(name, move |x: &[f64]| {
-        let mut o = vec![0.0; x.len()];
-        f(x, &mut o);
-        (o, Shape::from(x.len()))
-    }))?;
-    y.reshape(t.dims())?.to_device(&dev)
-}
-
 /// A CPU custom op from a closure: contiguous f64 in, (values, shape) out.
 pub(super) struct Map1<F>(pub(super) &'static str, pub(super) F);
 
