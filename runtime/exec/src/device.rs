@@ -48,9 +48,8 @@ pub(crate) enum MfuKernel {
 }
 
 /// The kernels. `fr_round` is `FastRound::round`; `bfp_quantize` is `FastBfp::runs` with one
-/// warp per block; `softmax_rows` is `mfu::softmax` with one warp per row; `to_ints` is
-/// `intdot::to_ints` (the integers of a run at their coarsest unit) with one warp per (tile,
-/// item), gathering the vector's widest integer and the span of
+/// warp per block; `to_ints` is `intdot::to_ints` (the integers of a run at their coarsest
+/// unit) with one warp per (tile, item), gathering the vector's widest integer and the span of
 /// its units for the host's exactness check; `bits16` is the encoding of a value of a 16-bit
 /// format (exact: the value is representable).
 pub(crate) const SOURCE: &str = r#"
@@ -190,46 +189,6 @@ extern "C" __global__ void bfp_quantize(const double* __restrict__ x, double* __
             double m = q.rounding == 0 ? rint(t) : q.rounding == 1 ? round(t) : trunc(t);
             m = m < q.min ? q.min : (m > q.max ? q.max : m);
             y[start + l] = __dadd_rn(__dmul_rn(m, up), 0.0);
-        }
-    }
-}
-
-__device__ __forceinline__ unsigned long long table_index(double v, unsigned int m, int bias,
-                                                          unsigned int nan_index) {
-    return isnan(v) ? nan_index : bits16(v, m, bias);
-}
-
-// One warp per row of `lanes` values: `mfu::softmax` for a narrow nearest-even format with a
-// 16-bit exp table, its exact sum a plain one (the host checked that it is exact in any order);
-// a row whose sum is not finite sets `bad` (the host then runs the CPU kernel).
-extern "C" __global__ void softmax_rows(const double* __restrict__ x, double* __restrict__ y,
-                                        long long rows, int lanes, const Fr f,
-                                        const double* __restrict__ table, unsigned int m,
-                                        int bias, unsigned int nan_index, int* __restrict__ bad) {
-    const int lane = threadIdx.x % 32;
-    const long long warps = (long long)gridDim.x * blockDim.x / 32;
-    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
-         r += warps) {
-        const double* xr = x + r * lanes;
-        double* yr = y + r * lanes;
-        double top = __longlong_as_double(0xfff0000000000000ull);
-        for (int l = lane; l < lanes; l += 32) top = vmax(top, fr_round(f, xr[l]));
-        for (int o = 16; o > 0; o >>= 1) top = vmax(top, __shfl_xor_sync(0xffffffffu, top, o));
-        double sum = 0.0;
-        for (int l = lane; l < lanes; l += 32) {
-            const double d = fr_round(f, __dsub_rn(fr_round(f, xr[l]), top));
-            sum = __dadd_rn(sum, table[table_index(d, m, bias, nan_index)]);
-        }
-        for (int o = 16; o > 0; o >>= 1) sum = __dadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
-        if (!isfinite(sum)) {
-            if (lane == 0) atomicExch(bad, 1);
-            continue;
-        }
-        const float s = __double2float_rn(sum);
-        for (int l = lane; l < lanes; l += 32) {
-            const double d = fr_round(f, __dsub_rn(fr_round(f, xr[l]), top));
-            const float e = __double2float_rn(table[table_index(d, m, bias, nan_index)]);
-            yr[l] = fr_round(f, (double)__fdiv_rn(e, s));
         }
     }
 }
@@ -569,55 +528,6 @@ mod imp {
             CudaStorage::wrap_cuda_slice(y, dev.clone()),
             Shape::from((total / len, len)),
         ))
-    }
-
-    /// `v_softmax` over rows of `lanes` values on the GPU (`mfu::softmax`), for a table the GPU
-    /// looks up (`k`, a [`MfuKernel::Table`]) whose plain sums are exact; `None` where a row's
-    /// sum is not finite (the caller runs the CPU kernel).
-    pub(crate) fn softmax(
-        k: &MfuKernel,
-        f: &FastRound,
-        table: &CudaSlice<f64>,
-        (s, l): (&CudaStorage, &Layout),
-        lanes: usize,
-    ) -> candle_core::Result<Option<(CudaStorage, Shape)>> {
-        let MfuKernel::Table {
-            mant_bits,
-            bias,
-            nan_index,
-            ..
-        } = *k
-        else {
-            candle_core::bail!("softmax: not a table")
-        };
-        let dev = s.device();
-        let x = f64_view(s, l, "softmax")?;
-        let (total, lanes) = (x.len(), lanes.max(1));
-        if total % lanes != 0 {
-            candle_core::bail!("softmax: not whole rows of {lanes}");
-        }
-        let mut y = unsafe { dev.alloc::<f64>(total.max(1)) }?;
-        let mut bad = dev.alloc_zeros::<i32>(1)?;
-        let (fr, rows, lanes32) = (Fr::from(f), (total / lanes) as i64, lanes as i32);
-        let func = function(dev, "softmax_rows")?;
-        let stream = dev.cuda_stream();
-        let mut b = stream.launch_builder(&func);
-        b.arg(&x).arg(&mut y).arg(&rows).arg(&lanes32).arg(&fr);
-        b.arg(table)
-            .arg(&mant_bits)
-            .arg(&bias)
-            .arg(&nan_index)
-            .arg(&mut bad);
-        // SAFETY: `softmax_rows`'s arguments; warp r reads and writes row r of `rows` whole
-        // rows, and every table index `bits16` forms is below 2^16.
-        unsafe { b.launch(warps(total / lanes)) }.w()?;
-        if dev.clone_dtoh(&bad)?.first().copied().unwrap_or(1) != 0 {
-            return Ok(None);
-        }
-        Ok(Some((
-            CudaStorage::wrap_cuda_slice(y, dev.clone()),
-            l.shape().clone(),
-        )))
     }
 
     /// The integers of a vector `[b, cols * n]` on the GPU (`intdot::IntVector`'s, each run

@@ -470,9 +470,8 @@ pub fn softmax(exp: &ActTable, x: &[f64], lanes: usize, out: &mut [f64]) {
     });
 }
 
-/// `v_softmax` over rows of `lanes` values as a candle op: [`softmax`] in `cpu_fwd`, the GPU's
-/// kernel in `cuda_fwd` where the format has one (`device::softmax`), else the CPU kernel on a
-/// host copy.
+/// `v_softmax` over rows of `lanes` values as a candle op: [`softmax`] in `cpu_fwd` (and in
+/// `cuda_fwd`, on a host copy).
 pub(crate) struct SoftmaxOp {
     pub exp: ActTable,
     pub lanes: usize,
@@ -496,22 +495,13 @@ impl candle_core::CustomOp1 for SoftmaxOp {
         Ok((candle_core::CpuStorage::F64(out), l.shape().clone()))
     }
 
+    /// On a GPU: the CPU kernel on a host copy (no GPU kernel: docs/swgraph.md).
     #[cfg(feature = "cuda")]
     fn cuda_fwd(
         &self,
         s: &candle_core::CudaStorage,
         l: &candle_core::Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, candle_core::Shape)> {
-        let fmt = &self.exp.fmt;
-        let gpu = (narrow_nearest(fmt) && plain_sum_is_exact(fmt, self.lanes.max(1)))
-            .then(|| FastRound::new(fmt).zip(self.exp.gpu_lookup(false)))
-            .flatten();
-        if let Some((f, k)) = gpu {
-            let table = self.exp.on_gpu(&s.device)?;
-            if let Some(out) = crate::device::softmax(&k, &f, table, (s, l), self.lanes)? {
-                return Ok(out);
-            }
-        }
         crate::device::via_host(s, l, |s, l| self.cpu_fwd(s, l))
     }
 }
