@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds nnpc with the `cuda` feature (the whole software graph on a CUDA GPU, through candle's
-# CUDA backend) on a machine with no CUDA toolkit, and with or without a GPU.
+# CUDA backend) on a machine with no CUDA toolkit, and with or without a GPU. Never part of CI.
 #
 #   scripts/cuda-build.sh                                  target/cuda/release/nnpc
 #   scripts/cuda-build.sh test --no-run -p nnp-exec --lib  any cargo command and arguments
@@ -14,7 +14,8 @@
 # picks the GPU generation candle's precompiled kernels are built for.
 #
 # Running the binary needs the driver and, on LD_LIBRARY_PATH, CUDA 13's libcudart, libnvrtc,
-# libcublas, libcublasLt and libcurand (PyTorch's CUDA 13 wheels carry them: docs/gpu.md).
+# libcublas, libcublasLt and libcurand (PyTorch's CUDA 13 wheels carry them; docs/swgraph.md,
+# "The graph on a GPU").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kit=$root/target/cuda-toolkit

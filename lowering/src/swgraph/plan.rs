@@ -107,10 +107,10 @@ impl Schedule {
     /// before the product that quantizes it, and a session can keep it as integers alone
     /// before the next one is loaded.
     ///
-    /// With `products_first` (products on a GPU, which pays a round trip per batch of
-    /// products), the products that depend on no other product come first, after the
-    /// operands of all of them: an LSTM's `W x_t` products of every step then form one
-    /// batch, and each step waits for its `U h_(t-1)` products only.
+    /// With `products_first` (a second order of the same graph, which the tests run to show
+    /// that the bits do not depend on the order), the products that depend on no other
+    /// product come first, after the operands of all of them: an LSTM's `W x_t` products of
+    /// every step, then each step's `U h_(t-1)` products.
     pub fn new(graph: &SwGraph, constant: &[bool], products_first: bool) -> Schedule {
         let order = order(graph, constant, products_first);
         let mut last_use = vec![0usize; graph.nodes.len()];
