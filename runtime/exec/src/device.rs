@@ -334,9 +334,10 @@ mod imp {
         kernel(dev, "nnpc-ops", SOURCE, name)
     }
 
-    /// A grid-stride launch over `total` elements.
-    fn elements(total: usize) -> LaunchConfig {
-        let blocks = total.div_ceil(256).clamp(1, 132 * 32) as u32;
+    /// A grid-stride launch of `threads` threads in blocks of 256 (at most 64 blocks per
+    /// multiprocessor of an H100; the kernels' loops stride over the rest).
+    fn threads(threads: usize) -> LaunchConfig {
+        let blocks = threads.div_ceil(256).clamp(1, 132 * 64) as u32;
         LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (256, 1, 1),
@@ -344,14 +345,14 @@ mod imp {
         }
     }
 
-    /// One warp per task of `tasks`.
+    /// A thread per element of `total`.
+    fn elements(total: usize) -> LaunchConfig {
+        threads(total)
+    }
+
+    /// A warp per task of `tasks`.
     fn warps(tasks: usize) -> LaunchConfig {
-        let blocks = tasks.div_ceil(8).clamp(1, 132 * 64) as u32;
-        LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        }
+        threads(tasks.saturating_mul(32))
     }
 
     /// The f64 elements of a contiguous operand.

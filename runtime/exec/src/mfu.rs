@@ -487,12 +487,7 @@ impl candle_core::CustomOp1 for SoftmaxOp {
         s: &candle_core::CpuStorage,
         l: &candle_core::Layout,
     ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        let Some(x) = super::tensors::cpu_slice(s, l) else {
-            candle_core::bail!("softmax: expected contiguous f64 data")
-        };
-        let mut out = vec![0.0; x.len()];
-        softmax(&self.exp, x, self.lanes, &mut out);
-        Ok((candle_core::CpuStorage::F64(out), l.shape().clone()))
+        super::tensors::map_cpu("softmax", s, l, |x, o| softmax(&self.exp, x, self.lanes, o))
     }
 
     /// On a GPU: the CPU kernel on a host copy (no GPU kernel: docs/swgraph.md).

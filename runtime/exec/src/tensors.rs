@@ -60,6 +60,22 @@ pub(super) fn cpu_slice<'a>(storage: &'a CpuStorage, layout: &Layout) -> Option<
     }
 }
 
+/// `f(x, out)` over a contiguous f64 operand on the CPU, keeping its shape: the `cpu_fwd` of
+/// an element-wise custom op (`name` for its error).
+pub(crate) fn map_cpu(
+    name: &str,
+    s: &CpuStorage,
+    l: &Layout,
+    f: impl FnOnce(&[f64], &mut [f64]),
+) -> candle_core::Result<(CpuStorage, Shape)> {
+    let Some(x) = cpu_slice(s, l) else {
+        candle_core::bail!("{name}: expected contiguous f64 data")
+    };
+    let mut out = vec![0.0; x.len()];
+    f(x, &mut out);
+    Ok((CpuStorage::F64(out), l.shape().clone()))
+}
+
 /// Pad dimension `dim` of `t` to `len` with `value`.
 pub(super) fn pad_dim(
     t: &Tensor,

@@ -2,7 +2,7 @@
 //! (`crate::device`) in `cuda_fwd` where the format has one, else the CPU kernel on a host copy.
 
 use super::{quantize_runs, round_slice};
-use crate::tensors::cpu_slice;
+use crate::tensors::map_cpu;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape};
 use nnp_numerics::{FloatFormat, Format};
 
@@ -16,28 +16,13 @@ pub(crate) struct QuantizeOp {
     pub native: usize,
 }
 
-/// `f(x, out)` over a contiguous f64 operand, keeping its shape.
-fn on_cpu(
-    name: &str,
-    s: &CpuStorage,
-    l: &Layout,
-    f: impl FnOnce(&[f64], &mut [f64]),
-) -> candle_core::Result<(CpuStorage, Shape)> {
-    let Some(x) = cpu_slice(s, l) else {
-        candle_core::bail!("{name}: expected contiguous f64 data")
-    };
-    let mut out = vec![0.0; x.len()];
-    f(x, &mut out);
-    Ok((CpuStorage::F64(out), l.shape().clone()))
-}
-
 impl CustomOp1 for RoundOp {
     fn name(&self) -> &'static str {
         "round"
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        on_cpu("round", s, l, |x, o| round_slice(&self.0, x, o))
+        map_cpu("round", s, l, |x, o| round_slice(&self.0, x, o))
     }
 
     #[cfg(feature = "cuda")]
@@ -59,7 +44,7 @@ impl CustomOp1 for QuantizeOp {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        on_cpu("quantize", s, l, |x, o| {
+        map_cpu("quantize", s, l, |x, o| {
             quantize_runs(&self.format, x, self.len, self.native, o)
         })
     }
