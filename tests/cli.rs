@@ -466,7 +466,15 @@ fn inputs_from_files_are_read_chunk_by_chunk() {
     let x16 = dir.join("x16").join("x.npy");
     let x32 = dir.join("x32");
     std::fs::create_dir_all(x16.parent().expect("parent")).expect("dir");
-    write_tensors(&x16, &data.inputs, Dtype::F16).expect("inputs");
+    // An f16 file holds f16 values: the inputs' fp16 roundings.
+    let inputs16 = data.inputs.iter().map(|(name, t)| {
+        let mut t = t.clone();
+        t.data
+            .iter_mut()
+            .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+        (name.clone(), t)
+    });
+    write_tensors(&x16, &inputs16.collect(), Dtype::F16).expect("inputs");
     write_tensors(&x32, &data.inputs, Dtype::F32).expect("inputs");
     // Every run writes its outputs to `out` and its trace to `out.jsonl`; `run` goes in chunks
     // of 3 items, `emulate` whole, `emulate-pieces` in pieces of 3.

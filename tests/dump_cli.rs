@@ -3,7 +3,7 @@
 //! own flags differ); and `--explain` trying the default target.
 
 use nnp_runtime::host::Tensor;
-use nnp_runtime::io::{Dtype, read_tensors, write_tensors};
+use nnp_runtime::io::{Dtype, read_metadata, read_tensors, write_tensors};
 use std::collections::BTreeMap;
 
 mod common;
@@ -185,5 +185,45 @@ fn outputs_keep_the_values_of_the_storage() {
         "{}",
         message(&o)
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A compiled graph writes what its firmware writes: the outputs' file type comes from every
+/// chain's storage, not only the first's. Here the first chain keeps the target's fp16 and the
+/// second squares in fp32 and stores bf16: 7832 (an fp16 value) squared is 61,340,224, whose
+/// nearest bf16 is 234 * 2^18 = 61,341,696 (8 significant bits; above f16's 65504, so an f16
+/// file would hold infinity). `run` of the firmware and of its compiled graph write the same
+/// f32 file, and the graph's provenance names the firmware and its hash.
+#[test]
+fn a_compiled_graph_writes_every_chains_storage() {
+    let dir = scratch("graph-storage");
+    let prog = dir.join("square.nnp");
+    let text = "input x : [1, 4]\noutput y : [1, 4]\n\nv_rd netq\nv_wr mulvrf0[0]\nend_chain\n\n\
+                quant storage = bf16\nquant mfu.input = fp32\nv_rd mulvrf0[0]\n\
+                vv_mul mulvrf0[0]\nv_wr netq\nend_chain\n";
+    std::fs::write(&prog, text).expect("write");
+    let x = pass_inputs(&dir, [7832.0, -7832.0, 1.0, 0.5]);
+    let graph = dir.join("square.swg.json");
+    let o = nnpc(&["compile", s(&prog), "-o", s(&graph)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut made = Vec::new();
+    for (file, out) in [(&prog, "fw.safetensors"), (&graph, "graph.safetensors")] {
+        let out = dir.join(out);
+        let o = nnpc(&["run", s(file), "--inputs", s(&x), "-o", s(&out)]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let y = read_tensors(&out).expect("outputs")["y"].clone();
+        assert_eq!(
+            y.data,
+            vec![61341696.0, 61341696.0, 1.0, 0.25],
+            "{}",
+            s(file)
+        );
+        made.push(read_metadata(&out).expect("provenance"));
+    }
+    // The provenance of both names the same firmware text and target.
+    for key in ["nnpc.program_fnv1a64", "nnpc.target", "nnpc.target_fnv1a64"] {
+        assert!(made[0].contains_key(key), "{key}");
+        assert_eq!(made[0].get(key), made[1].get(key), "{key}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -10,7 +10,7 @@ pub use crate::ops::{OpKind, Unit};
 pub use crate::source_text::LineIndex;
 use crate::source_text::SourceText;
 use crate::target::Target;
-use nnp_numerics::Format;
+use nnp_numerics::{FloatFormat, Format};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -358,21 +358,85 @@ pub struct Program {
 }
 
 impl Program {
+    // The host side's queries, here too so that callers need not import the trait.
     pub fn native(&self) -> usize {
-        self.target.native
+        Interface::native(self)
     }
     pub fn decl(&self, name: &str) -> Option<&Decl> {
-        self.decls.iter().find(|d| d.name == name)
+        Interface::decl(self, name)
     }
-    pub fn inputs(&self) -> impl Iterator<Item = &Decl> {
-        self.decls.iter().filter(|d| d.kind == DeclKind::Input)
+    pub fn inputs(&self) -> Decls<'_> {
+        Interface::inputs(self)
     }
-    pub fn outputs(&self) -> impl Iterator<Item = &Decl> {
-        self.decls.iter().filter(|d| d.kind == DeclKind::Output)
+    pub fn outputs(&self) -> Decls<'_> {
+        Interface::outputs(self)
     }
     /// Declarations the host loads from files (matrices, vectors and inputs not `= 0`).
-    pub fn loaded(&self) -> impl Iterator<Item = &Decl> {
-        self.decls.iter().filter(|d| {
+    pub fn loaded(&self) -> Decls<'_> {
+        Interface::loaded(self)
+    }
+    /// 1-based source line of a span.
+    pub fn line(&self, span: Span) -> usize {
+        self.source.line_of(span.start)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The host side of a program: what a run's host data, output files and `nnpc diff` need of it,
+// and what both a checked `Program` and a compiled software graph provide (the declarations,
+// the native dimension, the format every output value is one of, the provenance a written file
+// records). They take an [`Interface`], never a program made up from a graph's fields, so a run
+// of a compiled graph reads, writes and records what a run of its firmware does.
+
+/// The declarations of one kind, or those the host loads.
+pub type Decls<'a> = std::iter::Filter<std::slice::Iter<'a, Decl>, fn(&&Decl) -> bool>;
+
+/// Where a program came from, as output files record it (docs/files.md, "Provenance").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// The firmware file's name.
+    pub program: String,
+    /// [`fnv1a64`] of the firmware's text.
+    pub program_hash: String,
+    /// The target's name.
+    pub target: String,
+    /// [`target_hash`] of the target's settings.
+    pub target_hash: String,
+}
+
+/// The host side of a program (module docs).
+pub trait Interface {
+    /// Every declaration, in declaration order.
+    fn decls(&self) -> &[Decl];
+    /// The native dimension N.
+    fn native(&self) -> usize;
+    /// A float format holding every value the outputs can hold ([`output_storage`]); `None`
+    /// where a storage format is not a float format.
+    fn output_storage(&self) -> Option<FloatFormat>;
+    /// Where the program came from.
+    fn provenance(&self) -> Provenance;
+
+    /// The declaration named `name`.
+    fn decl(&self, name: &str) -> Option<&Decl> {
+        self.decls().iter().find(|d| d.name == name)
+    }
+    /// The input declarations.
+    fn inputs(&self) -> Decls<'_> {
+        self.decls().iter().filter(|d| d.kind == DeclKind::Input)
+    }
+    /// The output declarations.
+    fn outputs(&self) -> Decls<'_> {
+        self.decls().iter().filter(|d| d.kind == DeclKind::Output)
+    }
+    /// The declarations whose values come from the weights file.
+    fn weights(&self) -> Decls<'_> {
+        self.decls().iter().filter(|d| {
+            d.init == Init::Load && matches!(d.kind, DeclKind::Matrix | DeclKind::Vector)
+        })
+    }
+    /// The declarations the host loads from files (matrices, vectors and inputs not `= 0`).
+    fn loaded(&self) -> Decls<'_> {
+        self.decls().iter().filter(|d| {
             d.init == Init::Load
                 && matches!(
                     d.kind,
@@ -380,8 +444,79 @@ impl Program {
                 )
         })
     }
-    /// 1-based source line of a span.
-    pub fn line(&self, span: Span) -> usize {
-        self.source.line_of(span.start)
+}
+
+impl Interface for Program {
+    fn decls(&self) -> &[Decl] {
+        &self.decls
+    }
+    fn native(&self) -> usize {
+        self.target.native
+    }
+    fn output_storage(&self) -> Option<FloatFormat> {
+        output_storage(self)
+    }
+    fn provenance(&self) -> Provenance {
+        Provenance {
+            program: self.source.name.clone(),
+            program_hash: fnv1a64(self.source.text.as_bytes()),
+            target: self.target.name.clone(),
+            target_hash: target_hash(&self.target),
+        }
+    }
+}
+
+/// A float format holding every value the outputs of `program` can hold: every value of its
+/// storage formats, the target's and each chain's own (`quant storage = ...`). Where every
+/// chain keeps the target's, that format; else `fp(E, M)` with the widest exponent and
+/// mantissa among them (with subnormals where any has them), which holds each of them.
+/// `None` where one is not a float format.
+pub fn output_storage(program: &Program) -> Option<FloatFormat> {
+    let target = *program.target.numerics.storage.as_float()?;
+    let mut wide = target;
+    for chain in &program.chains {
+        let ChainBody::Vector(v) = &chain.body else {
+            continue; // a matrix chain copies tiles, rounding nothing
+        };
+        let f = v.quant.storage.as_float()?;
+        if *f != target {
+            wide.exp_bits = wide.exp_bits.max(f.exp_bits);
+            wide.mant_bits = wide.mant_bits.max(f.mant_bits);
+            wide.subnormals |= f.subnormals;
+        }
+    }
+    Some(wide)
+}
+
+/// The 64-bit FNV-1a hash of `bytes` as 16 hex digits (the hashes files record).
+pub fn fnv1a64(bytes: &[u8]) -> String {
+    format!("{:016x}", fnv1a64_u64(bytes))
+}
+
+/// The 64-bit FNV-1a hash of `bytes`.
+pub fn fnv1a64_u64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// [`fnv1a64`] of a target's settings (not where its file is).
+pub fn target_hash(t: &Target) -> String {
+    fnv1a64(serde_json::to_string(t).unwrap_or_default().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The FNV-1a reference vectors (Fowler, Noll and Vo's test suite).
+    #[test]
+    fn fnv1a64_of_the_reference_vectors() {
+        assert_eq!(fnv1a64(b""), "cbf29ce484222325");
+        assert_eq!(fnv1a64(b"a"), "af63dc4c8601ec8c");
+        assert_eq!(fnv1a64(b"foobar"), "85944171f73967e8");
     }
 }

@@ -164,7 +164,7 @@ impl Graph {
     /// The element type of `nnpc run -o`'s files (float16 where every value of the output
     /// storage formats is a float16 value, else float32), or the one asked for.
     fn out_dtype(&self, dtype: Option<&str>) -> PyResult<OutDtype> {
-        let storage = nnp_runtime::host::output_storage(&self.program);
+        let storage = nnp_grammar::Interface::output_storage(&self.program);
         let f16 = storage.as_ref().is_some_and(nnp_runtime::host::fits_f16);
         match dtype {
             Some("float16" | "f16") if !f16 => Err(PyValueError::new_err(

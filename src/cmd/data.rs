@@ -2,7 +2,7 @@
 //! `diff`): where the weights and inputs come from. One definition, so the emulator and the
 //! software graph always see the same data for the same flags.
 
-use nnp_grammar::Program;
+use nnp_grammar::Interface;
 use nnp_runtime::host::{HostData, HostError, InputFeed, LoadOptions, Tensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -41,7 +41,7 @@ impl DataArgs {
     /// `--batch` nor batched input files say how many input sets there are.
     pub fn feed(
         &self,
-        program: &Program,
+        program: &dyn Interface,
         fallback_batch: Option<usize>,
     ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
         // Refused before any is made (a compiled graph's declarations may be any size).
@@ -71,7 +71,7 @@ impl DataArgs {
     /// What the files hold that the run does not use: tensors that no declaration names (a
     /// misspelt name, whose declaration `--random-missing` then fills), and names in both
     /// files (the weights file's tensor is the one used).
-    fn unused_tensors(&self, program: &Program) -> Vec<String> {
+    fn unused_tensors(&self, program: &dyn Interface) -> Vec<String> {
         // Named as the run looks them up.
         let names = |path: Option<&Path>, input: bool| {
             let index = path.and_then(|p| HostData::index_file(program, p, input).ok());

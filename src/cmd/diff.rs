@@ -130,7 +130,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     let trace = args.trace.as_deref();
     let report = match comparison.report(&graph, weights, args.first, trace, explain) {
         Ok(report) => report,
-        Err(CompareError::Exec(e)) => return run_failed(&program, e.into()),
+        Err(CompareError::Exec(e)) => return run_failed(&program.source, e.into()),
         Err(e) => return Err(super::fail(e)),
     };
 

@@ -101,7 +101,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             super::output::stderr(format!("{e}\n"))?;
             return Ok(ExitCode::from(130));
         }
-        Err(e) => return run_failed(&program, e),
+        Err(e) => return run_failed(&program.source, e),
     }
     let secs = start
         .elapsed()

@@ -6,7 +6,7 @@
 use super::data::DataArgs;
 use nnp_grammar::ast::Item;
 use nnp_grammar::target::BUILTIN_TARGETS;
-use nnp_grammar::{Program, Target};
+use nnp_grammar::{Interface, Program, Target, fnv1a64, target_hash};
 use nnp_lowering::swgraph::{Op, SwGraph};
 use nnp_runtime::io::{Metadata, OutputKind, output_kind, sidecar_path};
 use std::path::{Path, PathBuf};
@@ -154,27 +154,16 @@ pub fn written_files<'a>(path: &Path, names: impl IntoIterator<Item = &'a String
     files
 }
 
-/// FNV-1a, 64 bits, of `bytes`, in hex: a name for a file's contents (not a defence against
-/// forgery).
-pub fn fnv1a64(bytes: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
-}
-
 /// Metadata keys of the tensor files that `run` and `emulate` write.
 pub mod key {
     pub const VERSION: &str = "nnpc.version";
     /// The firmware file as given on the command line (a compiled graph: the firmware it was
     /// compiled from).
     pub const PROGRAM: &str = "nnpc.program";
-    /// [`super::fnv1a64`] of the firmware's text (none for a compiled graph).
+    /// [`nnp_grammar::fnv1a64`] of the firmware's text.
     pub const PROGRAM_HASH: &str = "nnpc.program_fnv1a64";
     pub const TARGET: &str = "nnpc.target";
-    /// [`super::fnv1a64`] of the target's settings as JSON.
+    /// [`nnp_grammar::target_hash`]: FNV-1a of the target's settings as JSON.
     pub const TARGET_HASH: &str = "nnpc.target_fnv1a64";
     pub const SEED: &str = "nnpc.seed";
     pub const BATCH: &str = "nnpc.batch";
@@ -200,33 +189,31 @@ fn data_source(data: &DataArgs) -> &'static str {
 /// diff` to say when its own flags would give other data or another program.
 pub fn provenance(
     file: &Path,
-    program: &Program,
+    program: &dyn Interface,
     graph: bool,
     data: &DataArgs,
     batch: usize,
 ) -> Metadata {
+    let made = program.provenance();
     let mut m = Metadata::new();
     let mut set = |k: &str, v: String| {
         m.insert(k.to_string(), v);
     };
     set(key::VERSION, env!("CARGO_PKG_VERSION").to_string());
-    if graph {
-        set(key::PROGRAM, program.source.name.clone());
-    } else {
-        set(key::PROGRAM, file.display().to_string());
-        set(key::PROGRAM_HASH, fnv1a64(program.source.text.as_bytes()));
-    }
-    set(key::TARGET, program.target.name.clone());
-    set(key::TARGET_HASH, target_hash(&program.target));
+    set(
+        key::PROGRAM,
+        match graph {
+            true => made.program,
+            false => file.display().to_string(),
+        },
+    );
+    set(key::PROGRAM_HASH, made.program_hash);
+    set(key::TARGET, made.target);
+    set(key::TARGET_HASH, made.target_hash);
     set(key::SEED, data.seed.to_string());
     set(key::BATCH, batch.to_string());
     set(key::DATA, data_source(data).to_string());
     m
-}
-
-/// [`fnv1a64`] of the target's settings (not where its file is).
-fn target_hash(t: &Target) -> String {
-    fnv1a64(serde_json::to_string(t).unwrap_or_default().as_bytes())
 }
 
 /// How the dump `dump`, whose metadata is `made` ([`provenance`]), was made otherwise than
@@ -301,12 +288,6 @@ mod tests {
     use super::*;
 
     /// FNV-1a 64 by its published test vectors: "" and "a".
-    #[test]
-    fn fnv1a64_of_the_reference_vectors() {
-        assert_eq!(fnv1a64(b""), "cbf29ce484222325");
-        assert_eq!(fnv1a64(b"a"), "af63dc4c8601ec8c");
-        assert_eq!(fnv1a64(b"foobar"), "85944171f73967e8");
-    }
 
     /// Tensors written to a directory go to `NAME.npy` in it and `nnpc.json`; to a file, to
     /// it and (for `.npy`) its sidecar.

@@ -5,12 +5,12 @@
 use super::data::DataArgs;
 use super::files::{Reads, written_files};
 use super::output::count;
-use nnp_grammar::Program;
+use nnp_grammar::{Interface, SourceFile};
 use nnp_lowering::swgraph::SwGraph;
 use nnp_numerics::Format;
 use nnp_runtime::emulator::EmuError;
 use nnp_runtime::exec::{ExecError, ExecOptions, Execution};
-use nnp_runtime::host::{HostError, Outputs, ShapeDisplay, Tensor, fits_f16, output_storage};
+use nnp_runtime::host::{HostError, Outputs, ShapeDisplay, Tensor, fits_f16};
 use nnp_runtime::io::{self, Dtype, IoError, Layout};
 use nnp_runtime::stream::{self, Stream, StreamError};
 use nnp_runtime::trace::{TraceError, TraceRecord, TraceWriter};
@@ -142,13 +142,13 @@ pub fn stream_with_bar<G: stream::Engine, E: From<G::Error> + From<StreamError>>
 /// How a run that failed with `e` ends: a runtime error of the firmware (a NaN or infinity
 /// that the target forbids, or any of the emulator's but unusable data or tables) is shown at
 /// its instruction with exit status 1; any other error is reported as one (exit status 2).
-pub fn run_failed(program: &Program, e: ChunkError) -> miette::Result<ExitCode> {
+pub fn run_failed(source: &SourceFile, e: ChunkError) -> miette::Result<ExitCode> {
     let report = match e {
         ChunkError::Exec(e @ ExecError::NonFinite { .. }) => {
-            super::runtime_error(&program.source, &e, e.span(), e.help())
+            super::runtime_error(source, &e, e.span(), e.help())
         }
         ChunkError::Emu(e) if !matches!(e, EmuError::Data { .. } | EmuError::Table { .. }) => {
-            super::runtime_error(&program.source, &e, e.span(), e.help())
+            super::runtime_error(source, &e, e.span(), e.help())
         }
         e => return Err(super::fail(e)),
     };
@@ -205,7 +205,7 @@ impl OutputArgs {
     /// new file in its place would lose that one.
     pub fn files(
         &self,
-        program: &Program,
+        program: &dyn Interface,
         shapes: &BTreeMap<String, Vec<usize>>,
         trace: Option<&Path>,
         (data, mut reads): (&DataArgs, Reads),
@@ -250,7 +250,7 @@ impl OutputArgs {
     /// Created before the run, so a path that cannot be written fails at once.
     pub fn writer(
         &self,
-        program: &Program,
+        program: &dyn Interface,
         shapes: &BTreeMap<String, Vec<usize>>,
         metadata: &io::Metadata,
     ) -> miette::Result<Option<OutputWriter>> {
@@ -279,11 +279,11 @@ impl OutputArgs {
     }
 
     /// The dtype of the written outputs: f16 where every value the outputs can hold is an
-    /// f16 (every storage format of the program fits, [`output_storage`]), else f32 (exact
+    /// f16 (every storage format of the program fits, [`Interface::output_storage`]), else f32 (exact
     /// either way). `--dtype f16` where a storage format does not fit is an error: the file
     /// would not hold the values the run made.
-    pub fn dtype(&self, program: &Program) -> Result<Dtype, String> {
-        let storage = output_storage(program);
+    pub fn dtype(&self, program: &dyn Interface) -> Result<Dtype, String> {
+        let storage = program.output_storage();
         let f16 = storage.as_ref().is_some_and(fits_f16);
         match self.dtype {
             Some(DtypeArg::F16) if !f16 => Err(format!(
@@ -395,7 +395,7 @@ impl OutputWriter {
 }
 
 /// Input vectors of one batch item: the rows the host pushes on netq (at least one).
-pub fn input_rows(program: &Program) -> usize {
+pub fn input_rows(program: &dyn Interface) -> usize {
     program
         .inputs()
         .filter(|d| d.place.is_none())
@@ -410,7 +410,7 @@ pub struct RunSummary<'a> {
     pub engine: &'a str,
     /// The file the user ran (firmware or compiled graph).
     pub file: &'a Path,
-    pub program: &'a Program,
+    pub program: &'a dyn Interface,
     /// Graph nodes, for the software graph.
     pub nodes: Option<usize>,
     /// The logical shape of every output, batch first.
@@ -442,7 +442,7 @@ impl RunSummary<'_> {
                 .collect();
             let mut v = serde_json::json!({
                 "file": self.file,
-                "target": p.target.name,
+                "target": p.provenance().target,
                 "batch": self.batch,
                 "outputs": outs,
                 "seconds": self.secs,
@@ -465,7 +465,7 @@ impl RunSummary<'_> {
             "{}: {} `{}` (N = {}){nodes}, batch {}",
             self.file.display(),
             self.engine,
-            p.target.name,
+            p.provenance().target,
             p.native(),
             self.batch
         );

@@ -3,14 +3,13 @@
 use super::data::DataArgs;
 use super::files::{Reads, provenance};
 use super::host_args::{ChunkArgs, ChunkError, OutputArgs, RunSummary, interrupted, run_failed};
-use nnp_grammar::{Program, SourceFile, Target};
+use nnp_grammar::{Interface, Program, SourceFile};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution, trace};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Run firmware as its software graph (candle-core, bit-identical to the hardware) and write
@@ -93,22 +92,6 @@ fn is_graph(path: &Path) -> bool {
     nnpc::looks_like_json(path, if read.is_ok() { &head } else { &[] })
 }
 
-/// A program holding only a graph's declarations: what host data loading needs.
-fn host_program(g: &SwGraph) -> Program {
-    let mut target = Target::bw_default();
-    target.name = g.target.clone();
-    target.native = g.native;
-    target.numerics.storage = nnp_numerics::Format::Float(g.storage);
-    Program {
-        source: Arc::new(SourceFile::new(g.source.clone(), String::new())),
-        target,
-        decls: g.decls.clone(),
-        chains: Vec::new(),
-        pops: Vec::new(),
-        pushes: Vec::new(),
-    }
-}
-
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let roots = if args.trace.is_some() {
         Roots::OutputsAndWrites
@@ -117,7 +100,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     };
     let graph_file = is_graph(&args.file);
     let reads;
-    let (graph, program) = if graph_file {
+    // The host side of either: a compiled graph's is its firmware's, recorded when it was
+    // compiled; the firmware (its source text, for located errors) only for a firmware file.
+    let (graph, program): (SwGraph, Option<Program>) = if graph_file {
         if args.target.is_some() {
             return Err(miette::miette!(
                 help = "recompile the firmware with `nnpc compile FILE --target T`",
@@ -142,9 +127,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 args.file.display()
             ));
         }
-        let p = host_program(&g);
         reads = Reads::graph(&args.file, &g);
-        (swgraph::optimize(&g, roots), p)
+        (swgraph::optimize(&g, roots), None)
     } else {
         let program = match super::load(&args.file, args.target.as_deref()) {
             Ok(p) => p,
@@ -155,10 +139,14 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             Err(code) => return Ok(code),
         };
         reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
-        (g, program)
+        (g, Some(program))
+    };
+    let host: &dyn Interface = match &program {
+        Some(p) => p,
+        None => &graph,
     };
     // Inputs, from files or seeded random, are read or made a chunk at a time.
-    let (weights, feed) = args.data.feed(&program, None).map_err(super::fail)?;
+    let (weights, feed) = args.data.feed(host, None).map_err(super::fail)?;
     let batch = feed.batch;
     let opts = ExecOptions {
         device: args.device.into(),
@@ -174,9 +162,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (o.name.clone(), shape.collect())
         })
         .collect();
-    let made = provenance(&args.file, &program, graph_file, &args.data, batch);
+    let made = provenance(&args.file, host, graph_file, &args.data, batch);
     let mut files = args.out.files(
-        &program,
+        host,
         &shapes,
         args.trace.as_deref(),
         (&args.data, reads),
@@ -212,7 +200,18 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             super::output::stderr(format!("{e}\n"))?;
             return Ok(ExitCode::from(130));
         }
-        Err(e) => return run_failed(&program, e),
+        Err(e) => {
+            let graph_source;
+            let source = match &program {
+                Some(p) => &*p.source,
+                None => {
+                    // A graph's errors name their lines; it holds no text to show them in.
+                    graph_source = SourceFile::new(graph.source.clone(), String::new());
+                    &graph_source
+                }
+            };
+            return run_failed(source, e);
+        }
     }
     let secs = start
         .elapsed()
@@ -222,7 +221,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     RunSummary {
         engine: "software graph on",
         file: &args.file,
-        program: &program,
+        program: host,
         nodes: Some(graph.nodes.len()),
         outputs: &shapes,
         batch,

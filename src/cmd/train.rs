@@ -1,7 +1,8 @@
 //! `nnpc train`: fine-tune a program's weights through its concordant graph (docs/training.md).
 
-use super::files::{Reads, fnv1a64, key};
+use super::files::{Reads, key};
 use super::{at_least_one, bar, fail, output};
+use nnp_grammar::fnv1a64;
 use nnp_runtime::io::{self, Dtype, Metadata};
 use nnp_runtime::module::Weights;
 use nnp_runtime::train::{

@@ -6,7 +6,8 @@ use super::{
     TileLayout, TileSlice, UnOp, ValueId, WriteRecord, infer_ty, optimize,
 };
 use nnp_grammar::{
-    ChainBody, DeclKind, Init, Mem, NonFinite, OpKind, Program, QuantConfig, Span, VectorChain,
+    ChainBody, DeclKind, Init, Interface, Mem, NonFinite, OpKind, Program, QuantConfig, Span,
+    VectorChain,
 };
 use nnp_numerics::{FloatFormat, Format};
 use std::collections::HashMap;
@@ -126,12 +127,24 @@ pub fn lower(program: &Program) -> Result<SwGraph, LowerError> {
             row_len: d.row_len(),
         })
         .collect();
+    // Every storage format is a float format here (each chain's was checked as it lowered).
+    let output_storage = program
+        .output_storage()
+        .ok_or_else(|| LowerError::NotFloat {
+            line: 0,
+            point: "storage",
+            format: program.target.numerics.storage.to_string(),
+        })?;
+    let provenance = program.provenance();
     Ok(SwGraph {
         version: SWGRAPH_VERSION,
-        source: program.source.name.clone(),
-        target: program.target.name.clone(),
+        source: provenance.program,
+        program_hash: provenance.program_hash,
+        target: provenance.target,
+        target_hash: provenance.target_hash,
         native: lw.n,
         storage,
+        output_storage,
         nodes: lw.nodes,
         outputs,
         decls: program.decls.clone(),

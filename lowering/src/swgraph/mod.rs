@@ -27,14 +27,14 @@ pub use plan::{Plan, PlanCell, Schedule, fusable};
 pub use validate::MAX_VALUE_ELEMENTS;
 pub(crate) use validate::infer_ty;
 
-use nnp_grammar::{Accumulation, Decl, Mem, OpKind, Span};
+use nnp_grammar::{Accumulation, Decl, Interface, Mem, OpKind, Provenance, Span};
 use nnp_numerics::{Activation, FloatFormat, Format};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
 
 /// Version of the JSON schema written by [`SwGraph::to_json`].
-pub const SWGRAPH_VERSION: u32 = 1;
+pub const SWGRAPH_VERSION: u32 = 2;
 
 /// Handle of a node (its index in [`SwGraph::nodes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -358,11 +358,18 @@ pub struct SwGraph {
     pub version: u32,
     /// Source file the graph was compiled from.
     pub source: String,
+    /// FNV-1a of the firmware's text ([`nnp_grammar::fnv1a64`]).
+    pub program_hash: String,
     pub target: String,
+    /// FNV-1a of the target's settings ([`nnp_grammar::target_hash`]).
+    pub target_hash: String,
     /// Native dimension N.
     pub native: usize,
-    /// Storage format (what the outputs and traced writes hold).
+    /// The storage format the host rounds loaded values to (the first vector chain's).
     pub storage: FloatFormat,
+    /// A float format holding every value the outputs can hold
+    /// ([`nnp_grammar::output_storage`]: the target's and every chain's storage).
+    pub output_storage: FloatFormat,
     pub nodes: Vec<Node>,
     /// Every output declaration, in declaration order.
     pub outputs: Vec<OutputInfo>,
@@ -421,6 +428,27 @@ pub enum GraphError {
     },
     #[error("{0}")]
     Other(String),
+}
+
+/// A compiled graph's host side is its firmware's, recorded when it was lowered.
+impl Interface for SwGraph {
+    fn decls(&self) -> &[Decl] {
+        &self.decls
+    }
+    fn native(&self) -> usize {
+        self.native
+    }
+    fn output_storage(&self) -> Option<FloatFormat> {
+        Some(self.output_storage)
+    }
+    fn provenance(&self) -> Provenance {
+        Provenance {
+            program: self.source.clone(),
+            program_hash: self.program_hash.clone(),
+            target: self.target.clone(),
+            target_hash: self.target_hash.clone(),
+        }
+    }
 }
 
 impl SwGraph {

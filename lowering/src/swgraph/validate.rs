@@ -19,6 +19,25 @@ pub(super) fn graph(g: &SwGraph) -> Result<(), GraphError> {
         )));
     }
     float_format(&g.storage).map_err(|e| GraphError::Other(format!("storage: {e}")))?;
+    float_format(&g.output_storage)
+        .map_err(|e| GraphError::Other(format!("output storage: {e}")))?;
+    // Every value an output can hold is one of the output storage (what its file type is
+    // chosen by): it holds the load storage and every written vector's.
+    let holds = |f: &FloatFormat| {
+        let o = &g.output_storage;
+        o.exp_bits >= f.exp_bits && o.mant_bits >= f.mant_bits && (o.subnormals || !f.subnormals)
+    };
+    if let Some(f) = std::iter::once(&g.storage)
+        .chain(g.writes.iter().map(|w| &w.storage))
+        .find(|f| !holds(f))
+    {
+        return Err(GraphError::Other(format!(
+            "output storage {} does not hold the storage format {}; help: recompile the \
+             firmware with `nnpc compile`",
+            Format::Float(g.output_storage),
+            Format::Float(*f)
+        )));
+    }
     decls(&g.decls)?;
     for (i, node) in g.nodes.iter().enumerate() {
         let bad = |message: String| GraphError::Node {

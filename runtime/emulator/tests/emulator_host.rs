@@ -265,17 +265,27 @@ fn files_round_trip_and_load_by_name() {
     io::write_tensors(&xdir, &data.inputs, Dtype::F32).unwrap();
     let back = HostData::load(&p, Some(&wpath), Some(&xdir), None).unwrap();
     assert_eq!(back, data);
-    // f16 files hold the fp16 rounding of every value (half's conversion is nearest-even).
+    // An f16 file holds f16 values exactly, and refuses a value f16 does not hold (it would
+    // write another number): the random weights are not f16 values; their fp16 roundings
+    // (half's conversion is nearest-even) are.
     let hpath = tmp("files", "w16.safetensors");
-    io::write_tensors(&hpath, &data.weights, Dtype::F16).unwrap();
+    let err = io::write_tensors(&hpath, &data.weights, Dtype::F16).unwrap_err();
+    assert!(err.to_string().contains("is not an f16 value"), "{err}");
+    let rounded: BTreeMap<String, Tensor> = data
+        .weights
+        .iter()
+        .map(|(name, t)| {
+            let data = t.data.iter().map(|v| half::f16::from_f32(*v).to_f32());
+            (
+                name.clone(),
+                Tensor::new(t.shape.clone(), data.collect()).unwrap(),
+            )
+        })
+        .collect();
+    io::write_tensors(&hpath, &rounded, Dtype::F16).unwrap();
     let w16 = io::read_tensors(&hpath).unwrap();
-    for (name, t) in &data.weights {
-        let want: Vec<f32> = t
-            .data
-            .iter()
-            .map(|v| half::f16::from_f32(*v).to_f32())
-            .collect();
-        assert_eq!(w16[name].data, want, "{name}");
+    for (name, t) in &rounded {
+        assert_eq!(w16[name].data, t.data, "{name}");
     }
     // A single .npy file is one tensor named by its stem.
     let one = tmp("files", "b.npy");

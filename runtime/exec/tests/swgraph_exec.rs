@@ -466,9 +466,12 @@ fn matvec_graph(rows: usize, cols: usize, fmt: Format, acc: Accumulation) -> SwG
     SwGraph {
         version: SWGRAPH_VERSION,
         source: "hand".into(),
+        program_hash: String::new(),
         target: "hand".into(),
+        target_hash: String::new(),
         native: N,
         storage: FloatFormat::FP16,
+        output_storage: FloatFormat::FP16,
         nodes,
         outputs: vec![OutputInfo {
             name: "y".into(),

@@ -30,7 +30,7 @@ pub mod trace;
 
 use crate::io::IoError;
 pub use crate::tensor::{ShapeDisplay, Tensor, Unfilled};
-use nnp_grammar::{Decl, DeclKind, Init, Program};
+use nnp_grammar::{Decl, DeclKind, Init, Interface};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use std::collections::BTreeMap;
@@ -145,8 +145,8 @@ fn kind_name(d: &Decl) -> &'static str {
 
 /// The weights of `program` (as f32) fit the memory available (`MemAvailable`; no check
 /// where the system does not say), or the error that says so before any is made.
-pub fn weights_fit(program: &Program) -> Result<(), HostError> {
-    let need = weight_decls(program).fold(0u64, |sum, d| {
+pub fn weights_fit(program: &dyn Interface) -> Result<(), HostError> {
+    let need = program.weights().fold(0u64, |sum, d| {
         let elements = d
             .shape
             .iter()
@@ -159,29 +159,12 @@ pub fn weights_fit(program: &Program) -> Result<(), HostError> {
     }
 }
 
-/// Declarations whose values come from the weights file.
-fn weight_decls(program: &Program) -> impl Iterator<Item = &Decl> {
-    program
-        .decls
-        .iter()
-        .filter(|d| d.init == Init::Load && matches!(d.kind, DeclKind::Matrix | DeclKind::Vector))
-}
-
-fn fnv1a64(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
 /// Values `first..first + n` uniform in `[lo, hi)` of the stream of `name` (see the module
 /// docs).
 fn uniform(name: &str, seed: u64, first: usize, n: usize, lo: f64, hi: f64) -> Vec<f32> {
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.to_le_bytes());
-    key[8..16].copy_from_slice(&fnv1a64(name).to_le_bytes());
+    key[8..16].copy_from_slice(&nnp_grammar::fnv1a64_u64(name.as_bytes()).to_le_bytes());
     let mut rng = ChaCha8Rng::from_seed(key);
     // One 32-bit word of the stream per value.
     rng.set_word_pos(first as u128);
@@ -292,7 +275,7 @@ pub struct InputFeed {
 
 impl InputFeed {
     /// Seeded random inputs ([`HostData::random_inputs`]) of `batch` items.
-    pub fn random(program: &Program, batch: usize, seed: u64) -> InputFeed {
+    pub fn random(program: &dyn Interface, batch: usize, seed: u64) -> InputFeed {
         let feeds = program
             .inputs()
             .map(|d| (d.name.clone(), Feed::Random(d.clone(), seed)))
@@ -338,7 +321,7 @@ impl InputFeed {
 
 impl HostData {
     /// Seeded random data of the declared shapes (see the module docs for the exact recipe).
-    pub fn random(program: &Program, batch: usize, seed: u64) -> HostData {
+    pub fn random(program: &dyn Interface, batch: usize, seed: u64) -> HostData {
         HostData {
             batch,
             weights: HostData::random_weights(program, seed),
@@ -347,8 +330,9 @@ impl HostData {
     }
 
     /// The weights [`HostData::random`] makes with `seed`.
-    pub fn random_weights(program: &Program, seed: u64) -> BTreeMap<String, Tensor> {
-        weight_decls(program)
+    pub fn random_weights(program: &dyn Interface, seed: u64) -> BTreeMap<String, Tensor> {
+        program
+            .weights()
             .map(|d| (d.name.clone(), random_tensor(d, 0..1, seed)))
             .collect()
     }
@@ -357,7 +341,7 @@ impl HostData {
     /// `seed` (each input's stream read from those items' first value on): a large batch's
     /// inputs a piece at a time.
     pub fn random_inputs(
-        program: &Program,
+        program: &dyn Interface,
         items: Range<usize>,
         seed: u64,
     ) -> BTreeMap<String, Tensor> {
@@ -371,7 +355,7 @@ impl HostData {
     /// [`io::read_tensors`]). Every name is looked up in both files. Strict: a missing tensor is
     /// an error. `batch = None` infers it from the inputs.
     pub fn load(
-        program: &Program,
+        program: &dyn Interface,
         weights: Option<&Path>,
         inputs: Option<&Path>,
         batch: Option<usize>,
@@ -385,7 +369,7 @@ impl HostData {
 
     /// [`HostData::load`] with options (random fallback for missing tensors).
     pub fn load_with(
-        program: &Program,
+        program: &dyn Interface,
         weights: Option<&Path>,
         inputs: Option<&Path>,
         opts: &LoadOptions,
@@ -398,7 +382,7 @@ impl HostData {
     /// range of items at a time ([`InputFeed::items`]): the weights, and the feed of the
     /// inputs. Only the files' headers and the weights' values are read here.
     pub fn open(
-        program: &Program,
+        program: &dyn Interface,
         weights: Option<&Path>,
         inputs: Option<&Path>,
         opts: &LoadOptions,
@@ -426,14 +410,14 @@ impl HostData {
     /// file's kind (its one input, or its one loaded matrix or vector), the tensor is that
     /// declaration's.
     pub fn index_file(
-        program: &Program,
+        program: &dyn Interface,
         path: &Path,
         input: bool,
     ) -> Result<BTreeMap<String, io::StoredTensor>, HostError> {
         let mut stored = io::index_tensors(path)?;
         let of_kind: Vec<&Decl> = match input {
             true => program.inputs().collect(),
-            false => weight_decls(program).collect(),
+            false => program.weights().collect(),
         };
         let names: Vec<String> = stored.keys().cloned().collect();
         if let ([only], [stem]) = (&of_kind[..], &names[..])
@@ -449,7 +433,7 @@ impl HostData {
     /// Host data from tensors already in memory, keyed by declaration name. `searched` names
     /// where they came from, for error messages.
     pub fn from_tensors(
-        program: &Program,
+        program: &dyn Interface,
         tensors: BTreeMap<String, Tensor>,
         opts: &LoadOptions,
         searched: &str,
@@ -477,7 +461,7 @@ impl HostData {
     /// The weights (read whole and checked) and the inputs' feed from the tensors found for
     /// the declarations: every check of names and shapes.
     fn feed(
-        program: &Program,
+        program: &dyn Interface,
         mut tensors: BTreeMap<String, Found>,
         opts: &LoadOptions,
         searched: &str,
@@ -507,7 +491,7 @@ impl HostData {
             }
         }
         let mut weights = BTreeMap::new();
-        for d in weight_decls(program) {
+        for d in program.weights() {
             let t = match tensors.remove(&d.name) {
                 Some(found) => found.whole()?,
                 None if opts.random_missing => random_tensor(d, 0..1, opts.seed),
@@ -591,7 +575,7 @@ fn held_names<'a>(names: impl ExactSizeIterator<Item = &'a String>) -> String {
 
 /// Batch size from inputs given as `[B, ...shape]`; `None` when none is batched.
 fn infer_batch(
-    program: &Program,
+    program: &dyn Interface,
     tensors: &BTreeMap<String, Found>,
 ) -> Result<Option<usize>, HostError> {
     let mut found: Option<(String, usize)> = None;
@@ -628,6 +612,5 @@ pub const NONFINITE_HELP: &str =
 
 mod storage;
 pub use storage::{
-    canonical_nan, fits_f16, fits_f32, mem_available_bytes, output_storage, storage_bits,
-    values_name,
+    canonical_nan, fits_f16, fits_f32, mem_available_bytes, storage_bits, values_name,
 };

@@ -1,7 +1,6 @@
 //! Values as the storage formats hold them: their bit patterns, the format every output
 //! value is one of, and what a file of f16 or f32 holds exactly.
 
-use nnp_grammar::Program;
 use nnp_numerics::{FloatFormat, Format, Rounding};
 
 /// `x` as an output holds it: every NaN the canonical quiet NaN (`0x7FC0_0000`; `0x7E00` as
@@ -27,28 +26,6 @@ pub fn storage_bits(fmt: &FloatFormat, x: f32) -> u32 {
         FloatFormat::FP32 if !x.is_nan() => x.to_bits(),
         _ => fmt.encode(f64::from(x)) as u32,
     }
-}
-
-/// A float format holding every value the outputs of `program` can hold: every value of its
-/// storage formats, the target's and each chain's own (`quant storage = ...`). Where every
-/// chain keeps the target's, that format; else `fp(E, M)` with the widest exponent and
-/// mantissa among them (with subnormals where any has them), which holds each of them.
-/// `None` where one is not a float format.
-pub fn output_storage(program: &Program) -> Option<FloatFormat> {
-    let target = *program.target.numerics.storage.as_float()?;
-    let mut wide = target;
-    for chain in &program.chains {
-        let nnp_grammar::ChainBody::Vector(v) = &chain.body else {
-            continue; // a matrix chain copies tiles, rounding nothing
-        };
-        let f = v.quant.storage.as_float()?;
-        if *f != target {
-            wide.exp_bits = wide.exp_bits.max(f.exp_bits);
-            wide.mant_bits = wide.mant_bits.max(f.mant_bits);
-            wide.subnormals |= f.subnormals;
-        }
-    }
-    Some(wide)
 }
 
 /// Whether every value of `f` is an f16 value (fp16 itself, or a narrower IEEE-style format:

@@ -67,7 +67,7 @@ impl<'p> DiffBuilder<'p> {
     pub fn new(program: &'p Program, first: usize) -> Result<DiffBuilder<'p>, DiffError> {
         // The format every output value is one of: the target's storage, or one holding
         // each chain's own (`quant storage = ...`).
-        let storage = crate::host::output_storage(program)
+        let storage = nnp_grammar::Interface::output_storage(program)
             .ok_or_else(|| DiffError::Storage(program.target.numerics.storage.to_string()))?;
         let outputs = program.decls.iter().enumerate();
         let outputs = outputs

@@ -8,9 +8,12 @@ fn hand_graph(nodes: Vec<Node>) -> SwGraph {
     SwGraph {
         version: nnp_lowering::swgraph::SWGRAPH_VERSION,
         source: "hand".into(),
+        program_hash: String::new(),
         target: "hand".into(),
+        target_hash: String::new(),
         native: 2,
         storage: FloatFormat::FP16,
+        output_storage: FloatFormat::FP16,
         nodes,
         outputs: vec![],
         decls: vec![],

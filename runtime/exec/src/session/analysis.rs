@@ -201,9 +201,12 @@ mod tests {
         let mut graph = SwGraph {
             version: nnp_lowering::swgraph::SWGRAPH_VERSION,
             source: "hand".into(),
+            program_hash: String::new(),
             target: "hand".into(),
+            target_hash: String::new(),
             native: 2,
             storage: FloatFormat::FP16,
+            output_storage: FloatFormat::FP16,
             nodes: vec![
                 Node {
                     op: Op::Input {

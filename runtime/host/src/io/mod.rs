@@ -429,20 +429,30 @@ fn layout_err(name: &str, shape: &[usize], message: &str) -> IoError {
 // ---------------------------------------------------------------------------------------------
 // Element conversion
 
-fn encode_values(data: &[f32], dtype: Dtype) -> Vec<u8> {
+/// The little-endian bytes of `data` as `dtype`; an error naming the first value an f16
+/// does not hold (a file never holds another value than the one made).
+fn encode_values(data: &[f32], dtype: Dtype) -> Result<Vec<u8>, String> {
     // Sized once and filled in place (a `flat_map` collect grows its buffer as it goes).
     match dtype {
         Dtype::F16 => {
             let mut out = Vec::with_capacity(data.len() * 2);
-            data.iter()
-                .for_each(|&v| out.extend_from_slice(&f16::from_f32(v).to_le_bytes()));
-            out
+            for (i, &v) in data.iter().enumerate() {
+                let h = f16::from_f32(v);
+                if h.to_f32().to_bits() != v.to_bits() && !v.is_nan() {
+                    return Err(format!(
+                        "its value {v:e} at flat index {i} is not an f16 value; help: write f32 \
+                         (`--dtype f32`)"
+                    ));
+                }
+                out.extend_from_slice(&h.to_le_bytes());
+            }
+            Ok(out)
         }
         Dtype::F32 => {
             let mut out = Vec::with_capacity(data.len() * 4);
             data.iter()
                 .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
-            out
+            Ok(out)
         }
     }
 }

@@ -237,7 +237,7 @@ impl ItemWriter {
             }
             let pending = &mut self.files[*index];
             let offset = start + (at * self.dtype.size()) as u64;
-            let bytes = encode_values(&t.data, self.dtype);
+            let bytes = encode_values(&t.data, self.dtype).map_err(piece_err)?;
             let written = (pending.file.seek(SeekFrom::Start(offset)))
                 .and_then(|_| pending.file.write_all(&bytes));
             written.map_err(|source| IoError::Write {
