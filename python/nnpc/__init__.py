@@ -61,7 +61,12 @@ def _as_array(value: ArrayLike, name: str) -> np.ndarray:
         import torch
 
         # numpy has no bfloat16: the 16-bit patterns cross DLPack as int16.
-        return _bfloat16_to_float32(_from_dlpack(value.view(torch.int16), name))
+        return _bfloat16_to_float32(_from_dlpack(value, name, view=torch.int16))
+    if np.ma.is_masked(value):
+        raise TypeError(
+            f"`{name}`: a masked array's masked elements have no values; give "
+            "`a.filled(value)` or the array without a mask"
+        )
     if isinstance(value, np.ndarray):
         a = value
     elif hasattr(value, "__dlpack__"):
@@ -79,9 +84,9 @@ def _as_array(value: ArrayLike, name: str) -> np.ndarray:
     return a
 
 
-def _from_dlpack(value: Any, name: str) -> np.ndarray:
+def _from_dlpack(value: Any, name: str, view: Any = None) -> np.ndarray:
     try:
-        return np.from_dlpack(value)
+        return np.from_dlpack(value if view is None else value.view(view))
     except (BufferError, RuntimeError, TypeError, ValueError) as e:
         raise TypeError(
             f"`{name}`: cannot read this {type(value).__name__} through DLPack ({e}); "

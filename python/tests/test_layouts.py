@@ -325,3 +325,6 @@ def test_other_dtypes_are_refused_with_the_conversion() -> None:
     for bad in (np.zeros(3, np.int32), np.zeros(3, np.complex64), np.zeros(3, ml_dtypes.float8_e4m3fn)):
         with pytest.raises(TypeError, match=r"`array` has dtype .*astype\(numpy.float32\)"):
             nnpc.quantize(bad, "mx6")
+    masked = np.ma.masked_array(np.ones(3, np.float32), mask=[False, True, False])
+    with pytest.raises(TypeError, match=r"`array`: a masked array.*filled"):
+        nnpc.quantize(masked, "mx6")
