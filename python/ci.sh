@@ -15,7 +15,7 @@ PY=python/.venv-py/bin/python
 # The venv's tools (maturin, which the build below calls) first on the path.
 export PATH="$PWD/python/.venv-py/bin:$PATH"
 "$PY" -m pip install -q --upgrade pip
-"$PY" -m pip install -q "maturin>=1.7,<2" pytest numpy "ray[data]" pyarrow
+"$PY" -m pip install -q "maturin>=1.7,<2" pytest numpy "ray[data]" pyarrow hypothesis ml_dtypes
 # torch is optional: its test runs where `import torch` works (a CPU wheel is enough).
 "$PY" -m pip install -q --no-build-isolation "./python[ray]"
 

@@ -9,23 +9,27 @@ same bits); this package converts arrays and errors. ::
     hw = g.emulate(batch=4, seed=7)             # the hardware model, as `nnpc emulate`
     print(g.diff(hw, batch=4, seed=7).concordant)
 
-Arrays are numpy arrays of float16, float32 or float64 (float64 is rounded to the nearest
-float32, as the command line reads float64 files), or anything with ``__dlpack__`` or
-``__array__`` on the CPU (a ``torch.Tensor``). Outputs are numpy arrays that own their
-memory: ``torch.from_numpy(out)`` takes them without a copy.
+Arrays are numpy arrays of float16, bfloat16 (``ml_dtypes``), float32 or float64 in any
+layout (F order, transposed, stepped, negative or zero strides), read in their logical order
+(float64 is rounded to the nearest float32, as the command line reads float64 files), or
+anything with ``__dlpack__`` or ``__array__`` on the CPU (a ``torch.Tensor``, its views and
+``torch.bfloat16`` included). Outputs are numpy arrays that own their memory:
+``torch.from_numpy(out)`` takes them without a copy.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 import os
+import struct
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _nnpc
-from ._errors import DataError, Error, ExecutionError, FirmwareError
+from ._errors import ArgumentError, DataError, Error, ExecutionError, FirmwareError
 from ._report import DiffReport
 
 __all__ = [
@@ -37,6 +41,7 @@ __all__ = [
     "Error",
     "FirmwareError",
     "DataError",
+    "ArgumentError",
     "ExecutionError",
 ]
 
@@ -47,22 +52,97 @@ ArrayLike = Any
 
 
 def _as_array(value: ArrayLike, name: str) -> np.ndarray:
-    """``value`` as a numpy array, without a copy where its memory allows (DLPack)."""
+    """``value`` as a numpy array that the Rust core reads (float16/32/64 in the machine's
+    byte order, any layout), without a copy where its memory allows (DLPack). bfloat16
+    (``ml_dtypes.bfloat16``, ``torch.bfloat16``) becomes float32 exactly."""
+    if type(value).__module__.startswith("torch") and hasattr(value, "resolve_neg"):
+        value = value.resolve_conj().resolve_neg()  # a lazy negation is not in the memory
+    if _is_torch_bfloat16(value):
+        import torch
+
+        # numpy has no bfloat16: the 16-bit patterns cross DLPack as int16.
+        return _bfloat16_to_float32(_from_dlpack(value, name, view=torch.int16))
+    if np.ma.is_masked(value):
+        raise TypeError(
+            f"`{name}`: a masked array's masked elements have no values; give "
+            "`a.filled(value)` or the array without a mask"
+        )
     if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "__dlpack__"):
-        try:
-            return np.from_dlpack(value)
-        except (BufferError, RuntimeError, TypeError, ValueError) as e:
-            raise TypeError(
-                f"`{name}`: cannot read this {type(value).__name__} through DLPack ({e}); "
-                "give a CPU tensor of float16/float32/float64 (`t.detach().cpu().float()`)"
-            ) from None
-    if hasattr(value, "__array__"):
-        return np.asarray(value)
-    raise TypeError(
-        f"`{name}`: expected a numpy array or a torch.Tensor, not {type(value).__name__}"
-    )
+        a = value
+    elif hasattr(value, "__dlpack__"):
+        a = _from_dlpack(value, name)
+    elif hasattr(value, "__array__"):
+        a = np.asarray(value)
+    else:
+        raise TypeError(
+            f"`{name}`: expected a numpy array or a torch.Tensor, not {type(value).__name__}"
+        )
+    if a.dtype.name == "bfloat16" and a.dtype.itemsize == 2:  # ml_dtypes.bfloat16
+        return _bfloat16_to_float32(a)
+    if a.dtype.kind == "f" and not a.dtype.isnative:
+        return a.astype(a.dtype.newbyteorder("="))  # a byte swap: the same values
+    return a
+
+
+def _from_dlpack(value: Any, name: str, view: Any = None) -> np.ndarray:
+    try:
+        return np.from_dlpack(value if view is None else value.view(view))
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        raise TypeError(
+            f"`{name}`: cannot read this {type(value).__name__} through DLPack ({e}); "
+            "give a CPU tensor of float16/bfloat16/float32/float64 (`t.detach().cpu()`)"
+        ) from None
+
+
+def _is_torch_bfloat16(value: Any) -> bool:
+    return type(value).__module__.startswith("torch") and str(
+        getattr(value, "dtype", "")
+    ) == "torch.bfloat16"
+
+
+def _bfloat16_to_float32(a: np.ndarray) -> np.ndarray:
+    """The float32 values of bfloat16 patterns (any 16-bit view of them): a bfloat16 is the
+    upper half of the float32 of the same value, so the widening is exact."""
+    bits = a.view(np.uint16).astype(np.uint32, order="C")
+    return (bits << np.uint32(16)).view(np.float32)
+
+
+_USIZE_MAX = 2 ** (8 * struct.calcsize("P")) - 1
+_U64_MAX = 2**64 - 1
+
+
+def _int_arg(value: Any, name: str, low: int, high: int) -> int:
+    """``value`` as an int in ``[low, high]``; :class:`ArgumentError` naming ``name`` if it is
+    not one."""
+    if isinstance(value, (bool, np.bool_)) or not hasattr(type(value), "__index__"):
+        raise ArgumentError(
+            f"`{name}` must be an integer from {low} to {high}, "
+            f"not {type(value).__name__} {value!r}"
+        )
+    v = operator.index(value)
+    if not low <= v <= high:
+        raise ArgumentError(f"`{name}` = {v} is out of range: it takes {low} to {high}")
+    return v
+
+
+def _count(value: Any, name: str) -> int:
+    """A count or index the Rust core takes as a ``usize`` (its own limits apply after)."""
+    return _int_arg(value, name, 0, _USIZE_MAX)
+
+
+def _seed(value: Any) -> int:
+    return _int_arg(value, "seed", 0, _U64_MAX)
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentError(f"`{name}` must be True or False, not {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def _run_args(batch: Any, seed: Any, random_missing: Any) -> Tuple[Optional[int], int, bool]:
+    batch = None if batch is None else _count(batch, "batch")
+    return batch, _seed(seed), _flag(random_missing, "random_missing")
 
 
 def _arrays(values: Optional[Mapping[str, ArrayLike]], what: str) -> Optional[Dict[str, np.ndarray]]:
@@ -166,6 +246,7 @@ class Graph:
         Returns ``{output: array [batch, *shape]}``, float16 where the storage format fits
         it, else float32 (``nnpc run -o``'s types; ``dtype="float32"`` asks for float32).
         """
+        batch, seed, random_missing = _run_args(batch, seed, random_missing)
         w, x = self._data(weights, inputs)
         return self._core.run(w, x, batch, seed, random_missing, dtype)
 
@@ -181,6 +262,7 @@ class Graph:
     ) -> Dict[str, np.ndarray]:
         """Run the emulator (the instruction-level hardware model): the bits of
         ``nnpc emulate``. Arguments and result as :meth:`run`'s."""
+        batch, seed, random_missing = _run_args(batch, seed, random_missing)
         w, x = self._data(weights, inputs)
         return self._core.emulate(w, x, batch, seed, random_missing, dtype)
 
@@ -202,6 +284,8 @@ class Graph:
         not a value of the storage format is a mismatch). The data are the hardware's: the
         same ``weights``/``inputs``, or the same ``seed`` (the batch is read from the dump).
         """
+        batch, seed, random_missing = _run_args(batch, seed, random_missing)
+        first = _count(first, "first")
         hw = _arrays(hardware, "hardware")
         w, x = self._data(weights, inputs)
         text = self._core.diff(hw, w, x, batch, seed, random_missing, first)
@@ -221,15 +305,18 @@ class Graph:
 
     def random_weights(self, seed: int = 0) -> Dict[str, np.ndarray]:
         """The seeded random weights ``nnpc run --seed SEED`` uses (float32)."""
-        return self._core.random_weights(seed)
+        return self._core.random_weights(_seed(seed))
 
     def random_inputs(self, items: Union[int, range], seed: int = 0) -> Dict[str, np.ndarray]:
         """The seeded random inputs of items ``items`` (a count from 0, or a range of
         consecutive items) of any batch ``nnpc run --seed SEED`` makes (float32)."""
-        r = range(items) if isinstance(items, int) else items
-        if r.step != 1:
-            raise ValueError("items must be consecutive (a range of step 1)")
-        return self._core.random_inputs(r.start, r.stop, seed)
+        if isinstance(items, range):
+            if items.step != 1:
+                raise ArgumentError(f"`items` = {items!r}: a range of consecutive items (step 1)")
+            start, stop = _count(items.start, "items.start"), _count(items.stop, "items.stop")
+        else:
+            start, stop = 0, _count(items, "items")
+        return self._core.random_inputs(start, stop, _seed(seed))
 
 
 def compile(
@@ -265,9 +352,14 @@ def quantize(array: ArrayLike, format: str, axis: int = -1, native: int = 128) -
     ``axis``: the values ``nnpc quantize`` writes (float32). ``native`` is what
     ``block = native`` means."""
     a = _as_array(array, "array")
+    native = _count(native, "native")
+    shape = a.shape
+    if a.ndim == 0:
+        a = a.reshape(1)  # one value: a block of its own
+    axis = _int_arg(axis, "axis", -a.ndim, a.ndim - 1)
     moved = np.ascontiguousarray(np.moveaxis(a, axis, -1))
     q = _nnpc.quantize(moved, format, native)
-    return np.ascontiguousarray(np.moveaxis(q, -1, axis))
+    return np.ascontiguousarray(np.moveaxis(q, -1, axis)).reshape(shape)
 
 
 def load_tensors(path: Union[str, "os.PathLike[str]"]) -> Dict[str, np.ndarray]:

@@ -33,6 +33,13 @@ class DataError(Error, ValueError):
     the fix, as the command line's does."""
 
 
+class ArgumentError(DataError, TypeError):
+    """An argument that is not a value the parameter takes (``batch=-1``, ``seed="7"``,
+    ``axis=3`` of a 2-d array): the message names the parameter, the value and the accepted
+    range. Both a :class:`DataError` (``ValueError``) and a ``TypeError``, so either
+    ``except`` catches it."""
+
+
 class ExecutionError(Error, RuntimeError):
     """A run failed: a runtime error of the firmware (a NaN or infinity the target forbids,
     a read of an unwritten register on the emulator), with the firmware line it points at."""

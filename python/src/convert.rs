@@ -6,7 +6,7 @@ use nnp_runtime::host::Tensor;
 use nnp_runtime::io::Inexact;
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::prelude::*;
-use numpy::{PyArrayDyn, PyUntypedArray};
+use numpy::{Element, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArray};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -19,9 +19,10 @@ pub enum OutDtype {
     F32,
 }
 
-/// The values of `array` (float16, float32 or float64, any strides) as a host tensor named
-/// `name`: f16 and f32 values exactly, f64 values rounded to the nearest f32 (as reading an f64
-/// file does), those f32 does not hold listed with their flat index ([`Inexact`]).
+/// The values of `array` (float16, float32 or float64, any layout) as a host tensor named
+/// `name`, in logical (C) order: f16 and f32 values exactly, f64 values rounded to the nearest
+/// f32 (as reading an f64 file does), those f32 does not hold listed with their flat index
+/// ([`Inexact`]).
 pub fn to_tensor(name: &str, array: &Bound<'_, PyAny>) -> PyResult<(Tensor, Inexact)> {
     let untyped = array.cast::<PyUntypedArray>().map_err(|_| {
         let kind = array
@@ -34,33 +35,33 @@ pub fn to_tensor(name: &str, array: &Bound<'_, PyAny>) -> PyResult<(Tensor, Inex
         ))
     })?;
     let shape = untyped.shape().to_vec();
-    if let Ok(a) = array.cast::<PyArrayDyn<f32>>() {
-        let ro = a.readonly();
-        let data = match ro.as_slice() {
-            Ok(s) => s.to_vec(),
-            Err(_) => ro.as_array().iter().copied().collect(),
-        };
+    // A buffer is read as one slice only where it is C-contiguous and aligned; numpy copies
+    // every other layout (F order, transposes, steps, negative or zero strides, strides that
+    // are not a multiple of the element size) into C order first.
+    let c_order = if untyped.is_c_contiguous() && untyped.is_aligned() {
+        array.clone()
+    } else {
+        array.call_method1("copy", ("C",))?
+    };
+    if let Ok(a) = c_order.cast::<PyArrayDyn<f32>>() {
+        let data = c_slice(name, &a.readonly(), |v| v)?;
         return Ok((Tensor { shape, data }, Inexact::new()));
     }
-    if let Ok(a) = array.cast::<PyArrayDyn<f16>>() {
-        let data = a.readonly().as_array().iter().map(|v| v.to_f32()).collect();
+    if let Ok(a) = c_order.cast::<PyArrayDyn<f16>>() {
+        let data = c_slice(name, &a.readonly(), f16::to_f32)?;
         return Ok((Tensor { shape, data }, Inexact::new()));
     }
-    if let Ok(a) = array.cast::<PyArrayDyn<f64>>() {
-        let ro = a.readonly();
+    if let Ok(a) = c_order.cast::<PyArrayDyn<f64>>() {
         let mut inexact = Inexact::new();
-        let data = ro
-            .as_array()
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| {
-                let x = v as f32;
-                if !v.is_nan() && f64::from(x).to_bits() != v.to_bits() {
-                    inexact.push((i, v));
-                }
-                x
-            })
-            .collect();
+        let mut i = 0;
+        let data = c_slice(name, &a.readonly(), |v| {
+            let x = v as f32;
+            if !v.is_nan() && f64::from(x).to_bits() != v.to_bits() {
+                inexact.push((i, v));
+            }
+            i += 1;
+            x
+        })?;
         return Ok((Tensor { shape, data }, inexact));
     }
     let dtype = untyped
@@ -69,9 +70,24 @@ pub fn to_tensor(name: &str, array: &Bound<'_, PyAny>) -> PyResult<(Tensor, Inex
         .map(|s| s.to_string())
         .unwrap_or_default();
     Err(PyTypeError::new_err(format!(
-        "`{name}` has dtype {dtype}; nnpc takes float16, float32 or float64 arrays: convert it \
-         with `.astype(numpy.float32)` (or `.float()` for a torch.Tensor)"
+        "`{name}` has dtype {dtype}; nnpc takes float16, bfloat16, float32 or float64 arrays \
+         (in the machine's byte order): convert it with `.astype(numpy.float32)` (or \
+         `.float()` for a torch.Tensor)"
     )))
+}
+
+/// The elements of a C-contiguous, aligned array in C order, each through `f`.
+fn c_slice<T: Element + Copy>(
+    name: &str,
+    array: &PyReadonlyArrayDyn<'_, T>,
+    f: impl FnMut(T) -> f32,
+) -> PyResult<Vec<f32>> {
+    let slice = array.as_slice().map_err(|e| {
+        PyTypeError::new_err(format!(
+            "internal: `{name}` is not C-contiguous after a copy: {e}"
+        ))
+    })?;
+    Ok(slice.iter().copied().map(f).collect())
 }
 
 /// The tensors of a `{name: array}` dict (none for `None`), and the values f32 does not hold.

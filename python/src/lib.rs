@@ -34,7 +34,8 @@ fn quantize<'py>(
         ))
     })?;
     if native == 0 {
-        return Err(PyValueError::new_err("native must be at least 1"));
+        let message = format!("`native` = 0 is out of range: it takes 1 to {}", usize::MAX);
+        return Err(errors::raise(py, "ArgumentError", (message,)));
     }
     let (t, _) = to_tensor("array", array)?;
     let run = t.shape.last().copied().unwrap_or(1).max(1);

@@ -164,6 +164,46 @@ def test_bad_data_is_refused_clearly(lstm: nnpc.Graph) -> None:
     assert any("`xx` is not a declaration" in str(m.message) for m in w)
 
 
+def test_bad_arguments_name_the_parameter_value_and_range(lstm: nnpc.Graph) -> None:
+    """A wrong type, a negative or an overflowing batch/seed/first/items/axis/native raises
+    nnpc.ArgumentError (a DataError and a TypeError) naming the parameter and the value."""
+    x = lstm.random_inputs(1)["x"]
+    hw = {"h": np.zeros((1, 4, 256), np.float16)}
+    cases = [
+        (lambda: lstm.run(batch=-1), "`batch` = -1", "0 to"),
+        (lambda: lstm.run(batch=2**64), f"`batch` = {2**64}", "0 to"),
+        (lambda: lstm.emulate(batch="3"), "`batch`", "str '3'"),
+        (lambda: lstm.run(batch=2.0), "`batch`", "float 2.0"),
+        (lambda: lstm.run(batch=True), "`batch`", "bool True"),
+        (lambda: lstm.run(seed=-1), "`seed` = -1", f"0 to {2**64 - 1}"),
+        (lambda: lstm.emulate(seed=2**64), f"`seed` = {2**64}", f"0 to {2**64 - 1}"),
+        (lambda: lstm.run(seed=1.5), "`seed`", "float 1.5"),
+        (lambda: lstm.diff(hw, seed=-3), "`seed` = -3", "0 to"),
+        (lambda: lstm.diff(hw, first=-1), "`first` = -1", "0 to"),
+        (lambda: lstm.diff(hw, batch=-2), "`batch` = -2", "0 to"),
+        (lambda: lstm.run(random_missing=1), "`random_missing`", "True or False"),
+        (lambda: lstm.random_weights(seed=-5), "`seed` = -5", "0 to"),
+        (lambda: lstm.random_inputs(-1), "`items` = -1", "0 to"),
+        (lambda: lstm.random_inputs("3"), "`items`", "str '3'"),
+        (lambda: lstm.random_inputs(range(-2, 3)), "`items.start` = -2", "0 to"),
+        (lambda: lstm.random_inputs(range(0, 4, 2)), "`items` = range(0, 4, 2)", "step 1"),
+        (lambda: nnpc.quantize(x, "mx6", axis=3), "`axis` = 3", "-3 to 2"),
+        (lambda: nnpc.quantize(x, "mx6", axis=-4), "`axis` = -4", "-3 to 2"),
+        (lambda: nnpc.quantize(x, "mx6", axis=1.0), "`axis`", "float 1.0"),
+        (lambda: nnpc.quantize(x, "mx6", native=-1), "`native` = -1", "to"),
+        (lambda: nnpc.quantize(x, "mx6", native=0), "`native` = 0", "1 to"),
+    ]
+    for call, names, accepted in cases:
+        with pytest.raises(nnpc.ArgumentError) as e:
+            call()
+        assert names in str(e.value) and accepted in str(e.value), str(e.value)
+        assert isinstance(e.value, nnpc.DataError) and isinstance(e.value, TypeError)
+    # The ends of the ranges and numpy integers are accepted.
+    assert lstm.run(batch=np.int64(1), seed=2**64 - 1)["h"].shape == (1, 4, 256)
+    assert lstm.random_inputs(range(2, 2))["x"].shape == (0, 4, 128)
+    assert nnpc.quantize(x, "mx6", axis=np.int8(-3)).shape == x.shape
+
+
 class Dlpack:
     """An array seen only through DLPack, as a torch.Tensor on the CPU is."""
 
