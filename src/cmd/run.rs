@@ -3,14 +3,12 @@
 use super::data::DataArgs;
 use super::files::{Reads, provenance};
 use super::host_args::{ChunkArgs, ChunkError, OutputArgs, RunSummary, interrupted, run_failed};
-use nnp_grammar::{Program, SourceFile, Target};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution, trace};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Run firmware as its software graph (candle-core, bit-identical to the hardware) and write
@@ -93,22 +91,6 @@ fn is_graph(path: &Path) -> bool {
     nnpc::looks_like_json(path, if read.is_ok() { &head } else { &[] })
 }
 
-/// A program holding only a graph's declarations: what host data loading needs.
-fn host_program(g: &SwGraph) -> Program {
-    let mut target = Target::bw_default();
-    target.name = g.target.clone();
-    target.native = g.native;
-    target.numerics.storage = nnp_numerics::Format::Float(g.storage);
-    Program {
-        source: Arc::new(SourceFile::new(g.source.clone(), String::new())),
-        target,
-        decls: g.decls.clone(),
-        chains: Vec::new(),
-        pops: Vec::new(),
-        pushes: Vec::new(),
-    }
-}
-
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let roots = if args.trace.is_some() {
         Roots::OutputsAndWrites
@@ -142,7 +124,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 args.file.display()
             ));
         }
-        let p = host_program(&g);
+        let p = g.host_program();
         reads = Reads::graph(&args.file, &g);
         (swgraph::optimize(&g, roots), p)
     } else {

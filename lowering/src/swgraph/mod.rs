@@ -428,6 +428,26 @@ impl SwGraph {
         &self.nodes[id.index()]
     }
 
+    /// A program holding only the graph's declarations and target (no chains): what loading
+    /// or making host data for a run of the graph needs (`nnpc run GRAPH`).
+    pub fn host_program(&self) -> nnp_grammar::Program {
+        let mut target = nnp_grammar::Target::bw_default();
+        target.name = self.target.clone();
+        target.native = self.native;
+        target.numerics.storage = Format::Float(self.storage);
+        nnp_grammar::Program {
+            source: Arc::new(nnp_grammar::SourceFile::new(
+                self.source.clone(),
+                String::new(),
+            )),
+            target,
+            decls: self.decls.clone(),
+            chains: Vec::new(),
+            pops: Vec::new(),
+            pushes: Vec::new(),
+        }
+    }
+
     /// Pretty JSON.
     pub fn to_json(&self) -> String {
         // Serialising plain data with string keys cannot fail.
