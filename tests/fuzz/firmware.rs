@@ -76,7 +76,7 @@ fn firmware_mutants_never_panic_and_run_alike_on_both_engines() {
             toml: base.toml.clone(),
         }
     };
-    fuzz("firmware", &Budget::from_env(200), &seeds, make, exercise);
+    fuzz("firmware", &Budget::from_env(400), &seeds, make, exercise);
 }
 
 /// The property on one text: diagnostics well formed and rendered; a clean program concordant

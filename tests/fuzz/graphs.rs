@@ -114,7 +114,7 @@ fn graph_mutants_are_refused_or_run() {
             text: mutate_text(text, rng),
         }
     };
-    fuzz("graphs", &Budget::from_env(1000), &seeds, make, exercise);
+    fuzz("graphs", &Budget::from_env(3000), &seeds, make, exercise);
 }
 
 /// The property on one text: refused with an error, or a run to outputs or to an error.

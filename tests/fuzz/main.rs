@@ -12,6 +12,7 @@
 //! `NNPC_FUZZ_SEED=S NNPC_FUZZ_CASES=1` reproduces case S; a failing input is written to
 //! `target/fuzz-failures/` (add it to the corpus with the fix).
 
+mod commands;
 #[path = "../common/mod.rs"]
 mod common;
 mod engine;
