@@ -15,6 +15,7 @@ mod common;
 
 use common::env_u64;
 use common::samples::{Firmware, samples};
+use common::text::digit_runs;
 use nnp_progen::{
     DataConfig, Outcome, Rng, first_address, minimize_failure, refused_alike, run_differential,
 };
@@ -195,23 +196,6 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
         }
     }
     lines.join("\n") + "\n"
-}
-
-/// Byte ranges of the runs of ASCII digits in `line`.
-fn digit_runs(line: &str) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut start = None;
-    for (k, c) in line.char_indices().chain([(line.len(), ' ')]) {
-        match (c.is_ascii_digit(), start) {
-            (true, None) => start = Some(k),
-            (false, Some(s)) => {
-                out.push((s, k));
-                start = None;
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 #[test]

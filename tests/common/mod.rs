@@ -4,6 +4,7 @@
 
 pub mod dumps;
 pub mod samples;
+pub mod text;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -6,6 +6,7 @@
 //! for bit), or both refuse it alike at run time.
 
 use super::common::samples::{Firmware, firmware_in, samples};
+use super::common::text::{digit_runs, tokens_of};
 use super::engine::{Budget, EDGES, Input, Verdict, corpus_dir, flip_bit, fuzz, vary};
 use miette::{GraphicalReportHandler, GraphicalTheme};
 use nnp_progen::{DataConfig, Outcome, Rng, refused_alike, run_differential};
@@ -262,32 +263,6 @@ fn nest(text: &mut String, rng: &mut Rng) {
             text.replace_range(a..b, &new);
         }
     }
-}
-
-/// Byte ranges of the whitespace-separated tokens of `text`.
-fn tokens_of(text: &str) -> Vec<(usize, usize)> {
-    runs(text, |c| !c.is_whitespace())
-}
-
-/// Byte ranges of the runs of ASCII digits in `text`.
-fn digit_runs(text: &str) -> Vec<(usize, usize)> {
-    runs(text, |c| c.is_ascii_digit())
-}
-
-fn runs(text: &str, inside: impl Fn(char) -> bool) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut start = None;
-    for (k, c) in text.char_indices().chain([(text.len(), ' ')]) {
-        match (inside(c) && k < text.len(), start) {
-            (true, None) => start = Some(k),
-            (false, Some(s)) => {
-                out.push((s, k));
-                start = None;
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 /// The mutations by hand: runs found where they are, and mutants that differ from their seed.

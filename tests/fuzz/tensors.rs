@@ -56,7 +56,7 @@ fn pattern(ty: Ty, rng: &mut Rng) -> u64 {
         1 => exp_all,
         2 => exp_all | 1 << (mant_bits - 1),
         3 => 1,
-        4 => exp_all - (1 << mant_bits) | ((1 << mant_bits) - 1),
+        4 => (exp_all - (1 << mant_bits)) | ((1 << mant_bits) - 1),
         _ => exp_all | 1,
     }
 }
