@@ -14,55 +14,15 @@
 mod common;
 
 use common::env_u64;
-use nnp_progen::{DataConfig, Outcome, Rng, host_data, minimize_failure, run_differential};
-use nnp_runtime::exec::{ExecOptions, Session};
-use nnp_runtime::host::HostData;
-use nnpc::grammar::{OpKind, SourceFile, Target, check};
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
-use std::sync::Arc;
+use common::samples::{Firmware, samples};
+use common::text::digit_runs;
+use nnp_progen::{
+    DataConfig, Outcome, Rng, first_address, minimize_failure, refused_alike, run_differential,
+};
+use nnpc::grammar::OpKind;
 
 /// Input sets per mutant.
 const BATCH: usize = 3;
-
-fn samples_dir() -> PathBuf {
-    common::root().join("samples")
-}
-
-/// Every sample (name, text) with the TOML of each target its header names.
-fn samples() -> Vec<(String, String, Vec<String>)> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(samples_dir())
-        .expect("samples/")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "nnp"))
-        .collect();
-    paths.sort();
-    paths
-        .iter()
-        .map(|p| {
-            let text = std::fs::read_to_string(p).expect("sample reads");
-            let targets: Vec<String> = text
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("// nnpc: targets ="))
-                .map(|rest| rest.split(',').map(|s| target_toml(s.trim())).collect())
-                .unwrap_or_default();
-            let name = p
-                .file_name()
-                .map_or(String::new(), |n| n.to_string_lossy().into_owned());
-            assert!(!targets.is_empty(), "{name} names no target");
-            (name, text, targets)
-        })
-        .collect()
-}
-
-/// The TOML of a target named in a sample's header.
-fn target_toml(name: &str) -> String {
-    if name == "bw-default" {
-        return "name = \"bw-default\"\n".into();
-    }
-    let path = samples_dir().join("targets").join(format!("{name}.toml"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// Instructions an edit may insert: each valid somewhere in a chain. The MFU ops without an
 /// operand (softmax aside) come from [`OpKind::ALL`] ([`inserts`]), the rest are here.
@@ -238,77 +198,6 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
     lines.join("\n") + "\n"
 }
 
-/// Byte ranges of the runs of ASCII digits in `line`.
-fn digit_runs(line: &str) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut start = None;
-    for (k, c) in line.char_indices().chain([(line.len(), ' ')]) {
-        match (c.is_ascii_digit(), start) {
-            (true, None) => start = Some(k),
-            (false, Some(s)) => {
-                out.push((s, k));
-                start = None;
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-/// The software graph's error on `source` at `toml`, at lowering or run time, or what it did
-/// instead (ran, or panicked).
-fn graph_error(source: &str, toml: &str, seed: u64) -> Result<String, String> {
-    let target = Target::from_toml(toml, "mutant.toml").map_err(|e| e.to_string())?;
-    let program = check(
-        Arc::new(SourceFile::new("mutant.nnp", source)),
-        Some(target),
-    )
-    .map_err(|_| "does not check".to_string())?
-    .program;
-    let data: HostData = host_data(&program, BATCH, seed, &DataConfig::default());
-    let ran = catch_unwind(AssertUnwindSafe(|| {
-        let graph = nnp_lowering::swgraph::compile(
-            &program,
-            nnp_lowering::swgraph::Roots::OutputsAndWrites,
-        )
-        .map_err(|e| e.to_string())?;
-        let mut session =
-            Session::new(&graph, &ExecOptions::default()).map_err(|e| e.to_string())?;
-        session.run(&data).map(|_| ()).map_err(|e| e.to_string())
-    }));
-    match ran {
-        Ok(Err(e)) => Ok(e),
-        Ok(Ok(())) => Err("the graph ran".into()),
-        Err(_) => Err("the graph panicked".into()),
-    }
-}
-
-/// The first register address (`dram[16]`: a name, then a number in brackets) an error
-/// message names.
-fn first_address(message: &str) -> Option<&str> {
-    message.match_indices('[').find_map(|(open, _)| {
-        let close = open + message[open..].find(']')?;
-        let digits = &message[open + 1..close];
-        let start = message[..open]
-            .char_indices()
-            .rev()
-            .find(|&(_, c)| !c.is_ascii_alphanumeric() && c != '_')
-            .map_or(0, |(k, c)| k + c.len_utf8());
-        (start < open && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| &message[start..=close])
-    })
-}
-
-/// Both engines refuse alike: the graph errs too, naming the emulator's register if it named
-/// one; else what the graph did.
-fn refused_alike(emulator: &str, source: &str, toml: &str, seed: u64) -> Result<(), String> {
-    let graph = graph_error(source, toml, seed)?;
-    match first_address(emulator) {
-        Some(at) if !graph.contains(at) => Err(format!("the graph refused elsewhere: {graph}")),
-        _ => Ok(()),
-    }
-}
-
 #[test]
 fn mutated_samples_are_concordant_or_refused_by_both_engines() {
     let count = env_u64("NNPC_MUTANTS", 1500);
@@ -319,7 +208,11 @@ fn mutated_samples_are_concordant_or_refused_by_both_engines() {
     let mut failures = Vec::new();
     for seed in base..base + count {
         let mut rng = Rng::keyed(seed, "mutant");
-        let (name, text, targets) = &samples[seed as usize % samples.len()];
+        let Firmware {
+            name,
+            text,
+            targets,
+        } = &samples[seed as usize % samples.len()];
         let toml = rng.pick(targets).clone();
         let source = mutate(text, &mut rng);
         let json = seed.is_multiple_of(4);
@@ -331,7 +224,7 @@ fn mutated_samples_are_concordant_or_refused_by_both_engines() {
             Outcome::SameError(_) => stopped += 1,
             Outcome::Invalid(_) => invalid += 1,
             Outcome::EmulatorError(e) if !e.starts_with("panicked") => {
-                match refused_alike(&e, &source, &toml, seed) {
+                match refused_alike(&e, &source, &toml, seed, BATCH) {
                     Ok(()) => {
                         if refused == 0 {
                             eprintln!("first refused by both (seed {seed}, {name}): {e}");

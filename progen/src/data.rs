@@ -31,7 +31,7 @@ impl Default for DataConfig {
 /// then a NaN or an infinity. Each declaration draws from its own stream keyed by its name, so
 /// deleting other declarations (minimizing) leaves its data unchanged.
 pub fn host_data(
-    program: &nnp_grammar::Program,
+    program: &dyn nnp_grammar::Interface,
     batch: usize,
     seed: u64,
     cfg: &DataConfig,
@@ -45,7 +45,7 @@ pub fn host_data(
         spread: cfg.spread.min(3),
         ..cfg.clone()
     };
-    for d in &program.decls {
+    for d in program.decls() {
         let mut r = Rng::keyed(seed, &d.name);
         let cfg = if r.chance(cfg.mild) { &mild } else { cfg };
         match d.kind {

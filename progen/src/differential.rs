@@ -343,3 +343,62 @@ pub fn minimize_failure(
     let out = run_differential(&s, &t, data_seed, batch, data_cfg, json);
     (s, t, out)
 }
+
+/// The software graph's error on `source` at `toml` (`batch` items of [`host_data`] from
+/// `data_seed`), at lowering or run time, or what it did instead (ran, or panicked).
+fn graph_error(source: &str, toml: &str, data_seed: u64, batch: usize) -> Result<String, String> {
+    use nnp_grammar::{SourceFile, Target, check};
+    use nnp_lowering::swgraph::{Roots, compile};
+    use nnp_runtime::exec::{ExecOptions, Session};
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let target = Target::from_toml(toml, "mutant.toml").map_err(|e| e.to_string())?;
+    let src = std::sync::Arc::new(SourceFile::new("mutant.nnp", source));
+    let program = check(src, Some(target))
+        .map_err(|_| "does not check".to_string())?
+        .program;
+    let data = host_data(&program, batch, data_seed, &DataConfig::default());
+    let ran = catch_unwind(AssertUnwindSafe(|| {
+        let graph = compile(&program, Roots::OutputsAndWrites).map_err(|e| e.to_string())?;
+        let mut session =
+            Session::new(&graph, &ExecOptions::default()).map_err(|e| e.to_string())?;
+        session.run(&data).map(|_| ()).map_err(|e| e.to_string())
+    }));
+    match ran {
+        Ok(Err(e)) => Ok(e),
+        Ok(Ok(())) => Err("the graph ran".into()),
+        Err(_) => Err("the graph panicked".into()),
+    }
+}
+
+/// The first register address (`dram[16]`: a name, then a number in brackets) an error
+/// message names.
+pub fn first_address(message: &str) -> Option<&str> {
+    message.match_indices('[').find_map(|(open, _)| {
+        let close = open + message[open..].find(']')?;
+        let digits = &message[open + 1..close];
+        let start = message[..open]
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| !c.is_ascii_alphanumeric() && c != '_')
+            .map_or(0, |(k, c)| k + c.len_utf8());
+        (start < open && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| &message[start..=close])
+    })
+}
+
+/// After the emulator refused a valid program at run time with `emulator` (an
+/// [`Outcome::EmulatorError`] that is no panic): the graph refuses it too, naming the
+/// emulator's register if it named one; else what the graph did.
+pub fn refused_alike(
+    emulator: &str,
+    source: &str,
+    toml: &str,
+    data_seed: u64,
+    batch: usize,
+) -> Result<(), String> {
+    let graph = graph_error(source, toml, data_seed, batch)?;
+    match first_address(emulator) {
+        Some(at) if !graph.contains(at) => Err(format!("the graph refused elsewhere: {graph}")),
+        _ => Ok(()),
+    }
+}

@@ -19,7 +19,8 @@ mod program;
 
 pub use data::{DataConfig, host_data};
 pub use differential::{
-    Outcome, compare_outputs, compare_traces, minimize_failure, run_differential,
+    Outcome, compare_outputs, compare_traces, first_address, minimize_failure, refused_alike,
+    run_differential,
 };
 pub use minimize::minimize;
 use program::Gen;

@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod dumps;
+pub mod samples;
+pub mod text;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -85,14 +85,16 @@ pub(super) fn npy_header_end(bytes: &[u8], path: &Path) -> Result<usize, IoError
             "missing the `\\x93NUMPY` magic; is this a .npy file?".into(),
         ));
     }
-    match bytes[6] {
-        1 => Ok(10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize),
-        2 | 3 if bytes.len() >= 12 => {
+    // numpy reads versions 1.0, 2.0 and 3.0 only: another minor version may lay out
+    // differently.
+    match (bytes[6], bytes[7]) {
+        (1, 0) => Ok(10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize),
+        (2 | 3, 0) if bytes.len() >= 12 => {
             Ok(12 + u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize)
         }
-        v => Err(npy_err(
+        (major, minor) => Err(npy_err(
             path,
-            format!("unsupported format version {v}.{}", bytes[7]),
+            format!("unsupported format version {major}.{minor}"),
         )),
     }
 }
