@@ -360,7 +360,7 @@ def diff_dataset(
         program = Program(program, target)
     table = _SHARD_TABLES.get(dataset)
     if table is not None:
-        _check_shards(program.compile(), table, hardware_prefix)
+        _check_shards(program.compile(), table)
     ledger = ray.remote(num_cpus=0)(_Ledger).remote(max_retries)
     parts = dataset.map_batches(
         runner,
@@ -380,8 +380,8 @@ def diff_dataset(
         batch_size=batch_size,
         batch_format="numpy",
         num_cpus=num_cpus,
-        # Ray's own bound, past the ledger's (which names the batch).
-        max_task_retries=max_retries + 1,
+        # No remote args of its own (max_task_retries): they would keep Ray Data from fusing
+        # the shard reads into the workers, whose reads then wait for CPUs the workers hold.
         **_actors(concurrency),
     )
     merged: Optional[str] = None
@@ -526,7 +526,7 @@ def _table(inputs, hardware, input_name, output_name) -> List[Dict[str, Any]]:
     return rows
 
 
-def _check_shards(graph: Graph, table: List[Dict[str, Any]], hardware_prefix: str) -> None:
+def _check_shards(graph: Graph, table: List[Dict[str, Any]]) -> None:
     """Every shard holds each input (and its hardware shard each output) as
     ``[items, *declared shape]``: else an error naming the shard, tensor and shape."""
     for row in table:
