@@ -114,3 +114,145 @@ def test_concordant_parquet_campaign_is_the_cli_report(cluster, lstm_data, tmp_p
     order = np.argsort(rows["item"])
     got = np.stack(list(rows["out.h"]))[order]
     assert same_bits(got, hw)
+
+
+def _pairs(tmp: Path, lstm_data, per: int, shards: int, hw: np.ndarray = None) -> Path:
+    """`shards` shards of `per` input sets (items 0.. of the module's data) in tmp/x and the
+    hardware's in tmp/h (the emulator's, or `hw`)."""
+    d = lstm_data["dir"]
+    x = np.load(d / "x" / "shard-000.npy")
+    h = read_safetensors(d / "hw.safetensors")["h"] if hw is None else hw
+    (tmp / "x").mkdir()
+    (tmp / "h").mkdir()
+    for k in range(shards):
+        np.save(tmp / "x" / f"s{k}.npy", x[k * per : (k + 1) * per])
+        np.save(tmp / "h" / f"s{k}.npy", h[k * per : (k + 1) * per])
+    return tmp
+
+
+def test_a_batch_that_kills_its_worker_is_named(cluster, lstm_data, tmp_path: Path) -> None:
+    """A batch whose run kills its worker process (os._exit, as a crash does) every time
+    is retried `max_retries` times, then the call raises BatchFailed naming its items and
+    shard, in bounded time (without the bound it is retried for ever)."""
+    import os
+    import threading
+
+    _pairs(tmp_path, lstm_data, 200, 3)
+
+    class Dying(nnpc_ray.Runner):  # defined here: shipped to the workers by value
+        def process(self, batch):
+            if 250 in batch["item"]:
+                os._exit(3)
+            return super().process(batch)
+
+    ds = nnpc_ray.read_shards(tmp_path / "x", tmp_path / "h", input_name="x", output_name="h")
+    raised = []
+
+    def campaign() -> None:
+        try:
+            nnpc_ray.diff_dataset(
+                "samples/lstm.nnp", ds, batch_size=200, concurrency=1, max_retries=1, runner=Dying
+            )
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            raised.append(e)
+
+    t = threading.Thread(target=campaign, daemon=True)
+    t.start()
+    t.join(timeout=240)
+    assert not t.is_alive(), "diff_dataset neither returned nor raised in 240 s"
+    (e,) = raised
+    assert isinstance(e, nnpc_ray.BatchFailed) and isinstance(e, nnpc.ExecutionError), repr(e)
+    assert e.items == "200-399" and e.deaths == 2
+    assert e.shards == [str(tmp_path / "x" / "s1.npy")]
+    assert "items 200-399" in str(e) and "s1.npy" in str(e) and "max_retries=1" in str(e)
+
+
+def test_hardware_shards_pair_by_name(cluster, lstm_data, tmp_path: Path) -> None:
+    """Hardware shards whose names are not the input shards' are an error naming them
+    (never paired by position), as is a missing one."""
+    _pairs(tmp_path, lstm_data, 100, 2)
+    (tmp_path / "h" / "s1.npy").rename(tmp_path / "h" / "t1.npy")
+    with pytest.raises(nnpc.DataError, match=r"without a hardware shard: s1.*without an input shard: t1"):
+        nnpc_ray.read_shards(tmp_path / "x", tmp_path / "h", input_name="x", output_name="h")
+    (tmp_path / "h" / "t1.npy").unlink()
+    with pytest.raises(nnpc.DataError, match=r"input shard\(s\) without a hardware shard: s1"):
+        nnpc_ray.read_shards(tmp_path / "x", tmp_path / "h", input_name="x", output_name="h")
+
+
+def test_wrongly_shaped_hardware_shard_is_named(cluster, lstm_data, tmp_path: Path) -> None:
+    """A hardware shard of the right size in another shape ([100, 256, 4] for [4, 256]):
+    diff_dataset names the shard, the tensor and the shape expected, before any worker
+    runs (not a reshape into the declaration); one of another size likewise."""
+    _pairs(tmp_path, lstm_data, 100, 2)
+    h1 = np.load(tmp_path / "h" / "s1.npy")
+    np.save(tmp_path / "h" / "s1.npy", np.ascontiguousarray(h1.reshape(100, 256, 4)))
+    ds = nnpc_ray.read_shards(tmp_path / "x", tmp_path / "h", input_name="x", output_name="h")
+    with pytest.raises(nnpc.DataError) as e:
+        nnpc_ray.diff_dataset("samples/lstm.nnp", ds, batch_size=100, concurrency=1)
+    msg = str(e.value)
+    assert f"shard `{tmp_path / 'h' / 's1.npy'}`" in msg and "tensor `h`" in msg, msg
+    assert "[100, 256, 4]" in msg and "[100, 4, 256]" in msg, msg
+    np.save(tmp_path / "h" / "s1.npy", h1[:, :, :128].copy())
+    ds = nnpc_ray.read_shards(tmp_path / "x", tmp_path / "h", input_name="x", output_name="h")
+    with pytest.raises(nnpc.DataError, match=r"s1.npy`: tensor `h` has shape \[100, 4, 128\]"):
+        nnpc_ray.diff_dataset("samples/lstm.nnp", ds, batch_size=100, concurrency=1)
+
+
+def test_truncated_and_short_shards_are_named(cluster, lstm_data, tmp_path: Path) -> None:
+    """A truncated input shard (its file shorter than its header says) is an error naming
+    it and the bytes it needs; an input shard of fewer input sets than its hardware shard
+    names both tensors and their counts."""
+    _pairs(tmp_path, lstm_data, 100, 2)
+    x1 = tmp_path / "x" / "s1.npy"
+    full = x1.read_bytes()
+    x1.write_bytes(full[: len(full) - 1000])
+    with pytest.raises(nnpc.DataError) as e:
+        nnpc_ray.read_shards(tmp_path / "x", tmp_path / "h", input_name="x", output_name="h")
+    msg = str(e.value)
+    assert f"shard `{x1}` is truncated" in msg and f"needs {len(full)} bytes" in msg, msg
+    np.save(x1, np.load(tmp_path / "x" / "s0.npy")[:99])
+    with pytest.raises(nnpc.DataError) as e:
+        nnpc_ray.read_shards(tmp_path / "x", tmp_path / "h", input_name="x", output_name="h")
+    msg = str(e.value)
+    assert f"`{x1}` tensor `x`: 99" in msg and "tensor `h`: 100" in msg, msg
+
+
+def test_npy_shards_need_their_names(cluster, lstm_data, tmp_path: Path) -> None:
+    """.npy shards hold one unnamed array: without input_name (or output_name) read_shards
+    says which flag, on the driver."""
+    _pairs(tmp_path, lstm_data, 100, 1)
+    with pytest.raises(nnpc.DataError, match="pass input_name="):
+        nnpc_ray.read_shards(tmp_path / "x", tmp_path / "h", output_name="h")
+    with pytest.raises(nnpc.DataError, match="pass output_name="):
+        nnpc_ray.read_shards(tmp_path / "x", tmp_path / "h", input_name="x")
+
+
+def test_discordant_campaign_is_the_cli_report(cluster, lstm_data, tmp_path: Path) -> None:
+    """Hardware made with the weights of another seed (every element may differ: the
+    misconfigured board): 1,500 input sets in 3 shards, batches of 400, merged into
+    `nnpc diff`'s report, field for field; the QSNR, whose f64 sums the campaign adds per
+    batch, equal to within the rounding of those sums (docs/python.md): each sum of n
+    non-negative terms, in any order, is within (n - 1) u (u = 2^-53) of the exact one, so
+    two orders' QSNRs are within 10 / ln 10 * 4 n u dB. The worst are the largest distances,
+    in order."""
+    n = 1500
+    g = nnpc.compile("samples/lstm.nnp")
+    x = np.load(lstm_data["dir"] / "x" / "shard-000.npy")[:n]
+    hw = g.run(g.random_weights(1), {"x": x})["h"]
+    _pairs(tmp_path, lstm_data, 500, 3, hw=hw)
+    (tmp_path / "dump").mkdir()
+    np.save(tmp_path / "dump" / "h.npy", hw)
+    p = cli("diff", "samples/lstm.nnp", "--hardware", str(tmp_path / "dump"), "--json")
+    assert p.returncode == 1, p.stderr
+    ref = json.loads(p.stdout)
+    ds = nnpc_ray.read_shards(tmp_path / "x", tmp_path / "h", input_name="x", output_name="h")
+    report = nnpc_ray.diff_dataset("samples/lstm.nnp", ds, batch_size=400, concurrency=2)
+    got = report.to_dict()
+    assert got["bit_exact"] < got["elements"] // 2, "most elements differ"
+    q, q_ref = got["outputs"][0].pop("qsnr_db"), ref["outputs"][0].pop("qsnr_db")
+    assert abs(q - q_ref) <= 10 / math.log(10) * 4 * got["elements"] * 2.0**-53, (q, q_ref)
+    assert got == ref
+    worst = report.worst
+    assert worst is not None and len(worst) == 10
+    assert worst[0]["ulps"] == got["max_ulps"]
+    assert all(a["ulps"] >= b["ulps"] for a, b in zip(worst, worst[1:]))

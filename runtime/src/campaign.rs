@@ -93,21 +93,17 @@ pub fn compare_block(
             items,
         });
     }
-    // Every mismatch of the block, to keep its first per output and its worst.
-    let mut diff = DiffBuilder::new(program, usize::MAX)?;
+    // Each output's first mismatches and the block's worst, kept as the block is compared.
+    let mut diff = DiffBuilder::new(program, first)?.keep_worst(worst);
     diff.add_read(0, hardware, inexact, software)?;
-    let mut report = diff.finish();
-    let mut all = std::mem::take(&mut report.mismatches);
-    for m in &mut all {
+    let (mut report, firsts, mut worst_list) = diff.finish_lists();
+    let mut firsts: Vec<Mismatch> = firsts.into_iter().flatten().collect();
+    for m in firsts.iter_mut().chain(&mut worst_list) {
         if let Some(item) = m.index.first_mut() {
             *item = ids.get(*item).map_or(*item, |&id| id as usize);
         }
     }
-    let order = output_order(&report);
-    let mut worst_list = all.clone();
-    worst_list.sort_by(|a, b| by_severity(&order, a, b));
-    worst_list.truncate(worst);
-    report.mismatches = first_per_output(&order, all, first);
+    report.mismatches = firsts;
     let sums = report
         .outputs
         .iter()
@@ -167,9 +163,8 @@ fn place<'a>(order: &BTreeMap<String, usize>, m: &'a Mismatch) -> (usize, &'a [u
 /// The order of the worst list: a NaN against a number first, then the larger distance in
 /// ULPs, then the first place.
 pub fn by_severity(order: &BTreeMap<String, usize>, a: &Mismatch, b: &Mismatch) -> Ordering {
-    let rank = |m: &Mismatch| m.ulps.map_or(u64::MAX, |u| u.min(u64::MAX - 1));
-    rank(b)
-        .cmp(&rank(a))
+    b.severity()
+        .cmp(&a.severity())
         .then_with(|| place(order, a).cmp(&place(order, b)))
 }
 
@@ -381,5 +376,37 @@ mod tests {
         assert!(report.outputs[0].qsnr_db.is_nan() && !report.concordant);
         let e = compare_block(&program, &h, &BTreeMap::new(), &s, &[1], (1, 1));
         assert!(matches!(e, Err(CampaignError::Ids { ids: 1, items: 2 })));
+    }
+
+    /// The worst list kept as the block is compared, by hand: distances 1 (item 0), 512
+    /// (item 1: 1.5 against 1), 512 (item 2), a NaN (item 3) in y and z; the 3 worst are the
+    /// NaNs (y's first: the first place of equal severity), then y's item 1; each output's
+    /// first mismatch is listed (`first` = 1 per output, not cut across outputs).
+    #[test]
+    fn the_worst_and_each_outputs_first_are_kept_as_the_block_is_compared() {
+        let program = two_outputs();
+        let sw = [[1.0f32; 4]; 4];
+        let mut hw = sw;
+        hw[0][0] = 1.0 + 2f32.powi(-10);
+        hw[1][1] = 1.5;
+        hw[2][2] = 1.5;
+        hw[3][3] = f32::NAN;
+        let (h, s) = (outputs(&hw), outputs(&sw));
+        let ids = [10, 11, 12, 13];
+        let part = compare_block(&program, &h, &BTreeMap::new(), &s, &ids, (1, 3));
+        let part = part.expect("compares");
+        let places = |ms: &[Mismatch]| -> Vec<(String, usize, Option<u64>)> {
+            let m = ms.iter();
+            m.map(|m| (m.output.clone(), m.index[0], m.ulps)).collect()
+        };
+        let at = |o: &str, i: usize, u: Option<u64>| (o.to_string(), i, u);
+        assert_eq!(
+            places(&part.worst),
+            vec![at("y", 13, None), at("z", 13, None), at("y", 11, Some(512))]
+        );
+        assert_eq!(
+            places(&part.report.mismatches),
+            vec![at("y", 10, Some(1)), at("z", 10, Some(1))]
+        );
     }
 }

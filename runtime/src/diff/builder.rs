@@ -52,6 +52,43 @@ pub struct DiffBuilder<'p> {
     ulp_histogram: Vec<u64>,
     /// Every output, in declaration order: its declaration's index and what is counted so far.
     outputs: Vec<(usize, OutputAcc)>,
+    /// The most severe mismatches ([`DiffBuilder::keep_worst`]).
+    worst: Worst,
+}
+
+/// The `count` most severe mismatches seen ([`Mismatch::severity`], the largest first; of
+/// equal severity the one seen first, so the first place). Only a mismatch that enters the
+/// list is made, so keeping it costs a comparison per mismatch.
+#[derive(Default)]
+struct Worst {
+    count: usize,
+    kept: Vec<Mismatch>,
+}
+
+impl Worst {
+    /// Whether a mismatch of `severity` enters the list.
+    fn takes(&self, severity: u64) -> bool {
+        self.kept.len() < self.count || self.kept.last().is_some_and(|m| severity > m.severity())
+    }
+
+    fn insert(&mut self, m: Mismatch) {
+        let at = self.kept.partition_point(|k| k.severity() >= m.severity());
+        self.kept.insert(at, m);
+        self.kept.truncate(self.count);
+    }
+}
+
+/// A mismatch's severity: a NaN against a number above every distance, then the distance.
+fn severity(ulps: Option<u64>) -> u64 {
+    ulps.map_or(u64::MAX, |u| u.min(u64::MAX - 1))
+}
+
+impl Mismatch {
+    /// The order of a list of the worst mismatches (larger first): a NaN against a number
+    /// first, then the larger distance in ULPs.
+    pub fn severity(&self) -> u64 {
+        severity(self.ulps)
+    }
 }
 
 /// One output's comparison so far.
@@ -100,7 +137,15 @@ impl<'p> DiffBuilder<'p> {
             first,
             ulp_histogram: vec![0; ULP_BUCKETS + 2],
             outputs,
+            worst: Worst::default(),
         })
+    }
+
+    /// Keep also the `count` most severe mismatches over every output
+    /// ([`finish_lists`](Self::finish_lists)).
+    pub fn keep_worst(mut self, count: usize) -> Self {
+        self.worst.count = count;
+        self
     }
 
     /// Compare the items from `first_item` on that `hardware` and `software` hold (the same
@@ -198,13 +243,14 @@ impl<'p> DiffBuilder<'p> {
                 if !in_storage {
                     out.not_storage_values += 1;
                 }
-                if acc.mismatches.len() < self.first {
+                let listed = acc.mismatches.len() < self.first;
+                if listed || self.worst.takes(severity(ulps)) {
                     let (item, within) = (first_item + flat / per_item, flat % per_item);
                     let (row, col) = (within / row_len.max(1), within % row_len.max(1));
                     let mut index = vec![item];
                     index.extend(unflatten(within, &decl.shape));
                     let writer = writer_of(program, *decl_idx, row);
-                    acc.mismatches.push(Mismatch {
+                    let m = Mismatch {
                         output: decl.name.clone(),
                         index,
                         tile: col / n,
@@ -218,7 +264,13 @@ impl<'p> DiffBuilder<'p> {
                         hardware_f64: wide,
                         line: writer.map(|(l, _)| l),
                         source: writer.map(|(_, t)| t.to_string()),
-                    });
+                    };
+                    if self.worst.takes(severity(ulps)) {
+                        self.worst.insert(m.clone());
+                    }
+                    if listed {
+                        acc.mismatches.push(m);
+                    }
                 }
             }
         }
@@ -227,6 +279,20 @@ impl<'p> DiffBuilder<'p> {
 
     /// The report of every piece added.
     pub fn finish(self) -> DiffReport {
+        let first = self.first;
+        let (mut report, lists, _) = self.finish_lists();
+        // In output order, as one comparison of the whole tensors lists them.
+        for list in lists {
+            let room = first.saturating_sub(report.mismatches.len());
+            report.mismatches.extend(list.into_iter().take(room));
+        }
+        report
+    }
+
+    /// The report of every piece added without its list of mismatches; each output's first
+    /// mismatches (at most `first` each, in declaration order, not cut across outputs); the
+    /// most severe mismatches ([`keep_worst`](Self::keep_worst)).
+    pub fn finish_lists(self) -> (DiffReport, Vec<Vec<Mismatch>>, Vec<Mismatch>) {
         let mut report = DiffReport {
             schema: "nnpc.diff/1".into(),
             storage: values_name(&self.storage),
@@ -240,6 +306,7 @@ impl<'p> DiffBuilder<'p> {
             trace: None,
             explain: None,
         };
+        let mut lists = Vec::new();
         for (_, acc) in self.outputs {
             let mut out = acc.diff;
             // The statistics of the pairs of finite values, unless a NaN is against a number
@@ -259,14 +326,10 @@ impl<'p> DiffBuilder<'p> {
             report.bit_exact += out.bit_exact;
             report.max_ulps = report.max_ulps.max(out.max_ulps);
             report.outputs.push(out);
-            // In output order, as one comparison of the whole tensors lists them.
-            let room = self.first - report.mismatches.len();
-            report
-                .mismatches
-                .extend(acc.mismatches.into_iter().take(room));
+            lists.push(acc.mismatches);
         }
         report.concordant = report.outputs_bit_exact();
-        report
+        (report, lists, self.worst.kept)
     }
 }
 
