@@ -287,8 +287,6 @@ pub fn provenance_warnings(
 mod tests {
     use super::*;
 
-    /// FNV-1a 64 by its published test vectors: "" and "a".
-
     /// Tensors written to a directory go to `NAME.npy` in it and `nnpc.json`; to a file, to
     /// it and (for `.npy`) its sidecar.
     #[test]
