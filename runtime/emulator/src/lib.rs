@@ -29,7 +29,8 @@ pub struct EmuOptions {
     /// Record every `v_wr` (see [`TraceRecord`]).
     pub trace: bool,
     /// Batch items per machine (lockstep chunk); `None` splits the batch evenly over the
-    /// threads (in chunks of at most [`PROGRESS_CHUNK`] items when `progress` is set).
+    /// threads (in chunks of at most [`PROGRESS_CHUNK`] items when `progress` or `stop` is
+    /// set).
     pub chunk: Option<usize>,
     /// Told how many batch items finished, chunk by chunk (from worker threads).
     pub progress: Option<Progress>,
@@ -210,10 +211,12 @@ pub fn emulate(
     shared.stop = opts.stop;
     let batch = data.batch.max(1);
     let even = batch.div_ceil(rayon::current_num_threads().max(1));
-    let chunk = match (&opts.chunk, &opts.progress) {
-        (Some(c), _) => *c,
-        (None, Some(_)) => even.min(PROGRESS_CHUNK),
-        (None, None) => even,
+    // A run that reports progress or can be stopped goes in small chunks, so that a chain
+    // iteration (where the stop flag is looked at) takes moments.
+    let chunk = match opts.chunk {
+        Some(c) => c,
+        None if opts.progress.is_some() || opts.stop.is_some() => even.min(PROGRESS_CHUNK),
+        None => even,
     }
     .max(1);
     let starts: Vec<usize> = (0..batch).step_by(chunk).collect();
