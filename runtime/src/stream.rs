@@ -197,7 +197,8 @@ pub struct Emulator<'p> {
 impl<'p> Emulator<'p> {
     /// The emulator of `program` with `opts` for a batch of `batch` items, in pieces of
     /// `piece` items or by default [`Emulator::default_piece`]'s, checked to fit in the memory
-    /// available (by the inputs and outputs of an item, [`io_bytes_per_item`]).
+    /// available: what the emulator holds for the program's data ([`emulator_data_bytes`])
+    /// and a piece's inputs and outputs ([`io_bytes_per_item`]).
     pub fn new(
         program: &'p Program,
         opts: EmuOptions,
@@ -212,7 +213,13 @@ impl<'p> Emulator<'p> {
         let piece = piece
             .unwrap_or_else(|| Emulator::default_piece(opts.trace, per_item))
             .max(1);
-        fits_in_memory(piece.min(batch), per_item, fix.into())?;
+        let held = emulator_data_bytes(program);
+        let fix = format!(
+            "{fix} (the count includes about {:.1} GiB the emulator holds for the program's \
+             data, {EMULATOR_DATA_FACTOR} times its declared bytes)",
+            held as f64 / f64::from(1u32 << 30)
+        );
+        fits(held, piece.min(batch), per_item, fix)?;
         Ok(Emulator {
             program,
             opts,
@@ -280,12 +287,30 @@ pub fn io_bytes_per_item(program: &Program) -> usize {
     inputs.saturating_add(elements(&mut program.outputs()).saturating_mul(8))
 }
 
+/// Bytes the emulator holds per byte of a program's declared data (padded to native tiles,
+/// `Footprint::data_bytes`), at most: the weights as host data, the machine's tiles and
+/// registers, the quantized tiles of its products, the thread pool. Measured:
+/// `/usr/bin/time -v nnpc emulate samples/bench/lstm_1024.nnp --batch 1` peaks at 177 MB
+/// resident (`nnpc check` of it: 5 MB), 5.1 times its 33.6 MB of data; rounded up.
+pub const EMULATOR_DATA_FACTOR: u64 = 6;
+
+/// The bytes the emulator holds for `program`'s data, whatever its batch, at most
+/// ([`EMULATOR_DATA_FACTOR`]).
+pub fn emulator_data_bytes(program: &Program) -> u64 {
+    (program.footprint().data_bytes).saturating_mul(EMULATOR_DATA_FACTOR)
+}
+
 /// `items` input sets of `per_item` bytes each fit the memory available (`MemAvailable`;
 /// no check where the system does not say), or the error, with `fix`, before any is
 /// allocated.
 pub fn fits_in_memory(items: usize, per_item: usize, fix: String) -> Result<(), StreamError> {
+    fits(0, items, per_item, fix)
+}
+
+/// [`fits_in_memory`], with `held` bytes besides the items'.
+fn fits(held: u64, items: usize, per_item: usize, fix: String) -> Result<(), StreamError> {
     let gib = |bytes: u128| bytes as f64 / f64::from(1u32 << 30);
-    let need = items as u128 * per_item as u128;
+    let need = u128::from(held) + items as u128 * per_item as u128;
     match mem_available_bytes() {
         Some(have) if need > u128::from(have) => Err(StreamError::TooLarge {
             items,
