@@ -92,26 +92,6 @@ fn outputs_go_through_symbolic_links() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// A little-endian f32 `.npy` file of `shape`, every value `v`.
-fn npy(path: &std::path::Path, shape: &[usize], v: f32) {
-    let dims: Vec<String> = shape.iter().map(|d| format!("{d},")).collect();
-    let mut header = format!(
-        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), }}",
-        dims.join(" ")
-    );
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
-    for _ in 0..shape.iter().product::<usize>() {
-        bytes.extend(v.to_le_bytes());
-    }
-    std::fs::write(path, bytes).expect("write npy");
-}
-
 /// Tensors a run does not use are named on stderr: one no declaration names (a misspelling
 /// that `--random-missing` would fill silently), and a name in both files (the weights
 /// file's is used).
@@ -121,9 +101,9 @@ fn unused_tensors_are_named() {
     let (weights, inputs) = (dir.join("weights"), dir.join("inputs"));
     std::fs::create_dir_all(&weights).expect("dir");
     std::fs::create_dir_all(&inputs).expect("dir");
-    npy(&weights.join("weight.npy"), &[2], 1.0);
-    npy(&weights.join("x.npy"), &[4, 300], 1.0);
-    npy(&inputs.join("x.npy"), &[4, 300], 0.0);
+    common::npy(&weights.join("weight.npy"), &[2], 1.0);
+    common::npy(&weights.join("x.npy"), &[4, 300], 1.0);
+    common::npy(&inputs.join("x.npy"), &[4, 300], 0.0);
     let args = [
         "run",
         SAMPLE,
@@ -154,8 +134,8 @@ fn unused_tensors_are_named() {
 fn a_single_npy_file_is_the_programs_one_input() {
     let dir = scratch("one-npy");
     let (data, named) = (dir.join("data.npy"), dir.join("x.npy"));
-    npy(&data, &[4, 300], 0.5);
-    npy(&named, &[4, 300], 0.5);
+    common::npy(&data, &[4, 300], 0.5);
+    common::npy(&named, &[4, 300], 0.5);
     let out = |inputs: &std::path::Path, o: &std::path::Path| {
         let args = [
             "run",
@@ -214,7 +194,7 @@ fn no_output_lands_on_a_file_the_command_reads() {
     let o = nnpc(&["compile", arg(&fw), "-o", arg(&graph)]);
     assert_eq!(o.status.code(), Some(0), "{}", message(&o));
     let x = dir.join("x.npy");
-    npy(&x, &[4, 300], 0.5);
+    common::npy(&x, &[4, 300], 0.5);
     let (link, hard) = (dir.join("link.npy"), dir.join("hard.npy"));
     std::os::unix::fs::symlink("x.npy", &link).expect("symlink");
     std::fs::hard_link(&x, &hard).expect("hard link");
@@ -335,7 +315,7 @@ fn compile_and_graph_write_their_output_whole() {
 fn an_unknown_output_extension_is_an_error() {
     let dir = scratch("extension");
     let x = dir.join("x.npy");
-    npy(&x, &[4, 300], 0.5);
+    common::npy(&x, &[4, 300], 0.5);
     let out = dir.join("out.txt");
     for args in [
         vec!["run", SAMPLE, "-o", arg(&out)],

@@ -20,6 +20,7 @@ pub mod limits;
 pub mod ops;
 pub mod parse;
 pub mod program;
+pub mod read;
 pub mod source_text;
 pub mod synth;
 pub mod target;

@@ -158,6 +158,9 @@ pub struct Target {
     pub base_dir: Option<PathBuf>,
 }
 
+/// The most bytes a target file may have (the built-in targets take about 2 KB).
+pub const MAX_TARGET_BYTES: u64 = 1 << 20;
+
 /// A target file that cannot be used. An invalid file's error points at the key or value in
 /// the file's text (rendered by miette like a firmware diagnostic) where it has one; when the
 /// file has several problems, the first is the error and the rest are `more`.
@@ -512,7 +515,15 @@ impl Target {
         if BUILTIN_TARGETS.contains(&given) {
             return Target::builtin(given);
         }
-        let text = std::fs::read_to_string(path).map_err(|cause| {
+        // A regular file of at most MAX_TARGET_BYTES (a FIFO or `/dev/zero` is refused unread).
+        let bytes = crate::read::read_limited(Path::new(path), MAX_TARGET_BYTES);
+        let text = bytes
+            .map_err(|e| match e {
+                crate::read::LimitedReadError::Io(e) => e,
+                e => std::io::Error::other(e.to_string()),
+            })
+            .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other));
+        let text = text.map_err(|cause| {
             let help = (cause.kind() == std::io::ErrorKind::NotFound)
                 .then(|| nearest_builtin(given))
                 .flatten()

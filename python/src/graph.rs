@@ -109,6 +109,9 @@ impl Graph {
         fallback: Option<usize>,
     ) -> PyResult<HostData> {
         let p = &*self.program;
+        if let Some(batch) = data.batch.or(fallback) {
+            self.batch_fits(py, batch)?;
+        }
         if data.weights.is_none() && data.inputs.is_none() {
             let batch = data.batch.or(fallback).unwrap_or(1);
             if batch == 0 {
@@ -128,6 +131,15 @@ impl Graph {
         };
         let searched = "the arrays given (weights= and inputs=)";
         HostData::from_tensors(p, tensors, &opts, searched).map_err(|e| data_error(py, e))
+    }
+
+    /// A batch of `batch` input sets held in memory whole, within the library's limit
+    /// ([`nnp_runtime::stream::check_batch`]), or the `DataError` naming `batch=` and it.
+    fn batch_fits(&self, py: Python<'_>, batch: usize) -> PyResult<()> {
+        use nnp_runtime::stream::{Kept, check_batch, io_bytes_per_item};
+        let per_item = io_bytes_per_item(&self.program);
+        check_batch("batch=", batch, per_item, Kept::Memory { per_item })
+            .map_err(|e| data_error(py, e))
     }
 
     /// The software graph's outputs on `data`, the GIL released.
@@ -344,6 +356,7 @@ impl Graph {
         stop: usize,
         seed: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
+        self.batch_fits(py, stop.saturating_sub(start))?;
         let inputs = HostData::random_inputs(&self.program, start..stop.max(start), seed);
         to_dict(py, inputs, OutDtype::F32)
     }

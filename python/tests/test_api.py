@@ -259,3 +259,20 @@ def test_a_warm_graph_follows_new_weights(lstm: nnpc.Graph) -> None:
     second = lstm.run(batch=2, seed=12)["h"]
     fresh = nnpc.compile("samples/lstm.nnp").run(batch=2, seed=12)["h"]
     assert same_bits(second, fresh) and not same_bits(first, second)
+
+
+def test_a_batch_past_the_limit_raises_data_error(lstm: nnpc.Graph) -> None:
+    """A batch whose results would not fit in memory (or whose inputs and outputs pass
+    2^62 bytes) is a DataError naming ``batch=`` and the limit, before anything is made:
+    never an abort of the interpreter or a panic."""
+    x = lstm.random_inputs(1)["x"][0]
+    for call in [
+        lambda: lstm.run(batch=2**40),
+        lambda: lstm.emulate(batch=2**40),
+        lambda: lstm.run(batch=2**63),
+        lambda: lstm.emulate(batch=2**63),
+        lambda: lstm.random_inputs(2**40),
+        lambda: lstm.run(lstm.random_weights(), {"x": x}, batch=10**9),
+    ]:
+        with pytest.raises(nnpc.DataError, match=r"batch= \d+: .*the limit is \d+ input sets"):
+            call()

@@ -17,8 +17,9 @@ pub trait Engine {
     /// What a chunk's run gives: its outputs, and what else the engine hands back.
     type Run;
     type Error;
-    /// The chunks of a batch of `batch` items: consecutive ranges, in order, covering it.
-    fn chunks(&self, batch: usize) -> Vec<Range<usize>>;
+    /// The chunks of a batch of `batch` items: consecutive ranges, in order, covering it,
+    /// made as they are taken (a batch of 2^40 items has 2^28 chunks or more).
+    fn chunks(&self, batch: usize) -> Chunks;
     /// Whether a run of `batch` items in `chunks` chunks reports its progress.
     fn shows_progress(&self, batch: usize, chunks: usize) -> bool;
     /// Run the items `items` of the batch, their inputs (and the weights) in `data`, telling
@@ -30,6 +31,9 @@ pub trait Engine {
         progress: Option<&Progress>,
     ) -> Result<Self::Run, Self::Error>;
 }
+
+/// The chunks of a batch ([`Engine::chunks`]), made one at a time.
+pub type Chunks = Box<dyn ExactSizeIterator<Item = Range<usize>>>;
 
 /// Why a run in chunks stopped, besides its engine, its inputs and its sink: the stop flag
 /// was set, or a chunk would not fit in memory.
@@ -48,6 +52,18 @@ pub enum StreamError {
         available: f64,
         fix: String,
     },
+    #[error(
+        "{flag} {batch}: {why}; the limit is {limit} input sets{of}; help: a smaller batch, \
+         or several runs"
+    )]
+    Batch {
+        flag: String,
+        batch: usize,
+        limit: usize,
+        /// ` of N bytes each`, where the limit is of bytes.
+        of: String,
+        why: &'static str,
+    },
 }
 
 /// A batch to run in chunks: its weights and size, the progress callback (told how many items
@@ -64,7 +80,8 @@ impl Stream<'_> {
     /// just before the chunk runs, and `sink` takes the chunk's run, with its items, as soon as
     /// it is done. The run never holds more than one chunk's inputs and outputs, whatever the
     /// batch. An error of either, or of the engine, stops it; so does the stop flag, between
-    /// chunks ([`StreamError::Stopped`], with the items done).
+    /// chunks or within one where the engine looks at it too ([`StreamError::Stopped`], with
+    /// the items of the chunks done).
     pub fn run<G: Engine, E: From<G::Error> + From<StreamError>>(
         self,
         engine: &mut G,
@@ -86,7 +103,14 @@ impl Stream<'_> {
             }
             data.inputs = inputs(items.clone())?;
             data.batch = items.len();
-            let run = engine.run(&data, items.clone(), progress.as_ref())?;
+            let run = match engine.run(&data, items.clone(), progress.as_ref()) {
+                // An engine that sees the flag within a chunk stops with an error of its own.
+                Err(_) if self.stop.is_some_and(|s| s.load(Ordering::SeqCst)) => {
+                    let done = items.start;
+                    return Err(StreamError::Stopped { done, batch }.into());
+                }
+                run => run?,
+            };
             sink(items, run)?;
         }
         Ok(())
@@ -127,8 +151,8 @@ impl Engine for Graph<'_> {
     type Run = Execution;
     type Error = ExecError;
 
-    fn chunks(&self, batch: usize) -> Vec<Range<usize>> {
-        self.session.chunks(batch).collect()
+    fn chunks(&self, batch: usize) -> Chunks {
+        Box::new(self.session.chunks(batch))
     }
 
     /// A batch that takes more than one chunk.
@@ -173,7 +197,8 @@ pub struct Emulator<'p> {
 impl<'p> Emulator<'p> {
     /// The emulator of `program` with `opts` for a batch of `batch` items, in pieces of
     /// `piece` items or by default [`Emulator::default_piece`]'s, checked to fit in the memory
-    /// available (by the inputs and outputs of an item, [`io_bytes_per_item`]).
+    /// available: what the emulator holds for the program's data ([`emulator_data_bytes`])
+    /// and a piece's inputs and outputs ([`io_bytes_per_item`]).
     pub fn new(
         program: &'p Program,
         opts: EmuOptions,
@@ -188,7 +213,13 @@ impl<'p> Emulator<'p> {
         let piece = piece
             .unwrap_or_else(|| Emulator::default_piece(opts.trace, per_item))
             .max(1);
-        fits_in_memory(piece.min(batch), per_item, fix.into())?;
+        let held = emulator_data_bytes(program);
+        let fix = format!(
+            "{fix} (the count includes about {:.1} GiB the emulator holds for the program's \
+             data, {EMULATOR_DATA_FACTOR} times its declared bytes)",
+            held as f64 / f64::from(1u32 << 30)
+        );
+        fits(held, piece.min(batch), per_item, fix)?;
         Ok(Emulator {
             program,
             opts,
@@ -209,19 +240,22 @@ impl<'p> Emulator<'p> {
     }
 }
 
-/// `0..batch` in consecutive ranges of `piece` items (the last one shorter).
-fn pieces(batch: usize, piece: usize) -> Vec<Range<usize>> {
-    (0..batch)
-        .step_by(piece)
-        .map(|first| first..(first + piece).min(batch))
-        .collect()
+/// `0..batch` in consecutive ranges of `piece` items (the last one shorter), made as they
+/// are taken.
+fn pieces(batch: usize, piece: usize) -> Chunks {
+    let piece = piece.max(1);
+    Box::new(
+        (0..batch)
+            .step_by(piece)
+            .map(move |first| first..first.saturating_add(piece).min(batch)),
+    )
 }
 
 impl Engine for Emulator<'_> {
     type Run = Emulation;
     type Error = EmuError;
 
-    fn chunks(&self, batch: usize) -> Vec<Range<usize>> {
+    fn chunks(&self, batch: usize) -> Chunks {
         pieces(batch, self.piece)
     }
 
@@ -253,12 +287,30 @@ pub fn io_bytes_per_item(program: &Program) -> usize {
     inputs.saturating_add(elements(&mut program.outputs()).saturating_mul(8))
 }
 
+/// Bytes the emulator holds per byte of a program's declared data (padded to native tiles,
+/// `Footprint::data_bytes`), at most: the weights as host data, the machine's tiles and
+/// registers, the quantized tiles of its products, the thread pool. Measured:
+/// `/usr/bin/time -v nnpc emulate samples/bench/lstm_1024.nnp --batch 1` peaks at 177 MB
+/// resident (`nnpc check` of it: 5 MB), 5.1 times its 33.6 MB of data; rounded up.
+pub const EMULATOR_DATA_FACTOR: u64 = 6;
+
+/// The bytes the emulator holds for `program`'s data, whatever its batch, at most
+/// ([`EMULATOR_DATA_FACTOR`]).
+pub fn emulator_data_bytes(program: &Program) -> u64 {
+    (program.footprint().data_bytes).saturating_mul(EMULATOR_DATA_FACTOR)
+}
+
 /// `items` input sets of `per_item` bytes each fit the memory available (`MemAvailable`;
 /// no check where the system does not say), or the error, with `fix`, before any is
 /// allocated.
 pub fn fits_in_memory(items: usize, per_item: usize, fix: String) -> Result<(), StreamError> {
+    fits(0, items, per_item, fix)
+}
+
+/// [`fits_in_memory`], with `held` bytes besides the items'.
+fn fits(held: u64, items: usize, per_item: usize, fix: String) -> Result<(), StreamError> {
     let gib = |bytes: u128| bytes as f64 / f64::from(1u32 << 30);
-    let need = items as u128 * per_item as u128;
+    let need = u128::from(held) + items as u128 * per_item as u128;
     match mem_available_bytes() {
         Some(have) if need > u128::from(have) => Err(StreamError::TooLarge {
             items,
@@ -269,6 +321,71 @@ pub fn fits_in_memory(items: usize, per_item: usize, fix: String) -> Result<(), 
         }),
         _ => Ok(()),
     }
+}
+
+/// The most bytes a batch's inputs and outputs may take in all ([`io_bytes_per_item`] times
+/// the batch): 2^62, so that every item offset, value index and file position a run computes
+/// stays inside 64-bit arithmetic, whatever the run does with its results.
+pub const MAX_BATCH_BYTES: u64 = 1 << 62;
+
+/// What a run does with its results, for [`check_batch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kept {
+    /// Held in memory whole, `per_item` bytes of them per input set (Python's `Graph.run`,
+    /// `random_inputs`): the batch must fit the memory available.
+    Memory { per_item: usize },
+    /// Handed on a chunk at a time, to a file or dropped (`nnpc run`, `nnpc emulate`): the
+    /// memory a run holds is bounded whatever the batch; a file must hold the outputs
+    /// ([`crate::io::ItemWriter::create_with`] checks that).
+    Streamed,
+}
+
+/// The largest batch of input sets of `io_per_item` bytes of inputs and outputs each
+/// ([`io_bytes_per_item`]) that a run may take, its results `kept` so: the one limit of
+/// `nnpc run`, `nnpc emulate` and the Python package. `flag` names the batch as the caller
+/// spells it (`--batch`, `batch=`) for the error.
+pub fn check_batch(
+    flag: &str,
+    batch: usize,
+    io_per_item: usize,
+    kept: Kept,
+) -> Result<(), StreamError> {
+    let too_large = |limit: u64, per_item: usize, why| {
+        let of = match per_item {
+            0 | 1 => String::new(),
+            n => format!(" of {n} bytes each"),
+        };
+        StreamError::Batch {
+            flag: flag.to_string(),
+            batch,
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            of,
+            why,
+        }
+    };
+    let per_item = io_per_item.max(1);
+    let most = MAX_BATCH_BYTES / per_item as u64;
+    if batch as u64 > most {
+        return Err(too_large(
+            most,
+            per_item,
+            "its inputs and outputs would take more than 2^62 bytes, past what a run's 64-bit \
+             offsets count",
+        ));
+    }
+    if let Kept::Memory { per_item } = kept {
+        let per_item = per_item.max(1);
+        if let Some(have) = mem_available_bytes()
+            && batch as u128 * per_item as u128 > u128::from(have)
+        {
+            return Err(too_large(
+                have / per_item as u64,
+                per_item,
+                "its results are held in memory whole, more than the memory available holds",
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -285,7 +402,7 @@ mod tests {
     impl Engine for Echo {
         type Run = (Range<usize>, usize);
         type Error = StreamError;
-        fn chunks(&self, batch: usize) -> Vec<Range<usize>> {
+        fn chunks(&self, batch: usize) -> Chunks {
             pieces(batch, self.piece)
         }
         fn shows_progress(&self, _: usize, chunks: usize) -> bool {
@@ -357,6 +474,39 @@ mod tests {
             run,
             Err(StreamError::Stopped { done: 4, batch: 10 })
         ));
+    }
+
+    /// The absolute cap by hand: 2^62 bytes of 8-byte items make 2^59 items; one more is
+    /// refused, naming the flag and the limit; a batch held in memory past `MemAvailable`
+    /// is refused too, a streamed one of the same size is not.
+    #[test]
+    fn batch_limits_by_hand() {
+        assert!(check_batch("--batch", 1 << 59, 8, Kept::Streamed).is_ok());
+        let e = check_batch("--batch", (1 << 59) + 1, 8, Kept::Streamed).unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with("--batch 576460752303423489: "), "{text}");
+        assert!(text.contains("the limit is 576460752303423488 input sets of 8 bytes each"));
+        assert!(check_batch("batch=", usize::MAX, 0, Kept::Streamed).is_err());
+        if let Some(have) = mem_available_bytes() {
+            let batch = (have / 1024 + 1) as usize;
+            assert!(check_batch("--batch", batch, 1024, Kept::Streamed).is_ok());
+            let held = Kept::Memory { per_item: 1024 };
+            let e = check_batch("batch=", batch, 1024, held).unwrap_err();
+            let limit = format!("the limit is {} input sets of 1024 bytes", have / 1024);
+            assert!(e.to_string().contains(&limit), "{e}");
+        }
+    }
+
+    /// A batch of 2^63 items is cut in pieces as they are taken: nothing of the size of the
+    /// batch is made up front.
+    #[test]
+    fn pieces_of_a_huge_batch_are_made_as_taken() {
+        let batch = 1usize << 63;
+        let mut p = pieces(batch, 4096);
+        assert_eq!(p.len(), 1 << 51);
+        assert_eq!(p.next(), Some(0..4096));
+        let mut whole = pieces(batch, usize::MAX);
+        assert_eq!((whole.next(), whole.next()), (Some(0..batch), None));
     }
 
     /// Pieces of 1 GiB of inputs and outputs at most, by hand: 4096 items of 256 KiB make

@@ -54,6 +54,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     };
     let (weights, feed) = args.data.feed(&program, None).map_err(super::fail)?;
     let batch = feed.batch;
+    super::host_args::check_batch(&program, batch)?;
     let shapes: BTreeMap<String, Vec<usize>> = program
         .outputs()
         .map(|d| {
@@ -72,6 +73,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     )?;
     let opts = EmuOptions {
         trace: args.trace.is_some(),
+        // Ctrl-C stops a piece within moments, not only between pieces.
+        stop: Some(&super::host_args::INTERRUPTED),
         ..EmuOptions::default()
     };
     let mut engine = Emulator::new(&program, opts, args.chunk_items, batch).map_err(super::fail)?;

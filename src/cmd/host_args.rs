@@ -84,6 +84,13 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
 
+/// `--batch` within the library's limit for a run on the command line, whose results stream
+/// to `-o` or are dropped ([`stream::check_batch`]).
+pub fn check_batch(program: &Program, batch: usize) -> miette::Result<()> {
+    let per_item = stream::io_bytes_per_item(program);
+    stream::check_batch("--batch", batch, per_item, stream::Kept::Streamed).map_err(super::fail)
+}
+
 /// How a software graph goes through a large batch.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ChunkArgs {

@@ -60,3 +60,23 @@ pub fn env_u64(name: &str, default: u64) -> u64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(default)
 }
+
+/// A little-endian f32 `.npy` file of `shape`, every value `v`.
+pub fn npy(path: &std::path::Path, shape: &[usize], v: f32) {
+    let dims: Vec<String> = shape.iter().map(|d| format!("{d},")).collect();
+    let mut header = format!(
+        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), }}",
+        dims.join(" ")
+    );
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    for _ in 0..shape.iter().product::<usize>() {
+        bytes.extend(v.to_le_bytes());
+    }
+    std::fs::write(path, bytes).expect("write npy");
+}

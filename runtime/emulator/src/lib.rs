@@ -29,13 +29,17 @@ pub struct EmuOptions {
     /// Record every `v_wr` (see [`TraceRecord`]).
     pub trace: bool,
     /// Batch items per machine (lockstep chunk); `None` splits the batch evenly over the
-    /// threads (in chunks of at most [`PROGRESS_CHUNK`] items when `progress` is set).
+    /// threads (in chunks of at most [`PROGRESS_CHUNK`] items when `progress` or `stop` is
+    /// set).
     pub chunk: Option<usize>,
     /// Told how many batch items finished, chunk by chunk (from worker threads).
     pub progress: Option<Progress>,
     /// The number of the data's first item in a larger batch emulated a piece at a time:
     /// trace records and error sites count from it (0: the data is the whole batch).
     pub first_item: usize,
+    /// The stop flag: once set, the run stops before its next chain iteration of any item
+    /// ([`EmuError::Stopped`]), so a long piece stops within moments.
+    pub stop: Option<&'static std::sync::atomic::AtomicBool>,
 }
 
 /// Largest chunk when progress is reported, so a long run reports often.
@@ -142,6 +146,9 @@ pub enum EmuError {
     Table { path: PathBuf, message: String },
     #[error("host data lacks `{name}` ({message})")]
     Data { name: String, message: String },
+    /// The stop flag was set ([`EmuOptions::stop`]).
+    #[error("stopped")]
+    Stopped,
     /// Past a size limit of [`nnp_grammar::limits`] (checked before anything is allocated).
     #[error(transparent)]
     TooLarge(#[from] nnp_grammar::SizeError),
@@ -161,7 +168,10 @@ impl EmuError {
             EmuError::NetqLeftover { span, .. }
             | EmuError::OutputMissing { span, .. }
             | EmuError::Unsupported { span, .. } => Some(*span),
-            EmuError::Table { .. } | EmuError::Data { .. } | EmuError::TooLarge(_) => None,
+            EmuError::Table { .. }
+            | EmuError::Data { .. }
+            | EmuError::TooLarge(_)
+            | EmuError::Stopped => None,
         }
     }
 
@@ -197,13 +207,16 @@ pub fn emulate(
     opts: &EmuOptions,
 ) -> Result<Emulation, EmuError> {
     program.check_size()?;
-    let shared = machine::Shared::new(program, data)?;
+    let mut shared = machine::Shared::new(program, data)?;
+    shared.stop = opts.stop;
     let batch = data.batch.max(1);
     let even = batch.div_ceil(rayon::current_num_threads().max(1));
-    let chunk = match (&opts.chunk, &opts.progress) {
-        (Some(c), _) => *c,
-        (None, Some(_)) => even.min(PROGRESS_CHUNK),
-        (None, None) => even,
+    // A run that reports progress or can be stopped goes in small chunks, so that a chain
+    // iteration (where the stop flag is looked at) takes moments.
+    let chunk = match opts.chunk {
+        Some(c) => c,
+        None if opts.progress.is_some() || opts.stop.is_some() => even.min(PROGRESS_CHUNK),
+        None => even,
     }
     .max(1);
     let starts: Vec<usize> = (0..batch).step_by(chunk).collect();

@@ -16,6 +16,7 @@ use nnp_numerics::{FloatFormat, Format};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 mod shared;
 
@@ -120,6 +121,9 @@ impl Machine<'_, '_> {
         }
         for c in &p.chains {
             for t in 0..c.iterations {
+                if self.sh.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                    return Err(EmuError::Stopped);
+                }
                 let at = At {
                     chain: c.index,
                     iteration: t,

@@ -41,6 +41,15 @@ pub enum TraceError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "trace `{path}` line {line} has more than {limit} bytes, the most a trace line may \
+         have; help: is it a trace file?"
+    )]
+    LineTooLong {
+        path: PathBuf,
+        line: usize,
+        limit: u64,
+    },
     #[error("trace `{path}` line {line} is not a trace record: {message}")]
     Parse {
         path: PathBuf,
@@ -101,15 +110,56 @@ impl TraceWriter {
     }
 }
 
+/// The most bytes a line of a trace file read may have (a record of 2^26 lanes or more, at
+/// up to 11 digits a lane): a file with a longer one, or none, is refused as it is read,
+/// before it fills memory.
+pub const MAX_TRACE_LINE_BYTES: u64 = 1 << 30;
+
 /// Read a JSON-lines trace (blank lines are skipped).
 pub fn read_trace(path: &Path) -> Result<Vec<TraceRecord>, TraceError> {
-    let file = std::fs::File::open(path).map_err(|source| read_err(path, source))?;
-    let mut out = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| read_err(path, source))?;
-        out.extend(parse_line::<TraceRecord>(path, i + 1, line.as_bytes())?);
+    let mut reader = std::io::BufReader::new(open_trace(path)?);
+    let (mut out, mut buf, mut line) = (Vec::new(), Vec::new(), 0);
+    while read_line(&mut reader, &mut buf, path, &mut line)? > 0 {
+        out.extend(parse_line::<TraceRecord>(path, line, &buf)?);
     }
     Ok(out)
+}
+
+/// The trace file `path`, open: a regular file only ([`crate::io::open_regular`]).
+fn open_trace(path: &Path) -> Result<std::fs::File, TraceError> {
+    use crate::io::LimitedReadError;
+    match crate::io::open_regular(path) {
+        Ok((file, _)) => Ok(file),
+        Err(LimitedReadError::Io(e)) => Err(read_err(path, e)),
+        Err(e) => Err(read_err(path, std::io::Error::other(e.to_string()))),
+    }
+}
+
+/// The next line of `reader` into `buf` (its newline kept), numbered `line` (counted up): its
+/// length, 0 at the end; a line of more than [`MAX_TRACE_LINE_BYTES`] is an error.
+fn read_line(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    path: &Path,
+    line: &mut usize,
+) -> Result<usize, TraceError> {
+    use std::io::Read;
+    buf.clear();
+    let len = reader
+        .take(MAX_TRACE_LINE_BYTES + 1)
+        .read_until(b'\n', buf)
+        .map_err(|source| read_err(path, source))?;
+    if len > 0 {
+        *line += 1;
+    }
+    if len as u64 > MAX_TRACE_LINE_BYTES {
+        return Err(TraceError::LineTooLong {
+            path: path.to_path_buf(),
+            line: *line,
+            limit: MAX_TRACE_LINE_BYTES,
+        });
+    }
+    Ok(len)
 }
 
 fn read_err(path: &Path, source: std::io::Error) -> TraceError {
@@ -167,18 +217,13 @@ impl TraceFile {
     /// Index the trace at `path`. A line that is not JSON, or has no `item`, is an error
     /// here; a record's other fields are checked when its items are read.
     pub fn open(path: &Path) -> Result<TraceFile, TraceError> {
-        let file = std::fs::File::open(path).map_err(|source| read_err(path, source))?;
-        let mut reader = std::io::BufReader::new(file);
+        let mut reader = std::io::BufReader::new(open_trace(path)?);
         let (mut runs, mut buf, mut at, mut line) = (Vec::<Run>::new(), Vec::new(), 0u64, 0);
         loop {
-            buf.clear();
-            let len = reader
-                .read_until(b'\n', &mut buf)
-                .map_err(|source| read_err(path, source))?;
+            let len = read_line(&mut reader, &mut buf, path, &mut line)?;
             if len == 0 {
                 break;
             }
-            line += 1;
             let (start, end) = (at, at + len as u64);
             at = end;
             let Some(ItemOf { item }) = parse_line(path, line, &buf)? else {
@@ -214,7 +259,7 @@ impl TraceFile {
         for run in runs {
             let file = match &mut file {
                 Some(f) => f,
-                None => file.insert(std::fs::File::open(path).map_err(|e| read_err(path, e))?),
+                None => file.insert(open_trace(path)?),
             };
             buf.resize((run.end - run.start) as usize, 0);
             file.seek(SeekFrom::Start(run.start))

@@ -26,6 +26,8 @@ pub struct Shared<'a> {
     /// `mvm.matrix` quantizations shared by the chunks, keyed by tile identity (the address of
     /// its data, which lives as long as `tiles`) and format.
     pub(super) qtiles: Mutex<QCache>,
+    /// The stop flag ([`crate::EmuOptions::stop`]), looked at before each chain iteration.
+    pub stop: Option<&'static std::sync::atomic::AtomicBool>,
 }
 
 type QCache = HashMap<(usize, Format), Arc<Vec<QRun>>>;
@@ -96,6 +98,7 @@ impl<'a> Shared<'a> {
             tiles: HashMap::new(),
             vregs: HashMap::new(),
             qtiles: Mutex::new(HashMap::new()),
+            stop: None,
         };
         for d in &p.decls {
             let Some(place) = d.place else { continue };

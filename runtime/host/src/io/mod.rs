@@ -134,8 +134,7 @@ pub fn index_tensors(path: &Path) -> Result<BTreeMap<String, StoredTensor>, IoEr
         }
         return Ok(out);
     }
-    let mut file = std::fs::File::open(path).map_err(read_err)?;
-    let len = file.metadata().map_err(read_err)?.len();
+    let (mut file, len) = open_tensor_file(path)?;
     if has_ext(path, "npy") {
         let name = path
             .file_stem()
@@ -145,6 +144,17 @@ pub fn index_tensors(path: &Path) -> Result<BTreeMap<String, StoredTensor>, IoEr
     } else {
         safetensors_index(&mut file, len, path)
     }
+}
+
+/// The tensor file `path`, open, and its length: a regular file only ([`open_regular`]).
+fn open_tensor_file(path: &Path) -> Result<(std::fs::File, u64), IoError> {
+    open_regular(path).map_err(|e| IoError::Read {
+        path: path.to_path_buf(),
+        source: match e {
+            LimitedReadError::Io(e) => e,
+            e => std::io::Error::other(e.to_string()),
+        },
+    })
 }
 
 /// A tensor in a file, known by its header: its values are read when asked, whole or a range
@@ -228,7 +238,7 @@ impl StoredTensor {
         };
         let size = self.ty.size();
         let mut bytes = vec![0u8; shape.iter().product::<usize>() * size];
-        let mut file = std::fs::File::open(&self.path).map_err(err)?;
+        let (mut file, _) = open_tensor_file(&self.path)?;
         file.seek(SeekFrom::Start(self.offset + (first * size) as u64))
             .map_err(err)?;
         file.read_exact(&mut bytes).map_err(err)?;
@@ -540,78 +550,7 @@ pub fn read_table(path: &Path) -> Result<Vec<u16>, String> {
         .collect())
 }
 
-/// Why [`read_limited`] read nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum LimitedReadError {
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("it is not a regular file but {kind}; help: give the path of a file")]
-    NotAFile { kind: &'static str },
-    #[error("it has {size} bytes, more than the {limit} bytes this file may have")]
-    TooLarge { size: u64, limit: u64 },
-}
-
-/// The bytes of the regular file `path` (a link to one is followed), at most `limit` of them.
-/// A FIFO, a device, a socket or a directory is refused before anything is read (a FIFO is
-/// opened without waiting for a writer), and a file of more than `limit` bytes is refused
-/// without reading it whole: the bytes read are bounded whatever the path names.
-pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, LimitedReadError> {
-    use std::io::Read;
-    let kind = |m: &std::fs::Metadata| {
-        use std::os::unix::fs::FileTypeExt;
-        let t = m.file_type();
-        match () {
-            _ if t.is_file() => None,
-            _ if t.is_dir() => Some("a directory"),
-            _ if t.is_fifo() => Some("a FIFO"),
-            _ if t.is_char_device() || t.is_block_device() => Some("a device"),
-            _ if t.is_socket() => Some("a socket"),
-            _ => Some("not a file"),
-        }
-    };
-    if let Some(kind) = kind(&std::fs::metadata(path)?) {
-        return Err(LimitedReadError::NotAFile { kind });
-    }
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(all(
-        target_os = "linux",
-        any(
-            target_arch = "x86_64",
-            target_arch = "aarch64",
-            target_arch = "x86",
-            target_arch = "arm",
-            target_arch = "riscv64"
-        )
-    ))]
-    {
-        // O_NONBLOCK: a FIFO put in the file's place since the check above opens at once
-        // (and is refused below) instead of waiting for a writer.
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(0o4000);
-    }
-    let file = options.open(path)?;
-    let meta = file.metadata()?;
-    if let Some(kind) = kind(&meta) {
-        return Err(LimitedReadError::NotAFile { kind });
-    }
-    if meta.len() > limit {
-        return Err(LimitedReadError::TooLarge {
-            size: meta.len(),
-            limit,
-        });
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        // It grew while it was read.
-        return Err(LimitedReadError::TooLarge {
-            size: bytes.len() as u64,
-            limit,
-        });
-    }
-    Ok(bytes)
-}
+pub use nnp_grammar::read::{LimitedReadError, open_regular, read_limited};
 
 #[cfg(test)]
 mod tests;

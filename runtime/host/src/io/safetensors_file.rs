@@ -124,10 +124,7 @@ pub(super) fn safetensors_metadata(path: &Path) -> Option<super::Metadata> {
     use std::io::Read;
     /// A header with metadata is far smaller than the crate's own limit on headers.
     const MAX_HEADER: u64 = 100_000_000;
-    let mut file = std::fs::File::open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
+    let (mut file, _) = super::open_regular(path).ok()?;
     let mut n = [0u8; 8];
     file.read_exact(&mut n).ok()?;
     let n = u64::from_le_bytes(n);

@@ -14,6 +14,35 @@ pub struct ItemWriter {
     /// Each tensor's file (an index into `files`), where its values start there, and its
     /// shape.
     slots: BTreeMap<String, (usize, u64, Vec<usize>)>,
+    /// The directories made for the files; after `files`, so dropped once they are removed.
+    made: MadeDirs,
+}
+
+/// Directories made for a writer's files, deepest first: removed when it is dropped before
+/// [`ItemWriter::finish`] (each only while empty, so nothing else is ever removed), so a
+/// failed run leaves no empty directory behind.
+#[derive(Default)]
+struct MadeDirs(Vec<PathBuf>);
+
+impl MadeDirs {
+    /// Make `path` and the directories above it that do not exist, keeping which were made.
+    fn create(&mut self, path: &Path) -> Result<(), std::io::Error> {
+        let missing = path
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err());
+        let missing: Vec<PathBuf> = missing.map(Path::to_path_buf).collect();
+        let made = std::fs::create_dir_all(path);
+        self.0.extend(missing);
+        made
+    }
+}
+
+impl Drop for MadeDirs {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
 /// A file written under a temporary name next to its place (`.NAME.nnpc-PID.tmp`) and
@@ -125,6 +154,7 @@ impl ItemWriter {
             dtype,
             files: Vec::new(),
             slots: BTreeMap::new(),
+            made: MadeDirs::default(),
         };
         // Every byte count below fits (with room for the headers), or none is made.
         let total = shapes.values().try_fold(0usize, |sum, shape| {
@@ -166,7 +196,7 @@ impl ItemWriter {
             });
         }
         if !one {
-            std::fs::create_dir_all(path).map_err(|source| IoError::Write {
+            writer.made.create(path).map_err(|source| IoError::Write {
                 path: path.to_path_buf(),
                 source,
             })?;
@@ -250,11 +280,16 @@ impl ItemWriter {
 
     /// Put every file in its place.
     pub fn finish(self) -> Result<(), IoError> {
-        for file in self.files {
+        let ItemWriter {
+            files, mut made, ..
+        } = self;
+        for file in files {
             let path = file.path().to_path_buf();
             file.finish()
                 .map_err(|source| IoError::Write { path, source })?;
         }
+        // In their places: the directories stay.
+        made.0.clear();
         Ok(())
     }
 }
