@@ -1373,6 +1373,9 @@ fn a_pad_that_is_not_a_finite_f32_is_refused() {
             d.help.as_deref().is_some_and(|h| h.contains("-65504")),
             "{d:#?}"
         );
+        // The input stays declared: its pops report nothing more.
+        let src = format!("{src}v_rd netq\nv_wr netq\nend_chain\n");
+        assert_eq!(diags(&src).len(), 1, "{:#?}", diags(&src));
     }
     // The largest f32 is a pad.
     let src = "vector v : [100] at ivrf[0] pad -3.4028234663852886e38\n";
