@@ -50,6 +50,57 @@ fn an_error_past_column_65535_renders_in_firmware_and_target_files() {
     assert!(stderr(&o).contains("long.toml:1:100010]"), "{}", stderr(&o));
 }
 
+/// A 20,000-character token (a name, a number) renders with its location and a shortened
+/// quote: the renderer gets a span it can show, the message not the whole token.
+#[test]
+fn a_token_of_20000_characters_renders_with_its_location_and_a_short_quote() {
+    let dir = scratch("limits_long_token");
+    for (name, text, at) in [
+        (
+            "name.nnp",
+            format!("v_rd {}\n", "a".repeat(20_000)),
+            "name.nnp:1:6]",
+        ),
+        (
+            "number.nnp",
+            format!("let A = {}\n", "9".repeat(20_000)),
+            "number.nnp:1:9]",
+        ),
+    ] {
+        let fw = dir.join(name);
+        fs::write(&fw, text).expect("write");
+        let o = nnpc(&["check", fw.to_str().expect("utf-8")]);
+        exits(&o, 1);
+        let err = stderr(&o);
+        assert!(err.contains(at), "{err}");
+        assert!(!err.contains("OutOfBounds"), "{err}");
+        assert!(err.contains("...(20000"), "{err}");
+        assert!(err.len() < 4000, "{} bytes of stderr", err.len());
+    }
+}
+
+/// A file with CR-only line endings (old Mac) is refused at its first lone `\r`, with how to
+/// convert it: read as one line it would be one comment, checked clean and run with no outputs.
+#[test]
+fn a_file_with_cr_only_line_endings_is_refused_at_its_first_cr() {
+    let dir = scratch("limits_cr");
+    let fw = dir.join("mac.nnp");
+    fs::write(&fw, "// old file\rinput x : [128]\routput y : [128]\r").expect("write");
+    let o = nnpc(&["check", fw.to_str().expect("utf-8")]);
+    exits(&o, 1);
+    let err = stderr(&o);
+    assert!(err.contains("carriage return without a line feed"), "{err}");
+    assert!(err.contains("mac.nnp:1:12]"), "{err}");
+    assert!(err.contains("convert the file's line endings"), "{err}");
+    // `\r\n` line endings are lines.
+    fs::write(
+        &fw,
+        "input x : [128]\r\noutput y : [128]\r\nv_rd netq\r\nv_wr netq\r\nend_chain\r\n",
+    )
+    .expect("write");
+    exits(&nnpc(&["check", fw.to_str().expect("utf-8")]), 0);
+}
+
 /// 60 chains of 2^20 iterations x 4 instructions: 251,658,240 operations.
 #[test]
 fn a_program_too_large_to_run_is_refused_by_every_command() {

@@ -105,7 +105,7 @@ impl Diagnostic {
         Diagnostic {
             code,
             severity: Severity::Error,
-            message: message.into(),
+            message: shorten_quotes(message.into()),
             labels: Vec::new(),
             help: None,
             source: None,
@@ -124,14 +124,14 @@ impl Diagnostic {
         let primary = self.labels.is_empty();
         self.labels.push(Label {
             span,
-            text: text.into(),
+            text: shorten_quotes(text.into()),
             primary,
         });
         self
     }
 
     pub fn help(mut self, help: impl Into<String>) -> Self {
-        self.help = Some(help.into());
+        self.help = Some(shorten_quotes(help.into()));
         self
     }
 
@@ -187,13 +187,53 @@ impl miette::Diagnostic for Diagnostic {
         }
         Some(Box::new(self.labels.iter().map(|l| {
             let text = (!l.text.is_empty()).then(|| l.text.clone());
+            // A long span is underlined over its start, so that its line and column show.
+            let span = match &self.source {
+                Some(src) => src.shown_span(l.span),
+                None => l.span,
+            };
             if l.primary {
-                LabeledSpan::new_primary_with_span(text, l.span)
+                LabeledSpan::new_primary_with_span(text, span)
             } else {
-                LabeledSpan::new_with_span(text, l.span)
+                LabeledSpan::new_with_span(text, span)
             }
         })))
     }
+}
+
+/// Longest quoted text (between backticks) a message, label or help keeps whole.
+const MAX_QUOTE: usize = 64;
+
+/// Shorten each quoted part longer than [`MAX_QUOTE`] characters to its start and end, so a
+/// long token (a 20,000-character name) is not printed whole.
+fn shorten_quotes(s: String) -> String {
+    if s.len() <= MAX_QUOTE {
+        return s;
+    }
+    let parts: Vec<&str> = s.split('`').collect();
+    if !parts
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .any(|q| q.chars().count() > MAX_QUOTE)
+    {
+        return s;
+    }
+    let mut out = String::with_capacity(s.len().min(1024));
+    for (k, part) in parts.iter().enumerate() {
+        if k > 0 {
+            out.push('`');
+        }
+        let n = part.chars().count();
+        if k % 2 == 1 && n > MAX_QUOTE && k + 1 < parts.len() {
+            out.extend(part.chars().take(40));
+            out.push_str(&format!("...({n} characters)..."));
+            out.extend(part.chars().skip(n - 10));
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
 }
 
 /// All diagnostics of one file, as one reportable error (each rendered with its source).

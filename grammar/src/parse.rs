@@ -113,6 +113,21 @@ impl ParseCtx {
 /// Parse a firmware file. On failure returns every lexical and syntax error found.
 pub fn parse(src: &SourceFile) -> Result<File, Vec<Diagnostic>> {
     let text = src.text.as_str();
+    // Lines end at `\n` (or `\r\n`); a lone `\r` (old Mac line endings) would make the file
+    // one line, a comment swallowing every statement: the file is refused instead.
+    if let Some(at) = lone_carriage_return(text) {
+        return Err(vec![
+            Diagnostic::error(
+                codes::INVALID_CHARACTER,
+                "carriage return without a line feed (old Mac line endings)",
+            )
+            .label(Span::new(at, at + 1), "a `\\r` not followed by `\\n`")
+            .help(
+                "lines end with `\\n` or `\\r\\n`: convert the file's line endings \
+                 (e.g. `tr '\\r' '\\n' < OLD > NEW`)",
+            ),
+        ]);
+    }
     let mut lexer = Lexer::new(text);
     let mut ctx = ParseCtx::default();
     let mut recovered = Vec::new();
@@ -166,6 +181,12 @@ pub fn parse(src: &SourceFile) -> Result<File, Vec<Diagnostic>> {
             Err(diags)
         }
     }
+}
+
+/// The offset of the first `\r` not followed by `\n`.
+fn lone_carriage_return(text: &str) -> Option<usize> {
+    let b = text.as_bytes();
+    (0..b.len()).find(|&i| b[i] == b'\r' && b.get(i + 1) != Some(&b'\n'))
 }
 
 fn lex_diagnostic(text: &str, e: LexError) -> Diagnostic {

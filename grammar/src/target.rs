@@ -449,6 +449,19 @@ impl Target {
                             ),
                             at,
                         )),
+                        Ok(f)
+                            if key == "storage"
+                                && f.as_float()
+                                    .is_some_and(|f| !crate::limits::storage_fits_f32(f)) =>
+                        {
+                            problems.push((
+                                format!(
+                                    "numerics.storage = \"{f}\" is wider than fp32 (registers, \
+                                     traces and output files hold f32 values): at most fp(8, 23)"
+                                ),
+                                at,
+                            ))
+                        }
                         Ok(f) => *slot = f,
                     }
                 };

@@ -1327,3 +1327,96 @@ fn softmax_over_pad_lanes_that_do_not_vanish_is_a_warning() {
     assert!(w[0].message.contains("holding -1"), "{}", w[0].message);
     assert_eq!(w[0].labels[1].span, at(&src, "vv_add asvrf0[b]"));
 }
+
+// ---- one rule for every command ----
+
+/// docs/language.md: an empty range is an error, `A..A` as much as `3..1`.
+#[test]
+fn a_range_whose_end_equals_its_start_is_empty() {
+    let src = "repeat t in 5..5 {\n}\n";
+    let d = expect(src, codes::REPEAT, "empty range 5..5", at(src, "5..5"));
+    assert!(
+        d.help.as_deref().is_some_and(|h| h.contains("B > A")),
+        "{d:#?}"
+    );
+}
+
+/// An empty inner range is the same error, once for its span, whatever the outer range.
+#[test]
+fn an_empty_inner_range_is_an_error_once() {
+    let src = format!("{IO}repeat a in 0..3 {{\nrepeat b in 0..0 {{\n}}\n}}\n");
+    expect(&src, codes::REPEAT, "empty range 0..0", at(&src, "0..0"));
+    // Ranges named by the outer variable: empty for a = 0 only.
+    let src = format!("{IO}repeat a in 0..3 {{\nrepeat b in 0..a {{\n}}\n}}\n");
+    expect(&src, codes::REPEAT, "empty range 0..0", at(&src, "0..a"));
+}
+
+/// docs/language.md: a pad is a finite number an f32 holds; inf, nan and numbers past f32 are
+/// refused at the number, by the checker (so by every command).
+#[test]
+fn a_pad_that_is_not_a_finite_f32_is_refused() {
+    for (pad, shown) in [
+        ("inf", "inf"),
+        ("-inf", "-inf"),
+        ("nan", "nan"),
+        ("1e999", "1e999"),
+        ("-1e39", "-1e39"),
+    ] {
+        let src = format!("input x : [100] pad {pad}\noutput y : [100]\n");
+        let d = expect(
+            &src,
+            codes::BAD_NUMBER,
+            &format!("pad `{shown}` is not a finite f32 value"),
+            at(&src, pad),
+        );
+        assert!(
+            d.help.as_deref().is_some_and(|h| h.contains("-65504")),
+            "{d:#?}"
+        );
+        // The input stays declared: its pops report nothing more.
+        let src = format!("{src}v_rd netq\nv_wr netq\nend_chain\n");
+        assert_eq!(diags(&src).len(), 1, "{:#?}", diags(&src));
+    }
+    // The largest f32 is a pad.
+    let src = "vector v : [100] at ivrf[0] pad -3.4028234663852886e38\n";
+    assert!(
+        diags(src).iter().all(|d| d.code != codes::BAD_NUMBER),
+        "{:#?}",
+        diags(src)
+    );
+}
+
+/// Storage wider than fp32 is refused by the checker at the format literal (values, traces and
+/// output files are f32), in a `quant` line and in a target file.
+#[test]
+fn storage_wider_than_fp32_is_refused() {
+    for lit in ["fp(11, 52)", "fp(9, 23)", "fp(8, 24)"] {
+        let src = format!("quant storage = {lit}\n");
+        expect(
+            &src,
+            codes::FORMAT,
+            &format!("storage format `{lit}` is wider than fp32"),
+            at(&src, lit),
+        );
+    }
+    for lit in ["fp32", "fp(8, 23)", "bf16"] {
+        let src = format!("quant storage = {lit}\n");
+        assert!(diags(&src).is_empty(), "{lit}: {:#?}", diags(&src));
+    }
+    let e = Target::from_toml("[numerics]\nstorage = \"fp(11, 52)\"\n", "t.toml")
+        .expect_err("storage wider than fp32");
+    assert!(e.to_string().contains("wider than fp32"), "{e}");
+}
+
+/// Each instruction outside a chain is reported: an orphan (a chain body without `v_rd`) takes
+/// its writes, and whatever follows them is outside a chain again.
+#[test]
+fn every_instruction_outside_a_chain_is_reported() {
+    let src = format!("{IO}v_relu\nv_wr ivrf[1]\nv_tanh\nv_wr ivrf[2]\nend_chain\n");
+    let found: Vec<Span> = diags(&src)
+        .iter()
+        .filter(|d| d.code == codes::CHAIN_START)
+        .map(Diagnostic::span)
+        .collect();
+    assert_eq!(found, vec![at(&src, "v_relu"), at(&src, "v_tanh")]);
+}

@@ -243,12 +243,32 @@ impl Checker {
                     _ => None,
                 };
                 match v {
+                    // Pad lanes are loaded as f32 values and go through every op: one rule for
+                    // every command is a finite pad an f32 holds (graph files are JSON, which
+                    // has no inf or nan).
+                    Some(v) if !v.is_finite() || v.abs() > f64::from(f32::MAX) => {
+                        self.emit(
+                            Diagnostic::error(
+                                codes::BAD_NUMBER,
+                                format!(
+                                    "pad `{}{t}` is not a finite f32 value",
+                                    if n.negative { "-" } else { "" }
+                                ),
+                            )
+                            .label(n.span, "pad lanes must hold a finite number")
+                            .help(
+                                "to mask pad lanes out of a `v_softmax`, `v_exp` or `v_sigm`, use \
+                                 `pad -65504` (the most negative fp16): it exponentiates to 0",
+                            ),
+                        );
+                        // Declared with pad 0, so that its uses report nothing more.
+                    }
                     Some(v) => pad_value = if n.negative { -v } else { v },
                     None => {
                         self.emit(
                             Diagnostic::error(codes::BAD_NUMBER, format!("`{t}` is not a number"))
-                                .label(n.span, "expected a number such as -65504, 0.5, 1e-3, inf")
-                                .help("pad values are numbers (`inf` and `nan` allowed)"),
+                                .label(n.span, "expected a number such as -65504, 0.5, 1e-3")
+                                .help("pad values are finite numbers"),
                         );
                         ok = false;
                     }

@@ -87,6 +87,17 @@ impl Env {
         }
     }
 
+    /// Whether every name `e` reads is defined (so evaluating it cannot fail on an unknown
+    /// name, whose diagnostic searches every name for the nearest).
+    pub fn defines_all(&self, e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Int(_) => true,
+            ExprKind::Name(n) => self.names.contains_key(n.as_str()),
+            ExprKind::Neg(a) => self.defines_all(a),
+            ExprKind::Bin(_, a, b) => self.defines_all(a) && self.defines_all(b),
+        }
+    }
+
     pub fn nearest(&self, name: &str) -> Option<String> {
         isa::nearest(name, self.names.keys())
     }

@@ -173,6 +173,9 @@ pub(crate) struct Checker {
     pub pushes: Vec<NetqSlot>,
     /// Unrolled steps so far: instructions and `repeat` iterations.
     steps: u64,
+    /// The `repeat`s (by address in the AST) whose unrolled size the innermost running
+    /// `repeat` that counted its body included: they do not count again.
+    counted: HashSet<usize>,
     pub work: u64,
     /// A size limit was hit: stop walking.
     pub stopped: bool,
@@ -230,6 +233,7 @@ impl Checker {
             pops: Vec::new(),
             pushes: Vec::new(),
             steps: 0,
+            counted: HashSet::new(),
             work: 0,
             stopped: false,
             incomplete: false,

@@ -56,6 +56,23 @@ impl Checker {
         let Some(format) = self.format(&q.format, float_only.then_some(point)) else {
             return;
         };
+        if point == "storage"
+            && let Some(f) = format.as_float()
+            && !crate::limits::storage_fits_f32(f)
+        {
+            self.emit(
+                Diagnostic::error(
+                    codes::FORMAT,
+                    format!("storage format `{}` is wider than fp32", q.format.text),
+                )
+                .label(q.format.span, "more than 8 exponent or 23 mantissa bits")
+                .help(
+                    "registers, traces and output files hold f32 values (docs/files.md): use a \
+                     storage format of at most fp(8, 23)",
+                ),
+            );
+            return;
+        }
         let slot = match point {
             "mvm.vector" => &mut self.quant.mvm_vector,
             "mvm.matrix" => &mut self.quant.mvm_matrix,

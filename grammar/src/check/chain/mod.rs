@@ -71,6 +71,9 @@ pub(crate) struct OpenChain {
     pub iterations: u32,
     pub quant: QuantConfig,
     pub body: Body,
+    /// A chain opened by an instruction outside any chain (no `v_rd`): whether it swallowed a
+    /// `v_wr` (past which only `v_wr` and `end_chain` belong to it). None for other chains.
+    pub orphan_wrote: Option<bool>,
 }
 
 impl OpenChain {

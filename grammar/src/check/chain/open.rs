@@ -4,6 +4,7 @@ use super::{Body, OpenChain};
 use crate::ast::Instr;
 use crate::check::Checker;
 use crate::diagnostics::{Diagnostic, codes};
+use crate::isa::Op;
 use crate::program::Span;
 
 impl Checker {
@@ -16,6 +17,7 @@ impl Checker {
             iterations,
             quant: self.quant.clone(),
             body,
+            orphan_wrote: None,
         });
     }
 
@@ -46,6 +48,9 @@ impl Checker {
             .help("start the chain with `v_rd SRC` (or `m_rd dram[A]` for a matrix copy)"),
         );
         self.start_chain(i.span, Body::Broken);
+        if let Some(open) = &mut self.open {
+            open.orphan_wrote = Some(i.mnemonic.op == Op::VWr);
+        }
     }
 
     /// The open chain for a body instruction (None when the instruction is swallowed).
@@ -54,8 +59,18 @@ impl Checker {
             self.no_chain(i);
             return None;
         }
+        let writes = i.mnemonic.op == Op::VWr;
+        if !writes && self.open.as_ref()?.orphan_wrote == Some(true) {
+            // Past an orphan's writes, anything but a write is outside a chain again.
+            self.open = None;
+            self.no_chain(i);
+            return None;
+        }
         let open = self.open.as_mut()?;
         open.last = i.span;
+        if let Some(wrote) = &mut open.orphan_wrote {
+            *wrote |= writes;
+        }
         if matches!(open.body, Body::Broken) {
             return None;
         }
