@@ -279,7 +279,7 @@ impl Engine for Emulator<'_> {
 
 /// Bytes per input set of `program`'s inputs (f32) and outputs (f64): what any run of it
 /// holds per item, at least.
-pub fn io_bytes_per_item(program: &Program) -> usize {
+pub fn io_bytes_per_item(program: &dyn nnp_grammar::Interface) -> usize {
     let elements = |decls: &mut dyn Iterator<Item = &nnp_grammar::Decl>| -> usize {
         decls.fold(0, |sum, d| sum.saturating_add(d.elements()))
     };

@@ -86,7 +86,7 @@ pub fn interrupted() -> bool {
 
 /// `--batch` within the library's limit for a run on the command line, whose results stream
 /// to `-o` or are dropped ([`stream::check_batch`]).
-pub fn check_batch(program: &Program, batch: usize) -> miette::Result<()> {
+pub fn check_batch(program: &dyn Interface, batch: usize) -> miette::Result<()> {
     let per_item = stream::io_bytes_per_item(program);
     stream::check_batch("--batch", batch, per_item, stream::Kept::Streamed).map_err(super::fail)
 }

@@ -148,7 +148,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     // Inputs, from files or seeded random, are read or made a chunk at a time.
     let (weights, feed) = args.data.feed(host, None).map_err(super::fail)?;
     let batch = feed.batch;
-    super::host_args::check_batch(&program, batch)?;
+    super::host_args::check_batch(host, batch)?;
     let opts = ExecOptions {
         device: args.device.into(),
         keep_writes: args.trace.is_some(),
