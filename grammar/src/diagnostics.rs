@@ -189,7 +189,10 @@ impl miette::Diagnostic for Diagnostic {
             let text = (!l.text.is_empty()).then(|| l.text.clone());
             // A long span is underlined over its start, so that its line and column show.
             let span = match &self.source {
-                Some(src) => src.shown_span(l.span),
+                Some(src) => {
+                    let shown = src.shown_range(l.span.start as usize, l.span.end as usize);
+                    Span::new(shown.start, shown.end)
+                }
                 None => l.span,
             };
             if l.primary {

@@ -17,14 +17,6 @@ pub const MAX_OPERATIONS: u64 = 4_000_000;
 /// Most bytes a program's declarations may hold, padded to native tiles (2 GiB).
 pub const MAX_DATA_BYTES: u64 = 2 << 30;
 
-/// Whether values in this storage format fit the f32 registers, traces and output files of
-/// every command (docs/files.md): at most fp32's 8 exponent and 23 mantissa bits. The checker
-/// refuses a wider `quant storage` or target `storage`; the emulator asks again for a
-/// [`Program`] built by hand.
-pub fn storage_fits_f32(f: &nnp_numerics::FloatFormat) -> bool {
-    f.exp_bits <= 8 && f.mant_bits <= 23
-}
-
 /// The size of a program (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Footprint {

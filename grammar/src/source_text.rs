@@ -124,14 +124,13 @@ impl SourceText {
         i.min(self.text.len())
     }
 
-    /// `span`, or where it is longer than [`WINDOW`] bytes its first `WINDOW` bytes (to a
-    /// character boundary), which the renderer can always show.
-    pub(crate) fn shown_span(&self, span: crate::program::Span) -> crate::program::Span {
-        let (start, end) = (span.start as usize, span.end as usize);
+    /// The byte range `start..end`, or where it is longer than [`WINDOW`] bytes its first
+    /// `WINDOW` bytes (to a character boundary), which the renderer can always show.
+    pub(crate) fn shown_range(&self, start: usize, end: usize) -> std::ops::Range<usize> {
         if end.saturating_sub(start) <= WINDOW || end > self.text.len() {
-            return span;
+            return start..end;
         }
-        crate::program::Span::new(start, self.ceil_boundary(start + WINDOW))
+        start..self.ceil_boundary(start + WINDOW)
     }
 
     /// The byte range shown for `start..end` with up to `before`/`after` context lines, or

@@ -451,8 +451,7 @@ impl Target {
                         )),
                         Ok(f)
                             if key == "storage"
-                                && f.as_float()
-                                    .is_some_and(|f| !crate::limits::storage_fits_f32(f)) =>
+                                && f.as_float().is_some_and(|f| !storage_fits_f32(f)) =>
                         {
                             problems.push((
                                 format!(
@@ -581,4 +580,12 @@ impl Target {
             Err(_) => p,
         }
     }
+}
+
+/// Whether values in this storage format fit the f32 registers, traces and output files of
+/// every command (docs/files.md): at most fp32's 8 exponent and 23 mantissa bits. The checker
+/// refuses a wider `quant storage` or target `storage`; the emulator asks again for a
+/// [`crate::Program`] built by hand.
+pub fn storage_fits_f32(f: &nnp_numerics::FloatFormat) -> bool {
+    f.exp_bits <= 8 && f.mant_bits <= 23
 }

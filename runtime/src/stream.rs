@@ -291,7 +291,8 @@ pub fn io_bytes_per_item(program: &dyn nnp_grammar::Interface) -> usize {
 /// `Footprint::data_bytes`), at most: the weights as host data, the machine's tiles and
 /// registers, the quantized tiles of its products, the thread pool. Measured:
 /// `/usr/bin/time -v nnpc emulate samples/bench/lstm_1024.nnp --batch 1` peaks at 177 MB
-/// resident (`nnpc check` of it: 5 MB), 5.1 times its 33.6 MB of data; rounded up.
+/// resident (`nnpc check` of it: 5 MB), 5.1 times its 33.6 MB of data; one 8192 x 8192 matrix
+/// product (268 MB of data) peaks at 1,365 MB, 5.1 times too; rounded up.
 pub const EMULATOR_DATA_FACTOR: u64 = 6;
 
 /// The bytes the emulator holds for `program`'s data, whatever its batch, at most

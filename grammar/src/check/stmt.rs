@@ -58,7 +58,7 @@ impl Checker {
         };
         if point == "storage"
             && let Some(f) = format.as_float()
-            && !crate::limits::storage_fits_f32(f)
+            && !crate::target::storage_fits_f32(f)
         {
             self.emit(
                 Diagnostic::error(

@@ -60,7 +60,7 @@ impl<'a> Shared<'a> {
             if let ChainBody::Vector(vc) = &c.body {
                 let st = float_of(&vc.quant.storage, "storage", p, c.span)?;
                 // The checker refuses these; a hand-built Program may still hold one.
-                if !nnp_grammar::limits::storage_fits_f32(&st) {
+                if !nnp_grammar::target::storage_fits_f32(&st) {
                     return Err(EmuError::Unsupported {
                         message: format!(
                             "storage format `{}` is wider than fp32",
