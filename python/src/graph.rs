@@ -137,7 +137,7 @@ impl Graph {
     /// ([`nnp_runtime::stream::check_batch`]), or the `DataError` naming `batch=` and it.
     fn batch_fits(&self, py: Python<'_>, batch: usize) -> PyResult<()> {
         use nnp_runtime::stream::{Kept, check_batch, io_bytes_per_item};
-        let per_item = io_bytes_per_item(&self.program);
+        let per_item = io_bytes_per_item(&*self.program);
         check_batch("batch=", batch, per_item, Kept::Memory { per_item })
             .map_err(|e| data_error(py, e))
     }
@@ -176,7 +176,7 @@ impl Graph {
     /// The element type of `nnpc run -o`'s files (float16 where every value of the output
     /// storage formats is a float16 value, else float32), or the one asked for.
     fn out_dtype(&self, dtype: Option<&str>) -> PyResult<OutDtype> {
-        let storage = nnp_grammar::Interface::output_storage(&self.program);
+        let storage = nnp_grammar::Interface::output_storage(&*self.program);
         let f16 = storage.as_ref().is_some_and(nnp_runtime::host::fits_f16);
         match dtype {
             Some("float16" | "f16") if !f16 => Err(PyValueError::new_err(
@@ -322,14 +322,14 @@ impl Graph {
         let (mut tensors, _) = to_tensors(Some(inputs))?;
         match weights {
             Some(w) => tensors.extend(to_tensors(Some(w))?.0),
-            None => tensors.extend(HostData::random_weights(&self.program, seed)),
+            None => tensors.extend(HostData::random_weights(&*self.program, seed)),
         }
         let opts = LoadOptions {
             batch: Some(ids.len()),
             random_missing: false,
             seed,
         };
-        let host = HostData::from_tensors(&self.program, tensors, &opts, "the block's columns")
+        let host = HostData::from_tensors(&*self.program, tensors, &opts, "the block's columns")
             .map_err(|e| data_error(py, e))?;
         let software = self.execute(py, &host)?;
         let program = &*self.program;
@@ -343,7 +343,7 @@ impl Graph {
     /// The seeded random weights `nnpc run --seed S` uses.
     #[pyo3(signature = (seed=0))]
     fn random_weights<'py>(&self, py: Python<'py>, seed: u64) -> PyResult<Bound<'py, PyDict>> {
-        let weights = HostData::random_weights(&self.program, seed);
+        let weights = HostData::random_weights(&*self.program, seed);
         to_dict(py, weights, OutDtype::F32)
     }
 
@@ -357,7 +357,7 @@ impl Graph {
         seed: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
         self.batch_fits(py, stop.saturating_sub(start))?;
-        let inputs = HostData::random_inputs(&self.program, start..stop.max(start), seed);
+        let inputs = HostData::random_inputs(&*self.program, start..stop.max(start), seed);
         to_dict(py, inputs, OutDtype::F32)
     }
 
@@ -396,7 +396,7 @@ impl Graph {
     /// Names of the declarations whose values come from the weights (loaded matrices and
     /// vectors).
     fn weight_names(&self) -> Vec<String> {
-        HostData::random_weights(&self.program, 0)
+        HostData::random_weights(&*self.program, 0)
             .into_keys()
             .collect()
     }
