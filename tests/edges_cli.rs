@@ -42,6 +42,16 @@ fn nnpc_within_a_minute(args: &[&str]) -> Output {
         .unwrap_or_else(|| panic!("nnpc {args:?} did not end within a minute"))
 }
 
+/// `nnpc args` ends within a minute with exit status 2 and an error saying each of `says`.
+fn refused(args: &[&str], says: &[&str]) {
+    let o = nnpc_within_a_minute(args);
+    let err = message(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    for s in says {
+        assert!(err.contains(s), "{args:?}: {err}");
+    }
+}
+
 fn mkfifo(path: &Path) {
     let made = Command::new("mkfifo").arg(path).status();
     assert!(made.is_ok_and(|s| s.success()), "mkfifo");
@@ -104,14 +114,7 @@ fn fifos_and_devices_are_refused_unread() {
         ],
         vec!["run", SAMPLE, "--inputs", "/dev/zero", "--random-missing"],
     ] {
-        let o = nnpc_within_a_minute(&args);
-        let err = message(&o);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains("/dev/zero"), "{args:?}: {err}");
-        assert!(
-            err.contains("not a regular file but a device"),
-            "{args:?}: {err}"
-        );
+        refused(&args, &["/dev/zero", "not a regular file but a device"]);
     }
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -124,13 +127,12 @@ fn a_huge_target_file_is_refused_by_its_size() {
     let target = dir.join("huge.toml");
     let file = std::fs::File::create(&target).expect("target");
     file.set_len(3 << 30).expect("sparse file");
-    let o = nnpc_within_a_minute(&["run", SAMPLE, "--target", arg(&target)]);
-    let err = message(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains(arg(&target)), "{err}");
-    assert!(
-        err.contains("it has 3221225472 bytes, more than the 1048576 bytes"),
-        "{err}"
+    refused(
+        &["run", SAMPLE, "--target", arg(&target)],
+        &[
+            arg(&target),
+            "it has 3221225472 bytes, more than the 1048576 bytes",
+        ],
     );
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -143,13 +145,12 @@ fn a_huge_target_file_is_refused_by_its_size() {
 fn a_batch_past_the_limit_is_an_error_naming_it() {
     for command in ["run", "emulate"] {
         for batch in ["9223372036854775807", "411757680216732"] {
-            let o = nnpc_within_a_minute(&[command, SAMPLE, "--batch", batch]);
-            let err = message(&o);
-            assert_eq!(o.status.code(), Some(2), "{command} {batch}: {err}");
-            assert!(err.contains(&format!("--batch {batch}: ")), "{err}");
-            assert!(
-                err.contains("the limit is 411757680216731 input sets of 11200 bytes each"),
-                "{err}"
+            refused(
+                &[command, SAMPLE, "--batch", batch],
+                &[
+                    &format!("--batch {batch}: "),
+                    "the limit is 411757680216731 input sets of 11200 bytes each",
+                ],
             );
         }
     }
@@ -229,10 +230,10 @@ fn a_failed_run_leaves_no_directory() {
     for command in ["run", "emulate"] {
         let out = dir.join("out").join("deeper");
         let args = [command, SAMPLE, "--inputs", arg(&x), "--random-missing"];
-        let o = nnpc_within_a_minute(&[&args[..], &["-o", arg(&out)]].concat());
-        let err = message(&o);
-        assert_eq!(o.status.code(), Some(2), "{command}: {err}");
-        assert!(err.contains("host data must be finite"), "{err}");
+        refused(
+            &[&args[..], &["-o", arg(&out)]].concat(),
+            &["host data must be finite"],
+        );
         assert_eq!(names(&dir), ["x.npy"], "{command}: left behind");
     }
     std::fs::remove_dir_all(&dir).ok();

@@ -83,12 +83,9 @@ fn is_graph(path: &Path) -> bool {
     let mut head = Vec::new();
     // Only a regular file is opened (a FIFO would wait for a writer); anything else is
     // refused by the firmware loader, which says why.
-    let read = match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => {
-            std::fs::File::open(path).and_then(|f| f.take(4096).read_to_end(&mut head))
-        }
-        _ => Err(std::io::ErrorKind::InvalidInput.into()),
-    };
+    let read = nnp_runtime::io::open_regular(path)
+        .map_err(|_| ())
+        .and_then(|(f, _)| f.take(4096).read_to_end(&mut head).map_err(|_| ()));
     nnpc::looks_like_json(path, if read.is_ok() { &head } else { &[] })
 }
 
