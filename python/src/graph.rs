@@ -3,6 +3,7 @@
 
 use crate::convert::{OutDtype, to_dict, to_tensors};
 use crate::errors::{data_error, diagnostic_dict, exec_error, raise, render};
+use crate::grad::{self, Tape};
 use nnp_grammar::{Diagnostic, Program, SourceFile, Target};
 use nnp_lowering::depgraph::DepGraph;
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
@@ -12,6 +13,7 @@ use nnp_runtime::emulator::{self, EmuOptions};
 use nnp_runtime::exec::{ExecError, ExecOptions, Session};
 use nnp_runtime::host::{HostData, HostError, InputFeed, LoadOptions, Outputs, Tensor};
 use nnp_runtime::io::Inexact;
+use nnp_runtime::train::{self, TrainError};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -159,6 +161,16 @@ impl Graph {
             }
         });
         run.map_err(|e| exec_error(py, self.runtime_message(&e.to_string(), e.span())))
+    }
+
+    /// A training error as the package's exception: `DataError` for what the caller passed,
+    /// else `ExecutionError`.
+    fn train_error(&self, py: Python<'_>, e: TrainError) -> PyErr {
+        match e {
+            TrainError::Exec(e) => exec_error(py, self.runtime_message(&e.to_string(), e.span())),
+            e if e.is_input_error() => data_error(py, e),
+            e => exec_error(py, e),
+        }
     }
 
     /// A runtime error's message, with the firmware line it points at.
@@ -338,6 +350,53 @@ impl Graph {
         });
         let part = part.map_err(|e| data_error(py, format!("hardware: {e}")))?;
         serde_json::to_string(&part).map_err(|e| exec_error(py, e))
+    }
+
+    /// The concordant graph on `weights` and `inputs` (every weight and input given), with
+    /// what its backward pass reads: the outputs (f32, the bits of `run`) and the tape.
+    fn record<'py>(
+        &self,
+        py: Python<'py>,
+        weights: &Bound<'py, PyDict>,
+        inputs: &Bound<'py, PyDict>,
+    ) -> PyResult<(Bound<'py, PyDict>, Tape)> {
+        let data = Data {
+            weights: Some(weights),
+            inputs: Some(inputs),
+            batch: None,
+            seed: 0,
+            random_missing: false,
+        };
+        let host = self.host_data(py, &data, None)?;
+        let graph = &*self.graph;
+        let (outputs, recorded) = py
+            .detach(|| train::record(graph, host))
+            .map_err(|e| self.train_error(py, e))?;
+        let tape = Tape {
+            recorded,
+            graph: Arc::as_ptr(&self.graph) as usize,
+        };
+        Ok((to_dict(py, outputs, OutDtype::F32)?, tape))
+    }
+
+    /// The gradients of a loss by weight and by input, `(weights, inputs)` of float64
+    /// arrays, from the loss's gradients by output (`{output: float64 array}`) at `tape`'s
+    /// values: the twin's straight-through gradient (docs/training.md).
+    fn backward<'py>(
+        &self,
+        py: Python<'py>,
+        tape: &Tape,
+        output_grads: &Bound<'py, PyDict>,
+    ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+        if tape.graph != Arc::as_ptr(&self.graph) as usize {
+            return Err(data_error(py, "the tape was recorded by another graph"));
+        }
+        let grads = grad::f64_tensors(output_grads)?;
+        let graph = &*self.graph;
+        let g = py
+            .detach(|| train::backward(graph, &tape.recorded, &grads))
+            .map_err(|e| self.train_error(py, e))?;
+        grad::gradient_dicts(py, &g)
     }
 
     /// The seeded random weights `nnpc run --seed S` uses.

@@ -5,6 +5,7 @@
 
 mod convert;
 mod errors;
+mod grad;
 mod graph;
 
 use convert::{OutDtype, to_array, to_array_wide, to_tensor};
@@ -117,6 +118,7 @@ fn load_tensors<'py>(py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>
 #[pymodule]
 fn _nnpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<graph::Graph>()?;
+    m.add_class::<grad::Tape>()?;
     m.add_function(wrap_pyfunction!(graph::compile, m)?)?;
     m.add_function(wrap_pyfunction!(quantize, m)?)?;
     m.add_function(wrap_pyfunction!(merge_parts, m)?)?;

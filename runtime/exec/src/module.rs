@@ -22,6 +22,10 @@
 //! packed as integers, tables built) and every later call reuses them, as a warm `nnpc run`
 //! does.
 
+mod trainable;
+
+pub use trainable::TrainableModule;
+
 use crate::{ExecError, ExecOptions, Session};
 use candle_core::{DType, Device, Module, Tensor};
 use nnp_grammar::{Decl, DeclKind, Diagnostics, Program, SourceFile, Target, TargetError};

@@ -11,6 +11,7 @@
 //! own values, starting weights), the hardware numerics before training and after.
 
 mod data;
+pub mod layer;
 mod loss;
 mod optim;
 pub mod schedule;
@@ -18,6 +19,7 @@ pub mod ste;
 pub(crate) mod twin;
 
 pub use data::{Dataset, Split};
+pub use layer::{Gradients, Recorded, backward, float_outputs, gradients, record};
 pub use loss::LossKind;
 pub use optim::OptimizerKind;
 pub use schedule::{Phase, Precision, Schedule};
@@ -28,7 +30,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use loss::Scoring;
 use nnp_grammar::Program;
 use nnp_host::{HostData, Tensor as HostTensor};
-use nnp_lowering::swgraph::{self, LowerError, Op, Roots, SwGraph, UnOp, ValueId};
+use nnp_lowering::swgraph::{self, LowerError, Op, Roots, SwGraph, UnOp};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use std::collections::BTreeMap;
@@ -508,20 +510,6 @@ fn targets(scoring: &[Scoring], graph: &SwGraph, split: &Split) -> Result<Vec<Te
         .collect()
 }
 
-/// The inputs of `split` as f64 tensors.
-fn input_tensors(split: &Split) -> Result<BTreeMap<String, Tensor>, TrainError> {
-    split
-        .inputs
-        .iter()
-        .map(|(n, t)| {
-            let v: Vec<f64> = t.data.iter().map(|&x| f64::from(x)).collect();
-            let t = Tensor::from_vec(v, t.shape.clone(), &Device::Cpu)
-                .map_err(|e| TrainError::tensor(&e))?;
-            Ok((n.clone(), t))
-        })
-        .collect()
-}
-
 /// Which values a scoring pass reads.
 #[derive(Clone, Copy, PartialEq)]
 enum Engine {
@@ -543,7 +531,7 @@ fn score(
     let outputs: BTreeMap<String, Tensor> = match engine {
         Engine::Float => {
             let weights = vars.tensors()?;
-            twin::forward(graph, &weights, &input_tensors(split)?, twin::Mode::Float)?.outputs
+            twin::forward(graph, &weights, &layer::f64_tensors(&split.inputs)?, twin::Mode::Float)?.outputs
         }
         Engine::Hardware => {
             let data = HostData {
@@ -589,24 +577,17 @@ fn step_once(
     vars: &Vars,
     optimizer: &mut optim::Optimizer,
 ) -> Result<(f64, Points), TrainError> {
-    let items = batch.items();
     let data = HostData {
-        batch: items,
+        batch: batch.items(),
         weights: vars.host()?,
         inputs: batch.inputs.clone(),
     };
-    let opts = ExecOptions {
-        keep_values: true,
-        batch_shards: Some(1),
-        chunk_items: Some(items),
-        ..ExecOptions::default()
-    };
-    let run = Session::new(graph, &opts)?.run(&data)?;
+    let (_, recorded) = layer::record(graph, data)?;
     let pass = twin::forward(
         graph,
         &vars.tensors()?,
-        &input_tensors(batch)?,
-        twin::Mode::Exact(&run.written),
+        &layer::f64_tensors(&batch.inputs)?,
+        twin::Mode::Exact(&recorded.written),
     )?;
     let mut total: Option<Tensor> = None;
     for (s, target) in scoring.iter().zip(targets) {
@@ -629,75 +610,4 @@ fn step_once(
             .map_err(|e| TrainError::tensor(&e))?;
     }
     Ok((value, pass.points))
-}
-
-/// One differentiated pass of the twin ([`gradients`]).
-#[derive(Debug)]
-pub struct Gradients {
-    pub loss: f64,
-    /// The outputs' values by name, `[batch, ...declared shape]`, f64.
-    pub outputs: BTreeMap<String, Tensor>,
-    /// The gradient of the loss by weight name, in the weight's shape.
-    pub weights: BTreeMap<String, Tensor>,
-    /// The `dynfixed` point positions of the pass.
-    pub points: Points,
-}
-
-/// The gradient of `loss(outputs)` with respect to every weight (logical shapes, f64) on
-/// `inputs` (`[batch, ...]`, f64): at the concordant graph's values where `exact` holds them
-/// (an [`crate::Execution::written`] of a `keep_values` run on the same data), else at
-/// the float model's. What a training step differentiates; public for the gradient checks.
-pub fn gradients(
-    graph: &SwGraph,
-    weights: &BTreeMap<String, Tensor>,
-    inputs: &BTreeMap<String, Tensor>,
-    exact: Option<&std::collections::HashMap<ValueId, crate::WrittenValue>>,
-    loss: impl Fn(&BTreeMap<String, Tensor>) -> candle_core::Result<Tensor>,
-) -> Result<Gradients, TrainError> {
-    let err = |e: candle_core::Error| TrainError::tensor(&e);
-    let vars: BTreeMap<String, Var> = weights
-        .iter()
-        .map(|(n, t)| Ok((n.clone(), Var::from_tensor(t).map_err(err)?)))
-        .collect::<Result<_, TrainError>>()?;
-    let ws = vars
-        .iter()
-        .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
-        .collect();
-    let mode = match exact {
-        Some(e) => twin::Mode::Exact(e),
-        None => twin::Mode::Float,
-    };
-    let pass = twin::forward(graph, &ws, inputs, mode)?;
-    let l = loss(&pass.outputs).map_err(err)?;
-    let value = l.to_scalar::<f64>().map_err(err)?;
-    let grads = l.backward().map_err(err)?;
-    let mut by_name = BTreeMap::new();
-    for (n, v) in &vars {
-        let g = match grads.get(v.as_tensor()) {
-            Some(g) => g.clone(),
-            None => v.as_tensor().zeros_like().map_err(err)?,
-        };
-        by_name.insert(n.clone(), g);
-    }
-    let outputs = pass
-        .outputs
-        .iter()
-        .map(|(n, t)| (n.clone(), t.detach()))
-        .collect();
-    Ok(Gradients {
-        loss: value,
-        outputs,
-        weights: by_name,
-        points: pass.points,
-    })
-}
-
-/// The outputs of `graph`'s float model (the twin's own values) on `inputs` with `weights`:
-/// for the gradient checks' finite differences.
-pub fn float_outputs(
-    graph: &SwGraph,
-    weights: &BTreeMap<String, Tensor>,
-    inputs: &BTreeMap<String, Tensor>,
-) -> Result<BTreeMap<String, Tensor>, TrainError> {
-    Ok(twin::forward(graph, weights, inputs, twin::Mode::Float)?.outputs)
 }
