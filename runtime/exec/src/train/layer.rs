@@ -105,6 +105,11 @@ impl Recorded {
     pub fn data(&self) -> &HostData {
         &self.data
     }
+
+    /// Every node's value (what [`gradients`]' `exact` takes).
+    pub fn written(&self) -> &HashMap<ValueId, WrittenValue> {
+        &self.written
+    }
 }
 
 /// The concordant graph on `data` (the bits of `nnpc run`), keeping every node's value for
