@@ -31,8 +31,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     let layer = TrainableModule::from_path(root.join("digits_mlp.nnp"), None, weights)?;
     let data = read_tensors(&root.join("digits_mlp.data.safetensors"))?;
     let split = |name: &str| -> Result<Tensor, Box<dyn Error>> {
-        let t = data.get(name).ok_or(format!("no `{name}` in the data file"))?;
-        Ok(Tensor::from_slice(&t.data, t.shape.as_slice(), &Device::Cpu)?)
+        let t = data
+            .get(name)
+            .ok_or(format!("no `{name}` in the data file"))?;
+        Ok(Tensor::from_slice(
+            &t.data,
+            t.shape.as_slice(),
+            &Device::Cpu,
+        )?)
     };
     let (x_train, y_train) = (split("x_train")?, split("y_train")?.to_dtype(DType::U32)?);
     let (x_test, y_test) = (split("x_test")?, split("y_test")?.to_dtype(DType::U32)?);
@@ -84,7 +90,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         )
         .into());
     }
-    println!("tuned layer `{output}`: {same} of {n} values bit-identical to the emulator (concordant)");
+    println!(
+        "tuned layer `{output}`: {same} of {n} values bit-identical to the emulator (concordant)"
+    );
     Ok(())
 }
 
@@ -100,7 +108,11 @@ fn same_bits(y: &Tensor, hardware: &HostTensor) -> candle_core::Result<usize> {
     let got = y.flatten_all()?.to_vec1::<f32>()?;
     let same = got.iter().zip(&hardware.data);
     let same = same.filter(|(a, b)| canonical_nan(**a).to_bits() == canonical_nan(**b).to_bits());
-    Ok(if got.len() == hardware.data.len() { same.count() } else { 0 })
+    Ok(if got.len() == hardware.data.len() {
+        same.count()
+    } else {
+        0
+    })
 }
 
 /// `0..n` in an order fixed by `seed` (a Fisher-Yates shuffle on a SplitMix64 stream).

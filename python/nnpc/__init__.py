@@ -303,6 +303,34 @@ class Graph:
         """The software graph as JSON (what ``nnpc compile`` writes)."""
         return self._core.swgraph_json()
 
+    def gradients(
+        self,
+        weights: Mapping[str, ArrayLike],
+        inputs: Mapping[str, ArrayLike],
+        output_grads: Mapping[str, ArrayLike],
+    ) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
+        """The gradient of a loss by weight and by input, from its gradient by output.
+
+        ``weights`` and ``inputs`` hold every weight and input (inputs batch-first); the
+        forward pass is the concordant graph's (the bits of ``run``). ``output_grads`` maps
+        outputs to the loss's gradient by them (``[batch, *shape]``; an output left out takes
+        none). Returns ``(weight_grads, input_grads)``, float64 arrays in the weights' and
+        inputs' shapes: the straight-through gradient ``nnpc train`` uses (docs/training.md),
+        computed by the same Rust code. ``nnpc.torch.FirmwareLayer`` is built on it.
+        """
+        tape = self._record(weights, inputs)[1]
+        return self._backward(tape, output_grads)
+
+    def _record(self, weights, inputs) -> Tuple[Dict[str, np.ndarray], "_nnpc.Tape"]:
+        """The concordant forward pass (float32 outputs) and the tape ``_backward`` reads."""
+        w, x = _arrays(weights, "weights"), _arrays(inputs, "inputs")
+        return self._core.record(w or {}, x or {})
+
+    def _backward(self, tape: "_nnpc.Tape", output_grads) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
+        grads = _arrays(output_grads, "output_grads") or {}
+        wide = {n: np.ascontiguousarray(g, dtype=np.float64) for n, g in grads.items()}
+        return self._core.backward(tape, wide)
+
     def random_weights(self, seed: int = 0) -> Dict[str, np.ndarray]:
         """The seeded random weights ``nnpc run --seed SEED`` uses (float32)."""
         return self._core.random_weights(_seed(seed))

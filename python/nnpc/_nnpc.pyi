@@ -6,6 +6,10 @@ import numpy as np
 
 PARTIAL_SCHEMA: str
 
+class Tape:
+    @property
+    def batch(self) -> int: ...
+
 class Graph:
     def run(
         self,
@@ -45,6 +49,12 @@ class Graph:
         first: int = 10,
         worst: int = 10,
     ) -> str: ...
+    def record(
+        self, weights: Dict[str, np.ndarray], inputs: Dict[str, np.ndarray]
+    ) -> Tuple[Dict[str, np.ndarray], Tape]: ...
+    def backward(
+        self, tape: Tape, output_grads: Dict[str, np.ndarray]
+    ) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]: ...
     def random_weights(self, seed: int = 0) -> Dict[str, np.ndarray]: ...
     def random_inputs(self, start: int, stop: int, seed: int = 0) -> Dict[str, np.ndarray]: ...
     def depgraph_json(self) -> str: ...

@@ -31,9 +31,7 @@ impl Tape {
 
 /// The f64 tensors of a `{name: array}` dict of C-contiguous float64 arrays (the Python side
 /// makes them so).
-pub fn f64_tensors(
-    dict: &Bound<'_, PyDict>,
-) -> PyResult<BTreeMap<String, candle_core::Tensor>> {
+pub fn f64_tensors(dict: &Bound<'_, PyDict>) -> PyResult<BTreeMap<String, candle_core::Tensor>> {
     let mut out = BTreeMap::new();
     for (key, value) in dict.iter() {
         let name: String = key.extract().map_err(|_| {
@@ -42,9 +40,9 @@ pub fn f64_tensors(
         let array: PyReadonlyArrayDyn<'_, f64> = value.extract().map_err(|_| {
             PyTypeError::new_err(format!("gradient `{name}` must be a float64 numpy array"))
         })?;
-        let data = array.as_slice().map_err(|_| {
-            PyTypeError::new_err(format!("gradient `{name}` must be C-contiguous"))
-        })?;
+        let data = array
+            .as_slice()
+            .map_err(|_| PyTypeError::new_err(format!("gradient `{name}` must be C-contiguous")))?;
         let t = candle_core::Tensor::from_slice(data, array.shape(), &candle_core::Device::Cpu)
             .map_err(|e| PyTypeError::new_err(format!("gradient `{name}`: {e}")))?;
         out.insert(name, t);

@@ -15,7 +15,12 @@ mod sample_cases;
 use sample_cases::{cases, samples_dir, target_arg};
 
 /// The samples with several op kinds between them (products, MFU ops, recurrences).
-const SAMPLES: &[&str] = &["mlp2_relu.nnp", "lstm.nnp", "gru.nnp", "softmax_classifier.nnp"];
+const SAMPLES: &[&str] = &[
+    "mlp2_relu.nnp",
+    "lstm.nnp",
+    "gru.nnp",
+    "softmax_classifier.nnp",
+];
 
 fn f32_bits(t: &Tensor) -> Vec<u32> {
     let v: Vec<f32> = t
@@ -38,7 +43,10 @@ fn coefficients(shape: &[usize]) -> Tensor {
 #[test]
 fn forward_is_the_emulators_bits_and_backward_is_train_gradients() {
     for (path, target) in cases() {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
         if !SAMPLES.contains(&name) {
             continue;
         }
@@ -84,8 +92,7 @@ fn forward_is_the_emulators_bits_and_backward_is_train_gradients() {
         // Backward: `train::gradients` of the same loss at the recorded values.
         let mut loss = Tensor::zeros((), DType::F32, &Device::Cpu).expect("zero");
         for y in outputs.values() {
-            loss = (loss + y.mul(&coefficients(y.dims())).and_then(|p| p.sum_all()))
-                .expect("loss");
+            loss = (loss + y.mul(&coefficients(y.dims())).and_then(|p| p.sum_all())).expect("loss");
         }
         let grads = loss.backward().expect("backward");
         let graph = layer.module().graph();
@@ -107,11 +114,19 @@ fn forward_is_the_emulators_bits_and_backward_is_train_gradients() {
         .expect("gradients");
         for (w, v) in layer.named_vars() {
             let got = grads.get(v.as_tensor()).expect("a weight's gradient");
-            assert_eq!(f32_bits(got), f32_bits(&expected.weights[w]), "{name}: d/d{w}");
+            assert_eq!(
+                f32_bits(got),
+                f32_bits(&expected.weights[w]),
+                "{name}: d/d{w}"
+            );
         }
         for (x, v) in &inputs {
             let got = grads.get(v.as_tensor()).expect("an input's gradient");
-            assert_eq!(f32_bits(got), f32_bits(&expected.inputs[x]), "{name}: d/d{x}");
+            assert_eq!(
+                f32_bits(got),
+                f32_bits(&expected.inputs[x]),
+                "{name}: d/d{x}"
+            );
         }
         let nonzero = expected
             .weights
@@ -128,7 +143,9 @@ fn backward_is_gradients_of_the_dot_product_loss() {
     let text = std::fs::read_to_string(&path).expect("sample");
     let src = std::sync::Arc::new(nnp_grammar::SourceFile::new("lstm.nnp", text));
     let target = Target::load(&target_arg("fp32")).expect("target");
-    let program = nnp_grammar::check(src, Some(target)).expect("checks").program;
+    let program = nnp_grammar::check(src, Some(target))
+        .expect("checks")
+        .program;
     let graph = train::compile(&program).expect("compiles");
     let data = HostData::random(&program, 2, 5);
     let f64s = |ts: &BTreeMap<String, nnp_host::Tensor>| -> BTreeMap<String, Tensor> {
@@ -144,7 +161,12 @@ fn backward_is_gradients_of_the_dot_product_loss() {
     let (outputs, recorded) = train::record(&graph, data).expect("records");
     let gs: BTreeMap<String, Tensor> = outputs
         .iter()
-        .map(|(n, y)| (n.clone(), coefficients(&y.shape).to_dtype(DType::F64).expect("f64")))
+        .map(|(n, y)| {
+            (
+                n.clone(),
+                coefficients(&y.shape).to_dtype(DType::F64).expect("f64"),
+            )
+        })
         .collect();
     let got = train::backward(&graph, &recorded, &gs).expect("backward");
     let dot = |outs: &BTreeMap<String, Tensor>| {
@@ -161,8 +183,8 @@ fn backward_is_gradients_of_the_dot_product_loss() {
         inputs: recorded.data().inputs.clone(),
     };
     let (_, fresh) = train::record(&graph, again).expect("records");
-    let want = train::gradients(&graph, &weights, &inputs, Some(fresh.written()), dot)
-        .expect("gradients");
+    let want =
+        train::gradients(&graph, &weights, &inputs, Some(fresh.written()), dot).expect("gradients");
     for (n, g) in &want.weights {
         assert_eq!(f32_bits(&got.weights[n]), f32_bits(g), "d/d{n}");
     }
@@ -176,7 +198,8 @@ fn backward_is_gradients_of_the_dot_product_loss() {
 #[test]
 fn a_candle_optimizer_lowers_the_loss() {
     let path = samples_dir().join("mlp2_relu.nnp");
-    let layer = TrainableModule::from_path(&path, None, Weights::Random { seed: 1 }).expect("layer");
+    let layer =
+        TrainableModule::from_path(&path, None, Weights::Random { seed: 1 }).expect("layer");
     let program = layer.module().program().clone();
     let data = HostData::random(&program, 8, 2);
     let (name, x) = data.inputs.iter().next().expect("an input");
@@ -184,7 +207,9 @@ fn a_candle_optimizer_lowers_the_loss() {
     let loss = |layer: &TrainableModule| -> candle_core::Result<Tensor> {
         layer.forward(&x)?.sqr()?.mean_all()
     };
-    let first = loss(&layer).and_then(|l| l.to_scalar::<f32>()).expect("loss");
+    let first = loss(&layer)
+        .and_then(|l| l.to_scalar::<f32>())
+        .expect("loss");
     let mut last = first;
     for _ in 0..20 {
         let l = loss(&layer).expect("loss");
@@ -194,7 +219,9 @@ fn a_candle_optimizer_lowers_the_loss() {
             v.set(&(v.as_tensor() - (g * 0.05).expect("step")).expect("update"))
                 .expect("set");
         }
-        last = loss(&layer).and_then(|l| l.to_scalar::<f32>()).expect("loss");
+        last = loss(&layer)
+            .and_then(|l| l.to_scalar::<f32>())
+            .expect("loss");
     }
     assert!(last < 0.5 * first, "the loss went from {first} to {last}");
     let frozen: FirmwareModule = layer.frozen().expect("frozen");

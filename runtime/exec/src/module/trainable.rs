@@ -267,14 +267,21 @@ impl CustomOp1 for LayerOp {
         let mut at = 0;
         for (name, shape) in &self.outputs {
             let n: usize = shape.iter().product();
-            grads.insert(name.clone(), grad.narrow(0, at, n)?.reshape(shape.as_slice())?);
+            grads.insert(
+                name.clone(),
+                grad.narrow(0, at, n)?.reshape(shape.as_slice())?,
+            );
             at += n;
         }
         let g = train::backward(&self.module.graph, recorded, &grads)
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         let mut parts = Vec::new();
         for (i, (name, _)) in self.pieces.iter().enumerate() {
-            let by_name = if i < self.weights { &g.weights } else { &g.inputs };
+            let by_name = if i < self.weights {
+                &g.weights
+            } else {
+                &g.inputs
+            };
             let Some(t) = by_name.get(name) else {
                 candle_core::bail!("firmware layer: no gradient for `{name}`");
             };

@@ -150,7 +150,9 @@ pub fn backward(
                 names.join(", ")
             )));
         };
-        let want: Vec<usize> = std::iter::once(batch).chain(out.shape.iter().copied()).collect();
+        let want: Vec<usize> = std::iter::once(batch)
+            .chain(out.shape.iter().copied())
+            .collect();
         if g.dims() != want {
             return Err(TrainError::Data(format!(
                 "the gradient of output `{name}` has shape {}; the pass made {}",

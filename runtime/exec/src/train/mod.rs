@@ -531,7 +531,13 @@ fn score(
     let outputs: BTreeMap<String, Tensor> = match engine {
         Engine::Float => {
             let weights = vars.tensors()?;
-            twin::forward(graph, &weights, &layer::f64_tensors(&split.inputs)?, twin::Mode::Float)?.outputs
+            twin::forward(
+                graph,
+                &weights,
+                &layer::f64_tensors(&split.inputs)?,
+                twin::Mode::Float,
+            )?
+            .outputs
         }
         Engine::Hardware => {
             let data = HostData {
