@@ -2,7 +2,7 @@
 (hardware made with the weights of another seed) against a concordant one and `nnpc diff`
 on the same data, in one run. Run from the repository root (after python/ci.sh):
 
-    python/.venv-py/bin/python python/bench/campaign.py [--items 20000] [--reps 3]
+    ~/.cache/nnpc/py-env/bin/python python/bench/campaign.py [--items 20000] [--reps 3]
 
 Prints, per case, the median wall seconds of the campaign (a warm local cluster,
 `ray.init(num_cpus=2)`; dataset, actors and merge included) and of `nnpc diff --json` on the
