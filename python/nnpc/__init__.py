@@ -5,7 +5,7 @@ same bits); this package converts arrays and errors. ::
 
     import nnpc
     g = nnpc.compile("samples/lstm.nnp")
-    sw = g.run(batch=4, seed=7)                 # {"h_out": array [4, ...]}, as `nnpc run`
+    sw = g.run(batch=4, seed=7)                 # {"h": array [4, ...]}, as `nnpc run`
     hw = g.emulate(batch=4, seed=7)             # the hardware model, as `nnpc emulate`
     print(g.diff(hw, batch=4, seed=7).concordant)
 
@@ -56,7 +56,9 @@ def _as_array(value: ArrayLike, name: str) -> np.ndarray:
     byte order, any layout), without a copy where its memory allows (DLPack). bfloat16
     (``ml_dtypes.bfloat16``, ``torch.bfloat16``) becomes float32 exactly."""
     if type(value).__module__.startswith("torch") and hasattr(value, "resolve_neg"):
-        value = value.resolve_conj().resolve_neg()  # a lazy negation is not in the memory
+        # A parameter's values are read (no gradient flows through a run); a lazy negation
+        # is not in the memory.
+        value = value.detach().resolve_conj().resolve_neg()
     if _is_torch_bfloat16(value):
         import torch
 
@@ -138,6 +140,31 @@ def _flag(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ArgumentError(f"`{name}` must be True or False, not {type(value).__name__} {value!r}")
     return bool(value)
+
+
+def _dtype(dtype: Any) -> Optional[str]:
+    """An output dtype as the core names it: ``None``, a name (``"float32"``, ``"f16"``), a
+    numpy dtype or type (``np.float32``) or a torch dtype (``torch.float16``)."""
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    name = str(dtype).rsplit(".", 1)[-1].strip("'>")  # torch.float32, <class 'numpy.float32'>
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        pass
+    if name in ("float16", "float32"):
+        return name
+    raise ArgumentError(f"`dtype` = {dtype!r}: outputs are float16 or float32 (a name, a numpy or a torch dtype)")
+
+
+def _device(device: Any) -> None:
+    """The CPU (``"cpu"`` or ``torch.device("cpu")``): the package's graph runs there."""
+    if str(device) != "cpu":
+        raise ArgumentError(
+            f"`device` = {str(device)!r}: this package runs the graph on the CPU (`device=\"cpu\"`); "
+            "the graph on a CUDA GPU is the command line's `--device cuda`, built with "
+            "scripts/cuda-build.sh"
+        )
 
 
 def _run_args(batch: Any, seed: Any, random_missing: Any) -> Tuple[Optional[int], int, bool]:
@@ -233,7 +260,8 @@ class Graph:
         seed: int = 0,
         *,
         random_missing: bool = False,
-        dtype: Optional[str] = None,
+        dtype: Any = None,
+        device: Any = "cpu",
     ) -> Dict[str, np.ndarray]:
         """Run the software graph: the bits of ``nnpc run``.
 
@@ -244,11 +272,14 @@ class Graph:
         tensors the mappings lack with seeded random data (``--random-missing``).
 
         Returns ``{output: array [batch, *shape]}``, float16 where the storage format fits
-        it, else float32 (``nnpc run -o``'s types; ``dtype="float32"`` asks for float32).
+        it, else float32 (``nnpc run -o``'s types; ``dtype="float32"``, ``np.float32`` or
+        ``torch.float32`` asks for float32). ``device`` is ``"cpu"`` (``--device``; CUDA is
+        the command line's).
         """
+        _device(device)
         batch, seed, random_missing = _run_args(batch, seed, random_missing)
         w, x = self._data(weights, inputs)
-        return self._core.run(w, x, batch, seed, random_missing, dtype)
+        return self._core.run(w, x, batch, seed, random_missing, _dtype(dtype))
 
     def emulate(
         self,
@@ -258,13 +289,13 @@ class Graph:
         seed: int = 0,
         *,
         random_missing: bool = False,
-        dtype: Optional[str] = None,
+        dtype: Any = None,
     ) -> Dict[str, np.ndarray]:
         """Run the emulator (the instruction-level hardware model): the bits of
         ``nnpc emulate``. Arguments and result as :meth:`run`'s."""
         batch, seed, random_missing = _run_args(batch, seed, random_missing)
         w, x = self._data(weights, inputs)
-        return self._core.emulate(w, x, batch, seed, random_missing, dtype)
+        return self._core.emulate(w, x, batch, seed, random_missing, _dtype(dtype))
 
     def diff(
         self,
@@ -276,6 +307,7 @@ class Graph:
         *,
         random_missing: bool = False,
         first: int = 10,
+        device: Any = "cpu",
     ) -> DiffReport:
         """Compare the hardware's outputs with the software graph on the same data, bit for
         bit: the report of ``nnpc diff`` (``first`` mismatches listed).
@@ -283,7 +315,9 @@ class Graph:
         ``hardware`` maps every output to ``[batch, *shape]`` (float16/32/64; a value that is
         not a value of the storage format is a mismatch). The data are the hardware's: the
         same ``weights``/``inputs``, or the same ``seed`` (the batch is read from the dump).
+        ``device`` as :meth:`run`'s.
         """
+        _device(device)
         batch, seed, random_missing = _run_args(batch, seed, random_missing)
         first = _count(first, "first")
         hw = _arrays(hardware, "hardware")

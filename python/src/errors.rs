@@ -20,12 +20,31 @@ pub fn raise<'py>(py: Python<'py>, class: &str, args: impl pyo3::call::PyCallArg
 
 /// `nnpc.DataError` (bad weights, inputs or hardware arrays: a ValueError).
 pub fn data_error(py: Python<'_>, e: impl std::fmt::Display) -> PyErr {
-    raise(py, "DataError", (e.to_string(),))
+    raise(py, "DataError", (in_python_terms(&e.to_string()),))
 }
 
 /// `nnpc.ExecutionError` (a run failed, e.g. a NaN the target forbids: a RuntimeError).
 pub fn exec_error(py: Python<'_>, e: impl std::fmt::Display) -> PyErr {
-    raise(py, "ExecutionError", (e.to_string(),))
+    raise(py, "ExecutionError", (in_python_terms(&e.to_string()),))
+}
+
+/// The command line's flags that the library's help lines name, as the Python API's
+/// arguments.
+const FLAGS: &[(&str, &str)] = &[
+    ("`--random-missing`", "`random_missing=True`"),
+    ("--random-missing", "random_missing=True"),
+    ("--batch", "batch="),
+    ("--seed", "seed="),
+    ("--weights", "weights="),
+    ("--inputs", "inputs="),
+    ("--hardware", "hardware="),
+];
+
+/// A library message in the caller's vocabulary: the CLI flags it names as arguments.
+fn in_python_terms(message: &str) -> String {
+    FLAGS
+        .iter()
+        .fold(message.to_string(), |m, (flag, arg)| m.replace(flag, arg))
 }
 
 /// A diagnostic rendered as the command line renders it (without colours).

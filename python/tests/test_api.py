@@ -146,8 +146,10 @@ def test_bad_data_is_refused_clearly(lstm: nnpc.Graph) -> None:
         lstm.run(weights, {"x": x.astype(np.int32)})
     missing = dict(weights)
     del missing["Uc"]
-    with pytest.raises(nnpc.DataError, match="`Uc`"):
+    with pytest.raises(nnpc.DataError, match="`Uc`") as e:
         lstm.run(missing, {"x": x})
+    # The help names the Python argument, not the command line's flag.
+    assert "random_missing=True" in str(e.value) and "--random-missing" not in str(e.value)
     # random_missing fills it, as --random-missing does.
     assert lstm.run(missing, {"x": x}, random_missing=True)["h"].shape == (2, 4, 256)
     with pytest.raises(nnpc.DataError, match="finite"):
@@ -276,3 +278,17 @@ def test_a_batch_past_the_limit_raises_data_error(lstm: nnpc.Graph) -> None:
     ]:
         with pytest.raises(nnpc.DataError, match=r"batch= \d+: .*the limit is \d+ input sets"):
             call()
+
+
+def test_dtype_takes_names_and_dtype_objects_and_device_is_the_cpu(lstm: nnpc.Graph) -> None:
+    want = lstm.run(batch=2, seed=1, dtype="float32")["h"]
+    for dtype in (np.float32, np.dtype("float32"), "f32"):
+        got = lstm.run(batch=2, seed=1, dtype=dtype)["h"]
+        assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+    half = lstm.run(batch=2, seed=1, dtype=np.float16)["h"]
+    assert half.dtype == np.float16 and np.array_equal(half.astype(np.float32), want)
+    with pytest.raises(nnpc.ArgumentError, match="dtype"):
+        lstm.run(batch=2, dtype=np.int8)
+    assert lstm.run(batch=2, seed=1, dtype="float32", device="cpu")["h"].tobytes() == want.tobytes()
+    with pytest.raises(nnpc.ArgumentError, match="--device cuda"):
+        lstm.run(batch=2, device="cuda")

@@ -210,3 +210,16 @@ def test_bad_data_raises_data_error() -> None:
         nnpc.torch.FirmwareLayer(DIGITS, weights={"V": np.zeros(3)})
     with pytest.raises(nnpc.DataError, match="W1"):
         nnpc.torch.FirmwareLayer(DIGITS, weights={"W1": np.zeros((3, 3))})
+
+
+def test_parameters_and_torch_dtypes_go_into_a_graph_as_they_are() -> None:
+    """A Graph takes a layer's parameters (tensors that require grad) and torch dtypes."""
+    layer = nnpc.torch.FirmwareLayer(DIGITS, seed=0)
+    g = layer.graph
+    x = g.random_inputs(2, seed=1)
+    params = dict(layer.named_parameters())
+    assert all(p.requires_grad for p in params.values())
+    got = g.run(params, x, dtype=torch.float32)["y"]
+    want = g.run({n: p.detach().numpy() for n, p in params.items()}, x, dtype="float32")["y"]
+    assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+    assert g.run(params, x, device=torch.device("cpu"), dtype=torch.float32)["y"].tobytes() == want.tobytes()
