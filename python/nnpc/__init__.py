@@ -337,6 +337,34 @@ class Graph:
         """The software graph as JSON (what ``nnpc compile`` writes)."""
         return self._core.swgraph_json()
 
+    def score(
+        self,
+        data: Union[str, "os.PathLike[str]", Mapping[str, ArrayLike]],
+        weights: Union[None, str, "os.PathLike[str]", Mapping[str, ArrayLike]] = None,
+        *,
+        split: str = "test",
+        engine: str = "graph",
+        loss: Optional[str] = None,
+        seed: int = 0,
+    ) -> Dict[str, Any]:
+        """The program's loss and accuracy on a split of ``data`` with the hardware's
+        numerics, as ``nnpc score`` (and ``nnpc train``'s test scores) compute them.
+
+        ``data`` is a data file or mapping as ``nnpc train`` takes (``NAME_train`` /
+        ``NAME_test``, or ``NAME``, for every input and output); ``weights`` a weights file,
+        a mapping, or ``None`` (seeded random weights). ``engine`` is ``"graph"`` (the
+        software graph) or ``"emulator"``; ``loss`` ``"mse"`` or ``"xent"`` overrides the
+        choice by targets. Returns ``{"loss", "accuracy" (None for value targets), "items"}``.
+        """
+        if isinstance(data, (str, os.PathLike)):
+            data = load_tensors(data)
+        if isinstance(weights, (str, os.PathLike)):
+            weights = load_tensors(weights)
+        loss_value, accuracy, items = self._core.score(
+            _arrays(data, "data") or {}, _arrays(weights, "weights"), split, engine, loss, _seed(seed)
+        )
+        return {"loss": loss_value, "accuracy": accuracy, "items": items}
+
     def gradients(
         self,
         weights: Mapping[str, ArrayLike],

@@ -399,6 +399,87 @@ impl Graph {
         grad::gradient_dicts(py, &g)
     }
 
+    /// The loss and accuracy of the program on a split of `data` (`{name: array}`, as
+    /// `nnpc train`'s data file), with the hardware's numerics (`nnpc score`).
+    #[pyo3(signature = (data, weights=None, split="test", engine="graph", loss=None, seed=0))]
+    #[allow(clippy::too_many_arguments)] // the Python signature: the command line's flags
+    fn score<'py>(
+        &self,
+        py: Python<'py>,
+        data: &Bound<'py, PyDict>,
+        weights: Option<&Bound<'py, PyDict>>,
+        split: &str,
+        engine: &str,
+        loss: Option<&str>,
+        seed: u64,
+    ) -> PyResult<(f64, Option<f64>, usize)> {
+        use nnp_runtime::score::{self, Engine};
+        use nnp_runtime::train::{Dataset, LossKind};
+        let program = &*self.program;
+        let engine = match engine {
+            "graph" => Engine::Graph,
+            "emulator" => Engine::Emulator,
+            other => {
+                return Err(data_error(
+                    py,
+                    format!("engine `{other}`: \"graph\" or \"emulator\""),
+                ));
+            }
+        };
+        let loss = match loss {
+            None => None,
+            Some("mse") => Some(LossKind::Mse),
+            Some("xent") => Some(LossKind::CrossEntropy),
+            Some(other) => {
+                return Err(data_error(
+                    py,
+                    format!("loss `{other}`: \"mse\" or \"xent\""),
+                ));
+            }
+        };
+        let weights = match weights {
+            None => HostData::random_weights(program, seed),
+            Some(w) => {
+                // Checked as a `--weights` file is; a zero input set stands in for the inputs.
+                let mut tensors = to_tensors(Some(w))?.0;
+                for d in program.inputs() {
+                    tensors.insert(d.name.clone(), Tensor::zeros(d.shape.clone()));
+                }
+                let opts = LoadOptions {
+                    batch: Some(1),
+                    random_missing: false,
+                    seed,
+                };
+                let host = HostData::from_tensors(program, tensors, &opts, "weights=")
+                    .map_err(|e| data_error(py, e))?;
+                host.weights
+            }
+        };
+        let dataset = Dataset::from_tensors(program, to_tensors(Some(data))?.0)
+            .map_err(|e| data_error(py, e))?;
+        let split = match (split, &dataset.test) {
+            ("test", Some(t)) => t,
+            ("test", None) => {
+                return Err(data_error(
+                    py,
+                    "the data has no test split (`NAME_test`); pass split=\"train\"",
+                ));
+            }
+            ("train", _) => &dataset.train,
+            (other, _) => {
+                return Err(data_error(
+                    py,
+                    format!("split `{other}`: \"test\" or \"train\""),
+                ));
+            }
+        };
+        let items = split.items();
+        let s = py
+            .detach(|| score::score(program, &weights, split, loss, engine))
+            .map_err(|e| exec_error(py, e))?;
+        Ok((s.loss, s.accuracy, items))
+    }
+
     /// The seeded random weights `nnpc run --seed S` uses.
     #[pyo3(signature = (seed=0))]
     fn random_weights<'py>(&self, py: Python<'py>, seed: u64) -> PyResult<Bound<'py, PyDict>> {

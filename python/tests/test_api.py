@@ -292,3 +292,17 @@ def test_dtype_takes_names_and_dtype_objects_and_device_is_the_cpu(lstm: nnpc.Gr
     assert lstm.run(batch=2, seed=1, dtype="float32", device="cpu")["h"].tobytes() == want.tobytes()
     with pytest.raises(nnpc.ArgumentError, match="--device cuda"):
         lstm.run(batch=2, device="cuda")
+
+
+def test_score_is_the_cli_score_on_both_engines() -> None:
+    """Graph.score on the digits sample's test split: `nnpc score --json`'s loss and accuracy,
+    from the bundled weights file or the same weights as arrays, graph and emulator alike."""
+    g = nnpc.compile("samples/train/digits_mlp.nnp")
+    want = json.loads(cli("score", "samples/train/digits_mlp.nnp", "--json").stdout)
+    weights = "samples/train/digits_mlp.weights.safetensors"
+    for engine in ("graph", "emulator"):
+        for w in (weights, nnpc.load_tensors(weights)):
+            got = g.score("samples/train/digits_mlp.data.safetensors", w, engine=engine)
+            assert got == {"loss": want["loss"], "accuracy": want["accuracy"], "items": 360}
+    with pytest.raises(nnpc.DataError, match="engine"):
+        g.score("samples/train/digits_mlp.data.safetensors", weights, engine="board")

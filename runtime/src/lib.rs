@@ -9,6 +9,7 @@
 pub mod campaign;
 pub mod diff;
 pub mod explain;
+pub mod score;
 pub mod stream;
 
 pub use nnp_emulator as emulator;

@@ -102,8 +102,17 @@ pub enum Loss {
     Xent,
 }
 
+impl Loss {
+    pub(super) fn kind(self) -> LossKind {
+        match self {
+            Loss::Mse => LossKind::Mse,
+            Loss::Xent => LossKind::CrossEntropy,
+        }
+    }
+}
+
 /// `STEM.SUFFIX` beside `file`.
-fn beside(file: &Path, suffix: &str) -> PathBuf {
+pub(super) fn beside(file: &Path, suffix: &str) -> PathBuf {
     let stem = file.file_stem().unwrap_or_default().to_string_lossy();
     file.with_file_name(format!("{stem}.{suffix}"))
 }
@@ -157,10 +166,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 momentum: args.momentum,
             },
         },
-        loss: args.loss.map(|l| match l {
-            Loss::Mse => LossKind::Mse,
-            Loss::Xent => LossKind::CrossEntropy,
-        }),
+        loss: args.loss.map(Loss::kind),
         cosine: !args.constant_lr,
         seed: args.seed,
         schedule,

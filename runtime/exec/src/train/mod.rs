@@ -232,7 +232,7 @@ pub fn train(
     // A dataset built by hand has not been through `Dataset::from_tensors`' checks.
     data.check(program)?;
     let firmware = compile(program)?;
-    let scoring = scorings(program, &firmware, data, opts.loss)?;
+    let scoring = scorings(program, &firmware, &data.train, opts.loss)?;
     let test = data.test.as_ref().unwrap_or(&data.train);
     let test_targets = targets(&scoring, &firmware, test)?;
     let vars = variables(weights)?;
@@ -343,7 +343,7 @@ pub fn time_steps(
 ) -> Result<StepTimes, TrainError> {
     data.check(program)?;
     let graph = compile(program)?;
-    let scoring = scorings(program, &graph, data, opts.loss)?;
+    let scoring = scorings(program, &graph, &data.train, opts.loss)?;
     let items: Vec<usize> = (0..opts.batch.min(data.train.items())).collect();
     let batch = data.train.gather(&items);
     let batch_targets = targets(&scoring, &graph, &batch)?;
@@ -455,13 +455,16 @@ fn variables(weights: &BTreeMap<String, HostTensor>) -> Result<Vars, TrainError>
 fn scorings(
     program: &Program,
     graph: &SwGraph,
-    data: &Dataset,
+    split: &Split,
     loss: Option<LossKind>,
 ) -> Result<Vec<Scoring>, TrainError> {
     program
         .outputs()
         .map(|d| {
-            let t = &data.train.targets[&d.name];
+            let t = split
+                .targets
+                .get(&d.name)
+                .ok_or_else(|| TrainError::Data(format!("no targets for output `{}`", d.name)))?;
             Scoring::new(
                 &d.name,
                 &d.shape,
@@ -546,21 +549,24 @@ fn score(
                 inputs: split.inputs.clone(),
             };
             let run = Session::new(graph, &ExecOptions::default())?.run(&data)?;
-            run.outputs
-                .into_iter()
-                .map(|(n, t)| {
-                    let v: Vec<f64> = t.data.iter().map(|&x| f64::from(x)).collect();
-                    let t = Tensor::from_vec(v, t.shape, &Device::Cpu)
-                        .map_err(|e| TrainError::tensor(&e))?;
-                    Ok((n, t))
-                })
-                .collect::<Result<_, TrainError>>()?
+            layer::f64_tensors(&run.outputs)?
         }
     };
+    score_of(scoring, &outputs, targets)
+}
+
+/// The loss and accuracy of `outputs` (f64, by name) against `targets` under `scoring`.
+fn score_of(
+    scoring: &[Scoring],
+    outputs: &BTreeMap<String, Tensor>,
+    targets: &[Tensor],
+) -> Result<Score, TrainError> {
     let (mut loss, mut hits, mut positions) = (0.0, 0u64, 0u64);
     let mut classified = false;
     for (s, target) in scoring.iter().zip(targets) {
-        let y = &outputs[&s.output];
+        let y = outputs
+            .get(&s.output)
+            .ok_or_else(|| TrainError::Data(format!("no output `{}` to score", s.output)))?;
         let l = s.loss(y, target).and_then(|l| l.to_scalar::<f64>());
         loss += l.map_err(|e| TrainError::tensor(&e))?;
         if let Some((h, p)) = s.correct(y, target).map_err(|e| TrainError::tensor(&e))? {
@@ -571,6 +577,22 @@ fn score(
         loss,
         accuracy: classified.then(|| hits as f64 / positions.max(1) as f64),
     })
+}
+
+/// The loss and accuracy of a program's `outputs` (`[items, ...]` by name, as a run of the
+/// graph or the emulator gives them) against `split`'s targets, as `nnpc train` scores its test
+/// split: cross-entropy and accuracy for class targets, else mean squared error (`loss`
+/// overrides).
+pub fn score_outputs(
+    program: &Program,
+    split: &Split,
+    outputs: &BTreeMap<String, HostTensor>,
+    loss: Option<LossKind>,
+) -> Result<Score, TrainError> {
+    let graph = compile(program)?;
+    let scoring = scorings(program, &graph, split, loss)?;
+    let targets = targets(&scoring, &graph, split)?;
+    score_of(&scoring, &layer::f64_tensors(outputs)?, &targets)
 }
 
 /// One step on `batch`: the concordant forward pass, the twin's backward pass, an update.

@@ -1,0 +1,140 @@
+//! `nnpc score`: a program's loss and accuracy on a dataset with the hardware's numerics.
+
+use super::train::{Loss, beside};
+use super::{fail, output};
+use nnp_runtime::io;
+use nnp_runtime::module::Weights;
+use nnp_runtime::score::{self, Engine};
+use nnp_runtime::train::{self, Dataset};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Score a program's outputs against a dataset's targets, with the hardware's numerics.
+///
+/// The program runs on every item of a split of the data (the test split by default) through
+/// the software graph (bit-identical to `nnpc run`) or the emulator, and its outputs are scored
+/// as `nnpc train` scores its test split: class targets give the softmax cross-entropy and the
+/// accuracy (the largest output is the class), value targets the mean squared error. The data
+/// and weights files are `nnpc train`'s (by default `STEM.data.safetensors` and
+/// `STEM.weights.safetensors` beside the firmware; without a weights file, seeded random
+/// weights).
+///
+/// Exit status: 0 on success, 1 for errors in the firmware or a failed run, 2 for bad input.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  nnpc score samples/train/digits_mlp.nnp
+  nnpc score samples/train/digits_mlp.nnp --engine emulator --json
+  nnpc score samples/train/digits_mlp.nnp --split train")]
+pub struct Args {
+    /// Firmware file.
+    pub file: PathBuf,
+    /// Target: a built-in name or a TOML file (default: the firmware's `target` line, else
+    /// bw-default).
+    #[arg(long, value_name = "TARGET")]
+    pub target: Option<String>,
+    /// The dataset (safetensors, `NAME_train` / `NAME_test` or `NAME`); default
+    /// `STEM.data.safetensors` beside the firmware.
+    #[arg(long, value_name = "FILE")]
+    pub data: Option<PathBuf>,
+    /// Weights; default `STEM.weights.safetensors` beside the firmware, else seeded random
+    /// weights.
+    #[arg(long, value_name = "FILE")]
+    pub weights: Option<PathBuf>,
+    /// Seed of the random weights without a weights file.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Which split to score (a file without a test split has only `train`).
+    #[arg(long, value_enum, default_value_t = Split::Test)]
+    pub split: Split,
+    /// The engine: the software graph, or the emulator (the same bits, independently).
+    #[arg(long, value_enum, default_value_t = EngineArg::Graph)]
+    pub engine: EngineArg,
+    /// Loss (default: cross-entropy for class targets, else mean squared error).
+    #[arg(long, value_enum)]
+    pub loss: Option<Loss>,
+    /// The score as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Split {
+    Test,
+    Train,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum EngineArg {
+    Graph,
+    Emulator,
+}
+
+pub fn run(args: Args) -> miette::Result<ExitCode> {
+    let program = match super::load(&args.file, args.target.as_deref()) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let data_path = args
+        .data
+        .clone()
+        .unwrap_or_else(|| beside(&args.file, "data.safetensors"));
+    let weights = match args
+        .weights
+        .clone()
+        .or_else(|| Some(beside(&args.file, "weights.safetensors")).filter(|p| p.exists()))
+    {
+        Some(p) => Weights::File(p),
+        None => Weights::Random { seed: args.seed },
+    };
+    let weights = train::starting_weights(&program, weights).map_err(fail)?;
+    let tensors = io::read_tensors(&data_path).map_err(fail)?;
+    let data = Dataset::from_tensors(&program, tensors).map_err(fail)?;
+    let (split, name) = match (args.split, &data.test) {
+        (Split::Test, Some(test)) => (test, "test"),
+        (Split::Test, None) => {
+            return Err(fail(format!(
+                "`{}` has no test split (`NAME_test` tensors); help: pass `--split train`",
+                data_path.display()
+            )));
+        }
+        (Split::Train, _) => (&data.train, "train"),
+    };
+    let engine = match args.engine {
+        EngineArg::Graph => Engine::Graph,
+        EngineArg::Emulator => Engine::Emulator,
+    };
+    let s =
+        score::score(&program, &weights, split, args.loss.map(Loss::kind), engine).map_err(fail)?;
+    let engine_name = match engine {
+        Engine::Graph => "graph",
+        Engine::Emulator => "emulator",
+    };
+    let text = if args.json {
+        json!({
+            "file": args.file.display().to_string(),
+            "data": data_path.display().to_string(),
+            "split": name,
+            "items": split.items(),
+            "engine": engine_name,
+            "loss": s.loss,
+            "accuracy": s.accuracy,
+        })
+        .to_string()
+    } else {
+        let acc = s
+            .accuracy
+            .map(|a| format!(", accuracy {:.2}%", a * 100.0))
+            .unwrap_or_default();
+        format!(
+            "{}: the {name} split of {} ({} items), hardware numerics ({engine_name}): loss \
+             {:.4}{acc}",
+            args.file.display(),
+            data_path.display(),
+            split.items(),
+            s.loss
+        )
+    };
+    output::stdout(format!("{text}\n"))?;
+    Ok(ExitCode::SUCCESS)
+}
