@@ -43,7 +43,11 @@ fn scores_are_nnpc_trains_before_and_after_on_both_engines() {
             assert_eq!(code, 0, "{err}");
             let s = last_json(&out);
             assert_eq!(s["items"], 360);
-            assert_eq!(s["accuracy"], report[format!("accuracy_{when}")], "{when} {engine}");
+            assert_eq!(
+                s["accuracy"],
+                report[format!("accuracy_{when}")],
+                "{when} {engine}"
+            );
             assert_eq!(s["loss"], report[format!("loss_{when}")], "{when} {engine}");
         }
     }

@@ -54,14 +54,6 @@ def _numpy(t: torch.Tensor) -> Any:
     return t.detach().cpu()
 
 
-def _tape_key(tape: Any) -> torch.Tensor:
-    key = next(_KEYS)
-    _TAPES[key] = tape
-    buffer = np.array(key, dtype=np.int64)
-    weakref.finalize(buffer, _TAPES.pop, key, None)
-    return torch.from_numpy(buffer)
-
-
 def _run(
     layer: "FirmwareLayer", weights: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], record: bool
 ) -> Tuple[List[torch.Tensor], Any]:

@@ -307,19 +307,30 @@ impl Module for FirmwareModule {
     /// The program's one input to its one output ([`FirmwareModule::forward_named`] for
     /// programs with several).
     fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
-        let run = || -> Result<Tensor, ModuleError> {
-            let input = self.only_input()?.name.clone();
-            let output = one("output", self.program.outputs(), "forward_named")?
-                .name
-                .clone();
-            let mut outs = self.forward_named(&BTreeMap::from([(input, xs.clone())]))?;
-            outs.remove(&output)
-                .ok_or_else(|| ModuleError::call(format!("the run made no output `{output}`")))
-        };
-        // candle's own errors carry a backtrace where RUST_BACKTRACE is set; this message is
-        // the module's, so it goes as a plain message.
-        run().map_err(|e| candle_core::Error::Msg(e.to_string()))
+        forward_one(&self.program, xs, |inputs| self.forward_named(inputs))
     }
+}
+
+/// `named` (a `forward_named`) on `program`'s one input `xs`, its one output.
+fn forward_one(
+    program: &Program,
+    xs: &Tensor,
+    named: impl FnOnce(&BTreeMap<String, Tensor>) -> Result<BTreeMap<String, Tensor>, ModuleError>,
+) -> candle_core::Result<Tensor> {
+    let run = || -> Result<Tensor, ModuleError> {
+        let input = one("input", program.inputs(), "forward_named")?
+            .name
+            .clone();
+        let output = one("output", program.outputs(), "forward_named")?
+            .name
+            .clone();
+        let mut outs = named(&BTreeMap::from([(input, xs.clone())]))?;
+        outs.remove(&output)
+            .ok_or_else(|| ModuleError::call(format!("the run made no output `{output}`")))
+    };
+    // candle's own errors carry a backtrace where RUST_BACKTRACE is set; this message is the
+    // module's, so it goes as a plain message.
+    run().map_err(|e| candle_core::Error::Msg(e.to_string()))
 }
 
 /// The one declaration of `what` the program has, or an error pointing at `instead`.

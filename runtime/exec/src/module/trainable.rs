@@ -179,16 +179,9 @@ impl Module for TrainableModule {
     /// The program's one input to its one output ([`TrainableModule::forward_named`] for
     /// programs with several).
     fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
-        let run = || -> Result<Tensor, ModuleError> {
-            let input = self.module.only_input()?.name.clone();
-            let output = super::one("output", self.module.program.outputs(), "forward_named")?
-                .name
-                .clone();
-            let mut outs = self.forward_named(&BTreeMap::from([(input, xs.clone())]))?;
-            outs.remove(&output)
-                .ok_or_else(|| ModuleError::call(format!("the run made no output `{output}`")))
-        };
-        run().map_err(|e| candle_core::Error::Msg(e.to_string()))
+        super::forward_one(&self.module.program, xs, |inputs| {
+            self.forward_named(inputs)
+        })
     }
 }
 
