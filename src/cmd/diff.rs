@@ -158,7 +158,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             hardware_made: io::read_metadata(&args.hardware),
             software_made: Some(provenance(&args.file, &program, false, &args.data, batch)),
         };
-        super::write_output("--report", page, html::render(&report, &ctx).as_bytes(), &reads)?;
+        super::write_output(
+            "--report",
+            page,
+            html::render(&report, &ctx).as_bytes(),
+            &reads,
+        )?;
     }
     if args.json {
         let v = serde_json::to_string_pretty(&report).map_err(super::fail)?;

@@ -42,7 +42,11 @@ pub fn base64(bytes: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for k in 0..4 {
             if k <= chunk.len() {
@@ -94,7 +98,14 @@ pub struct Axes<'a> {
 
 /// The SVG of one grid of map `index` (`which`: `items` or `rows`), with vertical lines at
 /// every `lines` columns (the native tiles, or an item's rows; 0: none).
-pub fn grid_svg(grid: &Grid, index: usize, which: &str, axes: &Axes, lines: usize, buckets: usize) -> String {
+pub fn grid_svg(
+    grid: &Grid,
+    index: usize,
+    which: &str,
+    axes: &Axes,
+    lines: usize,
+    buckets: usize,
+) -> String {
     let palette: Vec<[u8; 3]> = (0..buckets).map(|b| colour(b as u8, buckets)).collect();
     let image = bmp(grid.bins[1], grid.bins[0], &palette, &grid.worst);
     let h = (grid.bins[0] * 8).clamp(48, PLOT_H);
@@ -165,7 +176,9 @@ pub fn map_html(map: &MismatchMap, index: usize, shape: &[usize], buckets: usize
         rows: "batch item",
         cols: "element of the item (row-major; lines: rows)",
     };
-    s.push_str(&grid_svg(&map.items, index, "items", &axes, item_lines, buckets));
+    s.push_str(&grid_svg(
+        &map.items, index, "items", &axes, item_lines, buckets,
+    ));
     s.push_str("<figcaption>items x elements</figcaption></figure>");
     if rows > 1 || row_len > map.native {
         let axes = Axes {
@@ -173,8 +186,12 @@ pub fn map_html(map: &MismatchMap, index: usize, shape: &[usize], buckets: usize
             cols: &format!("column: tile x {} lanes (lines: tiles)", map.native),
         };
         s.push_str("<figure>");
-        s.push_str(&grid_svg(&map.rows, index, "rows", &axes, map.native, buckets));
-        s.push_str("<figcaption>rows x lanes over every item, native tiles marked</figcaption></figure>");
+        s.push_str(&grid_svg(
+            &map.rows, index, "rows", &axes, map.native, buckets,
+        ));
+        s.push_str(
+            "<figcaption>rows x lanes over every item, native tiles marked</figcaption></figure>",
+        );
     }
     s.push_str("</div>");
     s
@@ -206,7 +223,13 @@ mod tests {
     #[test]
     fn base64_by_hand() {
         // RFC 4648's test vectors.
-        for (i, o) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foobar", "Zm9vYmFy")] {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foobar", "Zm9vYmFy"),
+        ] {
             assert_eq!(base64(i.as_bytes()), o);
         }
     }

@@ -145,7 +145,11 @@ fn histogram(report: &DiffReport) -> String {
     for (k, &c) in h.iter().enumerate() {
         let x = 50 + k * bar;
         let y_base = top as f64 + height;
-        let frac = if c == 0 { 0.0 } else { ((c as f64).ln_1p() / max.ln_1p()).max(0.02) };
+        let frac = if c == 0 {
+            0.0
+        } else {
+            ((c as f64).ln_1p() / max.ln_1p()).max(0.02)
+        };
         let bh = frac * height;
         let [r, g, b] = colour(k as u8, n);
         let label = bucket_label(k, n);
@@ -214,14 +218,20 @@ fn mismatches(report: &DiffReport, linked: bool) -> String {
             None => number(m.hardware, f64::from(m.hardware)),
         };
         let note = if m.not_storage_value {
-            format!(" (not a {} value; rounds to 0x{:04X})", report.storage, m.hardware_bits)
+            format!(
+                " (not a {} value; rounds to 0x{:04X})",
+                report.storage, m.hardware_bits
+            )
         } else {
             format!(" (0x{:04X})", m.hardware_bits)
         };
         let ulps = m.ulps.map_or("NaN vs number".into(), |u| u.to_string());
         let at = match (m.line, &m.source) {
             (Some(l), Some(src)) if linked => {
-                format!("<a href=\"#L{l}\">line {l}</a>: <code>{}</code>", escape(src.trim()))
+                format!(
+                    "<a href=\"#L{l}\">line {l}</a>: <code>{}</code>",
+                    escape(src.trim())
+                )
             }
             (Some(l), Some(src)) => format!("line {l}: <code>{}</code>", escape(src.trim())),
             _ => "writer unknown".into(),
@@ -255,7 +265,13 @@ fn trace(report: &DiffReport, program: Option<&Program>) -> String {
         return s;
     };
     let text = program.map_or(String::new(), |p| {
-        p.source.text.lines().nth(f.line.saturating_sub(1)).unwrap_or("").trim().to_string()
+        p.source
+            .text
+            .lines()
+            .nth(f.line.saturating_sub(1))
+            .unwrap_or("")
+            .trim()
+            .to_string()
     });
     let _ = write!(
         s,
@@ -298,7 +314,12 @@ fn explain(report: &DiffReport) -> String {
     let mut order: Vec<&ExplainRow> = rows.iter().collect();
     order.sort_by(|a, b| (b.concordant.cmp(&a.concordant)).then(cmp_share(b.share(), a.share())));
     let share = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 / of as f64 };
-    let bar = |f: f64| format!("<span class=\"share\"><i style=\"width:{:.1}%\"></i></span>", 100.0 * f);
+    let bar = |f: f64| {
+        format!(
+            "<span class=\"share\"><i style=\"width:{:.1}%\"></i></span>",
+            100.0 * f
+        )
+    };
     let mut s = String::from("<h2>Explain</h2><div class=\"beside\" id=\"explain-beside\">");
     let _ = write!(
         s,
@@ -327,7 +348,12 @@ fn explain(report: &DiffReport) -> String {
     for r in order {
         let result = match &r.error {
             Some(e) => format!("cannot run: {}", escape(e)),
-            None => format!("{} of {}{}", r.bit_exact, r.elements, if r.concordant { " (concordant)" } else { "" }),
+            None => format!(
+                "{} of {}{}",
+                r.bit_exact,
+                r.elements,
+                if r.concordant { " (concordant)" } else { "" }
+            ),
         };
         let _ = write!(
             s,
@@ -346,7 +372,9 @@ fn explain(report: &DiffReport) -> String {
 /// The report as a self-contained page.
 pub fn render(report: &DiffReport, ctx: &Context) -> String {
     let buckets = report.ulp_histogram.len();
-    let name = ctx.program.map_or("diff report".to_string(), |p| p.source.name.clone());
+    let name = ctx
+        .program
+        .map_or("diff report".to_string(), |p| p.source.name.clone());
     let mut title = format!("nnpc diff: {name}");
     if !ctx.hardware.is_empty() {
         title.push_str(&format!(" vs hardware {}", ctx.hardware));
@@ -370,7 +398,11 @@ pub fn render(report: &DiffReport, ctx: &Context) -> String {
             body.push_str("<h2>Where the mismatches are</h2>");
             body.push_str(&legend(buckets));
             for (i, m) in report.maps.iter().enumerate() {
-                let shape = report.outputs.iter().find(|o| o.name == m.output).map_or(&[][..], |o| &o.shape[..]);
+                let shape = report
+                    .outputs
+                    .iter()
+                    .find(|o| o.name == m.output)
+                    .map_or(&[][..], |o| &o.shape[..]);
                 body.push_str(&map_html(m, i, shape, buckets));
             }
         }
@@ -380,7 +412,13 @@ pub fn render(report: &DiffReport, ctx: &Context) -> String {
     body.push_str(&explain(report));
     if let Some(p) = ctx.program {
         let mut lines: BTreeSet<usize> = report.mismatches.iter().filter_map(|m| m.line).collect();
-        lines.extend(report.trace.iter().filter_map(|t| t.first.as_ref()).map(|f| f.line));
+        lines.extend(
+            report
+                .trace
+                .iter()
+                .filter_map(|t| t.first.as_ref())
+                .map(|f| f.line),
+        );
         if !lines.is_empty() {
             body.push_str(&source(p, &lines));
         }
