@@ -229,7 +229,11 @@ fn firmware_text_cannot_inject() {
             html.matches("</script>").count()
         );
         assert_self_contained(&html);
-        if let Some(dom) = browse(p, "", "inject", "800,600") {
+        let shot = format!(
+            "inject-{}",
+            p.file_stem().and_then(|s| s.to_str()).unwrap_or("page")
+        );
+        if let Some(dom) = browse(p, "", &shot, "800,600") {
             assert_ran(&dom, ready);
         }
     }

@@ -216,13 +216,13 @@ impl DepGraph {
             program.source.name, program.target.name
         );
         let mut body = String::with_capacity(drawing.svg.len() + data.len() + 2048);
-        let _ = write!(
+        let _ = writeln!(
             body,
             "<header><b>{}</b> <span class=\"mono\">target {} (N = {})</span> · {} nodes, {} edges, \
              {} chains <input id=\"search\" type=\"search\" placeholder=\"search: instruction, register or line\" \
              autocomplete=\"off\"> <span id=\"hits\"></span> <span class=\"keys\">drag to pan, wheel to zoom, \
              click a node; edges: <i class=\"k pipeline\">pipeline</i> <i class=\"k raw\">raw</i> \
-             <i class=\"k war\">war</i> <i class=\"k waw\">waw</i> <i class=\"k fifo\">fifo</i></span></header>\n",
+             <i class=\"k war\">war</i> <i class=\"k waw\">waw</i> <i class=\"k fifo\">fifo</i></span></header>",
             escape(&program.source.name),
             escape(&program.target.name),
             program.target.native,
