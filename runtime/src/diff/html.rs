@@ -1,6 +1,6 @@
 //! A diff report as one self-contained web page (`nnpc diff --report`, Python's
 //! `DiffReport.to_html`): the verdict and counts, the provenance of both sides, the ULP
-//! histogram, where the mismatches are (heatmaps, [`super::heatmap`]), the first mismatches
+//! histogram, where the mismatches are (heatmaps, drawn by `heatmap.rs`), the first mismatches
 //! with their firmware lines, the first divergent trace record with what feeds its `v_wr`,
 //! and the explain search beside the target as given. Everything is inline; all firmware text
 //! is escaped.
