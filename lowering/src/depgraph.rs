@@ -28,8 +28,11 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
 mod export;
+mod html;
+pub mod layout;
 
 pub use export::{ExportError, JSON_SCHEMA_VERSION};
+pub use html::{DRAWING_CSS, Drawing};
 pub use nnp_grammar::LineIndex;
 
 /// A node of the graph (petgraph index; equals the node's position in execution order).

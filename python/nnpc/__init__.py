@@ -307,10 +307,12 @@ class Graph:
         *,
         random_missing: bool = False,
         first: int = 10,
+        maps: bool = False,
         device: Any = "cpu",
     ) -> DiffReport:
         """Compare the hardware's outputs with the software graph on the same data, bit for
-        bit: the report of ``nnpc diff`` (``first`` mismatches listed).
+        bit: the report of ``nnpc diff`` (``first`` mismatches listed). ``maps`` keeps where
+        the mismatches are (``"maps"``, the heatmaps of :meth:`DiffReport.to_html`).
 
         ``hardware`` maps every output to ``[batch, *shape]`` (float16/32/64; a value that is
         not a value of the storage format is a mismatch). The data are the hardware's: the
@@ -322,7 +324,7 @@ class Graph:
         first = _count(first, "first")
         hw = _arrays(hardware, "hardware")
         w, x = self._data(weights, inputs)
-        text = self._core.diff(hw, w, x, batch, seed, random_missing, first)
+        text = self._core.diff(hw, w, x, batch, seed, random_missing, first, bool(maps))
         return DiffReport(json.loads(text))
 
     def depgraph(self) -> Dict[str, Any]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Optional
+import json
+import os
+from typing import Any, Dict, List, Optional, Union
 
 
 def _float(v: Any) -> float:
@@ -132,6 +134,20 @@ class DiffReport:
             d["items"] = self._items
             d["worst"] = copy.deepcopy(self._worst)
         return d
+
+    def to_html(self) -> str:
+        """The report as one self-contained web page, the page ``nnpc diff --report``
+        writes (rendered by the same Rust function): verdict, counts, ULP histogram, heatmaps
+        where the report has maps (``Graph.diff(..., maps=True)``), the first mismatches with
+        their firmware lines, the trace and the explain rows where present."""
+        from . import _nnpc
+
+        return _nnpc.report_html(json.dumps(self._report))
+
+    def save_html(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Write :meth:`to_html` to ``path``."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_html())
 
     def __repr__(self) -> str:
         state = "concordant" if self.concordant else f"{self.mismatched} mismatched"

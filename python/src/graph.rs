@@ -280,8 +280,8 @@ impl Graph {
     }
 
     /// Compare `hardware` with the software graph on the same data (`nnpc diff`): the
-    /// report's JSON (schema `nnpc.diff/1`).
-    #[pyo3(signature = (hardware, weights=None, inputs=None, batch=None, seed=0, random_missing=false, first=10))]
+    /// report's JSON (schema `nnpc.diff/1`), with where the mismatches are when `maps`.
+    #[pyo3(signature = (hardware, weights=None, inputs=None, batch=None, seed=0, random_missing=false, first=10, maps=false))]
     #[allow(clippy::too_many_arguments)]
     fn diff<'py>(
         &self,
@@ -293,6 +293,7 @@ impl Graph {
         seed: u64,
         random_missing: bool,
         first: usize,
+        maps: bool,
     ) -> PyResult<String> {
         let (hw, inexact) = to_tensors(Some(hardware))?;
         let data = Data {
@@ -307,6 +308,10 @@ impl Graph {
         let program = &*self.program;
         let report = py.detach(|| -> Result<DiffReport, nnp_runtime::diff::DiffError> {
             let mut diff = DiffBuilder::new(program, first)?;
+            if maps {
+                let items = software.values().next().and_then(|t| t.shape.first());
+                diff = diff.with_maps(items.copied().unwrap_or(1));
+            }
             diff.add_read(0, &hw, &inexact, &software)?;
             Ok(diff.finish())
         });

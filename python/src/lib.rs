@@ -101,6 +101,17 @@ fn finish_part(py: Python<'_>, part: &str) -> PyResult<(String, String, usize)> 
     Ok((report, worst, part.items))
 }
 
+/// A report's JSON (`nnpc.diff/1`) as the self-contained page of `nnpc diff --report`
+/// (`nnp_runtime::diff::html::render`, without the program: each mismatch shows its own
+/// source line).
+#[pyfunction]
+fn report_html(py: Python<'_>, report: &str) -> PyResult<String> {
+    let report: nnp_runtime::diff::DiffReport = serde_json::from_str(report)
+        .map_err(|e| data_error(py, format!("not a diff report: {e}")))?;
+    let ctx = nnp_runtime::diff::html::Context::default();
+    Ok(py.detach(|| nnp_runtime::diff::html::render(&report, &ctx)))
+}
+
 /// The tensors of a `.safetensors` file, a `.npy` file or a directory of `.npy` files, as the
 /// command line reads them: float32 arrays (float64 where the file holds values float32 does
 /// not).
@@ -124,6 +135,7 @@ fn _nnpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(merge_parts, m)?)?;
     m.add_function(wrap_pyfunction!(finish_part, m)?)?;
     m.add_function(wrap_pyfunction!(load_tensors, m)?)?;
+    m.add_function(wrap_pyfunction!(report_html, m)?)?;
     m.add("PARTIAL_SCHEMA", campaign::PARTIAL_SCHEMA)?;
     Ok(())
 }

@@ -87,6 +87,37 @@ def test_diff_equals_the_cli_report(lstm: nnpc.Graph, tmp_path: Path) -> None:
     assert report.ulp_histogram["NaN vs number"] == 1 and report.ulp_histogram["1"] == 1
 
 
+def test_report_html_is_the_cli_page(lstm: nnpc.Graph, tmp_path: Path) -> None:
+    """DiffReport.to_html() is the page `nnpc diff --report` writes, from the same Rust
+    renderer: the same verdict, counts and heatmaps; save_html writes it; a report without
+    maps has no heatmap."""
+    hw = lstm.emulate(batch=8, seed=2)
+    (name,) = hw
+    bad = hw[name].copy()
+    bad[6, 2, 200] = np.nan
+    bad.view(np.uint16)[7, 3, 17] ^= 1
+    d = tmp_path / "hw"
+    d.mkdir()
+    np.save(d / f"{name}.npy", bad)
+    page = tmp_path / "cli.html"
+    cli("diff", "samples/lstm.nnp", "--hardware", str(d), "--seed", "2", "--report", str(page))
+    want = page.read_text()
+    report = lstm.diff({name: bad}, seed=2, maps=True)
+    html = report.to_html()
+    verdict = "NOT concordant: 8190 of 8192 elements bit-exact"
+    assert verdict in html and verdict in want
+    for part in ('id="histogram"', 'data-grid="items"', 'data-grid="rows"', "NaN vs number ULP: 1"):
+        assert part in html and part in want, part
+    # The heatmaps are the same bits (the images of the same maps).
+    img = lambda p: [s.split('"')[0] for s in p.split("base64,")[1:]]
+    assert img(html) == img(want)
+    out = tmp_path / "py.html"
+    report.save_html(out)
+    assert out.read_text() == html
+    plain = lstm.diff({name: bad}, seed=2).to_html()
+    assert verdict in plain and 'data-grid="items"' not in plain
+
+
 def test_quantize_gives_the_cli_bits(tmp_path: Path) -> None:
     """nnpc.quantize along axis 0 and -1 writes what `nnpc quantize -o` writes."""
     x = np.random.default_rng(0).standard_normal((40, 24)).astype(np.float32)

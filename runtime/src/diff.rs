@@ -14,12 +14,16 @@
 mod builder;
 mod compare;
 mod dump;
+mod heatmap;
+pub mod html;
+mod map;
 pub mod nonfinite;
 
 use crate::host::{Outputs, Unfilled};
 pub use builder::DiffBuilder;
 pub use compare::{CompareError, Comparison, ExplainPairs, Measure, Meter};
 pub use dump::{Dump, DumpError};
+pub use map::{Grid, MAP_BINS, MismatchMap};
 use nnp_grammar::Program;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -62,6 +66,30 @@ pub enum DiffError {
 
 /// Upper bounds of the ULP histogram buckets: 0, 1, 2, 4, 8, ... 2^15, then larger, then NaN.
 const ULP_BUCKETS: usize = 17;
+
+/// The label of bucket `k` of a ULP histogram of `buckets` buckets
+/// ([`DiffReport::ulp_histogram`]): `0`, `1`, `2`, `3-4`, ..., `>32768`, `NaN vs number`.
+pub fn bucket_label(k: usize, buckets: usize) -> String {
+    match k {
+        0 => "0".into(),
+        1 => "1".into(),
+        2 => "2".into(),
+        k if k + 2 == buckets => format!(">{}", 1u64 << (k - 2)),
+        k if k + 1 == buckets => "NaN vs number".into(),
+        k => format!("{}-{}", (1u64 << (k - 2)) + 1, 1u64 << (k - 1)),
+    }
+}
+
+/// A value as its shortest decimal that reads back to it: positional where that is short,
+/// else in scientific notation (`1e300`, not 301 digits; `5.9604645e-8`, not `0.0000000596...`).
+pub fn number<T: std::fmt::Display + std::fmt::LowerExp>(v: T, magnitude: f64) -> String {
+    let m = magnitude.abs();
+    if m.is_finite() && m != 0.0 && !(1e-5..1e16).contains(&m) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
+}
 
 /// One element that differs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -154,6 +182,10 @@ pub struct DiffReport {
     /// for a dump that is not concordant ([`crate::explain`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<Vec<crate::explain::ExplainRow>>,
+    /// Per output, where its mismatches are, when asked for (`nnpc diff --report`,
+    /// [`DiffBuilder::with_maps`]); empty otherwise, and then left out of the JSON.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub maps: Vec<MismatchMap>,
 }
 
 impl DiffReport {

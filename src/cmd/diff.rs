@@ -1,12 +1,12 @@
 //! `nnpc diff`: compare a hardware output dump (or trace) with the software graph, bit for bit.
 
 use super::data::DataArgs;
-use super::files::provenance_warnings;
+use super::files::{Reads, provenance, provenance_warnings};
 use super::host_args::{ChunkArgs, LayoutArg, run_failed};
 use super::run::DeviceArg;
 use indicatif::ProgressFinish;
 use nnp_lowering::swgraph::Roots;
-use nnp_runtime::diff::{CompareError, Comparison, Dump, Measure};
+use nnp_runtime::diff::{CompareError, Comparison, Dump, Measure, html};
 use nnp_runtime::exec::ExecOptions;
 use nnp_runtime::host::Progress;
 use nnp_runtime::io;
@@ -29,7 +29,8 @@ use std::sync::Arc;
   nnpc diff prog.nnp --hardware board_dump.safetensors --weights w.safetensors --inputs x.npy --json
   nnpc diff prog.nnp --hardware dump_tiles.safetensors --layout tiles --first 50
   nnpc diff prog.nnp --hardware board.safetensors --weights w.safetensors --inputs x.npy --explain
-  nnpc emulate prog.nnp --trace hw.jsonl -o hw.safetensors && nnpc diff prog.nnp --hardware hw.safetensors --trace hw.jsonl")]
+  nnpc emulate prog.nnp --trace hw.jsonl -o hw.safetensors && nnpc diff prog.nnp --hardware hw.safetensors --trace hw.jsonl
+  nnpc emulate samples/lstm.nnp --batch 64 -o hw.safetensors && nnpc diff samples/lstm.nnp --hardware hw.safetensors --report report.html")]
 pub struct Args {
     /// The firmware file (.nnp).
     pub file: PathBuf,
@@ -84,6 +85,11 @@ pub struct Args {
     /// Print the report as JSON (schema `nnpc.diff/1`, docs/diff.md).
     #[arg(long)]
     pub json: bool,
+    /// Also write the report as a self-contained web page (verdict, provenance, ULP
+    /// histogram, heatmaps of where the mismatches are, the first mismatches at their
+    /// firmware lines, the trace's first divergent v_wr and what feeds it, --explain's rows).
+    #[arg(long, value_name = "PAGE.html")]
+    pub report: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
@@ -97,6 +103,16 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         for w in provenance_warnings(&args.hardware, &made, &args.file, &program, &args.data) {
             super::output::stderr(format!("warning: {w}\n"))?;
         }
+    }
+    // The page may not replace a file the diff reads; refused before the run.
+    let mut reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
+    reads.data(&args.data);
+    reads.add("the hardware dump --hardware gives", &args.hardware);
+    if let Some(trace) = &args.trace {
+        reads.add("the trace --trace gives", trace);
+    }
+    if let Some(page) = &args.report {
+        reads.check("--report", page)?;
     }
     let (weights, feed) = args
         .data
@@ -125,6 +141,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             ..ExecOptions::default()
         },
         meter: &meter,
+        maps: args.report.is_some(),
     };
     let explain = args.explain.map(Into::into);
     let trace = args.trace.as_deref();
@@ -134,6 +151,20 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Err(e) => return Err(super::fail(e)),
     };
 
+    if let Some(page) = &args.report {
+        let ctx = html::Context {
+            program: Some(&program),
+            hardware: args.hardware.display().to_string(),
+            hardware_made: io::read_metadata(&args.hardware),
+            software_made: Some(provenance(&args.file, &program, false, &args.data, batch)),
+        };
+        super::write_output(
+            "--report",
+            page,
+            html::render(&report, &ctx).as_bytes(),
+            &reads,
+        )?;
+    }
     if args.json {
         let v = serde_json::to_string_pretty(&report).map_err(super::fail)?;
         super::output::stdout(format!("{v}\n"))?;

@@ -1,4 +1,5 @@
-//! `nnpc graph`: the dependency graph of a firmware file, as DOT or JSON, and queries on it.
+//! `nnpc graph`: the dependency graph of a firmware file, as DOT, JSON or a web page, and queries
+//! on it.
 
 use super::files::Reads;
 use super::output;
@@ -16,10 +17,13 @@ pub enum GraphFormat {
     Dot,
     /// JSON, schema `nnpc-depgraph` version 1 (docs/depgraph.md).
     Json,
+    /// A self-contained web page: the graph laid out, with pan, zoom, search and a clicked
+    /// node's instruction, registers, producers and consumers (no Graphviz, no network).
+    Html,
 }
 
-/// Build the dependency graph of a firmware file (docs/language.md) and write it as DOT or JSON,
-/// or answer a query on it.
+/// Build the dependency graph of a firmware file (docs/language.md) and write it as DOT, JSON or
+/// a self-contained web page, or answer a query on it.
 ///
 /// Nodes are instructions, one per iteration; edges are the pipeline inside a chain and
 /// read-after-write (blue), write-after-read (orange) and write-after-write (red) ordering through
@@ -28,6 +32,7 @@ pub enum GraphFormat {
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   nnpc graph samples/lstm.nnp --format dot -o lstm.dot && dot -Tsvg lstm.dot -o lstm.svg
+  nnpc graph samples/lstm.nnp --format html -o lstm.html     open it in a browser
   nnpc graph samples/lstm.nnp --format json | jq '.edges[] | select(.kind == \"raw\")'
   nnpc graph samples/conv3x3.nnp --target samples/targets/fp32.toml --format json -o g.json
   nnpc graph samples/lstm.nnp --producers 106     what feeds the reads on line 106
@@ -85,6 +90,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         let written = match args.format {
             GraphFormat::Dot => graph.write_dot(program, &mut buf),
             GraphFormat::Json => graph.write_json(program, &mut buf),
+            GraphFormat::Html => graph.write_html(program, &mut buf),
         };
         written.map_err(super::fail)?;
     }

@@ -2,7 +2,7 @@
 //! against the storage format's values, its distance in ULPs, and the firmware line that
 //! wrote a mismatch.
 
-use super::{DiffError, DiffReport, Mismatch, OutputDiff, ULP_BUCKETS};
+use super::{DiffError, DiffReport, Mismatch, MismatchMap, OutputDiff, ULP_BUCKETS};
 use crate::host::{Outputs, ShapeDisplay, Tensor, storage_bits, values_name};
 use crate::io::Inexact;
 use nnp_grammar::{ChainBody, DeclKind, Mem, Program};
@@ -97,6 +97,8 @@ struct OutputAcc {
     stats: ErrorAcc,
     /// Its first mismatches, at most the builder's `first`.
     mismatches: Vec<Mismatch>,
+    /// Where its mismatches are, when asked for ([`DiffBuilder::with_maps`]).
+    map: Option<MismatchMap>,
 }
 
 impl<'p> DiffBuilder<'p> {
@@ -127,6 +129,7 @@ impl<'p> DiffBuilder<'p> {
                     diff,
                     stats: ErrorAcc::default(),
                     mismatches: Vec::new(),
+                    map: None,
                 };
                 (i, acc)
             })
@@ -145,6 +148,18 @@ impl<'p> DiffBuilder<'p> {
     /// ([`finish_lists`](Self::finish_lists)).
     pub fn keep_worst(mut self, count: usize) -> Self {
         self.worst.count = count;
+        self
+    }
+
+    /// Keep also, per output, where its mismatches are over a batch of `batch` items
+    /// ([`MismatchMap`], `DiffReport::maps`): a cell count and worst bucket per bin, bounded
+    /// whatever the batch.
+    pub fn with_maps(mut self, batch: usize) -> Self {
+        let (program, n) = (self.program, self.program.native());
+        for (decl, acc) in &mut self.outputs {
+            let d = &program.decls[*decl];
+            acc.map = Some(MismatchMap::new(&d.name, batch, d.rows(), d.row_len(), n));
+        }
         self
     }
 
@@ -228,7 +243,12 @@ impl<'p> DiffBuilder<'p> {
                 } else {
                     Some(ordinal(hb, width).abs_diff(ordinal(sb, width)).max(1))
                 };
-                self.ulp_histogram[histogram_bucket(ulps)] += 1;
+                let bucket = histogram_bucket(ulps);
+                self.ulp_histogram[bucket] += 1;
+                if let Some(map) = &mut acc.map {
+                    let item = first_item + flat / per_item;
+                    map.add(item, flat % per_item, row_len, bucket as u8);
+                }
                 match ulps {
                     None => out.nan_mismatches += 1,
                     Some(d) => out.max_ulps = out.max_ulps.max(d),
@@ -305,6 +325,7 @@ impl<'p> DiffBuilder<'p> {
             mismatches: Vec::new(),
             trace: None,
             explain: None,
+            maps: Vec::new(),
         };
         let mut lists = Vec::new();
         for (_, acc) in self.outputs {
@@ -326,6 +347,7 @@ impl<'p> DiffBuilder<'p> {
             report.bit_exact += out.bit_exact;
             report.max_ulps = report.max_ulps.max(out.max_ulps);
             report.outputs.push(out);
+            report.maps.extend(acc.map);
             lists.push(acc.mismatches);
         }
         report.concordant = report.outputs_bit_exact();

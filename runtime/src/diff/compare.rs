@@ -86,6 +86,18 @@ pub struct Comparison<'a> {
     /// `keep_writes`).
     pub exec: ExecOptions,
     pub meter: Meter<'a>,
+    /// Whether the report keeps where the mismatches are (`DiffReport::maps`, the heatmaps of
+    /// `nnpc diff --report`).
+    pub maps: bool,
+}
+
+/// One run of a comparison: over the first `items` of the batch, listing the first `first`
+/// mismatches, keeping the maps of the mismatches or not.
+#[derive(Clone, Copy)]
+struct Pass {
+    items: usize,
+    first: usize,
+    maps: bool,
 }
 
 impl Comparison<'_> {
@@ -121,7 +133,12 @@ impl Comparison<'_> {
         // The weights go to the run; the explain search keeps a copy for its own runs.
         let kept = explain.map(|pairs| (pairs, weights.clone()));
         let batch = self.feed.batch;
-        let mut report = self.compare(self.program, graph, weights, batch, first, with_trace)?;
+        let pass = Pass {
+            items: batch,
+            first,
+            maps: self.maps,
+        };
+        let mut report = self.compare(self.program, graph, weights, pass, with_trace)?;
         if let Some((path, file)) = &hw_trace {
             // Records of items past the batch: a trace of another execution.
             let extra = file.read_items(batch..usize::MAX)?;
@@ -138,18 +155,17 @@ impl Comparison<'_> {
         Ok(report)
     }
 
-    /// Run `graph` (of `program`) over the first `items` of the batch: each chunk's outputs
+    /// Run `graph` (of `program`) over the first `pass.items` of the batch: each chunk's outputs
     /// are compared with the dump's items as the chunk is done, and with `trace` its records
     /// with the same items' records of the hardware trace. The run holds one chunk's inputs,
-    /// outputs, dump items and trace records at a time. The report lists the first `first`
-    /// mismatches.
+    /// outputs, dump items and trace records at a time. The report lists the first
+    /// `pass.first` mismatches.
     fn compare(
         &self,
         program: &Program,
         graph: &SwGraph,
         weights: BTreeMap<String, Tensor>,
-        items: usize,
-        first: usize,
+        Pass { items, first, maps }: Pass,
         mut trace: Option<(&Path, &TraceFile, &mut TraceComparer)>,
     ) -> Result<DiffReport, CompareError> {
         let opts = ExecOptions {
@@ -162,6 +178,9 @@ impl Comparison<'_> {
             source,
         };
         let mut diff = DiffBuilder::new(program, first).map_err(diff_error)?;
+        if maps {
+            diff = diff.with_maps(items);
+        }
         let mut engine = stream::Graph::new(graph, &opts, items)?;
         let inputs = |items| self.feed.items(items).map_err(CompareError::Input);
         let sink = |items: Range<usize>, run: Execution| {
@@ -274,7 +293,12 @@ impl Comparison<'_> {
         let graph = swgraph::compile(&checked.program, Roots::Outputs)
             .map_err(|e| format!("cannot lower: {e}"))?;
         let compare = |items| {
-            self.compare(&checked.program, &graph, weights.clone(), items, 0, None)
+            let pass = Pass {
+                items,
+                first: 0,
+                maps: false,
+            };
+            self.compare(&checked.program, &graph, weights.clone(), pass, None)
                 .map(|report| (items, report))
                 .map_err(|e| e.to_string())
         };

@@ -273,3 +273,27 @@ fn a_divergent_trace_is_not_concordant() {
     r.set_trace(identical);
     assert!(!r.concordant);
 }
+
+/// Values by hand: positional between 1e-5 and 1e16, else scientific, each the shortest
+/// decimal that reads back to the value in its own type.
+#[test]
+fn values_print_short() {
+    assert_eq!(number(0.040863037f32, 0.040863037), "0.040863037");
+    assert_eq!(number(65520.0f32, 65520.0), "65520");
+    assert_eq!(number(1e300f64, 1e300), "1e300");
+    assert_eq!(number(-1e-9f64, -1e-9), "-1e-9");
+    let tiny = 2f32.powi(-24); // the smallest fp16 subnormal
+    assert_eq!(number(tiny, f64::from(tiny)), "5.9604645e-8");
+    assert_eq!(number(f32::INFINITY, f64::INFINITY), "inf");
+    assert_eq!(number(-0.0f32, -0.0), "-0");
+}
+
+#[test]
+fn bucket_labels_follow_the_histogram_layout() {
+    // 19 buckets: 0, 1, 2, 3-4, 5-8, ..., 2^14+1..2^15, >2^15, NaN.
+    assert_eq!(bucket_label(3, 19), "3-4");
+    assert_eq!(bucket_label(4, 19), "5-8");
+    assert_eq!(bucket_label(16, 19), "16385-32768");
+    assert_eq!(bucket_label(17, 19), ">32768");
+    assert_eq!(bucket_label(18, 19), "NaN vs number");
+}

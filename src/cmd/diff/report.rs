@@ -3,21 +3,9 @@
 
 use super::{Args, ExplainPairs};
 use nnp_grammar::Program;
-use nnp_runtime::diff::DiffReport;
+use nnp_runtime::diff::{DiffReport, bucket_label, number};
 use nnp_runtime::explain::{DEFAULT_TARGET_LINE, ExplainRow, closest, cmp_share};
 use nnp_runtime::host::ShapeDisplay;
-
-/// Bucket labels of the ULP histogram (see `DiffReport::ulp_histogram`).
-fn bucket_label(k: usize, buckets: usize) -> String {
-    match k {
-        0 => "0".into(),
-        1 => "1".into(),
-        2 => "2".into(),
-        k if k + 2 == buckets => format!(">{}", 1u64 << (k - 2)),
-        k if k + 1 == buckets => "NaN vs number".into(),
-        k => format!("{}-{}", (1u64 << (k - 2)) + 1, 1u64 << (k - 1)),
-    }
-}
 
 /// `println!` into `out`, the report's text (written to stdout whole, `output::stdout`).
 macro_rules! say {
@@ -196,17 +184,6 @@ pub(super) fn print_report(
     );
 }
 
-/// A value as its shortest decimal that reads back to it: positional where that is short,
-/// else in scientific notation (`1e300`, not 301 digits; `5.9604645e-8`, not `0.0000000596...`).
-fn number<T: std::fmt::Display + std::fmt::LowerExp>(v: T, magnitude: f64) -> String {
-    let m = magnitude.abs();
-    if m.is_finite() && m != 0.0 && !(1e-5..1e16).contains(&m) {
-        format!("{v:e}")
-    } else {
-        v.to_string()
-    }
-}
-
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
@@ -322,34 +299,5 @@ fn print_explain_rows(out: &mut String, rows: &[&ExplainRow], batch: usize) {
             "    ({} more: `--json` lists every one)",
             rows.len() - shown
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::bucket_label;
-
-    /// Values by hand: positional between 1e-5 and 1e16, else scientific, each the shortest
-    /// decimal that reads back to the value in its own type.
-    #[test]
-    fn values_print_short() {
-        assert_eq!(super::number(0.040863037f32, 0.040863037), "0.040863037");
-        assert_eq!(super::number(65520.0f32, 65520.0), "65520");
-        assert_eq!(super::number(1e300f64, 1e300), "1e300");
-        assert_eq!(super::number(-1e-9f64, -1e-9), "-1e-9");
-        let tiny = 2f32.powi(-24); // the smallest fp16 subnormal
-        assert_eq!(super::number(tiny, f64::from(tiny)), "5.9604645e-8");
-        assert_eq!(super::number(f32::INFINITY, f64::INFINITY), "inf");
-        assert_eq!(super::number(-0.0f32, -0.0), "-0");
-    }
-
-    #[test]
-    fn bucket_labels_follow_the_histogram_layout() {
-        // 19 buckets: 0, 1, 2, 3-4, 5-8, ..., 2^14+1..2^15, >2^15, NaN.
-        assert_eq!(bucket_label(3, 19), "3-4");
-        assert_eq!(bucket_label(4, 19), "5-8");
-        assert_eq!(bucket_label(16, 19), "16385-32768");
-        assert_eq!(bucket_label(17, 19), ">32768");
-        assert_eq!(bucket_label(18, 19), "NaN vs number");
     }
 }
