@@ -30,6 +30,7 @@ enum Command {
     Quantize(cmd::quantize::Args),
     Bench(cmd::bench::Args),
     Train(cmd::train::Args),
+    Data(cmd::seeded::Args),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +46,7 @@ fn main() -> ExitCode {
         Command::Quantize(a) => cmd::quantize::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Train(a) => cmd::train::run(a),
+        Command::Data(a) => cmd::seeded::run(a),
     };
     match result {
         Ok(code) => code,

@@ -26,10 +26,13 @@ use std::sync::Arc;
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   nnpc emulate samples/lstm.nnp --batch 64 -o hw.safetensors && nnpc diff samples/lstm.nnp --hardware hw.safetensors
-  nnpc diff prog.nnp --hardware board_dump.safetensors --weights w.safetensors --inputs x.npy --json
-  nnpc diff prog.nnp --hardware dump_tiles.safetensors --layout tiles --first 50
-  nnpc diff prog.nnp --hardware board.safetensors --weights w.safetensors --inputs x.npy --explain
-  nnpc emulate prog.nnp --trace hw.jsonl -o hw.safetensors && nnpc diff prog.nnp --hardware hw.safetensors --trace hw.jsonl")]
+  nnpc data samples/lstm.nnp --batch 64 --seed 7 --weights-out w.safetensors --inputs-out x.npy
+  nnpc emulate samples/lstm.nnp --weights w.safetensors --inputs x.npy -o board.safetensors
+  nnpc diff samples/lstm.nnp --hardware board.safetensors --weights w.safetensors --inputs x.npy --json
+  nnpc diff samples/lstm.nnp --hardware board.safetensors --weights w.safetensors --inputs x.npy --explain
+  nnpc emulate samples/gru.nnp --batch 8 --layout tiles -o dump_tiles.safetensors
+  nnpc diff samples/gru.nnp --hardware dump_tiles.safetensors --layout tiles --first 50
+  nnpc emulate samples/lstm.nnp --trace hw.jsonl -o hw.safetensors && nnpc diff samples/lstm.nnp --hardware hw.safetensors --trace hw.jsonl")]
 pub struct Args {
     /// The firmware file (.nnp).
     pub file: PathBuf,

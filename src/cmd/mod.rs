@@ -13,6 +13,7 @@ pub mod host_args;
 pub mod output;
 pub mod quantize;
 pub mod run;
+pub mod seeded;
 pub mod train;
 
 use indicatif::{ProgressBar, ProgressStyle};
