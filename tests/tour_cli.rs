@@ -220,3 +220,45 @@ fn data_refusals() {
     assert!(!same.exists() && !several.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `nnpc diff`'s exit status is a diff tool's: 0 concordant, 1 not concordant, 2 no
+/// comparison made (firmware errors, an unreadable dump, a usage error), so that a script
+/// can tell a board that differs from a comparison that never ran.
+#[test]
+fn diff_exit_codes() {
+    let dir = scratch("diff_exit_codes");
+    let hw = dir.join("hw.safetensors");
+    let prog = "samples/mlp2_relu.nnp";
+    ok(&[
+        "emulate",
+        prog,
+        "--batch",
+        "2",
+        "--seed",
+        "5",
+        "-o",
+        arg(&hw),
+    ]);
+    let code = |args: &[&str]| nnpc(args).status.code();
+    assert_eq!(
+        code(&["diff", prog, "--hardware", arg(&hw), "--seed", "5"]),
+        Some(0)
+    );
+    // Other seeded data: the outputs differ.
+    assert_eq!(
+        code(&["diff", prog, "--hardware", arg(&hw), "--seed", "6"]),
+        Some(1)
+    );
+    let bad = dir.join("typo.nnp");
+    let text = "input x : [128]\noutput y : [128]\nv_rd netq\nv_sigmm\nv_wr netq\nend_chain\n";
+    std::fs::write(&bad, text).expect("write");
+    // `check` reports firmware errors with 1; `diff` could not compare: 2.
+    assert_eq!(code(&["check", arg(&bad)]), Some(1));
+    let o = nnpc(&["diff", arg(&bad), "--hardware", arg(&hw)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("v_sigmm"), "{}", stderr(&o));
+    let missing = dir.join("no_dump.safetensors");
+    assert_eq!(code(&["diff", prog, "--hardware", arg(&missing)]), Some(2));
+    assert_eq!(code(&["diff", prog]), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -29,7 +29,8 @@ use std::process::ExitCode;
   nnpc quantize --format 'int(bits = 8, scale = f32, per = row)' model.safetensors -o q.safetensors
 
 Format literals: fp16, bf16, fp32, fp(e, m), bfp(mant, block, exp_bits, round), msfp(mant),
-mx(elem, block), hbfp(mant, levels, scale_cap, block, sub), mx9, mx6, mx4,
+mx(elem, block), mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8 (OCP MX),
+hbfp(mant, levels, scale_cap, block, sub), mx9, mx6, mx4 (shared microexponents),
 int(bits, scale, per), fixed(int, frac), dynfixed(bits, policy, per), pot(bits), twohot(bits, r)
 (see docs/numerics.md).")]
 pub struct Args {
@@ -214,6 +215,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         super::output::stdout(text + "\n")?;
     } else {
         print_table(&reports, &format)?;
+        if let Some(out) = &args.output {
+            super::output::stdout(format!("written to {}\n", out.display()))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
