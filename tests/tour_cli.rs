@@ -262,3 +262,44 @@ fn diff_exit_codes() {
     assert_eq!(code(&["diff", prog]), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--weights` with no `--inputs` runs the seeded inputs of `--seed` (docs/files.md): a
+/// weights-only file (as `nnpc train -o` writes) gives the bits of `--seed` alone, for the
+/// emulator and the software graph, and `diff` on them is concordant. With `--inputs` naming
+/// a file that lacks an input, the input is still an error; a weight missing from the weights
+/// file is an error either way.
+#[test]
+fn weights_only_seeds_the_inputs() {
+    let dir = scratch("weights_only");
+    let prog = "samples/lstm.nnp";
+    let (w, x) = (dir.join("w.safetensors"), dir.join("x.safetensors"));
+    let seeded = ["--batch", "4", "--seed", "9"];
+    ok(&[&["data", prog, "--weights-out", arg(&w)], &seeded[..]].concat());
+    let hw = dir.join("hw.safetensors");
+    for engine in ["run", "emulate"] {
+        let (a, b) = (dir.join("w_only.safetensors"), dir.join("seed.safetensors"));
+        ok(&[
+            &[engine, prog, "--weights", arg(&w), "-o", arg(&a)],
+            &seeded[..],
+        ]
+        .concat());
+        ok(&[&[engine, prog, "-o", arg(&b)], &seeded[..]].concat());
+        let (from_file, from_seed) = (bits(&a), bits(&b));
+        assert!(!from_seed.is_empty());
+        assert_eq!(from_file, from_seed, "{engine}: weights-only vs seed");
+        if engine == "emulate" {
+            std::fs::rename(&a, &hw).expect("rename");
+        }
+    }
+    let diff = ["diff", prog, "--weights", arg(&w), "--hardware", arg(&hw)];
+    ok(&[&diff[..], &seeded[..]].concat());
+    // An inputs file is given, and it holds the weights, not the inputs: the inputs are missing.
+    let o = nnpc(&["emulate", prog, "--weights", arg(&w), "--inputs", arg(&w)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // A weights file that lacks the weights (the inputs written as weights).
+    ok(&[&["data", prog, "--inputs-out", arg(&x)], &seeded[..]].concat());
+    let o = nnpc(&["emulate", prog, "--weights", arg(&x)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no tensor named"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
