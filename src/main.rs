@@ -31,6 +31,7 @@ enum Command {
     Bench(cmd::bench::Args),
     Train(cmd::train::Args),
     Score(cmd::score::Args),
+    Data(cmd::seeded::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Train(a) => cmd::train::run(a),
         Command::Score(a) => cmd::score::run(a),
+        Command::Data(a) => cmd::seeded::run(a),
     };
     match result {
         Ok(code) => code,

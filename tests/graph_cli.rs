@@ -128,7 +128,12 @@ fn output_file_and_target_option() {
         out.to_str().expect("utf-8 path"),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(o.stdout.is_empty());
+    // The one line that confirms the write, as the other commands' -o do.
+    let said = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        said.contains("written to") && said.lines().count() == 1,
+        "{said}"
+    );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).expect("written")).expect("JSON");
     assert_eq!(v["target"], "n16");

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 #[command(after_help = "Examples:
   nnpc check samples/lstm.nnp
   nnpc check samples/elman_rnn_small.nnp --target samples/targets/n16.toml
-  nnpc check prog.nnp --json | jq '.[] | select(.severity == \"error\")'")]
+  nnpc check samples/lstm.nnp --json | jq '.[] | select(.severity == \"error\")'")]
 pub struct Args {
     /// The firmware file (.nnp).
     pub file: PathBuf,

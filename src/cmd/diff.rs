@@ -21,15 +21,19 @@ use std::sync::Arc;
 ///
 /// The data must be the hardware's: the same `--weights`/`--inputs` files, or (for a dump made
 /// by `nnpc emulate` with random data) the same `--seed`; the batch is read from the dump.
-/// Exit status: 0 concordant (every element bit-exact, and every trace record identical), 1
-/// not concordant (or firmware errors), 2 unreadable or unusable input.
+/// Exit status, as diff tools have it: 0 concordant (every element bit-exact, and every trace
+/// record identical), 1 not concordant, 2 no comparison made (unreadable or unusable input,
+/// firmware errors, a runtime error of the firmware).
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   nnpc emulate samples/lstm.nnp --batch 64 -o hw.safetensors && nnpc diff samples/lstm.nnp --hardware hw.safetensors
-  nnpc diff prog.nnp --hardware board_dump.safetensors --weights w.safetensors --inputs x.npy --json
-  nnpc diff prog.nnp --hardware dump_tiles.safetensors --layout tiles --first 50
-  nnpc diff prog.nnp --hardware board.safetensors --weights w.safetensors --inputs x.npy --explain
-  nnpc emulate prog.nnp --trace hw.jsonl -o hw.safetensors && nnpc diff prog.nnp --hardware hw.safetensors --trace hw.jsonl
+  nnpc data samples/lstm.nnp --batch 64 --seed 7 --weights-out w.safetensors --inputs-out x.npy
+  nnpc emulate samples/lstm.nnp --weights w.safetensors --inputs x.npy -o board.safetensors
+  nnpc diff samples/lstm.nnp --hardware board.safetensors --weights w.safetensors --inputs x.npy --json
+  nnpc diff samples/lstm.nnp --hardware board.safetensors --weights w.safetensors --inputs x.npy --explain
+  nnpc emulate samples/gru.nnp --batch 8 --layout tiles -o dump_tiles.safetensors
+  nnpc diff samples/gru.nnp --hardware dump_tiles.safetensors --layout tiles --first 50
+  nnpc emulate samples/lstm.nnp --trace hw.jsonl -o hw.safetensors && nnpc diff samples/lstm.nnp --hardware hw.safetensors --trace hw.jsonl
   nnpc emulate samples/lstm.nnp --batch 64 -o hw.safetensors && nnpc diff samples/lstm.nnp --hardware hw.safetensors --report report.html")]
 pub struct Args {
     /// The firmware file (.nnp).
@@ -95,7 +99,7 @@ pub struct Args {
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let program = match super::load(&args.file, args.target.as_deref()) {
         Ok(p) => p,
-        Err(code) => return Ok(code),
+        Err(code) => return Ok(not_compared(code)),
     };
     let dump = Dump::open(&program, &args.hardware, args.layout.into()).map_err(super::fail)?;
     // A dump nnpc made says how; where that is not how this diff runs, say so first.
@@ -129,7 +133,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     };
     let graph = match super::compile(&program, roots) {
         Ok(g) => g,
-        Err(code) => return Ok(code),
+        Err(code) => return Ok(not_compared(code)),
     };
     let comparison = Comparison {
         program: &program,
@@ -147,7 +151,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     let trace = args.trace.as_deref();
     let report = match comparison.report(&graph, weights, args.first, trace, explain) {
         Ok(report) => report,
-        Err(CompareError::Exec(e)) => return run_failed(&program.source, e.into()),
+        Err(CompareError::Exec(e)) => {
+            return run_failed(&program.source, e.into()).map(not_compared);
+        }
         Err(e) => return Err(super::fail(e)),
     };
 
@@ -178,6 +184,15 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The exit status of a diff that made no comparison, from the status the shared loaders give
+/// (1 for firmware errors): 2, so that 1 always means "not concordant".
+fn not_compared(code: ExitCode) -> ExitCode {
+    match code == ExitCode::from(1) {
+        true => ExitCode::from(2),
+        false => code,
+    }
 }
 
 /// The progress bars of a comparison's runs and of the explain search, on a terminal.

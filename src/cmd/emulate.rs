@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 #[command(after_help = "Examples:
   nnpc emulate samples/lstm.nnp
   nnpc emulate samples/lstm.nnp --batch 64 --seed 7 -o hw.safetensors --trace hw.trace.jsonl
-  nnpc emulate prog.nnp --target samples/targets/n16.toml --weights w.safetensors --inputs x.npy
-  nnpc emulate prog.nnp -o out_dir --layout tiles --dtype f32 --json")]
+  nnpc data samples/elman_rnn_small.nnp --batch 8 --weights-out w.safetensors --inputs-out x.npy
+  nnpc emulate samples/elman_rnn_small.nnp --target samples/targets/n16.toml --weights w.safetensors --inputs x.npy
+  nnpc emulate samples/gru.nnp -o out_dir --layout tiles --dtype f32 --json")]
 pub struct Args {
     /// The firmware file (.nnp).
     pub file: PathBuf,

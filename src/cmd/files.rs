@@ -168,15 +168,16 @@ pub mod key {
     pub const SEED: &str = "nnpc.seed";
     pub const BATCH: &str = "nnpc.batch";
     /// Where the host data came from: `random` (seeded), `files`, or `files+random`
-    /// (`--random-missing`).
+    /// (`--random-missing`, or `--weights` with no `--inputs`).
     pub const DATA: &str = "nnpc.data";
 }
 
-/// Where `data` takes the host data from ([`key::DATA`]).
+/// Where `data` takes the host data from ([`key::DATA`]): a weights file with no inputs file
+/// seeds the inputs (`HostData::open`), so it is `files+random`.
 fn data_source(data: &DataArgs) -> &'static str {
     match (
         data.weights.is_some() || data.inputs.is_some(),
-        data.random_missing,
+        data.random_missing || data.inputs.is_none(),
     ) {
         (false, _) => "random",
         (true, false) => "files",

@@ -98,6 +98,11 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Some(path) => {
             let reads = Reads::firmware(&args.file, args.target.as_deref(), program);
             super::write_output("-o", path, &buf, &reads)?;
+            output::stdout(format!(
+                "{}: written to {}\n",
+                args.file.display(),
+                path.display()
+            ))?;
         }
         None => output::stdout(&buf)?,
     }

@@ -489,7 +489,12 @@ impl RunSummary<'_> {
             let _ = writeln!(s, "  outputs written to {}", f.display());
         }
         if let Some(f) = self.trace_file {
-            let _ = writeln!(s, "  trace written to {}", f.display());
+            let _ = write!(s, "  trace written to {}", f.display());
+            // RunFiles::finish writes the sidecar beside a regular file only.
+            if std::fs::metadata(f).is_ok_and(|m| m.is_file()) {
+                let _ = write!(s, ", its provenance to {}", trace_sidecar(f).display());
+            }
+            s.push('\n');
         }
         s
     }

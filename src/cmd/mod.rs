@@ -14,6 +14,7 @@ pub mod output;
 pub mod quantize;
 pub mod run;
 pub mod score;
+pub mod seeded;
 pub mod train;
 
 use indicatif::{ProgressBar, ProgressStyle};

@@ -22,13 +22,15 @@ use std::process::ExitCode;
 /// Exit status: 0 on success, 2 for a bad literal, unreadable input or unwritable output.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  nnpc quantize --format 'bfp(mant = 8)' weights.npy -o weights_q.npy
-  nnpc quantize --format 'mx(elem = fp8e4m3, block = 32)' model.safetensors --tensor fc1.weight
-  nnpc quantize --format mx6 --axis 0 w.npy --json
+  nnpc data samples/mlp2_relu.nnp --weights-out model.safetensors && nnpc data samples/mlp2_relu.nnp --weights-out weights
+  nnpc quantize --format 'bfp(mant = 8)' weights/W1.npy -o weights_q.npy
+  nnpc quantize --format 'mx(elem = fp8e4m3, block = 32)' model.safetensors --tensor W2
+  nnpc quantize --format mx6 --axis 0 weights/W2.npy --json
   nnpc quantize --format 'int(bits = 8, scale = f32, per = row)' model.safetensors -o q.safetensors
 
 Format literals: fp16, bf16, fp32, fp(e, m), bfp(mant, block, exp_bits, round), msfp(mant),
-mx(elem, block), hbfp(mant, levels, scale_cap, block, sub), mx9, mx6, mx4,
+mx(elem, block), mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8 (OCP MX),
+hbfp(mant, levels, scale_cap, block, sub), mx9, mx6, mx4 (shared microexponents),
 int(bits, scale, per), fixed(int, frac), dynfixed(bits, policy, per), pot(bits), twohot(bits, r)
 (see docs/numerics.md).")]
 pub struct Args {
@@ -213,6 +215,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         super::output::stdout(text + "\n")?;
     } else {
         print_table(&reports, &format)?;
+        if let Some(out) = &args.output {
+            super::output::stdout(format!("written to {}\n", out.display()))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

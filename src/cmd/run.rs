@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
   nnpc run samples/lstm.nnp
   nnpc run samples/lstm.nnp --batch 64 --seed 7 -o sw.safetensors --trace sw.trace.jsonl
   nnpc compile samples/lstm.nnp -o lstm.swg.json && nnpc run lstm.swg.json --batch 256
-  nnpc run prog.nnp --target samples/targets/fp32.toml --weights w.safetensors --inputs x.npy
-  nnpc run prog.nnp -o out_dir --layout tiles --dtype f32 --json
+  nnpc data samples/mlp2_relu.nnp --batch 8 --weights-out w.safetensors --inputs-out x.npy
+  nnpc run samples/mlp2_relu.nnp --target samples/targets/fp32.toml --weights w.safetensors --inputs x.npy
+  nnpc run samples/gru.nnp -o out_dir --layout tiles --dtype f32 --json
   nnpc run samples/lstm.nnp --batch 1000000 --chunk-items 8192 -o sw.safetensors")]
 pub struct Args {
     /// The firmware file (.nnp) or compiled graph (.swg.json).

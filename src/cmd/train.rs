@@ -32,7 +32,7 @@ use std::process::ExitCode;
   nnpc train samples/train/digits_mlp.nnp -o tuned.safetensors
   nnpc train samples/train/digits_mlp.nnp --schedule a4w4:2,a6w6:2,firmware:2 --json
   nnpc train samples/train/digits_mlp.nnp --bench 20 --batch 256
-  nnpc train net.nnp --data d.safetensors --weights w.safetensors --optimizer sgd --lr 0.01
+  nnpc train samples/train/digits_mlp.nnp --data samples/train/digits_mlp.data.safetensors --weights samples/train/digits_mlp.weights.safetensors --optimizer sgd --lr 0.01 --epochs 2
 
 Schedules (--schedule): PRECISION:EPOCHS phases separated by commas, PRECISION being
 `firmware`, `aNwM` (BFP mantissa widths of mvm.vector and mvm.matrix, sign included), `aN` or

@@ -5,6 +5,7 @@
 //! `display.rs`.
 
 mod display;
+mod names;
 mod parse;
 
 use serde::{Deserialize, Serialize};
@@ -315,8 +316,28 @@ pub fn mx_preset(mant: u32) -> HbfpFormat {
 const PRESETS: [(&str, u32); 3] = [("mx9", 8), ("mx6", 5), ("mx4", 3)];
 
 const NAMES: &[&str] = &[
-    "fp16", "bf16", "fp32", "fp", "bfp", "msfp", "mx", "hbfp", "mx9", "mx6", "mx4", "int", "fixed",
-    "dynfixed", "pot", "twohot",
+    "fp16",
+    "bf16",
+    "fp32",
+    "fp",
+    "bfp",
+    "msfp",
+    "mx",
+    "mxfp8_e4m3",
+    "mxfp8_e5m2",
+    "mxfp6_e3m2",
+    "mxfp6_e2m3",
+    "mxfp4",
+    "mxint8",
+    "hbfp",
+    "mx9",
+    "mx6",
+    "mx4",
+    "int",
+    "fixed",
+    "dynfixed",
+    "pot",
+    "twohot",
 ];
 
 /// Bits needed to store `v`.

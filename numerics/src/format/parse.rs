@@ -3,6 +3,7 @@
 //! Literal syntax (see `docs/numerics.md`): `name` or `name(args)`; arguments are positional
 //! (in the documented order) and/or `key = value`, keywords after positionals.
 
+use super::names::{self, KEY_ALIASES};
 use super::{
     BfpFormat, Block, DynFixedFormat, FixedFormat, FloatFormat, Format, FormatError, HbfpFormat,
     IntFormat, IntScale, MxElem, MxFormat, NAMES, Overflow, PRESETS, Per, PolicyKind, PotFormat,
@@ -35,6 +36,11 @@ impl<'a> Bound<'a> {
             let idx = match &arg.key {
                 Some((key, span)) => {
                     seen_key = true;
+                    // microxcaling's keywords name `mx`'s parameters too.
+                    let alias = KEY_ALIASES.iter().find(|(a, _)| a == key);
+                    let key = alias
+                        .filter(|_| is_mx(&call.name))
+                        .map_or(key.as_str(), |p| p.1);
                     let Some(idx) = params.iter().position(|p| *p == key) else {
                         let help = match nearest(key, params) {
                             Some(s) => format!(
@@ -249,8 +255,41 @@ fn example(name: &str) -> &'static str {
     }
 }
 
+/// Whether `name` is an OCP MX format (`mx` or an OCP name), whose parameters take
+/// microxcaling's keywords too.
+fn is_mx(name: &str) -> bool {
+    name == "mx" || names::ocp_format(name).is_some()
+}
+
+/// An OCP MX format of element `elem` (given, or from `elem`'s argument) with `b`'s block,
+/// rounding and scale width (E8M0 only: `scale_bits = 8`).
+fn mx(b: &Bound, elem: Option<MxElem>) -> Result<Format, FormatError> {
+    let elem = match elem {
+        Some(e) => e,
+        None => {
+            let arg = b.required("elem")?;
+            let names: Vec<&'static str> = MxElem::ALL.iter().map(|e| e.name()).collect();
+            match &arg.value {
+                Value::Ident(s) => names::elem(s),
+                _ => None,
+            }
+            .ok_or_else(|| bad_choice(arg, "elem", &names))?
+        }
+    };
+    b.u32("scale_bits", Some(8), 8, 8)?;
+    Ok(Format::Mx(MxFormat {
+        elem,
+        block: b.block(Block::Size(32))?,
+        rounding: b.rounding()?,
+    }))
+}
+
 fn build(call: &Call) -> Result<Format, FormatError> {
     let name = call.name.as_str();
+    if let Some(elem) = names::ocp_format(name) {
+        let b = Bound::new(call, &["block", "round", "scale_bits"])?;
+        return mx(&b, Some(elem));
+    }
     match name {
         "fp16" => no_args(call).map(|_| Format::FP16),
         "bf16" => no_args(call).map(|_| Format::BF16),
@@ -298,21 +337,10 @@ fn build(call: &Call) -> Result<Format, FormatError> {
                 full_range,
             }))
         }
-        "mx" => {
-            let b = Bound::new(call, &["elem", "block", "round"])?;
-            let arg = b.required("elem")?;
-            let names: Vec<&'static str> = MxElem::ALL.iter().map(|e| e.name()).collect();
-            let elem = match &arg.value {
-                Value::Ident(s) => MxElem::ALL.iter().copied().find(|e| e.name() == s),
-                _ => None,
-            }
-            .ok_or_else(|| bad_choice(arg, "elem", &names))?;
-            Ok(Format::Mx(MxFormat {
-                elem,
-                block: b.block(Block::Size(32))?,
-                rounding: b.rounding()?,
-            }))
-        }
+        "mx" => mx(
+            &Bound::new(call, &["elem", "block", "round", "scale_bits"])?,
+            None,
+        ),
         "hbfp" => {
             let b = Bound::new(
                 call,
@@ -443,9 +471,10 @@ fn build(call: &Call) -> Result<Format, FormatError> {
             }))
         }
         _ => {
-            let help = match nearest(name, NAMES) {
-                Some(s) => format!("did you mean `{s}`? formats: {}", NAMES.join(", ")),
-                None => format!("formats: {}", NAMES.join(", ")),
+            let help = match (names::mx_help(name), nearest(name, NAMES)) {
+                (Some(mx), _) => mx,
+                (None, Some(s)) => format!("did you mean `{s}`? formats: {}", NAMES.join(", ")),
+                (None, None) => format!("formats: {}", NAMES.join(", ")),
             };
             Err(err(
                 format!("unknown format `{name}`"),

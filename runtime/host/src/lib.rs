@@ -401,7 +401,9 @@ impl HostData {
             (false, true) => format!("{} (no weights file was given)", searched.join(" and ")),
             (false, false) => searched.join(" and "),
         };
-        HostData::feed(program, tensors, opts, &searched)
+        // No inputs file: the inputs the weights file lacks are seeded, as with no file at
+        // all (a weights-only file, such as `nnpc train -o`'s, runs like `--seed`).
+        HostData::feed(program, tensors, opts, &searched, inputs.is_none())
     }
 
     /// The tensors of the inputs file (`input`) or the weights file `path`, by name, as
@@ -442,7 +444,7 @@ impl HostData {
             .into_iter()
             .map(|(name, t)| (name, Found::Memory(t)))
             .collect();
-        let (weights, feed) = HostData::feed(program, found, opts, searched)?;
+        let (weights, feed) = HostData::feed(program, found, opts, searched, false)?;
         HostData::whole(weights, &feed)
     }
 
@@ -459,12 +461,14 @@ impl HostData {
     }
 
     /// The weights (read whole and checked) and the inputs' feed from the tensors found for
-    /// the declarations: every check of names and shapes.
+    /// the declarations: every check of names and shapes. `seed_inputs`: the inputs the
+    /// tensors lack are seeded random data (weights must still be found).
     fn feed(
         program: &dyn Interface,
         mut tensors: BTreeMap<String, Found>,
         opts: &LoadOptions,
         searched: &str,
+        seed_inputs: bool,
     ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
         // The batch, and how an input's batched shape names it: `B` while nothing fixes it.
         let (batch, batch_dim) = match opts.batch {
@@ -539,7 +543,7 @@ impl HostData {
                         ),
                     });
                 }
-                None if d.init == Init::Zero || opts.random_missing => {
+                None if d.init == Init::Zero || opts.random_missing || seed_inputs => {
                     Feed::Random(d.clone(), opts.seed)
                 }
                 None => return Err(missing(d, expected)),
