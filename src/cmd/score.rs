@@ -1,13 +1,12 @@
 //! `nnpc score`: a program's loss and accuracy on a dataset with the hardware's numerics.
 
-use super::train::{Loss, beside};
+use super::train::{Files, Loss};
 use super::{fail, output};
 use nnp_runtime::io;
 use nnp_runtime::module::Weights;
 use nnp_runtime::score::{self, Engine};
 use nnp_runtime::train::{self, Dataset};
 use serde_json::json;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Score a program's outputs against a dataset's targets, with the hardware's numerics.
@@ -27,20 +26,8 @@ use std::process::ExitCode;
   nnpc score samples/train/digits_mlp.nnp --engine emulator --json
   nnpc score samples/train/digits_mlp.nnp --split train")]
 pub struct Args {
-    /// Firmware file.
-    pub file: PathBuf,
-    /// Target: a built-in name or a TOML file (default: the firmware's `target` line, else
-    /// bw-default).
-    #[arg(long, value_name = "TARGET")]
-    pub target: Option<String>,
-    /// The dataset (safetensors, `NAME_train` / `NAME_test` or `NAME`); default
-    /// `STEM.data.safetensors` beside the firmware.
-    #[arg(long, value_name = "FILE")]
-    pub data: Option<PathBuf>,
-    /// Weights; default `STEM.weights.safetensors` beside the firmware, else seeded random
-    /// weights.
-    #[arg(long, value_name = "FILE")]
-    pub weights: Option<PathBuf>,
+    #[command(flatten)]
+    pub files: Files,
     /// Seed of the random weights without a weights file.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -71,19 +58,12 @@ pub enum EngineArg {
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match super::load(&args.file, args.target.as_deref()) {
+    let program = match super::load(&args.files.file, args.files.target.as_deref()) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let data_path = args
-        .data
-        .clone()
-        .unwrap_or_else(|| beside(&args.file, "data.safetensors"));
-    let weights = match args
-        .weights
-        .clone()
-        .or_else(|| Some(beside(&args.file, "weights.safetensors")).filter(|p| p.exists()))
-    {
+    let data_path = args.files.data_path()?;
+    let weights = match args.files.weights_path() {
         Some(p) => Weights::File(p),
         None => Weights::Random { seed: args.seed },
     };
@@ -112,7 +92,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     };
     let text = if args.json {
         json!({
-            "file": args.file.display().to_string(),
+            "file": args.files.file.display().to_string(),
             "data": data_path.display().to_string(),
             "split": name,
             "items": split.items(),
@@ -129,7 +109,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         format!(
             "{}: the {name} split of {} ({} items), hardware numerics ({engine_name}): loss \
              {:.4}{acc}",
-            args.file.display(),
+            args.files.file.display(),
             data_path.display(),
             split.items(),
             s.loss

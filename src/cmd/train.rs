@@ -38,19 +38,8 @@ Schedules (--schedule): PRECISION:EPOCHS phases separated by commas, PRECISION b
 `firmware`, `aNwM` (BFP mantissa widths of mvm.vector and mvm.matrix, sign included), `aN` or
 `wM`; or a TOML file of [[phase]] tables (docs/training.md).")]
 pub struct Args {
-    /// Firmware file.
-    pub file: PathBuf,
-    /// Target: a built-in name or a TOML file (default: the firmware's `target` line, else
-    /// bw-default).
-    #[arg(long, value_name = "TARGET")]
-    pub target: Option<String>,
-    /// Training data (safetensors); default `STEM.data.safetensors` beside the firmware.
-    #[arg(long, value_name = "FILE")]
-    pub data: Option<PathBuf>,
-    /// Starting weights; default `STEM.weights.safetensors` beside the firmware, else seeded
-    /// random weights.
-    #[arg(long, value_name = "FILE")]
-    pub weights: Option<PathBuf>,
+    #[command(flatten)]
+    pub files: Files,
     /// Where the tuned weights go (safetensors, `.npy` directory): the names and shapes of the
     /// starting weights.
     #[arg(short = 'o', long, value_name = "OUT")]
@@ -111,34 +100,66 @@ impl Loss {
     }
 }
 
-/// `STEM.SUFFIX` beside `file`.
-pub(super) fn beside(file: &Path, suffix: &str) -> PathBuf {
-    let stem = file.file_stem().unwrap_or_default().to_string_lossy();
-    file.with_file_name(format!("{stem}.{suffix}"))
+/// The firmware and the files of `nnpc train` and `nnpc score`, with their defaults beside
+/// the firmware.
+#[derive(clap::Args)]
+pub struct Files {
+    /// Firmware file.
+    pub file: PathBuf,
+    /// Target: a built-in name or a TOML file (default: the firmware's `target` line, else
+    /// bw-default).
+    #[arg(long, value_name = "TARGET")]
+    pub target: Option<String>,
+    /// The data (safetensors: `NAME_train` / `NAME_test`, or `NAME`, for every input and
+    /// output); default `STEM.data.safetensors` beside the firmware.
+    #[arg(long, value_name = "FILE")]
+    pub data: Option<PathBuf>,
+    /// Weights (the starting weights of `train`); default `STEM.weights.safetensors` beside the
+    /// firmware, else seeded random weights.
+    #[arg(long, value_name = "FILE")]
+    pub weights: Option<PathBuf>,
+}
+
+impl Files {
+    /// `--data`, else `STEM.data.safetensors` beside the firmware, which must exist.
+    pub(super) fn data_path(&self) -> miette::Result<PathBuf> {
+        let path = self
+            .data
+            .clone()
+            .unwrap_or_else(|| self.beside("data.safetensors"));
+        if self.data.is_none() && !path.exists() {
+            return Err(fail(format!(
+                "no data: `{}` does not exist; help: pass `--data FILE` (safetensors with \
+                 `NAME_train` / `NAME_test` for every input and output)",
+                path.display()
+            )));
+        }
+        Ok(path)
+    }
+
+    /// `--weights`, else `STEM.weights.safetensors` beside the firmware where it exists.
+    pub(super) fn weights_path(&self) -> Option<PathBuf> {
+        self.weights
+            .clone()
+            .or_else(|| Some(self.beside("weights.safetensors")).filter(|p| p.exists()))
+    }
+
+    /// `STEM.SUFFIX` beside the firmware.
+    fn beside(&self, suffix: &str) -> PathBuf {
+        let stem = self.file.file_stem().unwrap_or_default().to_string_lossy();
+        self.file.with_file_name(format!("{stem}.{suffix}"))
+    }
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match super::load(&args.file, args.target.as_deref()) {
+    let program = match super::load(&args.files.file, args.files.target.as_deref()) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let mut reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
-    let data_path = args
-        .data
-        .clone()
-        .unwrap_or_else(|| beside(&args.file, "data.safetensors"));
-    if args.data.is_none() && !data_path.exists() {
-        return Err(fail(format!(
-            "no training data: `{}` does not exist; help: pass `--data FILE` (safetensors with \
-             `NAME_train` / `NAME_test` for every input and output)",
-            data_path.display()
-        )));
-    }
+    let mut reads = Reads::firmware(&args.files.file, args.files.target.as_deref(), &program);
+    let data_path = args.files.data_path()?;
     reads.add("the training data", &data_path);
-    let weights_path = args
-        .weights
-        .clone()
-        .or_else(|| Some(beside(&args.file, "weights.safetensors")).filter(|p| p.exists()));
+    let weights_path = args.files.weights_path();
     let weights = match &weights_path {
         Some(p) => {
             reads.add("the starting weights", p);
@@ -175,7 +196,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         let t = train::time_steps(&program, &start, &data, &opts, reps).map_err(fail)?;
         let text = if args.json {
             json!({
-                "file": args.file.display().to_string(),
+                "file": args.files.file.display().to_string(),
                 "batch": t.batch,
                 "steps": reps,
                 "step_seconds": t.step_s,
@@ -190,7 +211,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 "{}: batch {}, medians of {reps} steps\n  training step        {:>9.3} ms\n  \
                  forward, fresh session {:>7.3} ms  (step / forward = {:.2})\n  \
                  forward, warm session  {:>7.3} ms  (step / forward = {:.2})",
-                args.file.display(),
+                args.files.file.display(),
                 t.batch,
                 t.step_s * 1e3,
                 t.forward_s * 1e3,
@@ -240,7 +261,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     if let Some(out) = &args.output {
         let mut meta = Metadata::new();
         meta.insert(key::VERSION.into(), env!("CARGO_PKG_VERSION").into());
-        meta.insert(key::PROGRAM.into(), args.file.display().to_string());
+        meta.insert(key::PROGRAM.into(), args.files.file.display().to_string());
         meta.insert(
             key::PROGRAM_HASH.into(),
             fnv1a64(program.source.text.as_bytes()),
@@ -324,7 +345,7 @@ fn epoch_text(m: &EpochMetrics) -> String {
 
 fn summary_json(args: &Args, r: &TrainReport, data: &Path) -> Value {
     json!({
-        "file": args.file.display().to_string(),
+        "file": args.files.file.display().to_string(),
         "data": data.display().to_string(),
         "output_file": args.output.as_ref().map(|p| p.display().to_string()),
         "loss": r.loss.iter().map(|(o, l)| json!({"output": o, "loss": l.name()})).collect::<Vec<_>>(),

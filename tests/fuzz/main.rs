@@ -4,7 +4,7 @@
 //! (`tensors.rs`: safetensors and `.npy`). Each target mutates a corpus (the samples, their
 //! compiled graphs, small tensor files; plus `tests/fuzz/corpus/`, every input that once found
 //! a bug) and checks a property that can fail, not only "no panic" (docs/testing.md,
-//! "Fuzzing").
+//! docs/fuzzing.md).
 //!
 //! Stable Rust: seeded loops, no libFuzzer. CI runs the default case counts (about a minute in
 //! all); a long run: `NNPC_FUZZ_SECONDS=300 cargo test --release -p nnpc --test fuzz --

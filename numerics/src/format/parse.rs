@@ -1,6 +1,6 @@
 //! Parsing a format literal (`str::parse` for [`Format`]): arguments bound to parameters.
 //!
-//! Literal syntax (see `docs/numerics.md`): `name` or `name(args)`; arguments are positional
+//! Literal syntax (see `docs/literals.md`): `name` or `name(args)`; arguments are positional
 //! (in the documented order) and/or `key = value`, keywords after positionals.
 
 use super::names::{self, KEY_ALIASES};
