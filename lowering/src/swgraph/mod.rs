@@ -17,11 +17,13 @@
 //! `docs/swgraph.md`.
 
 mod lower;
+mod node_map;
 mod passes;
 mod plan;
 mod validate;
 
 pub use lower::{LowerError, compile, lower};
+pub use node_map::NodeMap;
 pub use passes::{Roots, optimize};
 pub use plan::{Plan, PlanCell, Schedule, fusable};
 pub use validate::MAX_VALUE_ELEMENTS;

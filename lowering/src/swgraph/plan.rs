@@ -3,7 +3,10 @@
 //! "The plan"). What depends on a run's options (traced values, devices) or on the weights'
 //! data is the session's, derived from the plan.
 
-use super::{Op, SwGraph, Ty, UnOp, ValueId};
+mod rounded;
+
+use super::{NodeMap, Op, SwGraph, Ty, UnOp, ValueId};
+use nnp_numerics::FloatFormat;
 use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
@@ -30,6 +33,11 @@ pub struct Plan {
     pub vectors: Vec<bool>,
     /// Elements of the distinct weight stacks that products read.
     pub weight_elements: usize,
+    /// The float format every value of a node is rounded to, where the graph shows one
+    /// (`rounded`): an engine whose rounder keeps such values may skip rounding them again.
+    pub rounded: NodeMap<Option<FloatFormat>>,
+    /// The non-finite checks of each value ([`SwGraph::checks`]' indices, in execution order).
+    pub checks: NodeMap<Vec<usize>>,
 }
 
 /// An evaluation order of the nodes, with what follows from it alone.
@@ -84,6 +92,12 @@ impl Plan {
             .collect();
         weights.sort_unstable();
         weights.dedup_by_key(|(w, _)| *w);
+        let mut checks = NodeMap::filled(len, Vec::new());
+        for (k, c) in graph.checks.iter().enumerate() {
+            if c.value.index() < len {
+                checks[c.value].push(k);
+            }
+        }
         Plan {
             constant,
             keep,
@@ -91,6 +105,8 @@ impl Plan {
             stacks,
             vectors,
             weight_elements: weights.iter().map(|(_, e)| e).sum(),
+            rounded: rounded::rounded_formats(&graph.nodes),
+            checks,
         }
     }
 }

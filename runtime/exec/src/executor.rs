@@ -1,81 +1,22 @@
-//! One pass of the graph over some items: every node but the products' operands ([`super::products`]).
+//! The evaluation of one node by the pass's [`Executor`]: every op but the products' operands
+//! ([`super::products`]) and the weight stacks and vectors prepared in one pass.
 
 use super::mfu::ActTable;
 use super::products::{float_path, product_spec};
-use super::session::{Caches, Paths};
+use super::state::{Executor, Failure};
 use super::tensors::{Map1, broadcast_batch, host_slice, pad_dim};
-use super::{ExecError, fused, gpu, intdot, internal, mfu, quant};
+use super::{ExecError, fused, internal, mfu, quant};
 use candle_core::{DType, Device, Shape, Tensor};
-use nnp_host::HostData;
-use nnp_lowering::swgraph::{GraphError, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
+use nnp_lowering::swgraph::{Op, TileLayout, Ty, UnOp, ValueId};
 use nnp_numerics::FloatFormat;
 use rayon::prelude::*;
-use std::collections::HashMap;
-use std::ops::Range;
-use std::sync::Arc;
-
-pub(super) enum Failure {
-    Candle(candle_core::Error),
-    Exec(ExecError),
-}
-
-impl From<candle_core::Error> for Failure {
-    fn from(e: candle_core::Error) -> Self {
-        Failure::Candle(e)
-    }
-}
-
-impl From<ExecError> for Failure {
-    fn from(e: ExecError) -> Self {
-        Failure::Exec(e)
-    }
-}
-
-pub(super) struct Executor<'a> {
-    pub(super) g: &'a SwGraph,
-    pub(super) data: &'a HostData,
-    /// The items of `data` this run computes (a shard's, or all of them).
-    pub(super) items: Range<usize>,
-    pub(super) dev: Device,
-    pub(super) n: usize,
-    pub(super) values: Vec<Option<Tensor>>,
-    pub(super) constant: &'a [bool],
-    pub(super) rounded: &'a [Option<FloatFormat>],
-    pub(super) caches: &'a mut Caches,
-    /// Vectors rearranged for the chunked matmul in this run, by (value, chunk).
-    pub(super) arranged_x: HashMap<(ValueId, usize), Tensor>,
-    /// Vectors as integer mantissas in this run (`None`: they do not fit).
-    pub(super) int_x: HashMap<ValueId, Option<Arc<intdot::IntVector>>>,
-    /// Single tiles of values quantized to integers in this run, by format, then by (value,
-    /// tile): the columns [`Executor::quantize_parts_to_ints`] assembles vectors from.
-    pub(super) int_tiles: Vec<(quant::BfpInts, TileInts)>,
-    /// Whether products may take the integer kernel.
-    pub(super) int: bool,
-    /// The nodes that took each fast path in this run.
-    pub(super) paths: Paths,
-    /// The GPU that computes integer products where it gives the same bits.
-    pub(super) gpu: Option<&'a gpu::Gpu>,
-    /// Vectors as integers on the GPU in this run (`None`: they have none).
-    pub(super) gpu_x: HashMap<ValueId, Option<Arc<gpu::GpuVector>>>,
-    /// Time per kind of work (`NNPC_EXEC_PROFILE`).
-    pub(super) prof: Profile,
-}
-
-/// Tiles of values as integers, by (value, tile): one column each ([`intdot::IntVector`] of
-/// one tile column; `None`: the tile has no integer form).
-type TileInts = HashMap<(ValueId, usize), Option<Arc<intdot::IntVector>>>;
-
-/// Seconds and counts per line of the profile; `None` when not profiling.
-pub(super) type Profile = Option<Vec<(&'static str, f64, usize)>>;
 
 impl<'a> Executor<'a> {
     pub(super) fn value(&self, v: ValueId) -> Result<&Tensor, ExecError> {
         self.values
-            .get(v.index())
+            .get(v)
             .and_then(Option::as_ref)
-            .ok_or_else(|| {
-                ExecError::Graph(GraphError::Other(format!("{v} is used after it was freed")))
-            })
+            .ok_or_else(|| internal(&format!("{v} is used after it was freed")))
     }
 
     /// The values of host tensor `name`: this run's items of an input (`input`), or the
@@ -131,8 +72,8 @@ impl<'a> Executor<'a> {
     }
 
     pub(super) fn eval(&mut self, i: usize) -> Result<Tensor, Failure> {
-        let node = &self.g.nodes[i];
-        let n = self.n;
+        let node = &self.graph.nodes[i];
+        let n = self.native;
         Ok(match &node.op {
             Op::Input { name, shape } => self.host(name, true, shape)?,
             Op::Weight { name, shape } => self.host(name, false, shape)?,
@@ -143,7 +84,7 @@ impl<'a> Executor<'a> {
             }
             Op::PadToTiles { src, layout, pad } => {
                 let t = self.value(*src)?;
-                let Ty::Logical { shape } = &self.g.node(*src).ty else {
+                let Ty::Logical { shape } = &self.graph.node(*src).ty else {
                     return Err(internal("pad_to_tiles of a non-logical value").into());
                 };
                 let b = t.dims()[0];
@@ -212,7 +153,7 @@ impl<'a> Executor<'a> {
                 ..
             } => {
                 let (spec, x, w) = product_spec(&node.op, n)
-                    .ok_or_else(|| ExecError::Graph(GraphError::Other("not a product".into())))?;
+                    .ok_or_else(|| internal("a product node without a product spec"))?;
                 let path = float_path(vector_format, matrix_format, &spec);
                 self.matvec(i, &spec, x, w, path)?
             }
@@ -285,8 +226,8 @@ impl<'a> Executor<'a> {
 
     /// The length of the vectors MFU node `i` computes on.
     fn mfu_len(&self, i: usize) -> Result<usize, Failure> {
-        match &self.g.nodes[i].ty {
-            Ty::Vector { tiles } => Ok(*tiles as usize * self.n),
+        match &self.graph.nodes[i].ty {
+            Ty::Vector { tiles } => Ok(*tiles as usize * self.native),
             _ => Err(internal("an MFU op whose value is not a vector").into()),
         }
     }
@@ -320,7 +261,7 @@ impl<'a> Executor<'a> {
         src: &mut impl FnMut(ValueId) -> fused::Src,
     ) -> Result<fused::Step, Failure> {
         use fused::Step;
-        let g = self.g;
+        let g = self.graph;
         Ok(match &g.nodes[k].op {
             Op::Binary { op, a, b, format } => Step::Binary {
                 op: *op,
@@ -379,7 +320,7 @@ impl<'a> Executor<'a> {
 
     /// Whether every element of `v` is rounded to `f` already ([`super::rounded`]).
     fn is_rounded(&self, v: ValueId, f: &FloatFormat) -> bool {
-        self.rounded.get(v.index()).copied().flatten() == Some(*f)
+        self.rounded.get(v).copied().flatten() == Some(*f)
     }
 
     fn table(

@@ -6,11 +6,7 @@
 use super::ExecError;
 use candle_core::Tensor;
 use nnp_lowering::swgraph::{FiniteCheck, SwGraph, Ty, ValueId};
-use std::collections::{BTreeMap, HashMap};
-
-/// The checks of each checked value (indices into the graph's checks, in execution order).
-#[derive(Default)]
-pub(super) struct Checks(HashMap<ValueId, Vec<usize>>);
+use std::collections::BTreeMap;
 
 /// A NaN or infinity a check found: the check, the lane, the value.
 #[derive(Clone, Copy, Debug)]
@@ -43,84 +39,69 @@ fn keep_item(items: &mut BTreeMap<usize, Bad>, item: usize, bad: Bad) {
     }
 }
 
-impl Checks {
-    pub(super) fn new(graph: &SwGraph) -> Checks {
-        let mut of: HashMap<ValueId, Vec<usize>> = HashMap::new();
-        for (k, c) in graph.checks.iter().enumerate() {
-            of.entry(c.value).or_default().push(k);
-        }
-        Checks(of)
+/// Scan value `id` against its checks `checks` (indices into the graph's, [`Plan::checks`]),
+/// computed as `t` (`[items, ...]`, or one item for a constant) for the items from `first` on
+/// (numbered in the run's data), into `found`.
+///
+/// [`Plan::checks`]: nnp_lowering::swgraph::Plan::checks
+pub(super) fn scan(
+    graph: &SwGraph,
+    id: ValueId,
+    checks: &[usize],
+    t: &Tensor,
+    first: usize,
+    found: &mut Found,
+) -> candle_core::Result<()> {
+    if checks.is_empty() {
+        return Ok(());
     }
+    let batch = t.dims().first().copied().unwrap_or(1).max(1);
+    super::tensors::with_host(t, |data| {
+        scan_rows(graph, id, checks, data, data.len() / batch, first, found)
+    })
+}
 
-    /// Whether value `id` is checked at all.
-    pub(super) fn has(&self, id: ValueId) -> bool {
-        self.0.contains_key(&id)
+/// Scan rows of value `id` (`lanes` values each, the first of them item `first` of the run's
+/// data) against its checks `checks`, into `found`. Rows that are all finite, nearly always
+/// all of them, cost one pass that the compiler vectorizes.
+pub(super) fn scan_rows(
+    graph: &SwGraph,
+    id: ValueId,
+    checks: &[usize],
+    rows: &[f64],
+    lanes: usize,
+    first: usize,
+    found: &mut Found,
+) {
+    if checks.is_empty() || lanes == 0 || all_finite(rows) {
+        return;
     }
-
-    /// Scan value `id`, computed as `t` (`[items, ...]`, or one item for a constant) for the
-    /// items from `first` on (numbered in the run's data), into `found`.
-    pub(super) fn scan(
-        &self,
-        graph: &SwGraph,
-        id: ValueId,
-        t: &Tensor,
-        first: usize,
-        found: &mut Found,
-    ) -> candle_core::Result<()> {
-        if !self.has(id) {
-            return Ok(());
-        }
-        let batch = t.dims().first().copied().unwrap_or(1).max(1);
-        super::tensors::with_host(t, |data| {
-            self.scan_rows(graph, id, data, data.len() / batch, first, found)
-        })
-    }
-
-    /// Scan rows of value `id` (`lanes` values each, the first of them item `first` of the
-    /// run's data), into `found`. Rows that are all finite, nearly always all of them, cost one
-    /// pass that the compiler vectorizes.
-    pub(super) fn scan_rows(
-        &self,
-        graph: &SwGraph,
-        id: ValueId,
-        rows: &[f64],
-        lanes: usize,
-        first: usize,
-        found: &mut Found,
-    ) {
-        let Some(checks) = self.0.get(&id) else {
-            return;
-        };
-        if lanes == 0 || all_finite(rows) {
-            return;
-        }
-        let ty = &graph.nodes[id.index()].ty;
-        let tiles = ty.tiles().unwrap_or(1).max(1) as usize;
-        let unit = lanes / tiles;
-        // A matrix's lanes are numbered within each tile (the emulator checks it tile by
-        // tile), a vector's across the checked tiles.
-        let per_tile = matches!(ty, Ty::TileStack { .. });
-        for &k in checks {
-            let c: &FiniteCheck = &graph.checks[k];
-            let (start, len) = (c.first_tile as usize * unit, c.tiles as usize * unit);
-            for (item, values) in rows.chunks(lanes).enumerate() {
-                let Some(checked) = values.get(start..start + len) else {
-                    continue;
-                };
-                let Some(i) = checked.iter().position(|v| !v.is_finite()) else {
-                    continue;
-                };
-                let lane = if per_tile { i % unit.max(1) } else { i };
-                let bad = Bad {
-                    check: k,
-                    lane,
-                    value: checked[i],
-                };
-                if c.weight {
-                    keep_earliest(&mut found.weight, bad);
-                } else {
-                    keep_item(&mut found.items, first + item, bad);
-                }
+    let ty = &graph.nodes[id.index()].ty;
+    let tiles = ty.tiles().unwrap_or(1).max(1) as usize;
+    let unit = lanes / tiles;
+    // A matrix's lanes are numbered within each tile (the emulator checks it tile by tile), a
+    // vector's across the checked tiles.
+    let per_tile = matches!(ty, Ty::TileStack { .. });
+    for &k in checks {
+        let c: &FiniteCheck = &graph.checks[k];
+        let (start, len) = (c.first_tile as usize * unit, c.tiles as usize * unit);
+        for (item, values) in rows.chunks(lanes).enumerate() {
+            let Some(checked) = values.get(start..start + len) else {
+                continue;
+            };
+            let Some(i) = checked.iter().position(|v| !v.is_finite()) else {
+                continue;
+            };
+            let lane = if per_tile { i % unit.max(1) } else { i };
+            let bad = Bad {
+                check: k,
+                lane,
+                value: checked[i],
+            };
+            if c.weight {
+                keep_earliest(&mut found.weight, bad);
+            } else {
+                keep_item(&mut found.items, first + item, bad);
             }
         }
     }

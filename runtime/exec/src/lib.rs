@@ -13,11 +13,14 @@
 //! With the `cuda` feature and [`DeviceKind::Cuda`] the values live on the GPU (candle's
 //! `Device::Cuda`) and the custom ops run their `cuda_fwd` (`device`, the products' `gpu`).
 //!
-//! A run, file by file: [`Session::new`] (`session.rs`, its analyses in `session/analysis.rs`)
-//! decides what each node's value is for and the evaluation order; [`Session::run`]
+//! A run, file by file: [`Session::new`] (`session.rs`) turns the graph's plan and the run's
+//! options into the steps of a pass (`session/steps.rs`, one module per kind of step under
+//! `session/steps/`, on the analyses in `session/analysis.rs`); [`Session::run`]
 //! (`session/run.rs`) takes the batch in chunks (and shards), each one pass
-//! (`session/pass.rs`) of an `Executor` over the nodes (`executor.rs`); the products take
-//! their operands and their path in `products/`; the kernels are the modules below.
+//! (`session/pass.rs`) over the steps. A step evaluates nodes with the pass's `Executor`
+//! (`executor.rs`), whose products take their operands and their path in `products/`; what
+//! every layer shares (the executor's state, the caches, the paths taken, the profile) is in
+//! `state.rs`, which imports none of them; the kernels are the modules below.
 
 pub mod module;
 pub mod train;
@@ -40,6 +43,7 @@ pub mod trace;
 mod executor;
 mod products;
 mod session;
+mod state;
 mod tensors;
 
 pub use session::{

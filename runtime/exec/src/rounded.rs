@@ -1,50 +1,22 @@
 //! Which values of a graph are already rounded to a float format, so that an MFU op of that
 //! format may skip rounding its inputs.
 //!
-//! An MFU op computes `fmt(op(fmt(a), fmt(b)))`. When `a` is the output of a rounding to `fmt`
-//! (a `round` node, an MFU op or a product of that format), `fmt(a) = a` bit for bit: every
-//! value a rounding returns is a fixed point of the fast rounder ([`FastRound`]), which keeps
-//! representable values, keeps every NaN as it is, and keeps infinities when the format
-//! overflows to infinity (a saturating format never returns one). The skip is taken only for
-//! formats with a fast rounder, so the fixed-point property is the one of that rounder, and a
-//! test checks it on every fp16 value and on adversarial f64 inputs.
+//! The graph's plan says which values are rounded to which format ([`Plan::rounded`]): every
+//! value of such a node is one a rounding to that format returns. The skip is taken only for
+//! formats with a fast rounder ([`FastRound`]), which keeps representable values, keeps every
+//! NaN as it is, and keeps infinities when the format overflows to infinity (a saturating
+//! format never returns one): those values are its fixed points, bit for bit, as a test checks
+//! on every fp16 value and on adversarial f64 inputs.
 
 use super::quant::FastRound;
-use nnp_lowering::swgraph::{Node, Op, UnOp, ValueId};
+use nnp_lowering::swgraph::{NodeMap, Plan};
 use nnp_numerics::FloatFormat;
 
-/// For every node (in graph order), the format all of its values are a fixed point of (as far
-/// as the graph shows), restricted to formats with a fast rounder; `None` when unknown.
-pub(crate) fn rounded_formats(nodes: &[Node]) -> Vec<Option<FloatFormat>> {
-    let mut known: Vec<Option<FloatFormat>> = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        let of = |v: ValueId| known.get(v.index()).copied().flatten();
-        let f = match &node.op {
-            Op::Round { format, .. } | Op::Binary { format, .. } => Some(*format),
-            Op::TiledMatVec { output, .. } => Some(*output),
-            // A target's table file may hold values the format's rounding changes (an
-            // infinity in a saturating format); the built-in tables are rounded results.
-            Op::Unary {
-                format, table, op, ..
-            } if table.is_none() || *op == UnOp::Relu => Some(*format),
-            Op::Unary {
-                format,
-                op: UnOp::Pass,
-                ..
-            } => Some(*format),
-            Op::Unpad { src, .. } => of(*src),
-            // Padding lanes hold `pad`: +0 is a fixed point of every rounding.
-            Op::PadToTiles { src, pad, .. } if pad.to_bits() == 0 => of(*src),
-            Op::Concat { parts } => {
-                let mut formats = parts.iter().map(|p| of(p.value));
-                let first = formats.next().flatten();
-                first.filter(|f| formats.all(|g| g == Some(*f)))
-            }
-            _ => None,
-        };
-        known.push(f.filter(|f| FastRound::new(f).is_some()));
-    }
-    known
+/// For every node, the format all of its values are a fixed point of the fast rounder of (as
+/// far as the graph shows): the plan's rounded formats that have one; `None` when unknown.
+pub(crate) fn rounded_formats(plan: &Plan) -> NodeMap<Option<FloatFormat>> {
+    let fast = |f: &Option<FloatFormat>| f.filter(|f| FastRound::new(f).is_some());
+    NodeMap::from(plan.rounded.values().map(fast).collect::<Vec<_>>())
 }
 
 #[cfg(test)]
@@ -127,112 +99,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn formats_flow_through_the_graph_by_hand() {
-        use nnp_lowering::swgraph::{BinOp, TileLayout, TileSlice, Ty};
-        let fp16 = FloatFormat::FP16;
-        let bf16 = FloatFormat::BF16;
-        let vector = Ty::Vector { tiles: 1 };
-        let node = |op: Op| Node {
-            op,
-            ty: vector.clone(),
-        };
-        let v = ValueId;
-        let nodes = vec![
-            // 0: input, unknown.
-            node(Op::Input {
-                name: "x".into(),
-                shape: vec![4],
-            }),
-            // 1: padded with +0: still unknown (its source is).
-            node(Op::PadToTiles {
-                src: v(0),
-                layout: TileLayout::Vector,
-                pad: 0.0,
-            }),
-            // 2: rounded to fp16.
-            node(Op::Round {
-                src: v(1),
-                format: fp16,
-            }),
-            // 3: an fp16 add of it: fp16.
-            node(Op::Binary {
-                op: BinOp::Add,
-                a: v(2),
-                b: v(2),
-                format: fp16,
-            }),
-            // 4: concat of two fp16 values: fp16.
-            node(Op::Concat {
-                parts: vec![
-                    TileSlice {
-                        value: v(2),
-                        start: 0,
-                        count: 1,
-                    },
-                    TileSlice {
-                        value: v(3),
-                        start: 0,
-                        count: 1,
-                    },
-                ],
-            }),
-            // 5: a bf16 rounding of it, 6: concat of fp16 and bf16: unknown.
-            node(Op::Round {
-                src: v(4),
-                format: bf16,
-            }),
-            node(Op::Concat {
-                parts: vec![
-                    TileSlice {
-                        value: v(4),
-                        start: 0,
-                        count: 1,
-                    },
-                    TileSlice {
-                        value: v(5),
-                        start: 0,
-                        count: 1,
-                    },
-                ],
-            }),
-            // 7: padding with 1.5 is not claimed.
-            node(Op::PadToTiles {
-                src: v(2),
-                layout: TileLayout::Vector,
-                pad: 1.5,
-            }),
-            // 8: a built-in sigmoid table: fp16; 9: a table file: unknown.
-            node(Op::Unary {
-                op: UnOp::Table(nnp_numerics::Activation::Sigmoid),
-                src: v(3),
-                format: fp16,
-                table: None,
-            }),
-            node(Op::Unary {
-                op: UnOp::Table(nnp_numerics::Activation::Sigmoid),
-                src: v(3),
-                format: fp16,
-                table: Some("t.bin".into()),
-            }),
-        ];
-        let known = rounded_formats(&nodes);
-        assert_eq!(
-            known,
-            vec![
-                None,
-                None,
-                Some(fp16),
-                Some(fp16),
-                Some(fp16),
-                Some(bf16),
-                None,
-                None,
-                Some(fp16),
-                None
-            ]
-        );
     }
 }

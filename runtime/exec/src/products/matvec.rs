@@ -2,11 +2,11 @@
 //! path's chunked or bounded matmul, exact slices, or element by element; and the CPU custom
 //! ops of the float path.
 
-use super::BoundedWeights;
+use super::bounded::BoundedWeights;
 use super::float::{FloatPath, arrange_w};
-use crate::executor::{Executor, Failure};
 use crate::matmul::MatVec;
-use crate::session::Path;
+use crate::state::Path;
+use crate::state::{Executor, Failure};
 use crate::tensors::{Map1, host_vec, with_host};
 use crate::{intdot, matmul};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
@@ -62,7 +62,7 @@ impl<'a> Executor<'a> {
         // The integer kernel on the CPU. Operands with more bits per run than one integer
         // unit holds take it in slices (exact accumulation only: no weights are sliced for
         // the others, which `SlicedWeights::matvec` refuses).
-        if self.int && intdot::supports(n) {
+        if self.int_products && intdot::supports(n) {
             let kernel = intdot::Kernel::best();
             let y = if let Some((wi, xi)) = self.int_operands(spec, operands)? {
                 if intdot::on_bytes(kernel, &wi, &xi) {
@@ -138,7 +138,7 @@ impl<'a> Executor<'a> {
             };
             // The vector side, once per run for every product that reads it (the four gates
             // of an LSTM step share x_t and h_t): transposed and converted in one pass.
-            let xa = match self.arranged_x.get(&(x, k)) {
+            let xa = match self.vectors.arranged.get(&(x, k)) {
                 Some(t) if t.dtype() == dtype => t.clone(),
                 _ => {
                     let t = xt
@@ -147,7 +147,7 @@ impl<'a> Executor<'a> {
                         .apply_op1_no_bwd(&TransposeTo(dtype))?
                         .reshape((cols * n / k, k, b))?
                         .to_device(&self.dev)?;
-                    self.arranged_x.insert((x, k), t.clone());
+                    self.vectors.arranged.insert((x, k), t.clone());
                     t
                 }
             };

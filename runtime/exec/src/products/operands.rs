@@ -3,10 +3,10 @@
 
 use super::Operands;
 use super::stacks::int_weights;
-use crate::executor::{Executor, Failure};
 use crate::intdot;
 use crate::matmul::MatVec;
-use crate::session::{Caches, Path, tally};
+use crate::state::{Caches, Path, tally};
+use crate::state::{Executor, Failure};
 use crate::tensors::with_host;
 use candle_core::Tensor;
 use nnp_lowering::swgraph::ValueId;
@@ -73,12 +73,12 @@ impl<'a> Executor<'a> {
         let Some(wi) = self.int_weights(spec, w, cacheable)? else {
             return Ok(None);
         };
-        let xi = match self.int_x.get(&x) {
+        let xi = match self.vectors.ints.get(&x) {
             Some(xi) => xi.clone(),
             None => {
                 let xi = with_host(self.value(x)?, |v| intdot::IntVector::new(v, b, cols, n))?
                     .map(Arc::new);
-                self.int_x.insert(x, xi.clone());
+                self.vectors.ints.insert(x, xi.clone());
                 xi
             }
         };
@@ -125,7 +125,10 @@ impl<'a> Executor<'a> {
             x, w, cacheable, ..
         }: Operands,
     ) -> Result<Option<Tensor>, Failure> {
-        let Some(gpu) = self.gpu.filter(|_| self.int && intdot::supports(self.n)) else {
+        let Some(gpu) = self
+            .gpu
+            .filter(|_| self.int_products && intdot::supports(self.native))
+        else {
             return Ok(None);
         };
         let (n, cols) = (spec.n, spec.cols);
@@ -139,12 +142,12 @@ impl<'a> Executor<'a> {
             cacheable,
             |_| Ok(Arc::new(gpu.weights(&wi)?)),
         )?;
-        let gx = match self.gpu_x.get(&x) {
+        let gx = match self.vectors.gpu.get(&x) {
             Some(gx) => gx.clone(),
             None => {
                 let t = self.vector(x)?;
                 let gx = gpu.vector_of(&t, cols, n)?.map(Arc::new);
-                self.gpu_x.insert(x, gx.clone());
+                self.vectors.gpu.insert(x, gx.clone());
                 gx
             }
         };

@@ -2,9 +2,9 @@
 //! integers or as the bounded matmul's matrix alone, and given back as f64 tensors where a
 //! path needs them.
 
-use super::BoundedWeights;
-use crate::executor::{Executor, Failure};
-use crate::session::Kept;
+use super::bounded::BoundedWeights;
+use crate::state::Kept;
+use crate::state::{Executor, Failure};
 use crate::tensors::with_host;
 use crate::{ExecError, intdot, internal, prepare};
 use candle_core::{DType, Device, Tensor};
@@ -21,10 +21,10 @@ impl<'a> Executor<'a> {
         t: &Tensor,
         (rows, cols): (usize, usize),
     ) -> Result<bool, Failure> {
-        if !self.int || !intdot::supports(self.n) || t.dtype() != DType::F64 {
+        if !self.int_products || !intdot::supports(self.native) || t.dtype() != DType::F64 {
             return Ok(false);
         }
-        let wi = int_weights(t, rows, cols, self.n)?;
+        let wi = int_weights(t, rows, cols, self.native)?;
         Ok(self.cache_ints(w, wi, t.dims()))
     }
 
@@ -39,7 +39,7 @@ impl<'a> Executor<'a> {
         stack: &prepare::Stack,
         per_tile: bool,
     ) -> Result<bool, Failure> {
-        let ((rows, cols), n) = (stack.dims, self.n);
+        let ((rows, cols), n) = (stack.dims, self.native);
         let Some(v) = prepare::bounded_stack(&self.sources(stack)?, (rows, cols, n), per_tile)
         else {
             return Ok(false);
@@ -56,7 +56,7 @@ impl<'a> Executor<'a> {
         }
         let bw = BoundedWeights::of_matrix(m, (rows, cols, n, per_tile))?;
         self.caches.bounded.insert((w, per_tile), Arc::new(bw));
-        self.caches.kept.insert(w, Kept::Bounded(per_tile));
+        self.caches.kept.insert(w, Kept::Bounded { per_tile });
         Ok(true)
     }
 
@@ -86,7 +86,7 @@ impl<'a> Executor<'a> {
             .parts
             .iter()
             .map(|p| {
-                let Op::Weight { name, shape } = &self.g.nodes[p.chain.weight].op else {
+                let Op::Weight { name, shape } = &self.graph.nodes[p.chain.weight].op else {
                     return Err(internal("a weight chain without weights"));
                 };
                 Ok(prepare::Source {
@@ -109,7 +109,7 @@ impl<'a> Executor<'a> {
         w: ValueId,
         stack: &prepare::Stack,
     ) -> Result<bool, Failure> {
-        let ((rows, cols), n) = (stack.dims, self.n);
+        let ((rows, cols), n) = (stack.dims, self.native);
         let sources = self.sources(stack)?;
         match prepare::int_stack(&sources, (rows, cols, n)) {
             Some(wi) if wi.restorable() => {
@@ -133,7 +133,7 @@ impl<'a> Executor<'a> {
         stack: &prepare::Stack,
         (k, dtype): (usize, DType),
     ) -> Result<(), Failure> {
-        let ((rows, cols), n) = (stack.dims, self.n);
+        let ((rows, cols), n) = (stack.dims, self.native);
         let (sources, grid) = (self.sources(stack)?, (rows, cols, n));
         let shape = (cols * n / k, rows * n, k);
         fn tensor<T: candle_core::WithDType>(
@@ -163,7 +163,7 @@ impl<'a> Executor<'a> {
     /// The value of the input chain `chain` (its `round`), straight from the host's input
     /// ([`prepare::rounded_input`]).
     pub(crate) fn rounded_input(&self, chain: &prepare::InputChain) -> Result<Tensor, Failure> {
-        let Op::Input { name, shape } = &self.g.nodes[chain.input].op else {
+        let Op::Input { name, shape } = &self.graph.nodes[chain.input].op else {
             return Err(internal("an input chain without its input").into());
         };
         let batch = self.batch();
@@ -172,7 +172,7 @@ impl<'a> Executor<'a> {
             Some((c, lead)) => (*c, lead.iter().product::<usize>()),
             None => return Err(internal("an input chain of a scalar").into()),
         };
-        let width = c.div_ceil(self.n) * self.n;
+        let width = c.div_ceil(self.native) * self.native;
         let v = prepare::rounded_input(t, c, width, chain.pad_value, &chain.format)
             .ok_or_else(|| internal("an input's values are not whole rows"))?;
         Ok(Tensor::from_vec(v, (batch, rows * width), &self.dev)?)
@@ -181,7 +181,7 @@ impl<'a> Executor<'a> {
     /// The weight stack `stack` computed straight from the host's weights as f64 values
     /// ([`prepare`], for the float path).
     pub(crate) fn prepare_f64(&self, stack: &prepare::Stack) -> Result<Tensor, Failure> {
-        let ((rows, cols), n) = (stack.dims, self.n);
+        let ((rows, cols), n) = (stack.dims, self.native);
         let v = prepare::f64_stack(&self.sources(stack)?, (rows, cols, n))
             .ok_or_else(|| internal("a weight stack's parts do not make it"))?;
         Ok(Tensor::from_vec(v, (1, rows * cols, n, n), &self.dev)?)
@@ -199,8 +199,9 @@ impl<'a> Executor<'a> {
             let mut prev = None;
             for l in part.chain.links().chain((q != s).then_some(q)) {
                 let t = self.eval(l)?;
-                self.values[l] = Some(t);
-                if let Some(p) = prev.replace(l) {
+                let id = ValueId(l as u32);
+                self.values[id] = Some(t);
+                if let Some(p) = prev.replace(id) {
                     self.values[p] = None;
                 }
             }
@@ -210,13 +211,13 @@ impl<'a> Executor<'a> {
 
     /// Whether value `v` is computed and not yet freed in this run.
     pub(super) fn ready(&self, v: ValueId) -> bool {
-        self.values.get(v.index()).is_some_and(Option::is_some)
+        self.values.get(v).is_some_and(Option::is_some)
     }
 
     /// The weight stack `w` as a tensor: its value, or restored from the form it is kept in
     /// ([`Kept`]; from integers, then held for the rest of the run).
     pub(super) fn weights(&mut self, w: ValueId) -> Result<Tensor, Failure> {
-        if let Some(t) = self.values.get(w.index()).and_then(Option::as_ref) {
+        if let Some(t) = self.values.get(w).and_then(Option::as_ref) {
             return Ok(t.clone());
         }
         let restored = match self.caches.kept.get(&w) {
@@ -229,7 +230,7 @@ impl<'a> Executor<'a> {
             },
             // Not held: only the first run's look for exact slices asks for it (where
             // `SlicedWeights::refuses` did not answer it), once, and its answer is kept.
-            Some(Kept::Bounded(per_tile)) => match self.caches.bounded.get(&(w, *per_tile)) {
+            Some(Kept::Bounded { per_tile }) => match self.caches.bounded.get(&(w, *per_tile)) {
                 Some(bw) => return Ok(bw.stack()?.to_device(&self.dev)?),
                 None => None,
             },
@@ -238,7 +239,7 @@ impl<'a> Executor<'a> {
         let Some(t) = restored else {
             return Ok(self.value(w)?.clone());
         };
-        self.values[w.index()] = Some(t.clone());
+        self.values[w] = Some(t.clone());
         Ok(t)
     }
 }

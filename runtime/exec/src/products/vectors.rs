@@ -1,8 +1,8 @@
 //! The vectors of the products: quantized straight to the integer kernel's integers (from a
 //! skipped concat's parts, tile by tile) and given back as tensors where a path needs them.
 
-use crate::executor::{Executor, Failure};
-use crate::session::Path;
+use crate::state::Path;
+use crate::state::{Executor, Failure};
 use crate::tensors::with_host_rows;
 use crate::{ExecError, intdot, quant};
 use candle_core::Tensor;
@@ -19,20 +19,20 @@ impl<'a> Executor<'a> {
         q: usize,
         f: &quant::BfpInts,
     ) -> Result<bool, Failure> {
-        let Op::Quantize { src, .. } = &self.g.nodes[q].op else {
+        let Op::Quantize { src, .. } = &self.graph.nodes[q].op else {
             return Ok(false);
         };
         if !self.ready(*src)
-            && let Op::Concat { parts } = &self.g.nodes[src.index()].op
+            && let Op::Concat { parts } = &self.graph.nodes[src.index()].op
         {
             if self.quantize_parts_to_ints(q, parts, f)? {
                 return Ok(true);
             }
             // The quantize falls back to its f64 value: the concat it reads, made now.
             let t = self.eval(src.index())?;
-            self.values[src.index()] = Some(t);
+            self.values[*src] = Some(t);
         }
-        let n = self.n;
+        let n = self.native;
         let t = self.value(*src)?;
         let &[b, len] = t.dims() else {
             return Ok(false);
@@ -42,7 +42,9 @@ impl<'a> Executor<'a> {
         let Some(xi) = with_host_rows(t, quantized)? else {
             return Ok(false);
         };
-        self.int_x.insert(ValueId(q as u32), Some(Arc::new(xi)));
+        self.vectors
+            .ints
+            .insert(ValueId(q as u32), Some(Arc::new(xi)));
         Ok(true)
     }
 
@@ -70,7 +72,9 @@ impl<'a> Executor<'a> {
         let Some(xi) = intdot::IntVector::from_columns(&columns, b) else {
             return Ok(false);
         };
-        self.int_x.insert(ValueId(q as u32), Some(Arc::new(xi)));
+        self.vectors
+            .ints
+            .insert(ValueId(q as u32), Some(Arc::new(xi)));
         self.paths.insert((Path::ConcatSkipped, q));
         Ok(true)
     }
@@ -83,17 +87,17 @@ impl<'a> Executor<'a> {
         k: usize,
         f: &quant::BfpInts,
     ) -> Result<Option<Arc<intdot::IntVector>>, Failure> {
-        let slot = match self.int_tiles.iter().position(|(g, _)| g == f) {
+        let slot = match self.vectors.tiles.iter().position(|(g, _)| g == f) {
             Some(s) => s,
             None => {
-                self.int_tiles.push((*f, HashMap::new()));
-                self.int_tiles.len() - 1
+                self.vectors.tiles.push((*f, HashMap::new()));
+                self.vectors.tiles.len() - 1
             }
         };
-        if let Some(c) = self.int_tiles[slot].1.get(&(v, k)) {
+        if let Some(c) = self.vectors.tiles[slot].1.get(&(v, k)) {
             return Ok(c.clone());
         }
-        let n = self.n;
+        let n = self.native;
         let t = self.value(v)?;
         let &[b, _] = t.dims() else { return Ok(None) };
         let column = with_host_rows(t, |x, stride| {
@@ -101,13 +105,13 @@ impl<'a> Executor<'a> {
             intdot::IntVector::quantized(x, stride, b, 1, n, f)
         })?
         .map(Arc::new);
-        self.int_tiles[slot].1.insert((v, k), column.clone());
+        self.vectors.tiles[slot].1.insert((v, k), column.clone());
         Ok(column)
     }
 
     /// The batch of a product's vector `x`.
     pub(super) fn batch_of(&self, x: ValueId) -> Result<usize, ExecError> {
-        match self.int_x.get(&x) {
+        match self.vectors.ints.get(&x) {
             Some(Some(xi)) => Ok(xi.batch()),
             _ => Ok(self.value(x)?.dims()[0]),
         }
@@ -116,15 +120,15 @@ impl<'a> Executor<'a> {
     /// A product's vector `x` as a tensor: its value, or restored from the integers it was
     /// quantized to ([`Executor::quantize_to_ints`]; then held for the rest of the run).
     pub(super) fn vector(&mut self, x: ValueId) -> Result<Tensor, Failure> {
-        if let Some(t) = self.values.get(x.index()).and_then(Option::as_ref) {
+        if let Some(t) = self.values.get(x).and_then(Option::as_ref) {
             return Ok(t.clone());
         }
-        let Some(Some(xi)) = self.int_x.get(&x) else {
+        let Some(Some(xi)) = self.vectors.ints.get(&x) else {
             return Ok(self.value(x)?.clone());
         };
         let (b, v) = (xi.batch(), xi.restore());
         let t = Tensor::from_vec(v, (b, xi.ints().len() / b.max(1)), &self.dev)?;
-        self.values[x.index()] = Some(t.clone());
+        self.values[x] = Some(t.clone());
         Ok(t)
     }
 }

@@ -1,7 +1,8 @@
 //! A run of a session: its batch in chunks of items one after the other, each chunk whole or
 //! in shards side by side, and the parts merged into one execution.
 
-use super::{Part, Session, counts};
+use super::{Part, Session};
+use crate::state::counts;
 use crate::{ExecError, Execution};
 use nnp_host::{HostData, Outputs};
 use rayon::prelude::*;
@@ -42,7 +43,7 @@ impl Session<'_> {
                     "profile: {} chunk(s) of at most {} items ({} bytes per item at most)",
                     chunks.len(),
                     data.batch.div_ceil(chunks.len()),
-                    self.item_bytes
+                    self.steps.item_bytes
                 );
             }
             let (count, mut shards, mut all) = (chunks.len(), 1, None);
@@ -75,7 +76,7 @@ impl Session<'_> {
 
     /// Bytes per batch item of the values a run holds at once, at most.
     pub fn item_bytes(&self) -> usize {
-        self.item_bytes
+        self.steps.item_bytes
     }
 
     /// The chunks a run at batch `b` takes: consecutive ranges of nearly equal size, none
@@ -90,7 +91,7 @@ impl Session<'_> {
         let most = self
             .opts
             .chunk_items
-            .unwrap_or_else(|| default_chunk_items(self.item_bytes))
+            .unwrap_or_else(|| default_chunk_items(self.steps.item_bytes))
             .max(1);
         let count = b.div_ceil(most).max(1);
         // In u128: `k * b` passes usize where b does 2^32 items.
@@ -99,13 +100,13 @@ impl Session<'_> {
     }
 
     /// The shards a run takes of the items `items` ([`Session::run_shards`]): a warm run on
-    /// the CPU of a graph with [`Session::small`] weights, one shard per thread of at least
+    /// the CPU of a graph with [`Session::shard_warm_runs`] weights, one shard per thread of at least
     /// [`MIN_SHARD_ITEMS`] items (or `batch_shards`); `None` to run the items whole.
     pub(super) fn shards(&self, items: Range<usize>) -> Option<Vec<Range<usize>>> {
         let b = items.len();
         let count = match self.opts.batch_shards {
             Some(k) => k.min(b),
-            None if self.small => rayon::current_num_threads().min(b / MIN_SHARD_ITEMS),
+            None if self.shard_warm_runs => rayon::current_num_threads().min(b / MIN_SHARD_ITEMS),
             None => 1,
         };
         (self.warm && self.gpu.is_none() && count > 1).then(|| {

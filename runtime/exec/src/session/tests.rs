@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::execute;
+use crate::state::Kept;
+use candle_core::DType;
 use nnp_emulator::EmuOptions;
 use nnp_grammar::SourceFile;
 use nnp_host::HostData;
@@ -80,14 +82,18 @@ fn chunks_by_hand() {
     // h and c, 4 gates of 2 tiles, at f64), so a batch of 256 is one chunk, and a million
     // items go in chunks of at most CHUNK_BYTES.
     let d = session(None);
-    assert!((1_000..100_000).contains(&d.item_bytes), "{}", d.item_bytes);
+    assert!(
+        (1_000..100_000).contains(&d.item_bytes()),
+        "{}",
+        d.item_bytes()
+    );
     assert_eq!(d.chunks(256).collect::<Vec<_>>(), vec![0..256]);
     let big = d.chunks(1_000_000).collect::<Vec<_>>();
     assert!(big.len() > 1);
     assert_eq!((big[0].start, big[big.len() - 1].end), (0, 1_000_000));
     assert!(big.windows(2).all(|p| p[0].end == p[1].start));
     assert!(
-        big.iter().all(|r| r.len() * d.item_bytes <= CHUNK_BYTES),
+        big.iter().all(|r| r.len() * d.item_bytes() <= CHUNK_BYTES),
         "{:?}",
         &big[..2]
     );
@@ -109,18 +115,18 @@ fn chunks_by_hand() {
         (first.start, last.end, huge.len() > 1),
         (0, usize::MAX, true)
     );
-    assert!(first.len().max(last.len()) * d.item_bytes <= CHUNK_BYTES);
+    assert!(first.len().max(last.len()) * d.item_bytes() <= CHUNK_BYTES);
     // A graph of large values per item still takes chunks of up to 256 items, up to 4 MiB
     // per item (256 of them are 1 GiB); of 8 MiB per item, up to 128.
     let mut fat = session(None);
-    fat.item_bytes = 4 << 20;
+    fat.steps.item_bytes = 4 << 20;
     assert_eq!(
         fat.chunks(600).collect::<Vec<_>>(),
         vec![0..200, 200..400, 400..600]
     );
     assert_eq!(fat.chunks(512).collect::<Vec<_>>(), vec![0..256, 256..512]);
     assert_eq!(fat.chunks(100).collect::<Vec<_>>(), vec![0..100]);
-    fat.item_bytes = 8 << 20;
+    fat.steps.item_bytes = 8 << 20;
     assert_eq!(
         fat.chunks(600).collect::<Vec<_>>(),
         vec![0..120, 120..240, 240..360, 360..480, 480..600]
@@ -230,7 +236,7 @@ fn shards_by_hand() {
     // The benchmark LSTM's 8 Mi elements: whole batches.
     let big = include_str!("../../../../samples/bench/lstm_1024.nnp");
     let (_, big) = checked("lstm_1024.nnp", big, None);
-    let small = |g: &SwGraph| Session::new(g, &ExecOptions::default()).map(|s| s.small);
+    let small = |g: &SwGraph| Session::new(g, &ExecOptions::default()).map(|s| s.shard_warm_runs);
     assert!(small(&g).expect("session"));
     assert!(!small(&big).expect("session"));
 }
@@ -293,10 +299,11 @@ fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
         }
     }
     let stack_of = |session: &Session, name: &str| {
-        session.prepared.stacks.iter().position(|stack| {
-            stack.iter().flat_map(|s| &s.parts).any(
-                |p| matches!(&g.nodes[p.chain.weight].op, Op::Weight { name: w, .. } if w == name),
-            )
+        session.steps.stacks().find_map(|(id, stack)| {
+            let named = |p: &crate::prepare::Part| {
+                matches!(&g.nodes[p.chain.weight].op, Op::Weight { name: w, .. } if w == name)
+            };
+            stack.parts.iter().any(named).then_some(id)
         })
     };
     for (float_matmul, overflow) in [(false, false), (false, true), (true, false), (true, true)] {
@@ -309,16 +316,21 @@ fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
             ..ExecOptions::default()
         };
         let mut session = Session::new(&g, &opts).expect("session");
-        let stacks = session.stacks.iter().flatten().count();
-        assert_eq!(session.prepared.stacks.iter().flatten().count(), stacks);
+        let stacks = session
+            .steps
+            .keeps()
+            .filter(|(_, k)| k.as_ints.is_some())
+            .count();
+        assert_eq!(session.steps.stacks().count(), stacks);
         let out = session.run(&fed).expect("run");
         // The float path's f64 stacks have no integer form to miss.
         let fallbacks = usize::from(overflow && !float_matmul);
         assert_eq!(out.paths.one_pass_stacks, stacks - fallbacks);
         // The vectors of the products, x_t and h_(t-1) of T = 4 steps, go straight to
         // integers where the kernel runs (Uc's NaN block makes h_1 onwards NaN: those are
-        // quantized as f64 as before).
-        assert_eq!(session.to_ints.iter().flatten().count(), 8);
+        // quantized as f64). On the float path no step quantizes to integers.
+        let to_ints = if float_matmul { 0 } else { 8 };
+        assert_eq!(session.steps.to_ints(), to_ints);
         let quantized = match (float_matmul, overflow) {
             (true, _) => 0,
             (false, true) => 5,
@@ -332,7 +344,7 @@ fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
         let case = format!("float_matmul {float_matmul}, overflow {overflow}");
         assert_eq!(bits(&out.outputs), bits(&emu.outputs), "{case}");
         let uc = stack_of(&session, "Uc").expect("Uc has a chain");
-        let kept = session.caches.kept.get(&ValueId(uc as u32));
+        let kept = session.caches.kept.get(&uc);
         let as_ints = matches!(kept, Some(Kept::Ints(_)));
         assert_eq!(
             as_ints,
@@ -342,7 +354,7 @@ fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
         // The float path keeps every stack in its matmul's layout alone, f32 here (BFP 8);
         // on the integer path Uc's NaN block sends its products to the float path too.
         let arranged = session.caches.arranged.keys();
-        let arranged: Vec<_> = arranged.filter(|key| key.0 == ValueId(uc as u32)).collect();
+        let arranged: Vec<_> = arranged.filter(|key| key.0 == uc).collect();
         let expected = usize::from(float_matmul || overflow);
         assert_eq!(arranged.len(), expected, "{case}: Uc arranged");
         assert!(arranged.iter().all(|key| key.2 == DType::F32), "{case}");
@@ -353,8 +365,11 @@ fn weight_stacks_prepared_in_one_pass_give_the_emulators_bits() {
         );
         let expected = if float_matmul { 0 } else { stacks - fallbacks };
         assert_eq!(ints_kept(&session).len(), expected, "{case}");
-        let kept_f64 = session.consts.iter().zip(&session.stacks);
-        let kept_f64 = kept_f64.filter(|(c, s)| c.is_some() && s.is_some()).count();
+        let kept_f64 = session
+            .steps
+            .keeps()
+            .filter(|(id, k)| k.as_ints.is_some() && session.consts[*id].is_some());
+        let kept_f64 = kept_f64.count();
         assert_eq!(kept_f64, fallbacks, "{case}: stacks kept as f64");
         // A warm run reads the kept forms alone.
         let warm = session.run(&fed).expect("warm run");
@@ -481,11 +496,7 @@ fn missing_or_misshaped_tensors_are_named() {
     }
     // The input, which the session converts, pads and rounds in one pass, likewise.
     let session = Session::new(&g, &ExecOptions::default()).expect("session");
-    assert_eq!(
-        session.prepared.inputs.iter().flatten().count(),
-        1,
-        "x's chain"
-    );
+    assert_eq!(session.steps.inputs(), 1, "x's chain");
     let mut missing = HostData::random(&program, 2, 1);
     let x = missing.inputs.remove("x").expect("x");
     let err = execute(&g, &missing, &ExecOptions::default()).err();
@@ -521,11 +532,15 @@ fn weights_kept_as_integers_are_restored_for_the_float_path() {
         first.paths.int_products, products,
         "every product on the kernel"
     );
-    let stacks = session.stacks.iter().flatten().count();
+    let stacks = session
+        .steps
+        .keeps()
+        .filter(|(_, k)| k.as_ints.is_some())
+        .count();
     assert!(stacks > 0, "the sample's weights are read by products only");
     assert_eq!(ints_kept(&session).len(), stacks);
     for w in ints_kept(&session) {
-        assert!(session.consts[w.index()].is_none(), "{w} kept as f64 too");
+        assert!(session.consts[w].is_none(), "{w} kept as f64 too");
     }
     // Infinities and a NaN in the inputs: their vectors take the float path.
     let mut fed = HostData::random(&program, 2, 1);
@@ -657,11 +672,15 @@ fn products_on_the_bounded_matmul_give_the_emulators_bits() {
             counts.push(out.paths.bounded_products);
             // Every weight stack kept as the bounded matmul's matrix alone, in the layout of
             // its accumulation, and made straight from the host's weights.
-            let stacks = session.stacks.iter().flatten().count();
+            let stacks = session
+                .steps
+                .keeps()
+                .filter(|(_, k)| k.as_ints.is_some())
+                .count();
             let per_tile = name.contains("seq");
             let bounded = session.caches.kept.iter().filter(|(w, k)| {
-                matches!(k, Kept::Bounded(t) if *t == per_tile)
-                    && session.consts[w.index()].is_none()
+                matches!(k, Kept::Bounded { per_tile: t } if *t == per_tile)
+                    && session.consts[**w].is_none()
             });
             assert_eq!((bounded.count(), stacks > 0), (stacks, true), "{name}");
             if seed == 1 {

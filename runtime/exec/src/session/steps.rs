@@ -1,0 +1,396 @@
+//! The steps of a pass: what a session does at each place of its evaluation order, decided
+//! once when it opens ([`Steps::new`]) from the graph's plan and the run's options, so that a
+//! pass ([`super::pass`]) is a loop over them. Each kind of step runs in a module of its own:
+//! a fused region (`region`), a weight stack or input prepared in one pass (`prepare`), a
+//! node's own op and what becomes of its value (`value`), an output row (`output`).
+
+mod output;
+mod prepare;
+mod region;
+mod value;
+
+pub(super) use output::OutputRows;
+pub(super) use value::Keep;
+
+use super::analysis::{
+    concats_to_ints, extend_last_uses, peak_item_bytes, quantized_vectors, reads, written_values,
+};
+use crate::products::{bounded_stacks, chunked_stacks};
+use crate::state::{Executor, Failure, Path};
+use crate::{ExecOptions, fused, prepare as one_pass, quant};
+use crate::{WrittenValue, finite};
+use candle_core::DType;
+use candle_core::Tensor;
+use nnp_lowering::swgraph::NodeMap;
+use nnp_lowering::swgraph::{Op, Plan, Schedule, SwGraph, ValueId};
+use std::collections::HashMap;
+use std::collections::HashSet;
+
+/// One step of a pass: the work at one place of the evaluation order, and the values nothing
+/// after it reads, freed when it is done.
+pub(super) struct Step {
+    /// The node (a region's first).
+    pub node: ValueId,
+    pub work: Work,
+    pub frees: Vec<ValueId>,
+}
+
+/// The kinds of work a step does.
+pub(super) enum Work {
+    /// Nothing: a link of a chain prepared with its stack, or a concat its `quantize` nodes
+    /// read part by part (made by them if one needs it).
+    Skip,
+    /// A constant an earlier run computed (warm runs): handed back where it is traced.
+    Kept(Keep),
+    /// A run of element-wise MFU ops in one pass.
+    Region(region::Region),
+    /// A `quantize` straight to the integer kernel's integers, or its value where they do not
+    /// fit.
+    ToInts(quant::BfpInts, Keep),
+    /// An input chain's value, in one pass from the host's input.
+    Input(one_pass::InputChain, Keep),
+    /// A constant weight stack, in one pass from the host's weights, in the form its products
+    /// read.
+    Stack(one_pass::Stack, StackForm, Keep),
+    /// A row of an output.
+    Output {
+        name: String,
+        row: usize,
+        src: ValueId,
+    },
+    /// The node's op on its operands' values.
+    Eval(Keep),
+}
+
+/// What a pass holds besides its executor: the outputs as they fill, what it hands back, what
+/// the checks found, the constants it computed for the session.
+pub(in crate::session) struct Pass<'a> {
+    pub ex: Executor<'a>,
+    pub plan: &'a Plan,
+    /// The constants an earlier run kept.
+    pub kept: &'a NodeMap<Option<Tensor>>,
+    pub outputs: OutputRows<'a>,
+    pub written: HashMap<ValueId, WrittenValue>,
+    /// What the checks found in values, constant ones, and fused regions' rows.
+    pub found: finite::Found,
+    pub const_found: finite::Found,
+    pub fused_found: finite::Found,
+    /// Constant values to keep for the session (a first run's).
+    pub consts: Vec<(ValueId, Tensor)>,
+}
+
+/// The form a weight stack is prepared in ([`Work::Stack`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum StackForm {
+    /// In the chunked matmul's layout, of `(chunk, dtype)`, kept in it alone (the float path,
+    /// where every product of the stack takes that matmul).
+    Arranged((usize, DType)),
+    /// As the kernel's integers; where they do not fit, as the bounded matmul's matrix alone
+    /// (`bounded`: per tile column or not, where only such products read it); else its chain
+    /// node by node.
+    Ints { bounded: Option<bool> },
+    /// As the bounded matmul's matrix alone (`bounded`), else as the f64 stack.
+    Float { bounded: Option<bool> },
+}
+
+/// The steps of a cold run (the first, which computes the constants) and of a warm one
+/// (which reuses them), with what follows from them.
+pub(super) struct Steps {
+    pub cold: Vec<Step>,
+    pub warm: Vec<Step>,
+    /// Bytes per batch item of the values a run holds at once, at most ([`peak_item_bytes`]).
+    pub item_bytes: usize,
+}
+
+/// What the steps of a session depend on besides its graph: the run's options, and whether
+/// products take the integer kernel or run on a GPU.
+pub(super) struct Context<'o> {
+    pub opts: &'o ExecOptions,
+    pub int_products: bool,
+    pub gpu: bool,
+}
+
+impl Steps {
+    pub(super) fn new(graph: &SwGraph, plan: &Plan, cx: &Context) -> Steps {
+        let constant = &plan.constant;
+        // The values a run hands back or scans: every `v_wr`'s for traces, and those the
+        // target's `nonfinite = "error"` checks. Each is made whole (never only inside a
+        // prepared stack or a skipped concat); only a fused region's checked values stay in
+        // its scratch rows, scanned there (`fused::RegionPass::run`). The plan leaves out the
+        // checked ones already; the traced ones are left out here.
+        let traced: HashSet<ValueId> = written_values(graph, cx.opts).into_iter().collect();
+        let handed: HashSet<ValueId> = traced
+            .iter()
+            .copied()
+            .chain(graph.checks.iter().map(|c| c.value))
+            .collect();
+        let mut keep = plan.keep.clone();
+        let mut product_only = plan.stacks.clone();
+        for v in &traced {
+            keep[v.index()] |= constant[v.index()];
+            product_only[v.index()] = None;
+        }
+        let mut schedule = match cx.opts.products_first {
+            true => Schedule::new(graph, constant, true),
+            false => plan.schedule.clone(),
+        };
+        // Every constant stack that only products read, kept or not (a product of constants
+        // reads its stack once), is prepared in one pass; the kept ones may be kept as integers.
+        let prepared = one_pass::plan(graph, &product_only, &handed);
+        // On a GPU the vectors stay values there: none is quantized straight to host integers.
+        let to_ints = match cx.gpu {
+            true => vec![None; graph.nodes.len()],
+            false => quantized_vectors(graph, &plan.vectors, &traced),
+        };
+        let through = concats_to_ints(graph, constant, &to_ints, &handed);
+        extend_last_uses(graph, &mut schedule, &through);
+        let item_bytes = peak_item_bytes(
+            graph,
+            &schedule.order,
+            constant,
+            &schedule.last_use,
+            &traced,
+        );
+        let planner = Planner {
+            graph,
+            plan,
+            ints: cx.int_products,
+            traced: &traced,
+            keep: &keep,
+            as_ints: product_only
+                .into_iter()
+                .zip(&keep)
+                .map(|(s, &k)| s.filter(|_| k))
+                .collect(),
+            arranged: chunked_stacks(graph, &prepared),
+            bounded: bounded_stacks(graph),
+            prepared,
+            to_ints,
+            through,
+            schedule: &schedule,
+        };
+        // On a GPU every MFU op is a candle op of its own (`fused::MfuOp`'s `cuda_fwd`).
+        let regions = match cx.opts.unfused || cx.gpu {
+            true => Vec::new(),
+            false => fused::regions(&schedule, &traced),
+        };
+        let cold = planner.steps(&regions, false);
+        let warm = planner.steps(&regions, true);
+        Steps {
+            cold,
+            warm,
+            item_bytes,
+        }
+    }
+}
+
+/// What the steps are made from: the graph's plan and the session's analyses of it, by node.
+struct Planner<'a> {
+    graph: &'a SwGraph,
+    plan: &'a Plan,
+    /// Whether products take the integer kernel (and the graph's native dimension allows it).
+    ints: bool,
+    traced: &'a HashSet<ValueId>,
+    /// Constant values a warm run needs: the plan's and the traced ones.
+    keep: &'a [bool],
+    /// Kept constant values that only products read, as their matrix: `(rows, cols)` of those
+    /// products. Kept as integers alone where the kernel can restore them (a quarter of the
+    /// memory; `Executor::keep_as_ints`).
+    as_ints: Vec<Option<(usize, usize)>>,
+    /// The stacks, inputs and skipped links of the one-pass preparation.
+    prepared: one_pass::Plan,
+    /// For the float path, the stacks whose every product takes the chunked matmul with one
+    /// chunk and dtype: that chunk and dtype.
+    arranged: Vec<Option<(usize, DType)>>,
+    /// The stacks whose every product takes the bounded matmul in one layout (per tile
+    /// column or not): that layout.
+    bounded: Vec<Option<bool>>,
+    /// `quantize` nodes that only products read, as their vector, in a BFP format the integer
+    /// kernel's integers come straight from ([`quant::BfpInts`]).
+    to_ints: Vec<Option<quant::BfpInts>>,
+    /// `concat` nodes that only such `quantize` nodes read: where the kernel runs, those
+    /// quantize the concat's parts tile by tile (a convolution's window holds each pixel's
+    /// tile several times) and the concat itself is made only if one of them needs its value.
+    through: Vec<bool>,
+    schedule: &'a Schedule,
+}
+
+impl Planner<'_> {
+    /// The steps of a pass in evaluation order: a cold one, or a `warm` one, which reuses the
+    /// constants.
+    fn steps(&self, regions: &[fused::Region], warm: bool) -> Vec<Step> {
+        let order = &self.schedule.order;
+        let mut regions = regions.iter().peekable();
+        let mut steps = Vec::new();
+        let mut pos = 0;
+        while pos < order.len() {
+            if let Some(r) = regions.next_if(|r| r.start == pos) {
+                let frees = (r.start..r.end).flat_map(|p| self.frees(p)).collect();
+                steps.push(Step {
+                    node: ValueId(order[pos] as u32),
+                    work: Work::Region(region::Region::new(
+                        self.plan,
+                        &order[r.start..r.end],
+                        r,
+                        self.traced,
+                    )),
+                    frees,
+                });
+                pos = r.end;
+                continue;
+            }
+            let i = order[pos];
+            let work = self.work(i, warm);
+            let frees = match work {
+                // Nothing is done, so nothing is freed: the values stay to the pass's end.
+                Work::Skip | Work::Kept(_) => Vec::new(),
+                _ => self.frees(pos),
+            };
+            steps.push(Step {
+                node: ValueId(i as u32),
+                work,
+                frees,
+            });
+            pos += 1;
+        }
+        steps
+    }
+
+    /// The work of node `i`, outside a region.
+    fn work(&self, i: usize, warm: bool) -> Work {
+        let keep = self.keep(i);
+        if warm && self.plan.constant[i] {
+            return Work::Kept(keep);
+        }
+        if self.prepared.skipped[i] || (self.ints && self.through[i]) {
+            return Work::Skip;
+        }
+        if let (true, Some(f)) = (self.ints, &self.to_ints[i]) {
+            return Work::ToInts(*f, keep);
+        }
+        if let Op::Output { name, row, src } = &self.graph.nodes[i].op {
+            return Work::Output {
+                name: name.clone(),
+                row: *row,
+                src: *src,
+            };
+        }
+        if let Some(chain) = &self.prepared.inputs[i] {
+            return Work::Input(chain.clone(), keep);
+        }
+        let Some(stack) = &self.prepared.stacks[i] else {
+            return Work::Eval(keep);
+        };
+        let bounded = self.bounded[i].filter(|_| self.as_ints[i].is_some());
+        let form = match (self.ints, self.arranged[i]) {
+            (true, _) => StackForm::Ints { bounded },
+            (false, Some(key)) => StackForm::Arranged(key),
+            (false, None) => StackForm::Float { bounded },
+        };
+        Work::Stack(stack.clone(), form, keep)
+    }
+
+    /// What becomes of node `i`'s value.
+    fn keep(&self, i: usize) -> Keep {
+        let id = ValueId(i as u32);
+        let constant = self.plan.constant[i];
+        Keep {
+            traced: self.traced.contains(&id),
+            checked: !self.plan.checks[id].is_empty(),
+            constant,
+            kept: self.keep[i] && constant,
+            as_ints: self.as_ints[i],
+        }
+    }
+
+    /// The values the node at position `pos` reads that nothing later reads.
+    fn frees(&self, pos: usize) -> Vec<ValueId> {
+        let i = self.schedule.order[pos];
+        let mut vs: Vec<ValueId> = reads(self.graph, &self.through, i)
+            .into_iter()
+            .filter(|v| self.schedule.last_use[v.index()] == pos)
+            .collect();
+        vs.sort_unstable();
+        vs.dedup();
+        vs
+    }
+}
+
+/// What a step did: the profile's line for it and the nodes it counts; `None` for a step
+/// that did nothing (it frees nothing either).
+pub(super) type Done = Option<(&'static str, usize)>;
+
+impl Work {
+    /// Do the work of node `id` in `pass`.
+    pub(super) fn run(&self, id: ValueId, pass: &mut Pass) -> Result<Done, Failure> {
+        let i = id.index();
+        let op_name = pass.ex.graph.nodes[i].op.name();
+        Ok(match self {
+            Work::Skip => None,
+            Work::Kept(keep) => {
+                pass.hand_kept(id, keep)?;
+                None
+            }
+            Work::Region(region) => Some(region.run(pass)?),
+            Work::ToInts(format, keep) => match pass.ex.quantize_to_ints(i, format)? {
+                true => {
+                    pass.ex.paths.insert((Path::QuantizedToInts, i));
+                    Some(("quantize to ints", 1))
+                }
+                false => {
+                    value::eval(id, keep, pass)?;
+                    Some((op_name, 1))
+                }
+            },
+            Work::Input(chain, keep) => {
+                let t = pass.ex.rounded_input(chain)?;
+                pass.store(id, t, keep)?;
+                Some(("input", 1))
+            }
+            Work::Stack(stack, form, keep) => Some(prepare::stack(id, stack, *form, keep, pass)?),
+            Work::Output { name, row, src } => {
+                let t = pass.ex.value(*src)?;
+                pass.outputs.put(name, *row, t)?;
+                Some((op_name, 1))
+            }
+            Work::Eval(keep) => {
+                value::eval(id, keep, pass)?;
+                Some((op_name, 1))
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+impl Steps {
+    /// The keeps of a first run's steps, by node.
+    pub(super) fn keeps(&self) -> impl Iterator<Item = (ValueId, &Keep)> {
+        self.cold.iter().filter_map(|s| match &s.work {
+            Work::Kept(k) | Work::ToInts(_, k) | Work::Input(_, k) | Work::Eval(k) => {
+                Some((s.node, k))
+            }
+            Work::Stack(_, _, k) => Some((s.node, k)),
+            Work::Skip | Work::Region(_) | Work::Output { .. } => None,
+        })
+    }
+
+    /// The weight stacks a first run prepares in one pass.
+    pub(super) fn stacks(&self) -> impl Iterator<Item = (ValueId, &one_pass::Stack)> {
+        self.cold.iter().filter_map(|s| match &s.work {
+            Work::Stack(stack, _, _) => Some((s.node, stack)),
+            _ => None,
+        })
+    }
+
+    /// How many input chains a first run computes in one pass.
+    pub(super) fn inputs(&self) -> usize {
+        let input = |s: &&Step| matches!(s.work, Work::Input(..));
+        self.cold.iter().filter(input).count()
+    }
+
+    /// How many `quantize` nodes a first run quantizes straight to integers.
+    pub(super) fn to_ints(&self) -> usize {
+        let to_ints = |s: &&Step| matches!(s.work, Work::ToInts(..));
+        self.cold.iter().filter(to_ints).count()
+    }
+}

@@ -1,0 +1,53 @@
+//! A weight stack's step: the stack in one pass from the host's weights ([`crate::prepare`]),
+//! in the form its products read, kept in it alone where only they read it.
+
+use super::{Pass, StackForm, value};
+use crate::prepare::Stack;
+use crate::state::{Failure, Path};
+use nnp_lowering::swgraph::ValueId;
+
+/// Prepare stack `id` in `form`: its profile line and node count.
+pub(super) fn stack(
+    id: ValueId,
+    stack: &Stack,
+    form: StackForm,
+    keep: &value::Keep,
+    pass: &mut Pass,
+) -> Result<(&'static str, usize), Failure> {
+    const LINE: (&str, usize) = ("prepare weights", 1);
+    let one_pass = |pass: &mut Pass| {
+        pass.ex.paths.insert((Path::OnePass, id.index()));
+    };
+    let ex = &mut pass.ex;
+    let bounded = |ex: &mut crate::state::Executor, bounded: Option<bool>| match bounded {
+        Some(per_tile) => ex.prepare_bounded(id, stack, per_tile),
+        None => Ok(false),
+    };
+    match form {
+        StackForm::Arranged(key) => {
+            ex.prepare_arranged(id, stack, key)?;
+            one_pass(pass);
+            Ok(LINE)
+        }
+        StackForm::Ints { bounded: b } => {
+            if ex.prepare_ints(id, stack)? || bounded(ex, b)? {
+                one_pass(pass);
+                return Ok(LINE);
+            }
+            // No integer form: the chains node by node, then the stack as usual.
+            ex.eval_chains(id.index(), &stack.parts)?;
+            value::eval(id, keep, pass)?;
+            Ok((pass.ex.graph.nodes[id.index()].op.name(), 1))
+        }
+        StackForm::Float { bounded: b } => {
+            if bounded(ex, b)? {
+                one_pass(pass);
+                return Ok(LINE);
+            }
+            let t = ex.prepare_f64(stack)?;
+            one_pass(pass);
+            pass.store(id, t, keep)?;
+            Ok(LINE)
+        }
+    }
+}
