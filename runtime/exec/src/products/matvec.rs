@@ -2,6 +2,7 @@
 //! path's chunked or bounded matmul, exact slices, or element by element; and the CPU custom
 //! ops of the float path.
 
+use super::Operands;
 use super::bounded::BoundedWeights;
 use super::float::{FloatPath, arrange_w};
 use crate::matmul::MatVec;
@@ -37,124 +38,161 @@ impl<'a> Executor<'a> {
         w: ValueId,
         path: FloatPath,
     ) -> Result<Tensor, Failure> {
-        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
         let b = self.batch_of(x)?;
-        let s = *spec;
-        let sum = |parts: Vec<Tensor>, k: usize| -> Result<Tensor, Failure> {
-            let pairs = parts.len();
-            let p = match parts.as_slice() {
-                [one] => one.clone(),
-                _ => Tensor::cat(&parts, 0)?,
-            };
-            let p = p.contiguous()?.to_device(&Device::Cpu)?;
-            Ok(p.apply_op1_no_bwd(&SumPartials {
-                spec: s,
-                k,
-                pairs,
-                b,
-            })?)
-        };
         let operands = self.operands(x, w, b);
-        let cacheable = operands.cacheable;
         if let Some(y) = self.gpu_product(node, spec, operands)? {
             return Ok(y);
         }
-        // The integer kernel on the CPU. Operands with more bits per run than one integer
-        // unit holds take it in slices (exact accumulation only: no weights are sliced for
-        // the others, which `SlicedWeights::matvec` refuses).
-        if self.int_products && intdot::supports(n) {
-            let kernel = intdot::Kernel::best();
-            let y = if let Some((wi, xi)) = self.int_operands(spec, operands)? {
-                if intdot::on_bytes(kernel, &wi, &xi) {
-                    self.paths.insert((Path::Bytes, node));
-                }
-                Some(intdot::matvec(spec, &wi, &xi, kernel))
-            } else if spec.accumulation == nnp_grammar::Accumulation::Exact
-                && let Some(y) = self.sliced_product(spec, operands)?
-            {
-                self.paths.insert((Path::Slices, node));
-                Some(y)
-            } else {
-                None
-            };
-            if let Some(y) = y {
-                self.paths.insert((Path::IntKernel, node));
-                return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
-            }
+        if let Some(y) = self.int_product(node, spec, operands)? {
+            return Ok(y);
         }
         let xt = self.vector(x)?;
-        if path == FloatPath::Bounded {
-            let seq = matmul::seq_format(spec.accumulation);
-            let key = (w, seq.is_some());
-            let bw = match self.caches.bounded.get(&key) {
-                Some(bw) if cacheable => bw.clone(),
-                _ => {
-                    let t = self.weights(w)?;
-                    let bw = Arc::new(BoundedWeights::new(&t, rows, cols, n, seq.is_some())?);
-                    if cacheable {
-                        self.caches.bounded.insert(key, bw.clone());
-                    }
-                    bw
-                }
-            };
-            let xc = xt
-                .contiguous()?
-                .to_device(&Device::Cpu)?
-                .to_dtype(DType::F64)?;
-            let y = match seq {
-                None => {
-                    let mut y = host_vec(&xc.matmul(&bw.w.t()?)?)?;
-                    with_host(&xc, |xs| {
-                        with_host(&bw.w, |ws| {
-                            matmul::round_bounded(spec, xs, ws, &bw.norms, &mut y)
-                        })
-                    })??;
-                    y
-                }
-                Some(seq) => {
-                    // Each tile column's sums: [cols, b, n] x [cols, n, rows * n].
-                    let xj = xc.reshape((b, cols, n))?.transpose(0, 1)?.contiguous()?;
-                    let mut y = host_vec(&xj.matmul(&bw.w.transpose(1, 2)?)?)?;
-                    with_host(&xc, |xs| {
-                        with_host(&bw.w, |ws| {
-                            matmul::round_bounded_seq(spec, &seq, xs, ws, &bw.norms, &mut y)
-                        })
-                    })??
-                }
-            };
-            self.paths.insert((Path::Bounded, node));
-            return Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?);
+        match path {
+            FloatPath::Bounded => self.bounded_product(node, spec, operands, &xt),
+            FloatPath::Chunked(k, dtype) => self.chunked_product(spec, operands, &xt, k, dtype),
+            FloatPath::Sliced => self.float_slices_product(spec, operands, &xt),
         }
-        if let FloatPath::Chunked(k, dtype) = path {
-            let wa = match self.caches.arranged.get(&(w, k, dtype)) {
-                Some(t) if cacheable => t.clone(),
-                _ => {
-                    let t = arrange_w(&self.weights(w)?, rows, cols, n, k)?.to_dtype(dtype)?;
-                    if cacheable {
-                        self.caches.arranged.insert((w, k, dtype), t.clone());
-                    }
-                    t
-                }
-            };
-            // The vector side, once per run for every product that reads it (the four gates
-            // of an LSTM step share x_t and h_t): transposed and converted in one pass.
-            let xa = match self.vectors.arranged.get(&(x, k)) {
-                Some(t) if t.dtype() == dtype => t.clone(),
-                _ => {
-                    let t = xt
-                        .contiguous()?
-                        .to_device(&Device::Cpu)?
-                        .apply_op1_no_bwd(&TransposeTo(dtype))?
-                        .reshape((cols * n / k, k, b))?
-                        .to_device(&self.dev)?;
-                    self.vectors.arranged.insert((x, k), t.clone());
-                    t
-                }
-            };
-            // [chunks, rows*n, b], exact per chunk.
-            let y = sum(vec![wa.matmul(&xa)?], k)?;
-            return Ok(y.to_device(&self.dev)?);
+    }
+
+    /// Path 0: the integer kernel on the CPU, where the operands have integer forms.
+    /// Operands with more bits per run than one integer unit holds take it in slices (exact
+    /// accumulation only: no weights are sliced for the others, which
+    /// `SlicedWeights::matvec` refuses).
+    fn int_product(
+        &mut self,
+        node: usize,
+        spec: &MatVec,
+        operands: Operands,
+    ) -> Result<Option<Tensor>, Failure> {
+        if !(self.int_products && intdot::supports(spec.n)) {
+            return Ok(None);
         }
+        let kernel = intdot::Kernel::best();
+        let y = if let Some((wi, xi)) = self.int_operands(spec, operands)? {
+            if intdot::on_bytes(kernel, &wi, &xi) {
+                self.paths.insert((Path::Bytes, node));
+            }
+            Some(intdot::matvec(spec, &wi, &xi, kernel))
+        } else if spec.accumulation == nnp_grammar::Accumulation::Exact
+            && let Some(y) = self.sliced_product(spec, operands)?
+        {
+            self.paths.insert((Path::Slices, node));
+            Some(y)
+        } else {
+            None
+        };
+        let Some(y) = y else { return Ok(None) };
+        self.paths.insert((Path::IntKernel, node));
+        let shape = (operands.b, spec.rows * spec.n);
+        Ok(Some(Tensor::from_vec(y, shape, &self.dev)?))
+    }
+
+    /// Path 2: one f64 matmul, each sum's rounding proven from an error bound or the sum
+    /// redone exactly.
+    fn bounded_product(
+        &mut self,
+        node: usize,
+        spec: &MatVec,
+        Operands {
+            w, b, cacheable, ..
+        }: Operands,
+        xt: &Tensor,
+    ) -> Result<Tensor, Failure> {
+        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
+        let seq = matmul::seq_format(spec.accumulation);
+        let key = (w, seq.is_some());
+        let bw = match self.caches.bounded.get(&key) {
+            Some(bw) if cacheable => bw.clone(),
+            _ => {
+                let t = self.weights(w)?;
+                let bw = Arc::new(BoundedWeights::new(&t, rows, cols, n, seq.is_some())?);
+                if cacheable {
+                    self.caches.bounded.insert(key, bw.clone());
+                }
+                bw
+            }
+        };
+        let xc = xt
+            .contiguous()?
+            .to_device(&Device::Cpu)?
+            .to_dtype(DType::F64)?;
+        let y = match seq {
+            None => {
+                let mut y = host_vec(&xc.matmul(&bw.w.t()?)?)?;
+                with_host(&xc, |xs| {
+                    with_host(&bw.w, |ws| {
+                        matmul::round_bounded(spec, xs, ws, &bw.norms, &mut y)
+                    })
+                })??;
+                y
+            }
+            Some(seq) => {
+                // Each tile column's sums: [cols, b, n] x [cols, n, rows * n].
+                let xj = xc.reshape((b, cols, n))?.transpose(0, 1)?.contiguous()?;
+                let mut y = host_vec(&xj.matmul(&bw.w.transpose(1, 2)?)?)?;
+                with_host(&xc, |xs| {
+                    with_host(&bw.w, |ws| {
+                        matmul::round_bounded_seq(spec, &seq, xs, ws, &bw.norms, &mut y)
+                    })
+                })??
+            }
+        };
+        self.paths.insert((Path::Bounded, node));
+        Ok(Tensor::from_vec(y, (b, rows * n), &self.dev)?)
+    }
+
+    /// Path 1: one f32 or f64 matmul of chunks of `k` proven exact, its partials summed
+    /// exactly.
+    fn chunked_product(
+        &mut self,
+        spec: &MatVec,
+        Operands { x, w, b, cacheable }: Operands,
+        xt: &Tensor,
+        k: usize,
+        dtype: DType,
+    ) -> Result<Tensor, Failure> {
+        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
+        let wa = match self.caches.arranged.get(&(w, k, dtype)) {
+            Some(t) if cacheable => t.clone(),
+            _ => {
+                let t = arrange_w(&self.weights(w)?, rows, cols, n, k)?.to_dtype(dtype)?;
+                if cacheable {
+                    self.caches.arranged.insert((w, k, dtype), t.clone());
+                }
+                t
+            }
+        };
+        // The vector side, once per run for every product that reads it (the four gates of an
+        // LSTM step share x_t and h_t): transposed and converted in one pass.
+        let xa = match self.vectors.arranged.get(&(x, k)) {
+            Some(t) if t.dtype() == dtype => t.clone(),
+            _ => {
+                let t = xt
+                    .contiguous()?
+                    .to_device(&Device::Cpu)?
+                    .apply_op1_no_bwd(&TransposeTo(dtype))?
+                    .reshape((cols * n / k, k, b))?
+                    .to_device(&self.dev)?;
+                self.vectors.arranged.insert((x, k), t.clone());
+                t
+            }
+        };
+        // [chunks, rows*n, b], exact per chunk.
+        let y = sum_partials(spec, vec![wa.matmul(&xa)?], k, b)?;
+        Ok(y.to_device(&self.dev)?)
+    }
+
+    /// Paths 3 and 4: slices whose pairwise tile products are exact, one matmul per slice
+    /// pair; else every product exact, element-wise.
+    fn float_slices_product(
+        &mut self,
+        spec: &MatVec,
+        Operands {
+            w, b, cacheable, ..
+        }: Operands,
+        xt: &Tensor,
+    ) -> Result<Tensor, Failure> {
+        let (n, rows, cols) = (spec.n, spec.rows, spec.cols);
         let beta = matmul::slice_bits(n);
         if !cacheable || !self.caches.sliced.contains_key(&w) {
             let wv = host_vec(&self.weights(w)?)?;
@@ -172,7 +210,7 @@ impl<'a> Executor<'a> {
             // A non-constant stack is replaced by the next run's (or call's) value.
             self.caches.sliced.insert(w, sl);
         }
-        let xv = host_vec(&xt)?;
+        let xv = host_vec(xt)?;
         let ws = self.caches.sliced.get(&w).cloned().flatten();
         if let (Some(ws), Some(xs)) = (ws, matmul::slices(&xv, n, beta)) {
             let mut parts = Vec::with_capacity(ws.len() * xs.len());
@@ -188,10 +226,11 @@ impl<'a> Executor<'a> {
                     parts.push(wsl.matmul(&xa)?);
                 }
             }
-            return Ok(sum(parts, n)?.to_device(&self.dev)?);
+            return Ok(sum_partials(spec, parts, n, b)?.to_device(&self.dev)?);
         }
         let wv = Arc::new(host_vec(&self.weights(w)?)?);
         let xc = xt.contiguous()?.to_device(&Device::Cpu)?;
+        let s = *spec;
         let y = xc.apply_op1_no_bwd(&Map1("matvec_exact", move |xs: &[f64]| {
             (
                 matmul::matvec_exact(&s, xs, b, &wv),
@@ -200,6 +239,23 @@ impl<'a> Executor<'a> {
         }))?;
         Ok(y.to_device(&self.dev)?)
     }
+}
+
+/// The partials `parts` of chunks of `k` (`[chunks, rows*n, b]` each) summed exactly and
+/// rounded once ([`matmul::sum_partials`]).
+fn sum_partials(spec: &MatVec, parts: Vec<Tensor>, k: usize, b: usize) -> Result<Tensor, Failure> {
+    let pairs = parts.len();
+    let p = match parts.as_slice() {
+        [one] => one.clone(),
+        _ => Tensor::cat(&parts, 0)?,
+    };
+    let p = p.contiguous()?.to_device(&Device::Cpu)?;
+    Ok(p.apply_op1_no_bwd(&SumPartials {
+        spec: *spec,
+        k,
+        pairs,
+        b,
+    })?)
 }
 
 /// A vector `[b, cols*n]` as `[chunks, k, b]`.
