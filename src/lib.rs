@@ -29,6 +29,8 @@ pub enum LoadError {
     Read {
         path: String,
         source: std::io::Error,
+        #[help]
+        help: Option<String>,
     },
     /// The file is JSON (a compiled software graph, made by `nnpc compile`), not firmware.
     #[error("`{path}` is not firmware but {what}")]
@@ -106,6 +108,7 @@ pub fn check_file(
     let path = path.as_ref();
     let name = path.to_string_lossy().into_owned();
     let bytes = nnp_runtime::io::read_limited(path, MAX_FIRMWARE_BYTES).map_err(|e| {
+        let help = miette::Diagnostic::help(&e).map(|h| h.to_string());
         let source = match e {
             nnp_runtime::io::LimitedReadError::Io(e) => e,
             e => std::io::Error::other(e.to_string()),
@@ -113,6 +116,7 @@ pub fn check_file(
         LoadError::Read {
             path: name.clone(),
             source,
+            help,
         }
     })?;
     if looks_like_json(path, &bytes) {

@@ -353,7 +353,7 @@ fn bad_files_are_clear_errors_not_panics() {
     }
 }
 
-/// A library error's fix ("...; help: FIX" in its message) is miette's help line, under the
+/// A library error's fix (its `miette::Diagnostic::help`) is miette's help line, under the
 /// message; and a tensor missing from the files names what they do hold.
 #[test]
 fn an_errors_fix_is_its_help_line() {

@@ -25,19 +25,19 @@ pub struct Footprint {
 }
 
 /// A program too large to lower or emulate.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, miette::Diagnostic)]
 pub enum SizeError {
     #[error(
         "the program unrolls to {operations} operations (chain iterations x instructions), over \
-         the limit of {MAX_OPERATIONS}; help: shorten the iteration counts (`s_wr iterations`) \
-         or the number of chains"
+         the limit of {MAX_OPERATIONS}"
     )]
+    #[diagnostic(help("shorten the iteration counts (`s_wr iterations`) or the number of chains"))]
     Operations { operations: u64 },
     #[error(
         "the program's declarations hold {bytes} bytes padded to native tiles, over the limit of \
-         {MAX_DATA_BYTES}; help: shrink the declarations, or use a target with a smaller native \
-         dimension"
+         {MAX_DATA_BYTES}"
     )]
+    #[diagnostic(help("shrink the declarations, or use a target with a smaller native dimension"))]
     Data { bytes: u64 },
 }
 

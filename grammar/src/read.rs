@@ -8,11 +8,12 @@ use std::fs::File;
 use std::path::Path;
 
 /// Why [`open_regular`] or [`read_limited`] read nothing.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum LimitedReadError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
-    #[error("it is not a regular file but {kind}; help: give the path of a file")]
+    #[error("it is not a regular file but {kind}")]
+    #[diagnostic(help("give the path of a file"))]
     NotAFile { kind: &'static str },
     #[error("it has {size} bytes, more than the {limit} bytes this file may have")]
     TooLarge { size: u64, limit: u64 },

@@ -6,7 +6,12 @@ from typing import Any, Dict, List, Optional
 
 
 class Error(Exception):
-    """Base class of nnpc's own errors."""
+    """Base class of nnpc's own errors. ``str(e)`` is the message, ending in ``; help: FIX``
+    where the error names a fix; ``e.help`` is that fix alone (``None`` when there is none)."""
+
+    def __init__(self, message: str, help: Optional[str] = None):
+        super().__init__(message if help is None else f"{message}; help: {help}")
+        self.help = help
 
 
 class FirmwareError(Error, ValueError):

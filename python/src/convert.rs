@@ -1,6 +1,7 @@
 //! Arrays across the boundary: numpy arrays in as host tensors (f32 values, f64 values that
 //! f32 does not hold kept aside), tensors out as numpy arrays that own the Rust buffers.
 
+use crate::errors::BUG;
 use half::f16;
 use nnp_runtime::host::Tensor;
 use nnp_runtime::io::Inexact;
@@ -84,7 +85,7 @@ fn c_slice<T: Element + Copy>(
 ) -> PyResult<Vec<f32>> {
     let slice = array.as_slice().map_err(|e| {
         PyTypeError::new_err(format!(
-            "internal: `{name}` is not C-contiguous after a copy: {e}"
+            "{BUG}: `{name}` is not C-contiguous after a copy: {e}"
         ))
     })?;
     Ok(slice.iter().copied().map(f).collect())
@@ -116,7 +117,7 @@ pub fn to_array<'py>(
     dtype: OutDtype,
 ) -> PyResult<Bound<'py, PyAny>> {
     let shape = IxDyn(&tensor.shape);
-    let bad = |e: numpy::ndarray::ShapeError| PyTypeError::new_err(format!("internal: {e}"));
+    let bad = |e: numpy::ndarray::ShapeError| PyTypeError::new_err(format!("{BUG}: {e}"));
     Ok(match dtype {
         OutDtype::F32 => ArrayD::from_shape_vec(shape, tensor.data)
             .map_err(bad)?
@@ -162,6 +163,6 @@ pub fn to_array_wide<'py>(
         }
     }
     let array = ArrayD::from_shape_vec(IxDyn(&tensor.shape), data)
-        .map_err(|e| PyTypeError::new_err(format!("internal: {e}")))?;
+        .map_err(|e| PyTypeError::new_err(format!("{BUG}: {e}")))?;
     Ok(array.into_pyarray(py).into_any())
 }

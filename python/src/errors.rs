@@ -1,10 +1,14 @@
 //! Errors as the Python package's exception classes (`nnpc._errors`): the message is what the
-//! command line prints (a library error's "; help: ..." included).
+//! command line prints, and a library error's help ([`miette::Diagnostic::help`]) is the
+//! exception's `help` (`str(e)` ends in `; help: ...` where there is one).
 
 use nnp_grammar::{Diagnostic, Severity, SourceFile};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+
+/// The start of the message of a broken invariant of the package: a bug, not the caller's.
+pub const BUG: &str = "internal error (a bug in nnpc; please report it)";
 
 /// The exception `class` of `nnpc._errors` with `args`.
 pub fn raise<'py>(py: Python<'py>, class: &str, args: impl pyo3::call::PyCallArgs<'py>) -> PyErr {
@@ -14,18 +18,84 @@ pub fn raise<'py>(py: Python<'py>, class: &str, args: impl pyo3::call::PyCallArg
         .and_then(|c| c.call1(args));
     match made {
         Ok(e) => PyErr::from_value(e),
-        Err(e) => PyRuntimeError::new_err(format!("internal: cannot raise nnpc.{class}: {e}")),
+        Err(e) => PyRuntimeError::new_err(format!("{BUG}: cannot raise nnpc.{class}: {e}")),
     }
 }
 
+/// An error's message and its help, as an exception takes them.
+pub struct Message {
+    pub message: String,
+    pub help: Option<String>,
+}
+
+impl Message {
+    /// The error `e`: its message and its help.
+    pub fn of(e: &dyn miette::Diagnostic) -> Message {
+        Message {
+            message: e.to_string(),
+            help: e.help().map(|h| h.to_string()),
+        }
+    }
+}
+
+impl From<String> for Message {
+    fn from(message: String) -> Message {
+        Message {
+            message,
+            help: None,
+        }
+    }
+}
+
+impl From<&str> for Message {
+    fn from(message: &str) -> Message {
+        message.to_string().into()
+    }
+}
+
+impl From<serde_json::Error> for Message {
+    fn from(e: serde_json::Error) -> Message {
+        e.to_string().into()
+    }
+}
+
+/// The library errors the package raises: each brings its help.
+macro_rules! messages {
+    ($($t:ty),* $(,)?) => {$(
+        impl From<$t> for Message {
+            fn from(e: $t) -> Message {
+                Message::of(&e)
+            }
+        }
+    )*};
+}
+
+messages!(
+    nnp_runtime::exec::ExecError,
+    nnp_runtime::train::TrainError,
+    nnp_runtime::host::HostError,
+    nnp_runtime::io::IoError,
+    nnp_runtime::emulator::EmuError,
+    nnp_runtime::diff::DiffError,
+    nnp_runtime::campaign::CampaignError,
+    nnp_runtime::stream::StreamError,
+    nnp_runtime::score::ScoreError,
+);
+
+/// The exception `class` with `e`'s message and help, in the caller's vocabulary.
+fn raise_message(py: Python<'_>, class: &str, e: Message) -> PyErr {
+    let help = e.help.as_deref().map(in_python_terms);
+    raise(py, class, (in_python_terms(&e.message), help))
+}
+
 /// `nnpc.DataError` (bad weights, inputs or hardware arrays: a ValueError).
-pub fn data_error(py: Python<'_>, e: impl std::fmt::Display) -> PyErr {
-    raise(py, "DataError", (in_python_terms(&e.to_string()),))
+pub fn data_error(py: Python<'_>, e: impl Into<Message>) -> PyErr {
+    raise_message(py, "DataError", e.into())
 }
 
 /// `nnpc.ExecutionError` (a run failed, e.g. a NaN the target forbids: a RuntimeError).
-pub fn exec_error(py: Python<'_>, e: impl std::fmt::Display) -> PyErr {
-    raise(py, "ExecutionError", (in_python_terms(&e.to_string()),))
+pub fn exec_error(py: Python<'_>, e: impl Into<Message>) -> PyErr {
+    raise_message(py, "ExecutionError", e.into())
 }
 
 /// The command line's flags that the library's help lines name, as the Python API's

@@ -2,6 +2,7 @@
 //! `Graph.gradients` are built on): the recorded forward pass as a Python object, and f64
 //! arrays both ways. The gradient itself is `nnp_runtime::train`'s (`record`, `backward`).
 
+use crate::errors::BUG;
 use nnp_runtime::train::{Gradients, Recorded};
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::prelude::*;
@@ -62,7 +63,7 @@ fn f64_dict<'py>(
     py: Python<'py>,
     ts: &BTreeMap<String, candle_core::Tensor>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let internal = |e: String| PyTypeError::new_err(format!("internal: {e}"));
+    let internal = |e: String| PyTypeError::new_err(format!("{BUG}: {e}"));
     let dict = PyDict::new(py);
     for (name, t) in ts {
         let data = t

@@ -2,7 +2,7 @@
 //! Python class `nnpc.Graph` wraps it (typing, torch and array conversion).
 
 use crate::convert::{OutDtype, to_dict, to_tensors};
-use crate::errors::{data_error, diagnostic_dict, exec_error, raise, render};
+use crate::errors::{Message, data_error, diagnostic_dict, exec_error, raise, render};
 use crate::grad::{self, Tape};
 use nnp_grammar::{Diagnostic, Program, SourceFile, Target};
 use nnp_lowering::depgraph::DepGraph;
@@ -157,32 +157,40 @@ impl Graph {
             }
             match warm.as_mut() {
                 Some((_, s)) => s.run(data).map(|e| e.outputs),
-                None => Err(ExecError::Device("no session".into())),
+                None => Err(ExecError::Internal(
+                    "no warm session after making one".into(),
+                )),
             }
         });
-        run.map_err(|e| exec_error(py, self.runtime_message(&e.to_string(), e.span())))
+        run.map_err(|e| exec_error(py, self.runtime_message(&e, e.span())))
     }
 
     /// A training error as the package's exception: `DataError` for what the caller passed,
     /// else `ExecutionError`.
     fn train_error(&self, py: Python<'_>, e: TrainError) -> PyErr {
         match e {
-            TrainError::Exec(e) => exec_error(py, self.runtime_message(&e.to_string(), e.span())),
+            TrainError::Exec(e) => exec_error(py, self.runtime_message(&e, e.span())),
             e if e.is_input_error() => data_error(py, e),
             e => exec_error(py, e),
         }
     }
 
-    /// A runtime error's message, with the firmware line it points at.
-    fn runtime_message(&self, message: &str, span: Option<nnp_grammar::Span>) -> String {
-        match span {
-            Some(s) if (s.end as usize) <= self.program.source.text.len() => format!(
-                "{message}\n  at line {}: {}",
+    /// A runtime error's message, with the firmware line it points at, and its help.
+    fn runtime_message(
+        &self,
+        e: &dyn miette::Diagnostic,
+        span: Option<nnp_grammar::Span>,
+    ) -> Message {
+        let mut m = Message::of(e);
+        if let Some(s) = span.filter(|s| (s.end as usize) <= self.program.source.text.len()) {
+            m.message = format!(
+                "{}\n  at line {}: {}",
+                m.message,
                 self.program.line(s),
                 self.program.source.line_text(s.start).trim()
-            ),
-            _ => message.to_string(),
+            );
         }
+        m
     }
 
     /// The element type of `nnpc run -o`'s files (float16 where every value of the output
@@ -272,10 +280,7 @@ impl Graph {
             Err(e @ (emulator::EmuError::Data { .. } | emulator::EmuError::Table { .. })) => {
                 Err(data_error(py, e))
             }
-            Err(e) => Err(exec_error(
-                py,
-                self.runtime_message(&e.to_string(), e.span()),
-            )),
+            Err(e) => Err(exec_error(py, self.runtime_message(&e, e.span()))),
         }
     }
 

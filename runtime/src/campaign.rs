@@ -52,16 +52,16 @@ pub struct Sums {
 }
 
 /// Why parts cannot be made or merged.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum CampaignError {
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Diff(#[from] DiffError),
-    #[error("{ids} item ids for a block of {items} input sets; help: give one id per input set")]
+    #[error("{ids} item ids for a block of {items} input sets")]
+    #[diagnostic(help("give one id per input set"))]
     Ids { ids: usize, items: usize },
-    #[error(
-        "the parts compare different outputs or storage formats ({a} and {b}); help: merge \
-         only parts of one program on one target"
-    )]
+    #[error("the parts compare different outputs or storage formats ({a} and {b})")]
+    #[diagnostic(help("merge only parts of one program on one target"))]
     Mismatched { a: String, b: String },
     #[error("no parts to merge")]
     Empty,

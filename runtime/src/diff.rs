@@ -29,19 +29,20 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// Why two output sets cannot be compared.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum DiffError {
-    #[error(
-        "the hardware dump has no tensor `{0}` (an `output` of the program); help: dump every \
-         output declared in the firmware, under its declared name"
-    )]
+    #[error("the hardware dump has no tensor `{0}` (an `output` of the program)")]
+    #[diagnostic(help("dump every output declared in the firmware, under its declared name"))]
     MissingOutput(String),
     #[error(
         "hardware tensor `{name}` has shape {found} but output `{name}` is {expected} (batch of \
-         {batch}); help: dump the output with shape [batch, ...declared shape] (`--layout \
-         logical`, the default) or in native tiles [batch, ...rows, tiles, N] (`--layout tiles`), \
-         or pass --batch to match the dump"
+         {batch})"
     )]
+    #[diagnostic(help(
+        "dump the output with shape [batch, ...declared shape] (`--layout logical`, the default) \
+         or in native tiles [batch, ...rows, tiles, N] (`--layout tiles`), or pass --batch to \
+         match the dump"
+    ))]
     Shape {
         name: String,
         expected: String,
@@ -52,15 +53,19 @@ pub enum DiffError {
     Storage(String),
     #[error(
         "`{path}` is a single .npy file, which holds one tensor, but the program has {count} \
-         outputs ({outputs}); help: dump them into a .safetensors file, or into a directory of \
-         .npy files named after the outputs (`NAME.npy`)"
+         outputs ({outputs})"
     )]
+    #[diagnostic(help(
+        "dump them into a .safetensors file, or into a directory of .npy files named after the \
+         outputs (`NAME.npy`)"
+    ))]
     OneNpyForOutputs {
         path: PathBuf,
         count: usize,
         outputs: String,
     },
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Elements(#[from] Unfilled),
 }
 

@@ -19,11 +19,13 @@ pub enum Engine {
 }
 
 /// Why a program could not be scored.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum ScoreError {
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Train(#[from] TrainError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Emulator(#[from] emulator::EmuError),
 }
 

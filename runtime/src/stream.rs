@@ -37,14 +37,15 @@ pub type Chunks = Box<dyn ExactSizeIterator<Item = Range<usize>>>;
 
 /// Why a run in chunks stopped, besides its engine, its inputs and its sink: the stop flag
 /// was set, or a chunk would not fit in memory.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum StreamError {
     #[error("stopped after {done} of {batch} input sets")]
     Stopped { done: usize, batch: usize },
     #[error(
         "{items} input sets at once hold about {need:.1} GiB ({per_item} bytes each), more than \
-         the {available:.1} GiB of memory available; help: {fix}"
+         the {available:.1} GiB of memory available"
     )]
+    #[diagnostic(help("{fix}"))]
     TooLarge {
         items: usize,
         per_item: usize,
@@ -52,10 +53,8 @@ pub enum StreamError {
         available: f64,
         fix: String,
     },
-    #[error(
-        "{flag} {batch}: {why}; the limit is {limit} input sets{of}; help: a smaller batch, \
-         or several runs"
-    )]
+    #[error("{flag} {batch}: {why}; the limit is {limit} input sets{of}")]
+    #[diagnostic(help("a smaller batch, or several runs"))]
     Batch {
         flag: String,
         batch: usize,
@@ -139,11 +138,13 @@ impl<'g> Graph<'g> {
 }
 
 /// Why a [`Graph`] could not be made.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum GraphError {
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Exec(#[from] ExecError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Stream(#[from] StreamError),
 }
 

@@ -124,7 +124,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         .map_err(super::fail)?;
     let batch = feed.batch;
     dump.check(&program, batch)
-        .map_err(|e| super::fail(format!("`{}`: {e}", args.hardware.display())))?;
+        .map_err(|e| super::fail_in(format!("`{}`", args.hardware.display()), &e))?;
 
     let roots = if args.trace.is_some() {
         Roots::OutputsAndWrites

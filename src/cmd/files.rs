@@ -100,11 +100,14 @@ impl Reads {
             let same =
                 std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (out.dev(), out.ino()));
             if same {
-                return Err(super::fail(format!(
+                let reads = format!(
                     "{flag} {} names {what}, which this command reads: writing there would \
-                     lose it; help: write to another path",
+                     lose it",
                     written.display()
-                )));
+                );
+                return Err(super::fail(
+                    super::Failure::new(reads).help("write to another path"),
+                ));
             }
         }
         Ok(())

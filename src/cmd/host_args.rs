@@ -23,17 +23,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Why a run in chunks stopped: a chunk's inputs could not be read, the run failed, its
 /// outputs or trace could not be written, a chunk would not fit in memory, or the user
 /// interrupted the run.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum ChunkError {
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Exec(#[from] ExecError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Emu(#[from] EmuError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Input(#[from] HostError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Io(IoError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Trace(TraceError),
     #[error(
         "interrupted after {done} of {batch} input sets; no output was written (a file already \
@@ -41,6 +46,7 @@ pub enum ChunkError {
     )]
     Interrupted { done: usize, batch: usize },
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Stream(StreamError),
 }
 
@@ -152,10 +158,10 @@ pub fn stream_with_bar<G: stream::Engine, E: From<G::Error> + From<StreamError>>
 pub fn run_failed(source: &SourceFile, e: ChunkError) -> miette::Result<ExitCode> {
     let report = match e {
         ChunkError::Exec(e @ ExecError::NonFinite { .. }) => {
-            super::runtime_error(source, &e, e.span(), e.help())
+            super::runtime_error(source, &e, e.span())
         }
         ChunkError::Emu(e) if !matches!(e, EmuError::Data { .. } | EmuError::Table { .. }) => {
-            super::runtime_error(source, &e, e.span(), e.help())
+            super::runtime_error(source, &e, e.span())
         }
         e => return Err(super::fail(e)),
     };
@@ -230,10 +236,10 @@ impl OutputArgs {
                 .iter()
                 .flat_map(|o| written_files(o, shapes.keys()));
             if outputs.into_iter().any(|o| same_file(&o, trace)) {
-                return Err(super::fail(format!(
-                    "--trace {} names the file -o gives; help: write to another path",
-                    trace.display()
-                )));
+                let same = format!("--trace {} names the file -o gives", trace.display());
+                return Err(super::fail(
+                    super::Failure::new(same).help("write to another path"),
+                ));
             }
         }
         // Before the files exist, so that Ctrl-C never leaves one behind.
@@ -289,15 +295,16 @@ impl OutputArgs {
     /// f16 (every storage format of the program fits, [`Interface::output_storage`]), else f32 (exact
     /// either way). `--dtype f16` where a storage format does not fit is an error: the file
     /// would not hold the values the run made.
-    pub fn dtype(&self, program: &dyn Interface) -> Result<Dtype, String> {
+    pub fn dtype(&self, program: &dyn Interface) -> Result<Dtype, super::Failure> {
         let storage = program.output_storage();
         let f16 = storage.as_ref().is_some_and(fits_f16);
         match self.dtype {
-            Some(DtypeArg::F16) if !f16 => Err(format!(
+            Some(DtypeArg::F16) if !f16 => Err(super::Failure::new(format!(
                 "--dtype f16 cannot hold every value of the program's storage format{}: an \
-                 f16 file would change them; help: --dtype f32, or no --dtype (f32 then)",
+                 f16 file would change them",
                 storage.map_or(String::new(), |s| format!(" {}", Format::Float(s)))
-            )),
+            ))
+            .help("--dtype f32, or no --dtype (f32 then)")),
             Some(DtypeArg::F16) => Ok(Dtype::F16),
             Some(DtypeArg::F32) => Ok(Dtype::F32),
             None if f16 => Ok(Dtype::F16),

@@ -109,7 +109,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             ));
         }
         let bytes = nnp_runtime::io::read_limited(&args.file, MAX_GRAPH_BYTES)
-            .map_err(|e| super::fail(format!("cannot read `{}`: {e}", args.file.display())))?;
+            .map_err(|e| super::fail_in(format!("cannot read `{}`", args.file.display()), &e))?;
         let text = String::from_utf8(bytes).map_err(|e| {
             super::fail(format!(
                 "`{}` is not a software graph: not UTF-8 text ({e})",
@@ -117,7 +117,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             ))
         })?;
         let g = SwGraph::from_json(&text)
-            .map_err(|e| super::fail(format!("`{}`: {e}", args.file.display())))?;
+            .map_err(|e| super::fail_in(format!("`{}`", args.file.display()), &e))?;
         if roots == Roots::OutputsAndWrites && g.writes.is_empty() {
             return Err(miette::miette!(
                 help = "compile without --outputs-only, or run the firmware file",

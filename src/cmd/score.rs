@@ -73,10 +73,11 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     let (split, name) = match (args.split, &data.test) {
         (Split::Test, Some(test)) => (test, "test"),
         (Split::Test, None) => {
-            return Err(fail(format!(
-                "`{}` has no test split (`NAME_test` tensors); help: pass `--split train`",
+            let none = format!(
+                "`{}` has no test split (`NAME_test` tensors)",
                 data_path.display()
-            )));
+            );
+            return Err(fail(super::Failure::new(none).help("pass `--split train`")));
         }
         (Split::Train, _) => (&data.train, "train"),
     };

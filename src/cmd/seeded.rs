@@ -79,12 +79,14 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             .iter()
             .any(|f| super::files::written_files(x, input_shapes.keys()).contains(f))
     {
-        return Err(super::fail(format!(
-            "--weights-out {} and --inputs-out {} name the same file; help: write them to \
-             two paths",
+        let same = format!(
+            "--weights-out {} and --inputs-out {} name the same file",
             w.display(),
             x.display()
-        )));
+        );
+        return Err(super::fail(
+            super::Failure::new(same).help("write them to two paths"),
+        ));
     }
     // Before the files exist, so that Ctrl-C never leaves one behind.
     super::host_args::stop_on_interrupt();
@@ -96,19 +98,19 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     ] {
         let Some(path) = path else { continue };
         if shapes.is_empty() {
-            return Err(super::fail(format!(
-                "{flag}: `{}` declares no {what}s; help: leave {flag} out",
-                args.file.display()
-            )));
+            let none = format!("{flag}: `{}` declares no {what}s", args.file.display());
+            return Err(super::fail(
+                super::Failure::new(none).help(format!("leave {flag} out")),
+            ));
         }
         reads.check_tensors(flag, path, shapes.keys())?;
         let writer = ItemWriter::create_with(path, shapes, Dtype::F32, &made)
-            .map_err(|e| super::fail(format!("{flag}: {e}")))?;
+            .map_err(|e| super::fail_in(flag, &e))?;
         summary.push_str(&written(path, shapes, what));
         writers.push((flag, writer, what == "input"));
     }
     for (flag, mut writer, inputs) in writers {
-        let fail = |e: io::IoError| super::fail(format!("{flag}: {e}"));
+        let fail = |e: io::IoError| super::fail_in(flag, &e);
         if !inputs {
             let weights = HostData::random_weights(&program, args.seed);
             writer.write_items(0, &weights).map_err(fail)?;

@@ -128,10 +128,10 @@ impl Files {
             .clone()
             .unwrap_or_else(|| self.beside("data.safetensors"));
         if self.data.is_none() && !path.exists() {
-            return Err(fail(format!(
-                "no data: `{}` does not exist; help: pass `--data FILE` (safetensors with \
-                 `NAME_train` / `NAME_test` for every input and output)",
-                path.display()
+            let none = format!("no data: `{}` does not exist", path.display());
+            return Err(fail(super::Failure::new(none).help(
+                "pass `--data FILE` (safetensors with `NAME_train` / `NAME_test` for every input \
+                 and output)",
             )));
         }
         Ok(path)

@@ -10,7 +10,7 @@ use std::io::Write;
 pub const JSON_SCHEMA_VERSION: u32 = 1;
 
 /// The graph could not be written.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum ExportError {
     #[error("cannot write the graph: {0}")]
     Io(#[from] std::io::Error),

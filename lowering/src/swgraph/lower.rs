@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 /// A program the lowering cannot turn into a graph. The checker rejects all of these first;
 /// they surface only for programs built by hand.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum LowerError {
     #[error(
         "line {line}: chain {chain} (iteration {iteration}) reads {mem}[{addr}], which nothing has written"
@@ -47,10 +47,12 @@ pub enum LowerError {
         chain: usize,
         message: String,
     },
-    #[error("internal lowering error: {0}")]
+    /// A broken invariant of the lowering: a bug in nnpc, not in the program.
+    #[error("internal error of the lowering (a bug in nnpc; please report it): {0}")]
     Internal(String),
     /// Past a size limit of [`nnp_grammar::limits`] (checked before anything is allocated).
     #[error(transparent)]
+    #[diagnostic(transparent)]
     TooLarge(#[from] nnp_grammar::SizeError),
 }
 

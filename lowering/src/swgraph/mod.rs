@@ -413,15 +413,19 @@ pub struct FiniteCheck {
 }
 
 /// A graph that is not well formed (a hand-edited or foreign JSON file).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum GraphError {
     #[error("not a software graph: {0}")]
     Json(String),
     #[error(
         "software graph schema version {found} is not supported (this nnpc reads version \
-         {expected}); help: recompile the firmware with `nnpc compile`"
+         {expected})"
     )]
+    #[diagnostic(help("recompile the firmware with `nnpc compile`"))]
     Version { found: u32, expected: u32 },
+    #[error("output storage {output} does not hold the storage format {storage}")]
+    #[diagnostic(help("recompile the firmware with `nnpc compile`"))]
+    OutputStorage { output: String, storage: String },
     #[error("node {node} ({op}): {message}")]
     Node {
         node: usize,

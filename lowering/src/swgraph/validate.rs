@@ -31,12 +31,10 @@ pub(super) fn graph(g: &SwGraph) -> Result<(), GraphError> {
         .chain(g.writes.iter().map(|w| &w.storage))
         .find(|f| !holds(f))
     {
-        return Err(GraphError::Other(format!(
-            "output storage {} does not hold the storage format {}; help: recompile the \
-             firmware with `nnpc compile`",
-            Format::Float(g.output_storage),
-            Format::Float(*f)
-        )));
+        return Err(GraphError::OutputStorage {
+            output: Format::Float(g.output_storage).to_string(),
+            storage: Format::Float(*f).to_string(),
+        });
     }
     decls(&g.decls)?;
     for (i, node) in g.nodes.iter().enumerate() {

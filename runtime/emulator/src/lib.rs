@@ -79,14 +79,18 @@ impl fmt::Display for Site {
 }
 
 /// A runtime error of the emulated machine.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum EmuError {
     #[error("netq underflow: `v_rd netq` found the input queue empty ({site})")]
+    #[diagnostic(help(
+        "every `v_rd netq` pops one input row; declare more input rows or pop fewer"
+    ))]
     NetqUnderflow { site: Site },
     #[error(
         "`v_rd netq` reads {expected} tile(s) but the next input row (`{input}` row {row}) has \
          {found} ({site})"
     )]
+    #[diagnostic(help("set `s_wr rows`/`cols` so the chain's width equals the row's tile count"))]
     NetqWidth {
         site: Site,
         input: String,
@@ -95,6 +99,9 @@ pub enum EmuError {
         found: usize,
     },
     #[error("{left} input row(s) left on netq after the program ended (next: `{input}` row {row})")]
+    #[diagnostic(help(
+        "every input row must be popped: add `v_rd netq` chains or shrink the input"
+    ))]
     NetqLeftover {
         left: usize,
         input: String,
@@ -103,8 +110,10 @@ pub enum EmuError {
         line: usize,
     },
     #[error("`v_wr netq` pushes a row but every `output` row is already produced ({site})")]
+    #[diagnostic(help("the `v_wr netq` pushes must match the `output` declarations row for row"))]
     NetqOverflow { site: Site },
     #[error("`v_wr netq` pushes {found} tile(s) but `{output}` row {row} has {expected} ({site})")]
+    #[diagnostic(help("set `s_wr rows`/`cols` so the chain's width equals the row's tile count"))]
     PushWidth {
         site: Site,
         output: String,
@@ -113,6 +122,7 @@ pub enum EmuError {
         found: u32,
     },
     #[error("output `{output}` got {got} of its {expected} rows from netq")]
+    #[diagnostic(help("the `v_wr netq` pushes must match the `output` declarations row for row"))]
     OutputMissing {
         output: String,
         got: usize,
@@ -121,8 +131,12 @@ pub enum EmuError {
         line: usize,
     },
     #[error("read of {mem}[{addr}], which nothing wrote ({site})")]
+    #[diagnostic(help(
+        "declare the register (a `vector ... at`, `= 0`) or write it before this chain"
+    ))]
     Uninitialized { site: Site, mem: String, addr: u32 },
     #[error("{mem}[{addr}] is outside the memory ({size} registers) ({site})")]
+    #[diagnostic(help("check the address and its per-iteration increment"))]
     OutOfRange {
         site: Site,
         mem: String,
@@ -130,6 +144,7 @@ pub enum EmuError {
         size: u32,
     },
     #[error("`{op}` produced {value} in lane {lane} and the target forbids NaN/Inf ({site})")]
+    #[diagnostic(help("{}", nnp_host::NONFINITE_HELP))]
     NonFinite {
         site: Site,
         op: &'static str,
@@ -151,6 +166,7 @@ pub enum EmuError {
     Stopped,
     /// Past a size limit of [`nnp_grammar::limits`] (checked before anything is allocated).
     #[error(transparent)]
+    #[diagnostic(transparent)]
     TooLarge(#[from] nnp_grammar::SizeError),
 }
 
@@ -173,30 +189,6 @@ impl EmuError {
             | EmuError::TooLarge(_)
             | EmuError::Stopped => None,
         }
-    }
-
-    /// What the user can do about it.
-    pub fn help(&self) -> Option<&'static str> {
-        Some(match self {
-            EmuError::NetqUnderflow { .. } => {
-                "every `v_rd netq` pops one input row; declare more input rows or pop fewer"
-            }
-            EmuError::NetqWidth { .. } | EmuError::PushWidth { .. } => {
-                "set `s_wr rows`/`cols` so the chain's width equals the row's tile count"
-            }
-            EmuError::NetqLeftover { .. } => {
-                "every input row must be popped: add `v_rd netq` chains or shrink the input"
-            }
-            EmuError::NetqOverflow { .. } | EmuError::OutputMissing { .. } => {
-                "the `v_wr netq` pushes must match the `output` declarations row for row"
-            }
-            EmuError::Uninitialized { .. } => {
-                "declare the register (a `vector ... at`, `= 0`) or write it before this chain"
-            }
-            EmuError::OutOfRange { .. } => "check the address and its per-iteration increment",
-            EmuError::NonFinite { .. } => nnp_host::NONFINITE_HELP,
-            _ => return None,
-        })
     }
 }
 

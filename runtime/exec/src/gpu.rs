@@ -253,20 +253,31 @@ mod imp {
     impl Gpu {
         /// The first CUDA device, opened once per process.
         pub fn open() -> Result<Arc<Gpu>, ExecError> {
-            static SHARED: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
+            type Failed = (String, Option<&'static str>);
+            static SHARED: OnceLock<Result<Arc<Gpu>, Failed>> = OnceLock::new();
+            let start = || {
+                Gpu::start().map(Arc::new).map_err(|e| match e {
+                    ExecError::NoGpu { message, help } => (message, Some(help)),
+                    e => (e.to_string(), None),
+                })
+            };
             SHARED
-                .get_or_init(|| Gpu::start().map(Arc::new).map_err(|e| e.to_string()))
+                .get_or_init(start)
                 .clone()
-                .map_err(ExecError::Device)
+                .map_err(|(message, help)| match help {
+                    Some(help) => ExecError::NoGpu { message, help },
+                    None => ExecError::Device(message),
+                })
         }
 
         fn start() -> Result<Gpu, ExecError> {
             let device = Device::new_cuda(0).map_err(|e| {
                 let e = e.to_string();
                 let e = e.lines().next().unwrap_or_default();
-                ExecError::Device(format!(
-                    "no usable CUDA device: {e}; help: run with `--device cpu`"
-                ))
+                ExecError::NoGpu {
+                    message: format!("no usable CUDA device: {e}"),
+                    help: "run with `--device cpu`",
+                }
             })?;
             let Device::Cuda(cuda) = device.clone() else {
                 return Err(ExecError::Device("candle opened no CUDA device".into()));
@@ -453,11 +464,11 @@ mod off {
 
     impl Gpu {
         pub fn open() -> Result<std::sync::Arc<Gpu>, ExecError> {
-            Err(ExecError::Device(
-                "this nnpc was built without CUDA support; help: build it with \
-                 `scripts/cuda-build.sh` (docs/swgraph.md) or run with `--device cpu`"
-                    .into(),
-            ))
+            Err(ExecError::NoGpu {
+                message: "this nnpc was built without CUDA support".into(),
+                help: "build it with `scripts/cuda-build.sh` (docs/swgraph.md) or run with \
+                       `--device cpu`",
+            })
         }
 
         pub fn name(&self) -> &str {
@@ -506,12 +517,13 @@ mod tests_off {
 
     #[test]
     fn a_build_without_the_feature_says_how_to_get_it() {
-        let Err(ExecError::Device(m)) = Gpu::open() else {
+        let Err(ExecError::NoGpu { message, help }) = Gpu::open() else {
             panic!("no GPU without the feature");
         };
+        assert!(message.contains("without CUDA support"), "{message}");
         assert!(
-            m.contains("`scripts/cuda-build.sh`") && m.contains("`--device cpu`"),
-            "{m}"
+            help.contains("`scripts/cuda-build.sh`") && help.contains("`--device cpu`"),
+            "{help}"
         );
     }
 }

@@ -201,13 +201,14 @@ impl std::fmt::Display for PathCounts {
     }
 }
 
-/// Why a graph could not be executed.
-#[derive(Debug, thiserror::Error)]
+/// Why a graph could not be executed. A fix, where there is one, is the error's help
+/// ([`miette::Diagnostic::help`]), not part of its message.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum ExecError {
-    #[error(
-        "no host tensor `{name}` for the graph's {kind}; help: pass a weights/inputs file that \
-         holds it, or run without files for seeded random data"
-    )]
+    #[error("no host tensor `{name}` for the graph's {kind}")]
+    #[diagnostic(help(
+        "pass a weights/inputs file that holds it, or run without files for seeded random data"
+    ))]
     Missing { name: String, kind: &'static str },
     #[error("host tensor `{name}` has shape {found:?}, the graph expects {expected:?}")]
     Shape {
@@ -216,11 +217,17 @@ pub enum ExecError {
         expected: Vec<usize>,
     },
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Table(#[from] mfu::TableError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Graph(#[from] GraphError),
     #[error("{0}")]
     Device(String),
+    /// No CUDA device to run on: none usable, or a build without CUDA.
+    #[error("{message}")]
+    #[diagnostic(help("{help}"))]
+    NoGpu { message: String, help: &'static str },
     #[error("tensor operation failed at node {node} ({op}): {message}")]
     Tensor {
         node: usize,
@@ -233,6 +240,7 @@ pub enum ExecError {
         "`{op}` produced {value} in lane {lane} and the target forbids NaN/Inf (line {line}, \
          chain {chain}, iteration {iteration}, batch item {item})"
     )]
+    #[diagnostic(help("{}", nnp_host::NONFINITE_HELP))]
     NonFinite {
         op: String,
         value: f64,
@@ -243,6 +251,9 @@ pub enum ExecError {
         iteration: u32,
         item: usize,
     },
+    /// A broken invariant of the executor: a bug in nnpc, not in the graph or its data.
+    #[error("internal error (a bug in nnpc; please report it): {0}")]
+    Internal(String),
 }
 
 impl ExecError {
@@ -259,14 +270,6 @@ impl ExecError {
     pub fn span(&self) -> Option<Span> {
         match self {
             ExecError::NonFinite { span, .. } => Some(*span),
-            _ => None,
-        }
-    }
-
-    /// What the user can do about a runtime error of the firmware.
-    pub fn help(&self) -> Option<&'static str> {
-        match self {
-            ExecError::NonFinite { .. } => Some(nnp_host::NONFINITE_HELP),
             _ => None,
         }
     }
@@ -290,8 +293,9 @@ pub fn execute(
     Session::new(graph, opts)?.run(data)
 }
 
+/// A broken invariant ([`ExecError::Internal`]).
 fn internal(msg: &str) -> ExecError {
-    ExecError::Graph(GraphError::Other(format!("internal: {msg}")))
+    ExecError::Internal(msg.to_string())
 }
 
 /// Lower `program` and run it (the one-call path of `nnpc run`).
@@ -310,10 +314,12 @@ pub fn run_program(
 }
 
 /// Lowering or execution failure.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum RunError {
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Lower(#[from] nnp_lowering::swgraph::LowerError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Exec(#[from] ExecError),
 }

@@ -161,7 +161,7 @@ enum Values {
 }
 
 /// A table file that cannot be used.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum TableError {
     #[error("activation table `{path}` {message}")]
     File { path: String, message: String },

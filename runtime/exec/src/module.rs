@@ -49,7 +49,7 @@ pub enum Weights {
 }
 
 /// Why a module could not be built or called.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum ModuleError {
     #[error("cannot read firmware file `{path}`: {source}")]
     Read {
@@ -57,18 +57,24 @@ pub enum ModuleError {
         source: std::io::Error,
     },
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Target(#[from] TargetError),
     /// The firmware has errors; render them with miette (`miette::Report::new(diagnostics)`)
     /// to see each one with its source line.
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Firmware(Diagnostics),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Lower(#[from] LowerError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Exec(#[from] ExecError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Host(#[from] HostError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Io(#[from] IoError),
     #[error("{0}")]
     Call(String),

@@ -5,7 +5,7 @@
 use super::{ExecError, Execution, WrittenValue};
 use nnp_host::storage_bits;
 use nnp_host::trace::TraceRecord;
-use nnp_lowering::swgraph::{GraphError, SwGraph};
+use nnp_lowering::swgraph::SwGraph;
 use std::ops::Range;
 
 /// The trace of a run made with `keep_writes` of the batch items `items` (the run's items,
@@ -42,5 +42,5 @@ pub fn kept_records(
     items: Range<usize>,
 ) -> Result<Vec<TraceRecord>, ExecError> {
     records(graph, exec, items)
-        .ok_or_else(|| GraphError::Other("internal: the run kept no written values".into()).into())
+        .ok_or_else(|| ExecError::Internal("the run kept no written values".into()))
 }

@@ -63,15 +63,19 @@ pub struct HostData {
 }
 
 /// Host data that cannot be used with a program.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum HostError {
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Io(#[from] IoError),
     #[error(
         "no tensor named `{name}` for {kind} `{name}` (expected shape {expected}) in \
-         {searched}{held}; help: add it to the weights/inputs file, declare it `= 0`, or pass \
-         the option that fills missing tensors with seeded random data (`--random-missing`)"
+         {searched}{held}"
     )]
+    #[diagnostic(help(
+        "add it to the weights/inputs file, declare it `= 0`, or pass the option that fills \
+         missing tensors with seeded random data (`--random-missing`)"
+    ))]
     Missing {
         name: String,
         kind: &'static str,
@@ -80,9 +84,8 @@ pub enum HostError {
         /// `; tensors found: `a`, `b`` (the names the files do have), or empty.
         held: String,
     },
-    #[error(
-        "tensor `{name}` has shape {found} but {kind} `{name}` expects {expected}; help: {help}"
-    )]
+    #[error("tensor `{name}` has shape {found} but {kind} `{name}` expects {expected}")]
+    #[diagnostic(help("{help}"))]
     Shape {
         name: String,
         kind: &'static str,
@@ -90,19 +93,18 @@ pub enum HostError {
         found: String,
         help: String,
     },
-    #[error(
-        "tensor `{name}` holds {value} at flat index {index}; host data must be finite; \
-         help: replace NaN/infinite entries before running"
-    )]
+    #[error("tensor `{name}` holds {value} at flat index {index}; host data must be finite")]
+    #[diagnostic(help("replace NaN/infinite entries before running"))]
     NonFinite {
         name: String,
         index: usize,
         value: f32,
     },
     #[error(
-        "input tensors disagree on the batch size: `{first}` has {first_batch} items, `{name}` has \
-         {batch}; help: give every batched input the same leading dimension"
+        "input tensors disagree on the batch size: `{first}` has {first_batch} items, `{name}` \
+         has {batch}"
     )]
+    #[diagnostic(help("give every batched input the same leading dimension"))]
     BatchMismatch {
         first: String,
         first_batch: usize,
@@ -113,12 +115,20 @@ pub enum HostError {
     ZeroBatch,
     #[error(
         "the program's weights take {need} bytes as f32, more than the {available} bytes of \
-         memory available; help: a smaller program, or a machine with more memory"
+         memory available"
     )]
+    #[diagnostic(help("a smaller program, or a machine with more memory"))]
     WeightsTooLarge { need: u64, available: u64 },
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Elements(#[from] Unfilled),
-    #[error("internal: inputs of items {}..{} asked of a batch of {batch}", items.start, items.end)]
+    /// A caller's broken invariant: a bug in nnpc (or in a program calling the library).
+    #[error(
+        "internal error (a bug in nnpc; please report it): inputs of items {}..{} asked of a \
+         batch of {batch}",
+        items.start,
+        items.end
+    )]
     NoItems { items: Range<usize>, batch: usize },
 }
 

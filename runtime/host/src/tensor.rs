@@ -47,11 +47,9 @@ impl Tensor {
 }
 
 /// A tensor whose values do not fill its shape ([`Tensor::check_filled`]).
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "tensor `{name}` holds {found} values but its shape {shape} has {expected}; help: a \
-     tensor's values must fill its shape exactly"
-)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error("tensor `{name}` holds {found} values but its shape {shape} has {expected}")]
+#[diagnostic(help("a tensor's values must fill its shape exactly"))]
 pub struct Unfilled {
     pub name: String,
     pub shape: String,

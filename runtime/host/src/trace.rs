@@ -29,7 +29,7 @@ pub struct TraceRecord {
 }
 
 /// A trace file that cannot be read or written.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum TraceError {
     #[error("cannot write trace `{path}`: {source}")]
     Write {
@@ -42,9 +42,9 @@ pub enum TraceError {
         source: std::io::Error,
     },
     #[error(
-        "trace `{path}` line {line} has more than {limit} bytes, the most a trace line may \
-         have; help: is it a trace file?"
+        "trace `{path}` line {line} has more than {limit} bytes, the most a trace line may have"
     )]
+    #[diagnostic(help("is it a trace file?"))]
     LineTooLong {
         path: PathBuf,
         line: usize,
@@ -318,13 +318,15 @@ pub struct TraceComparison {
 }
 
 /// Two traces that do not describe the same execution.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum TraceMismatch {
     #[error(
-        "the hardware trace has {hardware} records for batch item {item} but the software \
-         graph wrote {software}; help: trace the same firmware with the same batch, and keep \
-         every `v_wr` record"
+        "the hardware trace has {hardware} records for batch item {item} but the software graph \
+         wrote {software}"
     )]
+    #[diagnostic(help(
+        "trace the same firmware with the same batch, and keep every `v_wr` record"
+    ))]
     Count {
         item: usize,
         hardware: usize,
@@ -332,9 +334,9 @@ pub enum TraceMismatch {
     },
     #[error(
         "record {position} of batch item {item} is out of step: hardware has {hardware}, the \
-         software graph has {software}; help: the trace must come from the same firmware, in \
-         execution order"
+         software graph has {software}"
     )]
+    #[diagnostic(help("the trace must come from the same firmware, in execution order"))]
     OutOfStep {
         item: usize,
         position: usize,
@@ -343,9 +345,12 @@ pub enum TraceMismatch {
     },
     #[error(
         "record {position} of batch item {item} ({record}) holds {bits:#X} in lane {lane}, which \
-         is not a bit pattern of the storage format `{format}` ({width} bits); help: write each \
-         lane as the storage format's bit pattern (fp16: the binary16 bits, 0 to 0xFFFF)"
+         is not a bit pattern of the storage format `{format}` ({width} bits)"
     )]
+    #[diagnostic(help(
+        "write each lane as the storage format's bit pattern (fp16: the binary16 bits, 0 to \
+         0xFFFF)"
+    ))]
     NotAPattern {
         item: usize,
         position: usize,

@@ -43,6 +43,21 @@ pub enum CompareError {
     Stream(#[from] StreamError),
 }
 
+/// Each error's help is its cause's.
+impl miette::Diagnostic for CompareError {
+    fn help<'a>(&'a self) -> Option<Box<dyn std::fmt::Display + 'a>> {
+        match self {
+            CompareError::Exec(e) => e.help(),
+            CompareError::Input(e) => e.help(),
+            CompareError::Io(e) => e.help(),
+            CompareError::Trace(e) => e.help(),
+            CompareError::Diff { source, .. } => source.help(),
+            CompareError::TraceMismatch { source, .. } => source.help(),
+            CompareError::Stream(e) => e.help(),
+        }
+    }
+}
+
 impl From<stream::GraphError> for CompareError {
     fn from(e: stream::GraphError) -> CompareError {
         match e {

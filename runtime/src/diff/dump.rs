@@ -21,11 +21,13 @@ pub struct Dump {
 }
 
 /// Why a dump cannot be opened: unreadable, or a single .npy file for several outputs.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum DumpError {
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Io(#[from] IoError),
     #[error(transparent)]
+    #[diagnostic(transparent)]
     Diff(#[from] DiffError),
 }
 

@@ -97,11 +97,10 @@ impl Dataset {
                 } else {
                     "the targets of output"
                 };
-                return Err(TrainError::Data(format!(
-                    "no tensor `{name}_train` (or `{name}`) for {what} `{name}`; help: a data \
-                     file holds `NAME_train` and `NAME_test` (or `NAME`) for every input and \
-                     output of the program"
-                )));
+                return Err(TrainError::NoData {
+                    name: name.to_string(),
+                    what,
+                });
             }
         }
         let test = (!test.inputs.is_empty() || !test.targets.is_empty()).then_some(test);

@@ -62,10 +62,9 @@ impl Scoring {
             LossKind::Mse
         });
         if classes && loss == LossKind::Mse {
-            return Err(TrainError::Data(format!(
-                "the targets of output `{output}` are class indices, which mean squared error \
-                 cannot take; help: use cross-entropy, or targets of the output's shape"
-            )));
+            return Err(TrainError::ClassesForMse {
+                output: output.to_string(),
+            });
         }
         Ok(Scoring {
             output: output.to_string(),

@@ -35,12 +35,7 @@ impl Precision {
         if t == "firmware" || t == "fw" {
             return Ok(Precision::default());
         }
-        let bad = || {
-            TrainError::Schedule(format!(
-                "`{t}` is not a precision; help: write `firmware`, `aNwM` (BFP mantissa widths of \
-                 the vector and the matrix, sign included, e.g. `a4w4`), `aN` or `wM`"
-            ))
-        };
+        let bad = || TrainError::NotAPrecision(t.to_string());
         let mut p = Precision::default();
         let mut rest = t;
         while let Some(side) = rest.chars().next() {
@@ -143,12 +138,10 @@ impl Schedule {
     pub fn parse_spec(spec: &str) -> Result<Schedule, TrainError> {
         let mut phases = Vec::new();
         for part in spec.split(',') {
-            let (p, e) = part.trim().rsplit_once(':').ok_or_else(|| {
-                TrainError::Schedule(format!(
-                    "phase `{part}` has no epoch count; help: write `PRECISION:EPOCHS`, e.g. \
-                     `a4w4:2,a6w6:2,firmware:1`"
-                ))
-            })?;
+            let (p, e) = part
+                .trim()
+                .rsplit_once(':')
+                .ok_or_else(|| TrainError::NoEpochs(part.to_string()))?;
             phases.push(Phase {
                 epochs: epochs(e.trim(), part)?,
                 precision: Precision::parse(p)?,
@@ -273,10 +266,11 @@ fn changed(
         (FormatChange::Mantissa(m), Format::Bfp(b)) => {
             Ok(Format::Bfp(nnp_numerics::BfpFormat { mant: *m, ..*b }))
         }
-        (FormatChange::Mantissa(m), other) => Err(TrainError::Schedule(format!(
-            "a mantissa width ({m}) for the `{what}` format of the mv_mul at line {line}, which is \
-             {other}, not BFP; help: give that phase the format in full (`vector = ...`, \
-             `matrix = ...` in a schedule file)"
-        ))),
+        (FormatChange::Mantissa(m), other) => Err(TrainError::NotBfp {
+            mant: *m,
+            what: what.to_string(),
+            line,
+            format: other.to_string(),
+        }),
     }
 }

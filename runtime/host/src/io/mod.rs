@@ -53,47 +53,58 @@ pub enum Layout {
 }
 
 /// A tensor file that cannot be read or written.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum IoError {
     #[error("cannot read `{path}`: {source}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot read `{path}`: it is not a regular file but {kind}")]
+    #[diagnostic(help("give the path of a file"))]
+    NotAFile { path: PathBuf, kind: &'static str },
     #[error("cannot write `{path}`: {source}")]
     Write {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error(
-        "cannot write `{path}`: its tensors would take more bytes than a file can hold (2^64); \
-         help: a smaller batch"
-    )]
+    #[error("cannot write `{path}`: its tensors would take more bytes than a file can hold (2^64)")]
+    #[diagnostic(help("a smaller batch"))]
     TooLarge { path: PathBuf },
     #[error("`{path}` is not a valid safetensors file: {message}")]
     Safetensors { path: PathBuf, message: String },
     #[error("`{path}` is not a valid .npy file: {message}")]
     Npy { path: PathBuf, message: String },
-    #[error(
-        "tensor `{name}` in `{path}` has dtype {dtype}; supported: f16, bf16, f32, f64; \
-         help: convert it, e.g. `x.astype(numpy.float32)`"
-    )]
+    #[error("tensor `{name}` in `{path}` has dtype {dtype}; supported: f16, bf16, f32, f64")]
+    #[diagnostic(help("convert it, e.g. `x.astype(numpy.float32)`"))]
     Dtype {
         path: PathBuf,
         name: String,
         dtype: String,
     },
-    #[error(
-        "`{path}` holds more than one tensor ({count}); a single `.npy` file holds one; \
-         help: write to a `.safetensors` file or a directory"
-    )]
+    #[error("`{path}` holds more than one tensor ({count}); a single `.npy` file holds one")]
+    #[diagnostic(help("write to a `.safetensors` file or a directory"))]
     NotOne { path: PathBuf, count: usize },
-    #[error(
-        "cannot write tensors to `{path}`: it {what}; help: give a `.safetensors` file (every \
-         tensor), a `.npy` file (one tensor), or a directory of `NAME.npy` files (an existing \
-         directory, or a path with no extension)"
-    )]
+    #[error("cannot write tensors to `{path}`: it {what}")]
+    #[diagnostic(help(
+        "give a `.safetensors` file (every tensor), a `.npy` file (one tensor), or a directory \
+         of `NAME.npy` files (an existing directory, or a path with no extension)"
+    ))]
     OutputKind { path: PathBuf, what: String },
+    #[error(
+        "tensor `{name}` of shape {shape} cannot be converted: its value {value:e} at flat index \
+         {index} is not an f16 value"
+    )]
+    #[diagnostic(help("write f32 (`--dtype f32`)"))]
+    NotF16 {
+        name: String,
+        shape: String,
+        value: f32,
+        index: usize,
+    },
+    #[error("`{path}` is not a valid .npy file: Fortran-order arrays are not supported")]
+    #[diagnostic(help("save `numpy.ascontiguousarray(x)`"))]
+    FortranOrder { path: PathBuf },
     #[error("tensor `{name}` of shape {shape} cannot be converted: {message}")]
     Layout {
         name: String,
@@ -148,11 +159,18 @@ pub fn index_tensors(path: &Path) -> Result<BTreeMap<String, StoredTensor>, IoEr
 
 /// The tensor file `path`, open, and its length: a regular file only ([`open_regular`]).
 fn open_tensor_file(path: &Path) -> Result<(std::fs::File, u64), IoError> {
-    open_regular(path).map_err(|e| IoError::Read {
-        path: path.to_path_buf(),
-        source: match e {
-            LimitedReadError::Io(e) => e,
-            e => std::io::Error::other(e.to_string()),
+    open_regular(path).map_err(|e| match e {
+        LimitedReadError::NotAFile { kind } => IoError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        },
+        LimitedReadError::Io(e) => IoError::Read {
+            path: path.to_path_buf(),
+            source: e,
+        },
+        e => IoError::Read {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
         },
     })
 }
@@ -439,9 +457,16 @@ fn layout_err(name: &str, shape: &[usize], message: &str) -> IoError {
 // ---------------------------------------------------------------------------------------------
 // Element conversion
 
+/// A value an f16 file cannot hold: the first one, at flat `index`.
+#[derive(Debug)]
+struct NotF16 {
+    index: usize,
+    value: f32,
+}
+
 /// The little-endian bytes of `data` as `dtype`; an error naming the first value an f16
 /// does not hold (a file never holds another value than the one made).
-fn encode_values(data: &[f32], dtype: Dtype) -> Result<Vec<u8>, String> {
+fn encode_values(data: &[f32], dtype: Dtype) -> Result<Vec<u8>, NotF16> {
     // Sized once and filled in place (a `flat_map` collect grows its buffer as it goes).
     match dtype {
         Dtype::F16 => {
@@ -449,10 +474,7 @@ fn encode_values(data: &[f32], dtype: Dtype) -> Result<Vec<u8>, String> {
             for (i, &v) in data.iter().enumerate() {
                 let h = f16::from_f32(v);
                 if h.to_f32().to_bits() != v.to_bits() && !v.is_nan() {
-                    return Err(format!(
-                        "its value {v:e} at flat index {i} is not an f16 value; help: write f32 \
-                         (`--dtype f32`)"
-                    ));
+                    return Err(NotF16 { index: i, value: v });
                 }
                 out.extend_from_slice(&h.to_le_bytes());
             }

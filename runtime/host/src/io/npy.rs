@@ -149,9 +149,9 @@ pub(super) fn npy_parse_header(
     match take("fortran_order")? {
         Value::Bool(false) => {}
         Value::Bool(true) => {
-            return Err(err("Fortran-order arrays are not supported; help: save \
-                 `numpy.ascontiguousarray(x)`"
-                .into()));
+            return Err(IoError::FortranOrder {
+                path: path.to_path_buf(),
+            });
         }
         other => {
             return Err(err(format!(

@@ -267,7 +267,12 @@ impl ItemWriter {
             }
             let pending = &mut self.files[*index];
             let offset = start + (at * self.dtype.size()) as u64;
-            let bytes = encode_values(&t.data, self.dtype).map_err(piece_err)?;
+            let bytes = encode_values(&t.data, self.dtype).map_err(|e| IoError::NotF16 {
+                name: name.clone(),
+                shape: ShapeDisplay(&t.shape).to_string(),
+                value: e.value,
+                index: e.index,
+            })?;
             let written = (pending.file.seek(SeekFrom::Start(offset)))
                 .and_then(|_| pending.file.write_all(&bytes));
             written.map_err(|source| IoError::Write {
