@@ -13,7 +13,6 @@ use nnp_runtime::host::{HostData, Outputs};
 use nnp_runtime::stream::{fits_in_memory, io_bytes_per_item};
 use serde_json::{Value, json};
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -48,12 +47,8 @@ const EMU_REPEAT_S: f64 = 1.0;
   nnpc bench samples/bench/mlp_4096.nnp --batch 256 --json
   nnpc bench samples/mlp2_relu.nnp --batch 2 --skip-emulator")]
 pub struct Args {
-    /// The firmware file (.nnp).
-    pub file: PathBuf,
-    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
-    /// `target` statement.
-    #[arg(long, value_name = "NAME|FILE")]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub firmware: super::Firmware,
     /// Input sets per software-graph run.
     #[arg(long, value_name = "B", default_value_t = 64, value_parser = super::at_least_one)]
     pub batch: usize,
@@ -101,7 +96,7 @@ const FLOOR_TARGET: f64 = 3.0;
 const KERNEL_TARGET: f64 = 0.25;
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match super::load(&args.file, args.target.as_deref()) {
+    let program = match args.firmware.load() {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
@@ -571,11 +566,13 @@ mod tests {
     #[test]
     fn bench_reports_every_field_on_a_small_sample() {
         let args = Args {
-            file: PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/samples/mlp2_relu.nnp"
-            )),
-            target: None,
+            firmware: crate::cmd::Firmware {
+                file: std::path::PathBuf::from(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/samples/mlp2_relu.nnp"
+                )),
+                target: None,
+            },
             batch: 2,
             seed: 1,
             reps: 1,
@@ -588,7 +585,7 @@ mod tests {
             kernel_len: 1 << 14,
             json: true,
         };
-        let program = nnpc::load_program(&args.file, None).expect("sample checks");
+        let program = nnpc::load_program(&args.firmware.file, None).expect("sample checks");
         let graph = nnp_lowering::swgraph::compile(&program, Roots::Outputs).expect("lowers");
         let r =
             measure(&args, &program, &graph, &Progress(ProgressBar::hidden())).expect("bench runs");
