@@ -151,7 +151,7 @@ fn checked_program(source: &str, target_toml: &str) -> Result<nnp_grammar::Progr
                     src.line_text(d.span().start)
                 )
             });
-            return Err(Outcome::Invalid(text));
+            Err(Outcome::Invalid(text))
         }
     }
 }

@@ -132,7 +132,9 @@ impl Gen<'_> {
         let try_window = read_tiles > 1 && self.r.chance(0.3);
         if try_window {
             // win_w * win_h == read_tiles; an image of one-tile pixels with `pitch` per row.
-            let divs: Vec<u32> = (1..=read_tiles).filter(|d| read_tiles % d == 0).collect();
+            let divs: Vec<u32> = (1..=read_tiles)
+                .filter(|d| read_tiles.is_multiple_of(*d))
+                .collect();
             let w = *self.r.pick(&divs);
             let h = read_tiles / w;
             let pitch = w + self.r.range(0, 2) as u32;
