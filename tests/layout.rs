@@ -432,3 +432,179 @@ fn the_cycle_finder_by_hand() {
     .into();
     assert_eq!(cycles(&edges), [vec![m("a"), m("a::b"), m("c")]]);
 }
+
+/// Most lines a function may have, from its `fn` line to its closing brace (tests excepted).
+const MAX_FN_LINES: usize = 150;
+
+/// `text` with its comments, string literals and character literals blanked out (their
+/// characters but newlines become spaces), so that braces in them are not counted.
+fn blank_literals(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |out: &mut String, run: &[char]| {
+        out.extend(run.iter().map(|&c| if c == '\n' { '\n' } else { ' ' }));
+    };
+    let mut i = 0;
+    while i < chars.len() {
+        let rest = &chars[i..];
+        let starts = |s: &str| rest.iter().take(s.len()).copied().eq(s.chars());
+        let after_ident = i > 0 && is_ident(chars[i - 1]);
+        let end = if starts("//") {
+            rest.iter().position(|&c| c == '\n').unwrap_or(rest.len())
+        } else if starts("/*") {
+            (2..rest.len())
+                .find(|&k| rest[k - 1] == '*' && rest[k] == '/')
+                .map_or(rest.len(), |k| k + 1)
+        } else if !after_ident && (starts("r\"") || starts("r#") || starts("br\"") || starts("br#"))
+        {
+            // A raw string: r##"..."## closes on a quote and as many hashes.
+            let open = rest.iter().position(|&c| c == '"').unwrap_or(0);
+            let hashes = rest[..open].iter().filter(|&&c| c == '#').count();
+            let close = |k: usize| {
+                rest[k] == '"' && rest[k + 1..].iter().take_while(|&&c| c == '#').count() >= hashes
+            };
+            (open + 1..rest.len())
+                .find(|&k| close(k))
+                .map_or(rest.len(), |k| k + 1 + hashes)
+        } else if rest[0] == '"' {
+            let mut k = 1;
+            while k < rest.len() && rest[k] != '"' {
+                k += if rest[k] == '\\' { 2 } else { 1 };
+            }
+            (k + 1).min(rest.len())
+        } else if rest[0] == '\'' {
+            // A character literal ('x', '\n', '\u{..}'), not a lifetime ('a).
+            let len = match rest.get(1) {
+                Some('\\') => rest.iter().skip(2).position(|&c| c == '\'').map(|k| k + 3),
+                Some(_) if rest.get(2) == Some(&'\'') => Some(3),
+                _ => None,
+            };
+            len.unwrap_or(1)
+        } else {
+            out.push(rest[0]);
+            i += 1;
+            continue;
+        };
+        if rest[0] == '\'' && end == 1 {
+            out.push('\'');
+        } else {
+            blank(&mut out, &rest[..end]);
+        }
+        i += end;
+    }
+    out
+}
+
+/// The index of the brace that closes the one at `open` in `code`.
+fn closing_brace(code: &[u8], open: usize) -> usize {
+    let mut depth = 0usize;
+    for (k, &c) in code.iter().enumerate().skip(open) {
+        match c {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return k;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// The functions of `text` over `max` lines, as `name (N lines, line L)`: a scan of each
+/// `fn NAME ... {` to its matching brace, leaving out `#[cfg(test)]` modules.
+fn long_functions(text: &str, max: usize) -> Vec<String> {
+    let mut code = blank_literals(text).into_bytes();
+    // Blank the test modules out.
+    let mut from = 0;
+    while let Some(k) = std::str::from_utf8(&code[from..])
+        .expect("ASCII blanks keep UTF-8")
+        .find("#[cfg(test)]")
+    {
+        let at = from + k;
+        let rest = std::str::from_utf8(&code[at..]).expect("UTF-8");
+        let item = rest["#[cfg(test)]".len()..].trim_start();
+        let open = rest.find('{').map(|o| at + o);
+        match open {
+            Some(open) if item.starts_with("mod ") && !rest[..open - at].contains(';') => {
+                let close = closing_brace(&code, open);
+                let end = (close + 1).min(code.len());
+                for c in &mut code[at..end] {
+                    if *c != b'\n' {
+                        *c = b' ';
+                    }
+                }
+                from = close.min(code.len());
+            }
+            _ => from = at + 1,
+        }
+    }
+    let code = String::from_utf8(code).expect("UTF-8");
+    let line_of = |i: usize| code[..i].matches('\n').count() + 1;
+    let mut long = Vec::new();
+    let mut from = 0;
+    while let Some(k) = code[from..].find("fn ") {
+        let at = from + k;
+        from = at + 3;
+        if at > 0 && code[..at].ends_with(is_ident) {
+            continue;
+        }
+        let name: String = code[at + 3..]
+            .trim_start()
+            .chars()
+            .take_while(|&c| is_ident(c))
+            .collect();
+        // The body opens at the first `{` before any `;` (a declaration without a body).
+        let Some(open) = code[at..].find(['{', ';']).map(|o| at + o) else {
+            break;
+        };
+        if name.is_empty() || code.as_bytes()[open] == b';' {
+            continue;
+        }
+        let close = closing_brace(code.as_bytes(), open);
+        let lines = line_of(close.min(code.len())) - line_of(at) + 1;
+        if lines > max {
+            long.push(format!("{name} ({lines} lines, line {})", line_of(at)));
+        }
+    }
+    long
+}
+
+#[test]
+fn no_function_is_over_150_lines() {
+    let mut long = Vec::new();
+    for (_, dir) in CRATES {
+        let src = root().join(dir);
+        for file in rust_files(&src).into_iter().filter(|f| !is_test(&src, f)) {
+            let text = std::fs::read_to_string(&file).expect("a readable source file");
+            for f in long_functions(&text, MAX_FN_LINES) {
+                let rel = file.strip_prefix(root()).unwrap_or(&file);
+                long.push(format!("{}: {f}", rel.display()));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FN_LINES} lines (split them into well-named pieces): {long:#?}"
+    );
+}
+
+/// The function scan's own parts, on hand-written sources.
+#[test]
+fn the_function_scan_by_hand() {
+    let body = "    let x = 1;\n".repeat(3);
+    let text = format!(
+        "fn short() {{}}\nfn long(a: u8) -> u8 {{\n{body}    let s = \"}}\";\n    let c = '}}';\n    \
+         // }}\n    a\n}}\ntrait T {{ fn decl(&self); }}\n#[cfg(test)]\nmod tests {{\n    fn \
+         in_test() {{\n{body}{body}    }}\n}}\n"
+    );
+    assert_eq!(long_functions(&text, 5), ["long (9 lines, line 2)"]);
+    assert!(long_functions(&text, 9).is_empty());
+    let literals = "a /* b { */ r#\"}\"# 'x' '\\n' '{' &'a str \"\\\"{\" // }";
+    let blanked = blank_literals(literals);
+    assert_eq!(blanked.len(), literals.len());
+    assert!(blanked.starts_with("a ") && blanked.contains(" &'a str "));
+    assert!(!blanked.contains(['{', '}', '"', 'x']), "{blanked}");
+}

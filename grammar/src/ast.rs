@@ -176,18 +176,6 @@ pub enum BinOp {
     Rem,
 }
 
-impl BinOp {
-    pub fn symbol(self) -> &'static str {
-        match self {
-            BinOp::Add => "+",
-            BinOp::Sub => "-",
-            BinOp::Mul => "*",
-            BinOp::Div => "/",
-            BinOp::Rem => "%",
-        }
-    }
-}
-
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExprKind {
     /// An integer literal as written (decimal or `0x` hex); range checked by the checker.

@@ -27,25 +27,6 @@ pub fn qsnr(x: &[f64], q: &[f64]) -> f64 {
     error_stats(x, q).qsnr_db
 }
 
-/// QSNR averaged over vectors of `len` elements (seed 000: "averaging over many vectors"), as
-/// the mean of the per-vector dB values (vectors with x = 0 are skipped).
-pub fn qsnr_mean(x: &[f64], q: &[f64], len: usize) -> f64 {
-    let mut sum = 0.0;
-    let mut n = 0usize;
-    for (xv, qv) in x.chunks(len.max(1)).zip(q.chunks(len.max(1))) {
-        let v = qsnr(xv, qv);
-        if v.is_finite() {
-            sum += v;
-            n += 1;
-        }
-    }
-    if n == 0 {
-        f64::INFINITY
-    } else {
-        sum / n as f64
-    }
-}
-
 pub fn error_stats(x: &[f64], q: &[f64]) -> ErrorStats {
     let mut acc = ErrorAcc::default();
     for (&a, &b) in x.iter().zip(q) {

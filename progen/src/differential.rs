@@ -113,6 +113,49 @@ fn panic_text(e: Box<dyn std::any::Any + Send>) -> String {
     format!("panicked: {msg}")
 }
 
+/// The options of the outputs' run: `NNPC_DIFF_DEVICE=cuda` runs the graph on the GPU (a
+/// build with the `cuda` feature), anything else or nothing on the CPU. Odd seeds evaluate
+/// in the products-first order (another order of the same graph: the same bits).
+fn run_options(data_seed: u64) -> nnp_runtime::exec::ExecOptions {
+    use nnp_runtime::exec::{DeviceKind, ExecOptions};
+    let cuda = std::env::var("NNPC_DIFF_DEVICE").is_ok_and(|d| d == "cuda");
+    ExecOptions {
+        device: if cuda {
+            DeviceKind::Cuda
+        } else {
+            DeviceKind::Cpu
+        },
+        products_first: data_seed % 2 == 1,
+        ..ExecOptions::default()
+    }
+}
+
+/// The program `source` checked for the target in `target_toml`, or why it is invalid.
+fn checked_program(source: &str, target_toml: &str) -> Result<nnp_grammar::Program, Outcome> {
+    use nnp_grammar::{SourceFile, Target, check};
+    use std::sync::Arc;
+    let target = match Target::from_toml(target_toml, "gen.toml") {
+        Ok(t) => t,
+        Err(e) => return Err(Outcome::Invalid(format!("target: {e}"))),
+    };
+    let src = Arc::new(SourceFile::new("gen.nnp", source));
+    match check(src.clone(), Some(target)) {
+        Ok(out) => Ok(out.program),
+        Err(diags) => {
+            let d = diags.iter().find(|d| d.is_error()).or(diags.first());
+            let text = d.map_or("rejected".to_string(), |d| {
+                format!(
+                    "{} (line {}: `{}`)",
+                    d.message,
+                    src.line_of(d.span().start),
+                    src.line_text(d.span().start)
+                )
+            });
+            Err(Outcome::Invalid(text))
+        }
+    }
+}
+
 /// Check `source` for the target in `target_toml`, build [`host_data`] (`batch` input sets from
 /// `data_seed`), run the emulator (with its trace) and the software graph, and compare storage
 /// bit patterns ([`nnp_runtime::host::storage_bits`]: every NaN is the canonical NaN): first
@@ -130,48 +173,14 @@ pub fn run_differential(
     data_cfg: &DataConfig,
     json: bool,
 ) -> Outcome {
-    use nnp_grammar::{SourceFile, Target, check};
     use nnp_lowering::swgraph::{Roots, SwGraph, compile};
     use nnp_runtime::emulator::{EmuError, EmuOptions, emulate};
-    use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution, Session};
+    use nnp_runtime::exec::{ExecOptions, Execution, Session};
     use std::panic::{AssertUnwindSafe, catch_unwind};
-    use std::sync::Arc;
 
-    /// The options of the outputs' run: `NNPC_DIFF_DEVICE=cuda` runs the graph on the GPU (a
-    /// build with the `cuda` feature), anything else or nothing on the CPU. Odd seeds evaluate
-    /// in the products-first order (another order of the same graph: the same bits).
-    fn run_options(data_seed: u64) -> ExecOptions {
-        let cuda = std::env::var("NNPC_DIFF_DEVICE").is_ok_and(|d| d == "cuda");
-        ExecOptions {
-            device: if cuda {
-                DeviceKind::Cuda
-            } else {
-                DeviceKind::Cpu
-            },
-            products_first: data_seed % 2 == 1,
-            ..ExecOptions::default()
-        }
-    }
-
-    let target = match Target::from_toml(target_toml, "gen.toml") {
-        Ok(t) => t,
-        Err(e) => return Outcome::Invalid(format!("target: {e}")),
-    };
-    let src = Arc::new(SourceFile::new("gen.nnp", source));
-    let program = match check(src.clone(), Some(target)) {
-        Ok(out) => out.program,
-        Err(diags) => {
-            let d = diags.iter().find(|d| d.is_error()).or(diags.first());
-            let text = d.map_or("rejected".to_string(), |d| {
-                format!(
-                    "{} (line {}: `{}`)",
-                    d.message,
-                    src.line_of(d.span().start),
-                    src.line_text(d.span().start)
-                )
-            });
-            return Outcome::Invalid(text);
-        }
+    let program = match checked_program(source, target_toml) {
+        Ok(p) => p,
+        Err(out) => return out,
     };
     let data = host_data(&program, batch, data_seed, data_cfg);
     let emu_opts = EmuOptions {

@@ -41,6 +41,25 @@ struct Data<'a> {
     random_missing: bool,
 }
 
+impl<'a> Data<'a> {
+    /// The data of a call's `weights=`, `inputs=`, `batch=`, `seed=` and `random_missing=`.
+    fn new(
+        weights: Option<&'a Bound<'a, PyDict>>,
+        inputs: Option<&'a Bound<'a, PyDict>>,
+        batch: Option<usize>,
+        seed: u64,
+        random_missing: bool,
+    ) -> Data<'a> {
+        Data {
+            weights,
+            inputs,
+            batch,
+            seed,
+            random_missing,
+        }
+    }
+}
+
 /// Read and check firmware from `path` (or the text `source`, named `name`), on `target`,
 /// and lower it: the graph, or `FirmwareError` with the rendered diagnostics and their list.
 #[pyfunction]
@@ -239,13 +258,7 @@ impl Graph {
         dtype: Option<&str>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let dtype = self.out_dtype(dtype)?;
-        let data = Data {
-            weights,
-            inputs,
-            batch,
-            seed,
-            random_missing,
-        };
+        let data = Data::new(weights, inputs, batch, seed, random_missing);
         let host = self.host_data(py, &data, None)?;
         let outputs = self.execute(py, &host)?;
         to_dict(py, outputs, dtype)
@@ -265,13 +278,7 @@ impl Graph {
         dtype: Option<&str>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let dtype = self.out_dtype(dtype)?;
-        let data = Data {
-            weights,
-            inputs,
-            batch,
-            seed,
-            random_missing,
-        };
+        let data = Data::new(weights, inputs, batch, seed, random_missing);
         let host = self.host_data(py, &data, None)?;
         let program = &*self.program;
         let emu = py.detach(|| emulator::emulate(program, &host, &EmuOptions::default()));
@@ -301,13 +308,7 @@ impl Graph {
         maps: bool,
     ) -> PyResult<String> {
         let (hw, inexact) = to_tensors(Some(hardware))?;
-        let data = Data {
-            weights,
-            inputs,
-            batch,
-            seed,
-            random_missing,
-        };
+        let data = Data::new(weights, inputs, batch, seed, random_missing);
         let host = self.host_data(py, &data, self.dump_batch(&hw))?;
         let software = self.execute(py, &host)?;
         let program = &*self.program;
@@ -370,13 +371,7 @@ impl Graph {
         weights: &Bound<'py, PyDict>,
         inputs: &Bound<'py, PyDict>,
     ) -> PyResult<(Bound<'py, PyDict>, Tape)> {
-        let data = Data {
-            weights: Some(weights),
-            inputs: Some(inputs),
-            batch: None,
-            seed: 0,
-            random_missing: false,
-        };
+        let data = Data::new(Some(weights), Some(inputs), None, 0, false);
         let host = self.host_data(py, &data, None)?;
         let graph = &*self.graph;
         let (outputs, recorded) = py

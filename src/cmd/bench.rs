@@ -8,12 +8,11 @@ use nnp_lowering::swgraph::{Roots, SwGraph};
 use nnp_numerics::Format;
 use nnp_runtime::emulator::{self, EmuOptions};
 use nnp_runtime::exec::baseline::{self, Floor};
-use nnp_runtime::exec::{ExecOptions, Session};
+use nnp_runtime::exec::{ExecOptions, PathCounts, Session};
 use nnp_runtime::host::{HostData, Outputs};
 use nnp_runtime::stream::{fits_in_memory, io_bytes_per_item};
 use serde_json::{Value, json};
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -48,12 +47,8 @@ const EMU_REPEAT_S: f64 = 1.0;
   nnpc bench samples/bench/mlp_4096.nnp --batch 256 --json
   nnpc bench samples/mlp2_relu.nnp --batch 2 --skip-emulator")]
 pub struct Args {
-    /// The firmware file (.nnp).
-    pub file: PathBuf,
-    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
-    /// `target` statement.
-    #[arg(long, value_name = "NAME|FILE")]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub firmware: super::Firmware,
     /// Input sets per software-graph run.
     #[arg(long, value_name = "B", default_value_t = 64, value_parser = super::at_least_one)]
     pub batch: usize,
@@ -101,7 +96,7 @@ const FLOOR_TARGET: f64 = 3.0;
 const KERNEL_TARGET: f64 = 0.25;
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match super::load(&args.file, args.target.as_deref()) {
+    let program = match args.firmware.load() {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
@@ -158,7 +153,7 @@ fn measure(
     graph: &SwGraph,
     progress: &Progress,
 ) -> miette::Result<Value> {
-    let (batch, reps) = (args.batch, args.reps);
+    let batch = args.batch;
     // The batch is held whole: refused before anything is allocated where it cannot be.
     let fix = format!(
         "`nnpc bench` holds the whole batch: bench a smaller one (vectors per second do not \
@@ -166,9 +161,49 @@ fn measure(
          goes in chunks of bounded memory"
     );
     fits_in_memory(batch, io_bytes_per_item(program), fix).map_err(super::fail)?;
-    let rows = input_rows(program);
-    let vectors = batch.saturating_mul(rows);
+    let (runs, graph_outputs) = graph_runs(args, program, graph, progress)?;
+    let emu = if args.skip_emulator {
+        None
+    } else {
+        Some(emulator_runs(args, program, &graph_outputs, progress)?)
+    };
+    drop(graph_outputs);
+    let kernel = kernel_race(args, program, progress)?;
+    let peak_all_kib = vm_hwm_kib();
+    Ok(report(
+        args,
+        program,
+        graph,
+        runs,
+        emu,
+        kernel,
+        peak_all_kib,
+    ))
+}
 
+/// What the software graph's runs measured: the first run's fast paths, device, time and
+/// peak memory; the warm runs' and the floor's median times.
+struct GraphRuns {
+    paths: PathCounts,
+    gpu: Option<String>,
+    cold_s: f64,
+    peak_run_kib: Option<u64>,
+    sw_s: f64,
+    floor_s: f64,
+    shards: usize,
+    floor_calls: usize,
+    floor_macs: u64,
+}
+
+/// The software graph's first run (whose outputs are returned, for the emulator's to be
+/// compared with), then its warm runs and the floor's, timed alternately.
+fn graph_runs(
+    args: &Args,
+    program: &Program,
+    graph: &SwGraph,
+    progress: &Progress,
+) -> miette::Result<(GraphRuns, Outputs)> {
+    let (batch, reps) = (args.batch, args.reps);
     // 1. The software graph: first run (what `nnpc run` does, weights prepared on the way),
     //    then warm runs of the same session.
     progress.phase("software graph: first run");
@@ -183,7 +218,6 @@ fn measure(
     let mut session = Session::new(graph, &opts).map_err(super::fail)?;
     let t = Instant::now();
     let sw = session.run(&data).map_err(super::fail)?;
-    let paths = sw.paths;
     let gpu = session.gpu_name().map(str::to_string);
     let cold_s = t.elapsed().as_secs_f64();
     let peak_run_kib = vm_hwm_kib();
@@ -201,34 +235,57 @@ fn measure(
         },
         || floor.run().map_err(super::fail),
     )?;
-    let (floor_calls, floor_macs) = (floor.calls(), floor.macs());
-    drop(floor);
-    drop(session);
+    Ok((
+        GraphRuns {
+            paths: sw.paths,
+            gpu,
+            cold_s,
+            peak_run_kib,
+            sw_s,
+            floor_s,
+            shards,
+            floor_calls: floor.calls(),
+            floor_macs: floor.macs(),
+        },
+        sw.outputs,
+    ))
+}
 
-    // 2. The emulator on the first items of the same data (item i does not depend on the batch
-    //    size), compared bit for bit with the graph's.
-    let emu = if args.skip_emulator {
-        None
-    } else {
-        let eb = args.emu_batch.unwrap_or(batch).min(batch);
-        progress.phase(&format!("emulator: {eb} items"));
-        let edata = HostData::random(program, eb, args.seed);
-        // A program of milliseconds moves by up to 2x from one emulator run to the next on a
-        // shared machine; one run of a long one takes seconds already.
-        let mut same = true;
-        let mut times = repeat_while_short(reps, EMU_REPEAT_S, || {
-            let t = Instant::now();
-            let e = emulator::emulate(program, &edata, &EmuOptions::default());
-            let e = e.map_err(super::fail)?;
-            let secs = t.elapsed().as_secs_f64();
-            same &= same_bits(&sw.outputs, &e.outputs, eb);
-            Ok::<f64, miette::Report>(secs)
-        })?;
-        let runs = times.len();
-        Some((eb, baseline::median(&mut times), runs, same))
-    };
-    drop(sw);
+/// The emulator on the first `--emu-batch` items of the same data (item i does not depend on
+/// the batch size): the items, the median seconds, the runs, and whether its outputs are
+/// `graph_outputs`' bit for bit.
+fn emulator_runs(
+    args: &Args,
+    program: &Program,
+    graph_outputs: &Outputs,
+    progress: &Progress,
+) -> miette::Result<(usize, f64, usize, bool)> {
+    let (batch, reps) = (args.batch, args.reps);
+    let eb = args.emu_batch.unwrap_or(batch).min(batch);
+    progress.phase(&format!("emulator: {eb} items"));
+    let edata = HostData::random(program, eb, args.seed);
+    // A program of milliseconds moves by up to 2x from one emulator run to the next on a
+    // shared machine; one run of a long one takes seconds already.
+    let mut same = true;
+    let mut times = repeat_while_short(reps, EMU_REPEAT_S, || {
+        let t = Instant::now();
+        let e = emulator::emulate(program, &edata, &EmuOptions::default());
+        let e = e.map_err(super::fail)?;
+        let secs = t.elapsed().as_secs_f64();
+        same &= same_bits(graph_outputs, &e.outputs, eb);
+        Ok::<f64, miette::Report>(secs)
+    })?;
+    let runs = times.len();
+    Ok((eb, baseline::median(&mut times), runs, same))
+}
 
+/// The quantize kernel against a plain element-wise op: the kernel's format and times.
+fn kernel_race(
+    args: &Args,
+    program: &Program,
+    progress: &Progress,
+) -> miette::Result<(Format, baseline::KernelTimes)> {
+    let reps = args.reps;
     // 3. The quantize kernel against a plain element-wise op.
     progress.phase("quantize kernel");
     // The BFP kernel: the target's vector format when it is BFP, else bw-default's.
@@ -238,8 +295,33 @@ fn measure(
     };
     let k = baseline::quantize_vs_elementwise(&fmt, program.native(), args.kernel_len, 3 * reps)
         .map_err(super::fail)?;
-    let peak_all_kib = vm_hwm_kib();
+    Ok((fmt, k))
+}
 
+/// The report of `nnpc bench` (JSON) on what was measured.
+fn report(
+    args: &Args,
+    program: &Program,
+    graph: &SwGraph,
+    runs: GraphRuns,
+    emu: Option<(usize, f64, usize, bool)>,
+    (fmt, k): (Format, baseline::KernelTimes),
+    peak_all_kib: Option<u64>,
+) -> Value {
+    let (batch, reps) = (args.batch, args.reps);
+    let rows = input_rows(program);
+    let vectors = batch.saturating_mul(rows);
+    let GraphRuns {
+        paths,
+        gpu,
+        cold_s,
+        peak_run_kib,
+        sw_s,
+        floor_s,
+        shards,
+        floor_calls,
+        floor_macs,
+    } = runs;
     let sw_vps = vectors as f64 / sw_s.max(1e-12);
     let emu_vps = emu.map(|(eb, secs, ..)| (eb * rows) as f64 / secs.max(1e-12));
     let emu_json = emu.zip(emu_vps).map(|((eb, secs, runs, _), vps)| {
@@ -285,7 +367,7 @@ fn measure(
         ">=",
         KERNEL_TARGET,
     ));
-    Ok(json!({
+    json!({
         "file": program.source.name,
         "target": program.target.name,
         "native": program.native(),
@@ -339,7 +421,7 @@ fn measure(
         "concordant": concordant,
         "ratios": ratios,
         "context": context,
-    }))
+    })
 }
 
 fn ratio(name: &str, value: f64, cmp: &str, target: f64) -> Value {
@@ -409,7 +491,66 @@ fn machine() -> Value {
 fn table(r: &Value) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    table_header(&mut s, r);
+    s.push('\n');
+    table_times(&mut s, r);
+    s.push('\n');
+    let mib = |v: &Value| match v.as_u64() {
+        Some(k) => format!("{:.1} MiB", k as f64 / 1024.0),
+        None => "n/a".into(),
+    };
+    let _ = writeln!(
+        s,
+        "peak RSS (VmHWM): {} after the first run (= `nnpc run`), {} at the end",
+        mib(&r["peak_rss_kib"]["after_first_run"]),
+        mib(&r["peak_rss_kib"]["end"])
+    );
+    let concordance = match r["concordant"].as_bool() {
+        Some(true) => "outputs of graph and emulator bit-identical",
+        Some(false) => "OUTPUTS DIFFER between graph and emulator",
+        None => "not checked (--skip-emulator)",
+    };
+    let _ = writeln!(s, "concordance: {concordance}");
+    s.push('\n');
+    let _ = writeln!(
+        s,
+        "{:<48} {:>10} {:>8} {:>6}",
+        "ratio", "value", "target", ""
+    );
+    for x in r["ratios"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "{:<48} {:>10.2} {:>8} {:>6}",
+            x["name"].as_str().unwrap_or("?"),
+            f64_of(&x["value"]),
+            x["target"].as_str().unwrap_or("?"),
+            if x["pass"] == Value::Bool(true) {
+                "PASS"
+            } else {
+                "MISS"
+            }
+        );
+    }
+    for x in r["context"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "{:<48} {:>10.2} {:>15}",
+            x["name"].as_str().unwrap_or("?"),
+            f64_of(&x["value"]),
+            "(context)"
+        );
+    }
+    s
+}
+
+/// A number of the report (NaN where there is none).
+fn f64_of(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// The table's first lines: what was measured, on what machine, and how the products ran.
+fn table_header(s: &mut String, r: &Value) {
+    use std::fmt::Write as _;
     let counted = |v: &Value, noun: &str| match v.as_u64() {
         Some(n) => super::output::count(n as usize, noun),
         None => format!("{v} {noun}s"),
@@ -458,22 +599,27 @@ fn table(r: &Value) -> String {
             sw["shards"]
         );
     }
-    s.push('\n');
+}
+
+/// The table's measurements: seconds and rate of each.
+fn table_times(s: &mut String, r: &Value) {
+    use std::fmt::Write as _;
+    let sw = &r["software_graph"];
     let _ = writeln!(s, "{:<44} {:>12} {:>16}", "measurement", "seconds", "rate");
     let row = |s: &mut String, name: &str, secs: f64, rate: String| {
         let _ = writeln!(s, "{name:<44} {secs:>12.4} {rate:>16}");
     };
     row(
-        &mut s,
+        s,
         "software graph (first run, weights prepared)",
-        f(&sw["first_run_seconds"]),
+        f64_of(&sw["first_run_seconds"]),
         String::new(),
     );
     row(
-        &mut s,
+        s,
         "software graph",
-        f(&sw["seconds"]),
-        format!("{:.1} vec/s", f(&sw["vectors_per_second"])),
+        f64_of(&sw["seconds"]),
+        format!("{:.1} vec/s", f64_of(&sw["vectors_per_second"])),
     );
     let e = &r["emulator"];
     if !e.is_null() {
@@ -482,84 +628,43 @@ fn table(r: &Value) -> String {
             _ => "1 run".to_string(),
         };
         row(
-            &mut s,
+            s,
             &format!("emulator ({} items, {runs})", e["batch"]),
-            f(&e["seconds"]),
-            format!("{:.2} vec/s", f(&e["vectors_per_second"])),
+            f64_of(&e["seconds"]),
+            format!("{:.2} vec/s", f64_of(&e["vectors_per_second"])),
         );
     }
     let fl = &r["floor"];
     row(
-        &mut s,
+        s,
         &format!("plain f32 matmuls ({} calls)", fl["matmuls"]),
-        f(&fl["seconds"]),
-        format!("{:.1} GFLOP/s", f(&fl["gflops"])),
+        f64_of(&fl["seconds"]),
+        format!("{:.1} GFLOP/s", f64_of(&fl["gflops"])),
     );
     let q = &r["quantize"];
     row(
-        &mut s,
+        s,
         &format!("quantize kernel ({} elements)", q["elements"]),
-        f(&q["quantize_seconds"]),
-        format!("{:.0} M/s", f(&q["quantize_elements_per_second"]) / 1e6),
+        f64_of(&q["quantize_seconds"]),
+        format!(
+            "{:.0} M/s",
+            f64_of(&q["quantize_elements_per_second"]) / 1e6
+        ),
     );
     row(
-        &mut s,
+        s,
         "element-wise x * 1.5 + 0.25 (same tensor)",
-        f(&q["elementwise_seconds"]),
-        format!("{:.0} M/s", f(&q["elementwise_elements_per_second"]) / 1e6),
+        f64_of(&q["elementwise_seconds"]),
+        format!(
+            "{:.0} M/s",
+            f64_of(&q["elementwise_elements_per_second"]) / 1e6
+        ),
     );
     let _ = writeln!(
         s,
         "(quantize kernel: the graph's BFP vector quantizer, {})",
         q["format"].as_str().unwrap_or("?")
     );
-    s.push('\n');
-    let mib = |v: &Value| match v.as_u64() {
-        Some(k) => format!("{:.1} MiB", k as f64 / 1024.0),
-        None => "n/a".into(),
-    };
-    let _ = writeln!(
-        s,
-        "peak RSS (VmHWM): {} after the first run (= `nnpc run`), {} at the end",
-        mib(&r["peak_rss_kib"]["after_first_run"]),
-        mib(&r["peak_rss_kib"]["end"])
-    );
-    let concordance = match r["concordant"].as_bool() {
-        Some(true) => "outputs of graph and emulator bit-identical",
-        Some(false) => "OUTPUTS DIFFER between graph and emulator",
-        None => "not checked (--skip-emulator)",
-    };
-    let _ = writeln!(s, "concordance: {concordance}");
-    s.push('\n');
-    let _ = writeln!(
-        s,
-        "{:<48} {:>10} {:>8} {:>6}",
-        "ratio", "value", "target", ""
-    );
-    for x in r["ratios"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            s,
-            "{:<48} {:>10.2} {:>8} {:>6}",
-            x["name"].as_str().unwrap_or("?"),
-            f(&x["value"]),
-            x["target"].as_str().unwrap_or("?"),
-            if x["pass"] == Value::Bool(true) {
-                "PASS"
-            } else {
-                "MISS"
-            }
-        );
-    }
-    for x in r["context"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            s,
-            "{:<48} {:>10.2} {:>15}",
-            x["name"].as_str().unwrap_or("?"),
-            f(&x["value"]),
-            "(context)"
-        );
-    }
-    s
 }
 
 #[cfg(test)]
@@ -571,11 +676,13 @@ mod tests {
     #[test]
     fn bench_reports_every_field_on_a_small_sample() {
         let args = Args {
-            file: PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/samples/mlp2_relu.nnp"
-            )),
-            target: None,
+            firmware: crate::cmd::Firmware {
+                file: std::path::PathBuf::from(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/samples/mlp2_relu.nnp"
+                )),
+                target: None,
+            },
             batch: 2,
             seed: 1,
             reps: 1,
@@ -588,7 +695,7 @@ mod tests {
             kernel_len: 1 << 14,
             json: true,
         };
-        let program = nnpc::load_program(&args.file, None).expect("sample checks");
+        let program = nnpc::load_program(&args.firmware.file, None).expect("sample checks");
         let graph = nnp_lowering::swgraph::compile(&program, Roots::Outputs).expect("lowers");
         let r =
             measure(&args, &program, &graph, &Progress(ProgressBar::hidden())).expect("bench runs");

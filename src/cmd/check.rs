@@ -3,7 +3,6 @@
 use super::output;
 use nnp_grammar::{Diagnostic, Diagnostics, Severity, SourceFile, Span, TargetError, codes};
 use nnpc::LoadError;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Check a firmware file against the ISA rules and a target; print every error and warning.
@@ -16,12 +15,8 @@ use std::process::ExitCode;
   nnpc check samples/elman_rnn_small.nnp --target samples/targets/n16.toml
   nnpc check samples/lstm.nnp --json | jq '.[] | select(.severity == \"error\")'")]
 pub struct Args {
-    /// The firmware file (.nnp).
-    pub file: PathBuf,
-    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
-    /// `target` statement.
-    #[arg(long, value_name = "NAME|FILE")]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub firmware: super::Firmware,
     /// Print the diagnostics as a JSON array on stdout instead of rendering them.
     #[arg(long)]
     pub json: bool,
@@ -30,7 +25,7 @@ pub struct Args {
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     // Unreadable file or target: an `Err` here, exit 2 from main (with --json, the error as
     // the array's one object, on stdout).
-    let (src, result) = match crate::check_file(&args.file, args.target.as_deref()) {
+    let (src, result) = match crate::check_file(&args.firmware.file, args.firmware.target()) {
         Ok(checked) => checked,
         Err(e) if args.json => {
             print_json(&[load_error_json(&e)])?;

@@ -1,6 +1,5 @@
 //! `nnpc compile`: lower firmware to its software graph and write it as JSON.
 
-use super::files::Reads;
 use super::output::{self, count};
 use nnp_lowering::swgraph::{Roots, SwGraph};
 use std::path::{Path, PathBuf};
@@ -17,15 +16,11 @@ use std::process::ExitCode;
   nnpc run /tmp/lstm.swg.json --batch 64
   nnpc compile samples/gru.nnp -o - | jq '.nodes | length'")]
 pub struct Args {
-    /// The firmware file (.nnp).
-    pub file: PathBuf,
     /// Output file (`-` for stdout). Default: the input with `.swg.json` for `.nnp`.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
-    /// `target` statement.
-    #[arg(long, value_name = "NAME|FILE")]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub firmware: super::Firmware,
     /// Keep only what the outputs need (drops the values of `v_wr`s that reach no output, so
     /// `run --trace` cannot report them).
     #[arg(long)]
@@ -38,7 +33,7 @@ pub fn default_output(file: &Path) -> PathBuf {
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match super::load(&args.file, args.target.as_deref()) {
+    let program = match args.firmware.load() {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
@@ -54,12 +49,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     let out = args
         .output
         .clone()
-        .unwrap_or_else(|| default_output(&args.file));
+        .unwrap_or_else(|| default_output(&args.firmware.file));
     let json = graph.to_json();
     if out.as_os_str() == "-" {
         output::stdout(json + "\n")?;
     } else {
-        let reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
+        let reads = args.firmware.reads(&program);
         super::write_output("-o", &out, (json + "\n").as_bytes(), &reads)?;
         output::stdout(summary(&graph, &out))?;
     }

@@ -1,7 +1,7 @@
 //! `nnpc diff`: compare a hardware output dump (or trace) with the software graph, bit for bit.
 
 use super::data::DataArgs;
-use super::files::{Reads, provenance, provenance_warnings};
+use super::files::{provenance, provenance_warnings};
 use super::host_args::{ChunkArgs, LayoutArg, run_failed};
 use super::run::DeviceArg;
 use indicatif::ProgressFinish;
@@ -36,8 +36,6 @@ use std::sync::Arc;
   nnpc emulate samples/lstm.nnp --trace hw.jsonl -o hw.safetensors && nnpc diff samples/lstm.nnp --hardware hw.safetensors --trace hw.jsonl
   nnpc emulate samples/lstm.nnp --batch 64 -o hw.safetensors && nnpc diff samples/lstm.nnp --hardware hw.safetensors --report report.html")]
 pub struct Args {
-    /// The firmware file (.nnp).
-    pub file: PathBuf,
     /// The hardware's outputs: `*.safetensors` or a directory of .npy files, one tensor per
     /// `output` declaration under its declared name; or `*.npy` (a program with one output:
     /// its one tensor, whatever the file's name). A value that is not exactly a value of the
@@ -51,10 +49,8 @@ pub struct Args {
     /// --trace`): compare it record by record and name the first divergent `v_wr`.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
-    /// `target` statement.
-    #[arg(long, value_name = "NAME|FILE")]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub firmware: super::Firmware,
     #[command(flatten)]
     pub data: DataArgs,
     #[command(flatten)]
@@ -97,19 +93,25 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match super::load(&args.file, args.target.as_deref()) {
+    let program = match args.firmware.load() {
         Ok(p) => p,
         Err(code) => return Ok(not_compared(code)),
     };
     let dump = Dump::open(&program, &args.hardware, args.layout.into()).map_err(super::fail)?;
     // A dump nnpc made says how; where that is not how this diff runs, say so first.
     if let Some(made) = io::read_metadata(&args.hardware) {
-        for w in provenance_warnings(&args.hardware, &made, &args.file, &program, &args.data) {
+        for w in provenance_warnings(
+            &args.hardware,
+            &made,
+            &args.firmware.file,
+            &program,
+            &args.data,
+        ) {
             super::output::stderr(format!("warning: {w}\n"))?;
         }
     }
     // The page may not replace a file the diff reads; refused before the run.
-    let mut reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
+    let mut reads = args.firmware.reads(&program);
     reads.data(&args.data);
     reads.add("the hardware dump --hardware gives", &args.hardware);
     if let Some(trace) = &args.trace {
@@ -162,7 +164,13 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             program: Some(&program),
             hardware: args.hardware.display().to_string(),
             hardware_made: io::read_metadata(&args.hardware),
-            software_made: Some(provenance(&args.file, &program, false, &args.data, batch)),
+            software_made: Some(provenance(
+                &args.firmware.file,
+                &program,
+                false,
+                &args.data,
+                batch,
+            )),
         };
         super::write_output(
             "--report",

@@ -1,8 +1,8 @@
 //! `nnpc emulate`: run firmware on the instruction-level hardware model.
 
 use super::data::DataArgs;
-use super::files::{Reads, provenance};
-use super::host_args::{ChunkError, OutputArgs, RunSummary, run_failed, stream_with_bar};
+use super::files::provenance;
+use super::host_args::{ChunkError, OutputArgs, RunSummary, Workload, run_failed, stream_with_bar};
 use nnp_runtime::emulator::{EmuOptions, Emulation};
 use nnp_runtime::stream::Emulator;
 use std::collections::BTreeMap;
@@ -24,12 +24,8 @@ use std::time::{Duration, Instant};
   nnpc emulate samples/elman_rnn_small.nnp --target samples/targets/n16.toml --weights w.safetensors --inputs x.npy
   nnpc emulate samples/gru.nnp -o out_dir --layout tiles --dtype f32 --json")]
 pub struct Args {
-    /// The firmware file (.nnp).
-    pub file: PathBuf,
-    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
-    /// `target` statement.
-    #[arg(long, value_name = "NAME|FILE")]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub firmware: super::Firmware,
     #[command(flatten)]
     pub data: DataArgs,
     #[command(flatten)]
@@ -49,7 +45,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match super::load(&args.file, args.target.as_deref()) {
+    let program = match args.firmware.load() {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
@@ -63,8 +59,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (d.name.clone(), shape.collect())
         })
         .collect();
-    let reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
-    let made = provenance(&args.file, &program, false, &args.data, batch);
+    let reads = args.firmware.reads(&program);
+    let made = provenance(&args.firmware.file, &program, false, &args.data, batch);
     let mut files = args.out.files(
         &program,
         &shapes,
@@ -97,7 +93,13 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         writing += t0.elapsed();
         Ok(())
     };
-    let run = stream_with_bar("emulating", &mut engine, (weights, batch), inputs, sink);
+    let run = stream_with_bar(
+        "emulating",
+        &mut engine,
+        Workload { weights, batch },
+        inputs,
+        sink,
+    );
     match run {
         Ok(()) => {}
         Err(e @ ChunkError::Interrupted { .. }) => {
@@ -114,7 +116,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     files.finish()?;
     RunSummary {
         engine: "emulated on",
-        file: &args.file,
+        file: &args.firmware.file,
         program: &program,
         nodes: None,
         outputs: &shapes,

@@ -1,7 +1,6 @@
 //! `nnpc graph`: the dependency graph of a firmware file, as DOT, JSON or a web page, and queries
 //! on it.
 
-use super::files::Reads;
 use super::output;
 use nnp_lowering::depgraph::{Dep, DepGraph, LineIndex, NodeId};
 use nnpc::{LoadError, Program};
@@ -39,8 +38,6 @@ pub enum GraphFormat {
   nnpc graph samples/lstm.nnp --consumers 120     what reads the writes on line 120
   nnpc graph samples/gru.nnp --independent        pairs of chains with no path between them")]
 pub struct Args {
-    /// The firmware file (.nnp).
-    pub file: PathBuf,
     /// Output format of the graph (the queries answer in text).
     #[arg(
         long,
@@ -52,10 +49,8 @@ pub struct Args {
     /// Write to this file instead of stdout.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
-    /// `target` statement.
-    #[arg(long, value_name = "NAME|FILE")]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub firmware: super::Firmware,
     /// Instead of the graph, list the writes that feed each instruction on this source line
     /// (a line where an instruction of a chain starts).
     #[arg(long, value_name = "LINE", conflicts_with_all = ["consumers", "independent"])]
@@ -69,7 +64,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let out = match nnpc::load_program_with_warnings(&args.file, args.target.as_deref()) {
+    let out = match nnpc::load_program_with_warnings(&args.firmware.file, args.firmware.target()) {
         Ok(out) => out,
         Err(e @ LoadError::Firmware(_)) => {
             let code = e.exit_code();
@@ -96,11 +91,11 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     }
     match &args.output {
         Some(path) => {
-            let reads = Reads::firmware(&args.file, args.target.as_deref(), program);
+            let reads = args.firmware.reads(program);
             super::write_output("-o", path, &buf, &reads)?;
             output::stdout(format!(
                 "{}: written to {}\n",
-                args.file.display(),
+                args.firmware.file.display(),
                 path.display()
             ))?;
         }

@@ -97,6 +97,13 @@ pub fn check_batch(program: &dyn Interface, batch: usize) -> miette::Result<()> 
     stream::check_batch("--batch", batch, per_item, stream::Kept::Streamed).map_err(super::fail)
 }
 
+/// What a run in chunks goes through: the weights, loaded once, and the number of input sets
+/// (each chunk's inputs are read or made just before it runs).
+pub struct Workload {
+    pub weights: BTreeMap<String, Tensor>,
+    pub batch: usize,
+}
+
 /// How a software graph goes through a large batch.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ChunkArgs {
@@ -109,15 +116,15 @@ pub struct ChunkArgs {
 }
 
 impl ChunkArgs {
-    /// Run `graph` on `batch` items with `weights` in a fresh session with these chunks
-    /// ([`Stream::run`]), with a progress bar on a terminal and Ctrl-C as the stop flag.
+    /// Run `graph` on the workload's input sets with its weights in a fresh session with these
+    /// chunks ([`Stream::run`]), with a progress bar on a terminal and Ctrl-C as the stop flag.
     /// `inputs` makes or reads each chunk's inputs just before the chunk runs, and `sink`
     /// takes the chunk's execution as soon as it is done. An error of either stops the run
     /// ([`run_failed`] says how it ends).
     pub fn execute_fed(
         &self,
         graph: &SwGraph,
-        (weights, batch): (BTreeMap<String, Tensor>, usize),
+        work: Workload,
         opts: ExecOptions,
         inputs: impl FnMut(Range<usize>) -> Result<BTreeMap<String, Tensor>, ChunkError>,
         sink: impl FnMut(Range<usize>, Execution) -> Result<(), ChunkError>,
@@ -126,17 +133,17 @@ impl ChunkArgs {
             chunk_items: self.chunk_items,
             ..opts
         };
-        let mut engine = stream::Graph::new(graph, &opts, batch)?;
-        stream_with_bar("running", &mut engine, (weights, batch), inputs, sink)
+        let mut engine = stream::Graph::new(graph, &opts, work.batch)?;
+        stream_with_bar("running", &mut engine, work, inputs, sink)
     }
 }
 
-/// Run `batch` input sets on `engine` through the library's stream ([`Stream::run`]), with a
+/// Run the workload's input sets on `engine` through the library's stream ([`Stream::run`]), with a
 /// progress bar saying `verb` on a terminal and Ctrl-C as the stop flag ([`INTERRUPTED`]).
 pub fn stream_with_bar<G: stream::Engine, E: From<G::Error> + From<StreamError>>(
     verb: &str,
     engine: &mut G,
-    (weights, batch): (BTreeMap<String, Tensor>, usize),
+    Workload { weights, batch }: Workload,
     inputs: impl FnMut(Range<usize>) -> Result<BTreeMap<String, Tensor>, E>,
     sink: impl FnMut(Range<usize>, G::Run) -> Result<(), E>,
 ) -> Result<(), E> {

@@ -21,7 +21,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use nnp_grammar::Program;
 use nnp_lowering::swgraph::{Roots, SwGraph};
 use nnp_runtime::host::Progress;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -187,13 +187,36 @@ pub fn input_sets_bar(verb: &str, batch: usize) -> (ProgressBar, Progress) {
     (bar, Progress(Arc::new(move |n| tick.inc(n as u64))))
 }
 
-/// Load and check a firmware file; on failure print the diagnostics and return the exit status
-/// (1 for firmware errors, 2 for unreadable input).
-pub fn load(file: &Path, target: Option<&str>) -> Result<Program, ExitCode> {
-    nnpc::load_program(file, target).map_err(|e| {
-        let code = e.exit_code();
-        output::report(&miette::Report::new(e), code)
-    })
+/// The firmware a command works on: the firmware file and `--target`.
+#[derive(clap::Args)]
+pub struct Firmware {
+    /// The firmware file (.nnp).
+    pub file: PathBuf,
+    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
+    /// `target` statement.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub target: Option<String>,
+}
+
+impl Firmware {
+    /// Load and check the firmware; on failure print the diagnostics and return the exit
+    /// status (1 for firmware errors, 2 for unreadable input).
+    pub fn load(&self) -> Result<Program, ExitCode> {
+        nnpc::load_program(&self.file, self.target()).map_err(|e| {
+            let code = e.exit_code();
+            output::report(&miette::Report::new(e), code)
+        })
+    }
+
+    /// `--target`, if given.
+    pub fn target(&self) -> Option<&str> {
+        self.target.as_deref()
+    }
+
+    /// The files a command on this firmware reads ([`files::Reads::firmware`]).
+    pub fn reads(&self, program: &Program) -> files::Reads {
+        files::Reads::firmware(&self.file, self.target(), program)
+    }
 }
 
 /// Write `bytes` to `path` (given by `flag`) in one piece: through a temporary file beside it

@@ -2,7 +2,9 @@
 
 use super::data::DataArgs;
 use super::files::{Reads, provenance};
-use super::host_args::{ChunkArgs, ChunkError, OutputArgs, RunSummary, interrupted, run_failed};
+use super::host_args::{
+    ChunkArgs, ChunkError, OutputArgs, RunSummary, Workload, interrupted, run_failed,
+};
 use nnp_grammar::{Interface, Program, SourceFile};
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::exec::{DeviceKind, ExecOptions, Execution, trace};
@@ -28,13 +30,15 @@ use std::time::{Duration, Instant};
   nnpc run samples/mlp2_relu.nnp --target samples/targets/fp32.toml --weights w.safetensors --inputs x.npy
   nnpc run samples/gru.nnp -o out_dir --layout tiles --dtype f32 --json
   nnpc run samples/lstm.nnp --batch 1000000 --chunk-items 8192 -o sw.safetensors")]
+// The file may be a compiled graph too; its target is fixed.
+#[command(mut_arg("file", |a| a.help("The firmware file (.nnp) or compiled graph (.swg.json)")))]
+#[command(mut_arg("target", |a| a.help(
+    "Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's \
+     `target` statement (firmware only: a compiled graph keeps its target)"
+)))]
 pub struct Args {
-    /// The firmware file (.nnp) or compiled graph (.swg.json).
-    pub file: PathBuf,
-    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
-    /// `target` statement (firmware only: a compiled graph keeps its target).
-    #[arg(long, value_name = "NAME|FILE")]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub firmware: super::Firmware,
     #[command(flatten)]
     pub data: DataArgs,
     #[command(flatten)]
@@ -96,39 +100,39 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     } else {
         Roots::Outputs
     };
-    let graph_file = is_graph(&args.file);
+    let graph_file = is_graph(&args.firmware.file);
     let reads;
     // The host side of either: a compiled graph's is its firmware's, recorded when it was
     // compiled; the firmware (its source text, for located errors) only for a firmware file.
     let (graph, program): (SwGraph, Option<Program>) = if graph_file {
-        if args.target.is_some() {
+        if args.firmware.target.is_some() {
             return Err(miette::miette!(
                 help = "recompile the firmware with `nnpc compile FILE --target T`",
                 "`{}` is a compiled graph; its target is fixed at compile time",
-                args.file.display()
+                args.firmware.file.display()
             ));
         }
-        let bytes = nnp_runtime::io::read_limited(&args.file, MAX_GRAPH_BYTES)
-            .map_err(|e| super::fail_in(format!("cannot read `{}`", args.file.display()), &e))?;
+        let bytes = nnp_runtime::io::read_limited(&args.firmware.file, MAX_GRAPH_BYTES)
+            .map_err(|e| super::fail_in(format!("cannot read `{}`", args.firmware.file.display()), &e))?;
         let text = String::from_utf8(bytes).map_err(|e| {
             super::fail(format!(
                 "`{}` is not a software graph: not UTF-8 text ({e})",
-                args.file.display()
+                args.firmware.file.display()
             ))
         })?;
         let g = SwGraph::from_json(&text)
-            .map_err(|e| super::fail_in(format!("`{}`", args.file.display()), &e))?;
+            .map_err(|e| super::fail_in(format!("`{}`", args.firmware.file.display()), &e))?;
         if roots == Roots::OutputsAndWrites && g.writes.is_empty() {
             return Err(miette::miette!(
                 help = "compile without --outputs-only, or run the firmware file",
                 "`{}` keeps no write records, so --trace has nothing to report",
-                args.file.display()
+                args.firmware.file.display()
             ));
         }
-        reads = Reads::graph(&args.file, &g);
+        reads = Reads::graph(&args.firmware.file, &g);
         (swgraph::optimize(&g, roots), None)
     } else {
-        let program = match super::load(&args.file, args.target.as_deref()) {
+        let program = match args.firmware.load() {
             Ok(p) => p,
             Err(code) => return Ok(code),
         };
@@ -136,7 +140,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             Ok(g) => g,
             Err(code) => return Ok(code),
         };
-        reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
+        reads = args.firmware.reads(&program);
         (g, Some(program))
     };
     let host: &dyn Interface = match &program {
@@ -161,7 +165,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             (o.name.clone(), shape.collect())
         })
         .collect();
-    let made = provenance(&args.file, host, graph_file, &args.data, batch);
+    let made = provenance(&args.firmware.file, host, graph_file, &args.data, batch);
     let mut files = args.out.files(
         host,
         &shapes,
@@ -191,7 +195,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     };
     let run = args
         .chunks
-        .execute_fed(&graph, (weights, batch), opts, inputs, sink);
+        .execute_fed(&graph, Workload { weights, batch }, opts, inputs, sink);
     match run {
         Ok(()) => {}
         Err(e) if interrupted() => {
@@ -219,7 +223,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     files.finish()?;
     RunSummary {
         engine: "software graph on",
-        file: &args.file,
+        file: &args.firmware.file,
         program: host,
         nodes: Some(graph.nodes.len()),
         outputs: &shapes,

@@ -58,7 +58,7 @@ pub enum EngineArg {
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match super::load(&args.files.file, args.files.target.as_deref()) {
+    let program = match args.files.firmware.load() {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
@@ -93,7 +93,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     };
     let text = if args.json {
         json!({
-            "file": args.files.file.display().to_string(),
+            "file": args.files.firmware.file.display().to_string(),
             "data": data_path.display().to_string(),
             "split": name,
             "items": split.items(),
@@ -110,7 +110,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         format!(
             "{}: the {name} split of {} ({} items), hardware numerics ({engine_name}): loss \
              {:.4}{acc}",
-            args.files.file.display(),
+            args.files.firmware.file.display(),
             data_path.display(),
             split.items(),
             s.loss

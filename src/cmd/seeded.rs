@@ -2,7 +2,7 @@
 //! `--weights`/`--inputs`, so that they can be read back, edited or fed to a board.
 
 use super::data::DataArgs;
-use super::files::{Reads, provenance};
+use super::files::provenance;
 use nnp_grammar::Interface;
 use nnp_runtime::host::{HostData, InputFeed, ShapeDisplay};
 use nnp_runtime::io::{self, Dtype, ItemWriter};
@@ -24,12 +24,8 @@ use std::process::ExitCode;
   nnpc run samples/lstm.nnp --weights w.safetensors --inputs x.npy -o sw.safetensors
   nnpc data samples/mlp2_relu.nnp --weights-out mlp_weights --target samples/targets/fp32.toml")]
 pub struct Args {
-    /// The firmware file (.nnp).
-    pub file: PathBuf,
-    /// Target: a built-in name (`bw-default`) or a TOML target file. Overrides the file's
-    /// `target` statement.
-    #[arg(long, value_name = "NAME|FILE")]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub firmware: super::Firmware,
     /// Write the weights (every declaration the host loads but the inputs).
     #[arg(long, value_name = "FILE|DIR", required_unless_present = "inputs_out")]
     pub weights_out: Option<PathBuf>,
@@ -48,7 +44,7 @@ pub struct Args {
 const PIECE_ITEMS: usize = 4096;
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match super::load(&args.file, args.target.as_deref()) {
+    let program = match args.firmware.load() {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
@@ -61,8 +57,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         seed: args.seed,
         random_missing: false,
     };
-    let made = provenance(&args.file, &program, false, &seeded, args.batch);
-    let reads = Reads::firmware(&args.file, args.target.as_deref(), &program);
+    let made = provenance(&args.firmware.file, &program, false, &seeded, args.batch);
+    let reads = args.firmware.reads(&program);
     let weight_shapes: BTreeMap<String, Vec<usize>> = program
         .weights()
         .map(|d| (d.name.clone(), d.shape.clone()))
@@ -98,7 +94,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     ] {
         let Some(path) = path else { continue };
         if shapes.is_empty() {
-            let none = format!("{flag}: `{}` declares no {what}s", args.file.display());
+            let none = format!("{flag}: `{}` declares no {what}s", args.firmware.file.display());
             return Err(super::fail(
                 super::Failure::new(none).help(format!("leave {flag} out")),
             ));

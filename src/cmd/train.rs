@@ -1,6 +1,6 @@
 //! `nnpc train`: fine-tune a program's weights through its concordant graph (docs/training.md).
 
-use super::files::{Reads, key};
+use super::files::key;
 use super::{at_least_one, bar, fail, output};
 use nnp_grammar::fnv1a64;
 use nnp_runtime::io::{self, Dtype, Metadata};
@@ -103,13 +103,14 @@ impl Loss {
 /// The firmware and the files of `nnpc train` and `nnpc score`, with their defaults beside
 /// the firmware.
 #[derive(clap::Args)]
+#[command(mut_arg("file", |a| a.help("Firmware file")))]
+#[command(mut_arg("target", |a| a.value_name("TARGET").help(
+    "Target: a built-in name or a TOML file (default: the firmware's `target` line, else \
+     bw-default)"
+)))]
 pub struct Files {
-    /// Firmware file.
-    pub file: PathBuf,
-    /// Target: a built-in name or a TOML file (default: the firmware's `target` line, else
-    /// bw-default).
-    #[arg(long, value_name = "TARGET")]
-    pub target: Option<String>,
+    #[command(flatten)]
+    pub firmware: super::Firmware,
     /// The data (safetensors: `NAME_train` / `NAME_test`, or `NAME`, for every input and
     /// output); default `STEM.data.safetensors` beside the firmware.
     #[arg(long, value_name = "FILE")]
@@ -146,17 +147,24 @@ impl Files {
 
     /// `STEM.SUFFIX` beside the firmware.
     fn beside(&self, suffix: &str) -> PathBuf {
-        let stem = self.file.file_stem().unwrap_or_default().to_string_lossy();
-        self.file.with_file_name(format!("{stem}.{suffix}"))
+        let stem = self
+            .firmware
+            .file
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy();
+        self.firmware
+            .file
+            .with_file_name(format!("{stem}.{suffix}"))
     }
 }
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let program = match super::load(&args.files.file, args.files.target.as_deref()) {
+    let program = match args.files.firmware.load() {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let mut reads = Reads::firmware(&args.files.file, args.files.target.as_deref(), &program);
+    let mut reads = args.files.firmware.reads(&program);
     let data_path = args.files.data_path()?;
     reads.add("the training data", &data_path);
     let weights_path = args.files.weights_path();
@@ -196,7 +204,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         let t = train::time_steps(&program, &start, &data, &opts, reps).map_err(fail)?;
         let text = if args.json {
             json!({
-                "file": args.files.file.display().to_string(),
+                "file": args.files.firmware.file.display().to_string(),
                 "batch": t.batch,
                 "steps": reps,
                 "step_seconds": t.step_s,
@@ -211,7 +219,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 "{}: batch {}, medians of {reps} steps\n  training step        {:>9.3} ms\n  \
                  forward, fresh session {:>7.3} ms  (step / forward = {:.2})\n  \
                  forward, warm session  {:>7.3} ms  (step / forward = {:.2})",
-                args.files.file.display(),
+                args.files.firmware.file.display(),
                 t.batch,
                 t.step_s * 1e3,
                 t.forward_s * 1e3,
@@ -261,7 +269,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     if let Some(out) = &args.output {
         let mut meta = Metadata::new();
         meta.insert(key::VERSION.into(), env!("CARGO_PKG_VERSION").into());
-        meta.insert(key::PROGRAM.into(), args.files.file.display().to_string());
+        meta.insert(
+            key::PROGRAM.into(),
+            args.files.firmware.file.display().to_string(),
+        );
         meta.insert(
             key::PROGRAM_HASH.into(),
             fnv1a64(program.source.text.as_bytes()),
@@ -345,7 +356,7 @@ fn epoch_text(m: &EpochMetrics) -> String {
 
 fn summary_json(args: &Args, r: &TrainReport, data: &Path) -> Value {
     json!({
-        "file": args.files.file.display().to_string(),
+        "file": args.files.firmware.file.display().to_string(),
         "data": data.display().to_string(),
         "output_file": args.output.as_ref().map(|p| p.display().to_string()),
         "loss": r.loss.iter().map(|(o, l)| json!({"output": o, "loss": l.name()})).collect::<Vec<_>>(),

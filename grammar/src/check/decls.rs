@@ -6,10 +6,23 @@ use super::state::Space;
 use crate::ast::{self, DeclAttrKind, DeclKeyword};
 use crate::diagnostics::{Diagnostic, codes};
 use crate::program::{Decl, DeclKind, Init, Mem, Place};
+use nnp_numerics::Format;
 
 /// Most elements one declaration may have, and most netq rows in all.
 const MAX_ELEMENTS: usize = 1 << 36;
 const MAX_NETQ_ROWS: usize = 1 << 24;
+
+/// An error already reported as a diagnostic.
+struct Reported;
+
+/// The attributes of a declaration, and whether none was given twice.
+struct DeclAttrs<'d> {
+    at: Option<&'d ast::MemRef>,
+    init: Option<&'d ast::Expr>,
+    pad: Option<&'d ast::Number>,
+    quant: Option<&'d ast::FormatLit>,
+    ok: Result<(), Reported>,
+}
 
 fn kind_word(k: DeclKind) -> &'static str {
     match k {
@@ -47,10 +60,36 @@ impl Checker {
     }
 
     fn decl_inner(&mut self, d: &ast::Decl, kind: DeclKind) -> Option<Decl> {
-        let kw = kind_word(kind);
+        // Every part is checked, so that one declaration reports all its errors at once.
+        let shape = self.decl_shape(d, kind);
+        let attrs = self.decl_attrs(d);
+        let place = self.decl_place(d, kind, attrs.at);
+        let placed = matches!(place, Ok(Some(_)));
+        let zero = self.decl_init(d, kind, placed, attrs.init);
+        let pad = self.decl_pad(d, kind, attrs.pad);
+        let format = self.decl_quant(d, kind, attrs.quant);
+        let (Ok(shape), Ok(()), Ok(place), Ok(zero), Ok(pad), Ok(format)) =
+            (shape, attrs.ok, place, zero, pad, format)
+        else {
+            return None;
+        };
+        let decl = Decl {
+            name: d.name.name.clone(),
+            kind,
+            shape,
+            place,
+            init: if zero { Init::Zero } else { Init::Load },
+            pad,
+            format,
+            span: d.span,
+        };
+        self.decl_fits(d, &decl).then_some(decl)
+    }
+
+    /// The dimensions of `d`: each positive, two for a matrix, not too many elements.
+    fn decl_shape(&mut self, d: &ast::Decl, kind: DeclKind) -> Result<Vec<usize>, Reported> {
         let name = &d.name.name;
         let mut ok = true;
-
         let mut shape = Vec::with_capacity(d.shape.len());
         for e in &d.shape {
             match self.eval(e) {
@@ -68,7 +107,10 @@ impl Checker {
                 None => ok = false,
             }
         }
-        if ok && kind == DeclKind::Matrix && shape.len() != 2 {
+        if !ok {
+            return Err(Reported);
+        }
+        if kind == DeclKind::Matrix && shape.len() != 2 {
             self.emit(
                 Diagnostic::error(
                     codes::DECL,
@@ -76,37 +118,56 @@ impl Checker {
                 )
                 .label(d.shape_span, "expected [ROWS, COLS]"),
             );
-            ok = false;
+            return Err(Reported);
         }
         let elements = shape.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
-        if ok && elements.is_none_or(|e| e > MAX_ELEMENTS) {
+        if elements.is_none_or(|e| e > MAX_ELEMENTS) {
             self.emit(
                 Diagnostic::error(codes::TOO_LARGE, format!("`{name}` is too large"))
                     .label(d.shape_span, format!("more than {MAX_ELEMENTS} elements")),
             );
-            ok = false;
+            return Err(Reported);
         }
+        Ok(shape)
+    }
 
-        // Attributes, each at most once.
-        let (mut at, mut init, mut pad, mut quant) = (None, None, None, None);
+    /// The attributes of `d`, each at most once.
+    fn decl_attrs<'d>(&mut self, d: &'d ast::Decl) -> DeclAttrs<'d> {
+        let mut attrs = DeclAttrs {
+            at: None,
+            init: None,
+            pad: None,
+            quant: None,
+            ok: Ok(()),
+        };
         for a in &d.attrs {
-            let (slot, word) = match &a.kind {
-                DeclAttrKind::At(m) => (at.replace(m).is_some(), "at"),
-                DeclAttrKind::Init(e) => (init.replace(e).is_some(), "="),
-                DeclAttrKind::Pad(n) => (pad.replace(n).is_some(), "pad"),
-                DeclAttrKind::Quant(f) => (quant.replace(f).is_some(), "quant"),
+            let (twice, word) = match &a.kind {
+                DeclAttrKind::At(m) => (attrs.at.replace(m).is_some(), "at"),
+                DeclAttrKind::Init(e) => (attrs.init.replace(e).is_some(), "="),
+                DeclAttrKind::Pad(n) => (attrs.pad.replace(n).is_some(), "pad"),
+                DeclAttrKind::Quant(f) => (attrs.quant.replace(f).is_some(), "quant"),
             };
-            if slot {
+            if twice {
+                let name = &d.name.name;
                 self.emit(
                     Diagnostic::error(codes::DECL, format!("`{word}` given twice for `{name}`"))
                         .label(a.span, "second one"),
                 );
-                ok = false;
+                attrs.ok = Err(Reported);
             }
         }
+        attrs
+    }
 
-        // Place.
-        let mut place = None;
+    /// Where `d` lives (`at`): none on netq (inputs, and outputs without `at`), a memory of its
+    /// kind at an address in range for the others.
+    fn decl_place(
+        &mut self,
+        d: &ast::Decl,
+        kind: DeclKind,
+        at: Option<&ast::MemRef>,
+    ) -> Result<Option<Place>, Reported> {
+        let (kw, name) = (kind_word(kind), &d.name.name);
         match (kind, at) {
             (DeclKind::Input, Some(m)) => {
                 self.emit(
@@ -114,7 +175,7 @@ impl Checker {
                         .label(m.span, "inputs are pushed on netq by the host")
                         .help("declare data the host loads into memory with `vector`"),
                 );
-                ok = false;
+                Err(Reported)
             }
             (DeclKind::Matrix | DeclKind::Vector, None) => {
                 let example = if kind == DeclKind::Matrix {
@@ -127,228 +188,237 @@ impl Checker {
                         .label(d.name.span, "where does the host load it?")
                         .help(format!("add {example}")),
                 );
-                ok = false;
+                Err(Reported)
             }
-            (_, Some(m)) => {
-                if let Some(mem) = self.mem_of(&m.mem) {
-                    let allowed = match kind {
-                        DeclKind::Matrix => matches!(mem, Mem::Mrf | Mem::Dram),
-                        _ => !matches!(mem, Mem::Mrf | Mem::Netq),
-                    };
-                    if !allowed {
-                        let (what, help) = match (kind, mem) {
-                            (_, Mem::Netq) => (
-                                "netq is a queue, not a place",
-                                format!("an {kw} without `at` is on netq: remove `at netq`"),
-                            ),
-                            (DeclKind::Matrix, _) => (
-                                "matrices live in mrf or dram",
-                                "use `at mrf[ADDR]`, or `at dram[ADDR]` and copy with m_rd/m_wr"
-                                    .into(),
-                            ),
-                            _ => (
-                                "mrf holds matrix tiles",
-                                "vectors live in ivrf, asvrfK, mulvrfK or dram".into(),
-                            ),
-                        };
-                        self.emit(
-                            Diagnostic::error(
-                                codes::WRONG_MEMORY,
-                                format!("{kw} `{name}` cannot live in {mem}"),
-                            )
-                            .label(m.mem.span, what)
-                            .help(help),
-                        );
-                        ok = false;
-                    } else if let Some(a) = self.eval(&m.addr) {
-                        if (0..=i64::from(u32::MAX)).contains(&a) {
-                            place = Some(Place {
-                                mem,
-                                addr: a as u32,
-                            });
-                        } else {
-                            self.emit(
-                                Diagnostic::error(
-                                    codes::ADDRESS_RANGE,
-                                    format!("address {a} is out of range"),
-                                )
-                                .label(m.addr.span, "must not be negative"),
-                            );
-                            ok = false;
-                        }
-                    } else {
-                        ok = false;
-                    }
-                } else {
-                    ok = false;
-                }
-            }
-            (DeclKind::Output | DeclKind::Input, None) => {}
+            (_, Some(m)) => self.decl_place_at(name, kind, m).map(Some),
+            (DeclKind::Output | DeclKind::Input, None) => Ok(None),
         }
+    }
 
-        // `= 0`
-        let mut zero = false;
-        if let Some(e) = init {
-            let on_netq = kind == DeclKind::Input || (kind == DeclKind::Output && place.is_none());
-            if on_netq {
-                self.emit(
-                    Diagnostic::error(
-                        codes::DECL,
-                        format!("`{name}` is on netq: it cannot be `= 0`"),
-                    )
-                    .label(e.span, "no memory to initialise")
-                    .help("`= 0` is for data placed in memory with `at`"),
-                );
-                ok = false;
-            } else {
-                match self.eval(e) {
-                    Some(0) => zero = true,
-                    Some(v) => {
-                        self.emit(
-                            Diagnostic::error(
-                                codes::DECL,
-                                format!("`= {v}`: only `= 0` is supported"),
-                            )
-                            .label(e.span, "must be 0")
-                            .help("load other values from the weights file (drop the `=`)"),
-                        );
-                        ok = false;
-                    }
-                    None => ok = false,
-                }
-            }
-        }
-
-        // `pad V`
-        let mut pad_value = 0.0;
-        if let Some(n) = pad {
-            if matches!(kind, DeclKind::Matrix | DeclKind::Output) {
-                let why = if kind == DeclKind::Matrix {
-                    "the pad rows and columns of a matrix are always 0"
-                } else {
-                    "the pad lanes of an output are dropped"
-                };
-                self.emit(
-                    Diagnostic::error(codes::DECL, format!("`pad` on {kw} `{name}`"))
-                        .label(n.span, why)
-                        .help("`pad` is for vectors and inputs"),
-                );
-                ok = false;
-            } else {
-                let t = n.text.as_str();
-                let v = match t {
-                    "inf" => Some(f64::INFINITY),
-                    "nan" => Some(f64::NAN),
-                    _ if t.starts_with(|c: char| c.is_ascii_digit()) => t.parse::<f64>().ok(),
-                    _ => None,
-                };
-                match v {
-                    // Pad lanes are loaded as f32 values and go through every op: one rule for
-                    // every command is a finite pad an f32 holds (graph files are JSON, which
-                    // has no inf or nan).
-                    Some(v) if !v.is_finite() || v.abs() > f64::from(f32::MAX) => {
-                        self.emit(
-                            Diagnostic::error(
-                                codes::BAD_NUMBER,
-                                format!(
-                                    "pad `{}{t}` is not a finite f32 value",
-                                    if n.negative { "-" } else { "" }
-                                ),
-                            )
-                            .label(n.span, "pad lanes must hold a finite number")
-                            .help(
-                                "to mask pad lanes out of a `v_softmax`, `v_exp` or `v_sigm`, use \
-                                 `pad -65504` (the most negative fp16): it exponentiates to 0",
-                            ),
-                        );
-                        // Declared with pad 0, so that its uses report nothing more.
-                    }
-                    Some(v) => pad_value = if n.negative { -v } else { v },
-                    None => {
-                        self.emit(
-                            Diagnostic::error(codes::BAD_NUMBER, format!("`{t}` is not a number"))
-                                .label(n.span, "expected a number such as -65504, 0.5, 1e-3")
-                                .help("pad values are finite numbers"),
-                        );
-                        ok = false;
-                    }
-                }
-            }
-        }
-
-        // `quant FORMAT`
-        let mut format = None;
-        if let Some(f) = quant {
-            if kind == DeclKind::Output {
-                self.emit(
-                    Diagnostic::error(codes::DECL, format!("`quant` on output `{name}`"))
-                        .label(f.span, "outputs are collected as stored")
-                        .help("per-declaration `quant` is for matrices, vectors and inputs"),
-                );
-                ok = false;
-            } else {
-                format = self.format(f, None);
-                ok &= format.is_some();
-            }
-        }
-
-        if !ok {
-            return None;
-        }
-        let decl = Decl {
-            name: name.clone(),
-            kind,
-            shape,
-            place,
-            init: if zero { Init::Zero } else { Init::Load },
-            pad: pad_value,
-            format,
-            span: d.span,
+    /// The place `at m` of the matrix, vector or output `name`.
+    fn decl_place_at(
+        &mut self,
+        name: &str,
+        kind: DeclKind,
+        m: &ast::MemRef,
+    ) -> Result<Place, Reported> {
+        let kw = kind_word(kind);
+        let mem = self.mem_of(&m.mem).ok_or(Reported)?;
+        let allowed = match kind {
+            DeclKind::Matrix => matches!(mem, Mem::Mrf | Mem::Dram),
+            _ => !matches!(mem, Mem::Mrf | Mem::Netq),
         };
-        // Fits its memory.
-        if let Some(p) = place {
-            let tiles = decl.tiles(self.n) as u64;
-            let tile_space = kind == DeclKind::Matrix && p.mem == Mem::Dram;
-            let size = if tile_space {
-                self.target.memory.dram_tiles
-            } else {
-                self.target.mem_size(p.mem)
+        if !allowed {
+            let (what, help) = match (kind, mem) {
+                (_, Mem::Netq) => (
+                    "netq is a queue, not a place",
+                    format!("an {kw} without `at` is on netq: remove `at netq`"),
+                ),
+                (DeclKind::Matrix, _) => (
+                    "matrices live in mrf or dram",
+                    "use `at mrf[ADDR]`, or `at dram[ADDR]` and copy with m_rd/m_wr".into(),
+                ),
+                _ => (
+                    "mrf holds matrix tiles",
+                    "vectors live in ivrf, asvrfK, mulvrfK or dram".into(),
+                ),
             };
-            let unit = if kind == DeclKind::Matrix {
-                "tiles"
+            self.emit(
+                Diagnostic::error(
+                    codes::WRONG_MEMORY,
+                    format!("{kw} `{name}` cannot live in {mem}"),
+                )
+                .label(m.mem.span, what)
+                .help(help),
+            );
+            return Err(Reported);
+        }
+        let a = self.eval(&m.addr).ok_or(Reported)?;
+        if !(0..=i64::from(u32::MAX)).contains(&a) {
+            self.emit(
+                Diagnostic::error(codes::ADDRESS_RANGE, format!("address {a} is out of range"))
+                    .label(m.addr.span, "must not be negative"),
+            );
+            return Err(Reported);
+        }
+        Ok(Place {
+            mem,
+            addr: a as u32,
+        })
+    }
+
+    /// Whether `d` starts zeroed (`= 0`, only in memory: `placed` where it has a place).
+    fn decl_init(
+        &mut self,
+        d: &ast::Decl,
+        kind: DeclKind,
+        placed: bool,
+        init: Option<&ast::Expr>,
+    ) -> Result<bool, Reported> {
+        let Some(e) = init else {
+            return Ok(false);
+        };
+        let name = &d.name.name;
+        let on_netq = kind == DeclKind::Input || (kind == DeclKind::Output && !placed);
+        if on_netq {
+            self.emit(
+                Diagnostic::error(
+                    codes::DECL,
+                    format!("`{name}` is on netq: it cannot be `= 0`"),
+                )
+                .label(e.span, "no memory to initialise")
+                .help("`= 0` is for data placed in memory with `at`"),
+            );
+            return Err(Reported);
+        }
+        match self.eval(e) {
+            Some(0) => Ok(true),
+            Some(v) => {
+                self.emit(
+                    Diagnostic::error(codes::DECL, format!("`= {v}`: only `= 0` is supported"))
+                        .label(e.span, "must be 0")
+                        .help("load other values from the weights file (drop the `=`)"),
+                );
+                Err(Reported)
+            }
+            None => Err(Reported),
+        }
+    }
+
+    /// The value of `d`'s pad lanes (`pad V`, on vectors and inputs; 0 without).
+    fn decl_pad(
+        &mut self,
+        d: &ast::Decl,
+        kind: DeclKind,
+        pad: Option<&ast::Number>,
+    ) -> Result<f64, Reported> {
+        let Some(n) = pad else {
+            return Ok(0.0);
+        };
+        let (kw, name) = (kind_word(kind), &d.name.name);
+        if matches!(kind, DeclKind::Matrix | DeclKind::Output) {
+            let why = if kind == DeclKind::Matrix {
+                "the pad rows and columns of a matrix are always 0"
             } else {
-                "registers"
+                "the pad lanes of an output are dropped"
             };
-            if u64::from(p.addr) + tiles > u64::from(size) {
-                let at_span = d
-                    .attrs
-                    .iter()
-                    .find(|a| matches!(a.kind, DeclAttrKind::At(_)))
-                    .map_or(d.span, |a| a.span);
+            self.emit(
+                Diagnostic::error(codes::DECL, format!("`pad` on {kw} `{name}`"))
+                    .label(n.span, why)
+                    .help("`pad` is for vectors and inputs"),
+            );
+            return Err(Reported);
+        }
+        let t = n.text.as_str();
+        let v = match t {
+            "inf" => Some(f64::INFINITY),
+            "nan" => Some(f64::NAN),
+            _ if t.starts_with(|c: char| c.is_ascii_digit()) => t.parse::<f64>().ok(),
+            _ => None,
+        };
+        match v {
+            // Pad lanes are loaded as f32 values and go through every op: one rule for
+            // every command is a finite pad an f32 holds (graph files are JSON, which
+            // has no inf or nan).
+            Some(v) if !v.is_finite() || v.abs() > f64::from(f32::MAX) => {
                 self.emit(
                     Diagnostic::error(
-                        codes::ADDRESS_RANGE,
+                        codes::BAD_NUMBER,
                         format!(
-                            "`{name}` does not fit in {}: it needs {unit} {}..{} but {} has {size}",
-                            p.mem,
-                            p.addr,
-                            u64::from(p.addr) + tiles,
-                            p.mem
+                            "pad `{}{t}` is not a finite f32 value",
+                            if n.negative { "-" } else { "" }
                         ),
                     )
-                    .label(
-                        at_span,
-                        format!("{tiles} {unit} from here (N = {})", self.n),
-                    )
-                    .help(format!(
-                        "the last {unit} start at {}",
-                        u64::from(size).saturating_sub(tiles)
-                    )),
+                    .label(n.span, "pad lanes must hold a finite number")
+                    .help(
+                        "to mask pad lanes out of a `v_softmax`, `v_exp` or `v_sigm`, use \
+                         `pad -65504` (the most negative fp16): it exponentiates to 0",
+                    ),
                 );
-                return None;
+                // Declared with pad 0, so that its uses report nothing more.
+                Ok(0.0)
+            }
+            Some(v) => Ok(if n.negative { -v } else { v }),
+            None => {
+                self.emit(
+                    Diagnostic::error(codes::BAD_NUMBER, format!("`{t}` is not a number"))
+                        .label(n.span, "expected a number such as -65504, 0.5, 1e-3")
+                        .help("pad values are finite numbers"),
+                );
+                Err(Reported)
             }
         }
-        Some(decl)
+    }
+
+    /// `d`'s own storage format (`quant FORMAT`, not on outputs), if it has one.
+    fn decl_quant(
+        &mut self,
+        d: &ast::Decl,
+        kind: DeclKind,
+        quant: Option<&ast::FormatLit>,
+    ) -> Result<Option<Format>, Reported> {
+        let Some(f) = quant else {
+            return Ok(None);
+        };
+        if kind == DeclKind::Output {
+            let name = &d.name.name;
+            self.emit(
+                Diagnostic::error(codes::DECL, format!("`quant` on output `{name}`"))
+                    .label(f.span, "outputs are collected as stored")
+                    .help("per-declaration `quant` is for matrices, vectors and inputs"),
+            );
+            return Err(Reported);
+        }
+        self.format(f, None).map(Some).ok_or(Reported)
+    }
+
+    /// Whether the placed `decl` fits its memory (else the error is reported).
+    fn decl_fits(&mut self, d: &ast::Decl, decl: &Decl) -> bool {
+        let Some(p) = decl.place else {
+            return true;
+        };
+        let (name, kind) = (&decl.name, decl.kind);
+        let tiles = decl.tiles(self.n) as u64;
+        let tile_space = kind == DeclKind::Matrix && p.mem == Mem::Dram;
+        let size = if tile_space {
+            self.target.memory.dram_tiles
+        } else {
+            self.target.mem_size(p.mem)
+        };
+        let unit = if kind == DeclKind::Matrix {
+            "tiles"
+        } else {
+            "registers"
+        };
+        if u64::from(p.addr) + tiles > u64::from(size) {
+            let at_span = d
+                .attrs
+                .iter()
+                .find(|a| matches!(a.kind, DeclAttrKind::At(_)))
+                .map_or(d.span, |a| a.span);
+            self.emit(
+                Diagnostic::error(
+                    codes::ADDRESS_RANGE,
+                    format!(
+                        "`{name}` does not fit in {}: it needs {unit} {}..{} but {} has {size}",
+                        p.mem,
+                        p.addr,
+                        u64::from(p.addr) + tiles,
+                        p.mem
+                    ),
+                )
+                .label(
+                    at_span,
+                    format!("{tiles} {unit} from here (N = {})", self.n),
+                )
+                .help(format!(
+                    "the last {unit} start at {}",
+                    u64::from(size).saturating_sub(tiles)
+                )),
+            );
+            return false;
+        }
+        true
     }
 
     /// After all declarations: overlaps, initial register contents, netq queues.

@@ -393,112 +393,8 @@ impl Lowering<'_> {
         let storage = float(&q.storage, "storage", line_of(v.read.span))?;
         let width = v.width;
 
-        // v_rd
-        let read = if v.read.src == Mem::Netq {
-            let slot = self.p.pops.get(self.pops).copied();
-            self.pops += 1;
-            let netq_err = |message: String| LowerError::Netq {
-                line: line_of(v.read.span),
-                chain,
-                iteration: t,
-                message,
-            };
-            let slot = slot
-                .filter(|s| s.chain == chain && s.iteration == t)
-                .ok_or_else(|| netq_err("this pop has no input row (Program::pops)".into()))?;
-            let d = &self.p.decls[slot.decl];
-            let image = *self
-                .inputs
-                .get(&slot.decl)
-                .ok_or_else(|| netq_err(format!("`{}` is not an input", d.name)))?;
-            let rt = d.row_tiles(self.n) as u32;
-            if rt != v.read.tiles {
-                return Err(netq_err(format!(
-                    "pops {} tiles but a row of `{}` has {rt}",
-                    v.read.tiles, d.name
-                )));
-            }
-            self.check(Checked {
-                tiles: Some((slot.row as u32 * rt, rt)),
-                ..Checked::load(image, d.span, false)
-            });
-            let refs: Vec<_> = (0..rt).map(|k| (image, slot.row as u32 * rt + k)).collect();
-            self.gather(&refs)?
-        } else {
-            let refs = v
-                .read
-                .registers(t)
-                .into_iter()
-                .map(|a| self.vreg(v.read.src, a, chain, t, v.read.span))
-                .collect::<Result<Vec<_>, _>>()?;
-            self.gather(&refs)?
-        };
-
-        // mv_mul
-        let mut carried =
-            match &v.mv_mul {
-                None => read,
-                Some(mv) => {
-                    let line = line_of(mv.span);
-                    let output = float(&q.mvm_output, "mvm.output", line)?;
-                    if self.tiles_of(read) != cols {
-                        return Err(LowerError::Shape {
-                            line,
-                            chain,
-                            message: format!(
-                                "mv_mul reads {} tiles but cols = {cols}",
-                                self.tiles_of(read)
-                            ),
-                        });
-                    }
-                    let x = self.push(Op::Quantize {
-                        src: read,
-                        format: q.mvm_vector,
-                        axis: BlockAxis::VectorTile,
-                    })?;
-                    let (a, matrix_format) = (mv.addr.at(t), *mv.format(t));
-                    let mut quantized: HashMap<ValueId, ValueId> = HashMap::new();
-                    let mut refs = Vec::with_capacity((rows * cols) as usize);
-                    for k in 0..rows * cols {
-                        let (stack, tile) = *self.mtiles.get(&(Mem::Mrf, a + k)).ok_or(
-                            LowerError::Uninitialized {
-                                line,
-                                chain,
-                                iteration: t,
-                                mem: Mem::Mrf,
-                                addr: a + k,
-                            },
-                        )?;
-                        // Quantize whole source stacks once; the merge pass shares them across chains.
-                        let qs = match quantized.get(&stack) {
-                            Some(&qs) => qs,
-                            None => {
-                                let qs = self.push(Op::Quantize {
-                                    src: stack,
-                                    format: matrix_format,
-                                    axis: BlockAxis::TileRow,
-                                })?;
-                                quantized.insert(stack, qs);
-                                qs
-                            }
-                        };
-                        refs.push((qs, tile));
-                    }
-                    let w = self.gather(&refs)?;
-                    let y = self.push(Op::TiledMatVec {
-                        x,
-                        w,
-                        rows,
-                        cols,
-                        accumulation: self.p.target.numerics.accumulation,
-                        vector_format: q.mvm_vector,
-                        matrix_format,
-                        output,
-                    })?;
-                    self.check(Checked::op(y, "mv_mul", chain, t, mv.span));
-                    y
-                }
-            };
+        let read = self.vector_read(chain, t, v)?;
+        let mut carried = self.vector_mv_mul((chain, t), (rows, cols), v, read)?;
         if self.tiles_of(carried) != width {
             return Err(LowerError::Shape {
                 line: line_of(v.read.span),
@@ -561,6 +457,149 @@ impl Lowering<'_> {
             src: carried,
             format: storage,
         })?;
+        self.vector_writes(chain, t, v, value, storage)
+    }
+
+    /// The vector a chain's `v_rd` reads in iteration `t`: its input row popped from netq, or
+    /// its registers.
+    fn vector_read(
+        &mut self,
+        chain: usize,
+        t: u32,
+        v: &VectorChain,
+    ) -> Result<ValueId, LowerError> {
+        let line_of = |s: Span| self.p.line(s);
+        if v.read.src == Mem::Netq {
+            let slot = self.p.pops.get(self.pops).copied();
+            self.pops += 1;
+            let netq_err = |message: String| LowerError::Netq {
+                line: line_of(v.read.span),
+                chain,
+                iteration: t,
+                message,
+            };
+            let slot = slot
+                .filter(|s| s.chain == chain && s.iteration == t)
+                .ok_or_else(|| netq_err("this pop has no input row (Program::pops)".into()))?;
+            let d = &self.p.decls[slot.decl];
+            let image = *self
+                .inputs
+                .get(&slot.decl)
+                .ok_or_else(|| netq_err(format!("`{}` is not an input", d.name)))?;
+            let rt = d.row_tiles(self.n) as u32;
+            if rt != v.read.tiles {
+                return Err(netq_err(format!(
+                    "pops {} tiles but a row of `{}` has {rt}",
+                    v.read.tiles, d.name
+                )));
+            }
+            self.check(Checked {
+                tiles: Some((slot.row as u32 * rt, rt)),
+                ..Checked::load(image, d.span, false)
+            });
+            let refs: Vec<_> = (0..rt).map(|k| (image, slot.row as u32 * rt + k)).collect();
+            self.gather(&refs)
+        } else {
+            let refs = v
+                .read
+                .registers(t)
+                .into_iter()
+                .map(|a| self.vreg(v.read.src, a, chain, t, v.read.span))
+                .collect::<Result<Vec<_>, _>>()?;
+            self.gather(&refs)
+        }
+    }
+
+    /// The vector a chain carries into its MFU ops in iteration `t`: `read` through the
+    /// chain's `mv_mul` (`rows` x `cols` tiles of mrf), if it has one.
+    fn vector_mv_mul(
+        &mut self,
+        (chain, t): (usize, u32),
+        (rows, cols): (u32, u32),
+        v: &VectorChain,
+        read: ValueId,
+    ) -> Result<ValueId, LowerError> {
+        let q: &QuantConfig = &v.quant;
+        let line_of = |s: Span| self.p.line(s);
+        match &v.mv_mul {
+            None => Ok(read),
+            Some(mv) => {
+                let line = line_of(mv.span);
+                let output = float(&q.mvm_output, "mvm.output", line)?;
+                if self.tiles_of(read) != cols {
+                    return Err(LowerError::Shape {
+                        line,
+                        chain,
+                        message: format!(
+                            "mv_mul reads {} tiles but cols = {cols}",
+                            self.tiles_of(read)
+                        ),
+                    });
+                }
+                let x = self.push(Op::Quantize {
+                    src: read,
+                    format: q.mvm_vector,
+                    axis: BlockAxis::VectorTile,
+                })?;
+                let (a, matrix_format) = (mv.addr.at(t), *mv.format(t));
+                let mut quantized: HashMap<ValueId, ValueId> = HashMap::new();
+                let mut refs = Vec::with_capacity((rows * cols) as usize);
+                for k in 0..rows * cols {
+                    let (stack, tile) =
+                        *self
+                            .mtiles
+                            .get(&(Mem::Mrf, a + k))
+                            .ok_or(LowerError::Uninitialized {
+                                line,
+                                chain,
+                                iteration: t,
+                                mem: Mem::Mrf,
+                                addr: a + k,
+                            })?;
+                    // Quantize whole source stacks once; the merge pass shares them across chains.
+                    let qs = match quantized.get(&stack) {
+                        Some(&qs) => qs,
+                        None => {
+                            let qs = self.push(Op::Quantize {
+                                src: stack,
+                                format: matrix_format,
+                                axis: BlockAxis::TileRow,
+                            })?;
+                            quantized.insert(stack, qs);
+                            qs
+                        }
+                    };
+                    refs.push((qs, tile));
+                }
+                let w = self.gather(&refs)?;
+                let y = self.push(Op::TiledMatVec {
+                    x,
+                    w,
+                    rows,
+                    cols,
+                    accumulation: self.p.target.numerics.accumulation,
+                    vector_format: q.mvm_vector,
+                    matrix_format,
+                    output,
+                })?;
+                self.check(Checked::op(y, "mv_mul", chain, t, mv.span));
+                Ok(y)
+            }
+        }
+    }
+
+    /// The chain's `v_wr`s in iteration `t`: each destination gets `value` (rounded to
+    /// `storage`): netq rows become outputs, registers are recorded.
+    fn vector_writes(
+        &mut self,
+        chain: usize,
+        t: u32,
+        v: &VectorChain,
+        value: ValueId,
+        storage: FloatFormat,
+    ) -> Result<(), LowerError> {
+        let width = v.width;
+        let line_of = |s: Span| self.p.line(s);
         for w in &v.writes {
             let line = line_of(w.span);
             let addr = if w.dst == Mem::Netq {

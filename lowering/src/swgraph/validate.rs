@@ -134,71 +134,18 @@ pub(super) fn graph(g: &SwGraph) -> Result<(), GraphError> {
 
 /// The type an op produces given the earlier nodes, or why it is ill-typed.
 pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String> {
-    let ty = |v: ValueId| -> Result<&Ty, String> {
-        earlier
-            .get(v.index())
-            .map(|node| &node.ty)
-            .ok_or_else(|| format!("reads {v}, which is not an earlier node"))
-    };
+    let ty = |v: ValueId| ty_of(earlier, v);
     let vector = |v: ValueId| -> Result<u32, String> {
         match ty(v)? {
             Ty::Vector { tiles } => Ok(*tiles),
             other => Err(format!("{v} must be a vector value, is {other:?}")),
         }
     };
-    // A tile count that a value's type can hold (u32), computed without overflow.
-    let tile_count = |tiles: Option<usize>, what: &dyn Fn() -> String| -> Result<u32, String> {
-        tiles
-            .and_then(|t| u32::try_from(t).ok())
-            .ok_or_else(|| format!("{} is more tiles than a value holds ({})", what(), u32::MAX))
-    };
     match op {
         Op::Input { shape, .. } | Op::Weight { shape, .. } | Op::Zero { shape } => {
-            if shape.is_empty() || shape.contains(&0) {
-                return Err(format!(
-                    "shape {shape:?} must be non-empty with no zero extent"
-                ));
-            }
-            if shape
-                .iter()
-                .try_fold(1usize, |a, &d| a.checked_mul(d))
-                .is_none()
-            {
-                return Err(format!(
-                    "shape {shape:?} has more elements than memory can hold"
-                ));
-            }
-            Ok(Ty::Logical {
-                shape: shape.clone(),
-            })
+            logical_ty(shape)
         }
-        Op::PadToTiles { src, layout, .. } => {
-            let Ty::Logical { shape } = ty(*src)? else {
-                return Err(format!("{src} must be a logical value"));
-            };
-            let c = shape.last().copied().unwrap_or(1);
-            let what = || format!("shape {shape:?} at N = {n}");
-            match layout {
-                TileLayout::Vector => {
-                    let rows = shape[..shape.len().saturating_sub(1)]
-                        .iter()
-                        .try_fold(1usize, |a, &d| a.checked_mul(d));
-                    let tiles = rows.and_then(|r| r.checked_mul(c.div_ceil(n)));
-                    Ok(Ty::Vector {
-                        tiles: tile_count(tiles, &what)?,
-                    })
-                }
-                TileLayout::Matrix => {
-                    if shape.len() != 2 {
-                        return Err(format!("a matrix must be 2-D, {src} has shape {shape:?}"));
-                    }
-                    let tiles = shape[0].div_ceil(n).checked_mul(c.div_ceil(n));
-                    Ok(Ty::TileStack {
-                        tiles: tile_count(tiles, &what)?,
-                    })
-                }
-            }
-        }
+        Op::PadToTiles { src, layout, .. } => padded_ty(earlier, src, layout, n),
         Op::Unpad { src, len } => {
             let tiles = vector(*src)?;
             if *len == 0 || *len > tiles as usize * n {
@@ -223,40 +170,7 @@ pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String
             }
             (other, _) => Err(format!("cannot quantize a {other:?} value along {axis:?}")),
         },
-        Op::Concat { parts } => {
-            let first = parts.first().ok_or("concat of nothing")?;
-            let kind = ty(first.value)?.clone();
-            let mut total = 0u32;
-            for p in parts {
-                let t = ty(p.value)?;
-                let same_kind = matches!(
-                    (t, &kind),
-                    (Ty::Vector { .. }, Ty::Vector { .. })
-                        | (Ty::TileStack { .. }, Ty::TileStack { .. })
-                );
-                let Some(tiles) = t.tiles().filter(|_| same_kind) else {
-                    return Err(format!("{} is not a value of the same tile kind", p.value));
-                };
-                if p.count == 0 || p.start as u64 + p.count as u64 > tiles as u64 {
-                    return Err(format!(
-                        "tiles {}..{} of {} are out of its {tiles} tiles",
-                        p.start,
-                        p.start as u64 + p.count as u64,
-                        p.value
-                    ));
-                }
-                total = total.checked_add(p.count).ok_or_else(|| {
-                    format!(
-                        "the parts add up to more tiles than a value holds ({})",
-                        u32::MAX
-                    )
-                })?;
-            }
-            Ok(match kind {
-                Ty::TileStack { .. } => Ty::TileStack { tiles: total },
-                _ => Ty::Vector { tiles: total },
-            })
-        }
+        Op::Concat { parts } => concat_ty(earlier, parts),
         Op::TiledMatVec {
             x,
             w,
@@ -300,6 +214,109 @@ pub(crate) fn infer_ty(op: &Op, earlier: &[Node], n: usize) -> Result<Ty, String
             )),
         },
     }
+}
+
+/// The type of the earlier node `v`, or why `v` cannot be read.
+fn ty_of(earlier: &[Node], v: ValueId) -> Result<&Ty, String> {
+    earlier
+        .get(v.index())
+        .map(|node| &node.ty)
+        .ok_or_else(|| format!("reads {v}, which is not an earlier node"))
+}
+
+/// A tile count that a value's type can hold (u32), computed without overflow.
+fn tile_count(tiles: Option<usize>, what: &dyn Fn() -> String) -> Result<u32, String> {
+    tiles
+        .and_then(|t| u32::try_from(t).ok())
+        .ok_or_else(|| format!("{} is more tiles than a value holds ({})", what(), u32::MAX))
+}
+
+/// The type of a logical value of `shape` (an input, weight or zero): non-empty, no zero
+/// extent, its elements countable.
+fn logical_ty(shape: &[usize]) -> Result<Ty, String> {
+    if shape.is_empty() || shape.contains(&0) {
+        return Err(format!(
+            "shape {shape:?} must be non-empty with no zero extent"
+        ));
+    }
+    if shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .is_none()
+    {
+        return Err(format!(
+            "shape {shape:?} has more elements than memory can hold"
+        ));
+    }
+    Ok(Ty::Logical {
+        shape: shape.to_vec(),
+    })
+}
+
+/// The type of the logical value `src` padded to whole tiles of `layout` at N = `n`.
+fn padded_ty(earlier: &[Node], src: &ValueId, layout: &TileLayout, n: usize) -> Result<Ty, String> {
+    let ty = |v: ValueId| ty_of(earlier, v);
+    let Ty::Logical { shape } = ty(*src)? else {
+        return Err(format!("{src} must be a logical value"));
+    };
+    let c = shape.last().copied().unwrap_or(1);
+    let what = || format!("shape {shape:?} at N = {n}");
+    match layout {
+        TileLayout::Vector => {
+            let rows = shape[..shape.len().saturating_sub(1)]
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d));
+            let tiles = rows.and_then(|r| r.checked_mul(c.div_ceil(n)));
+            Ok(Ty::Vector {
+                tiles: tile_count(tiles, &what)?,
+            })
+        }
+        TileLayout::Matrix => {
+            if shape.len() != 2 {
+                return Err(format!("a matrix must be 2-D, {src} has shape {shape:?}"));
+            }
+            let tiles = shape[0].div_ceil(n).checked_mul(c.div_ceil(n));
+            Ok(Ty::TileStack {
+                tiles: tile_count(tiles, &what)?,
+            })
+        }
+    }
+}
+
+/// The type of the tiles of `parts` side by side: all vectors or all tile stacks.
+fn concat_ty(earlier: &[Node], parts: &[TileSlice]) -> Result<Ty, String> {
+    let ty = |v: ValueId| ty_of(earlier, v);
+    let first = parts.first().ok_or("concat of nothing")?;
+    let kind = ty(first.value)?.clone();
+    let mut total = 0u32;
+    for p in parts {
+        let t = ty(p.value)?;
+        let same_kind = matches!(
+            (t, &kind),
+            (Ty::Vector { .. }, Ty::Vector { .. }) | (Ty::TileStack { .. }, Ty::TileStack { .. })
+        );
+        let Some(tiles) = t.tiles().filter(|_| same_kind) else {
+            return Err(format!("{} is not a value of the same tile kind", p.value));
+        };
+        if p.count == 0 || p.start as u64 + p.count as u64 > tiles as u64 {
+            return Err(format!(
+                "tiles {}..{} of {} are out of its {tiles} tiles",
+                p.start,
+                p.start as u64 + p.count as u64,
+                p.value
+            ));
+        }
+        total = total.checked_add(p.count).ok_or_else(|| {
+            format!(
+                "the parts add up to more tiles than a value holds ({})",
+                u32::MAX
+            )
+        })?;
+    }
+    Ok(match kind {
+        Ty::TileStack { .. } => Ty::TileStack { tiles: total },
+        _ => Ty::Vector { tiles: total },
+    })
 }
 
 /// A float format the numerics support (`FloatFormat`: `2 <= exp_bits <= 11`, `mant_bits <= 52`,

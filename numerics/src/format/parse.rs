@@ -299,188 +299,215 @@ fn build(call: &Call) -> Result<Format, FormatError> {
             let mant = PRESETS.iter().find(|p| p.0 == name).map_or(8, |p| p.1);
             Ok(Format::Hbfp(mx_preset(mant)))
         }
-        "fp" => {
-            let b = Bound::new(call, &["e", "m", "round", "overflow", "subnormals"])?;
-            let e = b.u32("e", None, 2, 11)?;
-            let m = b.u32("m", None, 1, 52)?;
-            let overflow = match b.ident("overflow", "inf", &["inf", "sat"])? {
-                "sat" => Overflow::Saturate,
-                _ => Overflow::Infinity,
-            };
-            let subnormals = b.ident("subnormals", "true", &["true", "false"])? == "true";
-            Ok(Format::Float(FloatFormat {
-                exp_bits: e,
-                mant_bits: m,
-                subnormals,
-                overflow,
-                rounding: b.rounding()?,
-            }))
-        }
-        "bfp" | "msfp" => {
-            let b = if name == "bfp" {
-                Bound::new(call, &["mant", "block", "exp_bits", "round", "range"])?
-            } else {
-                Bound::new(call, &["mant", "round"])?
-            };
-            let mant = b.u32("mant", None, 2, 32)?;
-            let (block, exp_bits) = if name == "bfp" {
-                (b.block(Block::Native)?, b.u32("exp_bits", Some(5), 1, 16)?)
-            } else {
-                (Block::Size(16), 8)
-            };
-            let full_range = b.ident("range", "sym", &["sym", "full"])? == "full";
-            Ok(Format::Bfp(BfpFormat {
-                mant,
-                block,
-                exp_bits,
-                rounding: b.rounding()?,
-                full_range,
-            }))
-        }
+        "fp" => float_format(call),
+        "bfp" | "msfp" => bfp_format(call, name),
         "mx" => mx(
             &Bound::new(call, &["elem", "block", "round", "scale_bits"])?,
             None,
         ),
-        "hbfp" => {
-            let b = Bound::new(
-                call,
-                &[
-                    "mant",
-                    "levels",
-                    "scale_cap",
-                    "block",
-                    "sub",
-                    "scale_bits",
-                    "exp_bits",
-                    "flush",
-                    "round",
-                ],
-            )?;
-            let mant = b.u32("mant", None, 2, 32)?;
-            let levels = b.u32("levels", Some(1), 1, 16)?;
-            let scale_cap = b.u32("scale_cap", Some(1), 0, 64)?;
-            let block = b.block(Block::Size(16))?;
-            let sub = b.int("sub", Some(2), 1, 1 << 16)? as usize;
-            let need = bits_for(scale_cap);
-            let scale_bits = b.u32("scale_bits", Some(need), need, 8)?;
-            let exp_bits = b.u32("exp_bits", Some(8), 1, 16)?;
-            let flush = b.ident("flush", "true", &["true", "false"])? == "true";
-            let span = b.arg("block").map_or(&call.span, |a| &a.value_span);
-            if let Block::Size(n) = block {
-                let group = sub << (levels - 1);
-                if n % group != 0 || n < 2 * group {
-                    return Err(err(
-                        format!(
-                            "`block = {n}` must be a multiple of twice `sub * 2^(levels - 1)` = {group}"
-                        ),
-                        span,
-                        Some("e.g. `block = 16, sub = 2, levels = 1`".into()),
-                    ));
-                }
-            }
-            Ok(Format::Hbfp(HbfpFormat {
-                mant,
-                block,
-                levels,
-                sub,
-                scale_cap,
-                scale_bits,
-                exp_bits,
-                flush,
-                rounding: b.rounding()?,
-            }))
-        }
-        "int" => {
-            let b = Bound::new(call, &["bits", "scale", "per", "round"])?;
-            let bits = b.u32("bits", None, 2, 32)?;
-            let scale = match b.ident("scale", "f32", &["f32", "pow2"])? {
-                "pow2" => IntScale::Pow2,
-                _ => IntScale::F32,
-            };
-            Ok(Format::Int(IntFormat {
-                bits,
-                scale,
-                per: b.per()?,
-                rounding: b.rounding()?,
-            }))
-        }
-        "fixed" => {
-            let b = Bound::new(call, &["int", "frac", "round"])?;
-            let int = b.u32("int", None, 1, 62)?;
-            let frac = b.u32("frac", None, 0, 62)?;
-            if int + frac > 63 {
-                return Err(err(
-                    "`fixed` is at most 63 bits (int + frac)",
-                    &call.span,
-                    None,
-                ));
-            }
-            Ok(Format::Fixed(FixedFormat {
-                int,
-                frac,
-                rounding: b.rounding()?,
-            }))
-        }
-        "dynfixed" => {
-            let b = Bound::new(call, &["bits", "policy", "per", "round"])?;
-            let bits = b.u32("bits", None, 2, 32)?;
-            let policy = match b.arg("policy") {
-                None => PolicyKind::Max,
-                Some(a) => match &a.value {
-                    Value::Ident(s) if s == "max" => PolicyKind::Max,
-                    Value::Call(c) if c.name == "overflow" => {
-                        let pb = Bound::new(c, &["ppm"])?;
-                        PolicyKind::Overflow {
-                            ppm: pb.u32("ppm", None, 0, 1_000_000)?,
-                        }
-                    }
-                    _ => return Err(bad_choice(a, "policy", &["max", "overflow(ppm = N)"])),
-                },
-            };
-            Ok(Format::DynFixed(DynFixedFormat {
-                bits,
-                policy,
-                per: b.per()?,
-                rounding: b.rounding()?,
-            }))
-        }
-        "pot" => {
-            let b = Bound::new(call, &["bits", "block", "round"])?;
-            Ok(Format::Pot(PotFormat {
-                bits: b.u32("bits", None, 2, 8)?,
-                block: b.block(Block::Native)?,
-                rounding: b.rounding()?,
-            }))
-        }
-        "twohot" => {
-            let b = Bound::new(call, &["bits", "r", "block", "round"])?;
-            let bits = b.u32("bits", None, 4, 16)?;
-            if bits % 2 != 0 {
-                let span = b.arg("bits").map_or(&call.span, |a| &a.value_span);
-                return Err(err(
-                    "`twohot` bits must be even (two equal halves, one per term)",
-                    span,
-                    Some("e.g. `twohot(bits = 6)`".into()),
-                ));
-            }
-            Ok(Format::TwoHot(TwoHotFormat {
-                bits,
-                r: b.u32("r", Some(0), 0, 16)?,
-                block: b.block(Block::Native)?,
-                rounding: b.rounding()?,
-            }))
-        }
-        _ => {
-            let help = match (names::mx_help(name), nearest(name, NAMES)) {
-                (Some(mx), _) => mx,
-                (None, Some(s)) => format!("did you mean `{s}`? formats: {}", NAMES.join(", ")),
-                (None, None) => format!("formats: {}", NAMES.join(", ")),
-            };
-            Err(err(
-                format!("unknown format `{name}`"),
-                &call.name_span,
-                Some(help),
-            ))
+        "hbfp" => hbfp_format(call),
+        "int" => int_format(call),
+        "fixed" => fixed_format(call),
+        "dynfixed" => dynfixed_format(call),
+        "pot" => pot_format(call),
+        "twohot" => twohot_format(call),
+        _ => Err(unknown_format(call, name)),
+    }
+}
+
+/// `fp(e = .., m = ..)`: an IEEE-style float format.
+fn float_format(call: &Call) -> Result<Format, FormatError> {
+    let b = Bound::new(call, &["e", "m", "round", "overflow", "subnormals"])?;
+    let e = b.u32("e", None, 2, 11)?;
+    let m = b.u32("m", None, 1, 52)?;
+    let overflow = match b.ident("overflow", "inf", &["inf", "sat"])? {
+        "sat" => Overflow::Saturate,
+        _ => Overflow::Infinity,
+    };
+    let subnormals = b.ident("subnormals", "true", &["true", "false"])? == "true";
+    Ok(Format::Float(FloatFormat {
+        exp_bits: e,
+        mant_bits: m,
+        subnormals,
+        overflow,
+        rounding: b.rounding()?,
+    }))
+}
+
+/// `bfp(..)`, or `msfp(..)` (Microsoft floating point: blocks of 16, 8-bit exponents).
+fn bfp_format(call: &Call, name: &str) -> Result<Format, FormatError> {
+    let b = if name == "bfp" {
+        Bound::new(call, &["mant", "block", "exp_bits", "round", "range"])?
+    } else {
+        Bound::new(call, &["mant", "round"])?
+    };
+    let mant = b.u32("mant", None, 2, 32)?;
+    let (block, exp_bits) = if name == "bfp" {
+        (b.block(Block::Native)?, b.u32("exp_bits", Some(5), 1, 16)?)
+    } else {
+        (Block::Size(16), 8)
+    };
+    let full_range = b.ident("range", "sym", &["sym", "full"])? == "full";
+    Ok(Format::Bfp(BfpFormat {
+        mant,
+        block,
+        exp_bits,
+        rounding: b.rounding()?,
+        full_range,
+    }))
+}
+
+/// `hbfp(..)`: hierarchical block floating point.
+fn hbfp_format(call: &Call) -> Result<Format, FormatError> {
+    let b = Bound::new(
+        call,
+        &[
+            "mant",
+            "levels",
+            "scale_cap",
+            "block",
+            "sub",
+            "scale_bits",
+            "exp_bits",
+            "flush",
+            "round",
+        ],
+    )?;
+    let mant = b.u32("mant", None, 2, 32)?;
+    let levels = b.u32("levels", Some(1), 1, 16)?;
+    let scale_cap = b.u32("scale_cap", Some(1), 0, 64)?;
+    let block = b.block(Block::Size(16))?;
+    let sub = b.int("sub", Some(2), 1, 1 << 16)? as usize;
+    let need = bits_for(scale_cap);
+    let scale_bits = b.u32("scale_bits", Some(need), need, 8)?;
+    let exp_bits = b.u32("exp_bits", Some(8), 1, 16)?;
+    let flush = b.ident("flush", "true", &["true", "false"])? == "true";
+    let span = b.arg("block").map_or(&call.span, |a| &a.value_span);
+    if let Block::Size(n) = block {
+        let group = sub << (levels - 1);
+        if n % group != 0 || n < 2 * group {
+            return Err(err(
+                format!(
+                    "`block = {n}` must be a multiple of twice `sub * 2^(levels - 1)` = {group}"
+                ),
+                span,
+                Some("e.g. `block = 16, sub = 2, levels = 1`".into()),
+            ));
         }
     }
+    Ok(Format::Hbfp(HbfpFormat {
+        mant,
+        block,
+        levels,
+        sub,
+        scale_cap,
+        scale_bits,
+        exp_bits,
+        flush,
+        rounding: b.rounding()?,
+    }))
+}
+
+/// `int(bits = ..)`: scaled integers.
+fn int_format(call: &Call) -> Result<Format, FormatError> {
+    let b = Bound::new(call, &["bits", "scale", "per", "round"])?;
+    let bits = b.u32("bits", None, 2, 32)?;
+    let scale = match b.ident("scale", "f32", &["f32", "pow2"])? {
+        "pow2" => IntScale::Pow2,
+        _ => IntScale::F32,
+    };
+    Ok(Format::Int(IntFormat {
+        bits,
+        scale,
+        per: b.per()?,
+        rounding: b.rounding()?,
+    }))
+}
+
+/// `fixed(int = .., frac = ..)`: fixed point.
+fn fixed_format(call: &Call) -> Result<Format, FormatError> {
+    let b = Bound::new(call, &["int", "frac", "round"])?;
+    let int = b.u32("int", None, 1, 62)?;
+    let frac = b.u32("frac", None, 0, 62)?;
+    if int + frac > 63 {
+        return Err(err(
+            "`fixed` is at most 63 bits (int + frac)",
+            &call.span,
+            None,
+        ));
+    }
+    Ok(Format::Fixed(FixedFormat {
+        int,
+        frac,
+        rounding: b.rounding()?,
+    }))
+}
+
+/// `dynfixed(bits = ..)`: fixed point with a dynamic binary point.
+fn dynfixed_format(call: &Call) -> Result<Format, FormatError> {
+    let b = Bound::new(call, &["bits", "policy", "per", "round"])?;
+    let bits = b.u32("bits", None, 2, 32)?;
+    let policy = match b.arg("policy") {
+        None => PolicyKind::Max,
+        Some(a) => match &a.value {
+            Value::Ident(s) if s == "max" => PolicyKind::Max,
+            Value::Call(c) if c.name == "overflow" => {
+                let pb = Bound::new(c, &["ppm"])?;
+                PolicyKind::Overflow {
+                    ppm: pb.u32("ppm", None, 0, 1_000_000)?,
+                }
+            }
+            _ => return Err(bad_choice(a, "policy", &["max", "overflow(ppm = N)"])),
+        },
+    };
+    Ok(Format::DynFixed(DynFixedFormat {
+        bits,
+        policy,
+        per: b.per()?,
+        rounding: b.rounding()?,
+    }))
+}
+
+/// `pot(bits = ..)`: powers of two.
+fn pot_format(call: &Call) -> Result<Format, FormatError> {
+    let b = Bound::new(call, &["bits", "block", "round"])?;
+    Ok(Format::Pot(PotFormat {
+        bits: b.u32("bits", None, 2, 8)?,
+        block: b.block(Block::Native)?,
+        rounding: b.rounding()?,
+    }))
+}
+
+/// `twohot(bits = ..)`: sums of two powers of two.
+fn twohot_format(call: &Call) -> Result<Format, FormatError> {
+    let b = Bound::new(call, &["bits", "r", "block", "round"])?;
+    let bits = b.u32("bits", None, 4, 16)?;
+    if bits % 2 != 0 {
+        let span = b.arg("bits").map_or(&call.span, |a| &a.value_span);
+        return Err(err(
+            "`twohot` bits must be even (two equal halves, one per term)",
+            span,
+            Some("e.g. `twohot(bits = 6)`".into()),
+        ));
+    }
+    Ok(Format::TwoHot(TwoHotFormat {
+        bits,
+        r: b.u32("r", Some(0), 0, 16)?,
+        block: b.block(Block::Native)?,
+        rounding: b.rounding()?,
+    }))
+}
+
+/// The error of the unknown format `name`, with the nearest name.
+fn unknown_format(call: &Call, name: &str) -> FormatError {
+    let help = match (names::mx_help(name), nearest(name, NAMES)) {
+        (Some(mx), _) => mx,
+        (None, Some(s)) => format!("did you mean `{s}`? formats: {}", NAMES.join(", ")),
+        (None, None) => format!("formats: {}", NAMES.join(", ")),
+    };
+    err(
+        format!("unknown format `{name}`"),
+        &call.name_span,
+        Some(help),
+    )
 }

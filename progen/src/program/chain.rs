@@ -6,6 +6,9 @@ use super::{AddrM, DKind, Gen, Item, SpaceId, VChainM, Written};
 use nnp_grammar::{Mem, OpKind, Unit};
 use std::collections::BTreeSet;
 
+/// A chain's MFU ops and their operands (memory, address).
+type ChainOps = Vec<(OpKind, Option<(Mem, AddrM)>)>;
+
 impl Gen<'_> {
     fn quant_directives(&mut self) {
         if !self.r.chance(self.cfg.quant_prob) {
@@ -48,61 +51,90 @@ impl Gen<'_> {
             self.r.range(2, self.cfg.max_iterations.max(2) as i64) as u32
         };
         let use_mvm = self.r.chance(0.45);
-        let mut mv_mul = None;
-        let width;
-        let read_tiles;
-        if use_mvm {
-            // Pick or make a matrix in mrf.
-            if self.mats.is_empty() || self.r.chance(0.3) {
-                let rt = self.r.range(1, max_t) as u32;
-                let ct = self.r.range(1, max_t) as u32;
-                self.declare_matrix(rt, ct);
-            }
-            if !self.dram_mats.is_empty() && self.r.chance(0.7) {
-                let i = self.r.below(self.dram_mats.len() as u64) as usize;
-                let d = self.dram_mats.remove(i);
-                self.copy_matrix(d);
-            }
-            if self.mats.is_empty() {
+        let (mv_mul, width, read_tiles) = if use_mvm {
+            let Some((mv_mul, rows, cols)) = self.chain_mv_mul(iterations, max_t) else {
                 return;
-            }
-            let m = self.r.pick(&self.mats).clone();
-            // Whole tile rows (cols = ct), or a run inside one tile row (rows = 1).
-            let (rows, cols, base, inc) = if m.declared || self.r.chance(0.7) {
-                let rows = self.r.range(1, m.rt as i64) as u32;
-                let start = self.r.range(0, (m.rt - rows) as i64) as u32;
-                let blocks_left = (m.rt - start) / rows;
-                let inc = if iterations > 1 && blocks_left >= iterations && self.r.chance(0.5) {
-                    (rows * m.ct) as i32
-                } else {
-                    0
-                };
-                (rows, m.ct, m.base + start * m.ct, inc)
-            } else {
-                let cols = self.r.range(1, m.ct as i64) as u32;
-                let i = self.r.range(0, m.rt as i64 - 1) as u32;
-                let j = self.r.range(0, (m.ct - cols) as i64) as u32;
-                (1, cols, m.base + i * m.ct + j, 0)
             };
             self.set_scalar("rows", rows);
             self.set_scalar("cols", cols);
-            mv_mul = Some(AddrM { base, inc });
-            width = rows;
-            read_tiles = cols;
+            (Some(mv_mul), rows, cols)
         } else {
-            width = self.r.range(1, max_t) as u32;
+            let width = self.r.range(1, max_t) as u32;
             self.set_scalar("rows", width);
-            read_tiles = width;
+            (None, width, width)
+        };
+        let Some((src, src_addr, windowed)) = self.chain_read(use_mvm, read_tiles, iterations)
+        else {
+            return;
+        };
+        let (ops, operand_regs) = self.chain_ops(width, iterations);
+        let read = (src, src_addr, windowed);
+        let writes = self.chain_writes(force_netq_out, read, (width, iterations), &operand_regs);
+        if iterations > 1 || self.r.chance(0.05) {
+            self.items.push(Item::Swr("iterations", iterations));
         }
+        self.items.push(Item::Vector(VChainM {
+            src,
+            src_addr,
+            windowed,
+            mv_mul,
+            ops,
+            writes,
+        }));
+    }
 
-        // The read.
-        let mut windowed = false;
-        let src;
-        let src_addr;
+    /// The `mv_mul` of a chain of `iterations` (a matrix picked or made in mrf, a matrix of
+    /// dram copied there) and its rows and cols: `None` where there is no matrix.
+    fn chain_mv_mul(&mut self, iterations: u32, max_t: i64) -> Option<(AddrM, u32, u32)> {
+        // Pick or make a matrix in mrf.
+        if self.mats.is_empty() || self.r.chance(0.3) {
+            let rt = self.r.range(1, max_t) as u32;
+            let ct = self.r.range(1, max_t) as u32;
+            self.declare_matrix(rt, ct);
+        }
+        if !self.dram_mats.is_empty() && self.r.chance(0.7) {
+            let i = self.r.below(self.dram_mats.len() as u64) as usize;
+            let d = self.dram_mats.remove(i);
+            self.copy_matrix(d);
+        }
+        if self.mats.is_empty() {
+            return None;
+        }
+        let m = self.r.pick(&self.mats).clone();
+        // Whole tile rows (cols = ct), or a run inside one tile row (rows = 1).
+        let (rows, cols, base, inc) = if m.declared || self.r.chance(0.7) {
+            let rows = self.r.range(1, m.rt as i64) as u32;
+            let start = self.r.range(0, (m.rt - rows) as i64) as u32;
+            let blocks_left = (m.rt - start) / rows;
+            let inc = if iterations > 1 && blocks_left >= iterations && self.r.chance(0.5) {
+                (rows * m.ct) as i32
+            } else {
+                0
+            };
+            (rows, m.ct, m.base + start * m.ct, inc)
+        } else {
+            let cols = self.r.range(1, m.ct as i64) as u32;
+            let i = self.r.range(0, m.rt as i64 - 1) as u32;
+            let j = self.r.range(0, (m.ct - cols) as i64) as u32;
+            (1, cols, m.base + i * m.ct + j, 0)
+        };
+        Some((AddrM { base, inc }, rows, cols))
+    }
+
+    /// What a chain reads, `read_tiles` wide: its memory, address and whether through a
+    /// window; `None` where there is no room.
+    fn chain_read(
+        &mut self,
+        use_mvm: bool,
+        read_tiles: u32,
+        iterations: u32,
+    ) -> Option<(Mem, AddrM, bool)> {
         let try_window = read_tiles > 1 && self.r.chance(0.3);
         if try_window {
             // win_w * win_h == read_tiles; an image of one-tile pixels with `pitch` per row.
-            let divs: Vec<u32> = (1..=read_tiles).filter(|d| read_tiles % d == 0).collect();
+            let divs: Vec<u32> = (1..=read_tiles)
+                .filter(|d| read_tiles.is_multiple_of(*d))
+                .collect();
             let w = *self.r.pick(&divs);
             let h = read_tiles / w;
             let pitch = w + self.r.range(0, 2) as u32;
@@ -116,15 +148,9 @@ impl Gen<'_> {
             let inc = if iterations > 1 { 1 } else { 0 };
             let need_w = w + (iterations - 1) * inc as u32;
             let pitch = pitch.max(need_w);
-            match self.declare_vector(mem, 1, img_rows * pitch) {
-                Some(base) => {
-                    self.win_regs(w, h, pitch);
-                    windowed = true;
-                    src = mem;
-                    src_addr = AddrM { base, inc };
-                }
-                None => return,
-            }
+            let base = self.declare_vector(mem, 1, img_rows * pitch)?;
+            self.win_regs(w, h, pitch);
+            Some((mem, AddrM { base, inc }, true))
         } else {
             let mems = if use_mvm {
                 vec![Mem::Ivrf]
@@ -134,19 +160,20 @@ impl Gen<'_> {
                 v.push(Mem::Netq);
                 v
             };
-            src = *self.r.pick(&mems);
+            let src = *self.r.pick(&mems);
             if src == Mem::Netq {
                 self.netq_decl(false, read_tiles, iterations);
-                src_addr = AddrM { base: 0, inc: 0 };
+                Some((src, AddrM { base: 0, inc: 0 }, false))
             } else {
-                match self.source_addr(src, read_tiles, iterations) {
-                    Some(a) => src_addr = a,
-                    None => return,
-                }
+                let a = self.source_addr(src, read_tiles, iterations)?;
+                Some((src, a, false))
             }
         }
+    }
 
-        // MFU ops and their operands.
+    /// A chain's MFU ops, placed, with their operands (`width` wide), and the registers the
+    /// operands read.
+    fn chain_ops(&mut self, width: u32, iterations: u32) -> (ChainOps, BTreeSet<(Mem, u32)>) {
         let kinds = self.op_kinds();
         let placed = self.place(&kinds);
         let mut ops = Vec::new();
@@ -173,7 +200,18 @@ impl Gen<'_> {
             };
             ops.push((k, operand));
         }
+        (ops, operand_regs)
+    }
 
+    /// A chain's writes, `width` wide: one to four destinations, at most one netq push, none
+    /// on the registers its operands read (`operand_regs`); each marked written.
+    fn chain_writes(
+        &mut self,
+        force_netq_out: bool,
+        (src, src_addr, windowed): (Mem, AddrM, bool),
+        (width, iterations): (u32, u32),
+        operand_regs: &BTreeSet<(Mem, u32)>,
+    ) -> Vec<(Mem, AddrM)> {
         // Writes: one to four destinations, at most one netq push.
         let mut writes = Vec::new();
         let mut taken: BTreeSet<(Mem, u32)> = BTreeSet::new();
@@ -212,7 +250,7 @@ impl Gen<'_> {
             }
             let mems = self.vector_mems();
             let mem = *self.r.pick(&mems);
-            if let Some(a) = self.dest_addr(mem, width, iterations, &operand_regs, &taken) {
+            if let Some(a) = self.dest_addr(mem, width, iterations, operand_regs, &taken) {
                 let regs = Self::read_regs(a, width, iterations);
                 for &r in &regs {
                     taken.insert((mem, r));
@@ -241,18 +279,7 @@ impl Gen<'_> {
                 base: a.base,
             });
         }
-
-        if iterations > 1 || self.r.chance(0.05) {
-            self.items.push(Item::Swr("iterations", iterations));
-        }
-        self.items.push(Item::Vector(VChainM {
-            src,
-            src_addr,
-            windowed,
-            mv_mul,
-            ops,
-            writes,
-        }));
+        writes
     }
 
     fn win_regs(&mut self, w: u32, h: u32, pitch: u32) {

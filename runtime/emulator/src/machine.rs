@@ -31,11 +31,13 @@ pub struct ChunkResult {
 
 /// The per-chunk machine.
 struct Machine<'s, 'a> {
-    sh: &'s Shared<'a>,
+    shared: &'s Shared<'a>,
     items: Range<usize>,
     /// The number of the data's item 0 in the batch it is a piece of (errors and records).
     first_item: usize,
-    b: usize,
+    /// The number of items in the chunk (`items.len()`): each vector register holds this many
+    /// items' lanes.
+    item_count: usize,
     vregs: HashMap<(Mem, u32), Vec<f32>>,
     tiles: HashMap<(Mem, u32), Arc<[f32]>>,
     qcache: HashMap<u32, (Format, Arc<Vec<QRun>>)>,
@@ -63,27 +65,36 @@ struct At {
 /// Run the items `items` of the data; errors and trace records number them from
 /// `first_item` (the data's item 0 in a larger batch).
 pub fn run_chunk(
-    sh: &Shared<'_>,
+    shared: &Shared<'_>,
     items: Range<usize>,
     trace: bool,
     first_item: usize,
 ) -> Result<ChunkResult, EmuError> {
-    let b = items.len();
+    let item_count = items.len();
     let mut m = Machine {
-        sh,
-        b,
-        vregs: sh
+        shared,
+        item_count,
+        vregs: shared
             .vregs
             .iter()
-            .map(|(k, v)| (*k, v.iter().copied().cycle().take(v.len() * b).collect()))
+            .map(|(k, v)| {
+                (
+                    *k,
+                    v.iter()
+                        .copied()
+                        .cycle()
+                        .take(v.len() * item_count)
+                        .collect(),
+                )
+            })
             .collect(),
-        tiles: sh.tiles.clone(),
+        tiles: shared.tiles.clone(),
         qcache: HashMap::new(),
         netq_in: VecDeque::new(),
         out_slots: VecDeque::new(),
         outputs: HashMap::new(),
         pushes: 0,
-        trace: trace.then(|| vec![Vec::new(); b]),
+        trace: trace.then(|| vec![Vec::new(); item_count]),
         items,
         first_item,
         failed: BTreeMap::new(),
@@ -105,8 +116,8 @@ pub fn run_chunk(
 impl Machine<'_, '_> {
     /// Every item's program: placed inputs loaded, then the chains in order.
     fn run(&mut self) -> Result<(), EmuError> {
-        let (p, b) = (self.sh.p, self.b);
-        for (i, d) in p.decls.iter().enumerate() {
+        let (program, item_count) = (self.shared.program, self.item_count);
+        for (i, d) in program.decls.iter().enumerate() {
             match (d.kind, d.place) {
                 (DeclKind::Input, None) => self.netq_in.extend((0..d.rows()).map(|r| (i, r))),
                 (DeclKind::Input, Some(place)) => {
@@ -114,14 +125,14 @@ impl Machine<'_, '_> {
                 }
                 (DeclKind::Output, None) => {
                     self.out_slots.extend((0..d.rows()).map(|r| (i, r)));
-                    self.outputs.insert(i, vec![0.0; b * d.elements()]);
+                    self.outputs.insert(i, vec![0.0; item_count * d.elements()]);
                 }
                 _ => {}
             }
         }
-        for c in &p.chains {
+        for c in &program.chains {
             for t in 0..c.iterations {
-                if self.sh.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                if self.shared.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
                     return Err(EmuError::Stopped);
                 }
                 let at = At {
@@ -143,7 +154,7 @@ impl Machine<'_, '_> {
             chain: at.chain,
             iteration: at.iteration,
             span,
-            line: self.sh.p.line(span),
+            line: self.shared.program.line(span),
         }
     }
 
@@ -151,8 +162,8 @@ impl Machine<'_, '_> {
     fn reg(&self, mem: Mem, addr: Addr, offset: u32, at: At, span: Span) -> Result<u32, EmuError> {
         let a = addr.base as i64 + addr.inc as i64 * at.iteration as i64 + offset as i64;
         let size = match mem {
-            Mem::Mrf => self.sh.p.target.memory.mrf,
-            _ => self.sh.p.target.mem_size(mem),
+            Mem::Mrf => self.shared.program.target.memory.mrf,
+            _ => self.shared.program.target.mem_size(mem),
         };
         if a < 0 || a >= size as i64 {
             return Err(EmuError::OutOfRange {
@@ -175,8 +186,8 @@ impl Machine<'_, '_> {
     ) -> Result<u32, EmuError> {
         let a = addr.base as i64 + addr.inc as i64 * at.iteration as i64 + offset as i64;
         let size = match mem {
-            Mem::Dram => self.sh.p.target.memory.dram_tiles,
-            _ => self.sh.p.target.memory.mrf,
+            Mem::Dram => self.shared.program.target.memory.dram_tiles,
+            _ => self.shared.program.target.memory.mrf,
         };
         if a < 0 || a >= size as i64 {
             return Err(EmuError::OutOfRange {
@@ -198,18 +209,18 @@ impl Machine<'_, '_> {
     }
 
     fn load_placed_input(&mut self, d: &Decl, mem: Mem, base: u32) -> Result<(), EmuError> {
-        let n = self.sh.n;
+        let n = self.shared.native;
         let per_item = d.tiles(n) * n;
-        let mut all = vec![0.0f32; self.b * per_item];
+        let mut all = vec![0.0f32; self.item_count * per_item];
         for (k, item) in self.items.clone().enumerate() {
             let values = self.input_values(d, item)?;
-            let rows = self.sh.host_rows(d, d.rows(), Some(values));
+            let rows = self.shared.host_rows(d, d.rows(), Some(values));
             self.loaded(d, &rows, item);
             all[k * per_item..(k + 1) * per_item].copy_from_slice(&rows);
         }
         for reg in 0..d.tiles(n) {
-            let mut v = vec![0.0f32; self.b * n];
-            for k in 0..self.b {
+            let mut v = vec![0.0f32; self.item_count * n];
+            for k in 0..self.item_count {
                 v[k * n..(k + 1) * n]
                     .copy_from_slice(&all[k * per_item + reg * n..k * per_item + (reg + 1) * n]);
             }
@@ -219,7 +230,7 @@ impl Machine<'_, '_> {
     }
 
     fn input_values(&self, d: &Decl, item: usize) -> Result<&[f32], EmuError> {
-        self.sh
+        self.shared
             .data
             .input_item(&d.name, item)
             .filter(|v| v.len() == d.elements())
@@ -234,17 +245,17 @@ impl Machine<'_, '_> {
 
     /// `v_rd`: the carried vector `[item][tile][lane]`.
     fn read(&mut self, vc: &VectorChain, at: At) -> Result<Vec<f64>, EmuError> {
-        let n = self.sh.n;
+        let n = self.shared.native;
         let rd = &vc.read;
         let tiles = rd.tiles as usize;
-        let mut x = vec![0.0f64; self.b * tiles * n];
+        let mut x = vec![0.0f64; self.item_count * tiles * n];
         if rd.src == Mem::Netq {
             let Some((di, row)) = self.netq_in.pop_front() else {
                 return Err(EmuError::NetqUnderflow {
                     site: self.site(at, rd.span),
                 });
             };
-            let d = &self.sh.p.decls[di];
+            let d = &self.shared.program.decls[di];
             if d.row_tiles(n) != tiles {
                 return Err(EmuError::NetqWidth {
                     site: self.site(at, rd.span),
@@ -258,7 +269,7 @@ impl Machine<'_, '_> {
             for (k, item) in self.items.clone().enumerate() {
                 let values = self.input_values(d, item)?;
                 let lanes = self
-                    .sh
+                    .shared
                     .host_rows(d, 1, Some(&values[row * c..(row + 1) * c]));
                 self.loaded(d, &lanes, item);
                 for (o, v) in x[k * tiles * n..(k + 1) * tiles * n].iter_mut().zip(&lanes) {
@@ -277,7 +288,7 @@ impl Machine<'_, '_> {
                 .vregs
                 .get(&(rd.src, a))
                 .ok_or_else(|| self.uninit(at, rd.span, rd.src, a))?;
-            for k in 0..self.b {
+            for k in 0..self.item_count {
                 for (o, v) in x[(k * tiles + j) * n..(k * tiles + j + 1) * n]
                     .iter_mut()
                     .zip(&r[k * n..(k + 1) * n])
@@ -302,13 +313,13 @@ impl Machine<'_, '_> {
         {
             return Ok(q.clone());
         }
-        let n = self.sh.n;
+        let n = self.shared.native;
         let tile = self
             .tiles
             .get(&(Mem::Mrf, a))
             .ok_or_else(|| self.uninit(at, span, Mem::Mrf, a))?;
         let key = (tile.as_ptr() as usize, *fmt);
-        let cached = lock(&self.sh.qtiles).get(&key).cloned();
+        let cached = lock(&self.shared.qtiles).get(&key).cloned();
         let q = match cached {
             Some(q) => q,
             None => {
@@ -321,7 +332,7 @@ impl Machine<'_, '_> {
                     })
                     .collect();
                 let q = Arc::new(rows);
-                lock(&self.sh.qtiles).insert(key, q.clone());
+                lock(&self.shared.qtiles).insert(key, q.clone());
                 q
             }
         };
@@ -334,7 +345,7 @@ impl Machine<'_, '_> {
         let Some(mm) = &vc.mv_mul else {
             return Ok(x.to_vec());
         };
-        let n = self.sh.n;
+        let n = self.shared.native;
         let (rows, cols) = (vc.width as usize, vc.read.tiles as usize);
         let q = &vc.quant;
         let out_fmt = q
@@ -342,23 +353,23 @@ impl Machine<'_, '_> {
             .as_float()
             .copied()
             .unwrap_or(FloatFormat::FP16);
-        let mode = self.sh.p.target.numerics.accumulation;
+        let mode = self.shared.program.target.numerics.accumulation;
         let mut scratch = Vec::new();
         // Input tiles quantized once: xq[item * cols + j].
         let xq: Vec<QRun> = x
             .chunks(n)
             .map(|t| QRun::quantize(&q.mvm_vector, t, n, &mut scratch))
             .collect();
-        let mut y = vec![0.0f64; self.b * rows * n];
-        let mut partials = vec![IntegerSum::new(); self.b * n * cols];
+        let mut y = vec![0.0f64; self.item_count * rows * n];
+        let mut partials = vec![IntegerSum::new(); self.item_count * n * cols];
         for i in 0..rows {
-            for p in partials.iter_mut() {
-                p.clear();
+            for partial in partials.iter_mut() {
+                partial.clear();
             }
             for j in 0..cols {
                 let a = self.tile_reg(Mem::Mrf, mm.addr, (i * cols + j) as u32, at, mm.span)?;
                 let qt = self.qtile(a, mm.format(at.iteration), at, mm.span)?;
-                for k in 0..self.b {
+                for k in 0..self.item_count {
                     for (r, wrow) in qt.iter().enumerate() {
                         mvm::dot(
                             wrow,
@@ -368,7 +379,7 @@ impl Machine<'_, '_> {
                     }
                 }
             }
-            for k in 0..self.b {
+            for k in 0..self.item_count {
                 for r in 0..n {
                     let ps = &partials[(k * n + r) * cols..(k * n + r + 1) * cols];
                     y[(k * rows + i) * n + r] = mvm::accumulate(mode, ps, &out_fmt);
@@ -382,7 +393,7 @@ impl Machine<'_, '_> {
     /// Under `nonfinite = "error"`, each item's first non-finite lane of `v` (`[item][lane]`,
     /// `per_item` lanes each) fails that item ([`Machine::failed`]).
     fn check_finite(&mut self, v: &[f64], per_item: usize, op: &'static str, at: At, span: Span) {
-        if !self.sh.nonfinite_error {
+        if !self.shared.nonfinite_error {
             return;
         }
         for (k, lanes) in v.chunks(per_item.max(1)).enumerate() {
@@ -403,13 +414,13 @@ impl Machine<'_, '_> {
     /// [`Shared::check_loaded`] for an input of the chunk's item `item` (data numbering).
     fn loaded(&mut self, d: &Decl, values: &[f32], item: usize) {
         let item = self.first_item + item;
-        if let Err(e) = self.sh.check_loaded(d, values, item) {
+        if let Err(e) = self.shared.check_loaded(d, values, item) {
             self.failed.entry(item).or_insert(e);
         }
     }
 
     fn vector_chain(&mut self, vc: &VectorChain, at: At) -> Result<(), EmuError> {
-        let n = self.sh.n;
+        let n = self.shared.native;
         let x = self.read(vc, at)?;
         let mut y = self.mv_mul(vc, &x, at)?;
         let width = vc.width as usize;
@@ -437,14 +448,14 @@ impl Machine<'_, '_> {
                 OpKind::Relu => y.iter_mut().for_each(|v| *v = mfu::relu(*v)),
                 OpKind::Pass => {}
                 OpKind::Table(kind) => {
-                    let act = mfu::Act::new(kind, &fmt, &self.sh.files);
+                    let act = mfu::Act::new(kind, &fmt, &self.shared.files);
                     for v in y.iter_mut() {
                         *v = act.apply(*v);
                     }
                 }
                 OpKind::Softmax => {
                     for item in y.chunks_mut(per_item) {
-                        mfu::softmax(&fmt, &self.sh.files, item);
+                        mfu::softmax(&fmt, &self.shared.files, item);
                     }
                 }
                 kind => {
@@ -452,7 +463,7 @@ impl Machine<'_, '_> {
                         return Err(EmuError::Unsupported {
                             message: format!("`{}` without an operand", kind.mnemonic()),
                             span: op.span,
-                            line: self.sh.p.line(op.span),
+                            line: self.shared.program.line(op.span),
                         });
                     };
                     for j in 0..width {
@@ -461,7 +472,7 @@ impl Machine<'_, '_> {
                             .vregs
                             .get(&(mem, a))
                             .ok_or_else(|| self.uninit(at, op.span, mem, a))?;
-                        for k in 0..self.b {
+                        for k in 0..self.item_count {
                             let ys = &mut y[(k * width + j) * n..(k * width + j + 1) * n];
                             for (v, m) in ys.iter_mut().zip(&r[k * n..(k + 1) * n]) {
                                 *v = mfu::binary(kind, &fmt, *v, fmt.round(f64::from(*m)));
@@ -497,8 +508,8 @@ impl Machine<'_, '_> {
                     let reg = self
                         .vregs
                         .entry((w.dst, a))
-                        .or_insert_with(|| vec![0.0; self.b * n]);
-                    for k in 0..self.b {
+                        .or_insert_with(|| vec![0.0; self.item_count * n]);
+                    for k in 0..self.item_count {
                         reg[k * n..(k + 1) * n]
                             .copy_from_slice(&out[(k * width + j) * n..(k * width + j + 1) * n]);
                     }
@@ -506,7 +517,7 @@ impl Machine<'_, '_> {
                 first
             };
             if let Some(trace) = self.trace.as_mut() {
-                let line = self.sh.p.line(w.span);
+                let line = self.shared.program.line(w.span);
                 for (k, recs) in trace.iter_mut().enumerate() {
                     recs.push(TraceRecord {
                         item: self.first_item + self.items.start + k,
@@ -528,13 +539,13 @@ impl Machine<'_, '_> {
 
     /// `v_wr netq`: the next output row; returns the push's index.
     fn push(&mut self, out: &[f32], width: usize, at: At, span: Span) -> Result<u32, EmuError> {
-        let n = self.sh.n;
+        let n = self.shared.native;
         let Some((di, row)) = self.out_slots.pop_front() else {
             return Err(EmuError::NetqOverflow {
                 site: self.site(at, span),
             });
         };
-        let d = &self.sh.p.decls[di];
+        let d = &self.shared.program.decls[di];
         if d.row_tiles(n) != width {
             return Err(EmuError::PushWidth {
                 site: self.site(at, span),
@@ -546,7 +557,7 @@ impl Machine<'_, '_> {
         }
         let (c, elements) = (d.row_len(), d.elements());
         if let Some(dst) = self.outputs.get_mut(&di) {
-            for k in 0..self.b {
+            for k in 0..self.item_count {
                 let (d, s) = (k * elements + row * c, k * width * n);
                 for (d, s) in dst[d..d + c].iter_mut().zip(&out[s..s + c]) {
                     *d = canonical_nan(*s);
@@ -575,30 +586,30 @@ impl Machine<'_, '_> {
     }
 
     fn finish(mut self) -> Result<ChunkResult, EmuError> {
-        let p = self.sh.p;
-        let n = self.sh.n;
+        let program = self.shared.program;
+        let n = self.shared.native;
         if let Some(&(di, row)) = self.netq_in.front() {
-            let d = &p.decls[di];
+            let d = &program.decls[di];
             return Err(EmuError::NetqLeftover {
                 left: self.netq_in.len(),
                 input: d.name.clone(),
                 row,
                 span: d.span,
-                line: p.line(d.span),
+                line: program.line(d.span),
             });
         }
         if let Some(&(di, row)) = self.out_slots.front() {
-            let d = &p.decls[di];
+            let d = &program.decls[di];
             return Err(EmuError::OutputMissing {
                 output: d.name.clone(),
                 got: row,
                 expected: d.rows(),
                 span: d.span,
-                line: p.line(d.span),
+                line: program.line(d.span),
             });
         }
         let mut outputs = Vec::new();
-        for (i, d) in p.decls.iter().enumerate() {
+        for (i, d) in program.decls.iter().enumerate() {
             if d.kind != DeclKind::Output {
                 continue;
             }
@@ -606,9 +617,9 @@ impl Machine<'_, '_> {
                 None => self.outputs.remove(&i).unwrap_or_default(),
                 Some(place) => {
                     let (c, rt, elements) = (d.row_len(), d.row_tiles(n), d.elements());
-                    let mut v = vec![0.0f32; self.b * elements];
+                    let mut v = vec![0.0f32; self.item_count * elements];
                     let at = At {
-                        chain: p.chains.len(),
+                        chain: program.chains.len(),
                         iteration: 0,
                     };
                     for r in 0..d.rows() {
@@ -628,7 +639,7 @@ impl Machine<'_, '_> {
                                 .get(&(place.mem, a))
                                 .ok_or_else(|| self.uninit(at, d.span, place.mem, a))?;
                             let lanes = n.min(c - j * n);
-                            for k in 0..self.b {
+                            for k in 0..self.item_count {
                                 let o = k * elements + r * c + j * n;
                                 for (d, s) in v[o..o + lanes].iter_mut().zip(&reg[k * n..]) {
                                     *d = canonical_nan(*s);

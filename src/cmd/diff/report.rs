@@ -6,6 +6,7 @@ use nnp_grammar::Program;
 use nnp_runtime::diff::{DiffReport, bucket_label, number};
 use nnp_runtime::explain::{DEFAULT_TARGET_LINE, ExplainRow, closest, cmp_share};
 use nnp_runtime::host::ShapeDisplay;
+use nnp_runtime::trace::TraceComparison;
 
 /// `println!` into `out`, the report's text (written to stdout whole, `output::stdout`).
 macro_rules! say {
@@ -30,6 +31,40 @@ pub(super) fn print_report(
         program.target.name,
         program.native()
     );
+    print_outputs(out, report);
+    if !report.outputs_bit_exact() {
+        print_mismatches(out, report);
+    }
+    if let Some(t) = &report.trace {
+        print_trace(out, program, t);
+    }
+    match &report.explain {
+        Some(rows) => {
+            let all_pairs = args.explain == Some(ExplainPairs::AllPairs);
+            print_explain(out, program, rows, batch, all_pairs)
+        }
+        None if !report.outputs_bit_exact() => say!(
+            out,
+            "  (`--explain` reruns the software graph under one-knob changes of the target's \
+             numerics, to tell a setting the target file gets wrong from a fault)"
+        ),
+        None => {}
+    }
+    say!(
+        out,
+        "bit-exact: {} of {}{}",
+        report.bit_exact,
+        report.elements,
+        match (report.concordant, report.outputs_bit_exact()) {
+            (true, _) => " (concordant)",
+            (false, true) => ", but a v_wr trace record differs (NOT concordant)",
+            (false, false) => " (NOT concordant)",
+        }
+    );
+}
+
+/// One line per output: its bit-exact elements, largest errors, and what they leave out.
+fn print_outputs(out: &mut String, report: &DiffReport) {
     for o in &report.outputs {
         // What the statistics leave out, or cannot measure.
         let mut besides = Vec::new();
@@ -78,110 +113,91 @@ pub(super) fn print_report(
             }
         );
     }
-    if !report.outputs_bit_exact() {
-        let buckets = report.ulp_histogram.len();
-        let hist: Vec<String> = report
-            .ulp_histogram
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| **c > 0)
-            .map(|(k, c)| format!("{}: {c}", bucket_label(k, buckets)))
-            .collect();
-        say!(out, "  ULP histogram: {}", hist.join(", "));
-        if !report.mismatches.is_empty() {
-            say!(out, "  first {} mismatches:", report.mismatches.len());
-        }
-        for m in &report.mismatches {
-            let idx: Vec<String> = m.index.iter().map(ToString::to_string).collect();
-            let ulps = m.ulps.map_or("NaN".into(), |u| format!("{u} ULP"));
-            let at = match (m.line, &m.source) {
-                (Some(l), Some(s)) => format!("line {l}: {}", s.trim()),
-                _ => "writer unknown".into(),
-            };
-            let hardware = match m.hardware_f64 {
-                Some(v) => number(v, v),
-                None => number(m.hardware, f64::from(m.hardware)),
-            };
-            let bits = if m.not_storage_value {
-                let storage = &report.storage;
-                format!("not a {storage} value; rounds to 0x{:04X}", m.hardware_bits)
-            } else {
-                format!("0x{:04X}", m.hardware_bits)
-            };
+}
+
+/// The ULP histogram and the first mismatches, each at the firmware line that wrote it.
+fn print_mismatches(out: &mut String, report: &DiffReport) {
+    let buckets = report.ulp_histogram.len();
+    let hist: Vec<String> = report
+        .ulp_histogram
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(k, c)| format!("{}: {c}", bucket_label(k, buckets)))
+        .collect();
+    say!(out, "  ULP histogram: {}", hist.join(", "));
+    if !report.mismatches.is_empty() {
+        say!(out, "  first {} mismatches:", report.mismatches.len());
+    }
+    for m in &report.mismatches {
+        let idx: Vec<String> = m.index.iter().map(ToString::to_string).collect();
+        let ulps = m.ulps.map_or("NaN".into(), |u| format!("{u} ULP"));
+        let at = match (m.line, &m.source) {
+            (Some(l), Some(s)) => format!("line {l}: {}", s.trim()),
+            _ => "writer unknown".into(),
+        };
+        let hardware = match m.hardware_f64 {
+            Some(v) => number(v, v),
+            None => number(m.hardware, f64::from(m.hardware)),
+        };
+        let bits = if m.not_storage_value {
+            let storage = &report.storage;
+            format!("not a {storage} value; rounds to 0x{:04X}", m.hardware_bits)
+        } else {
+            format!("0x{:04X}", m.hardware_bits)
+        };
+        say!(
+            out,
+            "    {}[{}] tile {} lane {}: hardware {hardware} ({bits}) software {} (0x{:04X}), {ulps}; {at}",
+            m.output,
+            idx.join(", "),
+            m.tile,
+            m.lane,
+            number(m.software, f64::from(m.software)),
+            m.software_bits
+        );
+    }
+}
+
+/// How the hardware's v_wr trace compares: identical, or its first divergent record.
+fn print_trace(out: &mut String, program: &Program, t: &TraceComparison) {
+    match &t.first {
+        None => say!(
+            out,
+            "  trace: {} of {} v_wr records identical",
+            t.identical,
+            t.records
+        ),
+        Some(f) => {
+            let text = program
+                .source
+                .text
+                .lines()
+                .nth(f.line.saturating_sub(1))
+                .unwrap_or("")
+                .trim();
             say!(
                 out,
-                "    {}[{}] tile {} lane {}: hardware {hardware} ({bits}) software {} (0x{:04X}), {ulps}; {at}",
-                m.output,
-                idx.join(", "),
-                m.tile,
-                m.lane,
-                number(m.software, f64::from(m.software)),
-                m.software_bits
+                "  trace: {} of {} v_wr records identical; first divergent v_wr: line {}: {text}",
+                t.identical,
+                t.records,
+                f.line
+            );
+            say!(
+                out,
+                "    chain {} iteration {} -> {}[{}], batch item {}: {} lanes differ, lane {} hardware 0x{:04X} software 0x{:04X}",
+                f.chain,
+                f.iteration,
+                f.dst,
+                f.addr,
+                f.item,
+                f.lanes_differing,
+                f.first_lane,
+                f.hardware_bits,
+                f.software_bits
             );
         }
     }
-    if let Some(t) = &report.trace {
-        match &t.first {
-            None => say!(
-                out,
-                "  trace: {} of {} v_wr records identical",
-                t.identical,
-                t.records
-            ),
-            Some(f) => {
-                let text = program
-                    .source
-                    .text
-                    .lines()
-                    .nth(f.line.saturating_sub(1))
-                    .unwrap_or("")
-                    .trim();
-                say!(
-                    out,
-                    "  trace: {} of {} v_wr records identical; first divergent v_wr: line {}: {text}",
-                    t.identical,
-                    t.records,
-                    f.line
-                );
-                say!(
-                    out,
-                    "    chain {} iteration {} -> {}[{}], batch item {}: {} lanes differ, lane {} hardware 0x{:04X} software 0x{:04X}",
-                    f.chain,
-                    f.iteration,
-                    f.dst,
-                    f.addr,
-                    f.item,
-                    f.lanes_differing,
-                    f.first_lane,
-                    f.hardware_bits,
-                    f.software_bits
-                );
-            }
-        }
-    }
-    match &report.explain {
-        Some(rows) => {
-            let all_pairs = args.explain == Some(ExplainPairs::AllPairs);
-            print_explain(out, program, rows, batch, all_pairs)
-        }
-        None if !report.outputs_bit_exact() => say!(
-            out,
-            "  (`--explain` reruns the software graph under one-knob changes of the target's \
-             numerics, to tell a setting the target file gets wrong from a fault)"
-        ),
-        None => {}
-    }
-    say!(
-        out,
-        "bit-exact: {} of {}{}",
-        report.bit_exact,
-        report.elements,
-        match (report.concordant, report.outputs_bit_exact()) {
-            (true, _) => " (concordant)",
-            (false, true) => ", but a v_wr trace record differs (NOT concordant)",
-            (false, false) => " (NOT concordant)",
-        }
-    );
 }
 
 fn plural(n: usize) -> &'static str {

@@ -279,31 +279,7 @@ impl Checker {
         if usize::from(k) >= mfus {
             if !place.overflow_reported {
                 place.overflow_reported = true;
-                let mut d = Diagnostic::error(
-                    codes::TOO_MANY_MFUS,
-                    format!(
-                        "this chain needs MFU{k} but target `{target_name}` has {mfus} MFU{}",
-                        if mfus == 1 { "" } else { "s" }
-                    ),
-                )
-                .label(i.span, format!("placed on MFU{k}"));
-                if let Some((_, unit, prev)) = moved {
-                    d = d.label(
-                        prev,
-                        format!(
-                            "MFU{}'s {} unit is already used here",
-                            k - 1,
-                            unit_name(unit)
-                        ),
-                    );
-                }
-                let need = usize::from(k) + 1;
-                self.emit(d.help(format!(
-                    "each MFU has one add/sub, one multiply and one activation unit: split the \
-                     chain (write the intermediate vector to a VRF and continue in a new chain), \
-                     or run on a target with at least {need} MFUs (`--target FILE`, whose TOML \
-                     says `mfus = {need}`)"
-                )));
+                self.too_many_mfus(i, k, moved, (mfus, &target_name));
             }
             self.push_op(kind, None, k, i.span);
             return;
@@ -339,37 +315,7 @@ impl Checker {
                     return;
                 }
                 Some(j) if j != k => {
-                    let mut d = Diagnostic::error(
-                        codes::MFU_OPERAND,
-                        format!("`{}` runs on MFU{k} but reads {}", i.name.name, op.mem),
-                    )
-                    .label(op.mem_span, format!("{} belongs to MFU{j}", op.mem));
-                    d = match moved {
-                        Some((mover, unit, prev)) => {
-                            let what = if mover == i.span {
-                                format!(
-                                    "MFU{}'s {} unit is already used here, so this op moves to MFU{k}",
-                                    k - 1,
-                                    unit_name(unit)
-                                )
-                            } else {
-                                format!(
-                                    "MFU{}'s {} unit is used here, so a later op moved the chain to MFU{k}",
-                                    k - 1,
-                                    unit_name(unit)
-                                )
-                            };
-                            d.label(prev, what)
-                        }
-                        None => d.label(
-                            i.name.span,
-                            "no unit is used twice before this op, so it stays on MFU0",
-                        ),
-                    };
-                    self.emit(d.help(format!(
-                        "ops are placed on MFU0 until a unit would be used twice, then on MFU1, \
-                         and so on; this op's operand must be in {want}"
-                    )));
+                    self.operand_of_another_mfu(i, &op, (j, k), moved, want);
                     self.break_chain();
                     return;
                 }
@@ -391,6 +337,85 @@ impl Checker {
             None
         };
         self.push_op(kind, operand, k, i.span);
+    }
+
+    /// The error of an op placed on MFU`k` where the target has `mfus` (`target_name`);
+    /// `moved` is where the chain moved on to a new MFU.
+    fn too_many_mfus(
+        &mut self,
+        i: &Instr,
+        k: u8,
+        moved: Option<(Span, Unit, Span)>,
+        (mfus, target_name): (usize, &str),
+    ) {
+        let mut d = Diagnostic::error(
+            codes::TOO_MANY_MFUS,
+            format!(
+                "this chain needs MFU{k} but target `{target_name}` has {mfus} MFU{}",
+                if mfus == 1 { "" } else { "s" }
+            ),
+        )
+        .label(i.span, format!("placed on MFU{k}"));
+        if let Some((_, unit, prev)) = moved {
+            d = d.label(
+                prev,
+                format!(
+                    "MFU{}'s {} unit is already used here",
+                    k - 1,
+                    unit_name(unit)
+                ),
+            );
+        }
+        let need = usize::from(k) + 1;
+        self.emit(d.help(format!(
+            "each MFU has one add/sub, one multiply and one activation unit: split the \
+             chain (write the intermediate vector to a VRF and continue in a new chain), \
+             or run on a target with at least {need} MFUs (`--target FILE`, whose TOML \
+             says `mfus = {need}`)"
+        )));
+    }
+
+    /// The error of an op on MFU`k` whose operand `op` belongs to MFU`j`; `moved` is where the
+    /// chain moved on to a new MFU, `want` where the operand must be.
+    fn operand_of_another_mfu(
+        &mut self,
+        i: &Instr,
+        op: &MemOp,
+        (j, k): (u8, u8),
+        moved: Option<(Span, Unit, Span)>,
+        want: Mem,
+    ) {
+        let mut d = Diagnostic::error(
+            codes::MFU_OPERAND,
+            format!("`{}` runs on MFU{k} but reads {}", i.name.name, op.mem),
+        )
+        .label(op.mem_span, format!("{} belongs to MFU{j}", op.mem));
+        d = match moved {
+            Some((mover, unit, prev)) => {
+                let what = if mover == i.span {
+                    format!(
+                        "MFU{}'s {} unit is already used here, so this op moves to MFU{k}",
+                        k - 1,
+                        unit_name(unit)
+                    )
+                } else {
+                    format!(
+                        "MFU{}'s {} unit is used here, so a later op moved the chain to MFU{k}",
+                        k - 1,
+                        unit_name(unit)
+                    )
+                };
+                d.label(prev, what)
+            }
+            None => d.label(
+                i.name.span,
+                "no unit is used twice before this op, so it stays on MFU0",
+            ),
+        };
+        self.emit(d.help(format!(
+            "ops are placed on MFU0 until a unit would be used twice, then on MFU1, \
+             and so on; this op's operand must be in {want}"
+        )));
     }
 
     fn push_op(&mut self, kind: OpKind, operand: Option<MemOp>, mfu: u8, span: Span) {

@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Everything the chunks share: the program, host data, tables and the host-loaded weights.
 pub struct Shared<'a> {
-    pub(super) p: &'a Program,
+    pub(super) program: &'a Program,
     pub(super) data: &'a HostData,
-    pub(super) n: usize,
+    /// The native dimension N: the lanes of a vector register, the side of a matrix tile.
+    pub(super) native: usize,
     pub(super) files: TableFiles,
     /// Storage format the host rounds loaded values to.
     pub(super) load_fmt: FloatFormat,
@@ -36,11 +37,16 @@ pub(super) fn lock(m: &Mutex<QCache>) -> MutexGuard<'_, QCache> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn float_of(f: &Format, what: &str, p: &Program, span: Span) -> Result<FloatFormat, EmuError> {
+fn float_of(
+    f: &Format,
+    what: &str,
+    program: &Program,
+    span: Span,
+) -> Result<FloatFormat, EmuError> {
     f.as_float().copied().ok_or_else(|| EmuError::Unsupported {
         message: format!("{what} format `{f}` is not a float format"),
         span,
-        line: p.line(span),
+        line: program.line(span),
     })
 }
 
@@ -55,10 +61,10 @@ fn read_table(path: &std::path::Path) -> Result<Arc<[u16]>, EmuError> {
 }
 
 impl<'a> Shared<'a> {
-    pub fn new(p: &'a Program, data: &'a HostData) -> Result<Shared<'a>, EmuError> {
-        for c in &p.chains {
+    pub fn new(program: &'a Program, data: &'a HostData) -> Result<Shared<'a>, EmuError> {
+        for c in &program.chains {
             if let ChainBody::Vector(vc) = &c.body {
-                let st = float_of(&vc.quant.storage, "storage", p, c.span)?;
+                let st = float_of(&vc.quant.storage, "storage", program, c.span)?;
                 // The checker refuses these; a hand-built Program may still hold one.
                 if !nnp_grammar::target::storage_fits_f32(&st) {
                     return Err(EmuError::Unsupported {
@@ -67,57 +73,58 @@ impl<'a> Shared<'a> {
                             vc.quant.storage
                         ),
                         span: c.span,
-                        line: p.line(c.span),
+                        line: program.line(c.span),
                     });
                 }
-                float_of(&vc.quant.mvm_output, "mvm.output", p, c.span)?;
-                float_of(&vc.quant.mfu_input, "mfu.input", p, c.span)?;
+                float_of(&vc.quant.mvm_output, "mvm.output", program, c.span)?;
+                float_of(&vc.quant.mfu_input, "mfu.input", program, c.span)?;
             }
         }
         // The host rounds what it loads to the storage format in force at the first chain.
-        let load_fmt = p
+        let load_fmt = program
             .chains
             .iter()
             .find_map(|c| match &c.body {
                 ChainBody::Vector(vc) => vc.quant.storage.as_float().copied(),
                 ChainBody::Matrix(_) => None,
             })
-            .or_else(|| p.target.numerics.storage.as_float().copied())
+            .or_else(|| program.target.numerics.storage.as_float().copied())
             .unwrap_or(FloatFormat::FP16);
         let files = TableFiles(
-            (p.target.numerics.tables.iter())
-                .map(|(a, path)| Ok((a, read_table(&p.target.table_path(path))?)))
+            (program.target.numerics.tables.iter())
+                .map(|(a, path)| Ok((a, read_table(&program.target.table_path(path))?)))
                 .collect::<Result<_, EmuError>>()?,
         );
-        let mut sh = Shared {
-            p,
+        let mut shared = Shared {
+            program,
             data,
-            n: p.native().max(1),
+            native: program.native().max(1),
             files,
             load_fmt,
-            nonfinite_error: p.target.numerics.nonfinite == NonFinite::Error,
+            nonfinite_error: program.target.numerics.nonfinite == NonFinite::Error,
             tiles: HashMap::new(),
             vregs: HashMap::new(),
             qtiles: Mutex::new(HashMap::new()),
             stop: None,
         };
-        for d in &p.decls {
+        for d in &program.decls {
             let Some(place) = d.place else { continue };
             match d.kind {
-                DeclKind::Matrix => sh.load_matrix(d, place.mem, place.addr)?,
+                DeclKind::Matrix => shared.load_matrix(d, place.mem, place.addr)?,
                 DeclKind::Vector => {
-                    let values = sh.weight_values(d)?;
-                    let rows = sh.host_rows(d, d.rows(), values.as_deref());
-                    sh.check_loaded(d, &rows, 0)?;
-                    for (k, reg) in rows.chunks(sh.n).enumerate() {
-                        sh.vregs
+                    let values = shared.weight_values(d)?;
+                    let rows = shared.host_rows(d, d.rows(), values.as_deref());
+                    shared.check_loaded(d, &rows, 0)?;
+                    for (k, reg) in rows.chunks(shared.native).enumerate() {
+                        shared
+                            .vregs
                             .insert((place.mem, place.addr + k as u32), reg.into());
                     }
                 }
                 _ => {}
             }
         }
-        Ok(sh)
+        Ok(shared)
     }
 
     fn weight_values(&self, d: &Decl) -> Result<Option<Vec<f32>>, EmuError> {
@@ -159,7 +166,7 @@ impl<'a> Shared<'a> {
                     chain: 0,
                     iteration: 0,
                     span: d.span,
-                    line: self.p.line(d.span),
+                    line: self.program.line(d.span),
                 },
                 op: NonFinite::HOST_LOAD,
                 value: f64::from(values[lane]),
@@ -173,7 +180,7 @@ impl<'a> Shared<'a> {
     /// storage, then the declaration's own format (per padded row) and storage again.
     /// `values = None` is `= 0`.
     pub(super) fn host_rows(&self, d: &Decl, rows: usize, values: Option<&[f32]>) -> Vec<f32> {
-        let (n, c) = (self.n, d.row_len());
+        let (n, c) = (self.native, d.row_len());
         let width = d.row_tiles(n) * n;
         let pad = self.load_fmt.round(d.pad) as f32;
         let mut out = vec![pad; rows * width];
@@ -200,7 +207,7 @@ impl<'a> Shared<'a> {
     }
 
     fn load_matrix(&mut self, d: &Decl, mem: Mem, base: u32) -> Result<(), EmuError> {
-        let n = self.n;
+        let n = self.native;
         let values = self.weight_values(d)?;
         let (r, c) = (d.shape.first().copied().unwrap_or(0), d.row_len());
         let (tr, tc) = (r.div_ceil(n), c.div_ceil(n));
