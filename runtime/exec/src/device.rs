@@ -14,14 +14,14 @@
 #![cfg_attr(not(feature = "cuda"), allow(dead_code))]
 
 use nnp_lowering::swgraph::{BinOp, UnOp};
-use nnp_numerics::{Activation, FloatFormat};
+use nnp_numerics::Activation;
 use std::fmt::Write;
 use std::sync::OnceLock;
 
 /// What an MFU op computes on the GPU, per element.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum MfuKernel {
-    /// `fmt(fmt(a) op fmt(b))` where [`on_gpu`]; `rounded`: the operand is rounded already.
+    /// `fmt(fmt(a) op fmt(b))` where `mfu::binary_on_gpu`; `rounded`: the operand is rounded already.
     Binary {
         op: BinOp,
         rounded: [bool; 2],
@@ -35,16 +35,6 @@ pub(crate) enum MfuKernel {
         bias: i32,
         nan_index: u32,
     },
-}
-
-/// Whether `mfu_binary` computes `op` in `format`: max in any (it selects one of its rounded
-/// operands), the others where one f64 operation and one rounding are correct
-/// ([`mfu::narrow`](crate::mfu::narrow)).
-pub(crate) fn on_gpu(op: BinOp, format: &FloatFormat) -> bool {
-    match op {
-        BinOp::Max => true,
-        BinOp::Add | BinOp::Sub | BinOp::Mul => crate::mfu::narrow(format),
-    }
 }
 
 /// Binary op `op` in CUDA C, as `binary_op` returns it: of operands `x` and `z`, each rounded

@@ -198,7 +198,7 @@ impl MfuOp {
                 b,
                 rounded,
             } => {
-                if !device::on_gpu(*op, format) {
+                if !mfu::binary_on_gpu(*op, format) {
                     return Ok(None);
                 }
                 let kernel = MfuKernel::Binary {

@@ -16,6 +16,17 @@ pub(crate) fn narrow(fmt: &FloatFormat) -> bool {
     fmt.mant_bits < 25
 }
 
+/// Whether `mfu_binary` computes `op` in `format`: max in any (it selects one of its rounded
+/// operands), the others where one f64 operation and one rounding are correct
+/// ([`narrow`]).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn binary_on_gpu(op: BinOp, format: &FloatFormat) -> bool {
+    match op {
+        BinOp::Max => true,
+        BinOp::Add | BinOp::Sub | BinOp::Mul => narrow(format),
+    }
+}
+
 /// [`narrow`], and the format rounds to nearest. A directed or stochastic rounding needs the
 /// exact result: `1 - 2^-100` is `1.0` in f64, which truncates to 1 where the exact value
 /// truncates to the value below 1 (a wide format, or a wide storage format, meets such sums).
