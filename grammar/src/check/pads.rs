@@ -87,11 +87,11 @@ fn round_to(format: &Format, v: f64) -> f64 {
 /// rounding: the op's own reference semantics ([`OpKind::reference`]). None when it is not
 /// known.
 fn apply(kind: OpKind, v: f64, operand: Option<f64>) -> Option<f64> {
-    match kind {
-        // exp(pad - max) is 0 when the pad is the most negative value.
-        OpKind::Softmax if v <= SOFTMAX_PAD => Some(0.0),
-        _ => kind.reference(v, operand),
+    // exp(pad - max) is 0 when the pad is the most negative value.
+    if kind == OpKind::Softmax && v <= SOFTMAX_PAD {
+        return Some(0.0);
     }
+    kind.reference(v, operand)
 }
 
 impl Checker {

@@ -119,17 +119,65 @@ pub struct TileSlice {
     pub count: u32,
 }
 
-/// Element-wise MFU ops with an operand. Each rounds both inputs to the MFU format, computes the
-/// exact result and rounds it once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BinOp {
-    Add,
+/// Declares [`BinOp`] and [`BinOp::ALL`] from one list, so that `ALL` holds every op: the
+/// kernels' op codes ([`BinOp::code`]) and the GPU's kernel source are made from it.
+macro_rules! binary_ops {
+    ($($(#[doc = $doc:literal])* $op:ident = $code:literal,)*) => {
+        /// Element-wise MFU ops with an operand. Each rounds both inputs to the MFU format,
+        /// computes the exact result and rounds it once.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        #[repr(u32)]
+        pub enum BinOp {
+            $($(#[doc = $doc])* $op = $code,)*
+        }
+
+        impl BinOp {
+            /// Every binary op, in declaration order.
+            pub const ALL: [BinOp; [$($code),*].len()] = [$(BinOp::$op),*];
+        }
+    };
+}
+
+// Each op's code is written here and nowhere else.
+binary_ops! {
+    Add = 0,
     /// `a - b`.
-    Sub,
+    Sub = 1,
     /// NaN-propagating maximum, `max(-0, +0) = +0`.
-    Max,
-    Mul,
+    Max = 3,
+    Mul = 2,
+}
+
+impl BinOp {
+    /// The op's code in the kernels that take an op as a number (the fused regions' fp16
+    /// kernels, the GPU's `mfu_binary`): distinct per op.
+    pub const fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// The op of code `code` ([`BinOp::code`]), `None` for a number that is no op's.
+    pub const fn from_code(code: u32) -> Option<BinOp> {
+        let mut i = 0;
+        while i < BinOp::ALL.len() {
+            if BinOp::ALL[i].code() == code {
+                return Some(BinOp::ALL[i]);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// The op's name in the JSON form (`add`, `sub`, `max`, `mul`), upper-cased in the GPU
+    /// source's `OP_ADD` and so on.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BinOp::Add => "add",
+            BinOp::Sub => "sub",
+            BinOp::Max => "max",
+            BinOp::Mul => "mul",
+        }
+    }
 }
 
 /// MFU ops on the carried vector alone. In the JSON form each is its name: `relu`, `pass`,
@@ -161,6 +209,17 @@ impl UnOp {
     /// The activation table the op reads ([`OpKind::table`]: softmax reads the exp table).
     pub fn table(self) -> Option<Activation> {
         self.kind().table()
+    }
+
+    /// The op's code in the GPU's `mfu_unary` kernel, distinct per op but one for every table
+    /// activation (the kernel reads the op's table).
+    pub const fn code(self) -> u32 {
+        match self {
+            UnOp::Relu => 0,
+            UnOp::Pass => 1,
+            UnOp::Table(_) => 2,
+            UnOp::Softmax => 3,
+        }
     }
 
     /// The name of the JSON form.

@@ -458,8 +458,9 @@ impl Machine<'_, '_> {
                         mfu::softmax(&fmt, &self.shared.files, item);
                     }
                 }
-                kind => {
-                    let Some((mem, addr)) = op.operand else {
+                kind
+                @ (OpKind::Add | OpKind::ASubB | OpKind::BSubA | OpKind::Max | OpKind::Mul) => {
+                    let (Some((mem, addr)), Some(f)) = (op.operand, mfu::binary(kind)) else {
                         return Err(EmuError::Unsupported {
                             message: format!("`{}` without an operand", kind.mnemonic()),
                             span: op.span,
@@ -475,7 +476,7 @@ impl Machine<'_, '_> {
                         for k in 0..self.item_count {
                             let ys = &mut y[(k * width + j) * n..(k * width + j + 1) * n];
                             for (v, m) in ys.iter_mut().zip(&r[k * n..(k + 1) * n]) {
-                                *v = mfu::binary(kind, &fmt, *v, fmt.round(f64::from(*m)));
+                                *v = f(&fmt, *v, fmt.round(f64::from(*m)));
                             }
                         }
                     }

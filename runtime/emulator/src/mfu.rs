@@ -54,16 +54,21 @@ impl<'t> Act<'t> {
 // `v_relu` and `vv_max` select: their one definition is shared by every engine.
 pub use nnp_numerics::elementwise::{max, relu};
 
-/// An element-wise op of the add-class or multiply unit: `v` is the carried value, `m` the
+/// One element of an op of the add-class or multiply unit: `v` is the carried value, `m` the
 /// operand, both already rounded to `fmt`.
-pub fn binary(kind: OpKind, fmt: &FloatFormat, v: f64, m: f64) -> f64 {
-    match kind {
-        OpKind::Add => exact::add(fmt, v, m),
-        OpKind::ASubB => exact::add(fmt, v, -m),
-        OpKind::BSubA => exact::add(fmt, m, -v),
-        OpKind::Max => max(v, m),
-        _ => exact::mul(fmt, v, m),
-    }
+pub type Binary = fn(&FloatFormat, f64, f64) -> f64;
+
+/// The element function of `kind` if it is an op of the add-class or multiply unit (`None`
+/// for the ops without an operand).
+pub fn binary(kind: OpKind) -> Option<Binary> {
+    Some(match kind {
+        OpKind::Add => |fmt, v, m| exact::add(fmt, v, m),
+        OpKind::ASubB => |fmt, v, m| exact::add(fmt, v, -m),
+        OpKind::BSubA => |fmt, v, m| exact::add(fmt, m, -v),
+        OpKind::Max => |_, v, m| max(v, m),
+        OpKind::Mul => |fmt, v, m| exact::mul(fmt, v, m),
+        OpKind::Relu | OpKind::Table(_) | OpKind::Softmax | OpKind::Pass => return None,
+    })
 }
 
 /// `v_softmax` over one item's carried lanes (values already rounded to `fmt`), docs/numerics.md

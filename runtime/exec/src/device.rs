@@ -4,7 +4,7 @@
 //!
 //! Each kernel is the CPU kernel's recipe written again in CUDA C, element for element: the
 //! nearest-even rounder from the bits ([`FastRound`](crate::quant::FastRound)), BFP blocks
-//! with the fast quantizer's scaling ([`BfpParams`]), the MFU ops of a narrow format
+//! with the fast quantizer's scaling (`quant::bfp::BfpParams`), the MFU ops of a narrow format
 //! (one f64 operation and one rounding: `mfu::binary`), relu, pass and 16-bit table lookups.
 //! The compiler may not contract a multiply and an add into one FMA (`--fmad=false`), so every
 //! operation rounds as the CPU's does. Where an op's format has no such kernel (directed or
@@ -13,27 +13,17 @@
 
 #![cfg_attr(not(feature = "cuda"), allow(dead_code))]
 
-/// BFP with the fast quantizer's scaling (`quant::bfp::FastBfp`), as the kernel takes it.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct BfpParams {
-    pub max: f64,
-    pub min: f64,
-    pub block: i32,
-    pub lo: i32,
-    pub hi: i32,
-    pub mant: i32,
-    /// 0: nearest-even, 1: nearest-away, 2: toward zero.
-    pub rounding: i32,
-}
+use nnp_lowering::swgraph::{BinOp, UnOp};
+use nnp_numerics::Activation;
+use std::fmt::Write;
+use std::sync::OnceLock;
 
 /// What an MFU op computes on the GPU, per element.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum MfuKernel {
-    /// `fmt(fmt(a) op fmt(b))`, op 0..3 = add, sub, mul, max; `rounded`: the operand is
-    /// rounded already.
+    /// `fmt(fmt(a) op fmt(b))` where `mfu::binary_on_gpu`; `rounded`: the operand is rounded already.
     Binary {
-        op: i32,
+        op: BinOp,
         rounded: [bool; 2],
     },
     Relu,
@@ -47,12 +37,55 @@ pub(crate) enum MfuKernel {
     },
 }
 
-/// The kernels. `fr_round` is `FastRound::round`; `bfp_quantize` is `FastBfp::runs` with one
-/// warp per block; `to_ints` is `intdot::to_ints` (the integers of a run at their coarsest
-/// unit) with one warp per (tile, item), gathering the vector's widest integer and the span of
-/// its units for the host's exactness check; `bits16` is the encoding of a value of a 16-bit
-/// format (exact: the value is representable).
-pub(crate) const SOURCE: &str = r#"
+/// Binary op `op` in CUDA C, as `binary_op` returns it: of operands `x` and `z`, each rounded
+/// to the format by `operand` unless it is already (`ra`, `rb`).
+const fn binary_source(op: BinOp) -> &'static str {
+    match op {
+        BinOp::Add => "fr_round(f, __dadd_rn(operand(f, x, ra), operand(f, z, rb)))",
+        BinOp::Sub => "fr_round(f, __dsub_rn(operand(f, x, ra), operand(f, z, rb)))",
+        BinOp::Mul => "fr_round(f, __dmul_rn(operand(f, x, ra), operand(f, z, rb)))",
+        BinOp::Max => "vmax(fr_round(f, x), fr_round(f, z))",
+    }
+}
+
+/// The unary ops of `mfu_unary` by their kernel codes ([`UnOp::code`]): every table
+/// activation is one kernel, which reads the op's table.
+const UNARY: [(&str, UnOp); 3] = [
+    ("UN_RELU", UnOp::Relu),
+    ("UN_PASS", UnOp::Pass),
+    ("UN_TABLE", UnOp::Table(Activation::Exp)),
+];
+
+/// The kernels' source: [`HEAD`], each op's code as a `#define` (`OP_ADD`, ...,
+/// [`BinOp::code`]; `UN_RELU`, ..., [`UnOp::code`]) and `binary_op` made from the ops
+/// themselves ([`binary_source`]), then [`KERNELS`]. Made once per process.
+pub(crate) fn source() -> &'static str {
+    static SOURCE: OnceLock<String> = OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let mut s = String::from(HEAD);
+        for op in BinOp::ALL {
+            let _ = writeln!(s, "#define OP_{} {}", op.name().to_uppercase(), op.code());
+        }
+        for (name, op) in UNARY {
+            let _ = writeln!(s, "#define {name} {}", op.code());
+        }
+        s.push_str(
+            "\n__device__ __forceinline__ double binary_op(int op, double x, double z, int ra, \
+             int rb, const Fr& f) {\n    switch (op) {\n",
+        );
+        for op in BinOp::ALL {
+            let (name, body) = (op.name().to_uppercase(), binary_source(op));
+            let _ = writeln!(s, "    case OP_{name}: return {body};");
+        }
+        s.push_str("    }\n    return __longlong_as_double(NAN_BITS);\n}\n");
+        s.push_str(KERNELS);
+        s
+    })
+}
+
+/// The kernels' helpers. `fr_round` is `FastRound::round`; `bits16` is the encoding of a
+/// value of a 16-bit format (exact: the value is representable).
+const HEAD: &str = r#"
 struct Fr {
     unsigned long long half, mask, emin_bits;
     double magic, max, over;
@@ -110,6 +143,18 @@ __device__ __forceinline__ unsigned int bits16(double v, unsigned int m, int bia
     return sign | (unsigned int)(__longlong_as_double(mag) * ldexp(1.0, bias - 1 + (int)m));
 }
 
+// `x` rounded to the format unless it is already (`rounded`).
+__device__ __forceinline__ double operand(const Fr& f, double x, int rounded) {
+    return rounded ? x : fr_round(f, x);
+}
+"#;
+
+/// The kernels. `mfu_binary` is `mfu::binary` of a narrow format; `bfp_quantize` is
+/// `FastBfp::runs` with one warp per block; `to_ints` is `intdot::to_ints` (the integers of a
+/// run at their coarsest unit) with one warp per (tile, item), gathering the vector's widest
+/// integer and the span of its units for the host's exactness check.
+const KERNELS: &str = r#"
+
 #define GRID_STRIDE(e, total) \
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < (total); \
          e += (long long)gridDim.x * blockDim.x)
@@ -127,33 +172,26 @@ extern "C" __global__ void mfu_binary(const double* __restrict__ a, const double
                                       double* __restrict__ y, long long total, long long len,
                                       int a_all, int b_all, int op, int ra, int rb, const Fr f) {
     GRID_STRIDE(e, total) {
-        double x = a[a_all ? e : e % len], z = b[b_all ? e : e % len];
-        if (op == 3) {
-            y[e] = vmax(fr_round(f, x), fr_round(f, z));
-            continue;
-        }
-        if (!ra) x = fr_round(f, x);
-        if (!rb) z = fr_round(f, z);
-        const double r = op == 0 ? __dadd_rn(x, z) : op == 1 ? __dsub_rn(x, z) : __dmul_rn(x, z);
-        y[e] = fr_round(f, r);
+        y[e] = binary_op(op, a[a_all ? e : e % len], b[b_all ? e : e % len], ra, rb, f);
     }
 }
 
-// kind: 0 relu, 1 pass, 2 table.
 extern "C" __global__ void mfu_unary(const double* __restrict__ x, double* __restrict__ y,
                                      long long total, long long len, int x_all, int kind,
                                      int rounded, const Fr f, const double* __restrict__ table,
                                      unsigned int m, int bias, unsigned int nan_index) {
     GRID_STRIDE(e, total) {
         double v = x[x_all ? e : e % len];
-        if (kind == 0) {
+        if (kind == UN_RELU) {
             v = fr_round(f, v);
             y[e] = (v > 0.0 || isnan(v)) ? v : 0.0;
-        } else if (kind == 1) {
+        } else if (kind == UN_PASS) {
             y[e] = fr_round(f, v);
-        } else {
+        } else if (kind == UN_TABLE) {
             if (!rounded) v = fr_round(f, v);
             y[e] = table[isnan(v) ? nan_index : bits16(v, m, bias)];
+        } else {
+            y[e] = __longlong_as_double(NAN_BITS);
         }
     }
 }
@@ -252,7 +290,8 @@ pub(crate) use imp::*;
 
 #[cfg(feature = "cuda")]
 mod imp {
-    use super::{BfpParams, MfuKernel, SOURCE};
+    use super::{MfuKernel, source};
+    use crate::quant::BfpParams;
     use crate::quant::FastRound;
     use candle_core::backend::{BackendDevice, BackendStorage};
     use candle_core::cuda_backend::cudarc::driver::{
@@ -261,6 +300,8 @@ mod imp {
     use candle_core::cuda_backend::cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
     use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
     use candle_core::{CpuStorage, Layout, Shape};
+    use nnp_lowering::swgraph::UnOp;
+    use nnp_numerics::Activation;
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
 
@@ -329,9 +370,9 @@ mod imp {
             .into_cuda_function())
     }
 
-    /// Kernel `name` of [`SOURCE`].
+    /// Kernel `name` of [`source`].
     fn function(dev: &CudaDevice, name: &str) -> candle_core::Result<CudaFunction> {
-        kernel(dev, "nnpc-ops", SOURCE, name)
+        kernel(dev, "nnpc-ops", source(), name)
     }
 
     /// A grid-stride launch of `threads` threads in blocks of 256 (at most 64 blocks per
@@ -469,7 +510,7 @@ mod imp {
         let (fr, total64, len64) = (Fr::from(f), total as i64, len as i64);
         let a = &views[0];
         let b = &views[views.len() - 1];
-        // The unary kernel's (kind, rounded, mantissa bits, bias, NaN's index).
+        // The unary kernel's (kind, rounded, mantissa bits, bias, NaN's index, table).
         let mut unary_args = None;
         match *k {
             MfuKernel::Binary { op, rounded } => {
@@ -478,6 +519,7 @@ mod imp {
                 let mut l = stream.launch_builder(&func);
                 let (a_all, b_all) = (all(0), all(1));
                 let (ra, rb) = (i32::from(rounded[0]), i32::from(rounded[1]));
+                let op = op.code() as i32;
                 l.arg(a).arg(b).arg(&mut y).arg(&total64).arg(&len64);
                 l.arg(&a_all)
                     .arg(&b_all)
@@ -489,22 +531,26 @@ mod imp {
                 // `len` read at `e % len`.
                 unsafe { l.launch(elements(total)) }.w()?;
             }
-            MfuKernel::Relu => unary_args = Some((0i32, 0i32, 0u32, 0i32, 0u32)),
-            MfuKernel::Pass => unary_args = Some((1, 0, 0, 0, 0)),
+            // A table-less op reads no table: any f64 buffer stands in for the pointer.
+            MfuKernel::Relu => unary_args = Some((UnOp::Relu, 0, 0, 0, 0, a.slice(..))),
+            MfuKernel::Pass => unary_args = Some((UnOp::Pass, 0, 0, 0, 0, a.slice(..))),
             MfuKernel::Table {
                 rounded,
                 mant_bits,
                 bias,
                 nan_index,
-            } => unary_args = Some((2, i32::from(rounded), mant_bits, bias, nan_index)),
+            } => {
+                let Some(t) = table else {
+                    candle_core::bail!("mfu: a table op without its table")
+                };
+                // Every table activation is the one kernel of the table it reads.
+                let op = UnOp::Table(Activation::Exp);
+                let rounded = i32::from(rounded);
+                unary_args = Some((op, rounded, mant_bits, bias, nan_index, t.slice(..)));
+            }
         }
-        if let Some((kind, rounded, m, bias, nan)) = unary_args {
-            // A table-less op reads no table: any f64 buffer stands in for the pointer.
-            let t = match (kind, table) {
-                (2, Some(t)) => t.slice(..),
-                (2, None) => candle_core::bail!("mfu: a table op without its table"),
-                _ => a.slice(..),
-            };
+        if let Some((op, rounded, m, bias, nan, t)) = unary_args {
+            let kind = op.code() as i32;
             let func = function(dev, "mfu_unary")?;
             let stream = dev.cuda_stream();
             let mut l = stream.launch_builder(&func);

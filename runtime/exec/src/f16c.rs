@@ -44,15 +44,12 @@ impl F16c {
     }
 }
 
-/// The op of [`map2`]: an fp16 binary op, or relu (of the first operand).
+/// The op of [`map2`] for relu (of the first operand): a number that is no binary op's code
+/// (the binary ops are theirs, [`BinOp::code`]).
 #[cfg(target_arch = "x86_64")]
-mod op {
-    pub(super) const ADD: u8 = 0;
-    pub(super) const SUB: u8 = 1;
-    pub(super) const MUL: u8 = 2;
-    pub(super) const MAX: u8 = 3;
-    pub(super) const RELU: u8 = 4;
-}
+const RELU: u32 = u32::MAX;
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(BinOp::from_code(RELU).is_none());
 
 #[cfg(target_arch = "x86_64")]
 impl F16c {
@@ -62,10 +59,10 @@ impl F16c {
         // AVX2 and F16C.
         unsafe {
             match op {
-                BinOp::Add => map2::<{ op::ADD }>(a, b, out),
-                BinOp::Sub => map2::<{ op::SUB }>(a, b, out),
-                BinOp::Mul => map2::<{ op::MUL }>(a, b, out),
-                BinOp::Max => map2::<{ op::MAX }>(a, b, out),
+                BinOp::Add => map2::<{ BinOp::Add.code() }>(a, b, out),
+                BinOp::Sub => map2::<{ BinOp::Sub.code() }>(a, b, out),
+                BinOp::Mul => map2::<{ BinOp::Mul.code() }>(a, b, out),
+                BinOp::Max => map2::<{ BinOp::Max.code() }>(a, b, out),
             }
         }
     }
@@ -73,7 +70,7 @@ impl F16c {
     /// `v_relu` on fp16 values: `x > 0 ? x : +0`, NaN stays NaN.
     pub(crate) fn relu(self, x: &[f32], out: &mut [f32]) {
         // SAFETY: as in `binary`.
-        unsafe { map2::<{ op::RELU }>(x, x, out) }
+        unsafe { map2::<RELU>(x, x, out) }
     }
 
     /// A table activation of fp16 values: each value's fp16 bits index the table (every NaN
@@ -115,14 +112,14 @@ impl F16c {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn op8<const OP: u8>(x: __m256, y: __m256) -> __m256 {
-    match OP {
-        op::ADD => round(_mm256_add_ps(x, y)),
-        op::SUB => round(_mm256_sub_ps(x, y)),
-        op::MUL => round(_mm256_mul_ps(x, y)),
-        op::MAX => max(x, y),
-        // relu: not (x <= 0), that is x > 0 or NaN, keeps x.
-        _ => _mm256_and_ps(x, _mm256_cmp_ps::<_CMP_NLE_UQ>(x, _mm256_setzero_ps())),
+fn op8<const OP: u32>(x: __m256, y: __m256) -> __m256 {
+    match const { BinOp::from_code(OP) } {
+        Some(BinOp::Add) => round(_mm256_add_ps(x, y)),
+        Some(BinOp::Sub) => round(_mm256_sub_ps(x, y)),
+        Some(BinOp::Mul) => round(_mm256_mul_ps(x, y)),
+        Some(BinOp::Max) => max(x, y),
+        // `RELU`: not (x <= 0), that is x > 0 or NaN, keeps x.
+        None => _mm256_and_ps(x, _mm256_cmp_ps::<_CMP_NLE_UQ>(x, _mm256_setzero_ps())),
     }
 }
 
@@ -168,7 +165,7 @@ macro_rules! by_groups {
 /// `out[i] = OP(a[i], b[i])` eight lanes at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn map2<const OP: u8>(a: &[f32], b: &[f32], out: &mut [f32]) {
+unsafe fn map2<const OP: u32>(a: &[f32], b: &[f32], out: &mut [f32]) {
     by_groups!(8, a, b, out, |pa, pb, po| {
         _mm256_storeu_ps(po, op8::<OP>(_mm256_loadu_ps(pa), _mm256_loadu_ps(pb)))
     });

@@ -198,17 +198,11 @@ impl MfuOp {
                 b,
                 rounded,
             } => {
-                let code = match op {
-                    BinOp::Add => 0,
-                    BinOp::Sub => 1,
-                    BinOp::Mul => 2,
-                    BinOp::Max => 3,
-                };
-                if *op != BinOp::Max && !mfu::narrow(format) {
+                if !mfu::binary_on_gpu(*op, format) {
                     return Ok(None);
                 }
                 let kernel = MfuKernel::Binary {
-                    op: code,
+                    op: *op,
                     rounded: *rounded,
                 };
                 (kernel, *format, None, [outer(a), outer(b)])

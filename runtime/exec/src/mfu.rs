@@ -16,6 +16,17 @@ pub(crate) fn narrow(fmt: &FloatFormat) -> bool {
     fmt.mant_bits < 25
 }
 
+/// Whether `mfu_binary` computes `op` in `format`: max in any (it selects one of its rounded
+/// operands), the others where one f64 operation and one rounding are correct
+/// ([`narrow`]).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn binary_on_gpu(op: BinOp, format: &FloatFormat) -> bool {
+    match op {
+        BinOp::Max => true,
+        BinOp::Add | BinOp::Sub | BinOp::Mul => narrow(format),
+    }
+}
+
 /// [`narrow`], and the format rounds to nearest. A directed or stochastic rounding needs the
 /// exact result: `1 - 2^-100` is `1.0` in f64, which truncates to 1 where the exact value
 /// truncates to the value below 1 (a wide format, or a wide storage format, meets such sums).
@@ -34,9 +45,13 @@ pub fn binary(
     out: &mut [f64],
     rounded: [bool; 2],
 ) {
-    let fast = FastRound::new(fmt)
-        .filter(|_| narrow(fmt) && matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul))
-        .map(|r| Zip { r, op, rounded });
+    let fast = FastRound::new(fmt).filter(|_| narrow(fmt)).and_then(|r| {
+        Some(Zip {
+            r,
+            op: Arith::of(op)?,
+            rounded,
+        })
+    });
     let run = |(a, b, o): (&[f64], &[f64], &mut [f64])| match &fast {
         // The common case, one tight loop per op and operand kind: a narrow format with the
         // fast rounder.
@@ -58,11 +73,30 @@ pub fn binary(
     }
 }
 
+/// The ops that are one f64 operation and one rounding in a narrow format ([`narrow`]).
+#[derive(Clone, Copy)]
+enum Arith {
+    Add,
+    Sub,
+    Mul,
+}
+
+impl Arith {
+    fn of(op: BinOp) -> Option<Arith> {
+        match op {
+            BinOp::Add => Some(Arith::Add),
+            BinOp::Sub => Some(Arith::Sub),
+            BinOp::Mul => Some(Arith::Mul),
+            BinOp::Max => None,
+        }
+    }
+}
+
 /// Add, subtract or multiply of a narrow format with the fast rounder: `r(f(r(x), r(y)))`, one
 /// f64 operation of two narrow-format values and one rounding.
 struct Zip {
     r: FastRound,
-    op: BinOp,
+    op: Arith,
     rounded: [bool; 2],
 }
 
@@ -74,9 +108,9 @@ impl Zip {
     #[inline(always)]
     fn run_body(&self, a: &[f64], b: &[f64], o: &mut [f64]) {
         match self.op {
-            BinOp::Add => self.each(a, b, o, |x, y| x + y),
-            BinOp::Sub => self.each(a, b, o, |x, y| x - y),
-            _ => self.each(a, b, o, |x, y| x * y),
+            Arith::Add => self.each(a, b, o, |x, y| x + y),
+            Arith::Sub => self.each(a, b, o, |x, y| x - y),
+            Arith::Mul => self.each(a, b, o, |x, y| x * y),
         }
     }
 
@@ -110,18 +144,23 @@ impl Zip {
 /// One element of [`binary`], any format.
 fn binary1(op: BinOp, fmt: &FloatFormat, r: &Rounder, x: f64, y: f64) -> f64 {
     let (x, y) = (r.round(x), r.round(y));
-    match op {
-        BinOp::Max => max(x, y),
-        _ if narrow_nearest(fmt) => r.round(match op {
-            BinOp::Add => x + y,
-            BinOp::Sub => x - y,
-            _ => x * y,
+    let op = match op {
+        BinOp::Max => return max(x, y),
+        BinOp::Add => Arith::Add,
+        BinOp::Sub => Arith::Sub,
+        BinOp::Mul => Arith::Mul,
+    };
+    match narrow_nearest(fmt) {
+        true => r.round(match op {
+            Arith::Add => x + y,
+            Arith::Sub => x - y,
+            Arith::Mul => x * y,
         }),
-        _ => {
+        false => {
             let (hi, lo) = match op {
-                BinOp::Add => two_sum(x, y),
-                BinOp::Sub => two_sum(x, -y),
-                _ => two_prod(x, y),
+                Arith::Add => two_sum(x, y),
+                Arith::Sub => two_sum(x, -y),
+                Arith::Mul => two_prod(x, y),
             };
             if !hi.is_finite() || lo == 0.0 {
                 return r.round(hi);

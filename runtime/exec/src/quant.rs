@@ -22,6 +22,8 @@ mod ops;
 mod round;
 
 pub use bfp::BfpInts;
+#[cfg(feature = "cuda")]
+pub(crate) use bfp::BfpParams;
 use bfp::FastBfp;
 use mx::FastMx;
 pub(crate) use ops::{QuantizeOp, RoundOp};

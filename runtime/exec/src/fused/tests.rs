@@ -357,3 +357,36 @@ fn the_mfu_candle_op_by_hand() {
             .is_err()
     );
 }
+
+/// The GPU's kernel source has each op's code and case from the enums (`device::source`):
+/// checked here on any machine, compiled by NVRTC only where a GPU runs it.
+#[test]
+fn the_gpu_source_has_every_op_from_its_enum() {
+    let s = crate::device::source();
+    for op in BinOp::ALL {
+        let name = op.name().to_uppercase();
+        assert!(
+            s.contains(&format!("#define OP_{name} {}\n", op.code())),
+            "{op:?}"
+        );
+        assert!(
+            s.contains(&format!("    case OP_{name}: return ")),
+            "{op:?}"
+        );
+        assert_eq!(BinOp::from_code(op.code()), Some(op));
+    }
+    for (name, op) in [("UN_RELU", UnOp::Relu), ("UN_PASS", UnOp::Pass)] {
+        assert!(s.contains(&format!("#define {name} {}\n", op.code())));
+    }
+    let table = UnOp::Table(Activation::Sigmoid).code();
+    assert!(s.contains(&format!("#define UN_TABLE {table}\n")));
+    // The helpers come before the ops' cases, which come before the kernels that use them.
+    let at = |x: &str| s.find(x).unwrap_or_else(|| panic!("no {x}"));
+    assert!(at("double fr_round(") < at("double binary_op("));
+    assert!(at("double operand(") < at("double binary_op("));
+    assert!(at("double binary_op(") < at("void mfu_binary("));
+    assert!(
+        !s.contains("(op ==") && !s.contains(" op =="),
+        "a hand-written op code"
+    );
+}

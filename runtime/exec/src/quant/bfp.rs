@@ -5,6 +5,22 @@ use super::{avx2_copy, round_even, to_i16};
 use nnp_numerics::format::BfpFormat;
 use nnp_numerics::{Format, Rounding, floor_log2, pow2};
 
+/// BFP with the fast quantizer's scaling ([`FastBfp`]), as the GPU's kernel takes it
+/// (`device::bfp_quantize`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct BfpParams {
+    pub max: f64,
+    pub min: f64,
+    pub block: i32,
+    pub lo: i32,
+    pub hi: i32,
+    pub mant: i32,
+    /// 0: nearest-even, 1: nearest-away, 2: toward zero.
+    pub rounding: i32,
+}
+
 /// BFP with nearest-even, nearest-away or toward-zero and a shared exponent range whose scale
 /// factors are normal f64 powers of two: `x * 2^-lsb` is then exact (or far below 1/2, where
 /// every mode gives 0), so the integer mantissa is one f64 rounding away.
@@ -45,8 +61,8 @@ impl FastBfp {
 
     /// The quantizer as the GPU's `bfp_quantize` takes it.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(super) fn params(&self) -> crate::device::BfpParams {
-        crate::device::BfpParams {
+    pub(super) fn params(&self) -> BfpParams {
+        BfpParams {
             max: self.max,
             min: self.min,
             block: self.block as i32,
