@@ -90,8 +90,9 @@ fn check_json_reports_unusable_files_as_objects() {
 }
 
 /// Every subcommand of `nnpc`.
-const COMMANDS: [&str; 10] = [
+const COMMANDS: [&str; 11] = [
     "check", "graph", "compile", "run", "emulate", "diff", "quantize", "bench", "train", "data",
+    "score",
 ];
 
 /// `nnpc CMD --help`.

@@ -112,8 +112,13 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 args.firmware.file.display()
             ));
         }
-        let bytes = nnp_runtime::io::read_limited(&args.firmware.file, MAX_GRAPH_BYTES)
-            .map_err(|e| super::fail_in(format!("cannot read `{}`", args.firmware.file.display()), &e))?;
+        let bytes =
+            nnp_runtime::io::read_limited(&args.firmware.file, MAX_GRAPH_BYTES).map_err(|e| {
+                super::fail_in(
+                    format!("cannot read `{}`", args.firmware.file.display()),
+                    &e,
+                )
+            })?;
         let text = String::from_utf8(bytes).map_err(|e| {
             super::fail(format!(
                 "`{}` is not a software graph: not UTF-8 text ({e})",

@@ -94,7 +94,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     ] {
         let Some(path) = path else { continue };
         if shapes.is_empty() {
-            let none = format!("{flag}: `{}` declares no {what}s", args.firmware.file.display());
+            let none = format!(
+                "{flag}: `{}` declares no {what}s",
+                args.firmware.file.display()
+            );
             return Err(super::fail(
                 super::Failure::new(none).help(format!("leave {flag} out")),
             ));
