@@ -1,5 +1,7 @@
 //! The layout rules of docs/testing.md ("Layout"), enforced on the sources: no source file of
-//! a crate over 800 lines (tests excepted), and no import cycle between the files of a crate.
+//! a crate over 800 lines and no function over 150 (tests excepted), no import cycle between
+//! the files of a crate, and docs/architecture.md's MFU-op recipe naming exactly the files a
+//! new binary op touches.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -607,4 +609,68 @@ fn the_function_scan_by_hand() {
     assert_eq!(blanked.len(), literals.len());
     assert!(blanked.starts_with("a ") && blanked.contains(" &'a str "));
     assert!(!blanked.contains(['{', '}', '"', 'x']), "{blanked}");
+}
+
+/// Whether `code` names `path` as a whole path (not the start of a longer name).
+fn names(code: &str, path: &str) -> bool {
+    code.match_indices(path).any(|(i, _)| {
+        !code[i + path.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
+/// The files that name `vv_max`'s variants (`OpKind::Max`, `BinOp::Max`), relative to the
+/// workspace root: every match over the ops is exhaustive, so each is a place that does not
+/// compile without a new binary op. docs/architecture.md's recipe must name exactly these.
+fn files_naming_max() -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (_, dir) in CRATES {
+        let src = root().join(dir);
+        for file in rust_files(&src).into_iter().filter(|f| !is_test(&src, f)) {
+            let text = std::fs::read_to_string(&file).expect("a readable source file");
+            let code = code(&text);
+            if names(&code, "OpKind::Max") || names(&code, "BinOp::Max") {
+                let rel = file.strip_prefix(root()).expect("under the root");
+                out.insert(rel.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    out
+}
+
+/// The source files the doc's "Another MFU op" paragraph names before its tests: every
+/// backticked path under a crate's `src/`, except the optional shared definition
+/// (`numerics/src/elementwise.rs`).
+fn recipe() -> BTreeSet<String> {
+    let doc = std::fs::read_to_string(root().join("docs/architecture.md")).expect("the doc");
+    let start = doc
+        .find("**Another MFU op**")
+        .expect("the MFU op recipe in docs/architecture.md");
+    let para = &doc[start..];
+    let para = &para[..para.find("\n\n").unwrap_or(para.len())];
+    let para = &para[..para.find("Then tests").expect("the recipe's tests")];
+    para.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.ends_with(".rs") && s.contains("src/"))
+        .filter(|s| *s != "numerics/src/elementwise.rs")
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_mfu_op_recipe_names_every_file_a_binary_op_touches() {
+    let have = files_naming_max();
+    assert!(have.contains("runtime/exec/src/device.rs"), "{have:#?}");
+    assert_eq!(
+        recipe(),
+        have,
+        "docs/architecture.md's \"Another MFU op\" lists other files than the sources that \
+         name `OpKind::Max` / `BinOp::Max`"
+    );
+}
+
+#[test]
+fn names_is_whole_paths() {
+    assert!(names("x = BinOp::Max;", "BinOp::Max"));
+    assert!(!names("x = BinOp::MaxAbs;", "BinOp::Max"));
 }
