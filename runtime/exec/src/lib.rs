@@ -161,7 +161,7 @@ pub struct PathCounts {
     /// nodes that only products read: [`intdot::IntVector::quantized`]).
     pub quantized_to_ints: usize,
     /// Of those, the vectors assembled from their concat's parts, tile by tile, without the
-    /// concat (`Session::through`).
+    /// concat (a skipped concat step, `session/steps.rs`).
     pub concats_skipped: usize,
 }
 

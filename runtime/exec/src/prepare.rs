@@ -81,7 +81,7 @@ pub(crate) struct Plan {
 }
 
 /// The plan for the weight stacks in `stacks` (`(rows, cols)` of the products that read them,
-/// [`super::session::weight_stacks`]): every such stack that is a chain's value, or a `concat` of
+/// the graph plan's `stacks`): every such stack that is a chain's value, or a `concat` of
 /// slices of chains' values, with `rows * cols` tiles in all. A value a run hands back
 /// (`handed`: traces, non-finite checks) is not skipped.
 pub(crate) fn plan(

@@ -55,7 +55,7 @@ pub(super) fn peak_item_bytes(
 const TRACED_BYTES: usize = std::mem::size_of::<f64>() + std::mem::size_of::<u32>();
 
 /// The values node `i` reads: its inputs and, where it quantizes a concat the run may skip
-/// (`through`, [`Session::through`](super::Session::through)), that concat's parts.
+/// (`through`: the steps skip those concats), that concat's parts.
 pub(super) fn reads(graph: &SwGraph, through: &[bool], i: usize) -> Vec<ValueId> {
     let mut vs = graph.nodes[i].op.inputs();
     vs.extend(through_parts(graph, through, i));
