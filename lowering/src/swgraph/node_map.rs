@@ -9,35 +9,14 @@ use std::ops::{Index, IndexMut};
 pub struct NodeMap<T>(Vec<T>);
 
 impl<T> NodeMap<T> {
-    /// `f(id)` for each of `len` nodes, in node order.
-    pub fn from_fn(len: usize, f: impl FnMut(ValueId) -> T) -> NodeMap<T> {
-        NodeMap((0..len).map(|i| ValueId(i as u32)).map(f).collect())
-    }
-
     /// The entry of `id`; `None` past the last node.
     pub fn get(&self, id: ValueId) -> Option<&T> {
         self.0.get(id.index())
     }
 
-    /// Each node's id and entry, in node order.
-    pub fn iter(&self) -> impl Iterator<Item = (ValueId, &T)> {
-        self.0
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (ValueId(i as u32), t))
-    }
-
     /// The entries in node order.
     pub fn values(&self) -> std::slice::Iter<'_, T> {
         self.0.iter()
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 

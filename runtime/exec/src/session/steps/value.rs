@@ -8,7 +8,7 @@ use candle_core::{Device, Tensor};
 use nnp_lowering::swgraph::ValueId;
 
 /// What becomes of a node's value, decided when the session opens.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(in crate::session) struct Keep {
     /// Handed back in the execution's written values (`keep_writes`, `keep_values`).
     pub traced: bool,
