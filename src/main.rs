@@ -5,9 +5,6 @@ use std::process::ExitCode;
 
 mod cmd;
 
-// The facade's loader, as `crate::check_file` for `nnpc check`.
-use nnpc::check_file;
-
 /// Bit-exact software execution of NNP (Brainwave-style) firmware.
 ///
 /// Write firmware, check it, inspect its dependency graph, run it as a software graph that is

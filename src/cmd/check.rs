@@ -25,7 +25,7 @@ pub struct Args {
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     // Unreadable file or target: an `Err` here, exit 2 from main (with --json, the error as
     // the array's one object, on stdout).
-    let (src, result) = match crate::check_file(&args.firmware.file, args.firmware.target()) {
+    let (src, result) = match nnpc::check_file(&args.firmware.file, args.firmware.target()) {
         Ok(checked) => checked,
         Err(e) if args.json => {
             print_json(&[load_error_json(&e)])?;

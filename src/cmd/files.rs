@@ -4,6 +4,7 @@
 //! flags ([`provenance_warnings`]).
 
 use super::data::DataArgs;
+use super::failure::fail;
 use nnp_grammar::ast::Item;
 use nnp_grammar::target::BUILTIN_TARGETS;
 use nnp_grammar::{Interface, Program, Target, fnv1a64, target_hash};
@@ -285,6 +286,16 @@ pub fn provenance_warnings(
         }
     }
     out
+}
+
+/// Write `bytes` to `path` (given by `flag`) in one piece: through a temporary file beside it
+/// and an atomic rename ([`nnp_runtime::io::write_file_atomic`]), so that a full disk or a
+/// crash leaves the old file whole and two writers never interleave; refused where `path`
+/// is a file the command reads (`reads`).
+pub fn write_output(flag: &str, path: &Path, bytes: &[u8], reads: &Reads) -> miette::Result<()> {
+    reads.check(flag, path)?;
+    nnp_runtime::io::write_file_atomic(path, bytes)
+        .map_err(|e| fail(format!("cannot write `{}`: {e}", path.display())))
 }
 
 #[cfg(test)]

@@ -50,6 +50,12 @@ pub enum ChunkError {
     Stream(StreamError),
 }
 
+impl From<ChunkError> for super::Failure {
+    fn from(e: ChunkError) -> super::Failure {
+        super::Failure::of(&e)
+    }
+}
+
 impl From<StreamError> for ChunkError {
     fn from(e: StreamError) -> ChunkError {
         match e {

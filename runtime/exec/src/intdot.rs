@@ -46,11 +46,6 @@ pub use runs::to_ints;
 pub use sliced::SlicedWeights;
 pub use vector::IntVector;
 pub use weights::{IntWeights, NoMaker, TileSource};
-// What the SIMD kernels (`avx2`, `vnni`) read from here.
-#[cfg(target_arch = "x86_64")]
-use sink::{Epilogue, Sink, Sum, Sums};
-#[cfg(target_arch = "x86_64")]
-use weights::{NarrowTile, Tile};
 
 /// Rows of one register block of the SIMD kernel (2 x 8 `i32` lanes); N must be a multiple.
 pub const ROW_BLOCK: usize = 16;

@@ -1,7 +1,7 @@
 //! The text report of `nnpc diff`: outputs, the ULP histogram, the first mismatches, the
 //! trace, and `--explain`'s rows.
 
-use super::{Args, ExplainPairs};
+use super::args::{Args, ExplainPairs};
 use nnp_grammar::Program;
 use nnp_runtime::diff::{DiffReport, bucket_label, number};
 use nnp_runtime::explain::{DEFAULT_TARGET_LINE, ExplainRow, closest, cmp_share};

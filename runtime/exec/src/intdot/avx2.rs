@@ -3,7 +3,9 @@
 //! ([`finish`], which the VNNI kernel shares). The scalar kernel (`dot_scalar`) computes the
 //! same integers and is its reference.
 
-use super::{Epilogue, ITEM_BLOCK, ROW_BLOCK, Sink, Sum, Sums, Tile};
+use super::sink::{Epilogue, Sink, Sum, Sums};
+use super::weights::Tile;
+use super::{ITEM_BLOCK, ROW_BLOCK};
 use std::arch::x86_64::*;
 
 /// `f::<C, N>(args)` with `C` the register block's item count `c` (1 to 8), a constant in

@@ -13,7 +13,9 @@
 //! epilogue ([`avx2::finish`]).
 
 use super::avx2::{self, by_items, by_tile_size, for_blocks};
-use super::{Epilogue, NarrowTile, ROW_BLOCK, Sink, VNNI_ITEM_BLOCK};
+use super::sink::{Epilogue, Sink};
+use super::weights::NarrowTile;
+use super::{ROW_BLOCK, VNNI_ITEM_BLOCK};
 use std::arch::x86_64::*;
 
 /// The tile `narrow`, whose row blocks reach `reach` (`Tile::reach`), times the biased vector

@@ -1,7 +1,7 @@
 //! BFP quantization over slices: the fast path for the deterministic rounding modes
 //! ([`FastBfp`]), and its integer mantissas for the integer kernel ([`BfpInts`]).
 
-use super::{avx2_copy, round_even, to_i16};
+use super::lanes::{avx2_copy, round_even, to_i16};
 use nnp_numerics::format::BfpFormat;
 use nnp_numerics::{Format, Rounding, floor_log2, pow2};
 

@@ -1,7 +1,7 @@
 //! MX (OCP microscaling) quantization over slices: the fast path for the deterministic
 //! rounding modes ([`FastMx`]).
 
-use super::avx2_copy;
+use super::lanes::avx2_copy;
 use nnp_numerics::format::MxElem;
 use nnp_numerics::{Rounding, floor_log2, pow2};
 

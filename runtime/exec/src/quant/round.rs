@@ -2,7 +2,7 @@
 //! ([`FastRound`]) and nearest-away or toward-zero ([`DirectedRound`]) from the bits, else the
 //! scalar reference ([`Rounder`] picks).
 
-use super::{avx2_copy, par_pieces};
+use super::lanes::{avx2_copy, par_pieces};
 use nnp_numerics::{FloatFormat, Overflow, Rounding, pow2};
 
 /// Round every element of `x` to `fmt` (as [`FloatFormat::round`]).

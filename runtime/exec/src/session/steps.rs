@@ -2,28 +2,28 @@
 //! once when it opens ([`Steps::new`]) from the graph's plan and the run's options, so that a
 //! pass ([`super::pass`]) is a loop over them. Each kind of step runs in a module of its own:
 //! a fused region (`region`), a weight stack or input prepared in one pass (`prepare`), a
-//! node's own op and what becomes of its value (`value`), an output row (`output`).
+//! node's own op and what becomes of its value (`value`), an output row (`output`); what a
+//! pass holds besides its executor is in `pass_state`.
 
 mod output;
+mod pass_state;
 mod prepare;
 mod region;
 mod value;
 
 pub(super) use output::OutputRows;
+pub(super) use pass_state::Pass;
+pub(super) use prepare::StackForm;
 pub(super) use value::Keep;
 
 use super::analysis::{
     concats_to_ints, extend_last_uses, peak_item_bytes, quantized_vectors, reads, written_values,
 };
 use crate::products::{bounded_stacks, chunked_stacks};
-use crate::state::{Executor, Failure, Path};
+use crate::state::{Failure, Path};
 use crate::{ExecOptions, fused, prepare as one_pass, quant};
-use crate::{WrittenValue, finite};
 use candle_core::DType;
-use candle_core::Tensor;
-use nnp_lowering::swgraph::NodeMap;
 use nnp_lowering::swgraph::{Op, Plan, Schedule, SwGraph, ValueId};
-use std::collections::HashMap;
 use std::collections::HashSet;
 
 /// One step of a pass: the work at one place of the evaluation order, and the values nothing
@@ -60,37 +60,6 @@ pub(super) enum Work {
     },
     /// The node's op on its operands' values.
     Eval(Keep),
-}
-
-/// What a pass holds besides its executor: the outputs as they fill, what it hands back, what
-/// the checks found, the constants it computed for the session.
-pub(in crate::session) struct Pass<'a> {
-    pub ex: Executor<'a>,
-    pub plan: &'a Plan,
-    /// The constants an earlier run kept.
-    pub kept: &'a NodeMap<Option<Tensor>>,
-    pub outputs: OutputRows<'a>,
-    pub written: HashMap<ValueId, WrittenValue>,
-    /// What the checks found in values, constant ones, and fused regions' rows.
-    pub found: finite::Found,
-    pub const_found: finite::Found,
-    pub fused_found: finite::Found,
-    /// Constant values to keep for the session (a first run's).
-    pub consts: Vec<(ValueId, Tensor)>,
-}
-
-/// The form a weight stack is prepared in ([`Work::Stack`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum StackForm {
-    /// In the chunked matmul's layout, of `(chunk, dtype)`, kept in it alone (the float path,
-    /// where every product of the stack takes that matmul).
-    Arranged((usize, DType)),
-    /// As the kernel's integers; where they do not fit, as the bounded matmul's matrix alone
-    /// (`bounded`: per tile column or not, where only such products read it); else its chain
-    /// node by node.
-    Ints { bounded: Option<bool> },
-    /// As the bounded matmul's matrix alone (`bounded`), else as the f64 stack.
-    Float { bounded: Option<bool> },
 }
 
 /// The steps of a cold run (the first, which computes the constants) and of a warm one

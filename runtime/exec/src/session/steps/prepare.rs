@@ -1,10 +1,25 @@
 //! A weight stack's step: the stack in one pass from the host's weights ([`crate::prepare`]),
 //! in the form its products read, kept in it alone where only they read it.
 
-use super::{Pass, StackForm, value};
+use super::{pass_state::Pass, value};
 use crate::prepare::Stack;
 use crate::state::{Failure, Path};
+use candle_core::DType;
 use nnp_lowering::swgraph::ValueId;
+
+/// The form a weight stack is prepared in ([`Work::Stack`](super::Work::Stack)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::session) enum StackForm {
+    /// In the chunked matmul's layout, of `(chunk, dtype)`, kept in it alone (the float path,
+    /// where every product of the stack takes that matmul).
+    Arranged((usize, DType)),
+    /// As the kernel's integers; where they do not fit, as the bounded matmul's matrix alone
+    /// (`bounded`: per tile column or not, where only such products read it); else its chain
+    /// node by node.
+    Ints { bounded: Option<bool> },
+    /// As the bounded matmul's matrix alone (`bounded`), else as the f64 stack.
+    Float { bounded: Option<bool> },
+}
 
 /// Prepare stack `id` in `form`: its profile line and node count.
 pub(super) fn stack(

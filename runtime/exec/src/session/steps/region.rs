@@ -1,7 +1,7 @@
 //! A fused region's step: its element-wise MFU ops evaluated together ([`crate::fused`]), the
 //! values read after it made tensors, its checked values scanned in its scratch rows.
 
-use super::Pass;
+use super::pass_state::Pass;
 use crate::finite;
 use crate::state::Failure;
 use nnp_lowering::swgraph::{Plan, ValueId};

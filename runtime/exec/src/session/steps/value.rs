@@ -1,7 +1,7 @@
 //! A node's own op, and what becomes of a value a step made: traced, scanned, kept for warm
 //! runs, kept as integers alone, or held until its last reader.
 
-use super::Pass;
+use super::pass_state::Pass;
 use crate::state::Failure;
 use crate::{WrittenValue, finite};
 use candle_core::{Device, Tensor};
