@@ -517,6 +517,12 @@ impl Interface for SwGraph {
 }
 
 impl SwGraph {
+    /// Each node with its id, in arena order.
+    pub fn nodes_by_id(&self) -> impl Iterator<Item = (ValueId, &Node)> {
+        let id = |i: usize| ValueId(i as u32);
+        self.nodes.iter().enumerate().map(move |(i, n)| (id(i), n))
+    }
+
     pub fn node(&self, id: ValueId) -> &Node {
         &self.nodes[id.index()]
     }

@@ -14,6 +14,11 @@ impl<T> NodeMap<T> {
         self.0.get(id.index())
     }
 
+    /// The entry of `id` to change; `None` past the last node.
+    pub fn get_mut(&mut self, id: ValueId) -> Option<&mut T> {
+        self.0.get_mut(id.index())
+    }
+
     /// The entries in node order.
     pub fn values(&self) -> std::slice::Iter<'_, T> {
         self.0.iter()
@@ -31,6 +36,13 @@ impl<T> From<Vec<T>> for NodeMap<T> {
     /// The entries of a table in node order.
     fn from(v: Vec<T>) -> NodeMap<T> {
         NodeMap(v)
+    }
+}
+
+impl<T> FromIterator<T> for NodeMap<T> {
+    /// The entries of a table in node order.
+    fn from_iter<I: IntoIterator<Item = T>>(entries: I) -> NodeMap<T> {
+        NodeMap(entries.into_iter().collect())
     }
 }
 

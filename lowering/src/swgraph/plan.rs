@@ -15,22 +15,22 @@ use std::sync::{Arc, OnceLock};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     /// Nodes whose value depends on no input (batch 1, the same in every run).
-    pub constant: Vec<bool>,
+    pub constant: NodeMap<bool>,
     /// Constant values that a non-constant node or a non-finite check reads: what a warm run
     /// needs of the first run's constants (a session adds the values it hands back).
-    pub keep: Vec<bool>,
+    pub keep: NodeMap<bool>,
     /// The evaluation order, its last uses and fused regions, for graph order
     /// ([`Schedule::new`] without products first).
     pub schedule: Schedule,
     /// Constant values that only products read, as their matrix, with one `(rows, cols)` for
     /// all of them, and no check reads: `(rows, cols)` per value, `None` for every other. The
     /// session prepares those in one pass and may keep them as integers alone.
-    pub stacks: Vec<Option<(usize, usize)>>,
+    pub stacks: NodeMap<Option<(usize, usize)>>,
     /// `quantize` nodes that only products read, as their vector, quantized one native tile
     /// at a time, no check reads, and not kept constants: the candidates for quantizing
     /// straight to the integer kernel's integers (whether the format allows it is the
     /// executor's to say).
-    pub vectors: Vec<bool>,
+    pub vectors: NodeMap<bool>,
     /// Elements of the distinct weight stacks that products read.
     pub weight_elements: usize,
     /// The float format every value of a node is rounded to, where the graph shows one
@@ -44,10 +44,10 @@ pub struct Plan {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     /// The nodes, each after its operands.
-    pub order: Vec<usize>,
+    pub order: Vec<ValueId>,
     /// Position in `order` of the last node that reads each value (0 for a value nothing
     /// reads), so a run frees it there.
-    pub last_use: Vec<usize>,
+    pub last_use: NodeMap<usize>,
     /// Runs of `order` (positions) of two or more consecutive [`fusable`] nodes of one vector
     /// length: each is evaluated in one pass (a single op gains nothing).
     pub regions: Vec<Range<usize>>,
@@ -76,9 +76,10 @@ impl Plan {
         for v in checked.iter().filter(|v| v.index() < len) {
             keep[v.index()] |= constant[v.index()];
         }
-        let schedule = Schedule::new(graph, &constant, false);
         let stacks = weight_stacks(graph, &constant, &checked);
         let vectors = quantized_vectors(graph, &constant, &keep, &checked);
+        let constant = NodeMap::from(constant);
+        let schedule = Schedule::new(graph, &constant, false);
         let mut weights: Vec<(ValueId, usize)> = graph
             .nodes
             .iter()
@@ -100,10 +101,10 @@ impl Plan {
         }
         Plan {
             constant,
-            keep,
+            keep: keep.into(),
             schedule,
-            stacks,
-            vectors,
+            stacks: stacks.into(),
+            vectors: vectors.into(),
             weight_elements: weights.iter().map(|(_, e)| e).sum(),
             rounded: rounded::rounded_formats(&graph.nodes),
             checks,
@@ -127,12 +128,12 @@ impl Schedule {
     /// that the bits do not depend on the order), the products that depend on no other
     /// product come first, after the operands of all of them: an LSTM's `W x_t` products of
     /// every step, then each step's `U h_(t-1)` products.
-    pub fn new(graph: &SwGraph, constant: &[bool], products_first: bool) -> Schedule {
+    pub fn new(graph: &SwGraph, constant: &NodeMap<bool>, products_first: bool) -> Schedule {
         let order = order(graph, constant, products_first);
-        let mut last_use = vec![0usize; graph.nodes.len()];
-        for (pos, &i) in order.iter().enumerate() {
-            for v in graph.nodes[i].op.inputs() {
-                if let Some(l) = last_use.get_mut(v.index()) {
+        let mut last_use = NodeMap::filled(graph.nodes.len(), 0usize);
+        for (pos, &id) in order.iter().enumerate() {
+            for v in graph.nodes[id.index()].op.inputs() {
+                if let Some(l) = last_use.get_mut(v) {
                     *l = pos;
                 }
             }
@@ -149,15 +150,15 @@ impl Schedule {
 /// The vector length (in tiles) of a node that may join a fused region: a non-constant
 /// binary op or relu, pass or table activation; `None` otherwise. (A valid graph gives such
 /// an op's operands the length of its value.)
-pub fn fusable(graph: &SwGraph, constant: &[bool], i: usize) -> Option<u32> {
-    let node = graph.nodes.get(i)?;
+pub fn fusable(graph: &SwGraph, constant: &NodeMap<bool>, id: ValueId) -> Option<u32> {
+    let node = graph.nodes.get(id.index())?;
     let mfu = match &node.op {
         Op::Binary { .. } => true,
         Op::Unary { op, .. } => *op != UnOp::Softmax,
         _ => false,
     };
     match node.ty {
-        Ty::Vector { tiles } if tiles > 0 && mfu && !constant.get(i).copied().unwrap_or(true) => {
+        Ty::Vector { tiles } if tiles > 0 && mfu && !constant.get(id).copied().unwrap_or(true) => {
             Some(tiles)
         }
         _ => None,
@@ -165,8 +166,9 @@ pub fn fusable(graph: &SwGraph, constant: &[bool], i: usize) -> Option<u32> {
 }
 
 /// [`Schedule::new`]'s order.
-fn order(graph: &SwGraph, constant: &[bool], products_first: bool) -> Vec<usize> {
+fn order(graph: &SwGraph, constant: &NodeMap<bool>, products_first: bool) -> Vec<ValueId> {
     let count = graph.nodes.len();
+    let id = |i: usize| ValueId(i as u32);
     let mut order = Vec::with_capacity(count);
     let mut placed = vec![false; count];
     let mut stack = Vec::new();
@@ -218,18 +220,20 @@ fn order(graph: &SwGraph, constant: &[bool], products_first: bool) -> Vec<usize>
         }
     }
     for i in 0..count {
-        if fusable(graph, constant, i).is_none() && !constant.get(i).copied().unwrap_or(false) {
+        if fusable(graph, constant, id(i)).is_none()
+            && !constant.get(id(i)).copied().unwrap_or(false)
+        {
             place(i, &mut order);
         }
     }
     for i in 0..count {
         place(i, &mut order);
     }
-    order
+    order.into_iter().map(id).collect()
 }
 
 /// The fused regions of `order` ([`Schedule::regions`]).
-fn regions(graph: &SwGraph, constant: &[bool], order: &[usize]) -> Vec<Range<usize>> {
+fn regions(graph: &SwGraph, constant: &NodeMap<bool>, order: &[ValueId]) -> Vec<Range<usize>> {
     let fusable_at = |pos: usize| fusable(graph, constant, order[pos]);
     let mut out = Vec::new();
     let mut pos = 0;

@@ -45,7 +45,7 @@ pub(crate) fn regions(schedule: &Schedule, traced: &HashSet<ValueId>) -> Vec<Reg
         end: r.end,
         kept: order[r.clone()]
             .iter()
-            .map(|&k| last_use[k] >= r.end || traced.contains(&ValueId(k as u32)))
+            .map(|&k| last_use[k] >= r.end || traced.contains(&k))
             .collect(),
     };
     schedule.regions.iter().map(region).collect()

@@ -13,7 +13,7 @@
 
 use super::intdot::{IntWeights, TileSource};
 use super::quant;
-use nnp_lowering::swgraph::{BlockAxis, Op, SwGraph, TileLayout, ValueId};
+use nnp_lowering::swgraph::{BlockAxis, NodeMap, Op, SwGraph, TileLayout, ValueId};
 use nnp_numerics::{FloatFormat, Format};
 use rayon::prelude::*;
 use std::collections::HashSet;
@@ -73,11 +73,11 @@ pub(crate) struct InputChain {
 /// never evaluates on their own.
 pub(crate) struct Plan {
     /// The stacks, by node.
-    pub stacks: Vec<Option<Stack>>,
+    pub stacks: NodeMap<Option<Stack>>,
     /// The input chains, by their `round` node.
-    pub inputs: Vec<Option<InputChain>>,
+    pub inputs: NodeMap<Option<InputChain>>,
     /// The links of those chains, and the stacks' values where only such stacks read them.
-    pub skipped: Vec<bool>,
+    pub skipped: NodeMap<bool>,
 }
 
 /// The plan for the weight stacks in `stacks` (`(rows, cols)` of the products that read them,
@@ -86,7 +86,7 @@ pub(crate) struct Plan {
 /// (`handed`: traces, non-finite checks) is not skipped.
 pub(crate) fn plan(
     graph: &SwGraph,
-    stacks: &[Option<(usize, usize)>],
+    stacks: &NodeMap<Option<(usize, usize)>>,
     handed: &HashSet<ValueId>,
 ) -> Plan {
     let (n, len) = (graph.native, graph.nodes.len());
@@ -171,7 +171,7 @@ pub(crate) fn plan(
         (parts.iter().map(|p| p.count).sum::<usize>() == rows * cols).then_some(parts)
     };
     let stacks: Vec<Option<Stack>> = stacks
-        .iter()
+        .values()
         .enumerate()
         .map(|(s, dims)| {
             dims.and_then(|dims| {
@@ -220,9 +220,9 @@ pub(crate) fn plan(
         skipped[chain.pad] = true;
     }
     Plan {
-        stacks,
-        inputs,
-        skipped,
+        stacks: stacks.into(),
+        inputs: inputs.into(),
+        skipped: skipped.into(),
     }
 }
 

@@ -44,7 +44,7 @@ pub(crate) struct Executor<'a> {
     /// The values alive, by node (kept constants from the start).
     pub(crate) values: NodeMap<Option<Tensor>>,
     /// The plan's constant nodes.
-    pub(crate) constant: &'a [bool],
+    pub(crate) constant: &'a NodeMap<bool>,
     /// The format each value is a fixed point of, where one is known ([`super::rounded`]).
     pub(crate) rounded: &'a NodeMap<Option<FloatFormat>>,
     /// Weight-side work kept between runs.

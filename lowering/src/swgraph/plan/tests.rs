@@ -4,6 +4,16 @@ use crate::swgraph::{BinOp, BlockAxis, FiniteCheck, Node, SWGRAPH_VERSION};
 use nnp_grammar::{Accumulation, Span};
 use nnp_numerics::{FloatFormat, Format};
 
+/// A side table's entries in node order.
+fn entries<T: Clone>(m: &NodeMap<T>) -> Vec<T> {
+    m.values().cloned().collect()
+}
+
+/// An order's node indices.
+fn indices(order: &[ValueId]) -> Vec<usize> {
+    order.iter().map(|v| v.index()).collect()
+}
+
 fn hand_graph(nodes: Vec<Node>) -> SwGraph {
     SwGraph {
         version: SWGRAPH_VERSION,
@@ -82,21 +92,24 @@ fn schedule_gathers_element_wise_ops() {
     ]);
     let plan = Plan::new(&graph);
     assert_eq!(
-        plan.constant,
+        entries(&plan.constant),
         [false, true, false, false, false, false, false]
     );
     // The constant is read by the add and by the product.
-    assert_eq!(plan.keep, [false, true, false, false, false, false, false]);
+    assert_eq!(
+        entries(&plan.keep),
+        [false, true, false, false, false, false, false]
+    );
     let s = &plan.schedule;
-    assert_eq!(s.order, vec![0, 3, 1, 4, 2, 5, 6]);
+    assert_eq!(indices(&s.order), vec![0, 3, 1, 4, 2, 5, 6]);
     assert_eq!(s.regions, vec![4..6]);
     // The input's last reader is the add (position 4), the add's the add at 5.
-    assert_eq!(s.last_use[0], 4);
-    assert_eq!(s.last_use[2], 5);
+    assert_eq!(s.last_use[ValueId(0)], 4);
+    assert_eq!(s.last_use[ValueId(2)], 5);
     // The constant is read by the add too: no stack; the quantize only by the product.
-    assert_eq!(plan.stacks, vec![None; 7]);
+    assert_eq!(entries(&plan.stacks), vec![None; 7]);
     assert_eq!(
-        plan.vectors,
+        entries(&plan.vectors),
         [false, false, false, true, false, false, false]
     );
     assert_eq!(plan.weight_elements, 4);
@@ -113,8 +126,8 @@ fn stacks_and_vectors() {
         node(product(2, 1)),
     ]);
     let plan = Plan::new(&graph);
-    assert_eq!(plan.stacks, vec![None, Some((1, 1)), None, None]);
-    assert_eq!(plan.vectors, [false, false, true, false]);
+    assert_eq!(entries(&plan.stacks), vec![None, Some((1, 1)), None, None]);
+    assert_eq!(entries(&plan.vectors), [false, false, true, false]);
     for v in [1, 2] {
         graph.checks.push(FiniteCheck {
             value: ValueId(v),
@@ -130,10 +143,10 @@ fn stacks_and_vectors() {
     }
     // The graph's own plan is the one of its first use; a clone plans anew.
     let planned = graph.plan().clone();
-    assert_eq!(graph.clone().plan().stacks, vec![None; 4]);
+    assert_eq!(entries(&graph.clone().plan().stacks), vec![None; 4]);
     assert_eq!(*planned, Plan::new(&graph));
-    assert!(planned.keep[1]);
-    assert_eq!(planned.vectors, [false; 4]);
+    assert!(planned.keep[ValueId(1)]);
+    assert_eq!(entries(&planned.vectors), [false; 4]);
 }
 
 /// With products first, the products whose operands depend on no product (3 and 8, like an
@@ -152,15 +165,17 @@ fn products_first_hoists_the_independent_products() {
         node(quantize(0)),
         node(product(7, 1)),
     ]);
-    let constant = [false, true, false, false, false, false, false, false, false];
+    let constant = NodeMap::from(vec![
+        false, true, false, false, false, false, false, false, false,
+    ]);
     assert_eq!(
-        Schedule::new(&graph, &constant, true).order,
+        indices(&Schedule::new(&graph, &constant, true).order),
         vec![0, 2, 1, 7, 3, 8, 4, 5, 6]
     );
     // Without: graph order, the add waiting for the quantize that reads it and the constant
     // weights (1) for the first product.
     assert_eq!(
-        Schedule::new(&graph, &constant, false).order,
+        indices(&Schedule::new(&graph, &constant, false).order),
         vec![0, 2, 1, 3, 4, 5, 6, 7, 8]
     );
 }

@@ -6,7 +6,7 @@ use super::product_spec;
 use crate::matmul::{MIN_CHUNK, MatVec};
 use crate::{matmul, prepare};
 use candle_core::{DType, Tensor};
-use nnp_lowering::swgraph::{Op, SwGraph};
+use nnp_lowering::swgraph::{NodeMap, Op, SwGraph};
 use nnp_numerics::Format;
 
 /// A weight stack `[1, rows*cols, n, n]` as `[chunks, rows*n, k]` for the chunked matmul:
@@ -87,23 +87,27 @@ fn stack_keys<K: Copy + PartialEq>(
 
 /// The plan's stacks whose every product takes the chunked matmul with one chunk and dtype
 /// ([`float_path`]): that `(chunk, dtype)` by node.
-pub(crate) fn chunked_stacks(graph: &SwGraph, plan: &prepare::Plan) -> Vec<Option<(usize, DType)>> {
+pub(crate) fn chunked_stacks(
+    graph: &SwGraph,
+    plan: &prepare::Plan,
+) -> NodeMap<Option<(usize, DType)>> {
     let keys = stack_keys(graph, |path, _| match path {
         FloatPath::Chunked(k, dtype) => Some((k, dtype)),
         FloatPath::Bounded | FloatPath::Sliced => None,
     });
     keys.into_iter()
-        .zip(&plan.stacks)
+        .zip(plan.stacks.values())
         .map(|(k, s)| k.filter(|_| s.is_some()))
         .collect()
 }
 
 /// The stacks whose every product takes the bounded matmul in one layout: per tile column
 /// (`true`, the `-seq` modes) or whole rows, by node.
-pub(crate) fn bounded_stacks(graph: &SwGraph) -> Vec<Option<bool>> {
+pub(crate) fn bounded_stacks(graph: &SwGraph) -> NodeMap<Option<bool>> {
     stack_keys(graph, |path, spec| {
         (path == FloatPath::Bounded).then(|| matmul::seq_format(spec.accumulation).is_some())
     })
+    .into()
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ impl<'a> Executor<'a> {
             w,
             b,
             // Weight-side work is cached for the session when the stack is a constant.
-            cacheable: self.constant.get(w.index()).copied().unwrap_or(false),
+            cacheable: self.constant.get(w).copied().unwrap_or(false),
         }
     }
 

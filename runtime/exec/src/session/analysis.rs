@@ -3,7 +3,7 @@
 //! reads and hands back, and the bytes per item it holds at once.
 
 use crate::{ExecOptions, intdot, quant};
-use nnp_lowering::swgraph::{Op, Schedule, SwGraph, Ty, ValueId};
+use nnp_lowering::swgraph::{Node, NodeMap, Op, Schedule, SwGraph, Ty, ValueId};
 use std::collections::HashSet;
 
 /// Bytes per batch item of the values a run holds at once, at most: the run's output tensors
@@ -16,9 +16,9 @@ use std::collections::HashSet;
 /// those than of anything else.
 pub(super) fn peak_item_bytes(
     graph: &SwGraph,
-    order: &[usize],
-    constant: &[bool],
-    last_use: &[usize],
+    order: &[ValueId],
+    constant: &NodeMap<bool>,
+    last_use: &NodeMap<usize>,
     traced: &HashSet<ValueId>,
 ) -> usize {
     let elements = |ty: &Ty| match ty {
@@ -34,13 +34,13 @@ pub(super) fn peak_item_bytes(
         .sum();
     let mut freed_at = vec![0usize; order.len()];
     let (mut live, mut peak) = (outputs, outputs);
-    for (pos, &i) in order.iter().enumerate() {
-        if !constant[i] {
-            let count = elements(&graph.nodes[i].ty);
+    for (pos, &id) in order.iter().enumerate() {
+        if !constant[id] {
+            let count = elements(&graph.node(id).ty);
             let bytes = count * std::mem::size_of::<f64>();
             live += bytes;
-            freed_at[last_use[i].max(pos)] += bytes;
-            if traced.contains(&ValueId(i as u32)) {
+            freed_at[last_use[id].max(pos)] += bytes;
+            if traced.contains(&id) {
                 live += count * TRACED_BYTES;
             }
         }
@@ -54,22 +54,22 @@ pub(super) fn peak_item_bytes(
 /// value's f64 and its record's storage bits (`u32`).
 const TRACED_BYTES: usize = std::mem::size_of::<f64>() + std::mem::size_of::<u32>();
 
-/// The values node `i` reads: its inputs and, where it quantizes a concat the run may skip
+/// The values node `id` reads: its inputs and, where it quantizes a concat the run may skip
 /// (`through`: the steps skip those concats), that concat's parts.
-pub(super) fn reads(graph: &SwGraph, through: &[bool], i: usize) -> Vec<ValueId> {
-    let mut vs = graph.nodes[i].op.inputs();
-    vs.extend(through_parts(graph, through, i));
+pub(super) fn reads(graph: &SwGraph, through: &NodeMap<bool>, id: ValueId) -> Vec<ValueId> {
+    let mut vs = graph.node(id).op.inputs();
+    vs.extend(through_parts(graph, through, id));
     vs
 }
 
-/// The parts of the concat that node `i` quantizes, where the run may skip that concat.
+/// The parts of the concat that node `id` quantizes, where the run may skip that concat.
 fn through_parts<'g>(
     graph: &'g SwGraph,
-    through: &[bool],
-    i: usize,
+    through: &NodeMap<bool>,
+    id: ValueId,
 ) -> impl Iterator<Item = ValueId> + 'g {
-    let parts = match &graph.nodes[i].op {
-        Op::Quantize { src, .. } if through[src.index()] => match &graph.nodes[src.index()].op {
+    let parts = match &graph.node(id).op {
+        Op::Quantize { src, .. } if through[*src] => match &graph.node(*src).op {
             Op::Concat { parts } => &parts[..],
             _ => &[],
         },
@@ -80,13 +80,13 @@ fn through_parts<'g>(
 
 /// The plan's last uses ([`Schedule::last_use`]) with the reads of `through`: a quantize that
 /// reads a skipped concat's parts is their last reader where it comes after the others.
-pub(super) fn extend_last_uses(graph: &SwGraph, schedule: &mut Schedule, through: &[bool]) {
-    if !through.contains(&true) {
+pub(super) fn extend_last_uses(graph: &SwGraph, schedule: &mut Schedule, through: &NodeMap<bool>) {
+    if !through.values().any(|&t| t) {
         return;
     }
-    for (pos, &i) in schedule.order.iter().enumerate() {
-        for v in through_parts(graph, through, i) {
-            let last = &mut schedule.last_use[v.index()];
+    for (pos, &id) in schedule.order.iter().enumerate() {
+        for v in through_parts(graph, through, id) {
+            let last = &mut schedule.last_use[v];
             *last = (*last).max(pos);
         }
     }
@@ -96,22 +96,20 @@ pub(super) fn extend_last_uses(graph: &SwGraph, schedule: &mut Schedule, through
 /// and that a run does not hand back (`handed`), not constant (a warm run skips those anyway).
 pub(super) fn concats_to_ints(
     graph: &SwGraph,
-    constant: &[bool],
-    to_ints: &[Option<quant::BfpInts>],
+    constant: &NodeMap<bool>,
+    to_ints: &NodeMap<Option<quant::BfpInts>>,
     handed: &HashSet<ValueId>,
-) -> Vec<bool> {
-    let other = read_beside(graph, handed, |i, _| to_ints[i].is_none());
+) -> NodeMap<bool> {
+    let other = read_beside(graph, handed, |id, _| to_ints[id].is_none());
     let read = read_beside(graph, &HashSet::new(), |_, _| true);
     graph
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| {
+        .nodes_by_id()
+        .map(|(id, node)| {
             matches!(node.op, Op::Concat { .. })
                 && matches!(node.ty, Ty::Vector { .. })
-                && !constant[i]
-                && !other[i]
-                && read[i]
+                && !constant[id]
+                && !other[id]
+                && read[id]
         })
         .collect()
 }
@@ -121,19 +119,15 @@ pub(super) fn concats_to_ints(
 /// format [`quant::BfpInts`] quantizes so: that format by node.
 pub(super) fn quantized_vectors(
     graph: &SwGraph,
-    candidates: &[bool],
+    candidates: &NodeMap<bool>,
     traced: &HashSet<ValueId>,
-) -> Vec<Option<quant::BfpInts>> {
+) -> NodeMap<Option<quant::BfpInts>> {
     let n = graph.native;
     let limit = intdot::mantissa_limit(n);
     graph
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| match &node.op {
-            Op::Quantize { format, .. }
-                if candidates[i] && !traced.contains(&ValueId(i as u32)) =>
-            {
+        .nodes_by_id()
+        .map(|(id, node)| match &node.op {
+            Op::Quantize { format, .. } if candidates[id] && !traced.contains(&id) => {
                 quant::BfpInts::new(format, n, limit)
             }
             _ => None,
@@ -145,9 +139,9 @@ pub(super) fn quantized_vectors(
 /// outputs' with `keep_values`.
 pub(super) fn written_values(graph: &SwGraph, opts: &ExecOptions) -> Vec<ValueId> {
     if opts.keep_values {
-        let values = graph.nodes.iter().enumerate();
+        let values = graph.nodes_by_id();
         let values = values.filter(|(_, n)| !matches!(n.op, Op::Output { .. }));
-        return values.map(|(i, _)| ValueId(i as u32)).collect();
+        return values.map(|(id, _)| id).collect();
     }
     let writes = if opts.keep_writes {
         &graph.writes[..]
@@ -157,27 +151,27 @@ pub(super) fn written_values(graph: &SwGraph, opts: &ExecOptions) -> Vec<ValueId
     writes.iter().map(|w| w.value).collect()
 }
 
-/// The values that a node for which `reader(i, node)` holds reads, or that a run hands back
+/// The values that a node for which `reader(id, node)` holds reads, or that a run hands back
 /// (`handed`).
 fn read_beside(
     graph: &SwGraph,
     handed: &HashSet<ValueId>,
-    reader: impl Fn(usize, &nnp_lowering::swgraph::Node) -> bool,
-) -> Vec<bool> {
-    let mut read = vec![false; graph.nodes.len()];
-    for (i, node) in graph.nodes.iter().enumerate() {
-        if reader(i, node) {
-            node.op.inputs().iter().for_each(|v| read[v.index()] = true);
+    reader: impl Fn(ValueId, &Node) -> bool,
+) -> NodeMap<bool> {
+    let mut read = NodeMap::filled(graph.nodes.len(), false);
+    for (id, node) in graph.nodes_by_id() {
+        if reader(id, node) {
+            node.op.inputs().into_iter().for_each(|v| read[v] = true);
         }
     }
-    handed.iter().for_each(|v| read[v.index()] = true);
+    handed.iter().for_each(|&v| read[v] = true);
     read
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nnp_lowering::swgraph::{Node, TileLayout, UnOp};
+    use nnp_lowering::swgraph::{TileLayout, UnOp};
     use nnp_numerics::FloatFormat;
 
     /// The bytes per item a run holds at once, by hand (N = 2): the output `y` of 5 values (5
@@ -258,11 +252,11 @@ mod tests {
             checks: vec![],
             planned: Default::default(),
         };
-        let order: Vec<usize> = (0..6).collect();
-        let constant = [false, true, false, false, false, false];
+        let order: Vec<ValueId> = (0..6).map(ValueId).collect();
+        let constant = NodeMap::from(vec![false, true, false, false, false, false]);
         // Last readers: the input's at position 2, the padded value's at 4 (the relu), the
         // relu's at 5; the rest are read by nothing.
-        let last_use = [2, 0, 4, 0, 5, 0];
+        let last_use = NodeMap::from(vec![2, 0, 4, 0, 5, 0]);
         let none = HashSet::new();
         assert_eq!(
             peak_item_bytes(&graph, &order, &constant, &last_use, &none),
@@ -275,7 +269,7 @@ mod tests {
             5 * 4 + 2 * 6 * 8 + 6 * (8 + 4)
         );
         graph.nodes[3] = output(0);
-        let last_use = [3, 0, 4, 0, 5, 0];
+        let last_use = NodeMap::from(vec![3, 0, 4, 0, 5, 0]);
         assert_eq!(
             peak_item_bytes(&graph, &order, &constant, &last_use, &none),
             5 * 4 + 2 * 6 * 8

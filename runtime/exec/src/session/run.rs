@@ -169,7 +169,7 @@ impl Session<'_> {
         append_outputs(&mut all.outputs, part.outputs, b);
         all.found.merge(part.found);
         for (id, w) in &mut all.written {
-            if let (false, Some(more)) = (self.plan.constant[id.index()], part.written.get(id)) {
+            if let (false, Some(more)) = (self.plan.constant[*id], part.written.get(id)) {
                 w.data.extend_from_slice(&more.data);
                 w.batch += more.batch;
             }

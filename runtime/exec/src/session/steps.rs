@@ -23,7 +23,7 @@ use crate::products::{bounded_stacks, chunked_stacks};
 use crate::state::{Failure, Path};
 use crate::{ExecOptions, fused, prepare as one_pass, quant};
 use candle_core::DType;
-use nnp_lowering::swgraph::{Op, Plan, Schedule, SwGraph, ValueId};
+use nnp_lowering::swgraph::{NodeMap, Op, Plan, Schedule, SwGraph, ValueId};
 use std::collections::HashSet;
 
 /// One step of a pass: the work at one place of the evaluation order, and the values nothing
@@ -95,9 +95,9 @@ impl Steps {
             .collect();
         let mut keep = plan.keep.clone();
         let mut product_only = plan.stacks.clone();
-        for v in &traced {
-            keep[v.index()] |= constant[v.index()];
-            product_only[v.index()] = None;
+        for &v in &traced {
+            keep[v] |= constant[v];
+            product_only[v] = None;
         }
         let mut schedule = match cx.opts.products_first {
             true => Schedule::new(graph, constant, true),
@@ -108,7 +108,7 @@ impl Steps {
         let prepared = one_pass::plan(graph, &product_only, &handed);
         // On a GPU the vectors stay values there: none is quantized straight to host integers.
         let to_ints = match cx.gpu {
-            true => vec![None; graph.nodes.len()],
+            true => NodeMap::filled(graph.nodes.len(), None),
             false => quantized_vectors(graph, &plan.vectors, &traced),
         };
         let through = concats_to_ints(graph, constant, &to_ints, &handed);
@@ -127,8 +127,8 @@ impl Steps {
             traced: &traced,
             keep: &keep,
             as_ints: product_only
-                .into_iter()
-                .zip(&keep)
+                .values()
+                .zip(keep.values())
                 .map(|(s, &k)| s.filter(|_| k))
                 .collect(),
             arranged: chunked_stacks(graph, &prepared),
@@ -161,26 +161,26 @@ struct Planner<'a> {
     ints: bool,
     traced: &'a HashSet<ValueId>,
     /// Constant values a warm run needs: the plan's and the traced ones.
-    keep: &'a [bool],
+    keep: &'a NodeMap<bool>,
     /// Kept constant values that only products read, as their matrix: `(rows, cols)` of those
     /// products. Kept as integers alone where the kernel can restore them (a quarter of the
     /// memory; `Executor::keep_as_ints`).
-    as_ints: Vec<Option<(usize, usize)>>,
+    as_ints: NodeMap<Option<(usize, usize)>>,
     /// The stacks, inputs and skipped links of the one-pass preparation.
     prepared: one_pass::Plan,
     /// For the float path, the stacks whose every product takes the chunked matmul with one
     /// chunk and dtype: that chunk and dtype.
-    arranged: Vec<Option<(usize, DType)>>,
+    arranged: NodeMap<Option<(usize, DType)>>,
     /// The stacks whose every product takes the bounded matmul in one layout (per tile
     /// column or not): that layout.
-    bounded: Vec<Option<bool>>,
+    bounded: NodeMap<Option<bool>>,
     /// `quantize` nodes that only products read, as their vector, in a BFP format the integer
     /// kernel's integers come straight from ([`quant::BfpInts`]).
-    to_ints: Vec<Option<quant::BfpInts>>,
+    to_ints: NodeMap<Option<quant::BfpInts>>,
     /// `concat` nodes that only such `quantize` nodes read: where the kernel runs, those
     /// quantize the concat's parts tile by tile (a convolution's window holds each pixel's
     /// tile several times) and the concat itself is made only if one of them needs its value.
-    through: Vec<bool>,
+    through: NodeMap<bool>,
     schedule: &'a Schedule,
 }
 
@@ -196,7 +196,7 @@ impl Planner<'_> {
             if let Some(r) = regions.next_if(|r| r.start == pos) {
                 let frees = (r.start..r.end).flat_map(|p| self.frees(p)).collect();
                 steps.push(Step {
-                    node: ValueId(order[pos] as u32),
+                    node: order[pos],
                     work: Work::Region(region::Region::new(
                         self.plan,
                         &order[r.start..r.end],
@@ -208,15 +208,15 @@ impl Planner<'_> {
                 pos = r.end;
                 continue;
             }
-            let i = order[pos];
-            let work = self.work(i, warm);
+            let id = order[pos];
+            let work = self.work(id, warm);
             let frees = match work {
                 // Nothing is done, so nothing is freed: the values stay to the pass's end.
                 Work::Skip | Work::Kept(_) => Vec::new(),
                 _ => self.frees(pos),
             };
             steps.push(Step {
-                node: ValueId(i as u32),
+                node: id,
                 work,
                 frees,
             });
@@ -225,33 +225,33 @@ impl Planner<'_> {
         steps
     }
 
-    /// The work of node `i`, outside a region.
-    fn work(&self, i: usize, warm: bool) -> Work {
-        let keep = self.keep(i);
-        if warm && self.plan.constant[i] {
+    /// The work of node `id`, outside a region.
+    fn work(&self, id: ValueId, warm: bool) -> Work {
+        let keep = self.keep(id);
+        if warm && self.plan.constant[id] {
             return Work::Kept(keep);
         }
-        if self.prepared.skipped[i] || (self.ints && self.through[i]) {
+        if self.prepared.skipped[id] || (self.ints && self.through[id]) {
             return Work::Skip;
         }
-        if let (true, Some(f)) = (self.ints, &self.to_ints[i]) {
+        if let (true, Some(f)) = (self.ints, &self.to_ints[id]) {
             return Work::ToInts(*f, keep);
         }
-        if let Op::Output { name, row, src } = &self.graph.nodes[i].op {
+        if let Op::Output { name, row, src } = &self.graph.node(id).op {
             return Work::Output {
                 name: name.clone(),
                 row: *row,
                 src: *src,
             };
         }
-        if let Some(chain) = &self.prepared.inputs[i] {
+        if let Some(chain) = &self.prepared.inputs[id] {
             return Work::Input(chain.clone(), keep);
         }
-        let Some(stack) = &self.prepared.stacks[i] else {
+        let Some(stack) = &self.prepared.stacks[id] else {
             return Work::Eval(keep);
         };
-        let bounded = self.bounded[i].filter(|_| self.as_ints[i].is_some());
-        let form = match (self.ints, self.arranged[i]) {
+        let bounded = self.bounded[id].filter(|_| self.as_ints[id].is_some());
+        let form = match (self.ints, self.arranged[id]) {
             (true, _) => StackForm::Ints { bounded },
             (false, Some(key)) => StackForm::Arranged(key),
             (false, None) => StackForm::Float { bounded },
@@ -259,25 +259,24 @@ impl Planner<'_> {
         Work::Stack(stack.clone(), form, keep)
     }
 
-    /// What becomes of node `i`'s value.
-    fn keep(&self, i: usize) -> Keep {
-        let id = ValueId(i as u32);
-        let constant = self.plan.constant[i];
+    /// What becomes of node `id`'s value.
+    fn keep(&self, id: ValueId) -> Keep {
+        let constant = self.plan.constant[id];
         Keep {
             traced: self.traced.contains(&id),
             checked: !self.plan.checks[id].is_empty(),
             constant,
-            kept: self.keep[i] && constant,
-            as_ints: self.as_ints[i],
+            kept: self.keep[id] && constant,
+            as_ints: self.as_ints[id],
         }
     }
 
     /// The values the node at position `pos` reads that nothing later reads.
     fn frees(&self, pos: usize) -> Vec<ValueId> {
-        let i = self.schedule.order[pos];
-        let mut vs: Vec<ValueId> = reads(self.graph, &self.through, i)
+        let id = self.schedule.order[pos];
+        let mut vs: Vec<ValueId> = reads(self.graph, &self.through, id)
             .into_iter()
-            .filter(|v| self.schedule.last_use[v.index()] == pos)
+            .filter(|&v| self.schedule.last_use[v] == pos)
             .collect();
         vs.sort_unstable();
         vs.dedup();

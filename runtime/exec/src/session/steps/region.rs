@@ -20,18 +20,18 @@ impl Region {
     /// The region `r` of the evaluation order, whose nodes are `nodes`.
     pub(super) fn new(
         plan: &Plan,
-        nodes: &[usize],
+        nodes: &[ValueId],
         r: &crate::fused::Region,
         traced: &HashSet<ValueId>,
     ) -> Region {
-        let id = |k: &usize| ValueId(*k as u32);
         Region {
-            nodes: nodes.to_vec(),
+            // The fused kernels address nodes by their place in the graph's arena.
+            nodes: nodes.iter().map(|id| id.index()).collect(),
             kept: r.kept.clone(),
-            traced: nodes.iter().map(|k| traced.contains(&id(k))).collect(),
+            traced: nodes.iter().map(|id| traced.contains(id)).collect(),
             checked: nodes
                 .iter()
-                .map(|k| !plan.checks[id(k)].is_empty())
+                .map(|&id| !plan.checks[id].is_empty())
                 .collect(),
         }
     }
