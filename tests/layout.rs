@@ -110,13 +110,14 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// The paths a `use` tree names, `{}` groups expanded and `as` renames dropped
-/// (`crate::a::{b, c::{d, e as f}}` names `crate::a::b`, `crate::a::c::d`, `crate::a::c::e`).
+/// The items a `use` tree names, `{}` groups expanded, each as `path` or `path as name`
+/// (`crate::a::{b, c::{d, e as f}}` names `crate::a::b`, `crate::a::c::d`,
+/// `crate::a::c::e as f`).
 fn expand(tree: &str) -> Vec<String> {
     let tree = tree.trim();
     let Some(open) = tree.find('{') else {
-        let plain = tree.split_whitespace().next().unwrap_or("");
-        return vec![plain.to_string()];
+        let item = tree.split_whitespace().collect::<Vec<_>>().join(" ");
+        return vec![item];
     };
     let close = tree.rfind('}').filter(|&c| c > open).unwrap_or(tree.len());
     let (prefix, body) = (&tree[..open], &tree[open + 1..close]);
@@ -142,11 +143,18 @@ fn expand(tree: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every `crate::`, `super::` or `self::` path of `code`: the `use` trees and the paths
-/// written inline.
-fn paths(code: &str) -> Vec<String> {
-    let mut out = Vec::new();
+/// An item of [`expand`] without its rename, and the name it is known by.
+fn renamed(item: &str) -> (&str, &str) {
+    match item.split_once(" as ") {
+        Some((path, name)) => (path.trim(), name.trim()),
+        None => (item, item.rsplit("::").next().unwrap_or(item)),
+    }
+}
+
+/// The `use` trees of `code` (`use` at a word start), whitespace collapsed.
+fn use_trees(code: &str) -> Vec<String> {
     let at_word = |i: usize| i == 0 || !code[..i].ends_with(is_ident);
+    let mut out = Vec::new();
     let mut from = 0;
     while let Some(k) = code[from..].find("use") {
         let i = from + k;
@@ -158,50 +166,83 @@ fn paths(code: &str) -> Vec<String> {
                 .split_whitespace()
                 .collect::<Vec<_>>()
                 .join(" ");
-            let tree = tree.replace(":: ", "::").replace(" ::", "::");
-            // Only the crate's own paths (a `use` in a string is no import).
-            if ["crate::", "super::", "self::"]
-                .iter()
-                .any(|h| tree.starts_with(h))
-            {
-                out.extend(expand(&tree));
-            }
-        }
-    }
-    for head in ["crate::", "super::", "self::"] {
-        let mut from = 0;
-        while let Some(k) = code[from..].find(head) {
-            let i = from + k;
-            from = i + head.len();
-            if !at_word(i) {
-                continue;
-            }
-            let mut end = i + head.len();
-            loop {
-                let rest = &code[end..];
-                let len = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
-                if len == 0 || rest.starts_with(|c: char| c.is_ascii_digit()) {
-                    break;
-                }
-                end += len;
-                if code[end..].starts_with("::") {
-                    end += 2;
-                } else {
-                    break;
-                }
-            }
-            let path = code[i..end].trim_end_matches("::");
-            if path.contains("::") {
-                out.push(path.to_string());
-            }
+            out.push(tree.replace(":: ", "::").replace(" ::", "::"));
         }
     }
     out
 }
 
-/// The file a path in module `from` refers to: the longest prefix of its module path that is
-/// a file of the crate.
-fn target(from: &ModPath, path: &str, files: &BTreeMap<ModPath, PathBuf>) -> Option<ModPath> {
+/// The paths of `code` that start with `head` (`crate::`, or a child module's `name::`) at a
+/// path's start (not after `::`), as far as their segments go.
+fn inline_paths(code: &str, head: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(k) = code[from..].find(head) {
+        let i = from + k;
+        from = i + head.len();
+        if code[..i].ends_with(is_ident) || code[..i].ends_with("::") {
+            continue;
+        }
+        let mut end = i + head.len();
+        loop {
+            let rest = &code[end..];
+            let len = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
+            if len == 0 || rest.starts_with(|c: char| c.is_ascii_digit()) {
+                break;
+            }
+            end += len;
+            if code[end..].starts_with("::") {
+                end += 2;
+            } else {
+                break;
+            }
+        }
+        let path = code[i..end].trim_end_matches("::");
+        if path.contains("::") {
+            out.push(path.to_string());
+        }
+    }
+    out
+}
+
+/// Every `crate::`, `super::` or `self::` path of `code`, and every path into one of
+/// `children` (bare `steps::Step` in `session.rs`, written `self::steps::Step`): the `use`
+/// trees and the paths written inline.
+fn paths(code: &str, children: &[&str]) -> Vec<String> {
+    let own = |p: &str| {
+        ["crate::", "super::", "self::"]
+            .iter()
+            .any(|h| p.starts_with(h))
+    };
+    let child = |p: &str| children.iter().any(|c| p.starts_with(&format!("{c}::")));
+    let mut out = Vec::new();
+    for tree in use_trees(code) {
+        for item in expand(&tree) {
+            let (path, _) = renamed(&item);
+            match () {
+                _ if own(path) => out.push(path.to_string()),
+                _ if child(path) => out.push(format!("self::{path}")),
+                _ => {}
+            }
+        }
+    }
+    for head in ["crate::", "super::", "self::"] {
+        out.extend(inline_paths(code, head));
+    }
+    for c in children {
+        let found = inline_paths(code, &format!("{c}::"));
+        out.extend(found.into_iter().map(|p| format!("self::{p}")));
+    }
+    out
+}
+
+/// The file a path in module `from` refers to (the longest prefix of its module path that is
+/// a file of the crate), and the segments after it.
+fn locate(
+    from: &ModPath,
+    path: &str,
+    files: &BTreeMap<ModPath, PathBuf>,
+) -> Option<(ModPath, Vec<String>)> {
     let mut segs = path.split("::").filter(|s| !s.is_empty()).peekable();
     let mut full: ModPath = match segs.peek().copied() {
         Some("crate") => {
@@ -227,31 +268,106 @@ fn target(from: &ModPath, path: &str, files: &BTreeMap<ModPath, PathBuf>) -> Opt
     full.extend(segs.filter(|s| *s != "*").map(str::to_string));
     (0..=full.len())
         .rev()
-        .map(|k| full[..k].to_vec())
-        .find(|prefix| files.contains_key(prefix))
+        .find(|&k| files.contains_key(&full[..k]))
+        .map(|k| (full[..k].to_vec(), full[k..].to_vec()))
+}
+
+/// What each file re-exports (`pub use`, `pub(crate) use`, `pub(super) use`): the name it
+/// gives, and the path it names (a child's bare path written `self::`).
+type Reexports = BTreeMap<ModPath, BTreeMap<String, String>>;
+
+/// `code` split into its re-exports' trees and the rest.
+fn split_reexports(code: &str) -> (Vec<String>, String) {
+    let (mut trees, mut rest, mut out) = (Vec::new(), code, String::new());
+    while let Some((i, head)) = ["pub use ", "pub(crate) use ", "pub(super) use "]
+        .iter()
+        .filter_map(|h| rest.find(h).map(|i| (i, *h)))
+        .min()
+    {
+        out.push_str(&rest[..i]);
+        let body = &rest[i + head.len()..];
+        let end = body.find(';').unwrap_or(body.len());
+        trees.extend(use_trees(&format!("use {};", &body[..end])));
+        rest = &body[(end + 1).min(body.len())..];
+    }
+    out.push_str(rest);
+    (trees, out)
+}
+
+/// The file a path in module `from` refers to, followed through re-exports to the file that
+/// defines the name (`super::Checker`, re-exported from `checker`, is `checker`'s).
+fn target(
+    from: &ModPath,
+    path: &str,
+    files: &BTreeMap<ModPath, PathBuf>,
+    reexports: &Reexports,
+) -> Option<ModPath> {
+    let (mut file, mut rest) = locate(from, path, files)?;
+    for _ in 0..16 {
+        let Some(named) = rest.first().and_then(|n| reexports.get(&file)?.get(n)) else {
+            break;
+        };
+        let mut next = named.clone();
+        for s in &rest[1..] {
+            next = format!("{next}::{s}");
+        }
+        (file, rest) = locate(&file, &next, files)?;
+    }
+    Some(file)
 }
 
 /// The import graph of a crate's non-test files: module path to the files it refers to,
-/// leaving out its references to itself and to its own descendants (composition).
+/// through re-exports to the defining file, its references to itself left out. A parent's
+/// use of its child counts, so a child that reaches back into its parent (`super::Thing`)
+/// closes a circle.
 fn imports(src: &Path) -> BTreeMap<ModPath, BTreeSet<ModPath>> {
     let files: BTreeMap<ModPath, PathBuf> = rust_files(src)
         .into_iter()
         .map(|f| (module_path(src, &f), f))
         .collect();
-    let mut edges = BTreeMap::new();
-    for (m, file) in &files {
-        if m.last().is_some_and(|s| s == "tests") {
-            continue;
-        }
+    let children = |m: &ModPath| -> Vec<String> {
+        files
+            .keys()
+            .filter(|k| k.len() == m.len() + 1 && k.starts_with(m))
+            .filter_map(|k| k.last().cloned())
+            .collect()
+    };
+    let mut reexports = Reexports::new();
+    let mut bodies = BTreeMap::new();
+    for (m, file) in files.iter().filter(|(m, _)| !is_tests(m)) {
         let text = std::fs::read_to_string(file).expect("a readable source file");
-        let targets = paths(&code(&text))
+        let (trees, body) = split_reexports(&code(&text));
+        let kids = children(m);
+        let named = reexports.entry(m.clone()).or_default();
+        for item in trees.iter().flat_map(|t| expand(t)) {
+            let (path, name) = renamed(&item);
+            let bare = kids.iter().any(|c| path.starts_with(&format!("{c}::")));
+            let path = if bare {
+                format!("self::{path}")
+            } else {
+                path.to_string()
+            };
+            named.insert(name.to_string(), path);
+        }
+        bodies.insert(m.clone(), body);
+    }
+    let mut edges = BTreeMap::new();
+    for (m, body) in &bodies {
+        let kids = children(m);
+        let kids: Vec<&str> = kids.iter().map(String::as_str).collect();
+        let targets = paths(body, &kids)
             .iter()
-            .filter_map(|p| target(m, p, &files))
-            .filter(|t| !t.starts_with(m))
+            .filter_map(|p| target(m, p, &files, &reexports))
+            .filter(|t| t != m)
             .collect();
         edges.insert(m.clone(), targets);
     }
     edges
+}
+
+/// A `tests` module: test code, outside the rules.
+fn is_tests(m: &ModPath) -> bool {
+    m.last().is_some_and(|s| s == "tests")
 }
 
 /// The strongly connected components of more than one node (Tarjan, iterative).
@@ -322,15 +438,23 @@ fn no_import_cycles_between_files() {
     let mut found = Vec::new();
     for (name, dir) in CRATES {
         let src = root().join(dir);
-        for comp in cycles(&imports(&src)) {
-            let names: Vec<String> = comp
+        let edges = imports(&src);
+        let show = |m: &ModPath| match m.is_empty() {
+            true => "<root>".to_string(),
+            false => m.join("::"),
+        };
+        for comp in cycles(&edges) {
+            // The arrows inside the circle, so the reader sees which import to move.
+            let arrows: Vec<String> = comp
                 .iter()
-                .map(|m| match m.is_empty() {
-                    true => "<root>".to_string(),
-                    false => m.join("::"),
+                .flat_map(|a| {
+                    edges[a]
+                        .iter()
+                        .filter(|b| comp.contains(b))
+                        .map(move |b| format!("{} -> {}", show(a), show(b)))
                 })
                 .collect();
-            found.push(format!("{name}: {}", names.join(", ")));
+            found.push(format!("{name}: {}", arrows.join(", ")));
         }
     }
     assert!(
@@ -399,15 +523,31 @@ fn the_cycle_finder_by_hand() {
         [
             "crate::a::b",
             "crate::a::c::d",
-            "crate::a::c::e",
+            "crate::a::c::e as f",
             "crate::a::self"
         ]
     );
-    let code = code("use super::x;\n// crate::nothing\nfn f() { crate::y::z(); self::w::v }");
-    // The `use` trees, then the inline paths (the `use` tree's among them).
+    assert_eq!(renamed("crate::a::c::e as f"), ("crate::a::c::e", "f"));
+    assert_eq!(renamed("crate::a::b"), ("crate::a::b", "b"));
+    let code = code(
+        "use super::x;\n// crate::nothing\nfn f() { crate::y::z(); self::w::v; b::g(); o::b::h() }",
+    );
+    // The `use` trees, then the inline paths (the `use` tree's among them), then the bare
+    // paths into the child `b` (not `o::b`, another module's).
     assert_eq!(
-        paths(&code),
-        ["super::x", "crate::y::z", "super::x", "self::w::v"]
+        paths(&code, &["b"]),
+        [
+            "super::x",
+            "crate::y::z",
+            "super::x",
+            "self::w::v",
+            "self::b::g"
+        ]
+    );
+    let (trees, rest) = split_reexports("pub use b::{X, Y as Z};\nmod b;\nfn f() {}");
+    assert_eq!(
+        (trees, rest.as_str()),
+        (vec!["b::{X, Y as Z}".to_string()], "\nmod b;\nfn f() {}")
     );
     let m = |s: &str| -> ModPath {
         s.split("::")
@@ -419,12 +559,18 @@ fn the_cycle_finder_by_hand() {
         .into_iter()
         .map(|s| (m(s), PathBuf::new()))
         .collect();
-    assert_eq!(
-        target(&m("a::b"), "super::super::c::f", &files),
-        Some(m("c"))
-    );
-    assert_eq!(target(&m("a"), "crate::a::b::g", &files), Some(m("a::b")));
-    assert_eq!(target(&m("c"), "crate::Thing", &files), Some(m("")));
+    // `a` re-exports `b`'s `Thing` as `Alias`: a path to `a::Alias` is `b`'s.
+    let reexports: Reexports = [(
+        m("a"),
+        [("Alias".to_string(), "self::b::Thing".to_string())].into(),
+    )]
+    .into();
+    let to = |from: &str, path: &str| target(&m(from), path, &files, &reexports);
+    assert_eq!(to("a::b", "super::super::c::f"), Some(m("c")));
+    assert_eq!(to("a", "crate::a::b::g"), Some(m("a::b")));
+    assert_eq!(to("c", "crate::Thing"), Some(m("")));
+    assert_eq!(to("c", "crate::a::Alias::new"), Some(m("a::b")));
+    assert_eq!(to("c", "crate::a::Other"), Some(m("a")));
     let edges: BTreeMap<ModPath, BTreeSet<ModPath>> = [
         (m("a"), [m("c")].into()),
         (m("a::b"), [m("a")].into()),
