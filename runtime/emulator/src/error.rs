@@ -111,7 +111,7 @@ pub enum EmuError {
     Table { path: PathBuf, message: String },
     #[error("host data lacks `{name}` ({message})")]
     Data { name: String, message: String },
-    /// The stop flag was set ([`EmuOptions::stop`]).
+    /// The stop flag was set ([`EmuOptions::stop`](crate::EmuOptions::stop)).
     #[error("stopped")]
     Stopped,
     /// Past a size limit of [`nnp_grammar::limits`] (checked before anything is allocated).

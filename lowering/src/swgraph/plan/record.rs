@@ -55,6 +55,8 @@ pub struct Schedule {
 /// A graph's plan, once computed ([`SwGraph::plan`]). Not part of the graph's JSON form (a
 /// loaded graph plans itself) nor of its equality (the plan follows from the rest), and not
 /// cloned: a clone is planned anew on first use, because callers clone a graph to edit it.
+///
+/// [`SwGraph::plan`]: crate::swgraph::SwGraph::plan
 #[derive(Default)]
 pub struct PlanCell(pub(super) OnceLock<Arc<Plan>>);
 
