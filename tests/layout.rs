@@ -93,14 +93,18 @@ fn module_path(src: &Path, file: &Path) -> ModPath {
 }
 
 /// `text` without `//` comments (doc comments included), without an inline
-/// `#[cfg(test)] mod tests { ... }` at its end, and with `pub(in path)` written `pub`.
+/// `#[cfg(test)] mod tests { ... }` (or `pub(crate) mod tests`) at its end, and with `pub(in path)` written `pub`.
 fn code(text: &str) -> String {
     let stripped: String = text
         .lines()
         .map(|l| l.find("//").map_or(l, |i| &l[..i]))
         .collect::<Vec<_>>()
         .join("\n");
-    let mut code = match stripped.find("#[cfg(test)]\nmod tests {") {
+    let tests = [
+        "#[cfg(test)]\nmod tests {",
+        "#[cfg(test)]\npub(crate) mod tests {",
+    ];
+    let mut code = match tests.iter().filter_map(|t| stripped.find(t)).min() {
         Some(i) => stripped[..i].to_string(),
         None => stripped,
     };
@@ -114,6 +118,94 @@ fn code(text: &str) -> String {
 
 fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// `code` with the bytes of its string and character literals blanked (newlines kept), byte
+/// for byte, so that braces in them are not counted: `"..."`, raw `r#"..."#`, `'{'`.
+fn blank_strings(code: &str) -> Vec<u8> {
+    let mut b = code.as_bytes().to_vec();
+    let mut i = 0;
+    while i < b.len() {
+        let raw = b[i] == b'r' && (i == 0 || !is_ident(b[i - 1] as char));
+        let hashes = if raw {
+            b[i + 1..].iter().take_while(|&&c| c == b'#').count()
+        } else {
+            0
+        };
+        if raw && b.get(i + 1 + hashes) == Some(&b'"') {
+            let close: Vec<u8> = std::iter::once(b'"').chain(vec![b'#'; hashes]).collect();
+            let start = i + 2 + hashes;
+            let end = b[start..]
+                .windows(close.len())
+                .position(|w| w == close.as_slice())
+                .map_or(b.len(), |k| start + k);
+            b[start..end]
+                .iter_mut()
+                .filter(|c| **c != b'\n')
+                .for_each(|c| *c = b' ');
+            i = end + close.len();
+        } else if b[i] == b'"' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != b'"' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            let end = j.min(b.len());
+            b[i + 1..end]
+                .iter_mut()
+                .filter(|c| **c != b'\n')
+                .for_each(|c| *c = b' ');
+            i = end + 1;
+        } else if b[i] == b'\'' && b.get(i + 2) == Some(&b'\'') {
+            b[i + 1] = b' ';
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    b
+}
+
+/// `code` with the `super::` paths inside its inline modules (`mod kernels { ... }`) written
+/// as the file sees them: `super::` there names the file itself, not its parent.
+fn rebase_inline_supers(code: &str) -> String {
+    let blank = blank_strings(code);
+    let text = String::from_utf8_lossy(&blank).into_owned();
+    let mut modules = Vec::new();
+    let mut from = 0;
+    while let Some(k) = text[from..].find("mod ") {
+        let i = from + k;
+        from = i + 4;
+        if i > 0 && text[..i].ends_with(is_ident) {
+            continue;
+        }
+        let rest = &text[i + 4..];
+        let name = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
+        let after = rest[name..].trim_start();
+        if name > 0 && after.starts_with('{') {
+            let open = i + 4 + name + (rest.len() - name - after.len());
+            modules.push((open, closing_brace(&blank, open)));
+        }
+    }
+    let depth = |i: usize| modules.iter().filter(|(o, c)| *o < i && i < *c).count();
+    let mut out = String::with_capacity(code.len());
+    let mut at = 0;
+    while let Some(k) = code[at..].find("super::") {
+        let i = at + k;
+        let word = i == 0 || !code[..i].ends_with(is_ident);
+        let supers = (0..)
+            .take_while(|n| code[i + 7 * n..].starts_with("super::"))
+            .count();
+        out.push_str(&code[at..i]);
+        at = i + 7 * supers;
+        let d = if word { depth(i) } else { 0 };
+        match (d, supers >= d) {
+            (0, _) => out.push_str(&"super::".repeat(supers)),
+            (_, true) if supers > d => out.push_str(&"super::".repeat(supers - d)),
+            _ => out.push_str("self::"),
+        }
+    }
+    out.push_str(&code[at..]);
+    out
 }
 
 /// The items a `use` tree names, `{}` groups expanded, each as `path` or `path as name`
@@ -204,7 +296,9 @@ fn inline_paths(code: &str, head: &str) -> Vec<String> {
             }
         }
         let path = code[i..end].trim_end_matches("::");
-        if path.contains("::") {
+        // A `use` group's prefix (`crate::a::{b, c}`) names no item: its expansion does.
+        let group = code[i + path.len()..].starts_with("::{");
+        if path.contains("::") && !group {
             out.push(path.to_string());
         }
     }
@@ -346,7 +440,7 @@ fn imports(src: &Path) -> BTreeMap<ModPath, BTreeSet<ModPath>> {
     let mut bodies = BTreeMap::new();
     for (m, file) in files.iter().filter(|(m, _)| !is_tests(m)) {
         let text = std::fs::read_to_string(file).expect("a readable source file");
-        let (trees, body) = split_reexports(&code(&text));
+        let (trees, body) = split_reexports(&rebase_inline_supers(&code(&text)));
         let kids = children(m);
         let named = reexports.entry(m.clone()).or_default();
         for item in trees.iter().flat_map(|t| expand(t)) {
@@ -365,14 +459,29 @@ fn imports(src: &Path) -> BTreeMap<ModPath, BTreeSet<ModPath>> {
     for (m, body) in &bodies {
         let kids = children(m);
         let kids: Vec<&str> = kids.iter().map(String::as_str).collect();
-        let targets = paths(body, &kids)
+        // A name the file re-exports and also uses itself is an import of where it is from.
+        let own_uses = reexports[m]
             .iter()
-            .filter_map(|p| target(m, p, &files, &reexports))
+            .filter(|(name, _)| mentions(body, name))
+            .map(|(_, path)| path.clone());
+        let targets = paths(body, &kids)
+            .into_iter()
+            .chain(own_uses)
+            .filter_map(|p| target(m, &p, &files, &reexports))
             .filter(|t| t != m)
             .collect();
         edges.insert(m.clone(), targets);
     }
     edges
+}
+
+/// Whether `code` names `name` as a whole word, not after `::` (another module's item).
+fn mentions(code: &str, name: &str) -> bool {
+    code.match_indices(name).any(|(i, _)| {
+        let before = &code[..i];
+        let after = &code[i + name.len()..];
+        !before.ends_with(is_ident) && !before.ends_with("::") && !after.starts_with(is_ident)
+    })
 }
 
 /// A `tests` module: test code, outside the rules.
@@ -554,6 +663,17 @@ fn the_cycle_finder_by_hand() {
             "self::b::g"
         ]
     );
+    // Inside an inline module, `super::` is the file; below the file's own items, the parent.
+    let nested = "use super::a::B;\nmod k {\n    use super::C;\n    use super::super::d::E;\n    const S: &str = \"}\";\n    fn f() { super::g() }\n}\nfn h() { super::i() }";
+    assert_eq!(
+        rebase_inline_supers(nested),
+        "use super::a::B;\nmod k {\n    use self::C;\n    use super::d::E;\n    const S: &str = \"}\";\n    fn f() { self::g() }\n}\nfn h() { super::i() }"
+    );
+    assert!(mentions("let c = Checker::new();", "Checker"));
+    assert!(!mentions(
+        "let c = other::Checker::new(); Checkers",
+        "Checker"
+    ));
     let (trees, rest) = split_reexports("pub use b::{X, Y as Z};\nmod b;\nfn f() {}");
     assert_eq!(
         (trees, rest.as_str()),

@@ -1,6 +1,6 @@
 //! Declarations: shapes, places, attributes, overlaps, and what they put in memory and on netq.
 
-use super::Checker;
+use super::checker::Checker;
 use super::eval::Value;
 use super::state::Space;
 use crate::ast::{self, DeclAttrKind, DeclKeyword};

@@ -1,7 +1,8 @@
 //! Memory operands: memory names on the target (`ivrf`, `asvrf1`, ...) and `MEM[A] + INC`.
 
+use super::chain::MemOp;
+use super::checker::Checker;
 use super::eval::Value;
-use super::{Checker, MemOp};
 use crate::ast::{Ident, Instr, Operand};
 use crate::diagnostics::{Diagnostic, codes};
 use crate::isa;

@@ -12,9 +12,9 @@
 //! The checker follows each register's pad value through every chain and iteration and warns
 //! there. Where it cannot know the value (after a softmax), it stops following: no warning.
 
-use super::Checker;
 use super::chain::VecChain;
-use super::state::Space;
+use super::checker::Checker;
+use super::state::{Pad, Space};
 use crate::diagnostics::{Diagnostic, codes};
 use crate::program::{DeclKind, Mem, OpKind, Span};
 use nnp_numerics::Format;
@@ -22,45 +22,6 @@ use nnp_numerics::format::Per;
 
 /// The most negative fp16: the idiomatic pad before a softmax (exp(-65504 - max) is 0).
 const SOFTMAX_PAD: f64 = -65504.0;
-
-/// The pad lanes of one register: lanes `data..N` all hold `value`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Pad {
-    pub data: u32,
-    pub value: f64,
-    /// Where the lanes got this value: an op, or (`None`) the declaration's `pad` or a product.
-    pub op: Option<(OpKind, Span)>,
-    pub origin: Span,
-}
-
-/// Pad lanes per register, per space (`None`: a full register, or a value not followed).
-#[derive(Default)]
-pub(crate) struct PadLanes {
-    /// Some declaration has a partial register (otherwise nothing is followed).
-    pub active: bool,
-    spaces: Vec<Vec<Option<Pad>>>,
-}
-
-impl PadLanes {
-    fn get(&self, space: Space, reg: u32) -> Option<Pad> {
-        *self.spaces.get(space.0)?.get(reg as usize)?
-    }
-
-    pub fn set(&mut self, space: Space, reg: u32, pad: Option<Pad>) {
-        if self.spaces.len() <= space.0 {
-            self.spaces.resize_with(space.0 + 1, Vec::new);
-        }
-        let regs = &mut self.spaces[space.0];
-        let i = reg as usize;
-        if regs.len() <= i {
-            if pad.is_none() {
-                return;
-            }
-            regs.resize(i + 1, None);
-        }
-        regs[i] = pad;
-    }
-}
 
 /// How many consecutive lanes of a product's vector share one scale (1: each lane its own;
 /// `usize::MAX`: the whole vector).

@@ -2,13 +2,18 @@
 //! nested ranges multiplied, checked before unrolling), and the program's footprint once run
 //! ([`crate::limits`]: operations and declared bytes).
 
+use super::checker::Checker;
 use super::eval::{Eval, Value};
-use super::{Checker, MAX_INSTRUCTIONS};
 use crate::ast::{self, Item};
 use crate::diagnostics::{Diagnostic, codes};
 use crate::limits::{self, MAX_DATA_BYTES, MAX_OPERATIONS};
 use crate::program::Span;
 use std::collections::HashSet;
+
+/// Most steps a program may unroll to: instructions plus `repeat` iterations.
+pub const MAX_INSTRUCTIONS: usize = 5_000_000;
+/// Most register accesses (over all iterations) the checker simulates.
+pub(super) const MAX_WORK: u64 = 200_000_000;
 
 /// What walking a `repeat` nest for its size found.
 #[derive(Default)]

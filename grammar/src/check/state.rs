@@ -1,8 +1,21 @@
-//! Machine state the checker simulates: who last wrote each register (for uninitialised reads,
-//! dead writes and unread declarations) and the netq queues.
+//! Machine state the checker simulates: the scalar registers in force, who last wrote each
+//! register (for uninitialised reads, dead writes and unread declarations), the pad lanes each
+//! register holds (followed in `pads.rs`) and the netq queues.
 
-use crate::program::{Mem, Span};
+use crate::program::{Mem, OpKind, Span};
 use std::collections::HashMap;
+
+/// Scalar control registers in force.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Scalars {
+    pub rows: u32,
+    pub cols: u32,
+    pub win_w: u32,
+    pub win_h: u32,
+    pub pitch: u32,
+    /// `s_wr iterations, K` waiting for the next chain.
+    pub iterations: Option<(u32, Span)>,
+}
 
 /// A register address space. `dram` has two: vector registers and matrix tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -161,5 +174,44 @@ impl Queue {
             self.next += 1;
         }
         r
+    }
+}
+
+/// The pad lanes of one register: lanes `data..N` all hold `value`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Pad {
+    pub data: u32,
+    pub value: f64,
+    /// Where the lanes got this value: an op, or (`None`) the declaration's `pad` or a product.
+    pub op: Option<(OpKind, Span)>,
+    pub origin: Span,
+}
+
+/// Pad lanes per register, per space (`None`: a full register, or a value not followed).
+#[derive(Default)]
+pub(crate) struct PadLanes {
+    /// Some declaration has a partial register (otherwise nothing is followed).
+    pub active: bool,
+    spaces: Vec<Vec<Option<Pad>>>,
+}
+
+impl PadLanes {
+    pub fn get(&self, space: Space, reg: u32) -> Option<Pad> {
+        *self.spaces.get(space.0)?.get(reg as usize)?
+    }
+
+    pub fn set(&mut self, space: Space, reg: u32, pad: Option<Pad>) {
+        if self.spaces.len() <= space.0 {
+            self.spaces.resize_with(space.0 + 1, Vec::new);
+        }
+        let regs = &mut self.spaces[space.0];
+        let i = reg as usize;
+        if regs.len() <= i {
+            if pad.is_none() {
+                return;
+            }
+            regs.resize(i + 1, None);
+        }
+        regs[i] = pad;
     }
 }

@@ -1,8 +1,10 @@
-//! Statements between chains and the instruction dispatch: `quant` (with its format literal),
-//! `s_wr` and the scalar registers' ranges.
+//! The walk over items (pass 1's `let`s and declarations, then the code in order) and the
+//! statements between chains: `let`, `quant` (with its format literal), the instruction
+//! dispatch, `s_wr` and the scalar registers' ranges.
 
-use super::Checker;
-use crate::ast::{self, Instr, Operand};
+use super::checker::Checker;
+use super::eval::Value;
+use crate::ast::{self, File, Instr, Item, Operand};
 use crate::diagnostics::{Diagnostic, codes};
 use crate::isa::{self, Op};
 use crate::program::Span;
@@ -17,6 +19,53 @@ fn max_scalar(reg: &str) -> i64 {
     }
 }
 impl Checker {
+    pub(super) fn run(&mut self, file: &File) {
+        for item in &file.items {
+            match item {
+                Item::Let(l) => self.let_(l),
+                Item::Decl(d) => self.decl(d),
+                _ => {}
+            }
+        }
+        self.finish_decls();
+        self.items(&file.items, true);
+        self.finish();
+    }
+
+    pub(super) fn items(&mut self, items: &[Item], top: bool) {
+        for item in items {
+            if self.stopped {
+                return;
+            }
+            match item {
+                Item::Target(t) if !top => self.emit(
+                    Diagnostic::error(codes::TARGET, "`target` inside a `repeat` block")
+                        .label(t.span, "not at the top level")
+                        .help("put the `target` line at the top of the file"),
+                ),
+                Item::Target(_) => {}
+                Item::Let(l) if !top => self.let_(l),
+                Item::Let(_) => {}
+                Item::Decl(d) if !top => self.emit(
+                    Diagnostic::error(codes::DECL, "declaration inside a `repeat` block")
+                        .label(d.span, "not at the top level")
+                        .help("declarations describe what the host loads: write them at the top level"),
+                ),
+                Item::Decl(_) => {}
+                Item::Quant(q) => self.quant(q),
+                Item::Repeat(r) => self.repeat(r),
+                Item::Instr(i) => self.instr(i),
+            }
+        }
+    }
+
+    fn let_(&mut self, l: &ast::Let) {
+        let Some(v) = self.eval(&l.value) else { return };
+        if let Err(d) = self.env.define(&l.name.name, l.name.span, Value::Int(v)) {
+            self.emit(d);
+        }
+    }
+
     pub(super) fn quant(&mut self, q: &ast::Quant) {
         self.drop_broken_chain();
         if let Some(open) = &self.open {

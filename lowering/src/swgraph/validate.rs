@@ -1,13 +1,47 @@
 //! Validation of a software graph read from a file: a compiled graph is untrusted input, so
 //! every field is checked (with checked arithmetic, and limits on every size, each error
-//! naming the size and the limit) before anything acts on it.
+//! naming the size and the limit) before anything acts on it: [`SwGraph::from_json`] reads
+//! the JSON form through it, [`SwGraph::validate`] runs it.
 
-use super::*;
-use nnp_grammar::DeclKind;
+use super::graph::{GraphError, SWGRAPH_VERSION, SwGraph};
+use super::node::{BlockAxis, Node, Op, TileLayout, TileSlice, Ty, ValueId};
+use nnp_grammar::{Decl, DeclKind};
+use nnp_numerics::{FloatFormat, Format};
+use serde::Deserialize;
 
 /// The most elements a value of a graph (a declaration, or a node's value for one batch
 /// item) may have: the checker's limit on a declaration (2^36).
 pub const MAX_VALUE_ELEMENTS: u64 = 1 << 36;
+
+impl SwGraph {
+    /// Parse and validate a graph written by [`SwGraph::to_json`].
+    pub fn from_json(text: &str) -> Result<SwGraph, GraphError> {
+        #[derive(Deserialize)]
+        struct Header {
+            version: u32,
+        }
+        let header: Header =
+            serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
+        if header.version != SWGRAPH_VERSION {
+            return Err(GraphError::Version {
+                found: header.version,
+                expected: SWGRAPH_VERSION,
+            });
+        }
+        let g: SwGraph = serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
+        g.validate()?;
+        declared(&g)?;
+        g.plan();
+        Ok(g)
+    }
+
+    /// Check every field before anything acts on it ([`validate`](validate.rs)): every
+    /// reference points to an earlier node of the right type, every type follows from its op,
+    /// every declaration, value and format is one a run can hold.
+    pub fn validate(&self) -> Result<(), GraphError> {
+        graph(self)
+    }
+}
 
 /// Check that every reference points to an earlier node of the right type and that every
 /// type follows from its op.

@@ -5,9 +5,9 @@
 //! (`mrf`, matrix `dram`) are the same for every item (only the host writes matrix DRAM), so
 //! they are shared, with their `mvm.matrix` quantization cached per tile.
 
+use super::error::{EmuError, Site};
 use super::mfu;
 use super::mvm::{self, QRun};
-use super::{EmuError, Site};
 use nnp_grammar::{Addr, ChainBody, Decl, DeclKind, MatrixChain, Mem, OpKind, Span, VectorChain};
 use nnp_host::trace::TraceRecord;
 use nnp_host::{canonical_nan, storage_bits};

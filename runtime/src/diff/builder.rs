@@ -2,7 +2,8 @@
 //! against the storage format's values, its distance in ULPs, and the firmware line that
 //! wrote a mismatch.
 
-use super::{DiffError, DiffReport, Mismatch, MismatchMap, OutputDiff, ULP_BUCKETS};
+use super::report::ULP_BUCKETS;
+use super::{DiffError, DiffReport, Mismatch, MismatchMap, OutputDiff};
 use crate::host::{Outputs, ShapeDisplay, Tensor, storage_bits, values_name};
 use crate::io::Inexact;
 use nnp_grammar::{ChainBody, DeclKind, Mem, Program};

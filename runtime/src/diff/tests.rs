@@ -1,8 +1,9 @@
 //! Tests of the comparison: whole reports by hand, storage values, non-finite statistics,
 //! traces.
 
+use super::report::ULP_BUCKETS;
 use super::*;
-use crate::host::Tensor;
+use crate::host::{Tensor, Unfilled};
 use std::collections::BTreeMap;
 
 /// A tensor whose values do not fill its shape (its fields are public) is an error naming

@@ -1,8 +1,10 @@
 //! Register and queue accesses of a chain: address ranges, the work limit, uninitialised reads,
 //! netq slots.
 
+use super::records::MemOp;
+use crate::check::checker::Checker;
+use crate::check::size::MAX_WORK;
 use crate::check::state::Space;
-use crate::check::{Checker, MAX_WORK, MemOp};
 use crate::diagnostics::{Diagnostic, codes};
 use crate::program::{Mem, NetqSlot, Span};
 

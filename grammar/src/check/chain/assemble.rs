@@ -1,9 +1,9 @@
 //! Chain-body instructions: the read (`v_rd`, `m_rd`), `mv_mul`, MFU ops and their placement
 //! on MFUs, the writes (`v_wr`, `m_wr`).
 
-use super::{Body, OpRec, OpenChain, Placement, ReadRec, WriteRec};
+use super::records::{Body, MemOp, OpRec, OpenChain, Placement, ReadRec, WriteRec};
 use crate::ast::Instr;
-use crate::check::{Checker, MemOp};
+use crate::check::checker::Checker;
 use crate::diagnostics::{Diagnostic, codes};
 use crate::program::{Mem, OpKind, Span, Unit};
 

@@ -1,8 +1,8 @@
 //! Closing a chain: dispatch on its body, and the check and record of a matrix chain.
 
-use super::{Body, VecChain};
-use crate::check::state::Space;
-use crate::check::{Checker, MemOp, Scalars};
+use super::records::{Body, MemOp, VecChain};
+use crate::check::checker::Checker;
+use crate::check::state::{Scalars, Space};
 use crate::diagnostics::{Diagnostic, codes};
 use crate::program::{Chain, ChainBody, MatrixChain, Mem, Span};
 

@@ -1,8 +1,8 @@
 //! After the last item: an unfinished chain, pending iterations, netq leftovers, unwritten
 //! outputs and the unused-data warnings.
 
-use super::Body;
-use crate::check::Checker;
+use super::records::Body;
+use crate::check::checker::Checker;
 use crate::diagnostics::{Diagnostic, codes};
 use crate::program::DeclKind;
 use std::collections::HashMap;

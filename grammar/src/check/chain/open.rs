@@ -1,8 +1,8 @@
 //! The open chain's lifecycle: starting it, swallowing instructions after an error, `end_chain`.
 
-use super::{Body, OpenChain};
+use super::records::{Body, OpenChain};
 use crate::ast::Instr;
-use crate::check::Checker;
+use crate::check::checker::Checker;
 use crate::diagnostics::{Diagnostic, codes};
 use crate::isa::Op;
 use crate::program::Span;

@@ -1,10 +1,10 @@
 //! Checking a complete vector chain: widths, windows, the mv_mul matrix layout and format,
 //! read-modify-write, then the simulation of its register traffic.
 
-use super::VecChain;
 use super::access::Netq;
-use crate::check::state::Space;
-use crate::check::{Checker, MemOp, Scalars};
+use super::records::{MemOp, VecChain};
+use crate::check::checker::Checker;
+use crate::check::state::{Scalars, Space};
 use crate::diagnostics::{Diagnostic, codes};
 use crate::program::{
     Chain, ChainBody, Mem, MfuOp, MvMul, QuantConfig, Read, VectorChain, Window, Write,

@@ -1,9 +1,9 @@
 //! What the chunks of a run share: the program, the host data, the activation tables and the
 //! host-loaded weights (matrix tiles and weight vector registers), checked and rounded once.
 
+use super::super::error::{EmuError, Site};
 use super::super::mfu::TableFiles;
 use super::super::mvm::QRun;
-use super::super::{EmuError, Site};
 use nnp_grammar::{ChainBody, Decl, DeclKind, Init, Mem, NonFinite, Program, Span};
 use nnp_host::HostData;
 use nnp_numerics::{FloatFormat, Format};
