@@ -8,7 +8,7 @@
 //! code-then-sign, an `int(scale = f32)` scale's bit pattern) as its unsigned bits.
 //! [`Format::from_codes`] packs them back and decodes them: the quantized values, bit for bit.
 
-use crate::format::{DynFixedFormat, Format, IntFormat, IntScale, MxElem, Per};
+use crate::format::{Format, IntFormat, IntScale, MxElem};
 use crate::pack::{PackError, Packed, Reader, Writer, group_len};
 
 /// The codes of a run or tensor ([`Format::codes`], [`Format::tensor_codes`]).
@@ -56,20 +56,6 @@ fn fields(f: &Format) -> Result<Fields, PackError> {
     })
 }
 
-/// Whether the format shares one scale over the whole tensor (`per = tensor`).
-fn per_tensor(f: &Format) -> bool {
-    matches!(
-        f,
-        Format::Int(IntFormat {
-            per: Per::Tensor,
-            ..
-        }) | Format::DynFixed(DynFixedFormat {
-            per: Per::Tensor,
-            ..
-        })
-    )
-}
-
 impl Format {
     /// The codes of one run (as [`Format::quantize`] cuts it): the fields of
     /// [`Format::encode`]'s packed layout, read back as integers (see the module docs).
@@ -103,7 +89,7 @@ impl Format {
         row_len: usize,
         native: usize,
     ) -> Result<Codes, PackError> {
-        if per_tensor(self) || row_len == 0 {
+        if self.per_tensor() || row_len == 0 {
             return self.codes(data, native);
         }
         let mut codes = Codes::default();

@@ -485,5 +485,8 @@ def quantize(
 def load_tensors(path: Union[str, "os.PathLike[str]"]) -> Dict[str, np.ndarray]:
     """The tensors of a ``.safetensors`` file, a ``.npy`` file or a directory of ``.npy``
     files, read as the command line reads them (float32; float64 where the file holds values
-    float32 does not)."""
+    float32 does not). ``"FILE:NAME=STORED[,NAME=STORED...]"`` gives only the tensors stored
+    as ``STORED``, named ``NAME``, as ``--inputs``/``--weights`` take them
+    (``load_tensors("digits.safetensors:x=x_test")`` is ``{"x": x_test}``); a name the file
+    does not hold raises :class:`DataError` naming those it holds."""
     return _nnpc.load_tensors(os.fspath(path))

@@ -10,7 +10,7 @@ mod graph;
 
 use convert::{OutDtype, to_array, to_array_wide, to_tensor};
 use errors::{data_error, exec_error};
-use nnp_numerics::{Format, Per};
+use nnp_numerics::Format;
 use nnp_runtime::campaign::{self, Partial};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -31,7 +31,7 @@ fn quantize<'py>(
     let (t, _) = to_tensor("array", array)?;
     let run = t.shape.last().copied().unwrap_or(1).max(1);
     let mut out = vec![0.0f32; t.data.len()];
-    py.detach(|| match per_tensor(&fmt) {
+    py.detach(|| match fmt.per_tensor() {
         // One scale over the whole tensor.
         true => {
             let x: Vec<f64> = t.data.iter().map(|&v| f64::from(v)).collect();
@@ -88,7 +88,7 @@ fn quantize_codes<'py>(
     let codes = py.detach(|| fmt.tensor_codes(&x, run, native));
     let codes = codes.map_err(|e| errors::raise(py, "ArgumentError", (e.to_string(),)))?;
     let mut scale_shape = t.shape.clone();
-    match (per_tensor(&fmt), scale_shape.last_mut()) {
+    match (fmt.per_tensor(), scale_shape.last_mut()) {
         (false, Some(last)) => *last = fmt.scale_count(*last, native),
         _ => scale_shape = vec![codes.scales.len()],
     }
@@ -108,20 +108,6 @@ fn quantize_codes<'py>(
             .into_any(),
     };
     Ok((elems, scales))
-}
-
-/// Formats with one scale for the whole tensor (as `nnpc quantize` treats them).
-fn per_tensor(format: &Format) -> bool {
-    matches!(
-        format,
-        Format::Int(nnp_numerics::IntFormat {
-            per: Per::Tensor,
-            ..
-        }) | Format::DynFixed(nnp_numerics::DynFixedFormat {
-            per: Per::Tensor,
-            ..
-        })
-    )
 }
 
 fn read_part(py: Python<'_>, text: &str) -> PyResult<Partial> {

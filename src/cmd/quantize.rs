@@ -182,7 +182,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         let x: Vec<f64> = t.data.iter().map(|v| f64::from(*v)).collect();
         let y: Vec<f64> = written.iter().map(|v| f64::from(*v)).collect();
         // Per-tensor scales are stored once per tensor, others once per run (or block).
-        let run_len = if per_tensor(&format) {
+        let run_len = if format.per_tensor() {
             t.data.len()
         } else {
             t.shape.get(axis).copied().unwrap_or(1)
@@ -273,7 +273,7 @@ pub fn quantize_along(format: &Format, t: &Tensor, axis: usize, native: usize) -
     let gathered = gather(&t.data, &t.shape, axis);
     let n = t.data.len();
     let mut q = vec![0.0f32; n];
-    if !per_tensor(format) {
+    if !format.per_tensor() {
         quantize_f32(format, &gathered, len, native, &mut q);
     } else {
         let xd: Vec<f64> = gathered.iter().map(|v| f64::from(*v)).collect();
@@ -333,7 +333,7 @@ pub fn codes_along(
             .collect::<Result<_, _>>()?,
     };
     // Scales along the axis, or one list (a scale over the whole tensor, a rank-0 tensor).
-    let (scales, scale_shape) = match per_tensor(format) || axis >= t.shape.len() {
+    let (scales, scale_shape) = match format.per_tensor() || axis >= t.shape.len() {
         true => {
             let n = scales.len();
             (scales, vec![n])
@@ -396,20 +396,6 @@ fn run_dims(shape: &[usize], axis: usize) -> (usize, usize) {
 /// The row-major index of element `k` of run `r` (`r = outer * inner + i`).
 fn run_index(r: usize, k: usize, len: usize, inner: usize) -> usize {
     (r / inner) * len * inner + k * inner + r % inner
-}
-
-/// Formats with one scale for the whole tensor.
-fn per_tensor(format: &Format) -> bool {
-    matches!(
-        format,
-        Format::Int(nnp_numerics::IntFormat {
-            per: nnp_numerics::Per::Tensor,
-            ..
-        }) | Format::DynFixed(nnp_numerics::DynFixedFormat {
-            per: nnp_numerics::Per::Tensor,
-            ..
-        })
-    )
 }
 
 fn print_table(reports: &[Report], format: &Format) -> miette::Result<()> {
