@@ -1,7 +1,8 @@
 //! `--weights`/`--inputs FILE:NAME=STORED,...` pick tensors out of a file under the names the
-//! program declares, the same way for `run`, `emulate` and `diff`: the bits are those of a
-//! file holding just those tensors under those names; a name the file does not hold, a name
-//! the program does not declare and a selection that does not parse are clear errors.
+//! program declares, the same way for `run`, `emulate` and `diff` (and `--weights` of `score`
+//! and `train`): the bits are those of a file holding just those tensors under those names; a
+//! name the file does not hold, a name the program does not declare and a selection that does
+//! not parse are clear errors.
 
 mod common;
 
@@ -179,5 +180,47 @@ fn a_path_with_a_colon_is_the_file_it_names() {
         &dir.join("b.safetensors"),
     );
     assert_eq!(whole, picked);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `score` and `train` take the same selection of their weights: the renamed weights score as
+/// the bundled ones do.
+#[test]
+fn score_and_train_select_their_weights() {
+    let dir = scratch("select_score");
+    let renamed = dir.join("renamed.safetensors");
+    let pairs = [("a", "W1"), ("b", "b1"), ("c", "W2"), ("d", "b2")];
+    extract(WEIGHTS, &pairs, &renamed);
+    let select = format!("{}:W1=a,b1=b,W2=c,b2=d", arg(&renamed));
+    let json = |args: &[&str]| {
+        let o = nnpc(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        let out = common::stdout(&o);
+        let last = out.lines().last().expect("a line").to_string();
+        serde_json::from_str::<serde_json::Value>(&last).expect("JSON")
+    };
+    let bundled = json(&["score", DIGITS, "--json"]);
+    let picked = json(&["score", DIGITS, "--json", "--weights", &select]);
+    assert_eq!(picked["loss"], bundled["loss"]);
+    assert_eq!(picked["accuracy"], bundled["accuracy"]);
+    let trained = json(&[
+        "train",
+        DIGITS,
+        "--epochs",
+        "0",
+        "--json",
+        "--weights",
+        &select,
+    ]);
+    assert_eq!(trained["accuracy_before"], bundled["accuracy"]);
+    for cmd in ["score", "train"] {
+        let o = nnpc(&[cmd, DIGITS, "--weights", &format!("{}:W1=e", arg(&renamed))]);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", stderr(&o));
+        assert!(
+            message(&o).contains("holds no tensor named `e`"),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

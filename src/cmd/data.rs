@@ -100,7 +100,7 @@ impl DataArgs {
 
 /// `FILE` or `FILE:NAME=STORED[,NAME=STORED...]` ([`TensorSource::parse`]), for clap: a
 /// selection that cannot be parsed is a usage error, with its help.
-fn parse_source(spec: &str) -> Result<TensorSource, String> {
+pub(super) fn parse_source(spec: &str) -> Result<TensorSource, String> {
     TensorSource::parse(spec).map_err(|e| {
         use miette::Diagnostic as _;
         match e.help() {
