@@ -14,6 +14,7 @@
 
 pub mod activation;
 pub mod block;
+pub mod codes;
 pub mod elementwise;
 pub mod fixed;
 pub mod float;
@@ -28,6 +29,7 @@ pub mod stats;
 pub mod sums;
 
 pub use activation::Activation;
+pub use codes::Codes;
 pub use format::{
     BfpFormat, Block, DynFixedFormat, FixedFormat, FloatFormat, Format, FormatError, HbfpFormat,
     IntFormat, IntScale, MiniFloat, MiniOverflow, MxElem, MxFormat, Overflow, Per, PolicyKind,

@@ -82,14 +82,25 @@ pub enum PackError {
     NotRepresentable { index: usize, message: String },
     #[error("the packed data ends after {bits} bits, {needed} needed")]
     Truncated { bits: usize, needed: usize },
+    #[error(
+        "`{format}` has no element codes and shared scales to give: {why}; codes are given \
+         for fp, bfp/msfp, mx, int, fixed, dynfixed and pot formats"
+    )]
+    NoCodes { format: String, why: &'static str },
+    #[error("{scales} scales given for {elems} element codes; the format's groups need {needed}")]
+    CodeCount {
+        scales: usize,
+        elems: usize,
+        needed: usize,
+    },
 }
 
-struct Writer {
-    p: Packed,
+pub(crate) struct Writer {
+    pub(crate) p: Packed,
 }
 
 impl Writer {
-    fn put(&mut self, v: u64, n: u32) {
+    pub(crate) fn put(&mut self, v: u64, n: u32) {
         for i in 0..n {
             if self.p.bits.is_multiple_of(8) {
                 self.p.bytes.push(0);
@@ -104,18 +115,18 @@ impl Writer {
         }
     }
 
-    fn put_signed(&mut self, v: i64, n: u32) {
+    pub(crate) fn put_signed(&mut self, v: i64, n: u32) {
         self.put(v as u64 & mask(n), n);
     }
 }
 
-struct Reader<'a> {
-    p: &'a Packed,
-    pos: usize,
+pub(crate) struct Reader<'a> {
+    pub(crate) p: &'a Packed,
+    pub(crate) pos: usize,
 }
 
 impl Reader<'_> {
-    fn get(&mut self, n: u32) -> Result<u64, PackError> {
+    pub(crate) fn get(&mut self, n: u32) -> Result<u64, PackError> {
         let needed = self.pos + n as usize;
         if needed > self.p.bits {
             return Err(PackError::Truncated {
@@ -136,7 +147,7 @@ impl Reader<'_> {
         Ok(v)
     }
 
-    fn get_signed(&mut self, n: u32) -> Result<i64, PackError> {
+    pub(crate) fn get_signed(&mut self, n: u32) -> Result<i64, PackError> {
         let v = self.get(n)?;
         let sign = 1u64 << (n - 1);
         Ok(((v ^ sign).wrapping_sub(sign)) as i64)
@@ -167,7 +178,7 @@ fn exp8(e: i32, index: usize) -> Result<i64, PackError> {
 }
 
 /// The groups a run is cut into: blocks of block formats, the whole run otherwise.
-fn group_len(f: &Format, native: usize, n: usize) -> usize {
+pub(crate) fn group_len(f: &Format, native: usize, n: usize) -> usize {
     match f {
         Format::Bfp(b) => b.block.len(native),
         Format::Mx(m) => m.block.len(native),

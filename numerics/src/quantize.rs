@@ -2,7 +2,7 @@
 //! blocks (or scale groups) and handed to its kernel (`block`, `fixed`, `log`), non-finite
 //! groups made NaN. It sits above the format descriptions and the kernels, which read those.
 
-use crate::format::{DynFixedFormat, Format, IntFormat, Per};
+use crate::format::Format;
 use crate::{block, fixed, log};
 
 impl Format {
@@ -48,17 +48,7 @@ impl Format {
     pub fn quantize_tensor(&self, data: &[f64], row_len: usize, native: usize, out: &mut [f64]) {
         let n = data.len().min(out.len());
         let (data, out) = (&data[..n], &mut out[..n]);
-        let tensor_wide = matches!(
-            self,
-            Format::Int(IntFormat {
-                per: Per::Tensor,
-                ..
-            }) | Format::DynFixed(DynFixedFormat {
-                per: Per::Tensor,
-                ..
-            })
-        );
-        if tensor_wide || row_len == 0 {
+        if self.per_tensor() || row_len == 0 {
             self.quantize(data, native, out);
             return;
         }

@@ -24,7 +24,7 @@ import operator
 import os
 import struct
 import warnings
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from ._report import DiffReport
 __all__ = [
     "compile",
     "quantize",
+    "Quantized",
     "load_tensors",
     "Graph",
     "DiffReport",
@@ -438,24 +439,54 @@ def compile(
     return Graph(core)
 
 
-def quantize(array: ArrayLike, format: str, axis: int = -1, native: int = 128) -> np.ndarray:
+class Quantized(NamedTuple):
+    """What ``quantize(..., codes=True)`` returns: the quantized ``values`` (float32), the
+    element ``codes`` (int64, the array's shape) and the shared ``scales`` (int64, the
+    array's shape with ``axis`` counting scale groups; one dimension of one scale for
+    ``per = tensor``; float32 for ``int(scale = f32)``): the fields of the format's packed
+    layout (docs/numerics.md), as torchao's ``to_mx`` gives an MX tensor's E8M0 scales and
+    element codes."""
+
+    values: np.ndarray
+    codes: np.ndarray
+    scales: np.ndarray
+
+
+def quantize(
+    array: ArrayLike, format: str, axis: int = -1, native: int = 128, *, codes: bool = False
+) -> Union[np.ndarray, Quantized]:
     """Fake-quantize ``array`` with a format literal (``"bfp(mant = 8)"``,
-    ``"mx(elem = fp8e4m3, block = 32)"``, ``"mx6"``, ... docs/numerics.md), blocks along
-    ``axis``: the values ``nnpc quantize`` writes (float32). ``native`` is what
-    ``block = native`` means."""
+    ``"mx(elem = fp8e4m3, block = 32)"``, ``"mxfp8_e4m3"``, ``"mx6"``, ...
+    docs/numerics.md), blocks along ``axis``: the values ``nnpc quantize`` writes (float32).
+    ``native`` is what ``block = native`` means.
+
+    ``codes=True`` returns :class:`Quantized` ``(values, codes, scales)``, what ``nnpc
+    quantize --codes`` writes: for ``mxfp8_e4m3``, each element's 8-bit code and each
+    block's E8M0 scale ``s + 127`` (the value is ``decode(code) * 2**(scale - 127)``)."""
     a = _as_array(array, "array")
     native = _count(native, "native")
+    want_codes = _flag(codes, "codes")
     shape = a.shape
     if a.ndim == 0:
         a = a.reshape(1)  # one value: a block of its own
     axis = _int_arg(axis, "axis", -a.ndim, a.ndim - 1)
     moved = np.ascontiguousarray(np.moveaxis(a, axis, -1))
     q = _nnpc.quantize(moved, format, native)
-    return np.ascontiguousarray(np.moveaxis(q, -1, axis)).reshape(shape)
+    values = np.ascontiguousarray(np.moveaxis(q, -1, axis)).reshape(shape)
+    if not want_codes:
+        return values
+    elems, scales = _nnpc.quantize_codes(moved, format, native)
+    elems = np.ascontiguousarray(np.moveaxis(elems, -1, axis)).reshape(shape)
+    if scales.ndim == moved.ndim:  # scales along the axis (not one for the whole tensor)
+        scales = np.ascontiguousarray(np.moveaxis(scales, -1, axis))
+    return Quantized(values, elems, scales)
 
 
 def load_tensors(path: Union[str, "os.PathLike[str]"]) -> Dict[str, np.ndarray]:
     """The tensors of a ``.safetensors`` file, a ``.npy`` file or a directory of ``.npy``
     files, read as the command line reads them (float32; float64 where the file holds values
-    float32 does not)."""
+    float32 does not). ``"FILE:NAME=STORED[,NAME=STORED...]"`` gives only the tensors stored
+    as ``STORED``, named ``NAME``, as ``--inputs``/``--weights`` take them
+    (``load_tensors("digits.safetensors:x=x_test")`` is ``{"x": x_test}``); a name the file
+    does not hold raises :class:`DataError` naming those it holds."""
     return _nnpc.load_tensors(os.fspath(path))

@@ -11,7 +11,9 @@ use nnp_runtime::campaign;
 use nnp_runtime::diff::{DiffBuilder, DiffReport};
 use nnp_runtime::emulator::{self, EmuOptions};
 use nnp_runtime::exec::{ExecError, ExecOptions, Session};
-use nnp_runtime::host::{HostData, HostError, InputFeed, LoadOptions, Outputs, Tensor};
+use nnp_runtime::host::{
+    HostData, HostError, InputFeed, LoadOptions, Outputs, Tensor, TensorSource,
+};
 use nnp_runtime::io::Inexact;
 use nnp_runtime::train::{self, TrainError};
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -587,12 +589,12 @@ fn same_bits(a: &BTreeMap<String, Tensor>, b: &BTreeMap<String, Tensor>) -> bool
 }
 
 /// Tensors of a hardware dump or input file (`.safetensors`, `.npy`, a directory of `.npy`),
-/// read as the command line reads them.
-pub fn read_file(path: &str) -> Result<BTreeMap<String, (Tensor, Inexact)>, String> {
-    let stored =
-        nnp_runtime::io::index_tensors(std::path::Path::new(path)).map_err(|e| e.to_string())?;
+/// read as the command line reads them: `FILE:NAME=STORED,...` selects tensors under new
+/// names as `--weights`/`--inputs` do ([`TensorSource::parse`]).
+pub fn read_file(path: &str) -> Result<BTreeMap<String, (Tensor, Inexact)>, HostError> {
+    let stored = TensorSource::parse(path)?.index()?;
     stored
         .into_iter()
-        .map(|(name, t)| Ok((name, t.read_checked().map_err(|e| e.to_string())?)))
+        .map(|(name, t)| Ok((name, t.read_checked()?)))
         .collect()
 }

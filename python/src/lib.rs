@@ -10,7 +10,7 @@ mod graph;
 
 use convert::{OutDtype, to_array, to_array_wide, to_tensor};
 use errors::{data_error, exec_error};
-use nnp_numerics::{Format, Per};
+use nnp_numerics::Format;
 use nnp_runtime::campaign::{self, Partial};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -27,21 +27,11 @@ fn quantize<'py>(
     format: &str,
     native: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let fmt: Format = format.parse().map_err(|e: nnp_numerics::FormatError| {
-        let help = e.help.map(|h| format!("; help: {h}")).unwrap_or_default();
-        PyValueError::new_err(format!(
-            "invalid format literal `{format}` at offset {}: {}{help}",
-            e.offset, e.message
-        ))
-    })?;
-    if native == 0 {
-        let message = format!("`native` = 0 is out of range: it takes 1 to {}", usize::MAX);
-        return Err(errors::raise(py, "ArgumentError", (message,)));
-    }
+    let fmt = parse_format(py, format, native)?;
     let (t, _) = to_tensor("array", array)?;
     let run = t.shape.last().copied().unwrap_or(1).max(1);
     let mut out = vec![0.0f32; t.data.len()];
-    py.detach(|| match per_tensor(&fmt) {
+    py.detach(|| match fmt.per_tensor() {
         // One scale over the whole tensor.
         true => {
             let x: Vec<f64> = t.data.iter().map(|&v| f64::from(v)).collect();
@@ -61,18 +51,63 @@ fn quantize<'py>(
     )
 }
 
-/// Formats with one scale for the whole tensor (as `nnpc quantize` treats them).
-fn per_tensor(format: &Format) -> bool {
-    matches!(
-        format,
-        Format::Int(nnp_numerics::IntFormat {
-            per: Per::Tensor,
-            ..
-        }) | Format::DynFixed(nnp_numerics::DynFixedFormat {
-            per: Per::Tensor,
-            ..
-        })
-    )
+/// The format literal `format`, with `native` checked.
+fn parse_format(py: Python<'_>, format: &str, native: usize) -> PyResult<Format> {
+    let fmt: Format = format.parse().map_err(|e: nnp_numerics::FormatError| {
+        let help = e.help.map(|h| format!("; help: {h}")).unwrap_or_default();
+        PyValueError::new_err(format!(
+            "invalid format literal `{format}` at offset {}: {}{help}",
+            e.offset, e.message
+        ))
+    })?;
+    if native == 0 {
+        let message = format!("`native` = 0 is out of range: it takes 1 to {}", usize::MAX);
+        return Err(errors::raise(py, "ArgumentError", (message,)));
+    }
+    Ok(fmt)
+}
+
+/// The element codes and shared scales of `array` quantized as [`quantize`] does
+/// (`Format::tensor_codes`): `(codes, scales)`, int64 arrays of the packed layout's fields,
+/// codes of the array's shape, scales of its shape with the last axis counting scale groups
+/// (one dimension holding one scale with `per = tensor`); `int(scale = f32)` scales are
+/// float32 (the field's bits).
+#[pyfunction]
+#[pyo3(signature = (array, format, native=128))]
+fn quantize_codes<'py>(
+    py: Python<'py>,
+    array: &Bound<'py, PyAny>,
+    format: &str,
+    native: usize,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    use numpy::ndarray::{ArrayD, IxDyn};
+    let fmt = parse_format(py, format, native)?;
+    let (t, _) = to_tensor("array", array)?;
+    let run = t.shape.last().copied().unwrap_or(1).max(1);
+    let x: Vec<f64> = t.data.iter().map(|&v| f64::from(v)).collect();
+    let codes = py.detach(|| fmt.tensor_codes(&x, run, native));
+    let codes = codes.map_err(|e| errors::raise(py, "ArgumentError", (e.to_string(),)))?;
+    let mut scale_shape = t.shape.clone();
+    match (fmt.per_tensor(), scale_shape.last_mut()) {
+        (false, Some(last)) => *last = fmt.scale_count(*last, native),
+        _ => scale_shape = vec![codes.scales.len()],
+    }
+    let array_of = |shape: &[usize], data| {
+        ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| exec_error(py, e.to_string()))
+    };
+    let elems = array_of(&t.shape, codes.elems)?;
+    let elems = numpy::PyArray::from_owned_array(py, elems).into_any();
+    let scales = match fmt.f32_scales() {
+        true => {
+            let bits = codes.scales.iter().map(|&v| f32::from_bits(v as u32)).collect();
+            let a = ArrayD::from_shape_vec(IxDyn(&scale_shape), bits)
+                .map_err(|e| exec_error(py, e.to_string()))?;
+            numpy::PyArray::from_owned_array(py, a).into_any()
+        }
+        false => numpy::PyArray::from_owned_array(py, array_of(&scale_shape, codes.scales)?)
+            .into_any(),
+    };
+    Ok((elems, scales))
 }
 
 fn read_part(py: Python<'_>, text: &str) -> PyResult<Partial> {
@@ -114,11 +149,15 @@ fn report_html(py: Python<'_>, report: &str) -> PyResult<String> {
 
 /// The tensors of a `.safetensors` file, a `.npy` file or a directory of `.npy` files, as the
 /// command line reads them: float32 arrays (float64 where the file holds values float32 does
-/// not).
+/// not); `FILE:NAME=STORED,...` gives the selected tensors under new names.
 #[pyfunction]
 fn load_tensors<'py>(py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
     let read = py.detach(|| graph::read_file(path));
-    let tensors = read.map_err(PyOSError::new_err)?;
+    let tensors = read.map_err(|e| match e {
+        // A selection the file does not match is bad data; anything else, the file's.
+        nnp_runtime::host::HostError::Source(e) => data_error(py, errors::Message::of(&e)),
+        e => PyOSError::new_err(e.to_string()),
+    })?;
     let dict = PyDict::new(py);
     for (name, (t, inexact)) in tensors {
         dict.set_item(name, to_array_wide(py, t, &inexact)?)?;
@@ -132,6 +171,7 @@ fn _nnpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<grad::Tape>()?;
     m.add_function(wrap_pyfunction!(graph::compile, m)?)?;
     m.add_function(wrap_pyfunction!(quantize, m)?)?;
+    m.add_function(wrap_pyfunction!(quantize_codes, m)?)?;
     m.add_function(wrap_pyfunction!(merge_parts, m)?)?;
     m.add_function(wrap_pyfunction!(finish_part, m)?)?;
     m.add_function(wrap_pyfunction!(load_tensors, m)?)?;

@@ -129,6 +129,63 @@ def test_quantize_gives_the_cli_bits(tmp_path: Path) -> None:
         assert same_bits(nnpc.quantize(x, fmt, axis=int(axis)), want), fmt
 
 
+def test_quantize_codes_by_hand() -> None:
+    """codes=True on mx(elem = fp8e4m3, block = 4), by hand (docs/numerics.md, MX; e4m3 bias
+    7, emax 8): row 0's amax 448 gives s = 0 (E8M0 127) and the values' own codes; row 1's
+    amax 2^-2 gives s = -10 (E8M0 117). Along axis 0 of the transpose, the same transposed.
+    decode(code) * 2^(scale - 127), with ml_dtypes' float8_e4m3fn as the decoder, is the
+    quantized value, bit for bit."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.array([[1, -0.5, 3, 448], [0.25, 0.125, 0, -0.0625]], dtype=np.float32)
+    codes = np.array([[0x38, 0xB0, 0x44, 0x7E], [0x78, 0x70, 0x00, 0xE8]])
+    fmt = "mx(elem = fp8e4m3, block = 4)"
+    q = nnpc.quantize(x, fmt, codes=True)
+    assert isinstance(q, nnpc.Quantized) and q.codes.dtype == np.int64
+    assert q.codes.tolist() == codes.tolist()
+    assert q.scales.tolist() == [[127], [117]]
+    assert same_bits(q.values, nnpc.quantize(x, fmt))
+    decoded = codes.astype(np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    back = (decoded * 2.0 ** (q.scales - 127)).astype(np.float32)
+    assert same_bits(back, q.values)
+    t = nnpc.quantize(x.T, fmt, axis=0, codes=True)
+    assert t.codes.tolist() == codes.T.tolist() and t.scales.tolist() == [[127, 117]]
+    with pytest.raises(nnpc.ArgumentError, match="several levels of scales"):
+        nnpc.quantize(x, "mx6", codes=True)
+
+
+def test_quantize_codes_are_the_cli_codes(tmp_path: Path) -> None:
+    """codes=True gives the codes and scales `nnpc quantize --codes` writes, along either
+    axis, for block, per-row and per-tensor formats."""
+    x = np.random.default_rng(1).standard_normal((12, 40)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    for fmt, axis in (
+        ("mxfp4", -1),
+        ("bfp(mant = 4, block = 8)", 0),
+        ("int(bits = 8, scale = pow2, per = row)", -1),
+        ("int(bits = 8, scale = f32, per = tensor)", 0),
+    ):
+        out = tmp_path / "codes.safetensors"
+        cli("quantize", "--format", fmt, "--axis", str(axis), str(tmp_path / "x.npy"), "--codes", str(out))
+        want = nnpc.load_tensors(out)
+        q = nnpc.quantize(x, fmt, axis=axis, codes=True)
+        assert np.array_equal(q.codes, want["x.codes"]), fmt
+        assert q.scales.shape == want["x.scales"].shape, fmt
+        assert same_bits(q.scales.astype(np.float32), want["x.scales"]), fmt
+
+
+def test_load_tensors_selects_as_the_cli_does() -> None:
+    """`FILE:NAME=STORED` selects tensors under new names, as `--inputs` does; a name the file
+    does not hold is a DataError naming those it holds."""
+    data = "samples/train/digits_mlp.data.safetensors"
+    whole = nnpc.load_tensors(data)
+    picked = nnpc.load_tensors(f"{data}:x=x_test,y=y_test")
+    assert sorted(picked) == ["x", "y"]
+    assert same_bits(picked["x"], whole["x_test"]) and same_bits(picked["y"], whole["y_test"])
+    with pytest.raises(nnpc.DataError, match="holds no tensor named `x_tset`") as e:
+        nnpc.load_tensors(f"{data}:x=x_tset")
+    assert "`x_test`, `x_train`" in str(e.value) and e.value.help
+
+
 def test_depgraph_and_dot_are_the_cli_graph(lstm: nnpc.Graph) -> None:
     ref = json.loads(cli("graph", "samples/lstm.nnp", "--format", "json").stdout)
     g = nnpc.compile("samples/lstm.nnp")

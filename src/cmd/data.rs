@@ -3,19 +3,20 @@
 //! software graph always see the same data for the same flags.
 
 use nnp_grammar::Interface;
-use nnp_runtime::host::{HostData, HostError, InputFeed, LoadOptions, Tensor};
+use nnp_runtime::host::{HostData, HostError, InputFeed, LoadOptions, Tensor, TensorSource};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 /// Host data: weight and input files, or seeded random data of the declared shapes.
 #[derive(clap::Args, Clone, Debug)]
 pub struct DataArgs {
-    /// Weights: a .safetensors file, a .npy file, or a directory of .npy files.
-    #[arg(long, value_name = "FILE|DIR")]
-    pub weights: Option<PathBuf>,
-    /// Inputs, same kinds of file; each input is its declared shape or [batch, ...shape].
-    #[arg(long, value_name = "FILE|DIR")]
-    pub inputs: Option<PathBuf>,
+    /// Weights: a .safetensors file, a .npy file, or a directory of .npy files; with
+    /// `:NAME=STORED[,NAME=STORED...]`, only the tensors stored as STORED, used as NAME.
+    #[arg(long, value_name = "FILE[:NAME=STORED,...]", value_parser = parse_source)]
+    pub weights: Option<TensorSource>,
+    /// Inputs, same kinds of file and selection (`data.safetensors:x=x_test`); each input is
+    /// its declared shape or [batch, ...shape].
+    #[arg(long, value_name = "FILE[:NAME=STORED,...]", value_parser = parse_source)]
+    pub inputs: Option<TensorSource>,
     /// Batch size: independent input sets run in one pass (default: from batched inputs, else
     /// 1).
     #[arg(long, value_name = "B", value_parser = super::at_least_one)]
@@ -55,12 +56,8 @@ impl DataArgs {
             random_missing: self.random_missing,
             seed: self.seed,
         };
-        let data = HostData::open(
-            program,
-            self.weights.as_deref(),
-            self.inputs.as_deref(),
-            &opts,
-        )?;
+        let data =
+            HostData::open_sources(program, self.weights.as_ref(), self.inputs.as_ref(), &opts)?;
         for note in self.unused_tensors(program) {
             // A warning that cannot be shown does not stop the run.
             let _ = super::output::stderr(format!("warning: {note}\n"));
@@ -73,22 +70,22 @@ impl DataArgs {
     /// files (the weights file's tensor is the one used).
     fn unused_tensors(&self, program: &dyn Interface) -> Vec<String> {
         // Named as the run looks them up.
-        let names = |path: Option<&Path>, input: bool| {
-            let index = path.and_then(|p| HostData::index_file(program, p, input).ok());
+        let names = |source: Option<&TensorSource>, input: bool| {
+            let index = source.and_then(|s| HostData::index_file(program, s, input).ok());
             index
                 .map(|t| t.into_keys().collect::<Vec<_>>())
                 .unwrap_or_default()
         };
         let declared = |n: &String| program.decl(n).is_some();
-        let weights = names(self.weights.as_deref(), false);
-        let inputs = names(self.inputs.as_deref(), true);
+        let weights = names(self.weights.as_ref(), false);
+        let inputs = names(self.inputs.as_ref(), true);
         let mut notes = Vec::new();
-        for (path, held) in [(&self.weights, &weights), (&self.inputs, &inputs)] {
-            let Some(path) = path else { continue };
+        for (source, held) in [(&self.weights, &weights), (&self.inputs, &inputs)] {
+            let Some(source) = source else { continue };
             for name in held.iter().filter(|n| !declared(n)) {
                 notes.push(format!(
                     "{}: `{name}` is not a declaration of the program; it is not used",
-                    path.display()
+                    source.path.display()
                 ));
             }
         }
@@ -99,4 +96,16 @@ impl DataArgs {
         }
         notes
     }
+}
+
+/// `FILE` or `FILE:NAME=STORED[,NAME=STORED...]` ([`TensorSource::parse`]), for clap: a
+/// selection that cannot be parsed is a usage error, with its help.
+pub(super) fn parse_source(spec: &str) -> Result<TensorSource, String> {
+    TensorSource::parse(spec).map_err(|e| {
+        use miette::Diagnostic as _;
+        match e.help() {
+            Some(help) => format!("{e}\n  help: {help}"),
+            None => e.to_string(),
+        }
+    })
 }

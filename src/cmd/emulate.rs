@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
   nnpc emulate samples/lstm.nnp --batch 64 --seed 7 -o hw.safetensors --trace hw.trace.jsonl
   nnpc data samples/elman_rnn_small.nnp --batch 8 --weights-out w.safetensors --inputs-out x.npy
   nnpc emulate samples/elman_rnn_small.nnp --target samples/targets/n16.toml --weights w.safetensors --inputs x.npy
-  nnpc emulate samples/gru.nnp -o out_dir --layout tiles --dtype f32 --json")]
+  nnpc emulate samples/gru.nnp -o out_dir --layout tiles --dtype f32 --json
+  nnpc emulate samples/train/digits_mlp.nnp --weights samples/train/digits_mlp.weights.safetensors --inputs samples/train/digits_mlp.data.safetensors:x=x_test")]
 pub struct Args {
     #[command(flatten)]
     pub firmware: super::Firmware,

@@ -72,9 +72,9 @@ impl Reads {
 
     /// The host data files of `data`.
     pub fn data(&mut self, data: &DataArgs) {
-        for (flag, path) in [("--weights", &data.weights), ("--inputs", &data.inputs)] {
-            if let Some(path) = path {
-                self.add(format!("the file {flag} gives"), path);
+        for (flag, source) in [("--weights", &data.weights), ("--inputs", &data.inputs)] {
+            if let Some(source) = source {
+                self.add(format!("the file {flag} gives"), &source.path);
             }
         }
     }

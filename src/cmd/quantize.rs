@@ -17,7 +17,10 @@ use std::process::ExitCode;
 /// is one run, cut into blocks as the format says (`block = native` is `--native`). Formats with
 /// `per = tensor` share one scale over the whole tensor. Reads `.npy` (f16/f32/f64), safetensors
 /// (f16/bf16/f32/f64) or a directory of them; values are converted to f32 on reading (f64 is
-/// rounded to nearest f32). Writes the quantized tensors to `-o` if given.
+/// rounded to nearest f32). Writes the quantized tensors to `-o` if given, and their element
+/// codes and shared scales to `--codes` (`NAME.codes`, the shape of the tensor, and
+/// `NAME.scales`, the shape with the blocking axis counting scale groups: the fields of the
+/// format's packed layout, docs/numerics.md).
 ///
 /// Exit status: 0 on success, 2 for a bad literal, unreadable input or unwritable output.
 #[derive(clap::Args)]
@@ -27,6 +30,7 @@ use std::process::ExitCode;
   nnpc quantize --format 'mx(elem = fp8e4m3, block = 32)' model.safetensors --tensor W2
   nnpc quantize --format mx6 --axis 0 weights/W2.npy --json
   nnpc quantize --format 'int(bits = 8, scale = f32, per = row)' model.safetensors -o q.safetensors
+  nnpc quantize --format mxfp8_e4m3 model.safetensors --tensor W1 --codes w1_codes.safetensors
 
 Format literals: fp16, bf16, fp32, fp(e, m), bfp(mant, block, exp_bits, round), msfp(mant),
 mx(elem, block), mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8 (OCP MX),
@@ -51,6 +55,11 @@ pub struct Args {
     /// Output file or directory (`.npy` for one tensor, `.safetensors`, or a directory).
     #[arg(short = 'o', long, value_name = "OUT")]
     pub output: Option<PathBuf>,
+    /// Write each tensor's element codes (`NAME.codes`) and shared scales (`NAME.scales`):
+    /// the fields of the format's packed layout as integers (f32 files, exact), as torchao's
+    /// `to_mx` gives them (`.safetensors`, or a directory of `.npy`).
+    #[arg(long, value_name = "OUT")]
+    pub codes: Option<PathBuf>,
     /// Element type of the written values.
     #[arg(long, value_enum, default_value_t = OutDtype::F32)]
     pub dtype: OutDtype,
@@ -121,9 +130,17 @@ pub struct Report {
 
 pub fn run(args: Args) -> miette::Result<ExitCode> {
     let format = parse_literal(&args.format)?;
-    if let Some(out) = &args.output {
+    for out in args.output.iter().chain(&args.codes) {
         // An output path that names no kind of tensor file fails before the work.
         nnp_runtime::io::output_kind(out).map_err(super::fail)?;
+    }
+    if let (Some(out), Some(codes)) = (&args.output, &args.codes)
+        && out == codes
+    {
+        let same = format!("--codes {} names the file -o gives", codes.display());
+        return Err(super::fail(
+            super::Failure::new(same).help("write the codes to another path"),
+        ));
     }
     let mut tensors = read_tensors(&args.input).map_err(super::fail)?;
     if let Some(name) = &args.tensor {
@@ -143,6 +160,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     let native = args.native;
     let mut reports = Vec::new();
     let mut out_tensors = BTreeMap::new();
+    let mut code_tensors = BTreeMap::new();
     for (name, t) in &tensors {
         let axis = resolve_axis(args.axis, t.shape.len()).ok_or_else(|| {
             miette::miette!(
@@ -164,7 +182,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         let x: Vec<f64> = t.data.iter().map(|v| f64::from(*v)).collect();
         let y: Vec<f64> = written.iter().map(|v| f64::from(*v)).collect();
         // Per-tensor scales are stored once per tensor, others once per run (or block).
-        let run_len = if per_tensor(&format) {
+        let run_len = if format.per_tensor() {
             t.data.len()
         } else {
             t.shape.get(axis).copied().unwrap_or(1)
@@ -185,29 +203,42 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 data: written,
             },
         );
+        if args.codes.is_some() {
+            let (codes, scales) = codes_along(&format, t, axis, native).map_err(|e| {
+                super::fail(super::Failure::new(format!("tensor `{name}`: {e}")).help(
+                    "nnpc.quantize(..., codes=True) in Python gives every code as an integer",
+                ))
+            })?;
+            code_tensors.insert(format!("{name}.codes"), codes);
+            code_tensors.insert(format!("{name}.scales"), scales);
+        }
     }
+    let mut reads = Reads::default();
+    reads.add("the input file", &args.input);
+    let metadata = Metadata::from([
+        (
+            "nnpc.version".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        ),
+        (
+            "nnpc.quantize.input".to_string(),
+            args.input.display().to_string(),
+        ),
+        ("nnpc.quantize.format".to_string(), format.to_string()),
+        ("nnpc.quantize.axis".to_string(), args.axis.to_string()),
+        ("nnpc.quantize.native".to_string(), native.to_string()),
+    ]);
     if let Some(out) = &args.output {
         let dtype = match args.dtype {
             OutDtype::F16 => Dtype::F16,
             OutDtype::F32 => Dtype::F32,
         };
-        let mut reads = Reads::default();
-        reads.add("the input file", &args.input);
         reads.check_tensors("-o", out, out_tensors.keys())?;
-        let metadata = Metadata::from([
-            (
-                "nnpc.version".to_string(),
-                env!("CARGO_PKG_VERSION").to_string(),
-            ),
-            (
-                "nnpc.quantize.input".to_string(),
-                args.input.display().to_string(),
-            ),
-            ("nnpc.quantize.format".to_string(), format.to_string()),
-            ("nnpc.quantize.axis".to_string(), args.axis.to_string()),
-            ("nnpc.quantize.native".to_string(), native.to_string()),
-        ]);
         write_tensors_with(out, &out_tensors, dtype, &metadata).map_err(super::fail)?;
+    }
+    if let Some(out) = &args.codes {
+        reads.check_tensors("--codes", out, code_tensors.keys())?;
+        write_tensors_with(out, &code_tensors, Dtype::F32, &metadata).map_err(super::fail)?;
     }
     if args.json {
         let text = serde_json::to_string_pretty(&reports)
@@ -217,6 +248,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         print_table(&reports, &format)?;
         if let Some(out) = &args.output {
             super::output::stdout(format!("written to {}\n", out.display()))?;
+        }
+        if let Some(out) = &args.codes {
+            super::output::stdout(format!("codes and scales written to {}\n", out.display()))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -236,24 +270,10 @@ pub fn quantize_along(format: &Format, t: &Tensor, axis: usize, native: usize) -
         return Vec::new();
     }
     let len = t.shape.get(axis).copied().unwrap_or(1).max(1);
-    let inner: usize = t.shape.iter().skip(axis + 1).product();
-    let outer: usize = t.shape.iter().take(axis).product();
+    let gathered = gather(&t.data, &t.shape, axis);
     let n = t.data.len();
-    // Index of element k of run r (r = o * inner + i) in the row-major data.
-    let at = |r: usize, k: usize| (r / inner) * len * inner + k * inner + r % inner;
-    let runs = outer * inner;
-    let mut gathered = vec![0.0f32; n];
-    if inner == 1 {
-        gathered.copy_from_slice(&t.data);
-    } else {
-        for r in 0..runs {
-            for k in 0..len {
-                gathered[r * len + k] = t.data[at(r, k)];
-            }
-        }
-    }
     let mut q = vec![0.0f32; n];
-    if !per_tensor(format) {
+    if !format.per_tensor() {
         quantize_f32(format, &gathered, len, native, &mut q);
     } else {
         let xd: Vec<f64> = gathered.iter().map(|v| f64::from(*v)).collect();
@@ -263,30 +283,119 @@ pub fn quantize_along(format: &Format, t: &Tensor, axis: usize, native: usize) -
             *o = v as f32;
         }
     }
-    if inner == 1 {
-        return q;
+    scatter(&q, &t.shape, axis)
+}
+
+/// The element codes (the shape of `t`) and shared scales (the shape of `t` with `axis`
+/// counting scale groups; `[1]` for a scale over the whole tensor) of `t` quantized with runs
+/// along `axis` ([`Format::tensor_codes`]), as f32 values: an `int(scale = f32)` scale is the
+/// f32 whose bits are its field; any other field is its integer, refused where an f32 does
+/// not hold it exactly.
+pub fn codes_along(
+    format: &Format,
+    t: &Tensor,
+    axis: usize,
+    native: usize,
+) -> Result<(Tensor, Tensor), String> {
+    let len = t.shape.get(axis).copied().unwrap_or(1).max(1);
+    let x: Vec<f64> = gather(&t.data, &t.shape, axis)
+        .iter()
+        .map(|v| f64::from(*v))
+        .collect();
+    let codes = format
+        .tensor_codes(&x, len, native)
+        .map_err(|e| e.to_string())?;
+    let exact = |v: i64| {
+        let f = v as f32;
+        match f as i64 == v {
+            true => Ok(f),
+            false => Err(format!(
+                "its code {v} has more than 24 significant bits: an f32 file cannot hold it \
+                 exactly"
+            )),
+        }
+    };
+    let elems: Vec<f32> = codes
+        .elems
+        .iter()
+        .map(|&v| exact(v))
+        .collect::<Result<_, _>>()?;
+    let scales: Vec<f32> = match format.f32_scales() {
+        true => codes
+            .scales
+            .iter()
+            .map(|&v| f32::from_bits(v as u32))
+            .collect(),
+        false => codes
+            .scales
+            .iter()
+            .map(|&v| exact(v))
+            .collect::<Result<_, _>>()?,
+    };
+    // Scales along the axis, or one list (a scale over the whole tensor, a rank-0 tensor).
+    let (scales, scale_shape) = match format.per_tensor() || axis >= t.shape.len() {
+        true => {
+            let n = scales.len();
+            (scales, vec![n])
+        }
+        false => {
+            let mut shape = t.shape.clone();
+            shape[axis] = format.scale_count(t.shape[axis], native);
+            (scatter(&scales, &shape, axis), shape)
+        }
+    };
+    let codes = Tensor {
+        shape: t.shape.clone(),
+        data: scatter(&elems, &t.shape, axis),
+    };
+    let scales = Tensor {
+        shape: scale_shape,
+        data: scales,
+    };
+    Ok((codes, scales))
+}
+
+/// The runs of `data` (of shape `shape`) along `axis`, one after the other.
+fn gather(data: &[f32], shape: &[usize], axis: usize) -> Vec<f32> {
+    let (len, inner) = run_dims(shape, axis);
+    if inner == 1 || data.is_empty() {
+        return data.to_vec();
     }
-    let mut out = vec![0.0f32; n];
+    let runs = data.len() / len;
+    let mut out = vec![0.0f32; data.len()];
     for r in 0..runs {
         for k in 0..len {
-            out[at(r, k)] = q[r * len + k];
+            out[r * len + k] = data[run_index(r, k, len, inner)];
         }
     }
     out
 }
 
-/// Formats with one scale for the whole tensor.
-fn per_tensor(format: &Format) -> bool {
-    matches!(
-        format,
-        Format::Int(nnp_numerics::IntFormat {
-            per: nnp_numerics::Per::Tensor,
-            ..
-        }) | Format::DynFixed(nnp_numerics::DynFixedFormat {
-            per: nnp_numerics::Per::Tensor,
-            ..
-        })
-    )
+/// [`gather`]'s inverse: runs along `axis`, one after the other, as a tensor of `shape`.
+fn scatter(runs: &[f32], shape: &[usize], axis: usize) -> Vec<f32> {
+    let (len, inner) = run_dims(shape, axis);
+    if inner == 1 || runs.is_empty() {
+        return runs.to_vec();
+    }
+    let mut out = vec![0.0f32; runs.len()];
+    for r in 0..runs.len() / len {
+        for k in 0..len {
+            out[run_index(r, k, len, inner)] = runs[r * len + k];
+        }
+    }
+    out
+}
+
+/// The length of the runs along `axis` of a tensor of `shape`, and the elements between two
+/// consecutive ones of a run.
+fn run_dims(shape: &[usize], axis: usize) -> (usize, usize) {
+    let len = shape.get(axis).copied().unwrap_or(1).max(1);
+    (len, shape.iter().skip(axis + 1).product())
+}
+
+/// The row-major index of element `k` of run `r` (`r = outer * inner + i`).
+fn run_index(r: usize, k: usize, len: usize, inner: usize) -> usize {
+    (r / inner) * len * inner + k * inner + r % inner
 }
 
 fn print_table(reports: &[Report], format: &Format) -> miette::Result<()> {

@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
   nnpc data samples/mlp2_relu.nnp --batch 8 --weights-out w.safetensors --inputs-out x.npy
   nnpc run samples/mlp2_relu.nnp --target samples/targets/fp32.toml --weights w.safetensors --inputs x.npy
   nnpc run samples/gru.nnp -o out_dir --layout tiles --dtype f32 --json
-  nnpc run samples/lstm.nnp --batch 1000000 --chunk-items 8192 -o sw.safetensors")]
+  nnpc run samples/lstm.nnp --batch 1000000 --chunk-items 8192 -o sw.safetensors
+  nnpc run samples/train/digits_mlp.nnp --weights samples/train/digits_mlp.weights.safetensors --inputs samples/train/digits_mlp.data.safetensors:x=x_test -o y.safetensors")]
 // The file may be a compiled graph too; its target is fixed.
 #[command(mut_arg("file", |a| a.help("The firmware file (.nnp) or compiled graph (.swg.json)")))]
 #[command(mut_arg("target", |a| a.help(

@@ -3,9 +3,8 @@
 use super::train::{Files, Loss};
 use super::{fail, output};
 use nnp_runtime::io;
-use nnp_runtime::module::Weights;
 use nnp_runtime::score::{self, Engine};
-use nnp_runtime::train::{self, Dataset};
+use nnp_runtime::train::Dataset;
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -63,11 +62,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let data_path = args.files.data_path()?;
-    let weights = match args.files.weights_path() {
-        Some(p) => Weights::File(p),
-        None => Weights::Random { seed: args.seed },
-    };
-    let weights = train::starting_weights(&program, weights).map_err(fail)?;
+    let mut reads = super::files::Reads::default();
+    let weights = args
+        .files
+        .starting_weights(&program, args.seed, &mut reads)?;
     let tensors = io::read_tensors(&data_path).map_err(fail)?;
     let data = Dataset::from_tensors(&program, tensors).map_err(fail)?;
     let (split, name) = match (args.split, &data.test) {

@@ -1,8 +1,9 @@
 //! `nnpc train`: fine-tune a program's weights through its concordant graph (docs/training.md).
 
-use super::files::key;
+use super::files::{Reads, key};
 use super::{at_least_one, bar, fail, output};
-use nnp_grammar::fnv1a64;
+use nnp_grammar::{Program, fnv1a64};
+use nnp_runtime::host::{HostData, LoadOptions, Tensor, TensorSource};
 use nnp_runtime::io::{self, Dtype, Metadata};
 use nnp_runtime::module::Weights;
 use nnp_runtime::train::{
@@ -10,6 +11,7 @@ use nnp_runtime::train::{
     TrainReport,
 };
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -116,9 +118,10 @@ pub struct Files {
     #[arg(long, value_name = "FILE")]
     pub data: Option<PathBuf>,
     /// Weights (the starting weights of `train`); default `STEM.weights.safetensors` beside the
-    /// firmware, else seeded random weights.
-    #[arg(long, value_name = "FILE")]
-    pub weights: Option<PathBuf>,
+    /// firmware, else seeded random weights. `FILE:NAME=STORED,...` takes only the tensors
+    /// stored as STORED, used as NAME (as `run --weights` does).
+    #[arg(long, value_name = "FILE[:NAME=STORED,...]", value_parser = super::data::parse_source)]
+    pub weights: Option<TensorSource>,
 }
 
 impl Files {
@@ -139,10 +142,40 @@ impl Files {
     }
 
     /// `--weights`, else `STEM.weights.safetensors` beside the firmware where it exists.
-    pub(super) fn weights_path(&self) -> Option<PathBuf> {
-        self.weights
-            .clone()
-            .or_else(|| Some(self.beside("weights.safetensors")).filter(|p| p.exists()))
+    pub(super) fn weights_source(&self) -> Option<TensorSource> {
+        self.weights.clone().or_else(|| {
+            let beside = self.beside("weights.safetensors");
+            beside.exists().then(|| TensorSource::file(beside))
+        })
+    }
+
+    /// The starting weights ([`Files::weights_source`], added to `reads`), else the seeded
+    /// random weights of `seed`: a whole file as the module reads it
+    /// ([`train::starting_weights`]), a selection as `run --weights` reads it
+    /// ([`HostData::open_sources`]), with the same checks of names, shapes and values.
+    pub(super) fn starting_weights(
+        &self,
+        program: &Program,
+        seed: u64,
+        reads: &mut Reads,
+    ) -> miette::Result<BTreeMap<String, Tensor>> {
+        let weights = match self.weights_source() {
+            None => Weights::Random { seed },
+            Some(source) => {
+                reads.add("the starting weights", &source.path);
+                if source.select.is_empty() {
+                    Weights::File(source.path)
+                } else {
+                    let opts = LoadOptions {
+                        batch: Some(1),
+                        ..LoadOptions::default()
+                    };
+                    let open = HostData::open_sources(program, Some(&source), None, &opts);
+                    return Ok(open.map_err(fail)?.0);
+                }
+            }
+        };
+        train::starting_weights(program, weights).map_err(fail)
     }
 
     /// `STEM.SUFFIX` beside the firmware.
@@ -167,14 +200,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     let mut reads = args.files.firmware.reads(&program);
     let data_path = args.files.data_path()?;
     reads.add("the training data", &data_path);
-    let weights_path = args.files.weights_path();
-    let weights = match &weights_path {
-        Some(p) => {
-            reads.add("the starting weights", p);
-            Weights::File(p.clone())
-        }
-        None => Weights::Random { seed: args.seed },
-    };
+    let start = args
+        .files
+        .starting_weights(&program, args.seed, &mut reads)?;
     if let Some(s) = args.schedule.as_deref().filter(|s| Path::new(s).is_file()) {
         reads.add("the schedule file", Path::new(s));
     }
@@ -182,7 +210,6 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         reads.check("-o", out)?;
     }
     let schedule = args.schedule.as_deref().map(read_schedule).transpose()?;
-    let start = train::starting_weights(&program, weights).map_err(fail)?;
     let tensors = io::read_tensors(&data_path).map_err(fail)?;
     let data = Dataset::from_tensors(&program, tensors).map_err(fail)?;
     let opts = TrainOptions {

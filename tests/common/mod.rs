@@ -4,6 +4,7 @@
 
 pub mod dumps;
 pub mod samples;
+pub mod tensors;
 pub mod text;
 
 use std::path::{Path, PathBuf};

@@ -255,6 +255,21 @@ impl Format {
         }
     }
 
+    /// Whether the format shares one scale (point position) over a whole tensor
+    /// (`int`/`dynfixed` with `per = tensor`) rather than per run or block.
+    pub fn per_tensor(&self) -> bool {
+        matches!(
+            self,
+            Format::Int(IntFormat {
+                per: Per::Tensor,
+                ..
+            }) | Format::DynFixed(DynFixedFormat {
+                per: Per::Tensor,
+                ..
+            })
+        )
+    }
+
     /// The rounding mode of the format.
     pub fn rounding(&self) -> Rounding {
         let mut f = *self;

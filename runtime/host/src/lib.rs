@@ -25,10 +25,12 @@
 //! engine: neither the emulator nor the software graph's executor is a dependency.
 
 pub mod io;
+pub mod source;
 pub mod tensor;
 pub mod trace;
 
 use crate::io::IoError;
+pub use crate::source::{SourceError, TensorSource};
 pub use crate::tensor::{ShapeDisplay, Tensor, Unfilled};
 use nnp_grammar::{Decl, DeclKind, Init, Interface};
 use rand_chacha::ChaCha8Rng;
@@ -68,13 +70,17 @@ pub enum HostError {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Io(#[from] IoError),
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Source(#[from] SourceError),
     #[error(
         "no tensor named `{name}` for {kind} `{name}` (expected shape {expected}) in \
          {searched}{held}"
     )]
     #[diagnostic(help(
-        "add it to the weights/inputs file, declare it `= 0`, or pass the option that fills \
-         missing tensors with seeded random data (`--random-missing`)"
+        "add it to the weights/inputs file (or select it from one: `FILE:NAME=STORED`), \
+         declare it `= 0`, or pass the option that fills missing tensors with seeded random \
+         data (`--random-missing`)"
     ))]
     Missing {
         name: String,
@@ -397,14 +403,28 @@ impl HostData {
         inputs: Option<&Path>,
         opts: &LoadOptions,
     ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
+        let weights = weights.map(TensorSource::from);
+        let inputs = inputs.map(TensorSource::from);
+        HostData::open_sources(program, weights.as_ref(), inputs.as_ref(), opts)
+    }
+
+    /// [`HostData::open`] from tensor sources: whole files, or the tensors selected from
+    /// them under the names the program declares (`FILE:NAME=STORED,...`,
+    /// [`TensorSource::parse`]).
+    pub fn open_sources(
+        program: &dyn Interface,
+        weights: Option<&TensorSource>,
+        inputs: Option<&TensorSource>,
+        opts: &LoadOptions,
+    ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
         let mut tensors = BTreeMap::new();
         let mut searched = Vec::new();
         // The inputs file first, so a name present in both files takes the weights file's entry.
         let files = [(inputs, true), (weights, false)];
-        for (path, input) in files.into_iter().filter_map(|(p, i)| Some((p?, i))) {
-            let stored = HostData::index_file(program, path, input)?;
+        for (source, input) in files.into_iter().filter_map(|(s, i)| Some((s?, i))) {
+            let stored = HostData::index_file(program, source, input)?;
             tensors.extend(stored.into_iter().map(|(n, t)| (n, Found::Stored(t))));
-            searched.push(format!("`{}`", path.display()));
+            searched.push(format!("`{source}`"));
         }
         let searched = match (searched.is_empty(), weights.is_none()) {
             (true, _) => "no file (none was given)".to_string(),
@@ -416,17 +436,58 @@ impl HostData {
         HostData::feed(program, tensors, opts, &searched, inputs.is_none())
     }
 
-    /// The tensors of the inputs file (`input`) or the weights file `path`, by name, as
-    /// [`HostData::open`] looks them up. A single `.npy` file's tensor is named by the file's
-    /// stem; where that names no declaration and the program has one declaration of the
-    /// file's kind (its one input, or its one loaded matrix or vector), the tensor is that
-    /// declaration's.
+    /// The tensors of the inputs file (`input`) or the weights file `source`, by name, as
+    /// [`HostData::open_sources`] looks them up. A selection ([`TensorSource::select`]) gives
+    /// the selected tensors under the names it gives them, each of which must be one of the
+    /// program's inputs or loaded weights. Without one, a single `.npy` file's tensor is named
+    /// by the file's stem; where that names no declaration and the program has one
+    /// declaration of the file's kind (its one input, or its one loaded matrix or vector),
+    /// the tensor is that declaration's.
     pub fn index_file(
         program: &dyn Interface,
-        path: &Path,
+        source: &TensorSource,
         input: bool,
     ) -> Result<BTreeMap<String, io::StoredTensor>, HostError> {
-        let mut stored = io::index_tensors(path)?;
+        let mut stored = source.index()?;
+        if !source.select.is_empty() {
+            let takes = |name: &str| {
+                program
+                    .inputs()
+                    .chain(program.weights())
+                    .any(|d| d.name == name)
+            };
+            if let Some((name, from)) = source.select.iter().find(|(n, _)| !takes(n)) {
+                let list = |decls: Vec<&Decl>, what: &str| {
+                    let names: Vec<String> =
+                        decls.iter().map(|d| format!("`{}`", d.name)).collect();
+                    match names.len() {
+                        0 => format!("no {what}s"),
+                        1 => format!("the {what} {}", names[0]),
+                        _ => format!("the {what}s {}", names.join(", ")),
+                    }
+                };
+                let declared = format!(
+                    "{} and {}",
+                    list(program.inputs().collect(), "input"),
+                    list(program.weights().collect(), "weight")
+                );
+                return Err(SourceError::Undeclared {
+                    path: source.path.display().to_string(),
+                    name: name.clone(),
+                    stored: from.clone(),
+                    declared,
+                    // The help's example: a declaration of the file's kind.
+                    first: match input {
+                        true => program.inputs().next(),
+                        false => program.weights().next(),
+                    }
+                    .map_or_else(|| "NAME".to_string(), |d| d.name.clone()),
+                }
+                .into());
+            }
+            return Ok(stored);
+        }
+        let path = &source.path;
         let of_kind: Vec<&Decl> = match input {
             true => program.inputs().collect(),
             false => program.weights().collect(),
