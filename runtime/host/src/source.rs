@@ -3,7 +3,7 @@
 //! `--weights` and `--inputs` take it): `digits.safetensors:x=x_test` is the file's `x_test`
 //! as the input `x`.
 
-use crate::io::{self, StoredTensor};
+use crate::io::{self, IoError, StoredTensor};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -21,6 +21,9 @@ pub struct TensorSource {
 /// match.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum SourceError {
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Io(#[from] IoError),
     #[error("`{spec}`: `{piece}` is not a selection NAME=STORED")]
     #[diagnostic(help(
         "select tensors as FILE:NAME=STORED[,NAME=STORED...], e.g. \
@@ -109,7 +112,7 @@ impl TensorSource {
     /// values read, [`io::index_tensors`]): every tensor of the file, or the selected ones
     /// under their new names. A selected name the file does not hold is an error naming the
     /// ones it does.
-    pub fn index(&self) -> Result<BTreeMap<String, StoredTensor>, crate::HostError> {
+    pub fn index(&self) -> Result<BTreeMap<String, StoredTensor>, SourceError> {
         let stored = io::index_tensors(&self.path)?;
         if self.select.is_empty() {
             return Ok(stored);
@@ -122,8 +125,7 @@ impl TensorSource {
                     name: name.clone(),
                     stored: from.clone(),
                     held: held(stored.keys()),
-                }
-                .into());
+                });
             };
             out.insert(name.clone(), t.clone());
         }

@@ -2,7 +2,9 @@
 //! format versions 1.0 to 3.0).
 
 use super::pylit::Value;
-use super::*;
+use super::stored::*;
+use crate::tensor::ShapeDisplay;
+use std::path::Path;
 
 pub(super) const NPY_MAGIC: &[u8] = b"\x93NUMPY";
 

@@ -1,6 +1,8 @@
 //! safetensors: the header read without the values, and the header of a file written in pieces.
 
-use super::*;
+use super::stored::*;
+use std::collections::BTreeMap;
+use std::path::Path;
 
 /// The tensors of a safetensors file from its header, checked as the crate's
 /// `SafeTensors::deserialize` checks it (header size, JSON, offsets, the file's length),
@@ -76,7 +78,7 @@ pub(super) fn safetensors_header(
     shapes: &BTreeMap<String, Vec<usize>>,
     spans: &[(usize, usize)],
     dtype: Dtype,
-    meta: &super::Metadata,
+    meta: &Metadata,
     path: &Path,
 ) -> Result<Vec<u8>, IoError> {
     use ::safetensors::tensor::{Metadata, TensorInfo};
@@ -120,11 +122,11 @@ pub(super) fn safetensors_header(
 
 /// The `__metadata__` of the safetensors file `path`, read from its header alone; `None`
 /// where it has none or the header cannot be read.
-pub(super) fn safetensors_metadata(path: &Path) -> Option<super::Metadata> {
+pub(super) fn safetensors_metadata(path: &Path) -> Option<Metadata> {
     use std::io::Read;
     /// A header with metadata is far smaller than the crate's own limit on headers.
     const MAX_HEADER: u64 = 100_000_000;
-    let (mut file, _) = super::open_regular(path).ok()?;
+    let (mut file, _) = nnp_grammar::read::open_regular(path).ok()?;
     let mut n = [0u8; 8];
     file.read_exact(&mut n).ok()?;
     let n = u64::from_le_bytes(n);

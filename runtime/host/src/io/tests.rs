@@ -1,4 +1,5 @@
 use super::npy::NPY_MAGIC;
+use super::stored::encode_values;
 use super::*;
 use std::ops::Range;
 

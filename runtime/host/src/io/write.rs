@@ -1,6 +1,11 @@
 //! Writing in pieces: files written under temporary names and put in their places at the end.
 
-use super::*;
+use super::npy::npy_header;
+use super::safetensors_file::safetensors_header;
+use super::stored::*;
+use crate::tensor::{ShapeDisplay, Tensor};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// Tensor files written in pieces of consecutive items (the first dimension) as a run
 /// produces them, so a large batch's outputs never sit whole in memory. The files go by the
