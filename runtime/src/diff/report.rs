@@ -166,7 +166,7 @@ pub struct DiffReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<Vec<crate::explain::ExplainRow>>,
     /// Per output, where its mismatches are, when asked for (`nnpc diff --report`,
-    /// [`DiffBuilder::with_maps`]); empty otherwise, and then left out of the JSON.
+    /// [`DiffBuilder::with_maps`](super::DiffBuilder::with_maps)); empty otherwise, and then left out of the JSON.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub maps: Vec<MismatchMap>,
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// Tensor files written in pieces of consecutive items (the first dimension) as a run
 /// produces them, so a large batch's outputs never sit whole in memory. The files go by the
-/// path as in [`write_tensors`] (which writes each tensor as one piece). Each file is written
+/// path as in [`write_tensors`](super::write_tensors) (which writes each tensor as one piece). Each file is written
 /// under a temporary name next to its place (`.NAME.nnpc-PID.tmp`) and renamed there by
 /// [`ItemWriter::finish`]: a run that fails or is dropped leaves no file half-written and an
 /// existing one untouched.
