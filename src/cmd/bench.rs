@@ -238,6 +238,16 @@ struct Memory {
 }
 
 impl Memory {
+    /// The memory after the first run over the host's weights, in bytes each.
+    fn per_weight(&self) -> Value {
+        let per = |kib: Option<u64>| kib.map(|k| (k * 1024) as f64 / self.weights.max(1) as f64);
+        json!({
+            "peak_after_first_run": per(self.peak_kib),
+            "after_first_run": per(self.rss_kib),
+            "session_alone": per(self.session_kib),
+        })
+    }
+
     /// Measure after the first run of `session` on `data`; then drop `data`'s weights (a
     /// session reads them in its first run only) and measure again after a warm run.
     fn after_first_run(session: &mut Session, data: &mut HostData) -> Memory {
@@ -290,6 +300,21 @@ struct EmuRuns {
     runs: usize,
     graph_secs: f64,
     same: bool,
+}
+
+impl EmuRuns {
+    /// The report's `emulator`, at `rows` vectors per item and `vps` vectors per second.
+    fn json(&self, rows: usize, vps: f64) -> Value {
+        json!({
+            "batch": self.items,
+            "vectors": self.items * rows,
+            "runs": self.runs,
+            "seconds": self.secs,
+            "vectors_per_second": vps,
+            // The graph's median in the rounds the emulator ran (its ratio's).
+            "graph_seconds": self.graph_secs,
+        })
+    }
 }
 
 /// The timed rounds after the first run: in each, a warm run of the graph, the floor (the
@@ -446,17 +471,7 @@ fn report(
     } = rounds;
     let sw_vps = vectors as f64 / sw_s.max(1e-12);
     let emu_vps = emu.map(|e| (e.items * rows) as f64 / e.secs.max(1e-12));
-    let emu_json = emu.zip(emu_vps).map(|(e, vps)| {
-        json!({
-            "batch": e.items,
-            "vectors": e.items * rows,
-            "runs": e.runs,
-            "seconds": e.secs,
-            "vectors_per_second": vps,
-            // The graph's median in the rounds the emulator ran (its ratio's).
-            "graph_seconds": e.graph_secs,
-        })
-    });
+    let emu_json = emu.zip(emu_vps).map(|(e, vps)| e.json(rows, vps));
     let concordant = emu.map(|e| e.same);
     let mut ratios = Vec::new();
     if let (Some(e), Some(emu_vps)) = (emu, emu_vps) {
@@ -494,18 +509,7 @@ fn report(
     ));
     let peak_rate = peak.macs_per_second.max(1e-12);
     let graph_rate = floor_macs as f64 / sw_s.max(1e-12);
-    let products_json = products.map(|(secs, macs, bytes)| {
-        let rate = macs as f64 / secs.max(1e-12);
-        json!({
-            "seconds": secs,
-            "macs": macs,
-            "macs_per_second": rate,
-            "peak_fraction": rate / peak_rate,
-            "on_bytes": bytes,
-        })
-    });
-    let per_weight =
-        |kib: Option<u64>| kib.map(|k| (k * 1024) as f64 / memory.weights.max(1) as f64);
+    let products_json = products.map(|p| products_json(p, peak_rate));
     json!({
         "file": program.source.name,
         "target": program.target.name,
@@ -575,14 +579,23 @@ fn report(
             "session_alone": memory.session_kib,
         },
         "weights": memory.weights,
-        "bytes_per_weight": {
-            "peak_after_first_run": per_weight(memory.peak_kib),
-            "after_first_run": per_weight(memory.rss_kib),
-            "session_alone": per_weight(memory.session_kib),
-        },
+        "bytes_per_weight": memory.per_weight(),
         "concordant": concordant,
         "ratios": ratios,
         "context": context,
+    })
+}
+
+/// The products alone (median seconds, multiply-adds, on bytes), with their fraction of the
+/// int8 peak `peak_rate`.
+fn products_json((secs, macs, bytes): (f64, u64, bool), peak_rate: f64) -> Value {
+    let rate = macs as f64 / secs.max(1e-12);
+    json!({
+        "seconds": secs,
+        "macs": macs,
+        "macs_per_second": rate,
+        "peak_fraction": rate / peak_rate,
+        "on_bytes": bytes,
     })
 }
 
