@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 ///   a second; once where a run takes longer. Its ratio is against the graph's runs in the
 ///   same rounds, and its outputs are checked against the graph's bit for bit;
 /// - floor: the graph's products as candle's f32 matmul (its CPU gemm; no quantization) at
-///   --batch: candle's speed on this machine, not the machine's f32 peak;
+///   --batch: candle's speed on this machine, not the machine's; with its fraction of the
+///   f32 FMA peak (vfmadd231ps, probed as the int8 peak);
 /// - products alone: the graph's products on the integer kernel, on random BFP 8 operands of
 ///   their shapes, nothing else of a run;
 /// - int8 peak: the machine's int8 multiply-adds per second, registers only, on the CPU's best
@@ -288,6 +289,8 @@ struct Rounds {
     /// The products alone on the integer kernel: median seconds, multiply-adds, on bytes.
     products: Option<(f64, u64, bool)>,
     peak: baseline::Peak,
+    /// The f32 FMA peak, where the CPU has FMA: what the floor's matmul is a fraction of.
+    fma: Option<baseline::FmaPeak>,
     emu: Option<EmuRuns>,
 }
 
@@ -345,7 +348,7 @@ fn timed_rounds(
         Some(_) => args.reps.max(baseline::EMU_MIN_RUNS),
         None => args.reps,
     };
-    let (mut shards, mut same, mut peaks) = (1, true, Vec::new());
+    let (mut shards, mut same, mut peaks, mut fmas) = (1, true, Vec::new(), Vec::new());
     let mut run_graph = || -> miette::Result<()> {
         shards = session.run(data).map_err(super::fail)?.shards;
         Ok(())
@@ -366,6 +369,7 @@ fn timed_rounds(
     };
     let mut run_peak = || -> miette::Result<()> {
         peaks.push(baseline::int8_peak(1));
+        fmas.extend(baseline::f32_fma_peak(1));
         Ok(())
     };
     let has_products = |_: &[Option<f64>]| products.is_some();
@@ -418,6 +422,9 @@ fn timed_rounds(
             .zip(med(2))
             .map(|(p, secs)| (secs, p.macs(), p.on_bytes())),
         peak: best.unwrap_or_else(|| baseline::int8_peak(1)),
+        fma: fmas
+            .into_iter()
+            .max_by(|a, b| a.flops_per_second.total_cmp(&b.flops_per_second)),
         emu,
     })
 }
@@ -467,6 +474,7 @@ fn report(
         floor_macs,
         products,
         peak,
+        fma,
         emu,
     } = rounds;
     let sw_vps = vectors as f64 / sw_s.max(1e-12);
@@ -508,6 +516,7 @@ fn report(
         KERNEL_TARGET,
     ));
     let peak_rate = peak.macs_per_second.max(1e-12);
+    let floor_flops = 2.0 * floor_macs as f64 / floor_s.max(1e-12);
     let graph_rate = floor_macs as f64 / sw_s.max(1e-12);
     let products_json = products.map(|p| products_json(p, peak_rate));
     json!({
@@ -560,7 +569,12 @@ fn report(
             "matmuls": floor_calls,
             "macs": floor_macs,
             "seconds": floor_s,
-            "gflops": 2.0 * floor_macs as f64 / floor_s.max(1e-12) / 1e9,
+            "gflops": floor_flops / 1e9,
+            // The machine's f32 FMA peak (registers only, every thread) and the fraction of
+            // it the matmul reached.
+            "fma_peak_gflops": fma.map(|f| f.flops_per_second / 1e9),
+            "fma_instruction": fma.map(|f| f.instruction),
+            "peak_fraction": fma.map(|f| floor_flops / f.flops_per_second.max(1e-12)),
         },
         "quantize": {
             "format": fmt.to_string(),

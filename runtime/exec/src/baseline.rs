@@ -17,7 +17,7 @@
 
 mod peak;
 
-pub use peak::{Peak, PeakKernel, int8_peak};
+pub use peak::{FmaPeak, Peak, PeakKernel, f32_fma_peak, int8_peak};
 
 use super::{ExecError, intdot, quant, short};
 use crate::matmul::MatVec;

@@ -166,6 +166,15 @@ fn table_times(s: &mut String, r: &Value) {
         f64_of(&fl["seconds"]),
         format!("{:.1} GFLOP/s", f64_of(&fl["gflops"])),
     );
+    if let Some(f) = fl["peak_fraction"].as_f64() {
+        let _ = writeln!(
+            s,
+            "(plain f32 matmuls: {:.1}% of the f32 FMA peak, {:.1} GFLOP/s on {})",
+            100.0 * f,
+            f64_of(&fl["fma_peak_gflops"]),
+            fl["fma_instruction"].as_str().unwrap_or("?")
+        );
+    }
     let q = &r["quantize"];
     row(
         s,

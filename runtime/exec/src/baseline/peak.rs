@@ -100,26 +100,79 @@ const PROBE_S: f64 = 0.03;
 /// them; the best rate (a peak is what the machine can do, not what it does on average).
 pub fn int8_peak(reps: usize) -> Peak {
     let kernel = PeakKernel::best();
+    Peak {
+        kernel,
+        threads: rayon::current_num_threads(),
+        macs_per_second: best_rate(reps, kernel.macs_per_round(), |r| kernel.rounds(r) as f64),
+    }
+}
+
+/// The f32 FMA peak a probe measured ([`f32_fma_peak`]).
+#[derive(Clone, Copy, Debug)]
+pub struct FmaPeak {
+    /// What the probe ran, in words.
+    pub instruction: &'static str,
+    /// The threads that ran it at once (rayon's global pool).
+    pub threads: usize,
+    /// Floating-point operations per second (2 an FMA lane), all threads together.
+    pub flops_per_second: f64,
+}
+
+/// The f32 FMA peak of this machine, as [`int8_peak`] measures the int8 one: `vfmadd` on 512
+/// bits (AVX-512F) or 256 bits (AVX2 and FMA) with `FMA_ACC` independent accumulators in
+/// registers; `None` on a CPU with neither (what the plain f32 floor, candle's matmul, reaches
+/// is then not compared).
+pub fn f32_fma_peak(reps: usize) -> Option<FmaPeak> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let threads = rayon::current_num_threads();
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F is present (checked just above).
+            let run = |r: u64| unsafe { x86::fma512(r) };
+            return Some(FmaPeak {
+                instruction: "AVX-512F vfmadd231ps",
+                threads,
+                flops_per_second: best_rate(reps, 2 * 16 * FMA_ACC as u64, run),
+            });
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: AVX2 and FMA are present (checked just above).
+            let run = |r: u64| unsafe { x86::fma256(r) };
+            return Some(FmaPeak {
+                instruction: "AVX2 vfmadd231ps",
+                threads,
+                flops_per_second: best_rate(reps, 2 * 8 * FMA_ACC as u64, run),
+            });
+        }
+    }
+    let _ = reps;
+    None
+}
+
+/// Independent accumulators of the FMA loops: 12 of the 16 `ymm` registers, more than an FMA's
+/// latency times its throughput on current cores (4 x 2).
+const FMA_ACC: usize = 12;
+
+/// The best rate of `reps` (at least 1) timed probes of `rounds` (which runs that many rounds
+/// of `per_round` operations on its thread) on every thread of rayon's global pool at once,
+/// after one that sizes them to about [`PROBE_S`].
+fn best_rate(reps: usize, per_round: u64, rounds: impl Fn(u64) -> f64 + Sync) -> f64 {
     let threads = rayon::current_num_threads();
-    // Size the probes: rounds per thread for about PROBE_S.
-    let probe = |rounds: u64| {
+    let probe = |n: u64| {
         let t = Instant::now();
-        let sums = rayon::broadcast(|_| kernel.rounds(black_box(rounds)));
+        let sums = rayon::broadcast(|_| rounds(black_box(n)));
         black_box(sums);
         t.elapsed().as_secs_f64()
     };
     let trial = 1 << 16;
     let secs = probe(trial).max(1e-9);
-    let rounds = ((trial as f64 * PROBE_S / secs) as u64).max(trial);
-    let macs = (rounds * kernel.macs_per_round()) as f64 * threads as f64;
+    let n = ((trial as f64 * PROBE_S / secs) as u64).max(trial);
+    let ops = (n * per_round) as f64 * threads as f64;
     let best = (0..reps.max(1))
-        .map(|_| probe(rounds))
+        .map(|_| probe(n))
         .fold(f64::INFINITY, f64::min);
-    Peak {
-        kernel,
-        threads,
-        macs_per_second: macs / best.max(1e-12),
-    }
+    ops / best.max(1e-12)
 }
 
 /// [`PeakKernel::Scalar`]'s rounds.
@@ -138,7 +191,7 @@ fn scalar(rounds: u64) -> i64 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{AVX2_ACC, VNNI_ACC};
+    use super::{AVX2_ACC, FMA_ACC, VNNI_ACC};
     use std::arch::x86_64::*;
     use std::hint::black_box;
 
@@ -204,6 +257,58 @@ mod x86 {
         }
         total
     }
+
+    /// `rounds` rounds of `FMA_ACC` independent `vfmadd231ps` on 16 lanes: `acc = acc * a + b`,
+    /// `a = 1` and `b = 0.5` through black_box; the accumulators' sum (exact while `rounds`
+    /// stays below 2^24).
+    ///
+    /// # Safety
+    /// AVX-512F must be present.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn fma512(rounds: u64) -> f64 {
+        let a = _mm512_set1_ps(black_box(1.0));
+        let b = _mm512_set1_ps(black_box(0.5));
+        let mut acc = [_mm512_setzero_ps(); FMA_ACC];
+        for _ in 0..rounds {
+            for s in acc.iter_mut() {
+                *s = _mm512_fmadd_ps(*s, a, b);
+            }
+        }
+        let acc = black_box(acc);
+        let mut lanes = [0f32; 16];
+        let mut total = 0.0;
+        for s in &acc {
+            // SAFETY: `lanes` holds 16 f32, one 512-bit store.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), *s) };
+            total += lanes.iter().map(|&l| f64::from(l)).sum::<f64>();
+        }
+        total
+    }
+
+    /// [`fma512`] on 8 lanes (`ymm`).
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be present.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn fma256(rounds: u64) -> f64 {
+        let a = _mm256_set1_ps(black_box(1.0));
+        let b = _mm256_set1_ps(black_box(0.5));
+        let mut acc = [_mm256_setzero_ps(); FMA_ACC];
+        for _ in 0..rounds {
+            for s in acc.iter_mut() {
+                *s = _mm256_fmadd_ps(*s, a, b);
+            }
+        }
+        let acc = black_box(acc);
+        let mut lanes = [0f32; 8];
+        let mut total = 0.0;
+        for s in &acc {
+            // SAFETY: `lanes` holds 8 f32, one 256-bit store.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *s) };
+            total += lanes.iter().map(|&l| f64::from(l)).sum::<f64>();
+        }
+        total
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +344,27 @@ mod tests {
             .map(|k| (0..rounds as i64).map(|t| (k + 3 * t) * 5).sum::<i64>())
             .sum();
         assert_eq!(scalar(rounds), want);
+    }
+
+    /// The FMA probes add 0.5 to every lane of every accumulator a round.
+    #[test]
+    fn the_fma_probes_compute_their_multiply_adds() {
+        let want = (FMA_ACC * 1000) as f64 * 0.5;
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: AVX-512F is present (checked just above).
+                assert_eq!(unsafe { x86::fma512(1000) }, 16.0 * want);
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                // SAFETY: AVX2 and FMA are present (checked just above).
+                assert_eq!(unsafe { x86::fma256(1000) }, 8.0 * want);
+            }
+        }
+        let p = f32_fma_peak(1);
+        assert!(p.is_none_or(|p| p.flops_per_second > 0.0));
     }
 
     #[test]
