@@ -28,6 +28,20 @@ pub fn keep_large_buffers_on_the_heap() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn keep_large_buffers_on_the_heap() {}
 
+/// Hand the free memory that [`keep_large_buffers_on_the_heap`] keeps for reuse (every
+/// arena's free blocks and top padding) back to the system, so that the resident set is the
+/// memory in use (`nnpc bench`'s memory of a session alone). The next run faults its buffers
+/// in again.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn release_free_memory() {
+    // SAFETY: malloc_trim only returns free memory of glibc's arenas to the system.
+    unsafe { libc::malloc_trim(0) };
+}
+
+/// Nothing is kept for reuse outside glibc's tuning.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn release_free_memory() {}
+
 /// The system allocator, asking for transparent huge pages on large blocks: a weight stack
 /// (hundreds of MiB, written once as it is prepared) then faults in 2 MiB at a time instead of
 /// 4 KiB, where the kernel allows it (`transparent_hugepage` = `madvise` or `always`).

@@ -1,5 +1,7 @@
 //! `nnpc bench`: throughput of the software graph measured against its baselines, in one run.
 
+mod table;
+
 use super::host_args::input_rows;
 use super::run::DeviceArg;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -7,7 +9,7 @@ use nnp_grammar::Program;
 use nnp_lowering::swgraph::{Roots, SwGraph};
 use nnp_numerics::Format;
 use nnp_runtime::emulator::{self, EmuOptions};
-use nnp_runtime::exec::baseline::{self, Floor};
+use nnp_runtime::exec::baseline::{self, Floor, IntProducts, Timed};
 use nnp_runtime::exec::{ExecOptions, PathCounts, Session};
 use nnp_runtime::host::{HostData, Outputs};
 use nnp_runtime::stream::{fits_in_memory, io_bytes_per_item};
@@ -16,25 +18,36 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-/// The emulator runs again, up to `--reps` times, while its runs add up to less than this
-/// many seconds (the report gives their median).
-const EMU_REPEAT_S: f64 = 1.0;
-
 /// Measure a firmware file's software graph against the emulator and plain f32, in one run.
 ///
 /// Its baselines, each measured in the same run:
 ///
-/// - software graph: vectors/s at --batch (median of --reps runs after a first run that also
-///   prepares the weights; that first run is reported as the cold time);
-/// - emulator: vectors/s on the same data (or its first --emu-batch items; the median of up to
-///   --reps runs while they take under a second in all, else one run), and whether its
-///   outputs equal the graph's bit for bit;
-/// - floor: the graph's products as plain f32 candle matmuls (no quantization) at --batch,
-///   timed alternately with the graph's runs (both see the same machine load);
+/// - software graph: vectors/s at --batch (median of the warm runs of the timed rounds, after
+///   a first run that also prepares the weights; that first run is reported as the cold time);
+/// - timed rounds (--reps of them, at least 3 where the emulator runs), each a warm run of the
+///   graph, the floor, the products alone, the emulator by its rule and a peak probe, one
+///   after the other, so that all see the same machine load;
+/// - emulator: vectors/s on the same data (or its first --emu-batch items): in every round
+///   until it ran 3 times where one run takes under 10 s, then while its runs add up to under
+///   a second; once where a run takes longer. Its ratio is against the graph's runs in the
+///   same rounds, and its outputs are checked against the graph's bit for bit;
+/// - floor: the graph's products as candle's f32 matmul (its CPU gemm; no quantization) at
+///   --batch: candle's speed on this machine, not the machine's; with its fraction of the
+///   f32 FMA peak (vfmadd231ps, probed as the int8 peak);
+/// - products alone: the graph's products on the integer kernel, on random BFP 8 operands of
+///   their shapes, nothing else of a run;
+/// - int8 peak: the machine's int8 multiply-adds per second, registers only, on the CPU's best
+///   integer instruction (AVX-512 VNNI vpdpbusd, else AVX2 vpmaddubsw + vpmaddwd, else a
+///   scalar estimate) on every thread; the best probe of the rounds. The graph's and the
+///   products' multiply-adds per second (every weight of their stacks per item) as fractions
+///   of it;
 /// - quantize kernel: the graph's BFP vector quantizer (the target's, or bw-default's when the
 ///   target's vector format is not BFP) against a plain element-wise candle op
 ///   (`x * 1.5 + 0.25`) over the same 4M-element tensor;
-/// - peak memory (VmHWM) after the first run (what `nnpc run` needs) and at the end;
+/// - memory after the first run: peak (VmHWM: what `nnpc run` needs) and resident (VmRSS) with
+///   the host's f32 weights held, then with them dropped (the session reads them in its
+///   first run only): what it keeps for warm runs; each also in bytes per weight. And the
+///   peak at the end;
 /// - context, with no target: the floor's vectors/s over the emulator's (how far plain f32
 ///   BLAS of the same products, with no quantization, is ahead of the emulator here).
 ///
@@ -111,7 +124,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     if args.json {
         super::output::stdout(format!("{report}\n"))?;
     } else {
-        super::output::stdout(table(&report))?;
+        super::output::stdout(table::table(&report))?;
     }
     Ok(if report["concordant"] == Value::Bool(false) {
         ExitCode::from(1)
@@ -161,53 +174,8 @@ fn measure(
          goes in chunks of bounded memory"
     );
     fits_in_memory(batch, io_bytes_per_item(program), fix).map_err(super::fail)?;
-    let (runs, graph_outputs) = graph_runs(args, program, graph, progress)?;
-    let emu = if args.skip_emulator {
-        None
-    } else {
-        Some(emulator_runs(args, program, &graph_outputs, progress)?)
-    };
-    drop(graph_outputs);
-    let kernel = kernel_race(args, program, progress)?;
-    let peak_all_kib = vm_hwm_kib();
-    Ok(report(
-        args,
-        program,
-        graph,
-        runs,
-        emu,
-        kernel,
-        peak_all_kib,
-    ))
-}
-
-/// What the software graph's runs measured: the first run's fast paths, device, time and
-/// peak memory; the warm runs' and the floor's median times.
-struct GraphRuns {
-    paths: PathCounts,
-    gpu: Option<String>,
-    cold_s: f64,
-    peak_run_kib: Option<u64>,
-    sw_s: f64,
-    floor_s: f64,
-    shards: usize,
-    floor_calls: usize,
-    floor_macs: u64,
-}
-
-/// The software graph's first run (whose outputs are returned, for the emulator's to be
-/// compared with), then its warm runs and the floor's, timed alternately.
-fn graph_runs(
-    args: &Args,
-    program: &Program,
-    graph: &SwGraph,
-    progress: &Progress,
-) -> miette::Result<(GraphRuns, Outputs)> {
-    let (batch, reps) = (args.batch, args.reps);
-    // 1. The software graph: first run (what `nnpc run` does, weights prepared on the way),
-    //    then warm runs of the same session.
     progress.phase("software graph: first run");
-    let data = HostData::random(program, batch, args.seed);
+    let mut data = HostData::random(program, batch, args.seed);
     let opts = ExecOptions {
         float_matmul: args.float_matmul,
         unfused: args.unfused,
@@ -218,65 +186,247 @@ fn graph_runs(
     let mut session = Session::new(graph, &opts).map_err(super::fail)?;
     let t = Instant::now();
     let sw = session.run(&data).map_err(super::fail)?;
-    let gpu = session.gpu_name().map(str::to_string);
     let cold_s = t.elapsed().as_secs_f64();
-    let peak_run_kib = vm_hwm_kib();
-    // Warm graph runs and the floor (the same products as plain f32 matmuls) alternate, so
-    // both see the same machine load; medians of each.
-    progress.phase("software graph and floor: timed runs");
-    let floor = Floor::new(graph, batch).map_err(super::fail)?;
-    floor.run().map_err(super::fail)?;
-    let mut shards = 1;
-    let (sw_s, floor_s) = baseline::alternate(
-        reps,
-        || {
-            shards = session.run(&data).map_err(super::fail)?.shards;
-            Ok(())
-        },
-        || floor.run().map_err(super::fail),
+    let memory = Memory::after_first_run(&mut session, &mut data);
+    let first = FirstRun {
+        paths: sw.paths,
+        gpu: session.gpu_name().map(str::to_string),
+        cold_s,
+        memory,
+    };
+    let rounds = timed_rounds(
+        args,
+        program,
+        graph,
+        (&mut session, &data),
+        &sw.outputs,
+        progress,
     )?;
-    Ok((
-        GraphRuns {
-            paths: sw.paths,
-            gpu,
-            cold_s,
-            peak_run_kib,
-            sw_s,
-            floor_s,
-            shards,
-            floor_calls: floor.calls(),
-            floor_macs: floor.macs(),
-        },
-        sw.outputs,
+    drop(sw);
+    let kernel = kernel_race(args, program, progress)?;
+    let peak_all_kib = vm_kib("VmHWM:");
+    Ok(report(
+        args,
+        program,
+        graph,
+        (first, rounds),
+        kernel,
+        peak_all_kib,
     ))
 }
 
-/// The emulator on the first `--emu-batch` items of the same data (item i does not depend on
-/// the batch size): the items, the median seconds, the runs, and whether its outputs are
-/// `graph_outputs`' bit for bit.
-fn emulator_runs(
+/// What the software graph's first run did: its fast paths, device, time and memory.
+struct FirstRun {
+    paths: PathCounts,
+    gpu: Option<String>,
+    cold_s: f64,
+    memory: Memory,
+}
+
+/// The process's memory after the first run, and the weights it ran with.
+struct Memory {
+    /// Elements of the host's weights (every `Init::Load` matrix and vector).
+    weights: usize,
+    /// Peak resident set (VmHWM) after the first run: what `nnpc run` needs.
+    peak_kib: Option<u64>,
+    /// Resident set (VmRSS) after the first run, the host's f32 weights still held.
+    rss_kib: Option<u64>,
+    /// Resident set once the host's weights are dropped, a warm run went without them and
+    /// the allocator's free memory went back to the system: what the session keeps for its
+    /// warm runs, with the batch's inputs and the process's code. `None` where that run
+    /// needed the weights.
+    session_kib: Option<u64>,
+}
+
+impl Memory {
+    /// The memory after the first run over the host's weights, in bytes each.
+    fn per_weight(&self) -> Value {
+        let per = |kib: Option<u64>| kib.map(|k| (k * 1024) as f64 / self.weights.max(1) as f64);
+        json!({
+            "peak_after_first_run": per(self.peak_kib),
+            "after_first_run": per(self.rss_kib),
+            "session_alone": per(self.session_kib),
+        })
+    }
+
+    /// Measure after the first run of `session` on `data`; then drop `data`'s weights (a
+    /// session reads them in its first run only) and measure again after a warm run.
+    fn after_first_run(session: &mut Session, data: &mut HostData) -> Memory {
+        let weights = data.weights.values().map(|t| t.data.len()).sum();
+        let (peak_kib, rss_kib) = (vm_kib("VmHWM:"), vm_kib("VmRSS:"));
+        let held = std::mem::take(&mut data.weights);
+        let session_kib = match session.run(data) {
+            Ok(run) => {
+                drop((run, held));
+                nnpc::memory::release_free_memory();
+                let kib = vm_kib("VmRSS:");
+                // The rounds' first run then finds its buffers faulted in, as every warm run.
+                let _ = session.run(data);
+                kib
+            }
+            // A session that reads its weights again (none does today): they stay.
+            Err(_) => {
+                data.weights = held;
+                None
+            }
+        };
+        Memory {
+            weights,
+            peak_kib,
+            rss_kib,
+            session_kib,
+        }
+    }
+}
+
+/// What the timed rounds measured: median seconds of each, the emulator's, the peak.
+struct Rounds {
+    sw_s: f64,
+    floor_s: f64,
+    shards: usize,
+    floor_calls: usize,
+    floor_macs: u64,
+    /// The products alone on the integer kernel: median seconds, multiply-adds, on bytes.
+    products: Option<(f64, u64, bool)>,
+    peak: baseline::Peak,
+    /// The f32 FMA peak, where the CPU has FMA: what the floor's matmul is a fraction of.
+    fma: Option<baseline::FmaPeak>,
+    emu: Option<EmuRuns>,
+}
+
+/// The emulator's runs in the rounds: its items, median seconds and runs, the graph's median
+/// in the same rounds, and whether its outputs were the graph's bit for bit.
+#[derive(Clone, Copy)]
+struct EmuRuns {
+    items: usize,
+    secs: f64,
+    runs: usize,
+    graph_secs: f64,
+    same: bool,
+}
+
+impl EmuRuns {
+    /// The report's `emulator`, at `rows` vectors per item and `vps` vectors per second.
+    fn json(&self, rows: usize, vps: f64) -> Value {
+        json!({
+            "batch": self.items,
+            "vectors": self.items * rows,
+            "runs": self.runs,
+            "seconds": self.secs,
+            "vectors_per_second": vps,
+            // The graph's median in the rounds the emulator ran (its ratio's).
+            "graph_seconds": self.graph_secs,
+        })
+    }
+}
+
+/// The timed rounds after the first run: in each, a warm run of the graph, the floor (the
+/// same products as plain f32 matmuls), the products alone on the integer kernel, the
+/// emulator (by its rule, [`baseline::emulator_runs_again`], on the first `--emu-batch` items
+/// of the same data; item i does not depend on the batch size) and a peak probe, so that all
+/// see the same machine load. `--reps` rounds, at least [`baseline::EMU_MIN_RUNS`] where the
+/// emulator runs.
+fn timed_rounds(
     args: &Args,
     program: &Program,
+    graph: &SwGraph,
+    (session, data): (&mut Session, &HostData),
     graph_outputs: &Outputs,
     progress: &Progress,
-) -> miette::Result<(usize, f64, usize, bool)> {
-    let (batch, reps) = (args.batch, args.reps);
+) -> miette::Result<Rounds> {
+    let batch = args.batch;
+    progress.phase("timed rounds: graph, floor, products, emulator, peak");
+    let floor = Floor::new(graph, batch).map_err(super::fail)?;
+    floor.run().map_err(super::fail)?;
+    let products = IntProducts::new(graph, batch);
+    if let Some(p) = &products {
+        p.run();
+    }
     let eb = args.emu_batch.unwrap_or(batch).min(batch);
-    progress.phase(&format!("emulator: {eb} items"));
-    let edata = HostData::random(program, eb, args.seed);
-    // A program of milliseconds moves by up to 2x from one emulator run to the next on a
-    // shared machine; one run of a long one takes seconds already.
-    let mut same = true;
-    let mut times = repeat_while_short(reps, EMU_REPEAT_S, || {
-        let t = Instant::now();
-        let e = emulator::emulate(program, &edata, &EmuOptions::default());
-        let e = e.map_err(super::fail)?;
-        let secs = t.elapsed().as_secs_f64();
-        same &= same_bits(graph_outputs, &e.outputs, eb);
-        Ok::<f64, miette::Report>(secs)
-    })?;
-    let runs = times.len();
-    Ok((eb, baseline::median(&mut times), runs, same))
+    let edata = (!args.skip_emulator).then(|| HostData::random(program, eb, args.seed));
+    let rounds = match edata {
+        Some(_) => args.reps.max(baseline::EMU_MIN_RUNS),
+        None => args.reps,
+    };
+    let (mut shards, mut same, mut peaks, mut fmas) = (1, true, Vec::new(), Vec::new());
+    let mut run_graph = || -> miette::Result<()> {
+        shards = session.run(data).map_err(super::fail)?.shards;
+        Ok(())
+    };
+    let mut run_floor = || floor.run().map_err(super::fail);
+    let mut run_products = || -> miette::Result<()> {
+        if let Some(p) = &products {
+            p.run();
+        }
+        Ok(())
+    };
+    let mut run_emulator = || -> miette::Result<()> {
+        if let Some(edata) = &edata {
+            let e = emulator::emulate(program, edata, &EmuOptions::default());
+            same &= same_bits(graph_outputs, &e.map_err(super::fail)?.outputs, eb);
+        }
+        Ok(())
+    };
+    let mut run_peak = || -> miette::Result<()> {
+        peaks.push(baseline::int8_peak(1));
+        fmas.extend(baseline::f32_fma_peak(1));
+        Ok(())
+    };
+    let has_products = |_: &[Option<f64>]| products.is_some();
+    let emulates = |past: &[Option<f64>]| edata.is_some() && baseline::emulator_runs_again(past);
+    let times = baseline::interleave(
+        rounds,
+        &mut [
+            Timed::every(&mut run_graph),
+            Timed::every(&mut run_floor),
+            Timed {
+                run: &mut run_products,
+                when: &has_products,
+            },
+            Timed {
+                run: &mut run_emulator,
+                when: &emulates,
+            },
+            Timed::every(&mut run_peak),
+        ],
+    )?;
+    let med = |k: usize| {
+        let mut ran: Vec<f64> = times[k].iter().flatten().copied().collect();
+        (!ran.is_empty()).then(|| baseline::median(&mut ran))
+    };
+    // The graph's runs in the rounds the emulator ran: its ratio is taken side by side.
+    let mut paired: Vec<f64> = times[0]
+        .iter()
+        .zip(&times[3])
+        .filter_map(|(g, e)| e.and(*g))
+        .collect();
+    let emu = med(3).filter(|_| edata.is_some()).map(|secs| EmuRuns {
+        items: eb,
+        secs,
+        runs: times[3].iter().flatten().count(),
+        graph_secs: baseline::median(&mut paired),
+        same,
+    });
+    let best = peaks
+        .iter()
+        .copied()
+        .max_by(|a, b| a.macs_per_second.total_cmp(&b.macs_per_second));
+    Ok(Rounds {
+        sw_s: med(0).unwrap_or(0.0),
+        floor_s: med(1).unwrap_or(0.0),
+        shards,
+        floor_calls: floor.calls(),
+        floor_macs: floor.macs(),
+        products: products
+            .as_ref()
+            .zip(med(2))
+            .map(|(p, secs)| (secs, p.macs(), p.on_bytes())),
+        peak: best.unwrap_or_else(|| baseline::int8_peak(1)),
+        fma: fmas
+            .into_iter()
+            .max_by(|a, b| a.flops_per_second.total_cmp(&b.flops_per_second)),
+        emu,
+    })
 }
 
 /// The quantize kernel against a plain element-wise op: the kernel's format and times.
@@ -303,42 +453,40 @@ fn report(
     args: &Args,
     program: &Program,
     graph: &SwGraph,
-    runs: GraphRuns,
-    emu: Option<(usize, f64, usize, bool)>,
+    (first, rounds): (FirstRun, Rounds),
     (fmt, k): (Format, baseline::KernelTimes),
     peak_all_kib: Option<u64>,
 ) -> Value {
     let (batch, reps) = (args.batch, args.reps);
     let rows = input_rows(program);
     let vectors = batch.saturating_mul(rows);
-    let GraphRuns {
+    let FirstRun {
         paths,
         gpu,
         cold_s,
-        peak_run_kib,
+        memory,
+    } = first;
+    let Rounds {
         sw_s,
         floor_s,
         shards,
         floor_calls,
         floor_macs,
-    } = runs;
+        products,
+        peak,
+        fma,
+        emu,
+    } = rounds;
     let sw_vps = vectors as f64 / sw_s.max(1e-12);
-    let emu_vps = emu.map(|(eb, secs, ..)| (eb * rows) as f64 / secs.max(1e-12));
-    let emu_json = emu.zip(emu_vps).map(|((eb, secs, runs, _), vps)| {
-        json!({
-            "batch": eb,
-            "vectors": eb * rows,
-            "runs": runs,
-            "seconds": secs,
-            "vectors_per_second": vps,
-        })
-    });
-    let concordant = emu.map(|(.., same)| same);
+    let emu_vps = emu.map(|e| (e.items * rows) as f64 / e.secs.max(1e-12));
+    let emu_json = emu.zip(emu_vps).map(|(e, vps)| e.json(rows, vps));
+    let concordant = emu.map(|e| e.same);
     let mut ratios = Vec::new();
-    if let Some(emu_vps) = emu_vps {
+    if let (Some(e), Some(emu_vps)) = (emu, emu_vps) {
+        let paired_vps = vectors as f64 / e.graph_secs.max(1e-12);
         ratios.push(ratio(
             "software graph vs emulator (vectors/s)",
-            sw_vps / emu_vps.max(1e-12),
+            paired_vps / emu_vps.max(1e-12),
             ">=",
             EMU_TARGET,
         ));
@@ -367,6 +515,10 @@ fn report(
         ">=",
         KERNEL_TARGET,
     ));
+    let peak_rate = peak.macs_per_second.max(1e-12);
+    let floor_flops = 2.0 * floor_macs as f64 / floor_s.max(1e-12);
+    let graph_rate = floor_macs as f64 / sw_s.max(1e-12);
+    let products_json = products.map(|p| products_json(p, peak_rate));
     json!({
         "file": program.source.name,
         "target": program.target.name,
@@ -398,13 +550,31 @@ fn report(
             "first_run_seconds": cold_s,
             "seconds": sw_s,
             "vectors_per_second": sw_vps,
+            // The products' multiply-adds per run (every weight of their stacks per item)
+            // over the warm run's time, and that as a fraction of the int8 peak.
+            "macs": floor_macs,
+            "macs_per_second": graph_rate,
+            "peak_fraction": graph_rate / peak_rate,
+        },
+        "products_alone": products_json,
+        "peak": {
+            "instruction": peak.kernel.name(),
+            "threads": peak.threads,
+            "int8_macs_per_second": peak.macs_per_second,
         },
         "emulator": emu_json,
         "floor": {
+            // candle's own f32 matmul (its CPU gemm), not the machine's f32 peak.
+            "what": "candle f32 matmul",
             "matmuls": floor_calls,
             "macs": floor_macs,
             "seconds": floor_s,
-            "gflops": 2.0 * floor_macs as f64 / floor_s.max(1e-12) / 1e9,
+            "gflops": floor_flops / 1e9,
+            // The machine's f32 FMA peak (registers only, every thread) and the fraction of
+            // it the matmul reached.
+            "fma_peak_gflops": fma.map(|f| f.flops_per_second / 1e9),
+            "fma_instruction": fma.map(|f| f.instruction),
+            "peak_fraction": fma.map(|f| floor_flops / f.flops_per_second.max(1e-12)),
         },
         "quantize": {
             "format": fmt.to_string(),
@@ -415,12 +585,31 @@ fn report(
             "elementwise_elements_per_second": k.len as f64 / k.elementwise_s.max(1e-12),
         },
         "peak_rss_kib": {
-            "after_first_run": peak_run_kib,
+            "after_first_run": memory.peak_kib,
             "end": peak_all_kib,
         },
+        "rss_kib": {
+            "after_first_run": memory.rss_kib,
+            "session_alone": memory.session_kib,
+        },
+        "weights": memory.weights,
+        "bytes_per_weight": memory.per_weight(),
         "concordant": concordant,
         "ratios": ratios,
         "context": context,
+    })
+}
+
+/// The products alone (median seconds, multiply-adds, on bytes), with their fraction of the
+/// int8 peak `peak_rate`.
+fn products_json((secs, macs, bytes): (f64, u64, bool), peak_rate: f64) -> Value {
+    let rate = macs as f64 / secs.max(1e-12);
+    json!({
+        "seconds": secs,
+        "macs": macs,
+        "macs_per_second": rate,
+        "peak_fraction": rate / peak_rate,
+        "on_bytes": bytes,
     })
 }
 
@@ -431,20 +620,6 @@ fn ratio(name: &str, value: f64, cmp: &str, target: f64) -> Value {
         value <= target
     };
     json!({ "name": name, "value": value, "target": format!("{cmp} {target}"), "pass": pass })
-}
-
-/// The times of `run` (each returns its own, in seconds): once, then again up to `reps` runs in
-/// all while they add up to less than `budget_s`.
-fn repeat_while_short<E>(
-    reps: usize,
-    budget_s: f64,
-    mut run: impl FnMut() -> Result<f64, E>,
-) -> Result<Vec<f64>, E> {
-    let mut times = vec![run()?];
-    while times.len() < reps && times.iter().sum::<f64>() < budget_s {
-        times.push(run()?);
-    }
-    Ok(times)
 }
 
 /// Outputs of the first `items` batch items equal bit for bit (as the f32 the engines return).
@@ -465,10 +640,11 @@ fn same_bits(sw: &Outputs, emu: &Outputs, items: usize) -> bool {
         })
 }
 
-/// Peak resident set size of this process (VmHWM, KiB), where /proc has it.
-fn vm_hwm_kib() -> Option<u64> {
+/// A memory line of this process's /proc status (`VmHWM:` the peak resident set, `VmRSS:`
+/// the resident set now), in KiB, where /proc has it.
+fn vm_kib(key: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
@@ -487,287 +663,5 @@ fn machine() -> Value {
     json!({ "cpu": cpu, "threads": threads, "os": std::env::consts::OS })
 }
 
-/// The report as a table.
-fn table(r: &Value) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    table_header(&mut s, r);
-    s.push('\n');
-    table_times(&mut s, r);
-    s.push('\n');
-    let mib = |v: &Value| match v.as_u64() {
-        Some(k) => format!("{:.1} MiB", k as f64 / 1024.0),
-        None => "n/a".into(),
-    };
-    let _ = writeln!(
-        s,
-        "peak RSS (VmHWM): {} after the first run (= `nnpc run`), {} at the end",
-        mib(&r["peak_rss_kib"]["after_first_run"]),
-        mib(&r["peak_rss_kib"]["end"])
-    );
-    let concordance = match r["concordant"].as_bool() {
-        Some(true) => "outputs of graph and emulator bit-identical",
-        Some(false) => "OUTPUTS DIFFER between graph and emulator",
-        None => "not checked (--skip-emulator)",
-    };
-    let _ = writeln!(s, "concordance: {concordance}");
-    s.push('\n');
-    let _ = writeln!(
-        s,
-        "{:<48} {:>10} {:>8} {:>6}",
-        "ratio", "value", "target", ""
-    );
-    for x in r["ratios"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            s,
-            "{:<48} {:>10.2} {:>8} {:>6}",
-            x["name"].as_str().unwrap_or("?"),
-            f64_of(&x["value"]),
-            x["target"].as_str().unwrap_or("?"),
-            if x["pass"] == Value::Bool(true) {
-                "PASS"
-            } else {
-                "MISS"
-            }
-        );
-    }
-    for x in r["context"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            s,
-            "{:<48} {:>10.2} {:>15}",
-            x["name"].as_str().unwrap_or("?"),
-            f64_of(&x["value"]),
-            "(context)"
-        );
-    }
-    s
-}
-
-/// A number of the report (NaN where there is none).
-fn f64_of(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(f64::NAN)
-}
-
-/// The table's first lines: what was measured, on what machine, and how the products ran.
-fn table_header(s: &mut String, r: &Value) {
-    use std::fmt::Write as _;
-    let counted = |v: &Value, noun: &str| match v.as_u64() {
-        Some(n) => super::output::count(n as usize, noun),
-        None => format!("{v} {noun}s"),
-    };
-    let sw = &r["software_graph"];
-    let _ = writeln!(
-        s,
-        "{}: `{}` (N = {}), batch {}, {} per item, median of {}",
-        r["file"].as_str().unwrap_or("?"),
-        r["target"].as_str().unwrap_or("?"),
-        r["native"],
-        r["batch"],
-        counted(&r["vectors_per_batch_item"], "vector"),
-        counted(&r["reps"], "run")
-    );
-    let _ = writeln!(
-        s,
-        "machine: {}, {} threads",
-        r["machine"]["cpu"].as_str().unwrap_or("?"),
-        r["machine"]["threads"]
-    );
-    let _ = match sw["gpu"].as_str() {
-        Some(gpu) => writeln!(
-            s,
-            "products: {} of {} on the integer kernel, {} of them on the GPU ({gpu}), the rest \
-             on the float path",
-            sw["int_products"], sw["products"], sw["gpu_products"]
-        ),
-        None => writeln!(
-            s,
-            "products: {} of {} on the integer kernel ({} of them on bytes with AVX-512 VNNI \
-             vpdpbusd, the others AVX2 vpmaddwd; {} on integer slices), the rest on the float \
-             path ({} on its bounded f64 matmul)",
-            sw["int_products"],
-            sw["products"],
-            sw["byte_products"],
-            sw["sliced_products"],
-            sw["bounded_products"]
-        ),
-    };
-    if sw["shards"].as_u64().is_some_and(|k| k > 1) {
-        let _ = writeln!(
-            s,
-            "warm runs: {} shards of items side by side (`--shards 1`: the whole batch in one \
-             pass)",
-            sw["shards"]
-        );
-    }
-}
-
-/// The table's measurements: seconds and rate of each.
-fn table_times(s: &mut String, r: &Value) {
-    use std::fmt::Write as _;
-    let sw = &r["software_graph"];
-    let _ = writeln!(s, "{:<44} {:>12} {:>16}", "measurement", "seconds", "rate");
-    let row = |s: &mut String, name: &str, secs: f64, rate: String| {
-        let _ = writeln!(s, "{name:<44} {secs:>12.4} {rate:>16}");
-    };
-    row(
-        s,
-        "software graph (first run, weights prepared)",
-        f64_of(&sw["first_run_seconds"]),
-        String::new(),
-    );
-    row(
-        s,
-        "software graph",
-        f64_of(&sw["seconds"]),
-        format!("{:.1} vec/s", f64_of(&sw["vectors_per_second"])),
-    );
-    let e = &r["emulator"];
-    if !e.is_null() {
-        let runs = match e["runs"].as_u64() {
-            Some(k) if k > 1 => format!("median of {k} runs"),
-            _ => "1 run".to_string(),
-        };
-        row(
-            s,
-            &format!("emulator ({} items, {runs})", e["batch"]),
-            f64_of(&e["seconds"]),
-            format!("{:.2} vec/s", f64_of(&e["vectors_per_second"])),
-        );
-    }
-    let fl = &r["floor"];
-    row(
-        s,
-        &format!("plain f32 matmuls ({} calls)", fl["matmuls"]),
-        f64_of(&fl["seconds"]),
-        format!("{:.1} GFLOP/s", f64_of(&fl["gflops"])),
-    );
-    let q = &r["quantize"];
-    row(
-        s,
-        &format!("quantize kernel ({} elements)", q["elements"]),
-        f64_of(&q["quantize_seconds"]),
-        format!(
-            "{:.0} M/s",
-            f64_of(&q["quantize_elements_per_second"]) / 1e6
-        ),
-    );
-    row(
-        s,
-        "element-wise x * 1.5 + 0.25 (same tensor)",
-        f64_of(&q["elementwise_seconds"]),
-        format!(
-            "{:.0} M/s",
-            f64_of(&q["elementwise_elements_per_second"]) / 1e6
-        ),
-    );
-    let _ = writeln!(
-        s,
-        "(quantize kernel: the graph's BFP vector quantizer, {})",
-        q["format"].as_str().unwrap_or("?")
-    );
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The bench runs end to end on a small sample in debug: every field is there and the
-    /// graph and the emulator agree bit for bit.
-    #[test]
-    fn bench_reports_every_field_on_a_small_sample() {
-        let args = Args {
-            firmware: crate::cmd::Firmware {
-                file: std::path::PathBuf::from(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/samples/mlp2_relu.nnp"
-                )),
-                target: None,
-            },
-            batch: 2,
-            seed: 1,
-            reps: 1,
-            emu_batch: None,
-            skip_emulator: false,
-            float_matmul: false,
-            unfused: false,
-            device: DeviceArg::Cpu,
-            shards: None,
-            kernel_len: 1 << 14,
-            json: true,
-        };
-        let program = nnpc::load_program(&args.firmware.file, None).expect("sample checks");
-        let graph = nnp_lowering::swgraph::compile(&program, Roots::Outputs).expect("lowers");
-        let r =
-            measure(&args, &program, &graph, &Progress(ProgressBar::hidden())).expect("bench runs");
-        assert_eq!(r["concordant"], Value::Bool(true));
-        assert_eq!(r["batch"], 2);
-        // mlp2_relu pushes T = 4 input rows per item.
-        assert_eq!(r["software_graph"]["vectors"], 8);
-        assert_eq!(r["emulator"]["batch"], 2);
-        assert_eq!(r["emulator"]["runs"], 1);
-        // Two layers of T = 4 iterations each: 8 products, on the integer kernel where the
-        // CPU has AVX2 (mlp2_relu is BFP 8 on bw-default).
-        assert_eq!(r["floor"]["matmuls"], 8);
-        assert_eq!(r["software_graph"]["products"], 8);
-        let int = if nnp_runtime::exec::intdot::simd() {
-            8
-        } else {
-            0
-        };
-        assert_eq!(r["software_graph"]["int_products"], int);
-        // And on bytes where the CPU has AVX-512 VNNI (BFP 8 mantissas fit a byte).
-        let bytes = if nnp_runtime::exec::intdot::Kernel::best().is_vnni() {
-            8
-        } else {
-            0
-        };
-        assert_eq!(r["software_graph"]["byte_products"], bytes);
-        assert!(
-            r["software_graph"]["vectors_per_second"]
-                .as_f64()
-                .unwrap_or(0.0)
-                > 0.0
-        );
-        assert!(r["quantize"]["quantize_seconds"].as_f64().is_some());
-        let names: Vec<&str> = r["ratios"]
-            .as_array()
-            .expect("ratios")
-            .iter()
-            .filter_map(|x| x["name"].as_str())
-            .collect();
-        assert_eq!(names.len(), 3, "{names:?}");
-        for x in r["ratios"].as_array().into_iter().flatten() {
-            assert!(x["pass"].is_boolean() && x["value"].is_number());
-        }
-        // The context: the floor's rate over the emulator's, which is the graph's speed-up
-        // times how much faster than the graph the floor ran.
-        let v = |x: &Value| x["value"].as_f64().expect("a number");
-        let context = r["context"].as_array().expect("context");
-        assert_eq!(context.len(), 1);
-        let (vs_emu, vs_floor) = (v(&r["ratios"][0]), v(&r["ratios"][1]));
-        let floor_vs_emu = v(&context[0]);
-        assert!(floor_vs_emu > 0.0);
-        assert!((floor_vs_emu - vs_emu * vs_floor).abs() <= 1e-9 * floor_vs_emu);
-    }
-
-    /// The emulator's repetitions, counted by hand from the runs' times.
-    #[test]
-    fn the_emulator_repeats_only_while_its_runs_are_short() {
-        let runs = |times: &[f64], reps: usize| {
-            let mut next = times.iter().copied();
-            repeat_while_short(reps, 1.0, || next.next().ok_or(())).map(|t| t.len())
-        };
-        // 0.3 s each: after 3 runs 0.9 s < 1, so a 4th; then 1.2 s, stop.
-        assert_eq!(runs(&[0.3; 10], 5), Ok(4));
-        // 0.5 + 0.5 is the budget exactly: no third run.
-        assert_eq!(runs(&[0.5; 10], 5), Ok(2));
-        // Short runs stop at --reps.
-        assert_eq!(runs(&[0.01; 10], 5), Ok(5));
-        // One long run is all.
-        assert_eq!(runs(&[2.0; 10], 5), Ok(1));
-        // --reps 1: one run however short.
-        assert_eq!(runs(&[0.01; 10], 1), Ok(1));
-        // A failing run ends it with the error.
-        assert_eq!(runs(&[0.01; 2], 5), Err(()));
-    }
-}
+mod tests;

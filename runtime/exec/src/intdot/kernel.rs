@@ -4,7 +4,7 @@
 #[cfg(target_arch = "x86_64")]
 use super::avx2;
 use super::sink::Sink;
-use super::weights::{Tile, packed_at};
+use super::weights::Tile;
 use super::{Kernel, ROW_BLOCK, ZERO_RUN, simd, supports, vnni};
 
 /// Integer partials of one packed matrix tile with the vector tiles `xs` (`[items][n]`, with
@@ -22,7 +22,8 @@ pub(super) fn kernel(
     sink: &mut impl Sink,
 ) {
     let XTiles { ints, biased } = xs;
-    assert!(supports(n) && tile.ints.len() == n * n && ints.len().is_multiple_of(n));
+    let held = tile.ints.len() == n * n || (tile.ints.is_empty() && tile.narrow.is_some());
+    assert!(supports(n) && held && ints.len().is_multiple_of(n));
     assert!(tile.reach.len() == n / ROW_BLOCK && tile.reach.iter().all(|&p| 2 * p as usize <= n));
     assert!(units.is_empty() || units.len() == ints.len() / n);
     let skip_empty = sink.adds();
@@ -44,6 +45,10 @@ pub(super) fn kernel(
             return;
         }
         if which != Kernel::Scalar && simd() {
+            // A tile kept as bytes alone, with a vector that does not fit them: its i16.
+            let mut buf = Vec::new();
+            let tile = tile.widened(&mut buf, n);
+            assert_eq!(tile.ints.len(), n * n);
             // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of
             // ROW_BLOCK and the lengths and reaches are asserted above; every access of
             // `avx2::tile` is inside them.
@@ -60,7 +65,7 @@ pub(super) fn kernel(
             sink.take(
                 bi,
                 r0,
-                &std::array::from_fn(|k| dot_scalar(tile.ints, x, n, r0 + k)),
+                &std::array::from_fn(|k| dot_scalar(tile, x, n, r0 + k)),
             );
         }
     }
@@ -74,10 +79,10 @@ pub(super) struct XTiles<'a> {
     pub(super) biased: Option<&'a [u8]>,
 }
 
-/// The reference: row `r` of a packed tile times one vector tile, one lane at a time.
-pub(super) fn dot_scalar(tile: &[i16], x: &[i16], n: usize, r: usize) -> i32 {
+/// The reference: row `r` of a tile times one vector tile, one lane at a time.
+pub(super) fn dot_scalar(tile: Tile<'_>, x: &[i16], n: usize, r: usize) -> i32 {
     x.iter()
         .enumerate()
-        .map(|(l, &xv)| i32::from(xv) * i32::from(tile[packed_at(n, r, l)]))
+        .map(|(l, &xv)| i32::from(xv) * i32::from(tile.int(n, r, l)))
         .sum()
 }

@@ -194,7 +194,7 @@ pub(super) fn matvec_tasks(
                     let (bi, r) = (e / n, e % n);
                     for j in 0..cols {
                         let xs = &part.ints(j)[bi * n..][..n];
-                        let p = dot_scalar(w.tile(i, j).ints, xs, n, r);
+                        let p = dot_scalar(w.tile(i, j), xs, n, r);
                         slow.add(f64::from(p) * w.scales(i, j)[r] * part.scales(j)[bi]);
                     }
                 });

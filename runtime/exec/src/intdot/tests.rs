@@ -298,7 +298,17 @@ fn narrow_layout_by_hand() {
     let wi = IntWeights::new(&w, 1, 1, n).expect("fits");
     let rows = wi.tiles_row_major();
     assert_eq!(rows, w.iter().map(|&v| v as i16).collect::<Vec<_>>());
-    let bytes = NarrowWeights::new(&wi.packed, n).expect("bytes");
+    // Where the kernel is VNNI the stack keeps its bytes alone, and its i16 tiles are made
+    // from them: the same integers at `packed_at` either way.
+    assert_eq!(wi.packed.is_empty(), wi.narrow.is_some());
+    assert_eq!(wi.narrow.is_some(), Kernel::best().is_vnni());
+    let packed = wi.packed_ints();
+    for r in 0..n {
+        for l in 0..n {
+            assert_eq!(packed[packed_at(n, r, l)], rows[r * n + l]);
+        }
+    }
+    let bytes = NarrowWeights::new(&packed, n).expect("bytes");
     for r in 0..n {
         for l in 0..n {
             assert_eq!(
@@ -312,7 +322,7 @@ fn narrow_layout_by_hand() {
     assert_eq!(bytes.offset[17], 2048);
     w[5] = 128.0;
     let wide = IntWeights::new(&w, 1, 1, n).expect("fits");
-    assert!(NarrowWeights::new(&wide.packed, n).is_none() && wide.narrow.is_none());
+    assert!(NarrowWeights::new(&wide.packed_ints(), n).is_none() && wide.narrow.is_none());
 }
 
 pub(crate) fn spec(

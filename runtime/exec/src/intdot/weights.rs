@@ -1,6 +1,8 @@
 //! The weight operand: a stack of tiles as packed integers ([`IntWeights`]), the tile the
 //! kernel reads ([`Tile`]) and the same integers as bytes for the VNNI kernel
-//! ([`NarrowWeights`]).
+//! ([`NarrowWeights`]). A stack whose integers all fit a byte, where the kernel is VNNI, keeps
+//! them as bytes alone (one byte a weight, not three): the `i16` tile the AVX2 kernel reads is
+//! made from the bytes where a vector that does not fit a byte needs it ([`Tile::widened`]).
 
 use super::runs::{Aligned, Span, mag_bits, scales, to_ints};
 use super::{Kernel, ROW_BLOCK, qmax, supports};
@@ -59,7 +61,8 @@ pub(super) fn grouped_at<const G: usize>(n: usize, r: usize, l: usize) -> usize 
 /// One packed `n x n` tile of an [`IntWeights`], as the kernel reads it.
 #[derive(Clone, Copy)]
 pub(super) struct Tile<'a> {
-    /// The integers, laid out by [`packed_at`].
+    /// The integers, laid out by [`packed_at`]; empty where the stack keeps them as bytes
+    /// alone (`narrow`; [`Tile::widened`] makes them).
     pub(super) ints: &'a [i16],
     /// Per row block: the lane pairs up to the last that holds a nonzero integer in any of its
     /// rows (0 for an all-zero block). The SIMD kernel stops there: the lanes beyond add
@@ -68,6 +71,40 @@ pub(super) struct Tile<'a> {
     pub(super) reach: &'a [u32],
     /// The same integers as bytes, where they all fit one.
     pub(super) narrow: Option<NarrowTile<'a>>,
+}
+
+impl<'a> Tile<'a> {
+    /// Lane `l` of row `r`: from the `i16` integers, or from the bytes where the stack keeps
+    /// them alone.
+    pub(super) fn int(&self, n: usize, r: usize, l: usize) -> i16 {
+        match (self.ints.is_empty(), self.narrow) {
+            (true, Some(bytes)) => i16::from(bytes.ints[grouped_at::<4>(n, r, l)]),
+            _ => self.ints[packed_at(n, r, l)],
+        }
+    }
+
+    /// This tile with its `i16` integers: as it is where it holds them, else made from its
+    /// bytes into `buf` (the same integers, laid out by [`packed_at`]).
+    pub(super) fn widened<'b>(self, buf: &'b mut Vec<i16>, n: usize) -> Tile<'b>
+    where
+        'a: 'b,
+    {
+        let Some(bytes) = self.narrow.filter(|_| self.ints.is_empty()) else {
+            return self;
+        };
+        buf.clear();
+        buf.resize(n * n, 0);
+        for r in 0..n {
+            for l in 0..n {
+                buf[packed_at(n, r, l)] = i16::from(bytes.ints[grouped_at::<4>(n, r, l)]);
+            }
+        }
+        Tile {
+            ints: buf,
+            reach: self.reach,
+            narrow: self.narrow,
+        }
+    }
 }
 
 /// A tile's integers as bytes, for [`Kernel::Vnni`] (its module says why this is exact).
@@ -128,7 +165,8 @@ pub struct IntWeights {
     pub(super) rows: usize,
     pub(super) cols: usize,
     pub(super) n: usize,
-    /// Tile `(i, j)` at `(i * cols + j) * n * n`, laid out by [`packed_at`].
+    /// Tile `(i, j)` at `(i * cols + j) * n * n`, laid out by [`packed_at`]; empty where
+    /// `narrow` holds the integers (the stack keeps them as bytes alone).
     pub(super) packed: Vec<i16>,
     /// [`Tile::reach`] of row block `rb` of tile `(i, j)` at `(i * cols + j) * n / ROW_BLOCK
     /// + rb`.
@@ -264,6 +302,12 @@ impl IntWeights {
             .is_vnni()
             .then(|| NarrowWeights::new(&packed, n))
             .flatten();
+        // The bytes alone where they hold every integer: a tile's `i16` are made from them
+        // where a kernel needs those (`Tile::widened`).
+        let packed = match narrow {
+            Some(_) => Vec::new(),
+            None => packed,
+        };
         Some(IntWeights {
             rows,
             cols,
@@ -310,18 +354,32 @@ impl IntWeights {
 
     /// `f(integer, row scale)` of every element, as the stack `[rows * cols, n, n]` row-major.
     fn unpacked<T: Copy + Default + Send>(&self, f: impl Fn(i16, f64) -> T + Sync) -> Vec<T> {
-        let n = self.n;
-        let mut out = vec![T::default(); self.packed.len()];
+        let (n, tiles) = (self.n, self.rows * self.cols);
+        let mut out = vec![T::default(); tiles * n * n];
         out.par_chunks_mut(n * n)
-            .zip(self.packed.par_chunks(n * n))
             .zip(self.scale.par_chunks(n))
-            .for_each(|((dst, tile), scale)| {
+            .enumerate()
+            .for_each(|(t, (dst, scale))| {
+                let tile = self.tile(t / self.cols, t % self.cols);
                 for (e, v) in dst.iter_mut().enumerate() {
                     let (r, l) = (e / n, e % n);
-                    *v = f(tile[packed_at(n, r, l)], scale[r]);
+                    *v = f(tile.int(n, r, l), scale[r]);
                 }
             });
         out
+    }
+
+    /// The packed `i16` integers of every tile ([`packed_at`]), held or made from the bytes.
+    #[cfg(test)]
+    pub(super) fn packed_ints(&self) -> Vec<i16> {
+        let nn = self.n * self.n;
+        let mut buf = Vec::new();
+        (0..self.rows * self.cols)
+            .flat_map(|t| {
+                let tile = self.tile(t / self.cols, t % self.cols);
+                tile.widened(&mut buf, self.n).ints[..nn].to_vec()
+            })
+            .collect()
     }
 
     /// `2^unit` of row `r` of tile `(i, j)` at `(i * cols + j) * n + r` (0 for a zero row).
@@ -333,8 +391,12 @@ impl IntWeights {
     /// reads column `j` as `j % cols` ([`fits`](super::fits)).
     pub(super) fn tile(&self, i: usize, j: usize) -> Tile<'_> {
         let (t, nn, blocks) = (self.at(i, j), self.n * self.n, self.n / ROW_BLOCK);
+        let ints = match self.packed.is_empty() {
+            true => &[],
+            false => &self.packed[t * nn..][..nn],
+        };
         Tile {
-            ints: &self.packed[t * nn..][..nn],
+            ints,
             reach: &self.reach[t * blocks..][..blocks],
             narrow: self.narrow.as_ref().map(|w| NarrowTile {
                 ints: &w.ints[t * nn..][..nn],
