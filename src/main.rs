@@ -97,3 +97,30 @@ fn main() -> ExitCode {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[global_allocator]
 static ALLOCATOR: nnpc::memory::HugePages = nnpc::memory::HugePages;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn color_of(line: &str) -> ColorChoice {
+        let args: Vec<std::ffi::OsString> = line.split(' ').map(Into::into).collect();
+        color_arg(&args)
+    }
+
+    /// `--color` is found in either spelling, anywhere before `--`, the last one winning (as
+    /// clap takes it); none, or a value clap will refuse, is `Auto`.
+    #[test]
+    fn the_color_flag_is_read_as_clap_reads_it() {
+        assert_eq!(color_of("nnpc check f.nnp"), ColorChoice::Auto);
+        assert_eq!(color_of("nnpc --color never check f"), ColorChoice::Never);
+        assert_eq!(color_of("nnpc check f --color=always"), ColorChoice::Always);
+        let last = "nnpc --color never check --color always f";
+        assert_eq!(color_of(last), ColorChoice::Always);
+        assert_eq!(color_of("nnpc run f -- --color never"), ColorChoice::Auto);
+        assert_eq!(
+            color_of("nnpc --color sometimes check f"),
+            ColorChoice::Auto
+        );
+        assert_eq!(color_of("nnpc check f --color"), ColorChoice::Auto);
+    }
+}

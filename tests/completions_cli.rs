@@ -19,7 +19,10 @@ fn every_shell_gets_a_script_that_names_the_subcommands() {
             assert!(script.contains(word), "{shell}: no `{word}` in\n{script}");
         }
         if ["bash", "zsh", "fish"].contains(&shell) {
-            assert!(script.contains("always"), "{shell}: no `always` in\n{script}");
+            assert!(
+                script.contains("always"),
+                "{shell}: no `always` in\n{script}"
+            );
         }
     }
     // bash's script defines its function and registers it for `nnpc`.

@@ -237,6 +237,21 @@ fn quiet_drops_the_confirmations_only() {
     };
     assert_eq!(untimed(&o), untimed(&loud));
     assert_eq!(untimed(&o).len() + 1, stdout(&o).lines().count());
+    // `diff --report`'s page, confirmed; the report on stdout the same.
+    let diff = [
+        "diff",
+        &mlp,
+        "--hardware",
+        "hw.safetensors",
+        "--report",
+        "r.html",
+    ];
+    let loud = nnpc_in(&dir, &diff);
+    assert_eq!(loud.status.code(), Some(0), "{}", stderr(&loud));
+    assert_eq!(stderr(&loud), "report written to r.html\n");
+    let o = nnpc_in(&dir, &[&diff[..], &["--quiet"][..]].concat());
+    assert!(o.status.success() && o.stderr.is_empty(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), stdout(&loud));
 
     // Errors and diagnostics stay.
     let o = nnpc_in(&dir, &["-q", "check", "no_such_file.nnp"]);
