@@ -90,9 +90,19 @@ fn check_json_reports_unusable_files_as_objects() {
 }
 
 /// Every subcommand of `nnpc`.
-const COMMANDS: [&str; 11] = [
-    "check", "graph", "compile", "run", "emulate", "diff", "quantize", "bench", "train", "data",
+const COMMANDS: [&str; 12] = [
+    "check",
+    "graph",
+    "compile",
+    "run",
+    "emulate",
+    "diff",
+    "quantize",
+    "bench",
+    "train",
+    "data",
     "score",
+    "completions",
 ];
 
 /// `nnpc CMD --help`.
@@ -201,7 +211,8 @@ fn every_help_example_runs() {
     for cmd in COMMANDS {
         let help = help(cmd);
         assert!(
-            valued_of[cmd].contains(&"--target".to_string()) || cmd == "quantize",
+            valued_of[cmd].contains(&"--target".to_string())
+                || ["quantize", "completions"].contains(&cmd),
             "{cmd}: {:?}",
             valued_of[cmd]
         );
@@ -255,6 +266,8 @@ fn every_help_example_runs() {
                         }
                         (_, Some(_)) => None,
                         _ if w.starts_with('-') => None,
+                        // `completions`' one positional is a shell's name.
+                        _ if sub == "completions" => None,
                         _ => Some(w.clone()),
                     };
                     // A file an earlier example wrote, or one in a directory it wrote.

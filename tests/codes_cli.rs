@@ -63,7 +63,7 @@ fn codes_and_scales_by_hand_and_back_to_the_values() {
         &["--codes", arg(&codes), "-o", arg(&values)],
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(common::stdout(&o).contains("codes and scales written to"));
+    assert!(stderr(&o).contains("codes and scales written to"));
     let got = tensors::read(&codes);
     assert_eq!(got["x.codes"].shape, vec![2, 4]);
     assert_eq!(got["x.codes"].f32s(), CODES);

@@ -128,8 +128,14 @@ fn output_file_and_target_option() {
         out.to_str().expect("utf-8 path"),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    // The one line that confirms the write, as the other commands' -o do.
-    let said = String::from_utf8_lossy(&o.stdout).into_owned();
+    // The one line on stderr that confirms the write, as the other commands' -o do; nothing
+    // on stdout.
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(
         said.contains("written to") && said.lines().count() == 1,
         "{said}"

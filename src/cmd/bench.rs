@@ -133,12 +133,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     })
 }
 
-/// A spinner on stderr, drawn only when stderr is a terminal.
+/// A spinner on stderr, drawn only when stderr is a terminal and without `--quiet`.
 struct Progress(ProgressBar);
 
 impl Progress {
     fn new() -> Progress {
-        let pb = if std::io::stderr().is_terminal() {
+        let pb = if std::io::stderr().is_terminal() && !super::output::quiet() {
             let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             pb.set_style(
                 ProgressStyle::with_template("{spinner} {elapsed} {msg}")

@@ -106,6 +106,9 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         print_report(&mut text, &args, &program, &report, batch);
         super::output::stdout(text)?;
     }
+    if let Some(page) = &args.report {
+        super::output::note(format!("report written to {}\n", page.display()))?;
+    }
     Ok(if report.concordant {
         ExitCode::SUCCESS
     } else {

@@ -93,7 +93,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         Some(path) => {
             let reads = args.firmware.reads(program);
             super::write_output("-o", path, &buf, &reads)?;
-            output::stdout(format!(
+            output::note(format!(
                 "{}: written to {}\n",
                 args.firmware.file.display(),
                 path.display()

@@ -449,10 +449,30 @@ pub struct RunSummary<'a> {
 }
 
 impl RunSummary<'_> {
-    /// Print the summary as text, or as one JSON object, on stdout. Rates count input
-    /// vectors: batch items times the rows each pushes on netq.
+    /// Print the summary as text, or as one JSON object, on stdout, and confirm the files
+    /// written on stderr (a [`note`](super::output::note)). Rates count input vectors: batch
+    /// items times the rows each pushes on netq.
     pub fn print(&self, json: bool) -> miette::Result<()> {
-        super::output::stdout(self.text(json))
+        super::output::stdout(self.text(json))?;
+        super::output::note(self.written())
+    }
+
+    /// The lines that confirm the outputs and the trace written (and the trace's sidecar).
+    fn written(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        if let Some(f) = self.output_file {
+            let _ = writeln!(s, "outputs written to {}", f.display());
+        }
+        if let Some(f) = self.trace_file {
+            let _ = write!(s, "trace written to {}", f.display());
+            // RunFiles::finish writes the sidecar beside a regular file only.
+            if std::fs::metadata(f).is_ok_and(|m| m.is_file()) {
+                let _ = write!(s, ", its provenance to {}", trace_sidecar(f).display());
+            }
+            s.push('\n');
+        }
+        s
     }
 
     /// The summary as text, or as one JSON object ([`RunSummary::print`]).
@@ -505,17 +525,6 @@ impl RunSummary<'_> {
             self.secs * 1e3,
             count(vectors, "input vector")
         );
-        if let Some(f) = self.output_file {
-            let _ = writeln!(s, "  outputs written to {}", f.display());
-        }
-        if let Some(f) = self.trace_file {
-            let _ = write!(s, "  trace written to {}", f.display());
-            // RunFiles::finish writes the sidecar beside a regular file only.
-            if std::fs::metadata(f).is_ok_and(|m| m.is_file()) {
-                let _ = write!(s, ", its provenance to {}", trace_sidecar(f).display());
-            }
-            s.push('\n');
-        }
         s
     }
 }

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod check;
 pub mod compile;
+pub mod completions;
 pub mod data;
 pub mod diff;
 pub mod emulate;

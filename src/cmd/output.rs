@@ -8,6 +8,11 @@
 //!   saying so on stderr (where stderr itself cannot be written, with the status alone).
 //!
 //! (`println!` and `eprintln!` panic on either.)
+//!
+//! It also holds the two process-wide settings of how the commands speak, set once by `main`
+//! from the global flags before any command runs: `--quiet` ([`set_quiet`]: [`note`]s and
+//! progress bars are dropped; results, warnings and errors are not) and `--color`
+//! ([`set_color`]: how miette renders errors and diagnostics).
 
 use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
@@ -22,6 +27,7 @@ enum Stream {
 
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
+static QUIET: AtomicBool = AtomicBool::new(false);
 
 impl Stream {
     fn closed(self) -> &'static AtomicBool {
@@ -87,6 +93,47 @@ pub fn stdout(text: impl AsRef<[u8]>) -> miette::Result<()> {
 /// Write `text` (with its newlines) to stderr, as [`stdout`].
 pub fn stderr(text: impl AsRef<[u8]>) -> miette::Result<()> {
     Stream::Stderr.emit(text.as_ref())
+}
+
+/// Write `text` to stderr, as [`stderr`], unless `--quiet`: a confirmation or progress message
+/// (`... written to FILE`) that says nothing the results, the warnings or the errors do not.
+pub fn note(text: impl AsRef<[u8]>) -> miette::Result<()> {
+    if quiet() {
+        return Ok(());
+    }
+    stderr(text)
+}
+
+/// Set `--quiet` for the whole process (`main`, once, before the command runs).
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::SeqCst);
+}
+
+/// Whether `--quiet` was given: no [`note`]s, no progress bars.
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::SeqCst)
+}
+
+/// Render every miette report made from now on by `--color` `choice`: `Auto` leaves miette's
+/// own choice (colour where stderr is a terminal and `NO_COLOR` is unset), `Always` colours
+/// whatever stderr is, `Never` writes no escape sequences at all (no colours, no hyperlinks).
+/// Call it before the first report is made (a report keeps the handler it was made with).
+pub fn set_color(choice: clap::ColorChoice) {
+    let color = match choice {
+        clap::ColorChoice::Auto => return,
+        clap::ColorChoice::Always => true,
+        clap::ColorChoice::Never => false,
+    };
+    // Err only where a hook is already installed: then that one renders, as before.
+    let _ = miette::set_hook(Box::new(move |_| {
+        let opts = miette::MietteHandlerOpts::new().color(color);
+        let opts = if color {
+            opts
+        } else {
+            opts.terminal_links(false)
+        };
+        Box::new(opts.build())
+    }));
 }
 
 /// Render `report` on stderr and return `code`, the status of the failure it reports; 2 where

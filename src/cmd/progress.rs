@@ -1,12 +1,15 @@
-//! Progress bars (indicatif), drawn where stderr is a terminal.
+//! Progress bars (indicatif), drawn where stderr is a terminal, and never with `--quiet`.
 
 use indicatif::{ProgressBar, ProgressStyle};
 use nnp_runtime::host::Progress;
 use std::sync::Arc;
 
 /// A bar of `len` steps of `what`, labelled `verb` (indicatif draws nothing when stderr is not
-/// a terminal).
+/// a terminal; with `--quiet`, a hidden bar).
 pub fn bar(verb: &str, len: usize, what: &str) -> ProgressBar {
+    if super::output::quiet() {
+        return ProgressBar::hidden();
+    }
     ProgressBar::new(len as u64).with_style(
         ProgressStyle::with_template(&format!(
             "{verb} {{bar:30}} {{pos}}/{{len}} {what}, {{eta}} left"

@@ -246,12 +246,12 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         super::output::stdout(text + "\n")?;
     } else {
         print_table(&reports, &format)?;
-        if let Some(out) = &args.output {
-            super::output::stdout(format!("written to {}\n", out.display()))?;
-        }
-        if let Some(out) = &args.codes {
-            super::output::stdout(format!("codes and scales written to {}\n", out.display()))?;
-        }
+    }
+    if let Some(out) = &args.output {
+        super::output::note(format!("written to {}\n", out.display()))?;
+    }
+    if let Some(out) = &args.codes {
+        super::output::note(format!("codes and scales written to {}\n", out.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }

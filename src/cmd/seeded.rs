@@ -127,7 +127,7 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         }
         writer.finish().map_err(fail)?;
     }
-    super::output::stdout(summary)?;
+    super::output::note(summary)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -276,7 +276,10 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             };
             match &steps {
                 // Above the bar, as each epoch ends; JSON lines go to stdout with the summary.
-                Some(b) if !json => b.suspend(|| eprintln!("{line}")),
+                // (Progress, as the bar is: not with --quiet.)
+                Some(b) if !json => {
+                    let _ = b.suspend(|| output::note(format!("{line}\n")));
+                }
                 _ => epoch_lines.push(line),
             }
         }
@@ -317,10 +320,14 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     if json {
         text.push_str(&summary_json(&args, &report, &data_path).to_string());
     } else {
-        text.push_str(&summary_text(&args, &report));
+        text.push_str(&summary_text(&report));
     }
     text.push('\n');
     output::stdout(text)?;
+    output::note(match &args.output {
+        Some(p) => format!("tuned weights written to {}\n", p.display()),
+        None => "tuned weights not written (pass -o FILE to keep them)\n".to_string(),
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -398,7 +405,7 @@ fn summary_json(args: &Args, r: &TrainReport, data: &Path) -> Value {
     })
 }
 
-fn summary_text(args: &Args, r: &TrainReport) -> String {
+fn summary_text(r: &TrainReport) -> String {
     let line = |what: &str, s: &Score| match s.accuracy {
         Some(a) => format!(
             "{what:<32} loss {:.4}, accuracy {:.2}%\n",
@@ -411,9 +418,6 @@ fn summary_text(args: &Args, r: &TrainReport) -> String {
     t.push_str(&line("float model, starting weights", &r.float));
     t.push_str(&line("hardware numerics, before", &r.before));
     t.push_str(&line("hardware numerics, after", &r.after));
-    match &args.output {
-        Some(p) => t.push_str(&format!("tuned weights written to {}", p.display())),
-        None => t.push_str("tuned weights not written (pass -o FILE to keep them)"),
-    }
+    t.pop();
     t
 }
