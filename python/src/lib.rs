@@ -99,13 +99,18 @@ fn quantize_codes<'py>(
     let elems = numpy::PyArray::from_owned_array(py, elems).into_any();
     let scales = match fmt.f32_scales() {
         true => {
-            let bits = codes.scales.iter().map(|&v| f32::from_bits(v as u32)).collect();
+            let bits = codes
+                .scales
+                .iter()
+                .map(|&v| f32::from_bits(v as u32))
+                .collect();
             let a = ArrayD::from_shape_vec(IxDyn(&scale_shape), bits)
                 .map_err(|e| exec_error(py, e.to_string()))?;
             numpy::PyArray::from_owned_array(py, a).into_any()
         }
-        false => numpy::PyArray::from_owned_array(py, array_of(&scale_shape, codes.scales)?)
-            .into_any(),
+        false => {
+            numpy::PyArray::from_owned_array(py, array_of(&scale_shape, codes.scales)?).into_any()
+        }
     };
     Ok((elems, scales))
 }
