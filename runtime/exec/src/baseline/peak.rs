@@ -37,9 +37,8 @@ impl PeakKernel {
     pub fn best() -> PeakKernel {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512vnni")
-            {
+            // The CPU's own features, not `Kernel::best` (which `NNPC_INT_KERNEL` may cap).
+            if crate::intdot::vnni() {
                 return PeakKernel::Vnni;
             }
             if std::arch::is_x86_feature_detected!("avx2") {

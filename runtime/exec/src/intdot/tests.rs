@@ -305,7 +305,11 @@ fn narrow_layout_by_hand() {
     let packed = wi.packed_ints();
     for r in 0..n {
         for l in 0..n {
-            assert_eq!(packed[packed_at(n, r, l)], rows[r * n + l]);
+            assert_eq!(
+                packed[packed_at(n, r, l)],
+                w[r * n + l] as i16,
+                "({r}, {l})"
+            );
         }
     }
     let bytes = NarrowWeights::new(&packed, n).expect("bytes");
