@@ -114,6 +114,12 @@ fn bench_reports_every_field_on_a_small_sample() {
     let context = r["context"].as_array().expect("context");
     assert_eq!(context.len(), 1);
     let (vs_emu, vs_floor) = (v(&r["ratios"][0]), v(&r["ratios"][1]));
+    // The identity holds where the emulator ran in every round: its graph median is then the
+    // graph's.
+    assert_eq!(
+        r["emulator"]["graph_seconds"],
+        r["software_graph"]["seconds"]
+    );
     let floor_vs_emu = v(&context[0]);
     assert!(floor_vs_emu > 0.0);
     assert!((floor_vs_emu - vs_emu * vs_floor).abs() <= 1e-9 * floor_vs_emu);
