@@ -160,6 +160,9 @@ fn load_tensors<'py>(py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>
     let read = py.detach(|| graph::read_file(path));
     let tensors = read.map_err(|e| match e {
         // A selection the file does not match is bad data; anything else, the file's.
+        nnp_runtime::host::HostError::Source(nnp_runtime::host::SourceError::Io(e)) => {
+            PyOSError::new_err(e.to_string())
+        }
         nnp_runtime::host::HostError::Source(e) => data_error(py, errors::Message::of(&e)),
         e => PyOSError::new_err(e.to_string()),
     })?;
