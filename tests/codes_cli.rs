@@ -124,12 +124,60 @@ fn formats_without_codes_an_f32_file_holds_are_refused() {
         ]);
         assert_eq!(o.status.code(), Some(2), "{format}: {}", stderr(&o));
         assert!(message(&o).contains(says), "{format}: {}", stderr(&o));
-        assert!(
+        // Python's integer codes help where the format has codes, not where it has none.
+        assert_eq!(
             message(&o).contains("codes=True"),
+            format == "fp32",
             "{format}: {}",
             stderr(&o)
         );
         assert!(!codes.exists(), "{format}: nothing written");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `-o` and `--codes` naming one file by different names (`./`, a linked directory, a
+/// directory not made yet) or one directory (whose `nnpc.json` both would write) are refused
+/// before anything is written.
+#[test]
+fn codes_and_values_on_one_file_are_refused() {
+    let dir = scratch("codes_shared");
+    std::os::unix::fs::symlink(&dir, dir.join("link")).expect("link");
+    let q = dir.join("q.safetensors");
+    let cases = [
+        (q.clone(), dir.join(".").join("q.safetensors")),
+        (q.clone(), dir.join("link").join("q.safetensors")),
+        (
+            dir.join("new").join("q.safetensors"),
+            dir.join("new").join(".").join("q.safetensors"),
+        ),
+        (dir.join("out"), dir.join("link").join("out")),
+    ];
+    for (values, codes) in &cases {
+        let o = quantize(
+            &dir,
+            &[2, 4],
+            &ROWS,
+            &["-o", arg(values), "--codes", arg(codes)],
+        );
+        let err = message(&o);
+        assert_eq!(o.status.code(), Some(2), "{values:?} {codes:?}: {err}");
+        assert!(err.contains("which -o writes too"), "{err}");
+        assert!(err.contains("give --codes another path"), "{err}");
+        assert!(!values.exists() && !codes.exists(), "{values:?} written");
+    }
+    // Distinct files in one place are fine.
+    let o = quantize(
+        &dir,
+        &[2, 4],
+        &ROWS,
+        &[
+            "-o",
+            arg(&q),
+            "--codes",
+            arg(&dir.join("link").join("c.safetensors")),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", message(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

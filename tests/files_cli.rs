@@ -50,7 +50,7 @@ fn outputs_never_replace_a_file_the_run_reads() {
     let o = nnpc(&["run", SAMPLE, "-o", arg(&y), "--trace", arg(&y)]);
     let err = message(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("names the file -o gives"), "{err}");
+    assert!(err.contains("which -o writes too"), "{err}");
     assert!(!y.exists());
     std::fs::remove_dir_all(&dir).ok();
 }

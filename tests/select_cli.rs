@@ -221,6 +221,16 @@ fn score_and_train_select_their_weights() {
             "{cmd}: {}",
             stderr(&o)
         );
+        // The inputs come with the data: a selection for one is refused, not dropped.
+        let spec = format!("{}:W1=a,b1=b,W2=c,b2=d,x=a", arg(&renamed));
+        let o = nnpc(&[cmd, DIGITS, "--weights", &spec]);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", stderr(&o));
+        let m = message(&o);
+        assert!(
+            m.contains("selects a tensor for the input `x`")
+                && m.contains("`W1`, `W2`, `b1`, `b2`"),
+            "{cmd}: {m}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

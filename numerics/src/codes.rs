@@ -122,6 +122,24 @@ impl Format {
         }
     }
 
+    /// The shape of the scales [`Format::tensor_codes`] gives for a tensor of `shape` with
+    /// runs along `axis`: `shape` with `axis` counting scale groups, or one dimension holding
+    /// all `count` of them where one scale covers the tensor (`per = tensor`, rank 0).
+    pub fn scale_shape(
+        &self,
+        shape: &[usize],
+        axis: usize,
+        native: usize,
+        count: usize,
+    ) -> Vec<usize> {
+        if self.per_tensor() || axis >= shape.len() {
+            return vec![count];
+        }
+        let mut scales = shape.to_vec();
+        scales[axis] = self.scale_count(shape[axis], native);
+        scales
+    }
+
     /// The values of one run's codes ([`Format::codes`]): packed back into
     /// [`Format::encode`]'s layout and decoded, so the codes of a quantized run give its
     /// quantized values, bit for bit.
@@ -135,6 +153,33 @@ impl Format {
                 elems: n,
                 needed,
             });
+        }
+        // A code wider than its field would be cut to its low bits: another value.
+        let fits = |what, codes: &[i64], bits: u32, signed: bool| {
+            let (lo, hi) = match signed {
+                true => {
+                    let half = 1i128 << bits.saturating_sub(1);
+                    (-half, half - 1)
+                }
+                false => (0, (1i128 << bits) - 1),
+            };
+            match codes
+                .iter()
+                .position(|&v| !(lo..=hi).contains(&i128::from(v)))
+            {
+                None => Ok(()),
+                Some(index) => Err(PackError::CodeRange {
+                    what,
+                    index,
+                    value: codes[index],
+                    bits,
+                    range: format!("{lo} to {hi}"),
+                }),
+            }
+        };
+        fits("element code", &codes.elems, f.elem, f.elem_signed)?;
+        if f.header > 0 {
+            fits("scale", &codes.scales, f.header, f.header_signed)?;
         }
         let mut w = Writer {
             p: Packed::default(),
@@ -159,6 +204,39 @@ mod tests {
 
     fn fmt(s: &str) -> Format {
         s.parse().unwrap()
+    }
+
+    /// A code or scale wider than its field is refused, not cut to its low bits.
+    #[test]
+    fn codes_outside_their_fields_are_refused() {
+        let f = fmt("mx(elem = fp8e4m3, block = 4)");
+        let good = Codes {
+            scales: vec![127],
+            elems: vec![0x38, 0xB0, 0x44, 0x7E],
+        };
+        assert_eq!(
+            f.from_codes(&good, 128).unwrap(),
+            vec![1.0, -0.5, 3.0, 448.0]
+        );
+        // 0x138 has e4m3 0x38 (1.0) in its low 8 bits.
+        let wide = Codes {
+            elems: vec![0x38, 0xB0, 0x138, 0x7E],
+            ..good.clone()
+        };
+        let e = f.from_codes(&wide, 128).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "element code 2 is 312, which a 8-bit field does not hold (0 to 255)"
+        );
+        let scale = Codes {
+            scales: vec![-1],
+            ..good
+        };
+        let e = f.from_codes(&scale, 128).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "scale 0 is -1, which a 8-bit field does not hold (0 to 255)"
+        );
     }
 
     /// `mx(elem = fp8e4m3, block = 4)` on `[1, -0.5, 3, 448]` by hand (docs/numerics.md, MX):
@@ -203,6 +281,30 @@ mod tests {
             .unwrap();
         assert_eq!(c.scales, vec![15]);
         assert_eq!(c.elems, vec![6, -1]);
+    }
+
+    /// `fixed(int = 3, frac = 4)`: 7-bit two's complement of `x * 2^4`, no scale: 1.03125 is
+    /// 16.5 LSBs (a tie, to even: 16), -4 is -64, 5 saturates to 63 (3.9375).
+    /// `int(bits = 4, scale = pow2, per = row)` on rows `[4, 1]` and `[0.5, 0.25]`: the
+    /// smallest `s` with `amax <= 7 * 2^s` is 0 and -3, the codes `x / 2^s`.
+    #[test]
+    fn fixed_and_int_codes_by_hand() {
+        let c = fmt("fixed(int = 3, frac = 4)")
+            .codes(&[1.03125, -4.0, 5.0], 128)
+            .unwrap();
+        assert!(c.scales.is_empty());
+        assert_eq!(c.elems, vec![16, -64, 63]);
+        let int = fmt("int(bits = 4, scale = pow2, per = row)");
+        let c = int.tensor_codes(&[4.0, 1.0, 0.5, 0.25], 2, 128).unwrap();
+        assert_eq!(c.scales, vec![0, -3]);
+        assert_eq!(c.elems, vec![4, 1, 4, 2]);
+        // Per tensor, one scale (s = 0): 0.5 is a tie (to even: 0), 0.25 rounds to 0.
+        let per_tensor = fmt("int(bits = 4, scale = pow2, per = tensor)");
+        let c = per_tensor
+            .tensor_codes(&[4.0, 1.0, 0.5, 0.25], 2, 128)
+            .unwrap();
+        assert_eq!(c.scales, vec![0]);
+        assert_eq!(c.elems, vec![4, 1, 0, 0]);
     }
 
     /// Decoding the codes gives the quantized values' bits, for every format with codes

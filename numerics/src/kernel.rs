@@ -239,11 +239,16 @@ fn mx_run(fmt: &MxFormat, x: &[f32], native: usize, out: &mut [f32]) {
     }
 }
 
-/// Fake-quantize f32 data in runs of `run` with any format: the BFP fast path where it
-/// applies, the f64 reference otherwise (results rounded to f32).
+/// Fake-quantize f32 data laid out in runs of `run` with any format, as
+/// [`Format::quantize_tensor`] does (a `per = tensor` format shares one scale over all of
+/// `x`): the BFP and MX fast paths where they apply, the f64 reference otherwise (results
+/// rounded to f32).
 pub fn quantize_f32(fmt: &Format, x: &[f32], run: usize, native: usize, out: &mut [f32]) {
     let n = x.len().min(out.len());
-    let run = run.max(1);
+    let run = match fmt.per_tensor() {
+        true => n.max(1),
+        false => run.max(1),
+    };
     if let Format::Bfp(b) = fmt {
         for (xr, or) in x[..n].chunks(run).zip(out[..n].chunks_mut(run)) {
             bfp_quantize_f32(b, xr, native, or);

@@ -87,6 +87,15 @@ pub enum PackError {
          for fp, bfp/msfp, mx, int, fixed, dynfixed and pot formats"
     )]
     NoCodes { format: String, why: &'static str },
+    #[error("{what} {index} is {value}, which a {bits}-bit field does not hold ({range})")]
+    CodeRange {
+        what: &'static str,
+        index: usize,
+        value: i64,
+        bits: u32,
+        /// The field's values, `0 to 255` or `-128 to 127`.
+        range: String,
+    },
     #[error("{scales} scales given for {elems} element codes; the format's groups need {needed}")]
     CodeCount {
         scales: usize,

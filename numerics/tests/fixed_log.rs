@@ -45,6 +45,22 @@ fn int_per_tensor_vs_row() {
     assert_eq!(a, [4.0, 1.0, 0.0, 0.0]);
     // Per row: row 2 amax 0.5 -> s = -3 (0.5 <= 7/8): exact.
     assert_eq!(b, [4.0, 1.0, 0.5, 0.25]);
+    // The f32 kernel (what `nnpc quantize` and `nnpc.quantize` call) takes the same scales.
+    let x32 = x.map(|v| v as f32);
+    let (mut a32, mut b32) = ([0.0f32; 4], [0.0f32; 4]);
+    nnp_numerics::kernel::quantize_f32(&f, &x32, 2, 2, &mut a32);
+    nnp_numerics::kernel::quantize_f32(&g, &x32, 2, 2, &mut b32);
+    assert_eq!(a32, [4.0, 1.0, 0.0, 0.0]);
+    assert_eq!(b32, [4.0, 1.0, 0.5, 0.25]);
+    // One scale for the tensor, one per row of 2 (shape [2, 2], runs along axis 1).
+    assert_eq!(f.scale_shape(&[2, 2], 1, 2, 1), vec![1]);
+    assert_eq!(g.scale_shape(&[2, 2], 1, 2, 2), vec![2, 1]);
+    // Runs along axis 0 of a [4, 3] tensor: a scale per column.
+    assert_eq!(g.scale_shape(&[4, 3], 0, 2, 3), vec![1, 3]);
+    // MX blocks of 32 along a run of 70: ceil(70 / 32) = 3 scales per row; rank 0: a list.
+    let mx: Format = "mx(elem = fp8e4m3, block = 32)".parse().unwrap();
+    assert_eq!(mx.scale_shape(&[5, 70], 1, 128, 15), vec![5, 3]);
+    assert_eq!(mx.scale_shape(&[], 0, 128, 1), vec![1]);
 }
 
 #[test]

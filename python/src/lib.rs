@@ -31,18 +31,7 @@ fn quantize<'py>(
     let (t, _) = to_tensor("array", array)?;
     let run = t.shape.last().copied().unwrap_or(1).max(1);
     let mut out = vec![0.0f32; t.data.len()];
-    py.detach(|| match fmt.per_tensor() {
-        // One scale over the whole tensor.
-        true => {
-            let x: Vec<f64> = t.data.iter().map(|&v| f64::from(v)).collect();
-            let mut q = vec![0.0f64; x.len()];
-            fmt.quantize_tensor(&x, run, native, &mut q);
-            for (o, v) in out.iter_mut().zip(q) {
-                *o = v as f32;
-            }
-        }
-        false => nnp_numerics::kernel::quantize_f32(&fmt, &t.data, run, native, &mut out),
-    });
+    py.detach(|| nnp_numerics::kernel::quantize_f32(&fmt, &t.data, run, native, &mut out));
     let shape = t.shape.clone();
     to_array(
         py,
@@ -87,11 +76,8 @@ fn quantize_codes<'py>(
     let x: Vec<f64> = t.data.iter().map(|&v| f64::from(v)).collect();
     let codes = py.detach(|| fmt.tensor_codes(&x, run, native));
     let codes = codes.map_err(|e| errors::raise(py, "ArgumentError", (e.to_string(),)))?;
-    let mut scale_shape = t.shape.clone();
-    match (fmt.per_tensor(), scale_shape.last_mut()) {
-        (false, Some(last)) => *last = fmt.scale_count(*last, native),
-        _ => scale_shape = vec![codes.scales.len()],
-    }
+    let last = t.shape.len().saturating_sub(1);
+    let scale_shape = fmt.scale_shape(&t.shape, last, native, codes.scales.len());
     let array_of = |shape: &[usize], data| {
         ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| exec_error(py, e.to_string()))
     };

@@ -147,6 +147,56 @@ fn statement_target(file: &Path, program: &Program) -> Option<PathBuf> {
     })
 }
 
+/// Whether `a` and `b` name one file (or directory): one that exists, by any of its names
+/// (links, hard links, `./x`), or one yet to be made, by the same place (its nearest existing
+/// directory resolved, the rest of the path taken as written).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        (Err(_), Err(_)) => place(a).is_some_and(|p| place(b) == Some(p)),
+        _ => false,
+    }
+}
+
+/// Where a path that does not exist yet will be: its nearest existing ancestor, resolved,
+/// with the rest of its names. `None` where a missing directory is followed by `..` (the
+/// system cannot resolve such a path either).
+fn place(path: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).ok()?;
+    let mut rest = Vec::new();
+    let mut base = absolute.as_path();
+    let mut out = loop {
+        if let Ok(dir) = base.canonicalize() {
+            break dir;
+        }
+        rest.push(base.file_name()?);
+        base = base.parent()?;
+    };
+    out.extend(rest.iter().rev());
+    Some(out)
+}
+
+/// An error where two outputs of one command (each a flag and the files it writes,
+/// [`written_files`]) would write one file: the second would lose the first.
+pub fn refuse_shared(
+    (flag, files): (&str, &[PathBuf]),
+    (other, others): (&str, &[PathBuf]),
+) -> miette::Result<()> {
+    for file in files {
+        if let Some(shared) = others.iter().find(|o| same_file(o, file)) {
+            let what = format!(
+                "{flag} writes {}, which {other} writes too: one would lose the other",
+                shared.display()
+            );
+            return Err(fail(
+                super::Failure::new(what).help(format!("give {flag} another path")),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Every file that tensors named `names` written to `path` go to: the file itself, or each
 /// `NAME.npy` of a directory (and the directory), and the sidecar file.
 pub fn written_files<'a>(path: &Path, names: impl IntoIterator<Item = &'a String>) -> Vec<PathBuf> {

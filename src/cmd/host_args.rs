@@ -3,7 +3,7 @@
 //! ([`nnp_runtime::stream`]) ends on the command line: its progress bar, Ctrl-C, its errors.
 
 use super::data::DataArgs;
-use super::files::{Reads, written_files};
+use super::files::{Reads, refuse_shared, written_files};
 use super::output::count;
 use nnp_grammar::{Interface, SourceFile};
 use nnp_lowering::swgraph::SwGraph;
@@ -244,15 +244,10 @@ impl OutputArgs {
         if let Some(trace) = trace {
             reads.check("--trace", trace)?;
             reads.check("--trace", &trace_sidecar(trace))?;
-            let outputs = self
-                .output
-                .iter()
-                .flat_map(|o| written_files(o, shapes.keys()));
-            if outputs.into_iter().any(|o| same_file(&o, trace)) {
-                let same = format!("--trace {} names the file -o gives", trace.display());
-                return Err(super::fail(
-                    super::Failure::new(same).help("write to another path"),
-                ));
+            if let Some(out) = &self.output {
+                let outputs = written_files(out, shapes.keys());
+                let traces = [trace.to_path_buf(), trace_sidecar(trace)];
+                refuse_shared(("--trace", &traces), ("-o", &outputs))?;
             }
         }
         // Before the files exist, so that Ctrl-C never leaves one behind.
@@ -323,26 +318,6 @@ impl OutputArgs {
             None if f16 => Ok(Dtype::F16),
             None => Ok(Dtype::F32),
         }
-    }
-}
-
-/// Whether `a` and `b` name one file (or directory): one that exists, by any names, or one
-/// yet to be made, by the same name in the same directory.
-fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let place = |p: &Path| {
-        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
-        Some(
-            dir.unwrap_or(Path::new("."))
-                .canonicalize()
-                .ok()?
-                .join(p.file_name()?),
-        )
-    };
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
-        (Err(_), Err(_)) => place(a).is_some_and(|p| place(b) == Some(p)),
-        _ => false,
     }
 }
 

@@ -1,7 +1,7 @@
 //! `nnpc quantize`: fake-quantize tensors in `.npy` / safetensors files with any format literal
 //! and report QSNR and bits per element (the equivalent of microxcaling's `quantize_mx_op`).
 
-use super::files::Reads;
+use super::files::{Reads, refuse_shared, written_files};
 use miette::{Diagnostic, LabeledSpan, NamedSource};
 use nnp_numerics::kernel::quantize_f32;
 use nnp_numerics::{ErrorStats, FloatFormat, Format, FormatError, error_stats};
@@ -134,14 +134,6 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         // An output path that names no kind of tensor file fails before the work.
         nnp_runtime::io::output_kind(out).map_err(super::fail)?;
     }
-    if let (Some(out), Some(codes)) = (&args.output, &args.codes)
-        && out == codes
-    {
-        let same = format!("--codes {} names the file -o gives", codes.display());
-        return Err(super::fail(
-            super::Failure::new(same).help("write the codes to another path"),
-        ));
-    }
     let mut tensors = read_tensors(&args.input).map_err(super::fail)?;
     if let Some(name) = &args.tensor {
         let Some(t) = tensors.remove(name) else {
@@ -204,11 +196,8 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
             },
         );
         if args.codes.is_some() {
-            let (codes, scales) = codes_along(&format, t, axis, native).map_err(|e| {
-                super::fail(super::Failure::new(format!("tensor `{name}`: {e}")).help(
-                    "nnpc.quantize(..., codes=True) in Python gives every code as an integer",
-                ))
-            })?;
+            let (codes, scales) =
+                codes_along(&format, t, axis, native).map_err(|e| super::fail(e.named(name)))?;
             code_tensors.insert(format!("{name}.codes"), codes);
             code_tensors.insert(format!("{name}.scales"), scales);
         }
@@ -228,16 +217,27 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
         ("nnpc.quantize.axis".to_string(), args.axis.to_string()),
         ("nnpc.quantize.native".to_string(), native.to_string()),
     ]);
+    // Every file either flag writes is checked before the first is written.
+    if let Some(out) = &args.output {
+        reads.check_tensors("-o", out, out_tensors.keys())?;
+    }
+    if let Some(codes) = &args.codes {
+        reads.check_tensors("--codes", codes, code_tensors.keys())?;
+        if let Some(out) = &args.output {
+            refuse_shared(
+                ("--codes", &written_files(codes, code_tensors.keys())),
+                ("-o", &written_files(out, out_tensors.keys())),
+            )?;
+        }
+    }
     if let Some(out) = &args.output {
         let dtype = match args.dtype {
             OutDtype::F16 => Dtype::F16,
             OutDtype::F32 => Dtype::F32,
         };
-        reads.check_tensors("-o", out, out_tensors.keys())?;
         write_tensors_with(out, &out_tensors, dtype, &metadata).map_err(super::fail)?;
     }
     if let Some(out) = &args.codes {
-        reads.check_tensors("--codes", out, code_tensors.keys())?;
         write_tensors_with(out, &code_tensors, Dtype::F32, &metadata).map_err(super::fail)?;
     }
     if args.json {
@@ -273,16 +273,7 @@ pub fn quantize_along(format: &Format, t: &Tensor, axis: usize, native: usize) -
     let gathered = gather(&t.data, &t.shape, axis);
     let n = t.data.len();
     let mut q = vec![0.0f32; n];
-    if !format.per_tensor() {
-        quantize_f32(format, &gathered, len, native, &mut q);
-    } else {
-        let xd: Vec<f64> = gathered.iter().map(|v| f64::from(*v)).collect();
-        let mut qd = vec![0.0f64; n];
-        format.quantize_tensor(&xd, len, native, &mut qd);
-        for (o, v) in q.iter_mut().zip(qd) {
-            *o = v as f32;
-        }
-    }
+    quantize_f32(format, &gathered, len, native, &mut q);
     scatter(&q, &t.shape, axis)
 }
 
@@ -296,7 +287,7 @@ pub fn codes_along(
     t: &Tensor,
     axis: usize,
     native: usize,
-) -> Result<(Tensor, Tensor), String> {
+) -> Result<(Tensor, Tensor), CodesError> {
     let len = t.shape.get(axis).copied().unwrap_or(1).max(1);
     let x: Vec<f64> = gather(&t.data, &t.shape, axis)
         .iter()
@@ -304,15 +295,12 @@ pub fn codes_along(
         .collect();
     let codes = format
         .tensor_codes(&x, len, native)
-        .map_err(|e| e.to_string())?;
+        .map_err(CodesError::Format)?;
     let exact = |v: i64| {
         let f = v as f32;
         match f as i64 == v {
             true => Ok(f),
-            false => Err(format!(
-                "its code {v} has more than 24 significant bits: an f32 file cannot hold it \
-                 exactly"
-            )),
+            false => Err(CodesError::Wide(v)),
         }
     };
     let elems: Vec<f32> = codes
@@ -332,17 +320,11 @@ pub fn codes_along(
             .map(|&v| exact(v))
             .collect::<Result<_, _>>()?,
     };
-    // Scales along the axis, or one list (a scale over the whole tensor, a rank-0 tensor).
-    let (scales, scale_shape) = match format.per_tensor() || axis >= t.shape.len() {
-        true => {
-            let n = scales.len();
-            (scales, vec![n])
-        }
-        false => {
-            let mut shape = t.shape.clone();
-            shape[axis] = format.scale_count(t.shape[axis], native);
-            (scatter(&scales, &shape, axis), shape)
-        }
+    let scale_shape = format.scale_shape(&t.shape, axis, native, scales.len());
+    // Scales along the axis go back in its place; one list of them stays as it is.
+    let scales = match scale_shape.len() == t.shape.len() {
+        true => scatter(&scales, &scale_shape, axis),
+        false => scales,
     };
     let codes = Tensor {
         shape: t.shape.clone(),
@@ -353,6 +335,30 @@ pub fn codes_along(
         data: scales,
     };
     Ok((codes, scales))
+}
+
+/// Why a tensor's codes cannot be written ([`codes_along`]).
+#[derive(Debug)]
+pub enum CodesError {
+    /// The format has no codes for these values.
+    Format(nnp_numerics::pack::PackError),
+    /// A code an f32 file cannot hold exactly.
+    Wide(i64),
+}
+
+impl CodesError {
+    /// The failure for the tensor `name`; the help names the way to every code where the
+    /// format has them.
+    fn named(self, name: &str) -> super::Failure {
+        match self {
+            CodesError::Format(e) => super::Failure::new(format!("tensor `{name}`: {e}")),
+            CodesError::Wide(v) => super::Failure::new(format!(
+                "tensor `{name}`: its code {v} has more than 24 significant bits: an f32 file \
+                 cannot hold it exactly"
+            ))
+            .help("nnpc.quantize(..., codes=True) in Python gives every code as an integer"),
+        }
+    }
 }
 
 /// The runs of `data` (of shape `shape`) along `axis`, one after the other.

@@ -3,7 +3,7 @@
 use super::files::{Reads, key};
 use super::{at_least_one, bar, fail, output};
 use nnp_grammar::{Program, fnv1a64};
-use nnp_runtime::host::{HostData, LoadOptions, Tensor, TensorSource};
+use nnp_runtime::host::{Tensor, TensorSource};
 use nnp_runtime::io::{self, Dtype, Metadata};
 use nnp_runtime::module::Weights;
 use nnp_runtime::train::{
@@ -150,9 +150,8 @@ impl Files {
     }
 
     /// The starting weights ([`Files::weights_source`], added to `reads`), else the seeded
-    /// random weights of `seed`: a whole file as the module reads it
-    /// ([`train::starting_weights`]), a selection as `run --weights` reads it
-    /// ([`HostData::open_sources`]), with the same checks of names, shapes and values.
+    /// random weights of `seed`, read and checked as the candle module's are
+    /// ([`train::starting_weights`]).
     pub(super) fn starting_weights(
         &self,
         program: &Program,
@@ -163,16 +162,7 @@ impl Files {
             None => Weights::Random { seed },
             Some(source) => {
                 reads.add("the starting weights", &source.path);
-                if source.select.is_empty() {
-                    Weights::File(source.path)
-                } else {
-                    let opts = LoadOptions {
-                        batch: Some(1),
-                        ..LoadOptions::default()
-                    };
-                    let open = HostData::open_sources(program, Some(&source), None, &opts);
-                    return Ok(open.map_err(fail)?.0);
-                }
+                Weights::Source(source)
             }
         };
         train::starting_weights(program, weights).map_err(fail)

@@ -30,7 +30,9 @@ use crate::{ExecError, ExecOptions, Session};
 use candle_core::{DType, Device, Module, Tensor};
 use nnp_grammar::{Decl, DeclKind, Diagnostics, Program, SourceFile, Target, TargetError};
 use nnp_host::io::{self, IoError};
-use nnp_host::{HostData, HostError, LoadOptions, ShapeDisplay, Tensor as HostTensor};
+use nnp_host::{
+    HostData, HostError, LoadOptions, ShapeDisplay, Tensor as HostTensor, TensorSource,
+};
 use nnp_lowering::swgraph::{self, LowerError, Roots, SwGraph};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -46,6 +48,9 @@ pub enum Weights {
     Tensors(BTreeMap<String, Tensor>),
     /// A weights file (safetensors, `.npy`, or a directory of `.npy`), as `--weights` takes.
     File(PathBuf),
+    /// A weights file with a selection (`FILE:NAME=STORED,...`, as `--weights` takes):
+    /// the selected tensors under their new names, each a matrix or vector the program loads.
+    Source(TensorSource),
 }
 
 /// Why a module could not be built or called.
@@ -422,6 +427,12 @@ pub fn host_weights(program: &Program, weights: Weights) -> Result<HostData, Mod
             (host, None, "the module's weight tensors")
         }
         Weights::File(path) => (io::read_tensors(&path)?, None, "the module's weights file"),
+        Weights::Source(source) if source.select.is_empty() => (
+            io::read_tensors(&source.path)?,
+            None,
+            "the module's weights file",
+        ),
+        Weights::Source(source) => (selected(program, &source)?, None, "the selection"),
     };
     // Inputs come with each call: a zero set of each stands in while the weights are checked.
     let mut tensors = tensors;
@@ -438,6 +449,30 @@ pub fn host_weights(program: &Program, weights: Weights) -> Result<HostData, Mod
     let mut data = HostData::from_tensors(program, tensors, &opts, searched)?;
     data.inputs = BTreeMap::new();
     Ok(data)
+}
+
+/// The weights a selection gives, read as `nnpc run --weights FILE:NAME=STORED` reads them.
+/// Inputs come with each call, so selecting one is an error, not a tensor silently unused.
+fn selected(
+    program: &Program,
+    source: &TensorSource,
+) -> Result<BTreeMap<String, HostTensor>, ModuleError> {
+    let input = |n: &str| program.inputs().any(|d| d.name == n);
+    if let Some((name, stored)) = source.select.iter().find(|(n, _)| input(n)) {
+        return Err(ModuleError::call(format!(
+            "`{}:{name}={stored}` selects a tensor for the input `{name}`; the weights are the \
+             matrices and vectors the program loads ({}), and the inputs come with the data",
+            source.path.display(),
+            names(&weight_decls(program))
+        )));
+    }
+    let opts = LoadOptions {
+        batch: Some(1),
+        ..LoadOptions::default()
+    };
+    let (mut tensors, _) = HostData::open_sources(program, Some(source), None, &opts)?;
+    tensors.retain(|n, _| is_weight(program, n));
+    Ok(tensors)
 }
 
 /// The matrices and vectors the program loads from its weights.

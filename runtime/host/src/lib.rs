@@ -632,20 +632,13 @@ impl HostData {
     }
 }
 
-/// `; tensors found: `a`, `b`` for the names of the tensors the files hold (the first 8), or
-/// empty when they hold none: a misnamed tensor shows at once (a `.npy` file's tensor is named
-/// after the file).
+/// `; tensors found: `a`, `b`` for the names of the tensors the files hold
+/// ([`source::held`]), or empty where they hold none.
 fn held_names<'a>(names: impl ExactSizeIterator<Item = &'a String>) -> String {
-    const SHOWN: usize = 8;
-    let count = names.len();
-    if count == 0 {
-        return String::new();
+    match names.len() {
+        0 => String::new(),
+        _ => format!("; tensors found: {}", crate::source::held(names)),
     }
-    let mut list: Vec<String> = names.take(SHOWN).map(|n| format!("`{n}`")).collect();
-    if count > SHOWN {
-        list.push(format!("and {} more", count - SHOWN));
-    }
-    format!("; tensors found: {}", list.join(", "))
 }
 
 /// Batch size from inputs given as `[B, ...shape]`; `None` when none is batched.
