@@ -44,11 +44,9 @@ pub(super) fn kernel(
             unsafe { vnni::tile(narrow, tile.reach, skip_empty, bytes, zero, n, sink) };
             return;
         }
-        if which != Kernel::Scalar && simd() {
-            // A tile kept as bytes alone, with a vector that does not fit them: its i16.
-            let mut buf = Vec::new();
-            let tile = tile.widened(&mut buf, n);
-            assert_eq!(tile.ints.len(), n * n);
+        // A tile kept as bytes alone, whose stack was not widened (`IntWeights::widen`),
+        // takes the scalar loop below.
+        if which != Kernel::Scalar && simd() && tile.ints.len() == n * n {
             // SAFETY: AVX2 and FMA are present (checked just above), `n` is a multiple of
             // ROW_BLOCK and the lengths and reaches are asserted above; every access of
             // `avx2::tile` is inside them.

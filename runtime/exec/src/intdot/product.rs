@@ -81,6 +81,10 @@ pub(super) fn matvec_tasks(
     debug_assert_eq!((spec.n, spec.rows, spec.cols), (n, rows, cols));
     let blocks = b.div_ceil(per_task);
     let sums = ExactSums::new(&spec.output);
+    // Tiles the byte kernel does not take are read as i16: a byte-only stack makes them once.
+    if which != Kernel::Scalar && !on_bytes(which, w, x) {
+        w.widen();
+    }
     // Tasks: (block of items, row tile i). Each writes its runs of the output ([b, rows * n],
     // one run of n per item and row tile) in place, uninitialised until then.
     let mut out: Vec<f64> = Vec::with_capacity(b * rows * n);

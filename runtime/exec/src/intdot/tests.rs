@@ -790,6 +790,10 @@ fn kernel_skips_register_blocks_of_zero_vectors() {
                 on_bytes(which, &wi, &xi),
                 bytes_data && which == Kernel::Vnni
             );
+            // As a product does for the kernels that read i16.
+            if !on_bytes(which, &wi, &xi) {
+                wi.widen();
+            }
             let sums = |which: Kernel| {
                 let (mut sum, mut items) = (vec![0i64; b * n], std::collections::BTreeSet::new());
                 let mut sink = Adds(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
@@ -1330,5 +1334,14 @@ fn vnni_kernel_takes_bytes_at_their_extremes() {
     for which in Kernel::available() {
         assert_eq!(partials(&wide_w, &xi, which), want2(&w2, &x), "{which:?}");
         assert_eq!(partials(&wi, &wide_x, which), want2(&w, &x2), "{which:?}");
+    }
+    // A byte-only stack under such a vector: its tiles took the scalar loop above; widened
+    // (once, as a product does), the i16 kernels read them, with the same partials.
+    assert_eq!(wi.tile(0, 0).ints.is_empty(), wi.narrow.is_some());
+    wi.widen();
+    assert_eq!(wi.tile(0, 0).ints.len(), n * n);
+    for which in Kernel::available() {
+        assert_eq!(partials(&wi, &wide_x, which), want2(&w, &x2), "{which:?}");
+        assert_eq!(partials(&wi, &xi, which), want, "{which:?}");
     }
 }

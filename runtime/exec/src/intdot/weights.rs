@@ -2,11 +2,13 @@
 //! kernel reads ([`Tile`]) and the same integers as bytes for the VNNI kernel
 //! ([`NarrowWeights`]). A stack whose integers all fit a byte, where the kernel is VNNI, keeps
 //! them as bytes alone (one byte a weight, not three): the `i16` tile the AVX2 kernel reads is
-//! made from the bytes where a vector that does not fit a byte needs it ([`Tile::widened`]).
+//! made from the bytes, once per stack, where a vector that does not fit a byte needs it
+//! ([`IntWeights::widen`]).
 
 use super::runs::{Aligned, Span, mag_bits, scales, to_ints};
 use super::{Kernel, ROW_BLOCK, qmax, supports};
 use rayon::prelude::*;
+use std::sync::OnceLock;
 
 /// One `n x n` tile `src` (row-major) as integers packed into `tile` ([`packed_at`]), with
 /// the unit of each row in `units` and the [`Tile::reach`] of each row block in `reach`: the
@@ -62,7 +64,7 @@ pub(super) fn grouped_at<const G: usize>(n: usize, r: usize, l: usize) -> usize 
 #[derive(Clone, Copy)]
 pub(super) struct Tile<'a> {
     /// The integers, laid out by [`packed_at`]; empty where the stack keeps them as bytes
-    /// alone (`narrow`; [`Tile::widened`] makes them).
+    /// alone (`narrow`) and no product has needed them yet ([`IntWeights::widen`]).
     pub(super) ints: &'a [i16],
     /// Per row block: the lane pairs up to the last that holds a nonzero integer in any of its
     /// rows (0 for an all-zero block). The SIMD kernel stops there: the lanes beyond add
@@ -80,29 +82,6 @@ impl<'a> Tile<'a> {
         match (self.ints.is_empty(), self.narrow) {
             (true, Some(bytes)) => i16::from(bytes.ints[grouped_at::<4>(n, r, l)]),
             _ => self.ints[packed_at(n, r, l)],
-        }
-    }
-
-    /// This tile with its `i16` integers: as it is where it holds them, else made from its
-    /// bytes into `buf` (the same integers, laid out by [`packed_at`]).
-    pub(super) fn widened<'b>(self, buf: &'b mut Vec<i16>, n: usize) -> Tile<'b>
-    where
-        'a: 'b,
-    {
-        let Some(bytes) = self.narrow.filter(|_| self.ints.is_empty()) else {
-            return self;
-        };
-        buf.clear();
-        buf.resize(n * n, 0);
-        for r in 0..n {
-            for l in 0..n {
-                buf[packed_at(n, r, l)] = i16::from(bytes.ints[grouped_at::<4>(n, r, l)]);
-            }
-        }
-        Tile {
-            ints: buf,
-            reach: self.reach,
-            narrow: self.narrow,
         }
     }
 }
@@ -194,6 +173,10 @@ pub struct IntWeights {
     /// The integers as bytes, where the kernel is VNNI ([`Kernel::best`]) and they all fit
     /// one.
     pub(super) narrow: Option<NarrowWeights>,
+    /// A byte-only stack's `i16` integers ([`packed_at`]), made once, the first time a
+    /// product needs them ([`IntWeights::widen`]: a vector that does not fit a byte), and kept
+    /// from then on, as a stack without bytes keeps `packed`.
+    wide: OnceLock<Vec<i16>>,
 }
 
 /// Where the tiles of a stack `[rows * cols, n, n]` come from (row-major `n x n` each).
@@ -302,8 +285,8 @@ impl IntWeights {
             .is_vnni()
             .then(|| NarrowWeights::new(&packed, n))
             .flatten();
-        // The bytes alone where they hold every integer: a tile's `i16` are made from them
-        // where a kernel needs those (`Tile::widened`).
+        // The bytes alone where they hold every integer: the `i16` are made from them where
+        // a kernel needs those (`IntWeights::widen`).
         let packed = match narrow {
             Some(_) => Vec::new(),
             None => packed,
@@ -314,6 +297,7 @@ impl IntWeights {
             n,
             narrow,
             packed,
+            wide: OnceLock::new(),
             reach,
             live_rows,
             scale: scales(&unit),
@@ -372,13 +356,9 @@ impl IntWeights {
     /// The packed `i16` integers of every tile ([`packed_at`]), held or made from the bytes.
     #[cfg(test)]
     pub(super) fn packed_ints(&self) -> Vec<i16> {
-        let nn = self.n * self.n;
-        let mut buf = Vec::new();
+        self.widen();
         (0..self.rows * self.cols)
-            .flat_map(|t| {
-                let tile = self.tile(t / self.cols, t % self.cols);
-                tile.widened(&mut buf, self.n).ints[..nn].to_vec()
-            })
+            .flat_map(|t| self.tile(t / self.cols, t % self.cols).ints.to_vec())
             .collect()
     }
 
@@ -391,9 +371,10 @@ impl IntWeights {
     /// reads column `j` as `j % cols` ([`fits`](super::fits)).
     pub(super) fn tile(&self, i: usize, j: usize) -> Tile<'_> {
         let (t, nn, blocks) = (self.at(i, j), self.n * self.n, self.n / ROW_BLOCK);
-        let ints = match self.packed.is_empty() {
-            true => &[],
-            false => &self.packed[t * nn..][..nn],
+        let ints = match (self.packed.is_empty(), self.wide.get()) {
+            (false, _) => &self.packed[t * nn..][..nn],
+            (true, Some(wide)) => &wide[t * nn..][..nn],
+            (true, None) => &[],
         };
         Tile {
             ints,
@@ -403,6 +384,28 @@ impl IntWeights {
                 offset: &w.offset[t * self.n..][..self.n],
             }),
         }
+    }
+
+    /// Make a byte-only stack's `i16` integers, once ([`IntWeights::wide`]): what the
+    /// `i16` kernels read. A stack that has them already is left as it is.
+    pub(super) fn widen(&self) {
+        let Some(bytes) = self.narrow.as_ref().filter(|_| self.packed.is_empty()) else {
+            return;
+        };
+        let n = self.n;
+        self.wide.get_or_init(|| {
+            let mut wide = vec![0i16; bytes.ints.len()];
+            wide.par_chunks_mut(n * n)
+                .zip(bytes.ints.par_chunks(n * n))
+                .for_each(|(w, b)| {
+                    for r in 0..n {
+                        for l in 0..n {
+                            w[packed_at(n, r, l)] = i16::from(b[grouped_at::<4>(n, r, l)]);
+                        }
+                    }
+                });
+            wide
+        });
     }
 
     pub(super) fn span(&self) -> Span {
