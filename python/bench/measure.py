@@ -35,8 +35,8 @@ def median_time(f, reps: int) -> float:
 def overhead(program: str, batches, reps: int) -> None:
     g = nnpc.compile(program)
     print(f"## {program}: Graph.run against `nnpc run` (median of {reps})")
-    print("| batch | `nnpc bench`: warm run (ms) | Graph.run warm, seed (ms) | Graph.run warm, arrays (ms) | `nnpc run`: its run (ms) | `nnpc run`: process (ms) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| batch | `nnpc bench`: warm run (ms) | Graph.run warm, seed (ms) | Graph.run warm, arrays (ms) | seed / warm | arrays / warm | `nnpc run`: its run (ms) | `nnpc run`: process (ms) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for b in batches:
         bench = subprocess.run(
             [NNPC, "bench", program, "--batch", str(b), "--reps", str(reps), "--skip-emulator", "--json"],
@@ -59,6 +59,7 @@ def overhead(program: str, batches, reps: int) -> None:
         arrays = median_time(lambda: g.run(w, x), reps)
         print(
             f"| {b} | {warm_rust * 1e3:.2f} | {seeded * 1e3:.2f} | {arrays * 1e3:.2f} "
+            f"| {seeded / warm_rust:.3f} | {arrays / warm_rust:.3f} "
             f"| {statistics.median(cli_run) * 1e3:.2f} | {statistics.median(cli_wall) * 1e3:.1f} |"
         )
 
@@ -102,9 +103,11 @@ if __name__ == "__main__":
     ap.add_argument("--batch-size", type=int, default=5000)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--skip-ray", action="store_true")
+    ap.add_argument("--program", default="samples/lstm.nnp")
+    ap.add_argument("--batches", default="1,64,1024", help="comma-separated")
     a = ap.parse_args()
     os.chdir(ROOT)
     print(f"machine: {os.cpu_count()} CPUs; {os.uname().machine}")
-    overhead("samples/lstm.nnp", (1, 64, 1024), a.reps)
+    overhead(a.program, [int(b) for b in a.batches.split(",")], a.reps)
     if not a.skip_ray:
         campaign(a.items, a.batch_size)

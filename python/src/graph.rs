@@ -4,7 +4,8 @@
 use crate::convert::{OutDtype, to_dict, to_tensors};
 use crate::errors::{Message, data_error, diagnostic_dict, exec_error, raise, render};
 use crate::grad::{self, Tape};
-use nnp_grammar::{Diagnostic, Program, SourceFile, Target};
+use nnp_grammar::{Diagnostic, Interface, Program, SourceFile, Target};
+use numpy::{PyArrayMethods, PyUntypedArrayMethods};
 use nnp_lowering::depgraph::DepGraph;
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::campaign;
@@ -30,8 +31,87 @@ pub struct Graph {
     /// The software graph's session and the weights it was warmed with (a session prepares
     /// its weights on its first run and reuses them): kept between runs with the same
     /// weights, bit for bit.
-    session: Mutex<Option<(BTreeMap<String, Tensor>, Session<'static>)>>,
+    session: Mutex<Option<(Prepared, Session<'static>)>>,
     warnings: Vec<Diagnostic>,
+}
+
+/// The weights a warm session prepared.
+enum Prepared {
+    /// These, bit for bit.
+    Given(BTreeMap<String, Tensor>),
+    /// The seeded random weights of this seed.
+    Seeded(u64),
+}
+
+/// The weights of a run, as a warm session is matched with them ([`Graph::run_warm`]).
+enum RunWeights<'a> {
+    /// Every weight, as the caller's float32 arrays, read in place.
+    Views(BTreeMap<String, &'a [f32]>),
+    /// The seeded random weights of this seed.
+    Seeded(u64),
+}
+
+impl RunWeights<'_> {
+    /// Whether a session prepared with `prepared` holds these weights.
+    fn prepared_by(&self, prepared: &Prepared) -> bool {
+        use rayon::prelude::*;
+        match (self, prepared) {
+            (RunWeights::Seeded(a), Prepared::Seeded(b)) => a == b,
+            (RunWeights::Views(views), Prepared::Given(given)) => {
+                views.len() == given.len()
+                    && views.iter().zip(given).all(|((a, x), (b, t))| {
+                        const PIECE: usize = 1 << 16;
+                        a == b
+                            && x.len() == t.data.len()
+                            && x.par_chunks(PIECE)
+                                .zip(t.data.par_chunks(PIECE))
+                                .all(|(x, y)| {
+                                    x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits())
+                                })
+                    })
+            }
+            _ => false,
+        }
+    }
+
+    /// The weights themselves, and what a session prepared with them is matched by.
+    fn owned(&self, program: &Program) -> (BTreeMap<String, Tensor>, Prepared) {
+        match self {
+            RunWeights::Seeded(seed) => (
+                HostData::random_weights(program, *seed),
+                Prepared::Seeded(*seed),
+            ),
+            RunWeights::Views(views) => {
+                let tensors: BTreeMap<String, Tensor> = views
+                    .iter()
+                    .map(|(name, x)| {
+                        let decl = program.weights().find(|d| &d.name == name);
+                        let shape = decl.map_or_else(|| vec![x.len()], |d| d.shape.clone());
+                        (
+                            name.clone(),
+                            Tensor {
+                                shape,
+                                data: x.to_vec(),
+                            },
+                        )
+                    })
+                    .collect();
+                (tensors.clone(), Prepared::Given(tensors))
+            }
+        }
+    }
+}
+
+/// The inputs of a run ([`Graph::run_warm`]).
+enum Inputs {
+    Seeded(InputFeed),
+    Given(BTreeMap<String, Tensor>),
+}
+
+/// Why a run did not give outputs: the caller's data, or the run.
+enum RunError {
+    Data(HostError),
+    Exec(ExecError),
 }
 
 /// Where a program's weights and inputs come from, as the command line's flags say.
@@ -169,12 +249,11 @@ impl Graph {
     fn execute(&self, py: Python<'_>, data: &HostData) -> PyResult<Outputs> {
         let run = py.detach(|| {
             let mut warm = self.session.lock().unwrap_or_else(|e| e.into_inner());
-            if !warm
-                .as_ref()
-                .is_some_and(|(w, _)| same_bits(w, &data.weights))
-            {
+            if !warm.as_ref().is_some_and(
+                |(w, _)| matches!(w, Prepared::Given(w) if same_bits(w, &data.weights)),
+            ) {
                 let session = Session::shared(self.graph.clone(), &ExecOptions::default())?;
-                *warm = Some((data.weights.clone(), session));
+                *warm = Some((Prepared::Given(data.weights.clone()), session));
             }
             match warm.as_mut() {
                 Some((_, s)) => s.run(data).map(|e| e.outputs),
@@ -184,6 +263,105 @@ impl Graph {
             }
         });
         run.map_err(|e| exec_error(py, self.runtime_message(&e, e.span())))
+    }
+
+    /// The outputs of `run` where its weights are seeded or every one is given as a
+    /// C-contiguous float32 array of its declared shape (else `None`: [`Graph::host_data`]
+    /// and [`Graph::execute`] take it). A warm session prepared with the same weights, bit
+    /// for bit (compared in place), runs on the inputs alone: the weights are neither copied
+    /// nor checked again. The lock is held from the comparison to the end of the run.
+    fn run_warm(&self, py: Python<'_>, data: &Data) -> PyResult<Option<Outputs>> {
+        let program = &*self.program;
+        let opts = LoadOptions {
+            batch: data.batch,
+            random_missing: data.random_missing,
+            seed: data.seed,
+        };
+        let mut borrowed = Vec::new();
+        let weights = match data.weights {
+            None if data.inputs.is_none() => RunWeights::Seeded(data.seed),
+            None => return Ok(None),
+            Some(given) => {
+                // Exactly the program's weights (each one is looked up below).
+                if given.len() != program.weights().count() {
+                    return Ok(None);
+                }
+                for d in program.weights() {
+                    let Some(Ok(a)) = given
+                        .get_item(&d.name)?
+                        .map(|v| v.cast_into::<numpy::PyArrayDyn<f32>>())
+                    else {
+                        return Ok(None);
+                    };
+                    if a.shape() != d.shape.as_slice() || !a.is_c_contiguous() || !a.is_aligned() {
+                        return Ok(None);
+                    }
+                    borrowed.push((d.name.clone(), a.readonly()));
+                }
+                let mut views = BTreeMap::new();
+                for (name, a) in &borrowed {
+                    match a.as_slice() {
+                        Ok(x) => views.insert(name.clone(), x),
+                        Err(_) => return Ok(None),
+                    };
+                }
+                RunWeights::Views(views)
+            }
+        };
+        let inputs = match (&weights, data.inputs) {
+            (RunWeights::Seeded(seed), _) => {
+                let batch = data.batch.unwrap_or(1);
+                self.batch_fits(py, batch)?;
+                if batch == 0 {
+                    return Err(data_error(py, HostError::ZeroBatch));
+                }
+                Inputs::Seeded(InputFeed::random(program, batch, *seed))
+            }
+            (RunWeights::Views(_), inputs) => {
+                if let Some(batch) = data.batch {
+                    self.batch_fits(py, batch)?;
+                }
+                Inputs::Given(to_tensors(inputs)?.0)
+            }
+        };
+        let searched = "the arrays given (weights= and inputs=)";
+        let run = py.detach(|| -> Result<Outputs, RunError> {
+            let mut warm = self.session.lock().unwrap_or_else(|e| e.into_inner());
+            let hit = warm.as_ref().is_some_and(|(p, _)| weights.prepared_by(p));
+            let host = match (hit, inputs) {
+                (true, Inputs::Seeded(feed)) => HostData::whole(BTreeMap::new(), &feed),
+                (true, Inputs::Given(tensors)) => {
+                    HostData::inputs_only(program, tensors, &opts, searched)
+                }
+                (false, inputs) => {
+                    let (w, prepared) = weights.owned(program);
+                    let host = match inputs {
+                        Inputs::Seeded(feed) => HostData::whole(w, &feed),
+                        Inputs::Given(mut tensors) => {
+                            tensors.extend(w);
+                            HostData::from_tensors(program, tensors, &opts, searched)
+                        }
+                    }
+                    .map_err(RunError::Data)?;
+                    let session = Session::shared(self.graph.clone(), &ExecOptions::default())
+                        .map_err(RunError::Exec)?;
+                    *warm = Some((prepared, session));
+                    Ok(host)
+                }
+            }
+            .map_err(RunError::Data)?;
+            match warm.as_mut() {
+                Some((_, s)) => s.run(&host).map(|e| e.outputs).map_err(RunError::Exec),
+                None => Err(RunError::Exec(ExecError::Internal(
+                    "no warm session after making one".into(),
+                ))),
+            }
+        });
+        match run {
+            Ok(outputs) => Ok(Some(outputs)),
+            Err(RunError::Data(e)) => Err(data_error(py, e)),
+            Err(RunError::Exec(e)) => Err(exec_error(py, self.runtime_message(&e, e.span()))),
+        }
     }
 
     /// A training error as the package's exception: `DataError` for what the caller passed,
@@ -261,8 +439,13 @@ impl Graph {
     ) -> PyResult<Bound<'py, PyDict>> {
         let dtype = self.out_dtype(dtype)?;
         let data = Data::new(weights, inputs, batch, seed, random_missing);
-        let host = self.host_data(py, &data, None)?;
-        let outputs = self.execute(py, &host)?;
+        let outputs = match self.run_warm(py, &data)? {
+            Some(outputs) => outputs,
+            None => {
+                let host = self.host_data(py, &data, None)?;
+                self.execute(py, &host)?
+            }
+        };
         to_dict(py, outputs, dtype)
     }
 

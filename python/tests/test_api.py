@@ -351,6 +351,40 @@ def test_a_warm_graph_follows_new_weights(lstm: nnpc.Graph) -> None:
     assert same_bits(second, fresh) and not same_bits(first, second)
 
 
+def test_a_warm_graph_reuses_only_the_same_bits() -> None:
+    """A warm session runs on the inputs alone when the weights are the ones it prepared
+    (compared in place, bit for bit): one element changed in place, the arrays of the seeded
+    weights, a -0.0 for a +0.0 or another seed each give a fresh graph's bits, and each
+    CLI-equal run before and after stays equal."""
+    graph = nnpc.compile("samples/lstm.nnp")
+    fresh = lambda *a, **k: nnpc.compile("samples/lstm.nnp").run(*a, **k)["h"]  # noqa: E731
+    w = graph.random_weights(3)
+    x = graph.random_inputs(4, seed=5)
+    first = graph.run(w, x)["h"]
+    assert same_bits(graph.run(w, x)["h"], first)
+    name = sorted(w)[0]
+    w[name].flat[7] += np.float32(0.5)
+    changed = graph.run(w, x)["h"]
+    assert same_bits(changed, fresh(w, x)) and not same_bits(changed, first)
+    w[name].flat[7] -= np.float32(0.5)
+    assert same_bits(graph.run(w, x)["h"], first)
+    # A zero's sign is a bit of its own.
+    zero = int(np.flatnonzero(w[name] == 0)[0]) if (w[name] == 0).any() else None
+    if zero is not None:
+        w[name].flat[zero] = np.float32(-0.0)
+        assert same_bits(graph.run(w, x)["h"], fresh(w, x))
+        w[name].flat[zero] = np.float32(0.0)
+    # Seeded and given weights of the same values alternate on one graph.
+    seeded = graph.run(batch=4, seed=3)["h"]
+    assert same_bits(seeded, fresh(batch=4, seed=3))
+    assert same_bits(graph.run(w, x)["h"], first)
+    assert same_bits(graph.run(batch=4, seed=3)["h"], seeded)
+    assert same_bits(graph.run(batch=4, seed=4)["h"], fresh(batch=4, seed=4))
+    # Strided (not C-contiguous) weights go the copying way, with the same bits.
+    strided = {k: np.asfortranarray(v) if v.ndim == 2 else v for k, v in w.items()}
+    assert same_bits(graph.run(strided, x)["h"], first)
+
+
 def test_a_batch_past_the_limit_raises_data_error(lstm: nnpc.Graph) -> None:
     """A batch whose results would not fit in memory (or whose inputs and outputs pass
     2^62 bytes) is a DataError naming ``batch=`` and the limit, before anything is made:

@@ -433,7 +433,11 @@ impl HostData {
         };
         // No inputs file: the inputs the weights file lacks are seeded, as with no file at
         // all (a weights-only file, such as `nnpc train -o`'s, runs like `--seed`).
-        HostData::feed(program, tensors, opts, &searched, inputs.is_none())
+        let weights = match inputs.is_none() {
+            true => Weights::ReadSeedingInputs,
+            false => Weights::Read,
+        };
+        HostData::feed(program, tensors, opts, &searched, weights)
     }
 
     /// The tensors of the inputs file (`input`) or the weights file `source`, by name, as
@@ -515,8 +519,27 @@ impl HostData {
             .into_iter()
             .map(|(name, t)| (name, Found::Memory(t)))
             .collect();
-        let (weights, feed) = HostData::feed(program, found, opts, searched, false)?;
+        let (weights, feed) = HostData::feed(program, found, opts, searched, Weights::Read)?;
         HostData::whole(weights, &feed)
+    }
+
+    /// The inputs of `tensors`, checked and fed as [`HostData::from_tensors`] does, and no
+    /// weights: the data of a warm run, whose session prepared its weights in its first run
+    /// and reads none after it (a session that did read them fails with a missing weight).
+    /// The program's weights among `tensors` are not read.
+    pub fn inputs_only(
+        program: &dyn Interface,
+        tensors: BTreeMap<String, Tensor>,
+        opts: &LoadOptions,
+        searched: &str,
+    ) -> Result<HostData, HostError> {
+        let found = tensors
+            .into_iter()
+            .filter(|(name, _)| !program.weights().any(|d| &d.name == name))
+            .map(|(name, t)| (name, Found::Memory(t)))
+            .collect();
+        let (_, feed) = HostData::feed(program, found, opts, searched, Weights::Skip)?;
+        HostData::whole(BTreeMap::new(), &feed)
     }
 
     /// The whole batch of `feed` with `weights`.
@@ -532,15 +555,17 @@ impl HostData {
     }
 
     /// The weights (read whole and checked) and the inputs' feed from the tensors found for
-    /// the declarations: every check of names and shapes. `seed_inputs`: the inputs the
-    /// tensors lack are seeded random data (weights must still be found).
+    /// the declarations: every check of names and shapes. [`Weights`] says whether the
+    /// weights are read, and whether the inputs the tensors lack are seeded random data
+    /// (weights must still be found).
     fn feed(
         program: &dyn Interface,
         mut tensors: BTreeMap<String, Found>,
         opts: &LoadOptions,
         searched: &str,
-        seed_inputs: bool,
+        weights: Weights,
     ) -> Result<(BTreeMap<String, Tensor>, InputFeed), HostError> {
+        let seed_inputs = weights == Weights::ReadSeedingInputs;
         // The batch, and how an input's batched shape names it: `B` while nothing fixes it.
         let (batch, batch_dim) = match opts.batch {
             Some(0) => return Err(HostError::ZeroBatch),
@@ -565,8 +590,9 @@ impl HostData {
                 t.check_filled(name)?;
             }
         }
+        let read_weights = weights != Weights::Skip;
         let mut weights = BTreeMap::new();
-        for d in program.weights() {
+        for d in program.weights().filter(|_| read_weights) {
             let t = match tensors.remove(&d.name) {
                 Some(found) => found.whole()?,
                 None if opts.random_missing => random_tensor(d, 0..1, opts.seed),
@@ -639,6 +665,17 @@ fn held_names<'a>(names: impl ExactSizeIterator<Item = &'a String>) -> String {
         0 => String::new(),
         _ => format!("; tensors found: {}", crate::source::held(names)),
     }
+}
+
+/// What [`HostData::feed`] does with the weights.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Weights {
+    /// Read and check every one (the inputs the tensors lack are an error where not seeded).
+    Read,
+    /// Read them, and seed the inputs the tensors lack.
+    ReadSeedingInputs,
+    /// Read none (a warm session's run).
+    Skip,
 }
 
 /// Batch size from inputs given as `[B, ...shape]`; `None` when none is batched.
