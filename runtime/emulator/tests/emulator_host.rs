@@ -336,3 +336,29 @@ fn trace_round_trips_through_json_lines() {
     assert_eq!(nnp_emulator::read_trace(&path).unwrap(), trace);
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
+
+/// A warm run's data: the inputs checked and fed as `from_tensors` does them, no weights
+/// (given ones, even malformed, are not read).
+#[test]
+fn inputs_only_checks_the_inputs_and_reads_no_weights() {
+    let p = program(SRC, target(""));
+    let x = HostData::random_inputs(&p, 0..3, 4)["x"].clone();
+    let mut m = BTreeMap::new();
+    m.insert("x".to_string(), x.clone());
+    m.insert("W".to_string(), t(&[1], &[f32::NAN]));
+    let d = HostData::inputs_only(&p, m.clone(), &LoadOptions::default(), "f").unwrap();
+    assert!(d.weights.is_empty());
+    assert_eq!((d.batch, &d.inputs["x"]), (3, &x));
+    // The same inputs as a full load feeds them.
+    m.insert("W".to_string(), Tensor::zeros(vec![4, 6]));
+    m.insert("b".to_string(), Tensor::zeros(vec![4]));
+    let full = HostData::from_tensors(&p, m.clone(), &LoadOptions::default(), "f").unwrap();
+    assert_eq!(full.inputs, d.inputs);
+    // A misshaped or missing input is the same error.
+    m.insert("x".to_string(), Tensor::zeros(vec![3, 5]));
+    let e = HostData::inputs_only(&p, m.clone(), &LoadOptions::default(), "f").unwrap_err();
+    assert!(matches!(e, HostError::Shape { .. }), "{e}");
+    m.remove("x");
+    let e = HostData::inputs_only(&p, m, &LoadOptions::default(), "f").unwrap_err();
+    assert!(matches!(e, HostError::Missing { .. }), "{e}");
+}
