@@ -187,7 +187,7 @@ fn measure(
     let t = Instant::now();
     let sw = session.run(&data).map_err(super::fail)?;
     let cold_s = t.elapsed().as_secs_f64();
-    let memory = Memory::after_first_run(&mut session, &mut data);
+    let memory = Memory::after_first_run(&mut session, &mut data).map_err(super::fail)?;
     let first = FirstRun {
         paths: sw.paths,
         gpu: session.gpu_name().map(str::to_string),
@@ -233,8 +233,7 @@ struct Memory {
     rss_kib: Option<u64>,
     /// Resident set once the host's weights are dropped, a warm run went without them and
     /// the allocator's free memory went back to the system: what the session keeps for its
-    /// warm runs, with the batch's inputs and the process's code. `None` where that run
-    /// needed the weights.
+    /// warm runs, with the batch's inputs and the process's code.
     session_kib: Option<u64>,
 }
 
@@ -251,31 +250,26 @@ impl Memory {
 
     /// Measure after the first run of `session` on `data`; then drop `data`'s weights (a
     /// session reads them in its first run only) and measure again after a warm run.
-    fn after_first_run(session: &mut Session, data: &mut HostData) -> Memory {
+    fn after_first_run(
+        session: &mut Session,
+        data: &mut HostData,
+    ) -> Result<Memory, nnp_runtime::exec::ExecError> {
         let weights = data.weights.values().map(|t| t.data.len()).sum();
         let (peak_kib, rss_kib) = (vm_kib("VmHWM:"), vm_kib("VmRSS:"));
-        let held = std::mem::take(&mut data.weights);
-        let session_kib = match session.run(data) {
-            Ok(run) => {
-                drop((run, held));
-                nnpc::memory::release_free_memory();
-                let kib = vm_kib("VmRSS:");
-                // The rounds' first run then finds its buffers faulted in, as every warm run.
-                let _ = session.run(data);
-                kib
-            }
-            // A session that reads its weights again (none does today): they stay.
-            Err(_) => {
-                data.weights = held;
-                None
-            }
-        };
-        Memory {
+        // A warm session reads no weights (`Graph.run` relies on it too): a run that needs
+        // them fails here, loudly.
+        drop(std::mem::take(&mut data.weights));
+        drop(session.run(data)?);
+        nnpc::memory::release_free_memory();
+        let session_kib = vm_kib("VmRSS:");
+        // The rounds' first run then finds its buffers faulted in, as every warm run.
+        session.run(data)?;
+        Ok(Memory {
             weights,
             peak_kib,
             rss_kib,
             session_kib,
-        }
+        })
     }
 }
 
