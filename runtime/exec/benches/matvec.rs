@@ -114,13 +114,18 @@ fn bench(c: &mut Criterion) {
             ))
         })
     });
-    // Each SIMD kernel this CPU has (`int_matvec_Avx2`, `int_matvec_Vnni`).
+    // Each SIMD kernel this CPU has (`int_matvec_Avx2`, `int_matvec_Vnni`), at batch 64 and
+    // at batch 1 (one item: each weight multiplied once).
     for which in intdot::Kernel::available().into_iter().skip(1) {
         g.bench_function(format!("int_matvec_{which:?}"), |b| {
             b.iter(|| {
                 let xi = intdot::IntVector::new(black_box(&xv), B, TILES, N).expect("x fits");
                 black_box(intdot::matvec(&spec, &wi, &xi, which))
             })
+        });
+        let one = intdot::IntVector::new(&xv[..k], 1, TILES, N).expect("x fits");
+        g.bench_function(format!("int_matvec_b1_{which:?}"), |b| {
+            b.iter(|| black_box(intdot::matvec(&spec, &wi, black_box(&one), which)))
         });
     }
     g.finish();
