@@ -1,8 +1,10 @@
 //! Graph passes: merge identical work, drop no-op roundings, drop dead values.
 
-use super::{Op, SwGraph, ValueId};
+use super::file::OpKeys;
+use super::{Op, PlanCell, SwGraph, ValueId};
 use nnp_numerics::FloatFormat;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 /// What must survive dead-value elimination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,8 +19,13 @@ pub enum Roots {
 /// format by several chains), remove roundings of values that already hold that format, and
 /// drop values no root needs. Node order (a topological order) is kept.
 pub fn optimize(g: &SwGraph, roots: Roots) -> SwGraph {
-    let merged = merge(g);
-    prune(&merged, roots)
+    optimized(g.clone(), roots)
+}
+
+/// [`optimize`] on a graph it may take apart (what [`compile`](super::compile) lowered): each
+/// op is moved, never copied.
+pub(super) fn optimized(g: SwGraph, roots: Roots) -> SwGraph {
+    prune(merge(g), roots)
 }
 
 /// The float format every element of `op`'s result is already rounded to, if any.
@@ -32,47 +39,52 @@ fn result_format(op: &Op) -> Option<FloatFormat> {
     }
 }
 
-fn merge(g: &SwGraph) -> SwGraph {
-    let mut out = g.clone();
-    out.nodes.clear();
-    let mut map: Vec<ValueId> = Vec::with_capacity(g.nodes.len());
-    let mut seen: HashMap<String, ValueId> = HashMap::new();
-    for node in &g.nodes {
-        let mut op = node.op.clone();
-        op.map_inputs(|v| map[v.index()]);
+fn merge(mut g: SwGraph) -> SwGraph {
+    g.planned = PlanCell::default();
+    let nodes = &mut g.nodes;
+    let mut map: Vec<ValueId> = Vec::with_capacity(nodes.len());
+    let mut seen: HashMap<Vec<u8>, ValueId> = HashMap::with_capacity(nodes.len());
+    let mut keys = OpKeys::default();
+    // The nodes kept move down in place to `..kept`: one arena, each op moved at most once.
+    let mut kept = 0;
+    for i in 0..nodes.len() {
+        nodes[i].op.map_inputs(|v| map[v.index()]);
+        let op = &nodes[i].op;
         // Rounding an F-valued result to F is the identity (rounding is idempotent).
-        if let Op::Round { src, format } = &op
-            && result_format(&out.nodes[src.index()].op) == Some(*format)
+        if let Op::Round { src, format } = op
+            && result_format(&nodes[src.index()].op) == Some(*format)
         {
             map.push(*src);
             continue;
         }
-        // The serialised op (inputs already renamed) is its structural identity.
-        let key = serde_json::to_string(&op).unwrap_or_default();
-        if !matches!(op, Op::Output { .. })
-            && let Some(&id) = seen.get(&key)
-        {
-            map.push(id);
-            continue;
+        let id = ValueId(kept as u32);
+        if !matches!(op, Op::Output { .. }) {
+            // The op's row in the file (inputs already renamed) is its structural identity.
+            match seen.entry(keys.key(op)) {
+                Entry::Occupied(e) => {
+                    map.push(*e.get());
+                    continue;
+                }
+                Entry::Vacant(e) => {
+                    e.insert(id);
+                }
+            }
         }
-        let id = ValueId(out.nodes.len() as u32);
-        out.nodes.push(super::Node {
-            op,
-            ty: node.ty.clone(),
-        });
-        seen.insert(key, id);
+        nodes.swap(kept, i);
+        kept += 1;
         map.push(id);
     }
-    for w in &mut out.writes {
+    nodes.truncate(kept);
+    for w in &mut g.writes {
         w.value = map[w.value.index()];
     }
-    for c in &mut out.checks {
+    for c in &mut g.checks {
         c.value = map[c.value.index()];
     }
-    out
+    g
 }
 
-fn prune(g: &SwGraph, roots: Roots) -> SwGraph {
+fn prune(mut g: SwGraph, roots: Roots) -> SwGraph {
     let mut live = vec![false; g.nodes.len()];
     for (i, node) in g.nodes.iter().enumerate() {
         if matches!(node.op, Op::Output { .. }) {
@@ -96,31 +108,30 @@ fn prune(g: &SwGraph, roots: Roots) -> SwGraph {
             }
         }
     }
-    let mut out = g.clone();
-    out.nodes.clear();
+    g.planned = PlanCell::default();
     let mut map = vec![ValueId(u32::MAX); g.nodes.len()];
-    for (i, node) in g.nodes.iter().enumerate() {
+    // Live nodes move down in place, as in `merge`.
+    let mut kept = 0;
+    for i in 0..g.nodes.len() {
         if !live[i] {
             continue;
         }
-        let mut op = node.op.clone();
-        op.map_inputs(|v| map[v.index()]);
-        map[i] = ValueId(out.nodes.len() as u32);
-        out.nodes.push(super::Node {
-            op,
-            ty: node.ty.clone(),
-        });
+        g.nodes[i].op.map_inputs(|v| map[v.index()]);
+        map[i] = ValueId(kept as u32);
+        g.nodes.swap(kept, i);
+        kept += 1;
     }
-    for c in &mut out.checks {
+    g.nodes.truncate(kept);
+    for c in &mut g.checks {
         c.value = map[c.value.index()];
     }
     match roots {
-        Roots::Outputs => out.writes.clear(),
+        Roots::Outputs => g.writes.clear(),
         Roots::OutputsAndWrites => {
-            for w in &mut out.writes {
+            for w in &mut g.writes {
                 w.value = map[w.value.index()];
             }
         }
     }
-    out
+    g
 }
