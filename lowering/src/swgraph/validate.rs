@@ -24,26 +24,7 @@ impl SwGraph {
 /// Check that every reference points to an earlier node of the right type and that every
 /// type follows from its op.
 pub(super) fn graph(g: &SwGraph) -> Result<(), GraphError> {
-    native(g.native)?;
-    float_format(&g.storage).map_err(|e| GraphError::Other(format!("storage: {e}")))?;
-    float_format(&g.output_storage)
-        .map_err(|e| GraphError::Other(format!("output storage: {e}")))?;
-    // Every value an output can hold is one of the output storage (what its file type is
-    // chosen by): it holds the load storage and every written vector's.
-    let holds = |f: &FloatFormat| {
-        let o = &g.output_storage;
-        o.exp_bits >= f.exp_bits && o.mant_bits >= f.mant_bits && (o.subnormals || !f.subnormals)
-    };
-    if let Some(f) = std::iter::once(&g.storage)
-        .chain(g.writes.iter().map(|w| &w.storage))
-        .find(|f| !holds(f))
-    {
-        return Err(GraphError::OutputStorage {
-            output: Format::Float(g.output_storage).to_string(),
-            storage: Format::Float(*f).to_string(),
-        });
-    }
-    decls(&g.decls)?;
+    header(g)?;
     for (i, node) in g.nodes.iter().enumerate() {
         let bad = |message: String| GraphError::Node {
             node: i,
@@ -137,6 +118,31 @@ pub(super) fn graph(g: &SwGraph) -> Result<(), GraphError> {
         }
     }
     Ok(())
+}
+
+/// What a graph's nodes are read against: its native dimension, storage formats (the output
+/// storage holding the others) and declarations.
+pub(super) fn header(g: &SwGraph) -> Result<(), GraphError> {
+    native(g.native)?;
+    float_format(&g.storage).map_err(|e| GraphError::Other(format!("storage: {e}")))?;
+    float_format(&g.output_storage)
+        .map_err(|e| GraphError::Other(format!("output storage: {e}")))?;
+    // Every value an output can hold is one of the output storage (what its file type is
+    // chosen by): it holds the load storage and every written vector's.
+    let holds = |f: &FloatFormat| {
+        let o = &g.output_storage;
+        o.exp_bits >= f.exp_bits && o.mant_bits >= f.mant_bits && (o.subnormals || !f.subnormals)
+    };
+    if let Some(f) = std::iter::once(&g.storage)
+        .chain(g.writes.iter().map(|w| &w.storage))
+        .find(|f| !holds(f))
+    {
+        return Err(GraphError::OutputStorage {
+            output: Format::Float(g.output_storage).to_string(),
+            storage: Format::Float(*f).to_string(),
+        });
+    }
+    decls(&g.decls)
 }
 
 /// A native dimension a graph may have (1 to 4096).

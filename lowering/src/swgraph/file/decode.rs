@@ -8,7 +8,7 @@
 use crate::swgraph::graph::WriteRecord;
 use crate::swgraph::graph::{FiniteCheck, GraphError, OutputInfo, SWGRAPH_VERSION, SwGraph};
 use crate::swgraph::node::{Node, Op, TileSlice, ValueId};
-use crate::swgraph::validate::{infer_ty, native};
+use crate::swgraph::validate::{header, infer_ty};
 use nnp_grammar::{Decl, Span};
 use nnp_numerics::{FloatFormat, Format};
 use serde::Deserialize;
@@ -61,17 +61,7 @@ pub(super) fn graph(text: &str) -> Result<SwGraph, GraphError> {
         Some(list) => rows::<CheckRow>(text, list, &numbers)?,
         None => Vec::new(),
     };
-    native(file.native)?;
-    let mut nodes: Vec<Node> = Vec::with_capacity(ops.len());
-    for (i, op) in ops.into_iter().enumerate() {
-        let ty = infer_ty(&op, &nodes, file.native).map_err(|message| GraphError::Node {
-            node: i,
-            op: op.name(),
-            message,
-        })?;
-        nodes.push(Node { op, ty });
-    }
-    Ok(SwGraph {
+    let mut g = SwGraph {
         version: SWGRAPH_VERSION,
         source: file.source,
         program_hash: file.program_hash,
@@ -80,13 +70,24 @@ pub(super) fn graph(text: &str) -> Result<SwGraph, GraphError> {
         native: file.native,
         storage: file.storage.0,
         output_storage: file.output_storage.0,
-        nodes,
+        nodes: Vec::with_capacity(ops.len()),
         outputs: file.outputs,
         decls: file.decls,
         writes,
         checks,
         planned: Default::default(),
-    })
+    };
+    // What the types are inferred against is checked first, as for a graph of version 2.
+    header(&g)?;
+    for (i, op) in ops.into_iter().enumerate() {
+        let ty = infer_ty(&op, &g.nodes, g.native).map_err(|message| GraphError::Node {
+            node: i,
+            op: op.name(),
+            message,
+        })?;
+        g.nodes.push(Node { op, ty });
+    }
+    Ok(g)
 }
 
 /// The rows of the list `list`, a part of `text`; an error's line is the file's.
