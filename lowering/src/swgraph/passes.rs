@@ -1,10 +1,11 @@
 //! Graph passes: merge identical work, drop no-op roundings, drop dead values.
 
 use super::file::OpKeys;
-use super::{Op, PlanCell, SwGraph, ValueId};
+use super::{Node, Op, PlanCell, SwGraph, ValueId};
 use nnp_numerics::FloatFormat;
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
+use std::collections::hash_map::{DefaultHasher, Entry};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// What must survive dead-value elimination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,8 +44,7 @@ fn merge(mut g: SwGraph) -> SwGraph {
     g.planned = PlanCell::default();
     let nodes = &mut g.nodes;
     let mut map: Vec<ValueId> = Vec::with_capacity(nodes.len());
-    let mut seen: HashMap<Vec<u8>, ValueId> = HashMap::with_capacity(nodes.len());
-    let mut keys = OpKeys::default();
+    let mut seen = Seen::with_capacity(nodes.len());
     // The nodes kept move down in place to `..kept`: one arena, each op moved at most once.
     let mut kept = 0;
     for i in 0..nodes.len() {
@@ -58,17 +58,11 @@ fn merge(mut g: SwGraph) -> SwGraph {
             continue;
         }
         let id = ValueId(kept as u32);
-        if !matches!(op, Op::Output { .. }) {
-            // The op's row in the file (inputs already renamed) is its structural identity.
-            match seen.entry(keys.key(op)) {
-                Entry::Occupied(e) => {
-                    map.push(*e.get());
-                    continue;
-                }
-                Entry::Vacant(e) => {
-                    e.insert(id);
-                }
-            }
+        if !matches!(op, Op::Output { .. })
+            && let Some(same) = seen.find_or_insert(op, id, &nodes[..kept])
+        {
+            map.push(same);
+            continue;
         }
         nodes.swap(kept, i);
         kept += 1;
@@ -82,6 +76,71 @@ fn merge(mut g: SwGraph) -> SwGraph {
         c.value = map[c.value.index()];
     }
     g
+}
+
+/// The nodes kept so far, found by their op: the op's row in the file (inputs already renamed)
+/// is its structural identity. A table of each key's hash (12 bytes a node, not the key);
+/// a key whose hash an unequal key holds is kept whole in `collided`.
+struct Seen {
+    by_hash: HashMap<u64, ValueId, BuildHasherDefault<Prehashed>>,
+    collided: HashMap<Vec<u8>, ValueId>,
+    keys: OpKeys,
+}
+
+impl Seen {
+    fn with_capacity(nodes: usize) -> Seen {
+        Seen {
+            by_hash: HashMap::with_capacity_and_hasher(nodes, Default::default()),
+            collided: HashMap::new(),
+            keys: OpKeys::default(),
+        }
+    }
+
+    /// The kept node (among `kept`) that is `op`, else `None` with `op` recorded as `id`.
+    fn find_or_insert(&mut self, op: &Op, id: ValueId, kept: &[Node]) -> Option<ValueId> {
+        let key = self.keys.key(op);
+        let mut hasher = DefaultHasher::new();
+        key.hash(&mut hasher);
+        match self.by_hash.entry(hasher.finish()) {
+            Entry::Vacant(e) => {
+                e.insert(id);
+                None
+            }
+            Entry::Occupied(e) => {
+                let other = *e.get();
+                if self.keys.key(&kept[other.index()].op) == key {
+                    return Some(other);
+                }
+                match self.collided.entry(key) {
+                    Entry::Occupied(e) => Some(*e.get()),
+                    Entry::Vacant(e) => {
+                        e.insert(id);
+                        None
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A hasher of a hash: a `u64` key hashes to itself.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 fn prune(mut g: SwGraph, roots: Roots) -> SwGraph {
