@@ -58,9 +58,9 @@ pub enum LowerError {
 }
 
 /// The one entry point from a checked program to the graph a run executes: [`lower`], then
-/// [`optimize`] for `roots` (`Roots::OutputsAndWrites` keeps every `v_wr`'s value, which
-/// `run --trace` and `diff --trace` report; `Roots::Outputs` only what the outputs need), then
-/// [`SwGraph::plan`] (what every session of the graph shares).
+/// [`optimize`](super::optimize) for `roots` (`Roots::OutputsAndWrites` keeps every `v_wr`'s
+/// value, which `run --trace` and `diff --trace` report; `Roots::Outputs` only what the outputs
+/// need), then [`SwGraph::plan`] (what every session of the graph shares).
 pub fn compile(program: &Program, roots: Roots) -> Result<SwGraph, LowerError> {
     let graph = optimized(lower(program)?, roots);
     graph.plan();
