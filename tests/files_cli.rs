@@ -390,18 +390,22 @@ fn hostile_compiled_graphs_are_clear_errors() {
                     d["shape"] = shape.clone();
                 }
             }
+            // A node is `[kind, fields...]`: an input's shape is its third item.
             for n in g["nodes"].as_array_mut().expect("nodes") {
-                if n["kind"] == "input" {
-                    n["shape"] = shape.clone();
+                if n[0] == "input" {
+                    n[2] = shape.clone();
                 }
             }
         })
     };
     let set_tables = |path: String| -> Edit {
         Box::new(move |g: &mut serde_json::Value| {
+            // A unary node `["unary", op, src, format]` names a table by its number in
+            // `tables` as a fifth item.
+            g["tables"] = serde_json::json!([path.clone()]);
             for n in g["nodes"].as_array_mut().expect("nodes") {
-                if n["kind"] == "unary" && n["op"] != "relu" && n["op"] != "pass" {
-                    n["table"] = path.clone().into();
+                if n[0] == "unary" && n[1] != "relu" && n[1] != "pass" {
+                    n.as_array_mut().expect("row").push(0.into());
                 }
             }
         })

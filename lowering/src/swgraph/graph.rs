@@ -1,7 +1,7 @@
 //! The software graph of one program ([`SwGraph`]): its nodes, outputs, declarations, write
 //! records and non-finite checks, its JSON schema version, and the errors of a graph that is
-//! not well formed ([`GraphError`]). Reading and validating the JSON form is in `validate.rs`,
-//! the plan in `plan.rs`.
+//! not well formed ([`GraphError`]). The JSON form is in `file.rs`, its validation in
+//! `validate.rs`, the plan in `plan.rs`.
 
 use super::node::{Node, Op, ValueId};
 use super::plan::PlanCell;
@@ -10,7 +10,7 @@ use nnp_numerics::FloatFormat;
 use serde::{Deserialize, Serialize};
 
 /// Version of the JSON schema written by [`SwGraph::to_json`].
-pub const SWGRAPH_VERSION: u32 = 2;
+pub const SWGRAPH_VERSION: u32 = 3;
 
 /// A value written by a `v_wr`: what the emulator's trace reports for that instruction.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -106,8 +106,8 @@ pub enum GraphError {
     #[error("not a software graph: {0}")]
     Json(String),
     #[error(
-        "software graph schema version {found} is not supported (this nnpc reads version \
-         {expected})"
+        "software graph schema version {found} is not supported (this nnpc writes version \
+         {expected} and reads it and version 2)"
     )]
     #[diagnostic(help("recompile the firmware with `nnpc compile`"))]
     Version { found: u32, expected: u32 },
@@ -154,12 +154,6 @@ impl SwGraph {
 
     pub fn node(&self, id: ValueId) -> &Node {
         &self.nodes[id.index()]
-    }
-
-    /// Pretty JSON.
-    pub fn to_json(&self) -> String {
-        // Serialising plain data with string keys cannot fail.
-        serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
     /// Values with no remaining readers are sinks; this lists the `Output` nodes.

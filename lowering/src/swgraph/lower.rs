@@ -1,9 +1,10 @@
 //! Lowering by symbolic execution: chain by chain, iteration by iteration, track which SSA value
 //! (and which tile of it) each register holds, and emit nodes only for real data flow.
 
+use super::passes::optimized;
 use super::{
     BinOp, BlockAxis, FiniteCheck, Node, Op, OutputInfo, Roots, SWGRAPH_VERSION, SwGraph,
-    TileLayout, TileSlice, UnOp, ValueId, WriteRecord, infer_ty, optimize,
+    TileLayout, TileSlice, UnOp, ValueId, WriteRecord, infer_ty,
 };
 use nnp_grammar::{
     ChainBody, DeclKind, Init, Interface, Mem, NonFinite, OpKind, Program, QuantConfig, Span,
@@ -57,11 +58,11 @@ pub enum LowerError {
 }
 
 /// The one entry point from a checked program to the graph a run executes: [`lower`], then
-/// [`optimize`] for `roots` (`Roots::OutputsAndWrites` keeps every `v_wr`'s value, which
-/// `run --trace` and `diff --trace` report; `Roots::Outputs` only what the outputs need), then
-/// [`SwGraph::plan`] (what every session of the graph shares).
+/// [`optimize`](super::optimize) for `roots` (`Roots::OutputsAndWrites` keeps every `v_wr`'s
+/// value, which `run --trace` and `diff --trace` report; `Roots::Outputs` only what the outputs
+/// need), then [`SwGraph::plan`] (what every session of the graph shares).
 pub fn compile(program: &Program, roots: Roots) -> Result<SwGraph, LowerError> {
-    let graph = optimize(&lower(program)?, roots);
+    let graph = optimized(lower(program)?, roots);
     graph.plan();
     Ok(graph)
 }

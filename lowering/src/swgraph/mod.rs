@@ -17,9 +17,10 @@
 //! `docs/swgraph.md`.
 //!
 //! This file declares the parts and re-exports them: the nodes in `node.rs`, the graph in
-//! `graph.rs`, reading and validating its JSON form in `validate.rs`, the side tables in
+//! `graph.rs`, its JSON form in `file.rs`, its validation in `validate.rs`, the side tables in
 //! `node_map.rs`, the lowering in `lower.rs`, the passes in `passes.rs`, the plan in `plan.rs`.
 
+mod file;
 mod graph;
 mod lower;
 mod node;
@@ -28,6 +29,7 @@ mod passes;
 mod plan;
 mod validate;
 
+pub use file::SWGRAPH_OLDEST;
 pub use graph::{FiniteCheck, GraphError, OutputInfo, SWGRAPH_VERSION, SwGraph, WriteRecord};
 pub use lower::{LowerError, compile, lower};
 pub use node::{BinOp, BlockAxis, Node, Op, TileLayout, TileSlice, Ty, UnOp, ValueId};

@@ -1,40 +1,18 @@
 //! Validation of a software graph read from a file: a compiled graph is untrusted input, so
 //! every field is checked (with checked arithmetic, and limits on every size, each error
-//! naming the size and the limit) before anything acts on it: [`SwGraph::from_json`] reads
-//! the JSON form through it, [`SwGraph::validate`] runs it.
+//! naming the size and the limit) before anything acts on it: [`SwGraph::from_json`]
+//! (`file.rs`) validates what it reads with [`SwGraph::validate`].
 
-use super::graph::{GraphError, SWGRAPH_VERSION, SwGraph};
+use super::graph::{GraphError, SwGraph};
 use super::node::{BlockAxis, Node, Op, TileLayout, TileSlice, Ty, ValueId};
 use nnp_grammar::{Decl, DeclKind};
 use nnp_numerics::{FloatFormat, Format};
-use serde::Deserialize;
 
 /// The most elements a value of a graph (a declaration, or a node's value for one batch
 /// item) may have: the checker's limit on a declaration (2^36).
 pub const MAX_VALUE_ELEMENTS: u64 = 1 << 36;
 
 impl SwGraph {
-    /// Parse and validate a graph written by [`SwGraph::to_json`].
-    pub fn from_json(text: &str) -> Result<SwGraph, GraphError> {
-        #[derive(Deserialize)]
-        struct Header {
-            version: u32,
-        }
-        let header: Header =
-            serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
-        if header.version != SWGRAPH_VERSION {
-            return Err(GraphError::Version {
-                found: header.version,
-                expected: SWGRAPH_VERSION,
-            });
-        }
-        let g: SwGraph = serde_json::from_str(text).map_err(|e| GraphError::Json(e.to_string()))?;
-        g.validate()?;
-        declared(&g)?;
-        g.plan();
-        Ok(g)
-    }
-
     /// Check every field before anything acts on it ([`validate`](validate.rs)): every
     /// reference points to an earlier node of the right type, every type follows from its op,
     /// every declaration, value and format is one a run can hold.
@@ -46,31 +24,7 @@ impl SwGraph {
 /// Check that every reference points to an earlier node of the right type and that every
 /// type follows from its op.
 pub(super) fn graph(g: &SwGraph) -> Result<(), GraphError> {
-    if g.native == 0 || g.native > 4096 {
-        return Err(GraphError::Other(format!(
-            "native dimension {} is out of range 1..=4096",
-            g.native
-        )));
-    }
-    float_format(&g.storage).map_err(|e| GraphError::Other(format!("storage: {e}")))?;
-    float_format(&g.output_storage)
-        .map_err(|e| GraphError::Other(format!("output storage: {e}")))?;
-    // Every value an output can hold is one of the output storage (what its file type is
-    // chosen by): it holds the load storage and every written vector's.
-    let holds = |f: &FloatFormat| {
-        let o = &g.output_storage;
-        o.exp_bits >= f.exp_bits && o.mant_bits >= f.mant_bits && (o.subnormals || !f.subnormals)
-    };
-    if let Some(f) = std::iter::once(&g.storage)
-        .chain(g.writes.iter().map(|w| &w.storage))
-        .find(|f| !holds(f))
-    {
-        return Err(GraphError::OutputStorage {
-            output: Format::Float(g.output_storage).to_string(),
-            storage: Format::Float(*f).to_string(),
-        });
-    }
-    decls(&g.decls)?;
+    header(g)?;
     for (i, node) in g.nodes.iter().enumerate() {
         let bad = |message: String| GraphError::Node {
             node: i,
@@ -162,6 +116,41 @@ pub(super) fn graph(g: &SwGraph) -> Result<(), GraphError> {
                 )));
             }
         }
+    }
+    Ok(())
+}
+
+/// What a graph's nodes are read against: its native dimension, storage formats (the output
+/// storage holding the others) and declarations.
+pub(super) fn header(g: &SwGraph) -> Result<(), GraphError> {
+    native(g.native)?;
+    float_format(&g.storage).map_err(|e| GraphError::Other(format!("storage: {e}")))?;
+    float_format(&g.output_storage)
+        .map_err(|e| GraphError::Other(format!("output storage: {e}")))?;
+    // Every value an output can hold is one of the output storage (what its file type is
+    // chosen by): it holds the load storage and every written vector's.
+    let holds = |f: &FloatFormat| {
+        let o = &g.output_storage;
+        o.exp_bits >= f.exp_bits && o.mant_bits >= f.mant_bits && (o.subnormals || !f.subnormals)
+    };
+    if let Some(f) = std::iter::once(&g.storage)
+        .chain(g.writes.iter().map(|w| &w.storage))
+        .find(|f| !holds(f))
+    {
+        return Err(GraphError::OutputStorage {
+            output: Format::Float(g.output_storage).to_string(),
+            storage: Format::Float(*f).to_string(),
+        });
+    }
+    decls(&g.decls)
+}
+
+/// A native dimension a graph may have (1 to 4096).
+pub(super) fn native(n: usize) -> Result<(), GraphError> {
+    if n == 0 || n > 4096 {
+        return Err(GraphError::Other(format!(
+            "native dimension {n} is out of range 1..=4096"
+        )));
     }
     Ok(())
 }
