@@ -6,8 +6,9 @@
 //! autograd to the outputs only.
 
 use super::TrainError;
+use super::reverse::{self, Shaped};
 use super::ste::Points;
-use super::{reverse, twin};
+use super::twin;
 use crate::{ExecOptions, Session, WrittenValue};
 use candle_core::{DType, Device, Tensor, Var};
 use nnp_host::{HostData, Outputs, ShapeDisplay, Tensor as HostTensor};
@@ -76,8 +77,8 @@ pub fn float_outputs(
 /// with their shapes.
 #[derive(Debug)]
 pub(super) struct Leaves {
-    weights: BTreeMap<String, (Vec<usize>, Vec<f64>)>,
-    inputs: BTreeMap<String, (Vec<usize>, Vec<f64>)>,
+    weights: Shaped,
+    inputs: Shaped,
     batch: usize,
 }
 
@@ -115,8 +116,7 @@ impl Leaves {
         outputs: BTreeMap<String, Tensor>,
         mut grads: reverse::Grads,
     ) -> Result<Gradients, TrainError> {
-        let tensors = |leaves: &BTreeMap<String, (Vec<usize>, Vec<f64>)>,
-                       got: &mut BTreeMap<String, Vec<f64>>| {
+        let tensors = |leaves: &Shaped, got: &mut BTreeMap<String, Vec<f64>>| {
             leaves
                 .iter()
                 .map(|(name, (shape, v))| {
@@ -138,9 +138,7 @@ impl Leaves {
 }
 
 /// Tensors flattened to f64, with their shapes.
-fn flat(
-    ts: &BTreeMap<String, Tensor>,
-) -> Result<BTreeMap<String, (Vec<usize>, Vec<f64>)>, TrainError> {
+fn flat(ts: &BTreeMap<String, Tensor>) -> Result<Shaped, TrainError> {
     ts.iter()
         .map(|(n, t)| {
             let v = t

@@ -5,8 +5,9 @@
 //! Each node's gradient is a buffer of its value's shape (`[batch, lanes]`, a batch-1 value
 //! taking the sum over the items that read it); a node no weight (or wanted input) reaches is
 //! never given one. The rules are the module docs' of `twin.rs`: straight through quantizers
-//! ([`super::ste`]), the float derivatives of products and MFU ops at the values, candle's
-//! rules for padding, slicing and concatenation (pad lanes take none).
+//! ([`super::ste`]), the float derivatives of products and MFU ops at the values, and for
+//! padding, slicing and concatenation each lane's gradient to the lane it came from (pad lanes
+//! take none).
 //!
 //! A product's gradient is computed on the block of its matrix that is not padding: where the
 //! matrix is a padded logical `[r, c]` tensor (through its quantizers and roundings), the pad
@@ -50,6 +51,9 @@ impl Value<'_> {
         &self.data[k * n..(k + 1) * n]
     }
 }
+
+/// Tensors by name as their shapes and their elements, flattened f64 (a pass's leaves).
+pub(crate) type Shaped = BTreeMap<String, (Vec<usize>, Vec<f64>)>;
 
 /// Every node's value, by node index (`None` for outputs).
 pub(crate) type Values<'a> = Vec<Option<Value<'a>>>;

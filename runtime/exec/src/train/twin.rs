@@ -12,7 +12,7 @@
 //! - padding, slicing and concatenation: pad lanes take no gradient.
 
 use super::TrainError;
-use super::reverse::{Value, Values};
+use super::reverse::{Shaped, Value, Values};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use nnp_lowering::swgraph::{BinOp, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
 use nnp_numerics::Activation;
@@ -122,11 +122,11 @@ pub(crate) fn forward(
 pub(crate) fn exact<'a>(
     graph: &SwGraph,
     written: &'a HashMap<ValueId, crate::WrittenValue>,
-    weights: &'a BTreeMap<String, (Vec<usize>, Vec<f64>)>,
-    inputs: &'a BTreeMap<String, (Vec<usize>, Vec<f64>)>,
+    weights: &'a Shaped,
+    inputs: &'a Shaped,
     batch: usize,
 ) -> Result<Values<'a>, TrainError> {
-    let leaf = |map: &'a BTreeMap<String, (Vec<usize>, Vec<f64>)>, name: &str, kind: &str| {
+    let leaf = |map: &'a Shaped, name: &str, kind: &str| {
         map.get(name)
             .map(|(_, v)| Cow::Borrowed(v.as_slice()))
             .ok_or_else(|| TrainError::Internal(format!("no {kind} tensor `{name}`")))
