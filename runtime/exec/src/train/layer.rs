@@ -32,7 +32,8 @@ pub struct Gradients {
 /// The gradient of `loss(outputs)` with respect to every weight (logical shapes, f64) and every
 /// input (`[batch, ...]`, f64): at the concordant graph's values where `exact` holds them
 /// (an [`crate::Execution::written`] of a `keep_values` run on the same data, as
-/// [`Recorded`] keeps), else at the float model's. What a training step differentiates.
+/// [`Recorded`] keeps), else at the float model's. candle's autograd differentiates `loss` to
+/// the outputs; the reverse pass, the one a training step runs, does the rest.
 pub fn gradients(
     graph: &SwGraph,
     weights: &BTreeMap<String, Tensor>,

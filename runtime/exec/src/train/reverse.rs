@@ -503,7 +503,7 @@ fn matvec_gradient(
                     rs: xlen,
                     cs: 1,
                 };
-                add_product(dst, grad(false), tile);
+                add_product(dst, grad(false), tile).map_err(TrainError::Internal)?;
             }
             if needs[w.index()] {
                 let xs = View {
@@ -522,7 +522,7 @@ fn matvec_gradient(
                     rs: n,
                     cs: 1,
                 };
-                add_product(dst, grad(true), xs);
+                add_product(dst, grad(true), xs).map_err(TrainError::Internal)?;
             }
         }
     }

@@ -33,23 +33,26 @@ fn inside(len: usize, offset: usize, rows: usize, cols: usize, rs: usize, cs: us
 /// the calling thread (waking a thread costs more than they do).
 const PARALLEL_MACS: usize = 1 << 22;
 
-/// `dst += lhs * rhs`. Panics where the shapes disagree or a view passes its slice's end (the
-/// callers make the views from the values' own shapes).
-pub(crate) fn add_product(dst: ViewMut, lhs: View, rhs: View) {
+/// `dst += lhs * rhs`; an error (and nothing written) where the shapes disagree or a view
+/// passes its slice's end (the callers make the views from the values' own shapes).
+pub(crate) fn add_product(dst: ViewMut, lhs: View, rhs: View) -> Result<(), String> {
     let (m, n, k) = (dst.rows, dst.cols, lhs.cols);
-    assert!(
-        lhs.rows == m && rhs.rows == k && rhs.cols == n,
-        "a product of {}x{} by {}x{} into {m}x{n}",
-        lhs.rows,
-        lhs.cols,
-        rhs.rows,
-        rhs.cols
-    );
-    assert!(inside(dst.data.len(), dst.offset, m, n, dst.rs, dst.cs));
-    assert!(inside(lhs.data.len(), lhs.offset, m, k, lhs.rs, lhs.cs));
-    assert!(inside(rhs.data.len(), rhs.offset, k, n, rhs.rs, rhs.cs));
+    if lhs.rows != m || rhs.rows != k || rhs.cols != n {
+        return Err(format!(
+            "a product of {}x{} by {}x{} into {m}x{n}",
+            lhs.rows, lhs.cols, rhs.rows, rhs.cols
+        ));
+    }
+    let fits = inside(dst.data.len(), dst.offset, m, n, dst.rs, dst.cs)
+        && inside(lhs.data.len(), lhs.offset, m, k, lhs.rs, lhs.cs)
+        && inside(rhs.data.len(), rhs.offset, k, n, rhs.rs, rhs.cs);
+    if !fits {
+        return Err(format!(
+            "a {m}x{k} by {k}x{n} product passes its values' end"
+        ));
+    }
     if m == 0 || n == 0 || k == 0 {
-        return;
+        return Ok(());
     }
     let parallelism = match m * n * k >= PARALLEL_MACS {
         true => gemm::Parallelism::Rayon(rayon::current_num_threads()),
@@ -57,7 +60,7 @@ pub(crate) fn add_product(dst: ViewMut, lhs: View, rhs: View) {
     };
     let stride = |s: usize| s as isize;
     // SAFETY: every element gemm touches, `offset + i * rs + j * cs` for `i < rows` and
-    // `j < cols`, lies inside its slice (asserted above); `dst` is borrowed mutably, so it
+    // `j < cols`, lies inside its slice (checked above); `dst` is borrowed mutably, so it
     // aliases neither operand.
     unsafe {
         gemm::gemm(
@@ -82,6 +85,7 @@ pub(crate) fn add_product(dst: ViewMut, lhs: View, rhs: View) {
             parallelism,
         );
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -112,7 +116,32 @@ mod tests {
             rs: 3,
             cs: 1,
         };
-        add_product(out, view(&lhs_t, 1, 2), view(&rhs, 2, 1));
+        add_product(out, view(&lhs_t, 1, 2), view(&rhs, 2, 1)).expect("fits");
         assert_eq!(dst, [20.0, 23.0, -9.0, 44.0, 51.0, -9.0]);
+    }
+
+    /// A view one element past its slice is refused, and nothing is written.
+    #[test]
+    fn a_view_past_its_slice_is_an_error() {
+        let (a, mut d) = ([1.0; 4], [0.0; 4]);
+        let lhs = View {
+            data: &a,
+            offset: 1,
+            rows: 2,
+            cols: 2,
+            rs: 2,
+            cs: 1,
+        };
+        let rhs = View { offset: 0, ..lhs };
+        let dst = ViewMut {
+            data: &mut d,
+            offset: 0,
+            rows: 2,
+            cols: 2,
+            rs: 2,
+            cs: 1,
+        };
+        assert!(add_product(dst, lhs, rhs).is_err());
+        assert_eq!(d, [0.0; 4]);
     }
 }
