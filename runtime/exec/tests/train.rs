@@ -275,6 +275,59 @@ fn straight_through_gradient_stops_where_the_format_saturates() {
     assert_eq!(y[0], 1.9375 + 1.0 - 1.0 - 1.0);
 }
 
+/// `y = max(relu(W x), b)` with `W = I`, `x = [1, 0, -1, 2]`, `b = [1, 0, 5, -3]` and the loss
+/// `sum(y)`, by hand: `relu(W x) = [1, 0, 0, 2]`; `max` ties at lanes 0 and 1 (half to each
+/// side), `b` is larger at lane 2 and `relu` at lane 3, so `d/d relu = [0.5, 0.5, 0, 1]` and
+/// `d/db = [0.5, 0.5, 1, 0]`; `relu` passes where its input is positive (`[1, 0, 0, 1]`),
+/// so `d/d(W x) = [0.5, 0, 0, 1] = dx` and `dW = d(W x) x^T`.
+#[test]
+fn relu_and_max_route_the_gradient_as_the_docs_say() {
+    let program = check(
+        "relu_max.nnp",
+        "matrix W : [4, 4] at mrf[0]\nvector b : [4] at asvrf0[0]\n\
+         input x : [4]\noutput y : [4]\n\
+         v_rd netq\nv_wr ivrf[0]\nend_chain\n\
+         v_rd ivrf[0]\nmv_mul mrf[W]\nv_relu\nvv_max asvrf0[b]\nv_wr netq\nend_chain\n",
+        Some("fp32"),
+    );
+    let graph = train::compile(&program).expect("compiles");
+    let identity: Vec<f32> = (0..16).map(|i| f32::from(u8::from(i % 5 == 0))).collect();
+    let data = HostData {
+        batch: 1,
+        weights: BTreeMap::from([
+            (
+                "W".into(),
+                HostTensor::new(vec![4, 4], identity).expect("W"),
+            ),
+            (
+                "b".into(),
+                HostTensor::new(vec![4], vec![1.0, 0.0, 5.0, -3.0]).expect("b"),
+            ),
+        ]),
+        inputs: BTreeMap::from([(
+            "x".into(),
+            HostTensor::new(vec![1, 4], vec![1.0, 0.0, -1.0, 2.0]).expect("x"),
+        )]),
+    };
+    let (outputs, recorded) = train::record(&graph, data).expect("records");
+    assert_eq!(outputs["y"].data, [1.0, 0.0, 5.0, 2.0]);
+    let ones = Tensor::ones((1, 4), DType::F64, &Device::Cpu).expect("ones");
+    let g = train::backward(
+        &graph,
+        &recorded,
+        &BTreeMap::from([("y".to_string(), ones)]),
+    )
+    .expect("backward");
+    let values = |t: &Tensor| -> Vec<f64> { t.flatten_all().and_then(|t| t.to_vec1()).expect("v") };
+    assert_eq!(values(&g.inputs["x"]), [0.5, 0.0, 0.0, 1.0]);
+    assert_eq!(values(&g.weights["b"]), [0.5, 0.5, 1.0, 0.0]);
+    let mut dw = vec![0.0; 16];
+    dw[..4].copy_from_slice(&[0.5, 0.0, -0.5, 1.0]);
+    dw[12..].copy_from_slice(&[1.0, 0.0, -1.0, 2.0]);
+    assert_eq!(values(&g.weights["W"]), dw);
+    assert_eq!(g.loss, 8.0);
+}
+
 /// `dynfixed(bits = 8)`'s point position under the `max` policy, by hand: the tile
 /// [3.25, -0.5, 0.125, 0, ...] has its largest MSB at 2^1 (3.25) and its smallest non-zero
 /// LSB at 2^-3 (0.125), so f = min(8 - 2 - 1, 3) = 3 fraction bits; the tile [40, 1, 0, ...]

@@ -1,9 +1,12 @@
 //! The concordant layer's gradients, for the loops of other frameworks (torch, candle) as for
 //! `nnpc train`'s own: a forward run that keeps what its backward pass reads ([`record`]),
-//! and the twin's vector-Jacobian product at those values ([`backward`]), for the weights and
-//! the inputs. Every caller differentiates through [`gradients`], one code path.
+//! and the twin's vector-Jacobian product at those values ([`backward`], the reverse pass of
+//! `reverse.rs`), for the weights and the inputs. Every caller differentiates through the
+//! one reverse pass; a loss given as candle ops ([`gradients`]) is differentiated by candle's
+//! autograd to the outputs only.
 
 use super::TrainError;
+use super::reverse::{self, Shaped};
 use super::ste::Points;
 use super::twin;
 use crate::{ExecOptions, Session, WrittenValue};
@@ -29,7 +32,8 @@ pub struct Gradients {
 /// The gradient of `loss(outputs)` with respect to every weight (logical shapes, f64) and every
 /// input (`[batch, ...]`, f64): at the concordant graph's values where `exact` holds them
 /// (an [`crate::Execution::written`] of a `keep_values` run on the same data, as
-/// [`Recorded`] keeps), else at the float model's. What a training step differentiates.
+/// [`Recorded`] keeps), else at the float model's. candle's autograd differentiates `loss` to
+/// the outputs; the reverse pass, the one a training step runs, does the rest.
 pub fn gradients(
     graph: &SwGraph,
     weights: &BTreeMap<String, Tensor>,
@@ -37,49 +41,26 @@ pub fn gradients(
     exact: Option<&HashMap<ValueId, WrittenValue>>,
     loss: impl Fn(&BTreeMap<String, Tensor>) -> candle_core::Result<Tensor>,
 ) -> Result<Gradients, TrainError> {
-    let err = |e: candle_core::Error| TrainError::tensor(&e);
-    let variables = |ts: &BTreeMap<String, Tensor>| {
-        ts.iter()
-            .map(|(n, t)| Ok((n.clone(), Var::from_tensor(t).map_err(err)?)))
-            .collect::<Result<BTreeMap<String, Var>, TrainError>>()
+    let leaves = Leaves {
+        weights: flat(weights)?,
+        inputs: flat(inputs)?,
+        batch: batch_of(inputs),
     };
-    let (weight_vars, input_vars) = (variables(weights)?, variables(inputs)?);
-    let tensors = |vs: &BTreeMap<String, Var>| {
-        vs.iter()
-            .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
-            .collect::<BTreeMap<_, _>>()
+    let floats;
+    let values = match exact {
+        Some(written) => leaves.exact(graph, written)?,
+        None => {
+            floats = twin::forward(graph, &f64s(weights)?, &f64s(inputs)?)?;
+            floats
+                .iter()
+                .map(|v| v.as_ref().map(reverse::Value::borrowed))
+                .collect()
+        }
     };
-    let mode = match exact {
-        Some(e) => twin::Mode::Exact(e),
-        None => twin::Mode::Float,
-    };
-    let pass = twin::forward(graph, &tensors(&weight_vars), &tensors(&input_vars), mode)?;
-    let l = loss(&pass.outputs).map_err(err)?;
-    let value = l.to_scalar::<f64>().map_err(err)?;
-    let grads = l.backward().map_err(err)?;
-    let gradient_of = |vs: &BTreeMap<String, Var>| {
-        vs.iter()
-            .map(|(n, v)| {
-                let g = match grads.get(v.as_tensor()) {
-                    Some(g) => g.clone(),
-                    None => v.as_tensor().zeros_like().map_err(err)?,
-                };
-                Ok((n.clone(), g))
-            })
-            .collect::<Result<BTreeMap<_, _>, TrainError>>()
-    };
-    let outputs = pass
-        .outputs
-        .iter()
-        .map(|(n, t)| (n.clone(), t.detach()))
-        .collect();
-    Ok(Gradients {
-        loss: value,
-        outputs,
-        weights: gradient_of(&weight_vars)?,
-        inputs: gradient_of(&input_vars)?,
-        points: pass.points,
-    })
+    let outputs = output_tensors(graph, reverse::outputs(graph, &values)?)?;
+    let (value, output_grads) = loss_gradients(&outputs, loss)?;
+    let grads = reverse::backward(graph, &values, &output_grads, true)?;
+    leaves.gradients(value, outputs, grads)
 }
 
 /// The outputs of `graph`'s float model (the twin's own values) on `inputs` with `weights`:
@@ -89,7 +70,165 @@ pub fn float_outputs(
     weights: &BTreeMap<String, Tensor>,
     inputs: &BTreeMap<String, Tensor>,
 ) -> Result<BTreeMap<String, Tensor>, TrainError> {
-    Ok(twin::forward(graph, weights, inputs, twin::Mode::Float)?.outputs)
+    let values = twin::forward(graph, &f64s(weights)?, &f64s(inputs)?)?;
+    output_tensors(graph, reverse::outputs(graph, &values)?)
+}
+
+/// The leaves of a pass, flattened f64 (weights in their logical shapes, inputs `[batch, ...]`)
+/// with their shapes.
+#[derive(Debug)]
+pub(super) struct Leaves {
+    weights: Shaped,
+    inputs: Shaped,
+    batch: usize,
+}
+
+impl Leaves {
+    fn of_host(data: &HostData) -> Leaves {
+        let flat = |ts: &BTreeMap<String, HostTensor>| {
+            ts.iter()
+                .map(|(n, t)| {
+                    let v = t.data.iter().map(|&x| f64::from(x)).collect();
+                    (n.clone(), (t.shape.clone(), v))
+                })
+                .collect()
+        };
+        Leaves {
+            weights: flat(&data.weights),
+            inputs: flat(&data.inputs),
+            batch: data.batch,
+        }
+    }
+
+    /// Every node's value: the run's `written` ones and the leaves.
+    pub(super) fn exact<'a>(
+        &'a self,
+        graph: &SwGraph,
+        written: &'a HashMap<ValueId, WrittenValue>,
+    ) -> Result<reverse::Values<'a>, TrainError> {
+        twin::exact(graph, written, &self.weights, &self.inputs, self.batch)
+    }
+
+    /// The gradients by leaf, as tensors of the leaves' shapes (zeros for a leaf the loss
+    /// does not reach; inputs only where the pass gave them).
+    fn gradients(
+        &self,
+        loss: f64,
+        outputs: BTreeMap<String, Tensor>,
+        mut grads: reverse::Grads,
+    ) -> Result<Gradients, TrainError> {
+        let tensors = |leaves: &Shaped, got: &mut BTreeMap<String, Vec<f64>>| {
+            leaves
+                .iter()
+                .map(|(name, (shape, v))| {
+                    let g = got.remove(name).unwrap_or_else(|| vec![0.0; v.len()]);
+                    let t = Tensor::from_vec(g, shape.as_slice(), &Device::Cpu)
+                        .map_err(|e| TrainError::tensor(&e))?;
+                    Ok((name.clone(), t))
+                })
+                .collect::<Result<BTreeMap<_, _>, TrainError>>()
+        };
+        Ok(Gradients {
+            loss,
+            outputs,
+            weights: tensors(&self.weights, &mut grads.weights)?,
+            inputs: tensors(&self.inputs, &mut grads.inputs)?,
+            points: grads.points,
+        })
+    }
+}
+
+/// Tensors flattened to f64, with their shapes.
+fn flat(ts: &BTreeMap<String, Tensor>) -> Result<Shaped, TrainError> {
+    ts.iter()
+        .map(|(n, t)| {
+            let v = t
+                .flatten_all()
+                .and_then(|t| t.to_dtype(DType::F64))
+                .and_then(|t| t.to_vec1::<f64>())
+                .map_err(|e| TrainError::tensor(&e))?;
+            Ok((n.clone(), (t.dims().to_vec(), v)))
+        })
+        .collect()
+}
+
+/// Tensors as f64 tensors on the CPU.
+fn f64s(ts: &BTreeMap<String, Tensor>) -> Result<BTreeMap<String, Tensor>, TrainError> {
+    ts.iter()
+        .map(|(n, t)| {
+            let t = t
+                .to_device(&Device::Cpu)
+                .and_then(|t| t.to_dtype(DType::F64))
+                .map_err(|e| TrainError::tensor(&e))?;
+            Ok((n.clone(), t))
+        })
+        .collect()
+}
+
+/// The batch of a pass on `inputs` (1 without inputs).
+fn batch_of(inputs: &BTreeMap<String, Tensor>) -> usize {
+    inputs
+        .values()
+        .next()
+        .and_then(|t| t.dims().first().copied())
+        .unwrap_or(1)
+}
+
+/// The outputs ([`reverse::outputs`]) by name as `[batch, ...declared shape]` f64 tensors.
+pub(super) fn output_tensors(
+    graph: &SwGraph,
+    mut outputs: BTreeMap<String, (usize, Vec<f64>)>,
+) -> Result<BTreeMap<String, Tensor>, TrainError> {
+    graph
+        .outputs
+        .iter()
+        .map(|o| {
+            let (batch, data) = outputs
+                .remove(&o.name)
+                .ok_or_else(|| TrainError::Internal(format!("no output `{}`", o.name)))?;
+            let dims: Vec<usize> = std::iter::once(batch)
+                .chain(o.shape.iter().copied())
+                .collect();
+            let t =
+                Tensor::from_vec(data, dims, &Device::Cpu).map_err(|e| TrainError::tensor(&e))?;
+            Ok((o.name.clone(), t))
+        })
+        .collect()
+}
+
+/// The value of `loss(outputs)` and its gradient by output (flattened; zeros for an output it
+/// does not read), by candle's autograd over the loss's own ops.
+pub(super) fn loss_gradients(
+    outputs: &BTreeMap<String, Tensor>,
+    loss: impl Fn(&BTreeMap<String, Tensor>) -> candle_core::Result<Tensor>,
+) -> Result<(f64, BTreeMap<String, Vec<f64>>), TrainError> {
+    let err = |e: candle_core::Error| TrainError::tensor(&e);
+    let vars = outputs
+        .iter()
+        .map(|(n, t)| Ok((n.clone(), Var::from_tensor(t).map_err(err)?)))
+        .collect::<Result<BTreeMap<String, Var>, TrainError>>()?;
+    let tracked = vars
+        .iter()
+        .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+        .collect();
+    let l = loss(&tracked).map_err(err)?;
+    let value = l.to_scalar::<f64>().map_err(err)?;
+    let store = l.backward().map_err(err)?;
+    let grads = vars
+        .iter()
+        .map(|(n, v)| {
+            let g = match store.get(v.as_tensor()) {
+                Some(g) => g
+                    .flatten_all()
+                    .and_then(|g| g.to_dtype(DType::F64))
+                    .and_then(|g| g.to_vec1::<f64>())
+                    .map_err(err)?,
+                None => vec![0.0; v.elem_count()],
+            };
+            Ok((n.clone(), g))
+        })
+        .collect::<Result<_, TrainError>>()?;
+    Ok((value, grads))
 }
 
 /// A concordant forward pass and what its backward pass reads: the data it ran on and the
@@ -98,6 +237,8 @@ pub fn float_outputs(
 pub struct Recorded {
     data: HostData,
     pub(super) written: HashMap<ValueId, WrittenValue>,
+    /// The data's weights and inputs in f64, as the reverse pass reads them.
+    pub(super) leaves: Leaves,
 }
 
 impl Recorded {
@@ -109,6 +250,11 @@ impl Recorded {
     /// Every node's value (what [`gradients`]' `exact` takes).
     pub fn written(&self) -> &HashMap<ValueId, WrittenValue> {
         &self.written
+    }
+
+    /// Every node's value, for the reverse pass.
+    pub(super) fn values(&self, graph: &SwGraph) -> Result<reverse::Values<'_>, TrainError> {
+        self.leaves.exact(graph, &self.written)
     }
 }
 
@@ -124,6 +270,7 @@ pub fn record(graph: &SwGraph, data: HostData) -> Result<(Outputs, Recorded), Tr
     };
     let run = Session::new(graph, &opts)?.run(&data)?;
     let recorded = Recorded {
+        leaves: Leaves::of_host(&data),
         data,
         written: run.written,
     };
@@ -133,14 +280,15 @@ pub fn record(graph: &SwGraph, data: HostData) -> Result<(Outputs, Recorded), Tr
 /// The vector-Jacobian product of the concordant layer at `recorded`'s values: with
 /// `output_grads` the gradient of some loss by output (`[batch, ...declared shape]`, any
 /// float dtype; a missing output takes none), the loss's gradient by weight and by input
-/// (f64, in their shapes). What `torch.autograd` and candle's `backward` ask of the layer.
+/// (f64, in their shapes), and the loss `sum(g * y)`. What `torch.autograd` and candle's
+/// `backward` ask of the layer: [`gradients`] of that loss.
 pub fn backward(
     graph: &SwGraph,
     recorded: &Recorded,
     output_grads: &BTreeMap<String, Tensor>,
 ) -> Result<Gradients, TrainError> {
     let batch = recorded.data.batch;
-    let mut grads = Vec::new();
+    let mut grads = BTreeMap::new();
     for (name, g) in output_grads {
         let Some(out) = graph.outputs.iter().find(|o| &o.name == name) else {
             let names: Vec<&str> = graph.outputs.iter().map(|o| o.name.as_str()).collect();
@@ -162,27 +310,23 @@ pub fn backward(
         }
         let g = g
             .to_device(&Device::Cpu)
+            .and_then(|g| g.flatten_all())
             .and_then(|g| g.to_dtype(DType::F64))
+            .and_then(|g| g.to_vec1::<f64>())
             .map_err(|e| TrainError::tensor(&e))?;
-        grads.push((name.clone(), g));
+        grads.insert(name.clone(), g);
     }
-    let dot = |outputs: &BTreeMap<String, Tensor>| {
-        let mut total = Tensor::zeros((), DType::F64, &Device::Cpu)?;
-        for (name, g) in &grads {
-            let y = outputs.get(name).ok_or_else(|| {
-                candle_core::Error::Msg(format!("the twin made no output `{name}`"))
-            })?;
-            total = (total + y.mul(g)?.sum_all()?)?;
+    let values = recorded.values(graph)?;
+    let outputs = reverse::outputs(graph, &values)?;
+    let mut loss = 0.0;
+    for (name, (_, y)) in &outputs {
+        if let Some(g) = grads.get(name) {
+            loss += y.iter().zip(g).map(|(y, g)| y * g).sum::<f64>();
         }
-        Ok(total)
-    };
-    gradients(
-        graph,
-        &f64_tensors(&recorded.data.weights)?,
-        &f64_tensors(&recorded.data.inputs)?,
-        Some(&recorded.written),
-        dot,
-    )
+    }
+    let outputs = output_tensors(graph, outputs)?;
+    let g = reverse::backward(graph, &values, &grads, true)?;
+    recorded.leaves.gradients(loss, outputs, g)
 }
 
 /// Host tensors as f64 candle tensors on the CPU.

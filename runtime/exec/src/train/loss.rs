@@ -6,7 +6,6 @@
 //! probabilities where the program computes them itself (`v_softmax`).
 
 use super::TrainError;
-use candle_core::{D, Device, Tensor};
 use nnp_host::Tensor as HostTensor;
 
 /// The loss a run minimizes.
@@ -74,9 +73,9 @@ impl Scoring {
         })
     }
 
-    /// The targets of `items` as the tensor the loss takes: class indices one-hot over the
-    /// last axis, or the values, `[items, ...output shape]` f64.
-    pub fn targets(&self, t: &HostTensor, classes_of: usize) -> Result<Tensor, TrainError> {
+    /// The targets of `items` as the loss reads them: class indices one-hot over the last
+    /// axis, or the values, `[items, ...output shape]` flattened.
+    pub fn targets(&self, t: &HostTensor, classes_of: usize) -> Result<Targets, TrainError> {
         let data: Vec<f64> = if self.classes {
             let mut onehot = vec![0f64; t.data.len() * classes_of];
             for (k, &c) in t.data.iter().enumerate() {
@@ -92,46 +91,115 @@ impl Scoring {
         } else {
             t.data.iter().map(|&v| f64::from(v)).collect()
         };
-        let mut shape = t.shape.clone();
-        if self.classes {
-            shape.push(classes_of);
-        }
-        Tensor::from_vec(data, shape, &Device::Cpu).map_err(|e| TrainError::tensor(&e))
+        let width = match self.classes {
+            true => classes_of,
+            false => t.shape[1..].last().copied().unwrap_or(1),
+        };
+        Ok(Targets {
+            data,
+            width: width.max(1),
+        })
     }
 
-    /// The mean loss of `y` (`[items, ...]`, f64) against `target` ([`Scoring::targets`]).
-    pub fn loss(&self, y: &Tensor, target: &Tensor) -> candle_core::Result<Tensor> {
-        match self.loss {
-            LossKind::Mse => y.sub(target)?.sqr()?.mean_all(),
-            LossKind::CrossEntropy => {
-                let logp = if self.probabilities {
-                    y.clamp(1e-30, f64::INFINITY)?.log()?
-                } else {
-                    let top = y.max_keepdim(D::Minus1)?.detach();
-                    let shifted = y.broadcast_sub(&top)?;
-                    let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
-                    shifted.broadcast_sub(&lse)?
-                };
-                // Mean over the positions that take a class (every item, every row).
-                let positions = (target.elem_count() / target.dim(D::Minus1)?.max(1)) as f64;
-                target.mul(&logp)?.sum_all()? / -positions
-            }
+    /// The mean loss of `y` (the output, `[items, ...]` flattened) against `target`, and its
+    /// gradient by `y`.
+    pub fn loss(&self, y: &[f64], target: &Targets) -> Result<(f64, Vec<f64>), TrainError> {
+        if y.len() != target.data.len() {
+            return Err(TrainError::Internal(format!(
+                "an output of {} elements scored against {} targets",
+                y.len(),
+                target.data.len()
+            )));
         }
+        let t = &target.data;
+        let mut grad = vec![0.0; y.len()];
+        let loss = match self.loss {
+            LossKind::Mse => {
+                let count = y.len().max(1) as f64;
+                let mut sum = 0.0;
+                for ((g, y), t) in grad.iter_mut().zip(y).zip(t) {
+                    sum += (y - t) * (y - t);
+                    *g = 2.0 * (y - t) / count;
+                }
+                sum / count
+            }
+            LossKind::CrossEntropy => {
+                // Mean over the positions that take a class (every item, every row).
+                let w = target.width;
+                let positions = (y.len() / w).max(1) as f64;
+                let mut sum = 0.0;
+                let rows = y.chunks_exact(w).zip(t.chunks_exact(w));
+                for ((y, t), g) in rows.zip(grad.chunks_exact_mut(w)) {
+                    sum += self.cross_entropy(y, t, g, positions);
+                }
+                -sum / positions
+            }
+        };
+        Ok((loss, grad))
+    }
+
+    /// `sum(t * log p)` of one position (`p` the softmax of the logits `y`, or `y` itself when
+    /// it holds probabilities, clamped to `1e-30`), with the gradient of `-sum / positions` by
+    /// `y` in `g`.
+    fn cross_entropy(&self, y: &[f64], t: &[f64], g: &mut [f64], positions: f64) -> f64 {
+        const FLOOR: f64 = 1e-30;
+        if self.probabilities {
+            let mut sum = 0.0;
+            for ((g, y), t) in g.iter_mut().zip(y).zip(t) {
+                sum += t * y.max(FLOOR).ln();
+                *g = if *y > FLOOR {
+                    -t / (y * positions)
+                } else {
+                    0.0
+                };
+            }
+            return sum;
+        }
+        let top = y.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        // g holds exp(y - top) until the softmax is known.
+        for (g, y) in g.iter_mut().zip(y) {
+            *g = (y - top).exp();
+        }
+        let total: f64 = g.iter().sum();
+        let lse = total.ln();
+        let mass: f64 = t.iter().sum();
+        let mut sum = 0.0;
+        for ((g, y), t) in g.iter_mut().zip(y).zip(t) {
+            sum += t * (y - top - lse);
+            *g = (mass * (*g / total) - t) / positions;
+        }
+        sum
     }
 
     /// Correct positions and positions of `y` against `target`: the class with the largest
     /// output against the target's (class targets or soft labels), `None` for values.
-    pub fn correct(&self, y: &Tensor, target: &Tensor) -> candle_core::Result<Option<(u64, u64)>> {
+    pub fn correct(&self, y: &[f64], target: &Targets) -> Option<(u64, u64)> {
         if self.loss != LossKind::CrossEntropy {
-            return Ok(None);
+            return None;
         }
-        let predicted = y.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?;
-        let expected = target.argmax(D::Minus1)?.flatten_all()?.to_vec1::<u32>()?;
-        let hits = predicted
-            .iter()
-            .zip(&expected)
-            .filter(|(a, b)| a == b)
-            .count();
-        Ok(Some((hits as u64, expected.len() as u64)))
+        let w = target.width;
+        let argmax = |v: &[f64]| {
+            v.iter()
+                .enumerate()
+                .fold((0, f64::NEG_INFINITY), |best, (i, &x)| {
+                    if x > best.1 { (i, x) } else { best }
+                })
+                .0
+        };
+        let rows = y.chunks_exact(w).zip(target.data.chunks_exact(w));
+        let (mut hits, mut positions) = (0, 0);
+        for (y, t) in rows {
+            hits += u64::from(argmax(y) == argmax(t));
+            positions += 1;
+        }
+        Some((hits, positions))
     }
+}
+
+/// An output's targets as the loss reads them ([`Scoring::targets`]): `[items, ..., width]`
+/// flattened, the last axis the classes of a cross-entropy.
+#[derive(Clone, Debug)]
+pub(crate) struct Targets {
+    pub data: Vec<f64>,
+    pub width: usize,
 }

@@ -1,22 +1,25 @@
 //! Fine-tuning a firmware program's weights through its concordant graph (docs/training.md).
 //!
 //! Every training step runs the software graph itself on the batch ([`crate::Session`],
-//! every value handed back): the forward values are bit-identical to `nnpc run`. candle's
-//! autograd then differentiates the graph's twin (`twin.rs`) at those values: straight-through
-//! quantizers ([`ste`]), float derivatives of products and MFU ops. The weights are candle
-//! `Var`s in their declared (logical) shapes; `optim.rs` updates them.
+//! every value handed back): the forward values are bit-identical to `nnpc run`. The reverse
+//! pass (`reverse.rs`) then differentiates the graph's twin at those values, node by node on
+//! f64 slices: straight-through quantizers ([`ste`]), float derivatives of products and MFU
+//! ops. The loss and its gradient by output are `loss.rs`'s; the weights are f32 in their
+//! declared (logical) shapes, and `optim.rs` updates them.
 //!
 //! [`train`] runs the epochs of a [`schedule::Schedule`] (by default the firmware's own
 //! precision throughout) and evaluates the test set three ways: the float model (the twin's
-//! own values, starting weights), the hardware numerics before training and after.
+//! own values, `twin.rs`, starting weights), the hardware numerics before training and after.
 
 mod data;
 mod error;
 pub mod layer;
 mod loss;
 mod optim;
+mod reverse;
 pub mod schedule;
 pub mod ste;
+mod strided;
 pub(crate) mod twin;
 
 pub use data::{Dataset, Split};
@@ -28,8 +31,7 @@ pub use schedule::{Phase, Precision, Schedule};
 pub use ste::Points;
 
 use crate::{ExecOptions, Session};
-use candle_core::{DType, Device, Tensor, Var};
-use loss::Scoring;
+use loss::{Scoring, Targets};
 use nnp_grammar::Program;
 use nnp_host::{HostData, Tensor as HostTensor};
 use nnp_lowering::swgraph::{self, Op, Roots, SwGraph, UnOp};
@@ -166,9 +168,9 @@ pub fn train(
     let scoring = scorings(program, &firmware, &data.train, opts.loss)?;
     let test = data.test.as_ref().unwrap_or(&data.train);
     let test_targets = targets(&scoring, &firmware, test)?;
-    let vars = variables(weights)?;
+    let mut vars = weights.clone();
     // The test split's score of `graph` with the current weights.
-    let score_test = |graph: &SwGraph, vars: &Vars, engine| {
+    let score_test = |graph: &SwGraph, vars: &BTreeMap<String, HostTensor>, engine| {
         score(graph, &scoring, test, &test_targets, vars, engine)
     };
     let float = score_test(&firmware, &vars, Engine::Float)?;
@@ -179,8 +181,7 @@ pub fn train(
     progress(Progress::Start {
         steps: steps_per_epoch * schedule.epochs(),
     });
-    let mut optimizer = optim::Optimizer::new(opts.optimizer, opts.lr, &vars.list)
-        .map_err(|e| TrainError::tensor(&e))?;
+    let mut optimizer = optim::Optimizer::new(opts.optimizer, opts.lr, &vars);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed);
     let total_steps = (steps_per_epoch * schedule.epochs()).max(1);
     let mut done = 0usize;
@@ -209,7 +210,7 @@ pub fn train(
                     &scoring,
                     &batch,
                     &batch_targets,
-                    &vars,
+                    &mut vars,
                     &mut optimizer,
                 )?;
                 if !loss.is_finite() {
@@ -245,7 +246,7 @@ pub fn train(
         before,
         after,
         epochs,
-        weights: vars.host()?,
+        weights: vars,
     })
 }
 
@@ -278,12 +279,11 @@ pub fn time_steps(
     let items: Vec<usize> = (0..opts.batch.min(data.train.items())).collect();
     let batch = data.train.gather(&items);
     let batch_targets = targets(&scoring, &graph, &batch)?;
-    let vars = variables(weights)?;
-    let mut optimizer = optim::Optimizer::new(opts.optimizer, opts.lr, &vars.list)
-        .map_err(|e| TrainError::tensor(&e))?;
+    let mut vars = weights.clone();
+    let mut optimizer = optim::Optimizer::new(opts.optimizer, opts.lr, &vars);
     let host = HostData {
         batch: items.len(),
-        weights: vars.host()?,
+        weights: vars.clone(),
         inputs: batch.inputs.clone(),
     };
     let mut warm = Session::new(&graph, &ExecOptions::default())?;
@@ -296,7 +296,7 @@ pub fn time_steps(
             &scoring,
             &batch,
             &batch_targets,
-            &vars,
+            &mut vars,
             &mut optimizer,
         )?;
         step.push(t.elapsed().as_secs_f64());
@@ -320,66 +320,6 @@ pub fn time_steps(
 /// The graph a run executes, optimized for its outputs ([`swgraph::compile`]).
 pub fn compile(program: &Program) -> Result<SwGraph, TrainError> {
     Ok(swgraph::compile(program, Roots::Outputs)?)
-}
-
-/// The weights as variables, in name order.
-struct Vars {
-    names: Vec<String>,
-    list: Vec<Var>,
-}
-
-impl Vars {
-    /// The variables as f64 tensors that track their gradient.
-    fn tensors(&self) -> Result<BTreeMap<String, Tensor>, TrainError> {
-        self.names
-            .iter()
-            .zip(&self.list)
-            .map(|(n, v)| {
-                Ok((
-                    n.clone(),
-                    v.as_tensor()
-                        .to_dtype(DType::F64)
-                        .map_err(|e| TrainError::tensor(&e))?,
-                ))
-            })
-            .collect()
-    }
-
-    /// The variables' current values as host tensors.
-    fn host(&self) -> Result<BTreeMap<String, HostTensor>, TrainError> {
-        self.names
-            .iter()
-            .zip(&self.list)
-            .map(|(n, v)| {
-                let t = v.as_tensor();
-                let data = t
-                    .flatten_all()
-                    .and_then(|t| t.to_vec1::<f32>())
-                    .map_err(|e| TrainError::tensor(&e))?;
-                Ok((
-                    n.clone(),
-                    HostTensor {
-                        shape: t.dims().to_vec(),
-                        data,
-                    },
-                ))
-            })
-            .collect()
-    }
-}
-
-fn variables(weights: &BTreeMap<String, HostTensor>) -> Result<Vars, TrainError> {
-    let mut vars = Vars {
-        names: Vec::new(),
-        list: Vec::new(),
-    };
-    for (name, t) in weights {
-        let v = Var::from_vec(t.data.clone(), t.shape.clone(), &Device::Cpu)
-            .map_err(|e| TrainError::tensor(&e))?;
-        vars.names.push(name.clone());
-        vars.list.push(v);
-    }
-    Ok(vars)
 }
 
 /// The scoring of every output, from the training targets' shapes.
@@ -429,7 +369,11 @@ fn softmax_output(graph: &SwGraph, name: &str) -> bool {
 }
 
 /// The loss's targets of every output of `split`.
-fn targets(scoring: &[Scoring], graph: &SwGraph, split: &Split) -> Result<Vec<Tensor>, TrainError> {
+fn targets(
+    scoring: &[Scoring],
+    graph: &SwGraph,
+    split: &Split,
+) -> Result<Vec<Targets>, TrainError> {
     scoring
         .iter()
         .map(|s| {
@@ -458,56 +402,71 @@ fn score(
     graph: &SwGraph,
     scoring: &[Scoring],
     split: &Split,
-    targets: &[Tensor],
-    vars: &Vars,
+    targets: &[Targets],
+    weights: &BTreeMap<String, HostTensor>,
     engine: Engine,
 ) -> Result<Score, TrainError> {
-    let outputs: BTreeMap<String, Tensor> = match engine {
+    let outputs = match engine {
         Engine::Float => {
-            let weights = vars.tensors()?;
-            twin::forward(
-                graph,
-                &weights,
-                &layer::f64_tensors(&split.inputs)?,
-                twin::Mode::Float,
-            )?
-            .outputs
+            let (w, x) = (
+                layer::f64_tensors(weights)?,
+                layer::f64_tensors(&split.inputs)?,
+            );
+            let values = twin::forward(graph, &w, &x)?;
+            flat_outputs(reverse::outputs(graph, &values)?)
         }
         Engine::Hardware => {
             let data = HostData {
                 batch: split.items(),
-                weights: vars.host()?,
+                weights: weights.clone(),
                 inputs: split.inputs.clone(),
             };
             let run = Session::new(graph, &ExecOptions::default())?.run(&data)?;
-            layer::f64_tensors(&run.outputs)?
+            host_outputs(&run.outputs)
         }
     };
-    score_of(scoring, &outputs, targets)
+    Ok(score_of(scoring, &outputs, targets)?.0)
 }
 
-/// The loss and accuracy of `outputs` (f64, by name) against `targets` under `scoring`.
+/// Outputs by name, flattened, from [`reverse::outputs`].
+fn flat_outputs(outputs: BTreeMap<String, (usize, Vec<f64>)>) -> BTreeMap<String, Vec<f64>> {
+    outputs.into_iter().map(|(n, (_, v))| (n, v)).collect()
+}
+
+/// Host outputs by name, flattened f64.
+fn host_outputs(outputs: &BTreeMap<String, HostTensor>) -> BTreeMap<String, Vec<f64>> {
+    outputs
+        .iter()
+        .map(|(n, t)| (n.clone(), t.data.iter().map(|&v| f64::from(v)).collect()))
+        .collect()
+}
+
+/// The loss and accuracy of `outputs` (flattened f64, by name) against `targets` under
+/// `scoring`, with the loss's gradient by output.
 fn score_of(
     scoring: &[Scoring],
-    outputs: &BTreeMap<String, Tensor>,
-    targets: &[Tensor],
-) -> Result<Score, TrainError> {
+    outputs: &BTreeMap<String, Vec<f64>>,
+    targets: &[Targets],
+) -> Result<(Score, BTreeMap<String, Vec<f64>>), TrainError> {
     let (mut loss, mut hits, mut positions) = (0.0, 0u64, 0u64);
     let mut classified = false;
+    let mut grads = BTreeMap::new();
     for (s, target) in scoring.iter().zip(targets) {
         let y = outputs
             .get(&s.output)
             .ok_or_else(|| TrainError::Data(format!("no output `{}` to score", s.output)))?;
-        let l = s.loss(y, target).and_then(|l| l.to_scalar::<f64>());
-        loss += l.map_err(|e| TrainError::tensor(&e))?;
-        if let Some((h, p)) = s.correct(y, target).map_err(|e| TrainError::tensor(&e))? {
+        let (l, g) = s.loss(y, target)?;
+        loss += l;
+        grads.insert(s.output.clone(), g);
+        if let Some((h, p)) = s.correct(y, target) {
             (hits, positions, classified) = (hits + h, positions + p, true);
         }
     }
-    Ok(Score {
+    let score = Score {
         loss,
         accuracy: classified.then(|| hits as f64 / positions.max(1) as f64),
-    })
+    };
+    Ok((score, grads))
 }
 
 /// The loss and accuracy of a program's `outputs` (`[items, ...]` by name, as a run of the
@@ -523,50 +482,34 @@ pub fn score_outputs(
     let graph = compile(program)?;
     let scoring = scorings(program, &graph, split, loss)?;
     let targets = targets(&scoring, &graph, split)?;
-    score_of(&scoring, &layer::f64_tensors(outputs)?, &targets)
+    Ok(score_of(&scoring, &host_outputs(outputs), &targets)?.0)
 }
 
-/// One step on `batch`: the concordant forward pass, the twin's backward pass, an update.
-/// Returns the batch's loss and the `dynfixed` point positions of the pass.
+/// One step on `batch`: the concordant forward pass, the reverse pass at its values, an
+/// update. Returns the batch's loss and the `dynfixed` point positions of the pass.
 fn step_once(
     graph: &SwGraph,
     scoring: &[Scoring],
     batch: &Split,
-    targets: &[Tensor],
-    vars: &Vars,
+    targets: &[Targets],
+    weights: &mut BTreeMap<String, HostTensor>,
     optimizer: &mut optim::Optimizer,
 ) -> Result<(f64, Points), TrainError> {
     let data = HostData {
         batch: batch.items(),
-        weights: vars.host()?,
+        weights: weights.clone(),
         inputs: batch.inputs.clone(),
     };
     let (_, recorded) = layer::record(graph, data)?;
-    let pass = twin::forward(
-        graph,
-        &vars.tensors()?,
-        &layer::f64_tensors(&batch.inputs)?,
-        twin::Mode::Exact(&recorded.written),
-    )?;
-    let mut total: Option<Tensor> = None;
-    for (s, target) in scoring.iter().zip(targets) {
-        let l = s
-            .loss(&pass.outputs[&s.output], target)
-            .map_err(|e| TrainError::tensor(&e))?;
-        total = Some(match total {
-            None => l,
-            Some(t) => (t + l).map_err(|e| TrainError::tensor(&e))?,
-        });
+    let values = recorded.values(graph)?;
+    let outputs = flat_outputs(reverse::outputs(graph, &values)?);
+    let (score, output_grads) = score_of(scoring, &outputs, targets)?;
+    if !score.loss.is_finite() {
+        // The run stops there (`TrainError::Diverged`).
+        return Ok((score.loss, Points::default()));
     }
-    let total = total.ok_or_else(|| TrainError::Internal("a program with no outputs".into()))?;
-    let value = total
-        .to_scalar::<f64>()
-        .map_err(|e| TrainError::tensor(&e))?;
-    if value.is_finite() {
-        let grads = total.backward().map_err(|e| TrainError::tensor(&e))?;
-        optimizer
-            .step(&vars.list, &grads)
-            .map_err(|e| TrainError::tensor(&e))?;
-    }
-    Ok((value, pass.points))
+    // The weights' gradients only: the inputs' are not needed.
+    let grads = reverse::backward(graph, &values, &output_grads, false)?;
+    optimizer.step(weights, &grads.weights);
+    Ok((score.loss, grads.points))
 }

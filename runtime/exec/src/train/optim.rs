@@ -1,7 +1,7 @@
-//! The optimizers: SGD with momentum and Adam, over candle `Var`s.
+//! The optimizers: SGD with momentum and Adam, over the weights' f32 values.
 
-use candle_core::backprop::GradStore;
-use candle_core::{Tensor, Var};
+use nnp_host::Tensor as HostTensor;
+use std::collections::BTreeMap;
 
 /// Which optimizer updates the weights.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -13,12 +13,12 @@ pub enum OptimizerKind {
     Adam,
 }
 
-/// An optimizer's state over a fixed list of variables.
+/// An optimizer's state over a fixed set of weights.
 pub(crate) struct Optimizer {
     kind: OptimizerKind,
     lr: f64,
-    /// Per variable: the first moment (momentum) and, for Adam, the second.
-    moments: Vec<(Tensor, Tensor)>,
+    /// Per weight, by name: the first moment (momentum) and, for Adam, the second.
+    moments: BTreeMap<String, (Vec<f32>, Vec<f32>)>,
     steps: i32,
 }
 
@@ -27,17 +27,26 @@ const BETA2: f64 = 0.999;
 const EPS: f64 = 1e-8;
 
 impl Optimizer {
-    pub(crate) fn new(kind: OptimizerKind, lr: f64, vars: &[Var]) -> candle_core::Result<Self> {
-        let moments = vars
+    pub(crate) fn new(
+        kind: OptimizerKind,
+        lr: f64,
+        weights: &BTreeMap<String, HostTensor>,
+    ) -> Self {
+        let moments = weights
             .iter()
-            .map(|v| Ok((v.zeros_like()?, v.zeros_like()?)))
-            .collect::<candle_core::Result<_>>()?;
-        Ok(Optimizer {
+            .map(|(n, w)| {
+                (
+                    n.clone(),
+                    (vec![0.0; w.data.len()], vec![0.0; w.data.len()]),
+                )
+            })
+            .collect();
+        Optimizer {
             kind,
             lr,
             moments,
             steps: 0,
-        })
+        }
     }
 
     /// Set the learning rate of the next steps.
@@ -45,29 +54,37 @@ impl Optimizer {
         self.lr = lr;
     }
 
-    /// One update of `vars` from their gradients in `grads` (a variable without one keeps its
-    /// value).
-    pub(crate) fn step(&mut self, vars: &[Var], grads: &GradStore) -> candle_core::Result<()> {
+    /// One update of `weights` from their gradients in `grads` (by name, flattened; a weight
+    /// without one keeps its value). Each element is updated in f64 from its f32 state and
+    /// stored in f32.
+    pub(crate) fn step(
+        &mut self,
+        weights: &mut BTreeMap<String, HostTensor>,
+        grads: &BTreeMap<String, Vec<f64>>,
+    ) {
         self.steps += 1;
-        for (var, (m, v)) in vars.iter().zip(&mut self.moments) {
-            let Some(g) = grads.get(var.as_tensor()) else {
+        let (lr, kind) = (self.lr, self.kind);
+        let (c1, c2) = (1.0 - BETA1.powi(self.steps), 1.0 - BETA2.powi(self.steps));
+        for (name, w) in weights.iter_mut() {
+            let (Some(g), Some((m, v))) = (grads.get(name), self.moments.get_mut(name)) else {
                 continue;
             };
-            let update = match self.kind {
-                OptimizerKind::Sgd { momentum } => {
-                    *m = ((&*m * momentum)? + g)?;
-                    (&*m * self.lr)?
-                }
-                OptimizerKind::Adam => {
-                    *m = ((&*m * BETA1)? + (g * (1.0 - BETA1))?)?;
-                    *v = ((&*v * BETA2)? + (g.sqr()? * (1.0 - BETA2))?)?;
-                    let m_hat = (&*m / (1.0 - BETA1.powi(self.steps)))?;
-                    let v_hat = (&*v / (1.0 - BETA2.powi(self.steps)))?;
-                    ((m_hat / (v_hat.sqrt()? + EPS)?)? * self.lr)?
-                }
-            };
-            var.set(&var.as_tensor().sub(&update)?)?;
+            let state = w.data.iter_mut().zip(g).zip(m.iter_mut().zip(v.iter_mut()));
+            for ((w, &g), (m, v)) in state {
+                let update = match kind {
+                    OptimizerKind::Sgd { momentum } => {
+                        *m = (momentum * f64::from(*m) + g) as f32;
+                        lr * f64::from(*m)
+                    }
+                    OptimizerKind::Adam => {
+                        *m = (BETA1 * f64::from(*m) + (1.0 - BETA1) * g) as f32;
+                        *v = (BETA2 * f64::from(*v) + (1.0 - BETA2) * g * g) as f32;
+                        let (m_hat, v_hat) = (f64::from(*m) / c1, f64::from(*v) / c2);
+                        lr * m_hat / (v_hat.sqrt() + EPS)
+                    }
+                };
+                *w = (f64::from(*w) - update) as f32;
+            }
         }
-        Ok(())
     }
 }

@@ -1,73 +1,25 @@
-//! The differentiable twin of a software graph: every node as candle ops on f64 tensors that
-//! candle's autograd differentiates.
+//! The twin of a software graph: the float model the firmware stands for, every node as
+//! candle ops on f64 tensors (no quantization, true activation functions), and the values the
+//! reverse pass ([`super::reverse`]) differentiates where no concordant run gave them (the
+//! gradient checks' finite differences differentiate this model).
 //!
-//! In [`Mode::Exact`] each node's value is the concordant graph's own (the values a run of
-//! [`crate::Session`] with `keep_values` handed back, put in place by the [`Exact`]
-//! custom op), so the forward pass is bit-identical to `nnpc run`; the float op beside it only
-//! carries the gradient. In [`Mode::Float`] the float ops' values are the values: the float
-//! model the firmware stands for (no quantization, true activation functions), which the
-//! gradient checks differentiate by finite differences.
-//!
-//! The gradient of each op (docs/training.md):
+//! The gradient of each op (docs/training.md, `reverse.rs`):
 //! - `round` and `quantize`: straight through (identity), zero where the element saturates
 //!   ([`super::ste`]);
 //! - the product: the float matrix-vector product of the tiles, the tile layout undone;
 //! - MFU ops: the float derivative of the true function (add, sub, mul, max, relu, pass,
 //!   softmax over the value's lanes; a table activation's `Activation::derivative`);
-//! - padding, slicing and concatenation: candle's own (pad lanes take no gradient).
+//! - padding, slicing and concatenation: pad lanes take no gradient.
 
 use super::TrainError;
-use super::ste::{self, Points};
-use crate::WrittenValue;
+use super::reverse::{Shaped, Value, Values};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use nnp_lowering::swgraph::{BinOp, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
 use nnp_numerics::Activation;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
-/// Where the twin's values come from.
-pub(crate) enum Mode<'a> {
-    /// The float ops' own values.
-    Float,
-    /// The concordant graph's values of a run on the same data, by node.
-    Exact(&'a HashMap<ValueId, WrittenValue>),
-}
-
-/// What one pass of the twin made.
-pub(crate) struct Pass {
-    /// Every output by name, `[batch, ...declared shape]`, f64, tracking the gradient.
-    pub outputs: BTreeMap<String, Tensor>,
-    /// The point positions the `dynfixed` quantizers chose ([`ste::Points`]).
-    pub points: Points,
-}
-
-/// The value `value` in place of its float op's, with the float op's gradient.
-struct Exact {
-    value: Vec<f64>,
-}
-
-impl CustomOp1 for Exact {
-    fn name(&self) -> &'static str {
-        "exact"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        if layout.shape().elem_count() != self.value.len() {
-            candle_core::bail!(
-                "exact value of {} elements for a {:?} tensor",
-                self.value.len(),
-                layout.shape()
-            );
-        }
-        Ok((CpuStorage::F64(self.value.clone()), layout.shape().clone()))
-    }
-
-    fn bwd(&self, _: &Tensor, _: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(grad.clone()))
-    }
-}
-
-/// A table activation's true function (`Activation::eval`) with its derivative
-/// (`Activation::derivative`), element by element in f64.
+/// A table activation's true function (`Activation::eval`), element by element in f64.
 struct TableActivation(Activation);
 
 impl CustomOp1 for TableActivation {
@@ -82,35 +34,17 @@ impl CustomOp1 for TableActivation {
         let y = v[start..end].iter().map(|&x| self.0.eval(x)).collect();
         Ok((CpuStorage::F64(y), layout.shape().clone()))
     }
-
-    fn bwd(&self, x: &Tensor, y: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let xs = x.flatten_all()?.to_vec1::<f64>()?;
-        let ys = y.flatten_all()?.to_vec1::<f64>()?;
-        let d: Vec<f64> = xs
-            .iter()
-            .zip(&ys)
-            .map(|(&x, &y)| self.0.derivative(x, y))
-            .collect();
-        Ok(Some(grad.mul(&Tensor::from_vec(
-            d,
-            x.shape(),
-            x.device(),
-        )?)?))
-    }
 }
 
-/// One pass of `graph`'s twin on `inputs` (`[batch, ...shape]`) and `weights` (logical shape),
-/// all f64 on the CPU.
+/// Every node's value in the float model on `inputs` (`[batch, ...shape]`) and `weights`
+/// (logical shape), all f64 on the CPU.
 pub(crate) fn forward(
     graph: &SwGraph,
     weights: &BTreeMap<String, Tensor>,
     inputs: &BTreeMap<String, Tensor>,
-    mode: Mode,
-) -> Result<Pass, TrainError> {
+) -> Result<Values<'static>, TrainError> {
     let n = graph.native;
     let mut values: Vec<Option<Tensor>> = vec![None; graph.nodes.len()];
-    let mut rows: BTreeMap<String, BTreeMap<usize, Tensor>> = BTreeMap::new();
-    let mut points = Points::default();
     for (i, node) in graph.nodes.iter().enumerate() {
         let at = |e: candle_core::Error| TrainError::node(i, node.op.name(), &e);
         let get = |v: ValueId| -> Result<&Tensor, TrainError> {
@@ -118,7 +52,7 @@ pub(crate) fn forward(
                 .as_ref()
                 .ok_or_else(|| TrainError::Internal(format!("{v} read before it is made")))
         };
-        let float = match &node.op {
+        let value = match &node.op {
             Op::Input { name, .. } => named(inputs, name, "input")?.clone(),
             Op::Weight { name, .. } => named(weights, name, "weight")?.unsqueeze(0).map_err(at)?,
             Op::Zero { shape } => {
@@ -132,17 +66,8 @@ pub(crate) fn forward(
                 pad_to_tiles(get(*src)?, shape, *layout, *pad, n).map_err(at)?
             }
             Op::Unpad { src, len } => get(*src)?.narrow(1, 0, *len).map_err(at)?,
-            Op::Round { src, format } => {
-                let x = get(*src)?;
-                let pass = ste::float_passes(format, &host(x).map_err(at)?);
-                straight_through(x, pass).map_err(at)?
-            }
-            Op::Quantize { src, format, axis } => {
-                let x = get(*src)?;
-                let run = axis.run(n);
-                let pass = ste::passes(format, &host(x).map_err(at)?, run, i, &mut points);
-                straight_through(x, pass).map_err(at)?
-            }
+            // The float model rounds and quantizes nothing.
+            Op::Round { src, .. } | Op::Quantize { src, .. } => get(*src)?.clone(),
             Op::Concat { parts } => {
                 let unit = if matches!(node.ty, Ty::TileStack { .. }) {
                     1
@@ -171,43 +96,70 @@ pub(crate) fn forward(
                 .map_err(at)?
             }
             Op::Unary { op, src, .. } => unary(*op, get(*src)?).map_err(at)?,
-            Op::Output { name, row, src } => {
-                let t = get(*src)?.clone();
-                rows.entry(name.clone()).or_default().insert(*row, t);
-                continue;
-            }
-        };
-        let value = match (&mode, &node.op) {
-            (Mode::Float, _) | (_, Op::Input { .. } | Op::Weight { .. } | Op::Zero { .. }) => float,
-            (Mode::Exact(exact), _) => {
-                let value = exact.get(&ValueId(i as u32)).ok_or_else(|| {
-                    TrainError::Internal(format!("the run handed back no value for node {i}"))
-                })?;
-                let value = value.data.clone();
-                float.apply_op1(Exact { value }).map_err(at)?
-            }
+            Op::Output { .. } => continue,
         };
         values[i] = Some(value);
     }
-    let mut outputs = BTreeMap::new();
-    for o in &graph.outputs {
-        let parts = rows.remove(&o.name).unwrap_or_default();
-        if parts.len() != o.rows {
-            return Err(TrainError::Internal(format!(
-                "output `{}` has {} of its {} rows",
-                o.name,
-                parts.len(),
-                o.rows
-            )));
-        }
-        let at = |e: candle_core::Error| TrainError::node(0, "output", &e);
-        let parts: Vec<Tensor> = parts.into_values().collect();
-        let t = Tensor::stack(&same_batch(&parts).map_err(at)?, 1).map_err(at)?;
-        let mut dims = vec![t.dim(0).map_err(at)?];
-        dims.extend(&o.shape);
-        outputs.insert(o.name.clone(), t.reshape(dims).map_err(at)?);
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let Some(t) = t else { return Ok(None) };
+            let at = |e: candle_core::Error| TrainError::node(i, "value", &e);
+            let batch = t.dim(0).map_err(at)?;
+            let data = t.flatten_all().and_then(|t| t.to_vec1()).map_err(at)?;
+            Ok(Some(Value {
+                batch,
+                data: Cow::Owned(data),
+            }))
+        })
+        .collect()
+}
+
+/// Every node's value of a concordant run: `written` (an [`crate::Execution::written`] of a
+/// `keep_values` run) for the nodes it computed, `weights` (logical shapes, flattened) and
+/// `inputs` (`[batch, ...]`, flattened) for the leaves.
+pub(crate) fn exact<'a>(
+    graph: &SwGraph,
+    written: &'a HashMap<ValueId, crate::WrittenValue>,
+    weights: &'a Shaped,
+    inputs: &'a Shaped,
+    batch: usize,
+) -> Result<Values<'a>, TrainError> {
+    let leaf = |map: &'a Shaped, name: &str, kind: &str| {
+        map.get(name)
+            .map(|(_, v)| Cow::Borrowed(v.as_slice()))
+            .ok_or_else(|| TrainError::Internal(format!("no {kind} tensor `{name}`")))
+    };
+    let mut values = Vec::with_capacity(graph.nodes.len());
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let value = match &node.op {
+            Op::Output { .. } => None,
+            Op::Input { name, .. } => Some(Value {
+                batch,
+                data: leaf(inputs, name, "input")?,
+            }),
+            Op::Weight { name, .. } => Some(Value {
+                batch: 1,
+                data: leaf(weights, name, "weight")?,
+            }),
+            Op::Zero { shape } => Some(Value {
+                batch: 1,
+                data: Cow::Owned(vec![0.0; shape.iter().product()]),
+            }),
+            _ => {
+                let w = written.get(&ValueId(i as u32)).ok_or_else(|| {
+                    TrainError::Internal(format!("the run handed back no value for node {i}"))
+                })?;
+                Some(Value {
+                    batch: w.batch,
+                    data: Cow::Borrowed(w.data.as_slice()),
+                })
+            }
+        };
+        values.push(value);
     }
-    Ok(Pass { outputs, points })
+    Ok(values)
 }
 
 fn named<'t>(
@@ -218,22 +170,6 @@ fn named<'t>(
     tensors
         .get(name)
         .ok_or_else(|| TrainError::Internal(format!("no {kind} tensor `{name}`")))
-}
-
-/// The values of `t` on the host, in row-major order.
-fn host(t: &Tensor) -> candle_core::Result<Vec<f64>> {
-    t.flatten_all()?.to_vec1::<f64>()
-}
-
-/// `x`, with its gradient passed only where `pass` is set.
-fn straight_through(x: &Tensor, pass: Option<Vec<u8>>) -> candle_core::Result<Tensor> {
-    match pass {
-        None => Ok(x.clone()),
-        Some(mask) => {
-            let mask = Tensor::from_vec(mask, x.shape(), x.device())?;
-            mask.where_cond(x, &x.detach())
-        }
-    }
 }
 
 /// Parts of batch 1 broadcast to the batch of the others.
