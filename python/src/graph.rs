@@ -5,7 +5,6 @@ use crate::convert::{OutDtype, to_dict, to_tensors};
 use crate::errors::{Message, data_error, diagnostic_dict, exec_error, raise, render};
 use crate::grad::{self, Tape};
 use nnp_grammar::{Diagnostic, Interface, Program, SourceFile, Target};
-use numpy::{PyArrayMethods, PyUntypedArrayMethods};
 use nnp_lowering::depgraph::DepGraph;
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
 use nnp_runtime::campaign;
@@ -17,6 +16,7 @@ use nnp_runtime::host::{
 };
 use nnp_runtime::io::Inexact;
 use nnp_runtime::train::{self, TrainError};
+use numpy::{PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
