@@ -1,4 +1,4 @@
-"""BENCHMARKS.md, "Discordant Ray campaigns": a campaign whose every element may mismatch
+"""docs/benchmarks-tools.md, "Discordant Ray campaigns": a campaign whose every element may mismatch
 (hardware made with the weights of another seed) against a concordant one and `nnpc diff`
 on the same data, in one run. Run from the repository root (after python/ci.sh):
 

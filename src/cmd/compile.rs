@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Compile a firmware file to its software graph (`.swg.json`): the SSA tensor graph that
-/// `nnpc run` executes bit-identically to the hardware. Schema: docs/swgraph.md.
+/// `nnpc run` executes bit-identically to the hardware. Schema: docs/files.md ("Compiled graphs").
 ///
 /// Exit status: 0 ok, 1 firmware errors, 2 unreadable input or unwritable output.
 #[derive(clap::Args)]

@@ -1,4 +1,4 @@
-//! A graph's file: the JSON form of docs/swgraph.md ("JSON form"). [`SwGraph::to_json`] writes
+//! A graph's file: the JSON form of docs/files.md ("Compiled graphs"). [`SwGraph::to_json`] writes
 //! version [`SWGRAPH_VERSION`] (`encode.rs`: one array per node, formats and table files
 //! numbered once, node types left out since they follow from the ops); [`SwGraph::from_json`]
 //! reads it (`decode.rs`) and version 2 (one object per node with its type, read through the

@@ -1,5 +1,5 @@
 //! Writing the JSON form: the header's fields one per line, then each node, write record and
-//! check as one array on a line of its own (docs/swgraph.md, "JSON form"). Formats and table
+//! check as one array on a line of its own (docs/files.md, "Compiled graphs"). Formats and table
 //! files are numbered by first use and written once, in `formats` and `tables`, before the
 //! rows that name them by number.
 
