@@ -515,10 +515,7 @@ impl HostData {
         opts: &LoadOptions,
         searched: &str,
     ) -> Result<HostData, HostError> {
-        let found = tensors
-            .into_iter()
-            .map(|(name, t)| (name, Found::Memory(t)))
-            .collect();
+        let found = in_memory(tensors, |_| true);
         let (weights, feed) = HostData::feed(program, found, opts, searched, Weights::Read)?;
         HostData::whole(weights, &feed)
     }
@@ -533,11 +530,7 @@ impl HostData {
         opts: &LoadOptions,
         searched: &str,
     ) -> Result<HostData, HostError> {
-        let found = tensors
-            .into_iter()
-            .filter(|(name, _)| !program.weights().any(|d| &d.name == name))
-            .map(|(name, t)| (name, Found::Memory(t)))
-            .collect();
+        let found = in_memory(tensors, |name| !program.weights().any(|d| d.name == name));
         let (_, feed) = HostData::feed(program, found, opts, searched, Weights::Skip)?;
         HostData::whole(BTreeMap::new(), &feed)
     }
@@ -665,6 +658,18 @@ fn held_names<'a>(names: impl ExactSizeIterator<Item = &'a String>) -> String {
         0 => String::new(),
         _ => format!("; tensors found: {}", crate::source::held(names)),
     }
+}
+
+/// `tensors` that `keep` keeps, as found in memory.
+fn in_memory(
+    tensors: BTreeMap<String, Tensor>,
+    keep: impl Fn(&str) -> bool,
+) -> BTreeMap<String, Found> {
+    tensors
+        .into_iter()
+        .filter(|(name, _)| keep(name))
+        .map(|(name, t)| (name, Found::Memory(t)))
+        .collect()
 }
 
 /// What [`HostData::feed`] does with the weights.
