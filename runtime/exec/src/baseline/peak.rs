@@ -194,6 +194,23 @@ mod x86 {
     use std::arch::x86_64::*;
     use std::hint::black_box;
 
+    /// The sum of every lane of the accumulators `acc` (through black_box: they leave the
+    /// registers once, at the end), each register's `K` lanes written out by `store`.
+    fn lane_sum<V: Copy, L: Copy + Default, T: std::iter::Sum + From<L>, const K: usize>(
+        acc: &[V],
+        store: impl Fn(&mut [L; K], V),
+    ) -> T {
+        black_box(acc)
+            .iter()
+            .flat_map(|&v| {
+                let mut lanes = [L::default(); K];
+                store(&mut lanes, v);
+                lanes
+            })
+            .map(T::from)
+            .sum()
+    }
+
     /// `rounds` rounds of `VNNI_ACC` independent `vpdpbusd`, each adding `4 * 2 * 3` to every
     /// lane: the accumulators are the only values that change, so no instruction can be
     /// hoisted out of the loop, and their sum is returned.
@@ -212,16 +229,10 @@ mod x86 {
                 *s = _mm512_dpbusd_epi32(*s, a, b);
             }
         }
-        // The accumulators leave the registers once, at the end.
-        let acc = black_box(acc);
-        let mut lanes = [0i32; 16];
-        let mut total = 0i64;
-        for s in &acc {
-            // SAFETY: `lanes` holds 16 i32, one 512-bit store.
-            unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), *s) };
-            total += lanes.iter().map(|&l| i64::from(l)).sum::<i64>();
-        }
-        total
+        // SAFETY: `lanes` holds 16 i32, one 512-bit store; AVX-512F is present.
+        lane_sum::<_, i32, i64, 16>(&acc, |lanes, s| unsafe {
+            _mm512_storeu_si512(lanes.as_mut_ptr().cast(), s)
+        })
     }
 
     /// `rounds` rounds of `AVX2_ACC` independent `vpmaddubsw` + `vpmaddwd` + `vpaddd`. The
@@ -246,15 +257,10 @@ mod x86 {
                 *v = _mm256_add_epi8(*v, step);
             }
         }
-        let acc = black_box(acc);
-        let mut lanes = [0i32; 8];
-        let mut total = 0i64;
-        for s in &acc {
-            // SAFETY: `lanes` holds 8 i32, one 256-bit store.
-            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *s) };
-            total += lanes.iter().map(|&l| i64::from(l)).sum::<i64>();
-        }
-        total
+        // SAFETY: `lanes` holds 8 i32, one 256-bit store; AVX2 is present.
+        lane_sum::<_, i32, i64, 8>(&acc, |lanes, s| unsafe {
+            _mm256_storeu_si256(lanes.as_mut_ptr().cast(), s)
+        })
     }
 
     /// `rounds` rounds of `FMA_ACC` independent `vfmadd231ps` on 16 lanes: `acc = acc * a + b`,
@@ -273,15 +279,10 @@ mod x86 {
                 *s = _mm512_fmadd_ps(*s, a, b);
             }
         }
-        let acc = black_box(acc);
-        let mut lanes = [0f32; 16];
-        let mut total = 0.0;
-        for s in &acc {
-            // SAFETY: `lanes` holds 16 f32, one 512-bit store.
-            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), *s) };
-            total += lanes.iter().map(|&l| f64::from(l)).sum::<f64>();
-        }
-        total
+        // SAFETY: `lanes` holds 16 f32, one 512-bit store; AVX-512F is present.
+        lane_sum::<_, f32, f64, 16>(&acc, |lanes, s| unsafe {
+            _mm512_storeu_ps(lanes.as_mut_ptr(), s)
+        })
     }
 
     /// [`fma512`] on 8 lanes (`ymm`).
@@ -298,15 +299,10 @@ mod x86 {
                 *s = _mm256_fmadd_ps(*s, a, b);
             }
         }
-        let acc = black_box(acc);
-        let mut lanes = [0f32; 8];
-        let mut total = 0.0;
-        for s in &acc {
-            // SAFETY: `lanes` holds 8 f32, one 256-bit store.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *s) };
-            total += lanes.iter().map(|&l| f64::from(l)).sum::<f64>();
-        }
-        total
+        // SAFETY: `lanes` holds 8 f32, one 256-bit store; AVX is present.
+        lane_sum::<_, f32, f64, 8>(&acc, |lanes, s| unsafe {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), s)
+        })
     }
 }
 
