@@ -60,6 +60,8 @@ def _as_array(value: ArrayLike, name: str) -> np.ndarray:
         # A parameter's values are read (no gradient flows through a run); a lazy negation
         # is not in the memory.
         value = value.detach().resolve_conj().resolve_neg()
+        if value.device.type == "cpu" and str(value.dtype) in _TORCH_NUMPY_DTYPES:
+            return value.numpy()  # a view of the tensor's memory, as DLPack gives
     if _is_torch_bfloat16(value):
         import torch
 
@@ -85,6 +87,10 @@ def _as_array(value: ArrayLike, name: str) -> np.ndarray:
     if a.dtype.kind == "f" and not a.dtype.isnative:
         return a.astype(a.dtype.newbyteorder("="))  # a byte swap: the same values
     return a
+
+
+# The torch dtypes numpy holds as they are.
+_TORCH_NUMPY_DTYPES = ("torch.float16", "torch.float32", "torch.float64")
 
 
 def _from_dlpack(value: Any, name: str, view: Any = None) -> np.ndarray:

@@ -49,17 +49,9 @@ def _layer(key: int) -> "FirmwareLayer":
     return layer
 
 
-_NUMPY_DTYPES = (torch.float16, torch.float32, torch.float64)
-
-
 def _numpy(t: torch.Tensor) -> Any:
-    """A tensor's values for the Rust core (any float dtype and strides; bfloat16 included):
-    a CPU tensor numpy holds as it is, as a numpy view of its memory (no copy); any other
-    through ``nnpc``'s own conversion (DLPack)."""
-    t = t.detach()
-    if t.device.type == "cpu" and t.dtype in _NUMPY_DTYPES and not (t.is_neg() or t.is_conj()):
-        return t.numpy()
-    return t.cpu()
+    """A tensor's values for the Rust core (any float dtype and strides; bfloat16 included)."""
+    return t.detach().cpu()
 
 
 def _run(

@@ -45,8 +45,8 @@ enum Prepared {
 
 /// The weights of a run, as a warm session is matched with them ([`Graph::run_warm`]).
 enum RunWeights<'a> {
-    /// Every weight, as the caller's float32 arrays, read in place.
-    Views(BTreeMap<String, &'a [f32]>),
+    /// Every weight, as the caller's float32 arrays of the declared shapes, read in place.
+    Views(BTreeMap<String, (&'a [f32], &'a [usize])>),
     /// The seeded random weights of this seed.
     Seeded(u64),
 }
@@ -59,7 +59,7 @@ impl RunWeights<'_> {
             (RunWeights::Seeded(a), Prepared::Seeded(b)) => a == b,
             (RunWeights::Views(views), Prepared::Given(given)) => {
                 views.len() == given.len()
-                    && views.iter().zip(given).all(|((a, x), (b, t))| {
+                    && views.iter().zip(given).all(|((a, (x, _)), (b, t))| {
                         const PIECE: usize = 1 << 16;
                         a == b
                             && x.len() == t.data.len()
@@ -90,16 +90,10 @@ impl RunWeights<'_> {
             RunWeights::Views(views) => {
                 let tensors: BTreeMap<String, Tensor> = views
                     .iter()
-                    .map(|(name, x)| {
-                        let decl = program.weights().find(|d| &d.name == name);
-                        let shape = decl.map_or_else(|| vec![x.len()], |d| d.shape.clone());
-                        (
-                            name.clone(),
-                            Tensor {
-                                shape,
-                                data: x.to_vec(),
-                            },
-                        )
+                    .map(|(name, (x, shape))| {
+                        let data = x.to_vec();
+                        let shape = shape.to_vec();
+                        (name.clone(), Tensor { shape, data })
                     })
                     .collect();
                 (tensors.clone(), Prepared::Given(tensors))
@@ -302,12 +296,12 @@ impl Graph {
                     if a.shape() != d.shape.as_slice() || !a.is_c_contiguous() || !a.is_aligned() {
                         return Ok(None);
                     }
-                    borrowed.push((d.name.clone(), a.readonly()));
+                    borrowed.push((d, a.readonly()));
                 }
                 let mut views = BTreeMap::new();
-                for (name, a) in &borrowed {
+                for (d, a) in &borrowed {
                     match a.as_slice() {
-                        Ok(x) => views.insert(name.clone(), x),
+                        Ok(x) => views.insert(d.name.clone(), (x, d.shape.as_slice())),
                         Err(_) => return Ok(None),
                     };
                 }

@@ -368,12 +368,13 @@ def test_a_warm_graph_reuses_only_the_same_bits() -> None:
     assert same_bits(changed, fresh(w, x)) and not same_bits(changed, first)
     w[name].flat[7] -= np.float32(0.5)
     assert same_bits(graph.run(w, x)["h"], first)
-    # A zero's sign is a bit of its own.
-    zero = int(np.flatnonzero(w[name] == 0)[0]) if (w[name] == 0).any() else None
-    if zero is not None:
-        w[name].flat[zero] = np.float32(-0.0)
-        assert same_bits(graph.run(w, x)["h"], fresh(w, x))
-        w[name].flat[zero] = np.float32(0.0)
+    # A zero's sign is a bit of its own: +0.0 prepared, then -0.0 in its place.
+    kept = w[name].flat[7]
+    w[name].flat[7] = np.float32(0.0)
+    graph.run(w, x)
+    w[name].flat[7] = np.float32(-0.0)
+    assert same_bits(graph.run(w, x)["h"], fresh(w, x))
+    w[name].flat[7] = kept
     # Seeded and given weights of the same values alternate on one graph.
     seeded = graph.run(batch=4, seed=3)["h"]
     assert same_bits(seeded, fresh(batch=4, seed=3))
