@@ -287,10 +287,16 @@ pub fn run_differential(
             }
         }
     }
+    // The first run's paths, and the products the warm run stacked (it alone takes the
+    // stacked steps).
+    let paths = PathCounts {
+        stacked_products: plain[1].paths.stacked_products,
+        ..plain[0].paths
+    };
     Outcome::Concordant {
         elements,
         written: lanes,
-        paths: plain[0].paths,
+        paths,
     }
 }
 

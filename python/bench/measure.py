@@ -32,17 +32,37 @@ def median_time(f, reps: int) -> float:
     return statistics.median(times)
 
 
-def overhead(program: str, batches, reps: int) -> None:
+def overhead(program: str, batches, reps: int, rounds: int) -> None:
     g = nnpc.compile(program)
-    print(f"## {program}: Graph.run against `nnpc run` (median of {reps})")
+    print(f"## {program}: Graph.run against `nnpc run` ({rounds} rounds alternating the two, medians of {reps} calls each)")
     print("| batch | `nnpc bench`: warm run (ms) | Graph.run warm, seed (ms) | Graph.run warm, arrays (ms) | seed / warm | arrays / warm | `nnpc run`: its run (ms) | `nnpc run`: process (ms) |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    spread = lambda v: f"{statistics.median(v):.3f} [{min(v):.3f}, {max(v):.3f}]"  # noqa: E731
     for b in batches:
-        bench = subprocess.run(
-            [NNPC, "bench", program, "--batch", str(b), "--reps", str(reps), "--skip-emulator", "--json"],
-            cwd=ROOT, capture_output=True, text=True, check=True,
-        )
-        warm_rust = json.loads(bench.stdout)["software_graph"]["seconds"]
+        w, x = g.random_weights(0), g.random_inputs(b, seed=0)
+        g.run(batch=b)  # warm
+        warm, seeded, arrays, seed_ratio, array_ratio = [], [], [], [], []
+        for r in range(rounds):
+            # The CLI's warm run and the two calls in turn, the order swapped every round.
+            def rust():
+                bench = subprocess.run(
+                    [NNPC, "bench", program, "--batch", str(b), "--reps", str(reps), "--skip-emulator", "--json"],
+                    cwd=ROOT, capture_output=True, text=True, check=True,
+                )
+                return json.loads(bench.stdout)["software_graph"]["seconds"]
+
+            def python():
+                g.run(batch=b)
+                s = median_time(lambda: g.run(batch=b), reps)
+                g.run(w, x)
+                return s, median_time(lambda: g.run(w, x), reps)
+
+            if r % 2 == 0:
+                t, (s, a) = rust(), python()
+            else:
+                (s, a), t = python(), rust()
+            for values, v in ((warm, t), (seeded, s), (arrays, a), (seed_ratio, s / t), (array_ratio, a / t)):
+                values.append(v)
         cli_run, cli_wall = [], []
         for _ in range(reps):
             t0 = time.perf_counter()
@@ -52,15 +72,11 @@ def overhead(program: str, batches, reps: int) -> None:
             )
             cli_wall.append(time.perf_counter() - t0)
             cli_run.append(json.loads(out.stdout)["seconds"])
-        g.run(batch=b)  # warm
-        seeded = median_time(lambda: g.run(batch=b), reps)
-        w, x = g.random_weights(0), g.random_inputs(b, seed=0)
-        g.run(w, x)
-        arrays = median_time(lambda: g.run(w, x), reps)
+        ms = lambda v: statistics.median(v) * 1e3  # noqa: E731
         print(
-            f"| {b} | {warm_rust * 1e3:.2f} | {seeded * 1e3:.2f} | {arrays * 1e3:.2f} "
-            f"| {seeded / warm_rust:.3f} | {arrays / warm_rust:.3f} "
-            f"| {statistics.median(cli_run) * 1e3:.2f} | {statistics.median(cli_wall) * 1e3:.1f} |"
+            f"| {b} | {ms(warm):.2f} | {ms(seeded):.2f} | {ms(arrays):.2f} "
+            f"| {spread(seed_ratio)} | {spread(array_ratio)} "
+            f"| {ms(cli_run):.2f} | {ms(cli_wall):.1f} |"
         )
 
 
@@ -102,12 +118,13 @@ if __name__ == "__main__":
     ap.add_argument("--items", type=int, default=100000)
     ap.add_argument("--batch-size", type=int, default=5000)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds alternating the CLI's run and Graph.run")
     ap.add_argument("--skip-ray", action="store_true")
     ap.add_argument("--program", default="samples/lstm.nnp")
     ap.add_argument("--batches", default="1,64,1024", help="comma-separated")
     a = ap.parse_args()
     os.chdir(ROOT)
     print(f"machine: {os.cpu_count()} CPUs; {os.uname().machine}")
-    overhead(a.program, [int(b) for b in a.batches.split(",")], a.reps)
+    overhead(a.program, [int(b) for b in a.batches.split(",")], a.reps, a.rounds)
     if not a.skip_ray:
         campaign(a.items, a.batch_size)

@@ -278,6 +278,8 @@ struct Rounds {
     sw_s: f64,
     floor_s: f64,
     shards: usize,
+    /// Products a warm run computed stacked with others of their weight stack.
+    stacked: usize,
     floor_calls: usize,
     floor_macs: u64,
     /// The products alone on the integer kernel: median seconds, multiply-adds, on bytes.
@@ -343,8 +345,10 @@ fn timed_rounds(
         None => args.reps,
     };
     let (mut shards, mut same, mut peaks, mut fmas) = (1, true, Vec::new(), Vec::new());
+    let mut stacked = 0;
     let mut run_graph = || -> miette::Result<()> {
-        shards = session.run(data).map_err(super::fail)?.shards;
+        let run = session.run(data).map_err(super::fail)?;
+        (shards, stacked) = (run.shards, run.paths.stacked_products);
         Ok(())
     };
     let mut run_floor = || floor.run().map_err(super::fail);
@@ -409,6 +413,7 @@ fn timed_rounds(
         sw_s: med(0).unwrap_or(0.0),
         floor_s: med(1).unwrap_or(0.0),
         shards,
+        stacked,
         floor_calls: floor.calls(),
         floor_macs: floor.macs(),
         products: products
@@ -442,6 +447,41 @@ fn kernel_race(
     Ok((fmt, k))
 }
 
+/// The ratios `nnpc bench` holds against its targets: the graph against the emulator (in the
+/// same rounds), against the plain f32 floor, and the quantize kernel against an element-wise
+/// op.
+fn target_ratios(
+    emu: Option<EmuRuns>,
+    emu_vps: Option<f64>,
+    vectors: usize,
+    (sw_s, floor_s): (f64, f64),
+    kernel_ratio: f64,
+) -> Vec<Value> {
+    let mut ratios = Vec::new();
+    if let (Some(e), Some(emu_vps)) = (emu, emu_vps) {
+        let paired_vps = vectors as f64 / e.graph_secs.max(1e-12);
+        ratios.push(ratio(
+            "software graph vs emulator (vectors/s)",
+            paired_vps / emu_vps.max(1e-12),
+            ">=",
+            EMU_TARGET,
+        ));
+    }
+    ratios.push(ratio(
+        "software graph time / plain f32 matmuls",
+        sw_s / floor_s.max(1e-12),
+        "<=",
+        FLOOR_TARGET,
+    ));
+    ratios.push(ratio(
+        "quantize kernel / element-wise op (elements/s)",
+        kernel_ratio,
+        ">=",
+        KERNEL_TARGET,
+    ));
+    ratios
+}
+
 /// The report of `nnpc bench` (JSON) on what was measured.
 fn report(
     args: &Args,
@@ -464,6 +504,7 @@ fn report(
         sw_s,
         floor_s,
         shards,
+        stacked,
         floor_calls,
         floor_macs,
         products,
@@ -475,22 +516,6 @@ fn report(
     let emu_vps = emu.map(|e| (e.items * rows) as f64 / e.secs.max(1e-12));
     let emu_json = emu.zip(emu_vps).map(|(e, vps)| e.json(rows, vps));
     let concordant = emu.map(|e| e.same);
-    let mut ratios = Vec::new();
-    if let (Some(e), Some(emu_vps)) = (emu, emu_vps) {
-        let paired_vps = vectors as f64 / e.graph_secs.max(1e-12);
-        ratios.push(ratio(
-            "software graph vs emulator (vectors/s)",
-            paired_vps / emu_vps.max(1e-12),
-            ">=",
-            EMU_TARGET,
-        ));
-    }
-    ratios.push(ratio(
-        "software graph time / plain f32 matmuls",
-        sw_s / floor_s.max(1e-12),
-        "<=",
-        FLOOR_TARGET,
-    ));
     // Context without a target: how far the products alone, as plain f32 BLAS with no
     // quantization at all, are ahead of the emulator on this machine.
     let context: Vec<Value> = emu_vps
@@ -503,12 +528,7 @@ fn report(
         .into_iter()
         .collect();
     let kernel_ratio = k.elementwise_s / k.quantize_s.max(1e-12);
-    ratios.push(ratio(
-        "quantize kernel / element-wise op (elements/s)",
-        kernel_ratio,
-        ">=",
-        KERNEL_TARGET,
-    ));
+    let ratios = target_ratios(emu, emu_vps, vectors, (sw_s, floor_s), kernel_ratio);
     let peak_rate = peak.macs_per_second.max(1e-12);
     let floor_flops = 2.0 * floor_macs as f64 / floor_s.max(1e-12);
     let graph_rate = floor_macs as f64 / sw_s.max(1e-12);
@@ -539,6 +559,9 @@ fn report(
             "bounded_products": paths.bounded_products,
             // Shards of items the warm runs went in (`--shards`).
             "shards": shards,
+            // Products a warm run computed stacked with others of their weight stack (passes
+            // of at most 4 items: docs/swgraph.md, "Stacked steps").
+            "stacked_products": stacked,
             "nodes": graph.nodes.len(),
             "vectors": vectors,
             "first_run_seconds": cold_s,

@@ -57,6 +57,9 @@ pub struct PathCounts {
     /// kernel ([`intdot::Kernel::Vnni`](crate::intdot::Kernel::Vnni): BFP 8 and narrower; sliced
     /// products not counted).
     pub byte_products: usize,
+    /// Of those, the products computed as one with others of their weight stack, over their
+    /// vectors' items stacked (a warm pass of few items: `session/steps.rs`, stacked steps).
+    pub stacked_products: usize,
     /// Of those, the products computed on the GPU (`DeviceKind::Cuda`).
     pub gpu_products: usize,
     /// Of those, the products whose operands the kernel took in slices (fp8 and MX formats:
@@ -82,6 +85,7 @@ impl std::ops::Add for PathCounts {
         PathCounts {
             int_products: self.int_products + o.int_products,
             byte_products: self.byte_products + o.byte_products,
+            stacked_products: self.stacked_products + o.stacked_products,
             gpu_products: self.gpu_products + o.gpu_products,
             sliced_products: self.sliced_products + o.sliced_products,
             bounded_products: self.bounded_products + o.bounded_products,
@@ -96,11 +100,12 @@ impl std::fmt::Display for PathCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} products on the integer kernel ({} on bytes, {} on the GPU, {} on integer \
-             slices), {} on the float path's bounded matmul, {} weight stacks prepared in one pass, {} vectors \
+            "{} products on the integer kernel ({} on bytes, {} stacked, {} on the GPU, {} on \
+             integer slices), {} on the float path's bounded matmul, {} weight stacks prepared in one pass, {} vectors \
              quantized straight to integers ({} of them from a concat's parts)",
             self.int_products,
             self.byte_products,
+            self.stacked_products,
             self.gpu_products,
             self.sliced_products,
             self.bounded_products,

@@ -41,7 +41,9 @@ mod sliced;
 mod vector;
 mod weights;
 
-pub use product::{fits, matvec, on_bytes, round_sums, sums_exact_in_any_order, sums_exact_with};
+pub use product::{
+    fits, matvec, matvecs, on_bytes, round_sums, sums_exact_in_any_order, sums_exact_with,
+};
 pub use runs::to_ints;
 pub use sliced::SlicedWeights;
 pub use vector::IntVector;

@@ -29,6 +29,11 @@ pub struct ExecOptions {
     /// Evaluate in the products-first order (`swgraph::Schedule::new`): another order of the same
     /// graph, for tests (the results are the same bits).
     pub products_first: bool,
+    /// Never run passes of few items in the stacked order (`Session`'s stacked steps: every
+    /// product that depends on no other, as in products-first order, and those of one weight
+    /// stack as one product over their items stacked); for comparisons and tests (the results
+    /// are the same bits).
+    pub unstacked: bool,
     /// Shards of a warm run on the CPU ([`Session::run`](crate::Session::run)): `None` chooses (one
     /// per thread for graphs of small weights, else the whole batch), `Some(1)` runs every batch
     /// whole; for comparisons and tests (the results are the same bits).

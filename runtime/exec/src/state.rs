@@ -121,6 +121,7 @@ pub(crate) enum Kept {
 pub(crate) enum Path {
     IntKernel,
     Bytes,
+    Stacked,
     Gpu,
     Slices,
     Bounded,
@@ -138,6 +139,7 @@ pub(crate) fn counts(paths: &Paths) -> PathCounts {
     PathCounts {
         int_products: taken(Path::IntKernel),
         byte_products: taken(Path::Bytes),
+        stacked_products: taken(Path::Stacked),
         gpu_products: taken(Path::Gpu),
         sliced_products: taken(Path::Slices),
         bounded_products: taken(Path::Bounded),

@@ -188,6 +188,53 @@ fn warm_runs_in_shards_match_the_emulator() {
     );
 }
 
+/// Warm runs of at most 4 items take the stacked steps (the products of one weight stack
+/// that read no other product as one, over their vectors stacked: docs/swgraph.md): at
+/// batches 1 and 4 on every sample and target, with a NaN in the last item at 4, the
+/// emulator's bits, as an unstacked session's; the samples with such products (the LSTM, the
+/// GRU, the convolutions' windows) stack some.
+#[test]
+fn stacked_warm_runs_match_the_emulator() {
+    let mut stacked = 0;
+    for (path, target) in cases() {
+        let program = load(&path, &target);
+        let graph = swgraph::compile(&program, Roots::Outputs).expect("lowers");
+        let unstacked = ExecOptions {
+            unstacked: true,
+            ..ExecOptions::default()
+        };
+        let mut session = nnp_exec::Session::new(&graph, &ExecOptions::default()).expect("session");
+        let mut plain = nnp_exec::Session::new(&graph, &unstacked).expect("session");
+        let first = HostData::random(&program, 2, 0x57ac);
+        session.run(&first).expect("first run");
+        plain.run(&first).expect("first run");
+        for batch in [1, 4] {
+            let case = format!("{} on {target}, batch {batch}", path.display());
+            let mut data = HostData::random(&program, batch, 0x57ac + batch as u64);
+            data.weights = first.weights.clone();
+            if batch == 4 {
+                let t = data
+                    .inputs
+                    .values_mut()
+                    .next()
+                    .expect("every sample has an input");
+                let per_item = t.data.len() / batch;
+                t.data[3 * per_item] = f32::NAN;
+            }
+            let hw = nnp_emulator::emulate(&program, &data, &EmuOptions::default())
+                .unwrap_or_else(|e| panic!("{case}: emulator: {e}"));
+            let warm = session.run(&data).expect("warm run");
+            assert_same(&case, &hw.outputs, &warm.outputs);
+            let other = plain.run(&data).expect("warm run");
+            assert_same(&format!("{case}, unstacked"), &hw.outputs, &other.outputs);
+            assert_eq!(other.paths.stacked_products, 0, "{case}");
+            stacked += warm.paths.stacked_products;
+        }
+    }
+    eprintln!("{stacked} products stacked");
+    assert_eq!(stacked > 0, nnp_exec::intdot::simd());
+}
+
 /// The thread count changes how the work is cut (the emulator's chunks of items, the warm
 /// runs' shards, the integer kernel's tasks of items and rows, the weights' preparation) and
 /// must change no bit: on thread pools of 1, 3 and 16 threads, a first run and a warm run of

@@ -115,6 +115,14 @@ fn table_header(s: &mut String, r: &Value) {
             sw["shards"]
         );
     }
+    if sw["stacked_products"].as_u64().is_some_and(|k| k > 0) {
+        let _ = writeln!(
+            s,
+            "warm runs: {} products stacked with the others of their weight stack, one \
+             product over all their vectors (passes of at most 4 items)",
+            sw["stacked_products"]
+        );
+    }
 }
 
 /// The table's measurements: seconds and rate of each.

@@ -64,11 +64,25 @@ fn fits_spans(w: &IntWeights, cols: usize, limit: i32, xs: Span) -> bool {
 /// integer mantissas: `[b, rows * n]`. The caller checks [`fits`]; `which` picks the kernel
 /// ([`Kernel::best`]; one the CPU lacks hands over to the next one down).
 pub fn matvec(spec: &MatVec, w: &IntWeights, x: &IntVector, which: Kernel) -> Vec<f64> {
-    let per_task = items_per_task(x.b, w.rows, rayon::current_num_threads());
-    matvec_tasks(spec, w, x, which, per_task)
+    let mut ys = matvecs(&[(spec, w, x)], which);
+    ys.pop().unwrap_or_default()
+}
+
+/// Several products, each as [`matvec`] computes it, in one parallel pass over all their
+/// tasks: one wait for the pool instead of one per product (the four gates of an LSTM step
+/// at batch 1 are four products of a few microseconds each).
+pub fn matvecs(products: &[(&MatVec, &IntWeights, &IntVector)], which: Kernel) -> Vec<Vec<f64>> {
+    let threads = rayon::current_num_threads();
+    let rows: usize = products.iter().map(|(_, w, _)| w.rows).sum();
+    let per_task: Vec<usize> = products
+        .iter()
+        .map(|(_, _, x)| items_per_task(x.b, rows, threads))
+        .collect();
+    products_tasks(products, &per_task, which)
 }
 
 /// [`matvec`] with tasks of `per_task` batch items (and one row tile) each.
+#[cfg(test)]
 pub(super) fn matvec_tasks(
     spec: &MatVec,
     w: &IntWeights,
@@ -76,144 +90,191 @@ pub(super) fn matvec_tasks(
     which: Kernel,
     per_task: usize,
 ) -> Vec<f64> {
-    // Tile column j of x reads weight column j % w.cols (the same column when x has as many).
-    let (n, rows, cols, b) = (w.n, w.rows, x.cols(), x.b);
-    debug_assert_eq!((spec.n, spec.rows, spec.cols), (n, rows, cols));
-    let blocks = b.div_ceil(per_task);
-    let sums = ExactSums::new(&spec.output);
-    // Tiles the byte kernel does not take are read as i16: a byte-only stack makes them once.
-    if which != Kernel::Scalar && !on_bytes(which, w, x) {
-        w.widen();
-    }
-    // Tasks: (block of items, row tile i). Each writes its runs of the output ([b, rows * n],
-    // one run of n per item and row tile) in place, uninitialised until then.
-    let mut out: Vec<f64> = Vec::with_capacity(b * rows * n);
-    let mut task_runs: Vec<Vec<&mut [MaybeUninit<f64>]>> = (0..blocks * rows)
-        .map(|_| Vec::with_capacity(per_task))
+    let mut ys = products_tasks(&[(spec, w, x)], &[per_task], which);
+    ys.pop().unwrap_or_default()
+}
+
+/// [`matvecs`] with tasks of `per_task[p]` batch items (and one row tile) each for product
+/// `p`.
+fn products_tasks(
+    products: &[(&MatVec, &IntWeights, &IntVector)],
+    per_task: &[usize],
+    which: Kernel,
+) -> Vec<Vec<f64>> {
+    let sums: Vec<ExactSums> = products
+        .iter()
+        .map(|(spec, _, _)| ExactSums::new(&spec.output))
         .collect();
-    for (e, run) in out.spare_capacity_mut()[..b * rows * n]
-        .chunks_mut(n)
-        .enumerate()
-    {
-        let (item, i) = (e / rows, e % rows);
-        task_runs[(item / per_task) * rows + i].push(run);
+    let mut outs: Vec<Vec<f64>> = products
+        .iter()
+        .map(|(_, w, x)| Vec::with_capacity(x.b * w.rows * w.n))
+        .collect();
+    // Tasks: (product, block of items, row tile i). Each writes its runs of its product's
+    // output ([b, rows * n], one run of n per item and row tile) in place, uninitialised
+    // until then.
+    let mut tasks = Vec::new();
+    for (p, (out, &(spec, w, x))) in outs.iter_mut().zip(products).enumerate() {
+        // Tile column j of x reads weight column j % w.cols (the same column when x has as
+        // many).
+        let (n, rows, b) = (w.n, w.rows, x.b);
+        debug_assert_eq!((spec.n, spec.rows, spec.cols), (n, rows, x.cols()));
+        // Tiles the byte kernel does not take are read as i16: a byte-only stack makes them
+        // once.
+        if which != Kernel::Scalar && !on_bytes(which, w, x) {
+            w.widen();
+        }
+        let per = per_task[p];
+        let blocks = b.div_ceil(per);
+        let mut task_runs: Vec<Vec<&mut [MaybeUninit<f64>]>> = (0..blocks * rows)
+            .map(|_| Vec::with_capacity(per))
+            .collect();
+        for (e, run) in out.spare_capacity_mut()[..b * rows * n]
+            .chunks_mut(n)
+            .enumerate()
+        {
+            let (item, i) = (e / rows, e % rows);
+            task_runs[(item / per) * rows + i].push(run);
+        }
+        tasks.extend(
+            task_runs
+                .into_iter()
+                .enumerate()
+                .map(|(t, runs)| (p, t, runs)),
+        );
     }
-    task_runs
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(task, mut runs)| {
-            let (i, b0) = (task % rows, (task / rows) * per_task);
-            let items = per_task.min(b - b0);
-            let part = Items { x, b0, len: items };
-            // The scaled partials of tile column j, 16 rows of one item at a time: P * 2^u_w *
-            // 2^u_x, exact (fits).
-            let scaled = |j: usize, bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
-                let (sw, sx) = (&w.scales(i, j)[r0..][..ROW_BLOCK], part.scales(j)[bi]);
-                std::array::from_fn::<f64, ROW_BLOCK, _>(|k| f64::from(p[k]) * sw[k] * sx)
-            };
-            // The sums of the cheap paths cover the live rows only: the rows after them have no
-            // nonzero weight, so their sums are exact zeros, written as +0.0.
-            let live = w.live_rows[i];
-            if int_sums(spec, w, x, i, b0, items, 32) {
-                // One i32 sum per output across the tile columns, on the row's and the
-                // item's common units; scaled and rounded once at the end, item by item in L1,
-                // straight into the output.
-                let mut acc = vec![0i32; items * live];
-                sum_tiles(which, w, i, &part, &mut acc, live, |j| {
-                    (w.shifts(i, j), part.shifts(j))
-                });
-                let base_w = &w.aligned.base[i * n..][..live];
-                write_runs(&mut runs, items, live, |k, out| {
-                    let a = &acc[k * live..][..live];
-                    sums.round_scaled_ints(a, base_w, x.aligned.base[b0 + k], out);
-                });
-                return;
-            }
-            if plain_sums(spec, w, x, i, b0, items) {
-                let mut s = vec![0.0f64; items * live];
-                sum_tiles(which, w, i, &part, &mut s, live, |j| {
-                    (w.scales(i, j), part.scales(j))
-                });
-                sums.round(&mut s);
-                write_runs(&mut runs, items, live, |k, out| {
-                    out.write_copy_of_slice(&s[k * live..][..live]);
-                });
-                return;
-            }
-            if int_sums(spec, w, x, i, b0, items, 64) {
-                // One i64 sum per output on the common units (fp8 and MX products on slices:
-                // their units spread too far for i32 or plain f64 sums), then each sum as two
-                // exact f64 terms, its high and low 32 bits scaled, rounded once as a running
-                // sum of two (re-summed exactly where the two do not add exactly in f64).
-                let mut acc = vec![0i64; items * live];
-                sum_tiles(which, w, i, &part, &mut acc, live, |j| {
-                    (w.shifts(i, j), part.shifts(j))
-                });
-                let (base_w, m) = (&w.aligned.base[i * n..][..live], items * live);
-                // The terms [hi; lo]: a = hi 2^32 + lo exactly, each below 2^32 in magnitude,
-                // so exact in f64, and so are they scaled (fits keeps the units normal).
-                let mut halves = vec![0.0f64; 2 * m];
-                for (e, &a) in acc.iter().enumerate() {
-                    let scale = base_w[e % live] * x.aligned.base[b0 + e / live];
-                    halves[e] = (a >> 32) as f64 * pow2(32) * scale;
-                    halves[m + e] = (a & 0xffff_ffff) as f64 * scale;
-                }
-                let mut s = vec![0.0f64; m];
-                sums.run(&halves, m, 2, &mut s);
-                write_runs(&mut runs, items, live, |k, out| {
-                    out.write_copy_of_slice(&s[k * live..][..live]);
-                });
-                return;
-            }
-            let y: Vec<f64> = if let Some(seq) = seq_format(spec.accumulation) {
-                // [cols][items * n] partials, then the per-tile rounding of the -seq modes.
-                let mut all = vec![0.0f64; cols * items * n];
-                for (j, t) in all.chunks_mut(items * n).enumerate() {
-                    let mut sink = Emit(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
-                        t[bi * n + r0..][..ROW_BLOCK].copy_from_slice(&scaled(j, bi, r0, p));
-                    });
-                    kernel(which, w.tile(i, j), part.tiles(j), &[], n, &mut sink);
-                }
-                seq_sums(&seq, &spec.output, &all, items * n)
-            } else {
-                // Running two-sums over the tile columns, fed straight from the kernel (the
-                // columns that are zero for every item add nothing: skipped).
-                let (mut s, mut err) = (vec![0.0f64; items * n], vec![0.0f64; items * n]);
-                for j in (0..cols).filter(|&j| !part.empty(j)) {
-                    let mut sink = Adds(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
-                        let at = bi * n + r0..bi * n + r0 + ROW_BLOCK;
-                        ExactSums::add(&mut s[at.clone()], &mut err[at], &scaled(j, bi, r0, p));
-                    });
-                    kernel(
-                        which,
-                        w.tile(i, j),
-                        part.tiles(j),
-                        part.units(j),
-                        n,
-                        &mut sink,
-                    );
-                }
-                // Inexact running sums (rare): the row's partials again, one by one.
-                sums.finish(&mut s, &err, |e, slow| {
-                    let (bi, r) = (e / n, e % n);
-                    for j in 0..cols {
-                        let xs = &part.ints(j)[bi * n..][..n];
-                        let p = dot_scalar(w.tile(i, j), xs, n, r);
-                        slow.add(f64::from(p) * w.scales(i, j)[r] * part.scales(j)[bi]);
-                    }
-                });
-                s
-            };
-            // Every run written in full (the `set_len` below relies on it).
-            assert_eq!(y.len(), runs.len() * n);
-            for (run, y) in runs.iter_mut().zip(y.chunks(n)) {
-                run.write_copy_of_slice(y);
+    tasks.into_par_iter().for_each(|(p, task, runs)| {
+        let (spec, w, x) = products[p];
+        product_task(spec, w, x, which, per_task[p], &sums[p], task, runs);
+    });
+    for (out, (_, w, x)) in outs.iter_mut().zip(products) {
+        // SAFETY: the runs partition the first b * rows * n elements of the capacity, and
+        // every task wrote each of its runs (one per item of its block) in full.
+        unsafe { out.set_len(x.b * w.rows * w.n) };
+    }
+    outs
+}
+
+/// Task `task` of a product's tasks of `per_task` items: row tile `task % rows` of the items
+/// of block `task / rows`, written to `runs` (one run of `n` per item).
+#[allow(clippy::too_many_arguments)]
+fn product_task(
+    spec: &MatVec,
+    w: &IntWeights,
+    x: &IntVector,
+    which: Kernel,
+    per_task: usize,
+    sums: &ExactSums,
+    task: usize,
+    mut runs: Vec<&mut [MaybeUninit<f64>]>,
+) {
+    let (n, rows, cols, b) = (w.n, w.rows, x.cols(), x.b);
+    let (i, b0) = (task % rows, (task / rows) * per_task);
+    let items = per_task.min(b - b0);
+    let part = Items { x, b0, len: items };
+    // The scaled partials of tile column j, 16 rows of one item at a time: P * 2^u_w *
+    // 2^u_x, exact (fits).
+    let scaled = |j: usize, bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
+        let (sw, sx) = (&w.scales(i, j)[r0..][..ROW_BLOCK], part.scales(j)[bi]);
+        std::array::from_fn::<f64, ROW_BLOCK, _>(|k| f64::from(p[k]) * sw[k] * sx)
+    };
+    // The sums of the cheap paths cover the live rows only: the rows after them have no
+    // nonzero weight, so their sums are exact zeros, written as +0.0.
+    let live = w.live_rows[i];
+    if int_sums(spec, w, x, i, b0, items, 32) {
+        // One i32 sum per output across the tile columns, on the row's and the
+        // item's common units; scaled and rounded once at the end, item by item in L1,
+        // straight into the output.
+        let mut acc = vec![0i32; items * live];
+        sum_tiles(which, w, i, &part, &mut acc, live, |j| {
+            (w.shifts(i, j), part.shifts(j))
+        });
+        let base_w = &w.aligned.base[i * n..][..live];
+        write_runs(&mut runs, items, live, |k, out| {
+            let a = &acc[k * live..][..live];
+            sums.round_scaled_ints(a, base_w, x.aligned.base[b0 + k], out);
+        });
+        return;
+    }
+    if plain_sums(spec, w, x, i, b0, items) {
+        let mut s = vec![0.0f64; items * live];
+        sum_tiles(which, w, i, &part, &mut s, live, |j| {
+            (w.scales(i, j), part.scales(j))
+        });
+        sums.round(&mut s);
+        write_runs(&mut runs, items, live, |k, out| {
+            out.write_copy_of_slice(&s[k * live..][..live]);
+        });
+        return;
+    }
+    if int_sums(spec, w, x, i, b0, items, 64) {
+        // One i64 sum per output on the common units (fp8 and MX products on slices:
+        // their units spread too far for i32 or plain f64 sums), then each sum as two
+        // exact f64 terms, its high and low 32 bits scaled, rounded once as a running
+        // sum of two (re-summed exactly where the two do not add exactly in f64).
+        let mut acc = vec![0i64; items * live];
+        sum_tiles(which, w, i, &part, &mut acc, live, |j| {
+            (w.shifts(i, j), part.shifts(j))
+        });
+        let (base_w, m) = (&w.aligned.base[i * n..][..live], items * live);
+        // The terms [hi; lo]: a = hi 2^32 + lo exactly, each below 2^32 in magnitude,
+        // so exact in f64, and so are they scaled (fits keeps the units normal).
+        let mut halves = vec![0.0f64; 2 * m];
+        for (e, &a) in acc.iter().enumerate() {
+            let scale = base_w[e % live] * x.aligned.base[b0 + e / live];
+            halves[e] = (a >> 32) as f64 * pow2(32) * scale;
+            halves[m + e] = (a & 0xffff_ffff) as f64 * scale;
+        }
+        let mut s = vec![0.0f64; m];
+        sums.run(&halves, m, 2, &mut s);
+        write_runs(&mut runs, items, live, |k, out| {
+            out.write_copy_of_slice(&s[k * live..][..live]);
+        });
+        return;
+    }
+    let y: Vec<f64> = if let Some(seq) = seq_format(spec.accumulation) {
+        // [cols][items * n] partials, then the per-tile rounding of the -seq modes.
+        let mut all = vec![0.0f64; cols * items * n];
+        for (j, t) in all.chunks_mut(items * n).enumerate() {
+            let mut sink = Emit(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
+                t[bi * n + r0..][..ROW_BLOCK].copy_from_slice(&scaled(j, bi, r0, p));
+            });
+            kernel(which, w.tile(i, j), part.tiles(j), &[], n, &mut sink);
+        }
+        seq_sums(&seq, &spec.output, &all, items * n)
+    } else {
+        // Running two-sums over the tile columns, fed straight from the kernel (the
+        // columns that are zero for every item add nothing: skipped).
+        let (mut s, mut err) = (vec![0.0f64; items * n], vec![0.0f64; items * n]);
+        for j in (0..cols).filter(|&j| !part.empty(j)) {
+            let mut sink = Adds(|bi: usize, r0: usize, p: &[i32; ROW_BLOCK]| {
+                let at = bi * n + r0..bi * n + r0 + ROW_BLOCK;
+                ExactSums::add(&mut s[at.clone()], &mut err[at], &scaled(j, bi, r0, p));
+            });
+            kernel(
+                which,
+                w.tile(i, j),
+                part.tiles(j),
+                part.units(j),
+                n,
+                &mut sink,
+            );
+        }
+        // Inexact running sums (rare): the row's partials again, one by one.
+        sums.finish(&mut s, &err, |e, slow| {
+            let (bi, r) = (e / n, e % n);
+            for j in 0..cols {
+                let xs = &part.ints(j)[bi * n..][..n];
+                let p = dot_scalar(w.tile(i, j), xs, n, r);
+                slow.add(f64::from(p) * w.scales(i, j)[r] * part.scales(j)[bi]);
             }
         });
-    // SAFETY: the runs partition the first b * rows * n elements of the capacity, and every
-    // task wrote each of its runs (one per item of its block) in full.
-    unsafe { out.set_len(b * rows * n) };
-    out
+        s
+    };
+    // Every run written in full (the `set_len` below relies on it).
+    assert_eq!(y.len(), runs.len() * n);
+    for (run, y) in runs.iter_mut().zip(y.chunks(n)) {
+        run.write_copy_of_slice(y);
+    }
 }
 
 /// Items `b0..b0 + len` of a vector: one task's part.
@@ -309,7 +370,7 @@ fn write_runs(
     live: usize,
     mut f: impl FnMut(usize, &mut [MaybeUninit<f64>]),
 ) {
-    // Every run written in full (`matvec_tasks`' `set_len` relies on it).
+    // Every run written in full (`products_tasks`' `set_len` relies on it).
     assert_eq!(runs.len(), items);
     for (k, run) in runs.iter_mut().enumerate() {
         let (live_run, zero_run) = run.split_at_mut(live);

@@ -677,6 +677,67 @@ fn vectors_from_columns_equal_new_of_the_concatenation() {
     assert!(IntVector::from_columns(&[&three], 0).is_none());
 }
 
+/// Vectors stacked item-wise (batches 3, 1 and 4; three tile columns) are `IntVector::new`
+/// of the concatenated batches, field by field, on adversarial runs ([`run_values`]) with
+/// units 61 binades apart; and one product over the stack gives each part's product's bits
+/// (`matvecs` of the parts in one pass too). Parts of other tile columns, or none, are
+/// refused.
+#[test]
+fn stacked_vectors_equal_new_of_the_concatenated_batches() {
+    let f64_bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut s = 0x3c6e_f372_fe94_f82bu64;
+    let (n, cols) = (16, 3);
+    let mut multiplied = 0;
+    for spread in [61, 3] {
+        let parts: Vec<(usize, Vec<f64>)> = [3, 1, 4]
+            .into_iter()
+            .map(|b| (b, run_values(&mut s, n, b * cols, spread)))
+            .collect();
+        let vectors: Vec<IntVector> = parts
+            .iter()
+            .map(|(b, v)| IntVector::new(v, *b, cols, n).expect("fits"))
+            .collect();
+        let all: Vec<f64> = parts.iter().flat_map(|(_, v)| v.iter().copied()).collect();
+        let want = IntVector::new(&all, 8, cols, n).expect("fits");
+        let refs: Vec<&IntVector> = vectors.iter().collect();
+        let got = IntVector::stacked(&refs).expect("stacked");
+        assert!(same_vector(&got, &want), "spread {spread}");
+        // The products: the stack's rows by part are the parts' own products, bit for bit.
+        let rows = 2;
+        let spec = MatVec {
+            rows,
+            cols,
+            n,
+            accumulation: Accumulation::Exact,
+            output: FloatFormat::FP32,
+        };
+        let w = run_values(&mut s, n, rows * cols * n, 5);
+        let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+        if !(fits(&wi, &got) && vectors.iter().all(|x| fits(&wi, x))) {
+            continue;
+        }
+        let whole = f64_bits(&matvec(&spec, &wi, &got, Kernel::best()));
+        let each: Vec<u64> = vectors
+            .iter()
+            .flat_map(|x| f64_bits(&matvec(&spec, &wi, x, Kernel::best())))
+            .collect();
+        assert_eq!(whole, each, "spread {spread}");
+        let products: Vec<_> = vectors.iter().map(|x| (&spec, &wi, x)).collect();
+        let together: Vec<u64> = matvecs(&products, Kernel::best())
+            .iter()
+            .flat_map(|y| f64_bits(y))
+            .collect();
+        assert!(!whole.is_empty());
+        assert_eq!(together, each, "spread {spread}");
+        multiplied += 1;
+    }
+    assert!(multiplied > 0, "no spread fits the kernel");
+    let two = IntVector::new(&run_values(&mut s, n, 2, 3), 1, 2, n).expect("fits");
+    let three = IntVector::new(&run_values(&mut s, n, 3, 3), 1, 3, n).expect("fits");
+    assert!(IntVector::stacked(&[&two, &three]).is_none());
+    assert!(IntVector::stacked(&[]).is_none());
+}
+
 /// Tile columns that are zero for every item of a task (a convolution's padding taps, a
 /// zero initial state) are skipped by the sums, with the exact reference's bits on each
 /// sum path: a column zero for the whole batch (`-0.0` in one item), one zero for the

@@ -145,6 +145,30 @@ impl IntVector {
         Some(Self::assemble(b, q, unit, limit))
     }
 
+    /// The items of each of `parts` in turn, as one vector: the same as [`IntVector::new`] of
+    /// the concatenated batches, since each tile's integers and unit depend on that tile
+    /// alone; `None` for parts of different tile columns or lanes.
+    pub fn stacked(parts: &[&IntVector]) -> Option<IntVector> {
+        let first = parts.first()?;
+        let (cols, n) = (first.cols(), first.q.len() / first.unit.len().max(1));
+        let shaped = |p: &&IntVector| p.b > 0 && p.cols() == cols && p.q.len() == p.b * cols * n;
+        if cols == 0 || !parts.iter().all(shaped) {
+            return None;
+        }
+        let b: usize = parts.iter().map(|p| p.b).sum();
+        let mut q = Vec::with_capacity(b * cols * n);
+        let mut unit = Vec::with_capacity(b * cols);
+        // Tile column j of every part, then column j + 1 (tile j of item bi at j * b + bi).
+        for j in 0..cols {
+            for p in parts {
+                q.extend_from_slice(&p.q[j * p.b * n..][..p.b * n]);
+                unit.extend_from_slice(&p.unit[j * p.b..][..p.b]);
+            }
+        }
+        let limit = parts.iter().map(|p| p.limit).max().unwrap_or(0);
+        Some(Self::assemble(b, q, unit, limit))
+    }
+
     /// The vector whose tile columns are those of each of `parts` (of one batch) in turn, each
     /// part's `times` over.
     pub(super) fn repeated(parts: &[IntVector], times: usize) -> IntVector {

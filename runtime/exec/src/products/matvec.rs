@@ -2,9 +2,9 @@
 //! path's chunked or bounded matmul, exact slices, or element by element; and the CPU custom
 //! ops of the float path.
 
-use super::Operands;
 use super::bounded::BoundedWeights;
 use super::float::{FloatPath, arrange_w};
+use super::{Operands, product_spec};
 use crate::matmul::MatVec;
 use crate::state::Path;
 use crate::state::{Executor, Failure};
@@ -85,6 +85,90 @@ impl<'a> Executor<'a> {
         self.paths.insert((Path::IntKernel, node));
         let shape = (operands.b, spec.rows * spec.n);
         Ok(Some(Tensor::from_vec(y, shape, &self.dev)?))
+    }
+
+    /// Products that read no other's value, in `groups` of one weight stack and spec each,
+    /// on the integer kernel in one parallel pass: each group as one product over its
+    /// vectors' items stacked (an LSTM's `W x_t` of every step: the stack read once for all
+    /// of them instead of once per step), and every group's tasks together (the four gates of
+    /// a step: one wait for the pool instead of four). Each item's sums are its own, so each
+    /// value is the bits of its product alone. By group, the values of its products; `None`
+    /// (nothing done) where one of them does not take the integer kernel or the stacked
+    /// vector does not fit it: the caller then computes them one by one.
+    pub(crate) fn products_together(
+        &mut self,
+        groups: &[Vec<usize>],
+    ) -> Result<Vec<Option<Vec<Tensor>>>, Failure> {
+        let mut ready = Vec::new();
+        for (g, nodes) in groups.iter().enumerate() {
+            if let Some(operands) = self.stacked_operands(nodes)? {
+                ready.push((g, operands));
+            }
+        }
+        let products: Vec<_> = ready
+            .iter()
+            .map(|(_, (spec, w, x, _))| (spec, w.as_ref(), x.as_ref()))
+            .collect();
+        let kernel = intdot::Kernel::best();
+        let ys = intdot::matvecs(&products, kernel);
+        let mut values: Vec<Option<Vec<Tensor>>> = vec![None; groups.len()];
+        for ((g, (spec, w, x, items)), y) in ready.iter().zip(ys) {
+            let bytes = intdot::on_bytes(kernel, w, x);
+            let width = spec.rows * spec.n;
+            let mut rest = y.as_slice();
+            let mut group = Vec::with_capacity(items.len());
+            for (&node, &b) in groups[*g].iter().zip(items) {
+                let (mine, after) = rest.split_at(b * width);
+                rest = after;
+                group.push(Tensor::from_slice(mine, (b, width), &self.dev)?);
+                self.paths.insert((Path::IntKernel, node));
+                if bytes {
+                    self.paths.insert((Path::Bytes, node));
+                }
+                if items.len() > 1 {
+                    self.paths.insert((Path::Stacked, node));
+                }
+            }
+            values[*g] = Some(group);
+        }
+        Ok(values)
+    }
+
+    /// The operands of products `nodes` of one weight stack and spec as one product on the
+    /// integer kernel: its spec, the stack, the vectors stacked, and each one's items; `None`
+    /// where one does not take the kernel or the stacked vector does not fit it.
+    fn stacked_operands(&mut self, nodes: &[usize]) -> Result<Option<Stacked>, Failure> {
+        let mut stack = None;
+        let mut parts = Vec::with_capacity(nodes.len());
+        for &node in nodes {
+            let Some((spec, x, w)) = product_spec(&self.graph.nodes[node].op, self.native) else {
+                return Err(
+                    crate::internal("products together of a node that is no product").into(),
+                );
+            };
+            if !(self.int_products && self.gpu.is_none() && intdot::supports(spec.n)) {
+                return Ok(None);
+            }
+            let b = self.batch_of(x)?;
+            let Some((wi, xi)) = self.int_operands(&spec, self.operands(x, w, b))? else {
+                return Ok(None);
+            };
+            stack = Some((spec, wi));
+            parts.push(xi);
+        }
+        let refs: Vec<&intdot::IntVector> = parts.iter().map(|p| p.as_ref()).collect();
+        let Some((spec, wi)) = stack else {
+            return Ok(None);
+        };
+        let items = parts.iter().map(|p| p.batch()).collect();
+        let xs = match parts.as_slice() {
+            [one] => one.clone(),
+            _ => match intdot::IntVector::stacked(&refs) {
+                Some(xs) => Arc::new(xs),
+                None => return Ok(None),
+            },
+        };
+        Ok(intdot::fits(&wi, &xs).then_some((spec, wi, xs, items)))
     }
 
     /// Path 2: one f64 matmul, each sum's rounding proven from an error bound or the sum
@@ -240,6 +324,15 @@ impl<'a> Executor<'a> {
         Ok(y.to_device(&self.dev)?)
     }
 }
+
+/// One product over the vectors of several stacked ([`Executor::stacked_operands`]): its
+/// spec, weight stack and vector, and each part's items.
+type Stacked = (
+    MatVec,
+    Arc<intdot::IntWeights>,
+    Arc<intdot::IntVector>,
+    Vec<usize>,
+);
 
 /// The partials `parts` of chunks of `k` (`[chunks, rows*n, b]` each) summed exactly and
 /// rounded once ([`matmul::sum_partials`]).

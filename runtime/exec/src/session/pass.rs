@@ -1,7 +1,7 @@
 //! One pass of a session's graph over some items of a batch: its steps in order
 //! ([`super::steps`]), each freeing what nothing later reads.
 
-use super::steps::{OutputRows, Pass, Step};
+use super::steps::{OutputRows, Pass, STACKED_ITEMS, Step};
 use super::{Part, Session};
 use crate::state::{Caches, Executor, Failure, Paths, VectorCaches, counts, tally};
 use crate::{ExecError, short};
@@ -49,9 +49,10 @@ impl Session<'_> {
             fused_found: Default::default(),
             consts: Vec::new(),
         };
-        let steps = match self.warm {
-            true => &self.steps.warm,
-            false => &self.steps.cold,
+        let steps = match (self.warm, &self.steps.stacked) {
+            (true, Some(stacked)) if batch <= STACKED_ITEMS => stacked,
+            (true, _) => &self.steps.warm,
+            (false, _) => &self.steps.cold,
         };
         for step in steps {
             run_step(step, &mut pass)?;

@@ -3,11 +3,13 @@
 //! pass ([`super::pass`]) is a loop over them. Each kind of step runs in a module of its own:
 //! a fused region (`region`), a weight stack or input prepared in one pass (`prepare`), a
 //! node's own op and what becomes of its value (`value`), an output row (`output`); what a
-//! pass holds besides its executor is in `pass_state`.
+//! pass holds besides its executor is in `pass_state`; a run of products together
+//! (`products`: the stacked steps of passes of few items).
 
 mod output;
 mod pass_state;
 mod prepare;
+mod products;
 mod region;
 mod value;
 
@@ -58,6 +60,10 @@ pub(super) enum Work {
         row: usize,
         src: ValueId,
     },
+    /// Consecutive products, none reading another's value, by weight stack and spec: on the
+    /// integer kernel in one parallel pass, each group as one product over its vectors' items
+    /// stacked (`Executor::products_together`).
+    Products(Vec<Vec<(ValueId, Keep)>>),
     /// The node's op on its operands' values.
     Eval(Keep),
 }
@@ -67,9 +73,21 @@ pub(super) enum Work {
 pub(super) struct Steps {
     pub cold: Vec<Step>,
     pub warm: Vec<Step>,
+    /// The warm steps of passes of at most [`STACKED_ITEMS`] items, where the graph has
+    /// products of one weight stack that depend on no product (an LSTM's `W x_t`): in the
+    /// products-first order, each such stack's products as one ([`Work::Products`]). At batch
+    /// 1 a product of one item reads its whole stack for one vector; stacked, the stack is
+    /// read once for every step's vector.
+    pub stacked: Option<Vec<Step>>,
     /// Bytes per batch item of the values a run holds at once, at most ([`peak_item_bytes`]).
     pub item_bytes: usize,
 }
+
+/// Items of a pass, at most, that take the [`Steps::stacked`] steps: on the LSTM 1024 they
+/// took 0.81 of the time at batch 1 and the same at 4, 1.07 at 8 (BENCHMARKS.md): with more
+/// items each product has work enough for the pool, and the stacked values, held from the
+/// start of the pass, crowd the caches.
+pub(super) const STACKED_ITEMS: usize = 4;
 
 /// What the steps of a session depend on besides its graph: the run's options, and whether
 /// products take the integer kernel or run on a GPU.
@@ -137,6 +155,7 @@ impl Steps {
             to_ints,
             through,
             schedule: &schedule,
+            together: false,
         };
         // On a GPU every MFU op is a candle op of its own (`fused::MfuOp`'s `cuda_fwd`).
         let regions = match cx.opts.unfused || cx.gpu {
@@ -145,9 +164,33 @@ impl Steps {
         };
         let cold = planner.steps(&regions, false);
         let warm = planner.steps(&regions, true);
+        let stacked =
+            (cx.int_products && !cx.gpu && !cx.opts.unstacked && shared_stacks(graph, plan))
+                .then(|| {
+                    let mut order = Schedule::new(graph, constant, true);
+                    extend_last_uses(graph, &mut order, &planner.through);
+                    let regions = match cx.opts.unfused {
+                        true => Vec::new(),
+                        false => fused::regions(&order, &traced),
+                    };
+                    let planner = Planner {
+                        schedule: &order,
+                        together: true,
+                        ..planner
+                    };
+                    planner.steps(&regions, true)
+                })
+                .filter(|steps| {
+                    let stacks = |s: &Step| match &s.work {
+                        Work::Products(groups) => groups.iter().any(|g| g.len() > 1),
+                        _ => false,
+                    };
+                    steps.iter().any(stacks)
+                });
         Steps {
             cold,
             warm,
+            stacked,
             item_bytes,
         }
     }
@@ -182,6 +225,9 @@ struct Planner<'a> {
     /// tile several times) and the concat itself is made only if one of them needs its value.
     through: NodeMap<bool>,
     schedule: &'a Schedule,
+    /// Whether warm steps run the products that read no other's value together
+    /// ([`Work::Products`]).
+    together: bool,
 }
 
 impl Planner<'_> {
@@ -206,6 +252,31 @@ impl Planner<'_> {
                     frees,
                 });
                 pos = r.end;
+                continue;
+            }
+            if warm
+                && self.together
+                && let Some((kept, products, end)) = self.product_run(pos)
+            {
+                // The run's constants do nothing in a warm pass but hand back their kept
+                // values: before the products, which read none of the run's values.
+                for (id, keep) in kept {
+                    steps.push(Step {
+                        node: id,
+                        work: Work::Kept(keep),
+                        frees: Vec::new(),
+                    });
+                }
+                let frees = (pos..end)
+                    .filter(|&p| !self.plan.constant[order[p]])
+                    .flat_map(|p| self.frees(p))
+                    .collect();
+                steps.push(Step {
+                    node: order[pos],
+                    work: products,
+                    frees,
+                });
+                pos = end;
                 continue;
             }
             let id = order[pos];
@@ -259,6 +330,48 @@ impl Planner<'_> {
         Work::Stack(stack.clone(), form, keep)
     }
 
+    /// The run of products from position `pos` of a warm pass (constants between them
+    /// included; none reading another's value): its constants, its products grouped by
+    /// weight stack and spec ([`Work::Products`]), and the position after it; `None` for a
+    /// run of fewer than two.
+    #[allow(clippy::type_complexity)]
+    fn product_run(&self, pos: usize) -> Option<(Vec<(ValueId, Keep)>, Work, usize)> {
+        let order = &self.schedule.order;
+        let (mut kept, mut groups) = (Vec::new(), Vec::<Vec<(ValueId, Keep)>>::new());
+        let mut end = pos;
+        while let Some(&id) = order.get(end) {
+            if self.plan.constant[id] {
+                kept.push((id, self.keep(id)));
+            } else if let Some(key) = stack_key(&self.graph.node(id).op)
+                && matches!(self.work(id, true), Work::Eval(_))
+                && !self.graph.node(id).op.inputs().iter().any(|v| {
+                    let member = |g: &Vec<(ValueId, Keep)>| g.iter().any(|(m, _)| m == v);
+                    groups.iter().any(member)
+                })
+            {
+                let member = (id, self.keep(id));
+                let op = |g: &Vec<(ValueId, Keep)>| &self.graph.node(g[0].0).op;
+                match groups
+                    .iter_mut()
+                    .find(|g| stack_key(op(g)) == Some(key.clone()))
+                {
+                    Some(g) => g.push(member),
+                    None => groups.push(vec![member]),
+                }
+            } else {
+                break;
+            }
+            end += 1;
+        }
+        // Constants after the last product are left to the steps after the run.
+        while end > pos && self.plan.constant[order[end - 1]] {
+            end -= 1;
+            kept.pop();
+        }
+        let products: usize = groups.iter().map(Vec::len).sum();
+        (products > 1).then_some((kept, Work::Products(groups), end))
+    }
+
     /// What becomes of node `id`'s value.
     fn keep(&self, id: ValueId) -> Keep {
         let constant = self.plan.constant[id];
@@ -282,6 +395,31 @@ impl Planner<'_> {
         vs.dedup();
         vs
     }
+}
+
+/// Whether two products that depend on the inputs read one weight stack (what the stacked
+/// steps stack; without, they are not made).
+fn shared_stacks(graph: &SwGraph, plan: &Plan) -> bool {
+    let mut seen = HashSet::new();
+    graph
+        .nodes
+        .iter()
+        .enumerate()
+        .any(|(i, node)| match &node.op {
+            Op::TiledMatVec { w, .. } => !plan.constant[ValueId(i as u32)] && !seen.insert(*w),
+            _ => false,
+        })
+}
+
+/// A product's op with its vector left out: equal for the products of one weight stack and
+/// spec; `None` for any other op.
+fn stack_key(op: &Op) -> Option<Op> {
+    let mut op = op.clone();
+    match &mut op {
+        Op::TiledMatVec { x, .. } => *x = ValueId(0),
+        _ => return None,
+    }
+    Some(op)
 }
 
 /// What a step did: the profile's line for it and the nodes it counts; `None` for a step
@@ -321,6 +459,7 @@ impl Work {
                 pass.outputs.put(name, *row, t)?;
                 Some((op_name, 1))
             }
+            Work::Products(groups) => Some(products::run(groups, pass)?),
             Work::Eval(keep) => {
                 value::eval(id, keep, pass)?;
                 Some((op_name, 1))
@@ -338,7 +477,7 @@ impl Steps {
                 Some((s.node, k))
             }
             Work::Stack(_, _, k) => Some((s.node, k)),
-            Work::Skip | Work::Region(_) | Work::Output { .. } => None,
+            Work::Skip | Work::Region(_) | Work::Output { .. } | Work::Products(_) => None,
         })
     }
 

@@ -269,6 +269,70 @@ fn warm_session_runs_equal_fresh_runs_and_the_emulator() {
     }
 }
 
+/// A warm pass of at most [`steps::STACKED_ITEMS`] items takes the stacked steps: the LSTM
+/// sample's `W x_t` products, which read no other product, as one product per weight stack
+/// over every step's vector (four groups of four), and each step's `U h_t` products in one
+/// parallel pass. The outputs are the emulator's bits and those of the unstacked order, at
+/// batches that take the stacked steps (1, 2, 4) and one that does not (5); with a NaN in
+/// one step's input (that step's vector has no integers: its group's products then run one
+/// by one, on the float path where they read it) too.
+#[test]
+fn stacked_products_give_the_emulators_bits() {
+    let (program, g) = lstm_sample();
+    let opts = ExecOptions::default();
+    let mut session = Session::new(&g, &opts).expect("session");
+    if intdot::simd() {
+        let stacked = session.steps.stacked.as_ref().expect("stacked steps");
+        let groups: Vec<usize> = stacked
+            .iter()
+            .filter_map(|s| match &s.work {
+                steps::Work::Products(groups) => Some(groups.iter().map(Vec::len)),
+                _ => None,
+            })
+            .flatten()
+            .filter(|&len| len > 1)
+            .collect();
+        assert_eq!(groups, vec![4; 4]);
+    }
+    let unstacked = ExecOptions {
+        unstacked: true,
+        ..opts
+    };
+    let mut plain = Session::new(&g, &unstacked).expect("session");
+    assert!(plain.steps.stacked.is_none());
+    let weights = HostData::random(&program, 1, 1).weights;
+    for batch in [1, 2, 4, 5] {
+        for nan in [false, true] {
+            let mut data = HostData::random(&program, batch, 3);
+            data.weights = weights.clone();
+            if nan {
+                // Item 0, step 1 (`x` is [batch, 4, 128]).
+                data.inputs.get_mut("x").expect("x").data[128 + 5] = f32::NAN;
+            }
+            let emu =
+                nnp_emulator::emulate(&program, &data, &EmuOptions::default()).expect("emulates");
+            for _ in 0..2 {
+                let out = session.run(&data).expect("runs");
+                assert_eq!(
+                    bits(&out.outputs),
+                    bits(&emu.outputs),
+                    "batch {batch} NaN {nan}"
+                );
+                let other = plain.run(&data).expect("runs");
+                assert_eq!(
+                    bits(&other.outputs),
+                    bits(&emu.outputs),
+                    "batch {batch} NaN {nan}"
+                );
+                assert_eq!(
+                    out.paths.int_products, other.paths.int_products,
+                    "batch {batch}"
+                );
+            }
+        }
+    }
+}
+
 /// Where the integer kernel runs, every weight stack of the LSTM sample is one chain that
 /// the session prepares in one pass from the host's weights ([`prepare`]), and every
 /// vector of a product goes straight to integers ([`intdot::IntVector::quantized`]). With

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Two `nnpc` binaries side by side on one firmware file: rounds of `nnpc bench --skip-emulator
+--reps 3 --json` of each, the order swapped every round, so both see the same machine load.
+
+    scripts/ab-bench.py OLD NEW FILE [--batches 1,64] [--rounds 5]
+
+Prints, per batch, a Markdown row: NEW's per-item time (median [min, max]), OLD's median, the
+median [min, max] of the per-round ratio NEW / OLD, NEW's graph and products-alone fractions of
+the int8 peak, the session's bytes a weight, the products a warm run stacked, and the peak.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+
+
+def bench(binary: str, program: str, batch: int) -> dict:
+    out = subprocess.run(
+        [binary, "bench", program, "--batch", str(batch), "--skip-emulator", "--reps", "3", "--json"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    return json.loads(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("old")
+    ap.add_argument("new")
+    ap.add_argument("program")
+    ap.add_argument("--batches", default="1,64", help="comma-separated")
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    print("| batch | per item, new | old | new / old | graph / peak | products alone / peak | bytes a weight | stacked | int8 peak |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for b in (int(x) for x in a.batches.split(",")):
+        times = {a.old: [], a.new: []}
+        ratios, last = [], None
+        for r in range(a.rounds):
+            got = {}
+            for binary in (a.old, a.new) if r % 2 == 0 else (a.new, a.old):
+                report = bench(binary, a.program, b)
+                got[binary] = report["software_graph"]["seconds"] / b
+                times[binary].append(got[binary])
+                if binary == a.new:
+                    last = report
+            ratios.append(got[a.new] / got[a.old])
+        sw, alone = last["software_graph"], last.get("products_alone") or {}
+        ms = lambda v: statistics.median(v) * 1e3  # noqa: E731
+        new = times[a.new]
+        print(
+            f"| {b} | {ms(new):.3f} ms [{min(new) * 1e3:.3f}, {max(new) * 1e3:.3f}] | {ms(times[a.old]):.3f} ms "
+            f"| {statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}] "
+            f"| {sw['peak_fraction'] * 100:.1f}% | {alone.get('peak_fraction', 0) * 100:.1f}% "
+            f"| {last['bytes_per_weight']['session_alone']:.2f} | {sw.get('stacked_products', 0)} "
+            f"| {last['peak']['int8_macs_per_second'] / 1e9:.0f} G/s |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
