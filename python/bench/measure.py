@@ -1,7 +1,7 @@
 """Measurements of docs/python.md: Graph.run against `nnpc run` (warm), and a Ray campaign's
 throughput on 1 and 2 workers. Run from the repository root:
 
-    ~/.cache/nnpc/py-env/bin/python python/bench/measure.py [--items 100000] [--skip-ray]
+    ~/.cache/nnpc/py-env/bin/python python/bench/measure.py [--items 100000] [--skip-ray] [--rounds 5]
 """
 
 from __future__ import annotations

@@ -29,10 +29,10 @@ pub struct ExecOptions {
     /// Evaluate in the products-first order (`swgraph::Schedule::new`): another order of the same
     /// graph, for tests (the results are the same bits).
     pub products_first: bool,
-    /// Never run passes of few items in the stacked order (`Session`'s stacked steps: every
-    /// product that depends on no other, as in products-first order, and those of one weight
-    /// stack as one product over their items stacked); for comparisons and tests (the results
-    /// are the same bits).
+    /// Never take the stacked steps in warm passes of few items (the products of one weight
+    /// stack that read no other product as one product over their vectors stacked:
+    /// docs/swgraph.md, "Stacked steps"); for comparisons and tests (the results are the same
+    /// bits).
     pub unstacked: bool,
     /// Shards of a warm run on the CPU ([`Session::run`](crate::Session::run)): `None` chooses (one
     /// per thread for graphs of small weights, else the whole batch), `Some(1)` runs every batch
