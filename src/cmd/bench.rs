@@ -447,18 +447,17 @@ fn kernel_race(
     Ok((fmt, k))
 }
 
-/// The ratios `nnpc bench` holds against its targets: the graph against the emulator (in the
-/// same rounds), against the plain f32 floor, and the quantize kernel against an element-wise
+/// The ratios `nnpc bench` holds against its targets: the graph against the emulator (its
+/// runs and vectors per second, in the same rounds), against the plain f32 floor, and the quantize kernel against an element-wise
 /// op.
 fn target_ratios(
-    emu: Option<EmuRuns>,
-    emu_vps: Option<f64>,
+    emu: Option<(EmuRuns, f64)>,
     vectors: usize,
     (sw_s, floor_s): (f64, f64),
     kernel_ratio: f64,
 ) -> Vec<Value> {
     let mut ratios = Vec::new();
-    if let (Some(e), Some(emu_vps)) = (emu, emu_vps) {
+    if let Some((e, emu_vps)) = emu {
         let paired_vps = vectors as f64 / e.graph_secs.max(1e-12);
         ratios.push(ratio(
             "software graph vs emulator (vectors/s)",
@@ -528,7 +527,7 @@ fn report(
         .into_iter()
         .collect();
     let kernel_ratio = k.elementwise_s / k.quantize_s.max(1e-12);
-    let ratios = target_ratios(emu, emu_vps, vectors, (sw_s, floor_s), kernel_ratio);
+    let ratios = target_ratios(emu.zip(emu_vps), vectors, (sw_s, floor_s), kernel_ratio);
     let peak_rate = peak.macs_per_second.max(1e-12);
     let floor_flops = 2.0 * floor_macs as f64 / floor_s.max(1e-12);
     let graph_rate = floor_macs as f64 / sw_s.max(1e-12);

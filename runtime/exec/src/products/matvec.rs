@@ -99,6 +99,9 @@ impl<'a> Executor<'a> {
         &mut self,
         groups: &[Vec<usize>],
     ) -> Result<Vec<Option<Vec<Tensor>>>, Failure> {
+        if !(self.int_products && self.gpu.is_none() && intdot::supports(self.native)) {
+            return Ok(vec![None; groups.len()]);
+        }
         let mut ready = Vec::new();
         for (g, nodes) in groups.iter().enumerate() {
             if let Some(operands) = self.stacked_operands(nodes)? {
@@ -146,9 +149,6 @@ impl<'a> Executor<'a> {
                     crate::internal("products together of a node that is no product").into(),
                 );
             };
-            if !(self.int_products && self.gpu.is_none() && intdot::supports(spec.n)) {
-                return Ok(None);
-            }
             let b = self.batch_of(x)?;
             let Some((wi, xi)) = self.int_operands(&spec, self.operands(x, w, b))? else {
                 return Ok(None);
