@@ -5,7 +5,8 @@
     scripts/ab-bench.py OLD NEW FILE [--batches 1,64] [--rounds 5]
 
 Prints, per batch, a Markdown row: NEW's per-item time (median [min, max]), OLD's median, the
-median [min, max] of the per-round ratio NEW / OLD, NEW's graph and products-alone fractions of
+median [min, max] of the per-round ratio NEW / OLD, NEW's per-item time back to back (the runs
+right after each round's first, where its `nnpc bench` reports them), NEW's graph and products-alone fractions of
 the int8 peak, the session's bytes a weight, the products a warm run stacked, and the peak.
 """
 
@@ -31,11 +32,11 @@ def main() -> None:
     ap.add_argument("--batches", default="1,64", help="comma-separated")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
-    print("| batch | per item, new | old | new / old | graph / peak | products alone / peak | bytes a weight | stacked | int8 peak |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| batch | per item, new | old | new / old | back to back, new | graph / peak | products alone / peak | bytes a weight | stacked | int8 peak |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for b in (int(x) for x in a.batches.split(",")):
         times = {a.old: [], a.new: []}
-        ratios, last = [], None
+        ratios, again, last = [], [], None
         for r in range(a.rounds):
             got = {}
             for binary in (a.old, a.new) if r % 2 == 0 else (a.new, a.old):
@@ -44,13 +45,16 @@ def main() -> None:
                 times[binary].append(got[binary])
                 if binary == a.new:
                     last = report
+                    if "back_to_back_seconds" in report["software_graph"]:
+                        again.append(report["software_graph"]["back_to_back_seconds"] / b)
             ratios.append(got[a.new] / got[a.old])
         sw, alone = last["software_graph"], last.get("products_alone") or {}
         ms = lambda v: statistics.median(v) * 1e3  # noqa: E731
         new = times[a.new]
+        back = f"{ms(again):.3f} ms [{min(again) * 1e3:.3f}, {max(again) * 1e3:.3f}]" if again else ""
         print(
             f"| {b} | {ms(new):.3f} ms [{min(new) * 1e3:.3f}, {max(new) * 1e3:.3f}] | {ms(times[a.old]):.3f} ms "
-            f"| {statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}] "
+            f"| {statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}] | {back} "
             f"| {sw['peak_fraction'] * 100:.1f}% | {alone.get('peak_fraction', 0) * 100:.1f}% "
             f"| {last['bytes_per_weight']['session_alone']:.2f} | {sw.get('stacked_products', 0)} "
             f"| {last['peak']['int8_macs_per_second'] / 1e9:.0f} G/s |",

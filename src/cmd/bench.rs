@@ -27,6 +27,11 @@ use std::time::{Duration, Instant};
 /// - timed rounds (--reps of them, at least 3 where the emulator runs), each a warm run of the
 ///   graph, the floor, the products alone, the emulator by its rule and a peak probe, one
 ///   after the other, so that all see the same machine load;
+/// - software graph, back to back: the median of up to 3 more warm runs right after each
+///   round's first (one where a run takes over half a second), the latency of a caller that
+///   runs the session again and again: the round's other measurements leave the caches to
+///   other data and the threads idle, which the first run of a round pays for (at batch 1, a
+///   large part of a run);
 /// - emulator: vectors/s on the same data (or its first --emu-batch items): in every round
 ///   until it ran 3 times where one run takes under 10 s, then while its runs add up to under
 ///   a second; once where a run takes longer. Its ratio is against the graph's runs in the
@@ -273,9 +278,17 @@ impl Memory {
     }
 }
 
+/// Warm runs right after a round's first, at most ([`Rounds::back_to_back_s`]).
+const BACK_TO_BACK: usize = 3;
+/// A run longer than this is the only one back to back: its caches and threads are warm
+/// within it.
+const BACK_TO_BACK_LONG: Duration = Duration::from_millis(500);
+
 /// What the timed rounds measured: median seconds of each, the emulator's, the peak.
 struct Rounds {
     sw_s: f64,
+    /// The graph's runs right after the rounds' first ones (median).
+    back_to_back_s: f64,
     floor_s: f64,
     shards: usize,
     /// Products a warm run computed stacked with others of their weight stack.
@@ -346,9 +359,22 @@ fn timed_rounds(
     };
     let (mut shards, mut same, mut peaks, mut fmas) = (1, true, Vec::new(), Vec::new());
     let mut stacked = 0;
+    let session = std::cell::RefCell::new(session);
     let mut run_graph = || -> miette::Result<()> {
-        let run = session.run(data).map_err(super::fail)?;
+        let run = session.borrow_mut().run(data).map_err(super::fail)?;
         (shards, stacked) = (run.shards, run.paths.stacked_products);
+        Ok(())
+    };
+    let mut again = Vec::new();
+    let mut run_again = || -> miette::Result<()> {
+        for _ in 0..BACK_TO_BACK {
+            let t = Instant::now();
+            session.borrow_mut().run(data).map_err(super::fail)?;
+            again.push(t.elapsed().as_secs_f64());
+            if t.elapsed() > BACK_TO_BACK_LONG {
+                break;
+            }
+        }
         Ok(())
     };
     let mut run_floor = || floor.run().map_err(super::fail);
@@ -371,11 +397,14 @@ fn timed_rounds(
         Ok(())
     };
     let has_products = |_: &[Option<f64>]| products.is_some();
+    // The emulator's place in the rounds.
+    const EMULATOR: usize = 4;
     let emulates = |past: &[Option<f64>]| edata.is_some() && baseline::emulator_runs_again(past);
     let times = baseline::interleave(
         rounds,
         &mut [
             Timed::every(&mut run_graph),
+            Timed::every(&mut run_again),
             Timed::every(&mut run_floor),
             Timed {
                 run: &mut run_products,
@@ -395,30 +424,33 @@ fn timed_rounds(
     // The graph's runs in the rounds the emulator ran: its ratio is taken side by side.
     let mut paired: Vec<f64> = times[0]
         .iter()
-        .zip(&times[3])
+        .zip(&times[EMULATOR])
         .filter_map(|(g, e)| e.and(*g))
         .collect();
-    let emu = med(3).filter(|_| edata.is_some()).map(|secs| EmuRuns {
-        items: eb,
-        secs,
-        runs: times[3].iter().flatten().count(),
-        graph_secs: baseline::median(&mut paired),
-        same,
-    });
+    let emu = med(EMULATOR)
+        .filter(|_| edata.is_some())
+        .map(|secs| EmuRuns {
+            items: eb,
+            secs,
+            runs: times[EMULATOR].iter().flatten().count(),
+            graph_secs: baseline::median(&mut paired),
+            same,
+        });
     let best = peaks
         .iter()
         .copied()
         .max_by(|a, b| a.macs_per_second.total_cmp(&b.macs_per_second));
     Ok(Rounds {
         sw_s: med(0).unwrap_or(0.0),
-        floor_s: med(1).unwrap_or(0.0),
+        back_to_back_s: baseline::median(&mut again),
+        floor_s: med(2).unwrap_or(0.0),
         shards,
         stacked,
         floor_calls: floor.calls(),
         floor_macs: floor.macs(),
         products: products
             .as_ref()
-            .zip(med(2))
+            .zip(med(3))
             .map(|(p, secs)| (secs, p.macs(), p.on_bytes())),
         peak: best.unwrap_or_else(|| baseline::int8_peak(1)),
         fma: fmas
@@ -501,6 +533,7 @@ fn report(
     } = first;
     let Rounds {
         sw_s,
+        back_to_back_s,
         floor_s,
         shards,
         stacked,
@@ -566,6 +599,9 @@ fn report(
             "first_run_seconds": cold_s,
             "seconds": sw_s,
             "vectors_per_second": sw_vps,
+            // The runs right after each round's first: a caller's repeated runs.
+            "back_to_back_seconds": back_to_back_s,
+            "back_to_back_vectors_per_second": vectors as f64 / back_to_back_s.max(1e-12),
             // The products' multiply-adds per run (every weight of their stacks per item)
             // over the warm run's time, and that as a fraction of the int8 peak.
             "macs": floor_macs,

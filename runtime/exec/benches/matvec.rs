@@ -82,6 +82,15 @@ fn bench(c: &mut Criterion) {
             .collect()
     };
     let wi = intdot::IntWeights::new(&grid(1, k * k), TILES, TILES, N).expect("w fits");
+    // A stack of BFP 8 integers made from its f64 values (what a first run does to each
+    // weight stack): the LSTM's 8 x 8 tiles, and one tile alone (a small layer's).
+    let wv = grid(1, k * k);
+    g.bench_function("int_weights_new", |b| {
+        b.iter(|| black_box(intdot::IntWeights::new(black_box(&wv), TILES, TILES, N)))
+    });
+    g.bench_function("int_weights_new_one_tile", |b| {
+        b.iter(|| black_box(intdot::IntWeights::new(black_box(&wv[..N * N]), 1, 1, N)))
+    });
     let xv = grid(2, B * k);
     g.bench_function("int_vector", |b| {
         b.iter(|| black_box(intdot::IntVector::new(black_box(&xv), B, TILES, N)))

@@ -145,6 +145,15 @@ fn table_times(s: &mut String, r: &Value) {
         f64_of(&sw["seconds"]),
         format!("{:.1} vec/s", f64_of(&sw["vectors_per_second"])),
     );
+    row(
+        s,
+        "software graph, back to back",
+        f64_of(&sw["back_to_back_seconds"]),
+        format!(
+            "{:.1} vec/s",
+            f64_of(&sw["back_to_back_vectors_per_second"])
+        ),
+    );
     let e = &r["emulator"];
     if !e.is_null() {
         let runs = match e["runs"].as_u64() {

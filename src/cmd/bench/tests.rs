@@ -64,6 +64,12 @@ fn bench_reports_every_field_on_a_small_sample() {
             .unwrap_or(0.0)
             > 0.0
     );
+    // The runs back to back: one round, a run this short takes all three.
+    assert!(
+        r["software_graph"]["back_to_back_seconds"]
+            .as_f64()
+            .is_some_and(|t| t > 0.0)
+    );
     assert!(r["quantize"]["quantize_seconds"].as_f64().is_some());
     // Multiply-adds per run, every weight of the stacks padded to N = 128 once per item:
     // W1 3 x 2 tiles and W2 1 x 3 tiles, each T = 4 times an item, 2 items.

@@ -21,7 +21,7 @@ avx2_copy! {
 }
 
 #[inline(always)]
-fn to_ints_body(v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32> {
+pub(super) fn to_ints_body(v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32> {
     // The largest magnitude by bit pattern, in one branch-free pass: non-negative f64 order
     // as their bits, and every NaN and infinity lies above every finite value.
     let top = v

@@ -1343,7 +1343,7 @@ fn vnni_kernel_takes_bytes_at_their_extremes() {
     assert_eq!(dot(0, 0), 2_096_897);
     assert_eq!(dot(1, 0), -2_080_641);
     let partials = |wi: &IntWeights, xi: &IntVector, which: Kernel| {
-        let mut got = vec![0i64; b * n];
+        let mut got = vec![0i64; xi.b * n];
         kernel(
             which,
             wi.tile(0, 0),
@@ -1374,6 +1374,15 @@ fn vnni_kernel_takes_bytes_at_their_extremes() {
     );
     for which in Kernel::available() {
         assert_eq!(partials(&wi, &xi, which), want, "{which:?}");
+    }
+    // Blocks of 1 to 3 items, which the VNNI kernel sums in several chains (rows of every
+    // reach, so every remainder of the chains' lane quads): the first items alone.
+    for items in 1..=3 {
+        let few = IntVector::new(&floats(&x[..items * n]), items, 1, n).expect("fits");
+        for which in Kernel::available() {
+            let got = partials(&wi, &few, which);
+            assert_eq!(got, want[..items * n], "{items} items, {which:?}");
+        }
     }
 
     // One integer out of a byte's range on either side: no bytes, the same partials.

@@ -5,16 +5,29 @@
 //! made from the bytes, once per stack, where a vector that does not fit a byte needs it
 //! ([`IntWeights::widen`]).
 
-use super::runs::{Aligned, Span, mag_bits, scales, to_ints};
+use super::runs::{Aligned, Span, mag_bits, scales, to_ints_body};
 use super::{Kernel, ROW_BLOCK, qmax, supports};
+use crate::quant::avx2_copy;
 use rayon::prelude::*;
 use std::sync::OnceLock;
 
-/// One `n x n` tile `src` (row-major) as integers packed into `tile` ([`packed_at`]), with
-/// the unit of each row in `units` and the [`Tile::reach`] of each row block in `reach`: the
-/// bits of its largest integer and whether it held a `-0.0`, or `None` when a row does not
-/// fit.
-fn tile_to_ints(
+avx2_copy! {
+    /// One `n x n` tile `src` (row-major) as integers packed into `tile` ([`packed_at`]), with
+    /// the unit of each row in `units` and the [`Tile::reach`] of each row block in `reach`: the
+    /// bits of its largest integer and whether it held a `-0.0`, or `None` when a row does not
+    /// fit.
+    fn tile_to_ints / tile_to_ints_avx2 / tile_to_ints_body (
+        src: &[f64],
+        tile: &mut [i16],
+        units: &mut [i32],
+        reach: &mut [u32],
+        n: usize,
+        qm: i32,
+    ) -> Option<(u32, bool)>
+}
+
+#[inline(always)]
+fn tile_to_ints_body(
     src: &[f64],
     tile: &mut [i16],
     units: &mut [i32],
@@ -26,16 +39,19 @@ fn tile_to_ints(
     let mut bits = 0;
     reach.fill(0);
     for (r, (run, u)) in src.chunks(n).zip(units.iter_mut()).enumerate() {
-        *u = to_ints(run, &mut q, qm)?;
+        *u = to_ints_body(run, &mut q, qm)?;
         bits = bits.max(mag_bits(&q));
         let pairs = q.iter().rposition(|&v| v != 0).map_or(0, |l| l / 2 + 1);
         let block = &mut reach[r / ROW_BLOCK];
         *block = (*block).max(pairs as u32);
         // Lanes (2 kp, 2 kp + 1) of row r go to packed_at(n, r, 2 kp): one pair every
-        // 2 * ROW_BLOCK values.
+        // 2 * ROW_BLOCK values (as one u32, so no bounds check per pair).
         let row = &mut tile[packed_at(n, r, 0)..];
-        for (pair, dst) in q.chunks(2).zip(row.chunks_mut(2 * ROW_BLOCK)) {
-            dst[..2].copy_from_slice(pair);
+        for (pair, dst) in q.chunks_exact(2).zip(row.chunks_mut(2 * ROW_BLOCK)) {
+            if let (Ok(pair), Some(dst)) = (<&[i16; 2]>::try_from(pair), dst.first_chunk_mut::<2>())
+            {
+                *dst = *pair;
+            }
         }
     }
     // A fold rather than `any`: no early exit, so it vectorises.
@@ -106,37 +122,53 @@ pub(super) struct NarrowWeights {
 impl NarrowWeights {
     /// The packed `i16` tiles as bytes, or `None` where an integer does not fit one.
     pub(super) fn new(packed: &[i16], n: usize) -> Option<NarrowWeights> {
-        let byte = |q: i16| i8::try_from(q).ok();
-        if !packed.par_iter().all(|&q| byte(q).is_some()) {
-            return None;
-        }
         let mut ints = vec![0i8; packed.len()];
         let mut offset = vec![0i32; packed.len() / n];
-        // Row block by row block, in the order of both layouts: lane pair `2 kq + h` of a row
-        // (`grouped_at::<2>`) is lanes `2 h, 2 h + 1` of its quad `kq` (`grouped_at::<4>`).
         let block = ROW_BLOCK * n;
-        ints.par_chunks_mut(block)
+        let fits = ints
+            .par_chunks_mut(block)
             .zip(offset.par_chunks_mut(ROW_BLOCK))
             .zip(packed.par_chunks(block))
-            .for_each(|((dst, off), src)| {
-                let mut sums = [0i32; ROW_BLOCK];
-                for (quad, pairs) in dst.chunks_mut(4 * ROW_BLOCK).zip(src.chunks(4 * ROW_BLOCK)) {
-                    for (h, pair) in pairs.chunks(2 * ROW_BLOCK).enumerate() {
-                        for (r, two) in pair.chunks(2).enumerate() {
-                            sums[r] = sums[r]
-                                .wrapping_add(i32::from(two[0]))
-                                .wrapping_add(i32::from(two[1]));
-                            quad[4 * r + 2 * h] = two[0] as i8;
-                            quad[4 * r + 2 * h + 1] = two[1] as i8;
-                        }
-                    }
-                }
-                for (o, sum) in off.iter_mut().zip(sums) {
-                    *o = sum.wrapping_mul(-128);
-                }
-            });
-        Some(NarrowWeights { ints, offset })
+            // A task of at least 16 Ki integers: a small stack's blocks on one thread.
+            .with_min_len((1 << 14) / block.max(1))
+            .map(|((dst, off), src)| narrow_block(src, dst, off))
+            .reduce(|| true, |a, b| a & b);
+        fits.then_some(NarrowWeights { ints, offset })
     }
+}
+
+/// One row block of packed `i16` (`grouped_at::<2>`) as bytes (`grouped_at::<4>`), with its
+/// rows' offsets `-128 * s_r`; whether every integer fits a byte (else `dst` is not used).
+/// Lane pair `2 kq + h` of a row is lanes `2 h, 2 h + 1` of its quad `kq`. Each part a loop of
+/// its own over fixed-size pieces, with no early exit, so that each vectorises.
+fn narrow_block(src: &[i16], dst: &mut [i8], off: &mut [i32]) -> bool {
+    const PAIRS: usize = 2 * ROW_BLOCK;
+    let fits = src.iter().fold(true, |f, &q| f & (i16::from(q as i8) == q));
+    // Lane pair kp of every row: [ROW_BLOCK][2], summed lane by lane, then row by row.
+    let mut lanes = [0i32; PAIRS];
+    for pairs in src.chunks_exact(PAIRS) {
+        for (a, &q) in lanes.iter_mut().zip(pairs) {
+            *a = a.wrapping_add(i32::from(q));
+        }
+    }
+    for (r, o) in off.iter_mut().enumerate() {
+        *o = lanes[2 * r]
+            .wrapping_add(lanes[2 * r + 1])
+            .wrapping_mul(-128);
+    }
+    for (quad, pairs) in dst
+        .chunks_exact_mut(2 * PAIRS)
+        .zip(src.chunks_exact(2 * PAIRS))
+    {
+        let (lo, hi) = pairs.split_at(PAIRS);
+        for (r, out) in quad.chunks_exact_mut(4).enumerate() {
+            out[0] = lo[2 * r] as i8;
+            out[1] = lo[2 * r + 1] as i8;
+            out[2] = hi[2 * r] as i8;
+            out[3] = hi[2 * r + 1] as i8;
+        }
+    }
+    fits
 }
 
 /// A weight stack `[rows * cols, n, n]` as integers, packed for the kernel.
