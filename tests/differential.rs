@@ -52,7 +52,14 @@ fn checked(source: &str, toml: &str) -> nnp_grammar::Program {
 
 /// Run `count` programs from seed `base` on every core; minimize and print failures. Returns
 /// the paths the outputs' runs took, counted over all of them.
-fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> PathCounts {
+/// `count` programs of `cfg` from seed `base` (`count_var` is the variable that sets the
+/// count, named in a failure's hint).
+fn differential(
+    (label, count_var): (&str, &str),
+    cfg: &GenConfig,
+    base: u64,
+    count: u64,
+) -> PathCounts {
     let data = DataConfig::default();
     let start = Instant::now();
     let next = AtomicU64::new(base);
@@ -137,7 +144,7 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> PathCoun
     }
     panic!(
         "{label}: {} of {count} programs failed (reproduce one with NNPC_DIFF_SEED=S \
-         NNPC_DIFF_PROGRAMS=1):\n{report}",
+         {count_var}=1):\n{report}",
         failures.len()
     );
 }
@@ -146,7 +153,12 @@ fn differential(label: &str, cfg: &GenConfig, base: u64, count: u64) -> PathCoun
 fn software_graph_matches_emulator() {
     let count = env_u64("NNPC_DIFF_PROGRAMS", 200);
     let base = env_u64("NNPC_DIFF_SEED", 0);
-    differential("small", &GenConfig::default(), base, count);
+    differential(
+        ("small", "NNPC_DIFF_PROGRAMS"),
+        &GenConfig::default(),
+        base,
+        count,
+    );
 }
 
 /// Fewer, bigger programs (`GenConfig::large`): longer dataflow, wider vectors.
@@ -154,7 +166,12 @@ fn software_graph_matches_emulator() {
 fn software_graph_matches_emulator_on_large_programs() {
     let count = env_u64("NNPC_DIFF_LARGE", 50);
     let base = env_u64("NNPC_DIFF_SEED", 0);
-    differential("large", &GenConfig::large(), base, count);
+    differential(
+        ("large", "NNPC_DIFF_LARGE"),
+        &GenConfig::large(),
+        base,
+        count,
+    );
 }
 
 /// Programs made for the integer kernel (`GenConfig::integer_kernel`): their outputs' runs take
@@ -164,7 +181,12 @@ fn software_graph_matches_emulator_on_large_programs() {
 fn software_graph_matches_emulator_on_integer_kernel_programs() {
     let count = env_u64("NNPC_DIFF_INT", 100);
     let base = env_u64("NNPC_DIFF_SEED", 0);
-    let paths = differential("integer kernel", &GenConfig::integer_kernel(), base, count);
+    let paths = differential(
+        ("integer kernel", "NNPC_DIFF_INT"),
+        &GenConfig::integer_kernel(),
+        base,
+        count,
+    );
     if count >= 20 {
         let simd = nnp_runtime::exec::intdot::simd();
         // With the graph on a GPU its vectors stay values there (their integers are made on
@@ -177,6 +199,27 @@ fn software_graph_matches_emulator_on_integer_kernel_programs() {
         // BFP 8 products on bytes where the CPU has AVX-512 VNNI.
         let vnni = nnp_runtime::exec::intdot::Kernel::best().is_vnni();
         assert_eq!(paths.byte_products > 0, vnni, "{paths}");
+    }
+}
+
+/// Programs whose products read input rows (`GenConfig::stacked_products`): input-dependent
+/// products over one weight stack, which the warm runs' passes (2 shards of at most 2 items)
+/// stack where the CPU has AVX2 (docs/swgraph.md, "Stacked steps"); on a GPU they are not
+/// stacked.
+#[test]
+fn software_graph_matches_emulator_on_stacked_products() {
+    let count = env_u64("NNPC_DIFF_STACKED", 100);
+    let base = env_u64("NNPC_DIFF_SEED", 0);
+    let paths = differential(
+        ("stacked products", "NNPC_DIFF_STACKED"),
+        &GenConfig::stacked_products(),
+        base,
+        count,
+    );
+    if count >= 20 {
+        let simd = nnp_runtime::exec::intdot::simd();
+        let gpu = std::env::var("NNPC_DIFF_DEVICE").is_ok_and(|d| d == "cuda");
+        assert_eq!(paths.stacked_products > 0, simd && !gpu, "{paths}");
     }
 }
 

@@ -22,6 +22,12 @@ pub struct GenConfig {
     /// Draw MVM formats from the whole catalogue (HBFP, int, fixed, dynamic fixed, power-of-two,
     /// two-hot too), not only BFP/MSFP/MX/floats.
     pub all_formats: bool,
+    /// Probability that a product chain reads input rows that the chain drawn just before it
+    /// moved from netq to fresh ivrf registers, one row per iteration, with its matrix the
+    /// same in every iteration: input-dependent products over one weight stack (what a warm
+    /// pass of few items stacks). At 0 no draw is made, so the other configurations' programs
+    /// stay as they are.
+    pub feed_prob: f64,
 }
 
 impl Default for GenConfig {
@@ -36,6 +42,7 @@ impl Default for GenConfig {
             quant_prob: 0.3,
             wide_mfu_formats: true,
             all_formats: true,
+            feed_prob: 0.0,
         }
     }
 }
@@ -59,6 +66,16 @@ impl GenConfig {
             natives: vec![16, 32],
             all_formats: false,
             ..GenConfig::default()
+        }
+    }
+
+    /// Integer-kernel programs whose product chains mostly read input rows (`feed_prob`),
+    /// iterated up to 4 times: the stacked steps' products, on random data and formats.
+    pub fn stacked_products() -> Self {
+        GenConfig {
+            max_iterations: 4,
+            feed_prob: 0.7,
+            ..GenConfig::integer_kernel()
         }
     }
 }

@@ -51,20 +51,31 @@ impl Gen<'_> {
             self.r.range(2, self.cfg.max_iterations.max(2) as i64) as u32
         };
         let use_mvm = self.r.chance(0.45);
-        let (mv_mul, width, read_tiles) = if use_mvm {
-            let Some((mv_mul, rows, cols)) = self.chain_mv_mul(iterations, max_t) else {
+        let (mv_mul, width, read_tiles, fed) = if use_mvm {
+            let Some((mut mv_mul, rows, cols)) = self.chain_mv_mul(iterations, max_t) else {
                 return;
             };
+            let fed = if self.cfg.feed_prob > 0.0 && self.r.chance(self.cfg.feed_prob) {
+                self.feed_chain(cols, iterations)
+            } else {
+                None
+            };
+            if fed.is_some() {
+                mv_mul.inc = 0;
+            }
             self.set_scalar("rows", rows);
             self.set_scalar("cols", cols);
-            (Some(mv_mul), rows, cols)
+            (Some(mv_mul), rows, cols, fed)
         } else {
             let width = self.r.range(1, max_t) as u32;
             self.set_scalar("rows", width);
-            (None, width, width)
+            (None, width, width, None)
         };
-        let Some((src, src_addr, windowed)) = self.chain_read(use_mvm, read_tiles, iterations)
-        else {
+        let read = match fed {
+            Some(a) => Some((Mem::Ivrf, a, false)),
+            None => self.chain_read(use_mvm, read_tiles, iterations),
+        };
+        let Some((src, src_addr, windowed)) = read else {
             return;
         };
         let (ops, operand_regs) = self.chain_ops(width, iterations);
@@ -81,6 +92,41 @@ impl Gen<'_> {
             ops,
             writes,
         }));
+    }
+
+    /// A chain that moves `iterations` input rows of `width` tiles from netq to fresh ivrf
+    /// registers, one row per iteration (`inc = width`), for the next chain's products to
+    /// read ([`GenConfig::feed_prob`](crate::GenConfig::feed_prob)); `None` where ivrf has no
+    /// room.
+    fn feed_chain(&mut self, width: u32, iterations: u32) -> Option<AddrM> {
+        let base = self.alloc(SpaceId::Vec(Mem::Ivrf), width * iterations)?;
+        let a = AddrM {
+            base,
+            inc: width as i32,
+        };
+        self.netq_decl(false, width, iterations);
+        self.set_scalar("rows", width);
+        if iterations > 1 {
+            self.items.push(Item::Swr("iterations", iterations));
+        }
+        let regs = Self::read_regs(a, width, iterations);
+        self.space(SpaceId::Vec(Mem::Ivrf)).mark(&regs, None);
+        self.written.push(Written {
+            mem: Mem::Ivrf,
+            width,
+            iterations,
+            inc: a.inc,
+            base,
+        });
+        self.items.push(Item::Vector(VChainM {
+            src: Mem::Netq,
+            src_addr: AddrM { base: 0, inc: 0 },
+            windowed: false,
+            mv_mul: None,
+            ops: Vec::new(),
+            writes: vec![(Mem::Ivrf, a)],
+        }));
+        Some(a)
     }
 
     /// The `mv_mul` of a chain of `iterations` (a matrix picked or made in mrf, a matrix of
