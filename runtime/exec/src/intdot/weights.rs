@@ -343,11 +343,11 @@ impl IntWeights {
     }
 
     /// The stack these integers came from, bit for bit (`[rows * cols, n, n]` row-major), or
-    /// `None` when it held a `-0.0`. Every other value is `q * 2^unit` exactly: [`to_ints`]
-    /// checked that the integer times the unit is the value, the unit is a normal power of
-    /// two, and a zero (or a zero row, scale 0) comes back as `+0.0`. A session keeps only
-    /// this form of a weight stack and restores the f64 one for a product that takes the float
-    /// path.
+    /// `None` when it held a `-0.0`. Every other value is `q * 2^unit` exactly:
+    /// [`to_ints`](super::runs::to_ints) checked that the integer times the unit is the value,
+    /// the unit is a normal power of two, and a zero (or a zero row, scale 0) comes back as
+    /// `+0.0`. A session keeps only this form of a weight stack and restores the f64 one for a
+    /// product that takes the float path.
     pub fn restore(&self) -> Option<Vec<f64>> {
         self.restorable()
             .then(|| self.unpacked(|q, scale| f64::from(q) * scale))
