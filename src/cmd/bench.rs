@@ -397,7 +397,10 @@ fn timed_rounds(
         Ok(())
     };
     let has_products = |_: &[Option<f64>]| products.is_some();
-    // The emulator's place in the rounds.
+    // Each measurement's place in the rounds (the runs back to back time themselves).
+    const GRAPH: usize = 0;
+    const FLOOR: usize = 2;
+    const PRODUCTS: usize = 3;
     const EMULATOR: usize = 4;
     let emulates = |past: &[Option<f64>]| edata.is_some() && baseline::emulator_runs_again(past);
     let times = baseline::interleave(
@@ -422,7 +425,7 @@ fn timed_rounds(
         (!ran.is_empty()).then(|| baseline::median(&mut ran))
     };
     // The graph's runs in the rounds the emulator ran: its ratio is taken side by side.
-    let mut paired: Vec<f64> = times[0]
+    let mut paired: Vec<f64> = times[GRAPH]
         .iter()
         .zip(&times[EMULATOR])
         .filter_map(|(g, e)| e.and(*g))
@@ -441,16 +444,16 @@ fn timed_rounds(
         .copied()
         .max_by(|a, b| a.macs_per_second.total_cmp(&b.macs_per_second));
     Ok(Rounds {
-        sw_s: med(0).unwrap_or(0.0),
+        sw_s: med(GRAPH).unwrap_or(0.0),
         back_to_back_s: baseline::median(&mut again),
-        floor_s: med(2).unwrap_or(0.0),
+        floor_s: med(FLOOR).unwrap_or(0.0),
         shards,
         stacked,
         floor_calls: floor.calls(),
         floor_macs: floor.macs(),
         products: products
             .as_ref()
-            .zip(med(3))
+            .zip(med(PRODUCTS))
             .map(|(p, secs)| (secs, p.macs(), p.on_bytes())),
         peak: best.unwrap_or_else(|| baseline::int8_peak(1)),
         fma: fmas
