@@ -45,7 +45,7 @@ fn tile_to_ints_body(
         let block = &mut reach[r / ROW_BLOCK];
         *block = (*block).max(pairs as u32);
         // Lanes (2 kp, 2 kp + 1) of row r go to packed_at(n, r, 2 kp): one pair every
-        // 2 * ROW_BLOCK values (as one u32, so no bounds check per pair).
+        // 2 * ROW_BLOCK values (as one [i16; 2], so no bounds check per pair).
         let row = &mut tile[packed_at(n, r, 0)..];
         for (pair, dst) in q.chunks_exact(2).zip(row.chunks_mut(2 * ROW_BLOCK)) {
             if let (Ok(pair), Some(dst)) = (<&[i16; 2]>::try_from(pair), dst.first_chunk_mut::<2>())
@@ -130,7 +130,7 @@ impl NarrowWeights {
             .zip(offset.par_chunks_mut(ROW_BLOCK))
             .zip(packed.par_chunks(block))
             // A task of at least 16 Ki integers: a small stack's blocks on one thread.
-            .with_min_len((1 << 14) / block.max(1))
+            .with_min_len(((1 << 14) / block.max(1)).max(1))
             .map(|((dst, off), src)| narrow_block(src, dst, off))
             .reduce(|| true, |a, b| a & b);
         fits.then_some(NarrowWeights { ints, offset })

@@ -337,26 +337,27 @@ impl Planner<'_> {
     #[allow(clippy::type_complexity)]
     fn product_run(&self, pos: usize) -> Option<(Vec<(ValueId, Keep)>, Work, usize)> {
         let order = &self.schedule.order;
-        let (mut kept, mut groups) = (Vec::new(), Vec::<Vec<(ValueId, Keep)>>::new());
+        // Each group with its key (`stack_key`), in the order of their first products.
+        let mut kept = Vec::new();
+        let mut groups = Vec::<(Op, Vec<(ValueId, Keep)>)>::new();
         let mut end = pos;
         while let Some(&id) = order.get(end) {
             if self.plan.constant[id] {
                 kept.push((id, self.keep(id)));
             } else if let Some(key) = stack_key(&self.graph.node(id).op)
                 && matches!(self.work(id, true), Work::Eval(_))
-                && !self.graph.node(id).op.inputs().iter().any(|v| {
-                    let member = |g: &Vec<(ValueId, Keep)>| g.iter().any(|(m, _)| m == v);
-                    groups.iter().any(member)
-                })
+                && !self
+                    .graph
+                    .node(id)
+                    .op
+                    .inputs()
+                    .iter()
+                    .any(|v| groups.iter().any(|(_, g)| g.iter().any(|(m, _)| m == v)))
             {
                 let member = (id, self.keep(id));
-                let op = |g: &Vec<(ValueId, Keep)>| &self.graph.node(g[0].0).op;
-                match groups
-                    .iter_mut()
-                    .find(|g| stack_key(op(g)) == Some(key.clone()))
-                {
-                    Some(g) => g.push(member),
-                    None => groups.push(vec![member]),
+                match groups.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, g)) => g.push(member),
+                    None => groups.push((key, vec![member])),
                 }
             } else {
                 break;
@@ -368,6 +369,7 @@ impl Planner<'_> {
             end -= 1;
             kept.pop();
         }
+        let groups: Vec<_> = groups.into_iter().map(|(_, g)| g).collect();
         let products: usize = groups.iter().map(Vec::len).sum();
         (products > 1).then_some((kept, Work::Products(groups), end))
     }
