@@ -222,7 +222,7 @@ impl Graph {
             }
             let weights = HostData::random_weights(p, data.seed);
             let feed = InputFeed::random(p, batch, data.seed);
-            return HostData::whole(weights, &feed).map_err(|e| data_error(py, e));
+            return HostData::whole(weights, feed).map_err(|e| data_error(py, e));
         }
         // A name in both: the weights' array is used (as the weights file's tensor is).
         let (mut tensors, _) = to_tensors(data.inputs)?;
@@ -329,14 +329,14 @@ impl Graph {
             let mut warm = self.session.lock().unwrap_or_else(|e| e.into_inner());
             let hit = warm.as_ref().is_some_and(|(p, _)| weights.prepared_by(p));
             let host = match (hit, inputs) {
-                (true, Inputs::Seeded(feed)) => HostData::whole(BTreeMap::new(), &feed),
+                (true, Inputs::Seeded(feed)) => HostData::whole(BTreeMap::new(), feed),
                 (true, Inputs::Given(tensors)) => {
                     HostData::inputs_only(program, tensors, &opts, searched)
                 }
                 (false, inputs) => {
                     let (w, prepared) = weights.owned(program);
                     let host = match inputs {
-                        Inputs::Seeded(feed) => HostData::whole(w, &feed),
+                        Inputs::Seeded(feed) => HostData::whole(w, feed),
                         Inputs::Given(mut tensors) => {
                             tensors.extend(w);
                             HostData::from_tensors(program, tensors, &opts, searched)

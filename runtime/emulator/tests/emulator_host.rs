@@ -62,6 +62,8 @@ fn random_data_is_deterministic_and_shaped() {
 /// The random inputs are the documented recipe's values (each input's ChaCha8 stream keyed by
 /// the seed and the FNV-1a hash of its name, one 32-bit word per value, computed here from the
 /// recipe with rand_chacha), and pieces of items (`random_inputs`) are those items' values.
+/// The batch spans several of the generator's pieces (64 Ki values each, made on the pool's
+/// threads), so the values across a piece's edge are checked too.
 #[test]
 fn random_inputs_in_pieces_are_the_recipes_values() {
     use rand_chacha::ChaCha8Rng;
@@ -76,15 +78,30 @@ fn random_inputs_in_pieces_are_the_recipes_values() {
     key[..8].copy_from_slice(&9u64.to_le_bytes());
     key[8..16].copy_from_slice(&fnv1a64("x").to_le_bytes());
     let mut rng = ChaCha8Rng::from_seed(key);
-    let want: Vec<u32> = (0..7 * 12)
+    const BATCH: usize = 16_500; // 198,000 values: three pieces and part of a fourth
+    let want: Vec<u32> = (0..BATCH * 12)
         .map(|_| {
             let u = f64::from(rng.next_u32() >> 8) / f64::from(1u32 << 24);
             ((-1.0 + 2.0 * u) as f32).to_bits()
         })
         .collect();
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&HostData::random(&p, 7, 9).inputs["x"].data), want);
-    for items in [0..3, 3..4, 4..7, 2..6, 6..7] {
+    assert_eq!(bits(&HostData::random(&p, BATCH, 9).inputs["x"].data), want);
+    assert_eq!(
+        bits(&HostData::random(&p, 7, 9).inputs["x"].data),
+        want[..7 * 12]
+    );
+    // 5461..5462 holds the first piece's last value and the second's first.
+    for items in [
+        0..3,
+        3..4,
+        4..7,
+        2..6,
+        6..7,
+        5461..5462,
+        5000..16_500,
+        10_923..10_924,
+    ] {
         let piece = HostData::random_inputs(&p, items.clone(), 9);
         assert_eq!(piece["x"].shape, vec![items.len(), 2, 6]);
         assert_eq!(

@@ -176,21 +176,42 @@ pub fn weights_fit(program: &dyn Interface) -> Result<(), HostError> {
 }
 
 /// Values `first..first + n` uniform in `[lo, hi)` of the stream of `name` (see the module
-/// docs).
+/// docs). Made in pieces of [`UNIFORM_PIECE`] values, each from its own place in the stream
+/// (so on every thread of the pool at once): the same values as one pass.
 fn uniform(name: &str, seed: u64, first: usize, n: usize, lo: f64, hi: f64) -> Vec<f32> {
+    use rayon::prelude::*;
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.to_le_bytes());
     key[8..16].copy_from_slice(&nnp_grammar::fnv1a64_u64(name.as_bytes()).to_le_bytes());
-    let mut rng = ChaCha8Rng::from_seed(key);
-    // One 32-bit word of the stream per value.
-    rng.set_word_pos(first as u128);
-    (0..n)
-        .map(|_| {
-            let u = (rng.next_u32() >> 8) as f64 * (1.0 / (1u64 << 24) as f64);
-            (lo + (hi - lo) * u) as f32
-        })
-        .collect()
+    let mut out = vec![0f32; n];
+    let piece = |(k, out): (usize, &mut [f32])| {
+        let mut rng = ChaCha8Rng::from_seed(key);
+        // One 32-bit word of the stream per value.
+        rng.set_word_pos((first + k * UNIFORM_PIECE) as u128);
+        let mut bytes = [0u8; 4096];
+        for out in out.chunks_mut(bytes.len() / 4) {
+            let bytes = &mut bytes[..4 * out.len()];
+            // The stream's words in order, as `next_u32` reads them (little-endian bytes).
+            rng.fill_bytes(bytes);
+            for (o, w) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                let u = (w >> 8) as f64 * (1.0 / (1u64 << 24) as f64);
+                *o = (lo + (hi - lo) * u) as f32;
+            }
+        }
+    };
+    if n > UNIFORM_PIECE {
+        out.par_chunks_mut(UNIFORM_PIECE)
+            .enumerate()
+            .for_each(piece);
+    } else {
+        piece((0, &mut out));
+    }
+    out
 }
+
+/// The values [`uniform`] makes in one task.
+const UNIFORM_PIECE: usize = 1 << 16;
 
 /// Seeded random values for one declaration: for an input, those of the batch items `items`
 /// (shape `[items, ...decl.shape]`).
@@ -310,28 +331,51 @@ impl InputFeed {
         }
         let mut out = BTreeMap::new();
         for (name, feed) in &self.feeds {
-            let t = match feed {
-                Feed::Batched(found) => {
-                    let t = found.items(items.clone())?;
-                    check_finite(name, &t, items.start * (t.len() / items.len().max(1)))?;
-                    t
-                }
-                Feed::Broadcast(one) => {
-                    let mut data = Vec::with_capacity(one.len() * items.len());
-                    for _ in items.clone() {
-                        data.extend_from_slice(&one.data);
-                    }
-                    let shape = std::iter::once(items.len()).chain(one.shape.iter().copied());
-                    Tensor {
-                        shape: shape.collect(),
-                        data,
-                    }
-                }
-                Feed::Random(d, seed) => random_tensor(d, items.clone(), *seed),
-            };
-            out.insert(name.clone(), t);
+            out.insert(name.clone(), feed.items(name, items.clone())?);
         }
         Ok(out)
+    }
+
+    /// The inputs of every item ([`InputFeed::items`] of the whole batch), each tensor held
+    /// in memory taken as it is rather than copied.
+    pub fn into_whole(self) -> Result<BTreeMap<String, Tensor>, HostError> {
+        let mut out = BTreeMap::new();
+        for (name, feed) in self.feeds {
+            let t = match feed {
+                Feed::Batched(Found::Memory(t)) if t.shape.first() == Some(&self.batch) => {
+                    check_finite(&name, &t, 0)?;
+                    t
+                }
+                feed => feed.items(&name, 0..self.batch)?,
+            };
+            out.insert(name, t);
+        }
+        Ok(out)
+    }
+}
+
+impl Feed {
+    /// The values of items `items` of the input `name`, checked finite where they are read.
+    fn items(&self, name: &str, items: Range<usize>) -> Result<Tensor, HostError> {
+        Ok(match self {
+            Feed::Batched(found) => {
+                let t = found.items(items.clone())?;
+                check_finite(name, &t, items.start * (t.len() / items.len().max(1)))?;
+                t
+            }
+            Feed::Broadcast(one) => {
+                let mut data = Vec::with_capacity(one.len() * items.len());
+                for _ in items.clone() {
+                    data.extend_from_slice(&one.data);
+                }
+                let shape = std::iter::once(items.len()).chain(one.shape.iter().copied());
+                Tensor {
+                    shape: shape.collect(),
+                    data,
+                }
+            }
+            Feed::Random(d, seed) => random_tensor(d, items, *seed),
+        })
     }
 }
 
@@ -391,7 +435,7 @@ impl HostData {
         opts: &LoadOptions,
     ) -> Result<HostData, HostError> {
         let (weights, feed) = HostData::open(program, weights, inputs, opts)?;
-        HostData::whole(weights, &feed)
+        HostData::whole(weights, feed)
     }
 
     /// What [`HostData::load_with`] loads, with the inputs left in their files to be read a
@@ -517,7 +561,7 @@ impl HostData {
     ) -> Result<HostData, HostError> {
         let found = in_memory(tensors, |_| true);
         let (weights, feed) = HostData::feed(program, found, opts, searched, Weights::Read)?;
-        HostData::whole(weights, &feed)
+        HostData::whole(weights, feed)
     }
 
     /// The inputs of `tensors`, checked and fed as [`HostData::from_tensors`] does, and no
@@ -532,18 +576,18 @@ impl HostData {
     ) -> Result<HostData, HostError> {
         let found = in_memory(tensors, |name| !program.weights().any(|d| d.name == name));
         let (_, feed) = HostData::feed(program, found, opts, searched, Weights::Skip)?;
-        HostData::whole(BTreeMap::new(), &feed)
+        HostData::whole(BTreeMap::new(), feed)
     }
 
     /// The whole batch of `feed` with `weights`.
     pub fn whole(
         weights: BTreeMap<String, Tensor>,
-        feed: &InputFeed,
+        feed: InputFeed,
     ) -> Result<HostData, HostError> {
         Ok(HostData {
             batch: feed.batch,
+            inputs: feed.into_whole()?,
             weights,
-            inputs: feed.items(0..feed.batch)?,
         })
     }
 
