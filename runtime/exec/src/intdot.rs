@@ -56,9 +56,10 @@ pub const ROW_BLOCK: usize = 16;
 /// accumulators, with the 2 weight vectors and the broadcast vector 15 of the 16 registers.
 const ITEM_BLOCK: usize = 6;
 
-/// Batch items of one register block of the VNNI kernel: 8 accumulators of 16 rows (of its
-/// 32 registers), so that a task of 64 items is 8 whole blocks.
-const VNNI_ITEM_BLOCK: usize = 8;
+/// Batch items of one register block of the VNNI kernel: 16 accumulators of 16 rows, with
+/// the weight vector and the broadcast vector 18 of its 32 registers. Each lane quad's weights
+/// are loaded once for 16 multiply-adds, and a task of 64 items is 4 whole blocks.
+const VNNI_ITEM_BLOCK: usize = 16;
 
 /// Whether the session should take this path: the CPU has AVX2 and FMA.
 pub fn simd() -> bool {

@@ -797,7 +797,7 @@ fn columns_zero_for_every_item_are_skipped_exactly() {
     }
 }
 
-/// The SIMD kernels skip the register blocks of `k` items (AVX2: 6; VNNI: 8) whose vector
+/// The SIMD kernels skip the register blocks of `k` items (AVX2: 6; VNNI: 16) whose vector
 /// tiles are all zero for a sink that adds: at batch `2k + 1`, with items `0..k` zero (a whole
 /// block), item `k + 2` (one of a block) and item `2k` (the last block, alone), only items
 /// `k..2k` reach the sink, and every sum equals the scalar kernel's, which multiplies every
@@ -1325,7 +1325,8 @@ fn vnni_kernel_takes_bytes_at_their_extremes() {
         }
     }
     w[n - 1] = -127;
-    let b = 13;
+    // Two register blocks of the VNNI kernel: 16 items and 9.
+    let b = 25;
     let mut x = vec![0i64; b * n];
     for (bi, item) in x.chunks_mut(n).enumerate() {
         match bi {
@@ -1375,9 +1376,9 @@ fn vnni_kernel_takes_bytes_at_their_extremes() {
     for which in Kernel::available() {
         assert_eq!(partials(&wi, &xi, which), want, "{which:?}");
     }
-    // Blocks of 1 to 3 items, which the VNNI kernel sums in several chains (rows of every
-    // reach, so every remainder of the chains' lane quads): the first items alone.
-    for items in 1..=3 {
+    // Fewer items, each count one register block of its own (rows of every reach): the first
+    // items alone.
+    for items in [1, 2, 3, 8, 9, 16] {
         let few = IntVector::new(&floats(&x[..items * n]), items, 1, n).expect("fits");
         for which in Kernel::available() {
             let got = partials(&wi, &few, which);

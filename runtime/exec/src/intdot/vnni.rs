@@ -18,6 +18,23 @@ use super::weights::NarrowTile;
 use super::{ROW_BLOCK, VNNI_ITEM_BLOCK};
 use std::arch::x86_64::*;
 
+/// `f::<C, N>(args)` for `c` items up to [`VNNI_ITEM_BLOCK`] (16): `by_items` below 9.
+macro_rules! by_items_to_16 {
+    ($c:expr, $f:ident::<$n:ident>($($arg:expr),* $(,)?)) => {
+        match $c {
+            16 => $f::<16, $n>($($arg),*),
+            15 => $f::<15, $n>($($arg),*),
+            14 => $f::<14, $n>($($arg),*),
+            13 => $f::<13, $n>($($arg),*),
+            12 => $f::<12, $n>($($arg),*),
+            11 => $f::<11, $n>($($arg),*),
+            10 => $f::<10, $n>($($arg),*),
+            9 => $f::<9, $n>($($arg),*),
+            c => by_items!(c, $f::<$n>($($arg),*)),
+        }
+    };
+}
+
 /// The tile `narrow`, whose row blocks reach `reach` (`Tile::reach`), times the biased vector
 /// tiles `xs`.
 ///
@@ -65,7 +82,7 @@ unsafe fn tile_n<const N: usize>(
             let offset = &narrow.offset[rb * ROW_BLOCK..][..ROW_BLOCK];
             // SAFETY: as the function's contract; block() reads the row block `w` and items
             // b0..b0 + c of `xs`.
-            unsafe { by_items!(c, block::<N>(w, offset, xs, n, rb, b0, sink)) }
+            unsafe { by_items_to_16!(c, block::<N>(w, offset, xs, n, rb, b0, sink)) }
         },
     );
 }
