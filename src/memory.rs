@@ -1,6 +1,7 @@
 //! How nnpc's processes use memory: large buffers stay on the heap, and large blocks ask for
-//! transparent huge pages. `nnpc`'s `main` and the criterion benchmarks set both up the same
-//! way, so that their timings compare.
+//! transparent huge pages. `nnpc`'s `main`, the criterion benchmarks and the Python extension
+//! (at import) set both up the same way, so that their timings compare. `NNPC_MALLOC=system`
+//! leaves glibc's own settings.
 
 /// Every graph op allocates and frees its output tensor (512 KiB for the LSTM benchmark at
 /// batch 64). glibc maps blocks above 128 KiB with `mmap` and unmaps them on free, so each op
@@ -12,11 +13,18 @@
 /// before it lacks the top padding in free room. 64 MiB of padding keeps every heap (fourteen
 /// 64 MiB unmaps in ten warm LSTM runs became one), so the next run's buffers reuse its pages.
 ///
-/// Call it first in `main`, before any other thread exists.
+/// The settings are the process's (glibc's), so the Python extension's import also keeps the
+/// caller's large arrays on the heap: the memory a process frees stays in it for reuse (up
+/// to the trim threshold, 512 MiB). With `NNPC_MALLOC=system` in the environment, nothing is
+/// changed.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn keep_large_buffers_on_the_heap() {
-    // SAFETY: `mallopt` only sets allocator parameters (the caller runs before any other
-    // thread). A refused value (return 0) leaves glibc's default, which is only slower.
+    if std::env::var_os("NNPC_MALLOC").is_some_and(|v| v == "system") {
+        return;
+    }
+    // SAFETY: `mallopt` only sets allocator parameters, under the main arena's lock; another
+    // thread allocating meanwhile reads each parameter (one word) as before or after. A
+    // refused value (return 0) leaves glibc's default, which is only slower.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);

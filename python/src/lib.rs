@@ -159,8 +159,17 @@ fn load_tensors<'py>(py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>
     Ok(dict)
 }
 
+/// The command line's allocator: large blocks ask for transparent huge pages
+/// (`nnpc::memory`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[global_allocator]
+static ALLOCATOR: nnpc::memory::HugePages = nnpc::memory::HugePages;
+
 #[pymodule]
 fn _nnpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // As `nnpc`'s main: the buffers of a run's ops are reused from the heap, not mapped
+    // and faulted in again by every op (`NNPC_MALLOC=system` leaves glibc's settings).
+    nnpc::memory::keep_large_buffers_on_the_heap();
     m.add_class::<graph::Graph>()?;
     m.add_class::<grad::Tape>()?;
     m.add_function(wrap_pyfunction!(graph::compile, m)?)?;

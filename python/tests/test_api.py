@@ -386,6 +386,42 @@ def test_a_warm_graph_reuses_only_the_same_bits() -> None:
     assert same_bits(graph.run(strided, x)["h"], first)
 
 
+_FAULTS = """
+import json, resource, sys
+import nnpc
+g = nnpc.compile(sys.argv[1])
+w, x = g.random_weights(0), g.random_inputs(256, seed=0)
+for _ in range(3):
+    g.run(w, x); g._record(w, x)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+outs = [g.run(w, x) for _ in range(20)] + [g._record(w, x)[0] for _ in range(20)]
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print(json.dumps({"faults": faults, "outputs": [v.tobytes().hex() for o in outs for v in o.values()]}))
+"""
+
+
+def test_warm_calls_reuse_their_memory_and_the_opt_out_keeps_the_bits() -> None:
+    """Importing the package keeps large blocks on the heap as `nnpc` does (nnpc::memory):
+    20 warm runs and 20 recordings of the digits sample at batch 256 then fault in a few new
+    pages a call (at most 10: Python's own arrays), where glibc's own settings
+    (`NNPC_MALLOC=system`) map each large buffer and fault it in again, hundreds of pages a
+    call. The outputs are the same bits either way."""
+    import os
+    import subprocess
+    import sys
+
+    def probe(**extra: str) -> dict:
+        env = {k: v for k, v in os.environ.items() if k != "NNPC_MALLOC"} | extra
+        cmd = [sys.executable, "-c", _FAULTS, "samples/train/digits_mlp.nnp"]
+        run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+        return json.loads(run.stdout)
+
+    tuned, system = probe(), probe(NNPC_MALLOC="system")
+    assert tuned["outputs"] == system["outputs"]
+    assert tuned["faults"] < 400, tuned["faults"]
+    assert system["faults"] > 10 * max(tuned["faults"], 400), (tuned["faults"], system["faults"])
+
+
 def test_a_batch_past_the_limit_raises_data_error(lstm: nnpc.Graph) -> None:
     """A batch whose results would not fit in memory (or whose inputs and outputs pass
     2^62 bytes) is a DataError naming ``batch=`` and the limit, before anything is made:
