@@ -124,27 +124,13 @@ pub fn to_array<'py>(
             .into_pyarray(py)
             .into_any(),
         OutDtype::F16 => {
-            let data = py.detach(|| to_f16(&tensor.data));
+            let data = py.detach(|| nnp_runtime::host::to_f16(&tensor.data));
             ArrayD::from_shape_vec(shape, data)
                 .map_err(bad)?
                 .into_pyarray(py)
                 .into_any()
         }
     })
-}
-
-/// `values` as float16, each rounded to the nearest (every one is an f16 value where
-/// [`OutDtype::F16`] was chosen): half's slice conversion (F16C where the CPU has it), in
-/// pieces on the pool's threads.
-fn to_f16(values: &[f32]) -> Vec<f16> {
-    use half::slice::HalfFloatSliceExt;
-    use rayon::prelude::*;
-    const PIECE: usize = 1 << 16;
-    let mut out = vec![f16::ZERO; values.len()];
-    out.par_chunks_mut(PIECE)
-        .zip(values.par_chunks(PIECE))
-        .for_each(|(out, values)| out.convert_from_f32_slice(values));
-    out
 }
 
 /// A `{name: array}` dict of `tensors`.

@@ -391,21 +391,23 @@ import json, resource, sys
 import nnpc
 g = nnpc.compile(sys.argv[1])
 w, x = g.random_weights(0), g.random_inputs(256, seed=0)
-for _ in range(3):
-    g.run(w, x); g._record(w, x)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-outs = [g.run(w, x) for _ in range(20)] + [g._record(w, x)[0] for _ in range(20)]
-faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-print(json.dumps({"faults": faults, "outputs": [v.tobytes().hex() for o in outs for v in o.values()]}))
+outs, windows = [], []
+for window in range(6):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(5):
+        outs += [g.run(w, x), g._record(w, x)[0]]
+    windows.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps({"faults": windows, "outputs": [v.tobytes().hex() for o in outs for v in o.values()]}))
 """
 
 
 def test_warm_calls_reuse_their_memory_and_the_opt_out_keeps_the_bits() -> None:
     """Importing the package keeps large blocks on the heap as `nnpc` does (nnpc::memory):
-    20 warm runs and 20 recordings of the digits sample at batch 256 then fault in a few new
-    pages a call (at most 10: Python's own arrays), where glibc's own settings
-    (`NNPC_MALLOC=system`) map each large buffer and fault it in again, hundreds of pages a
-    call. The outputs are the same bits either way."""
+    warm runs and recordings of the digits sample at batch 256 then fault in a few new pages
+    a call (Python's own arrays; the least of 5 windows of 5 runs and 5 recordings, the first
+    window warming the heaps), where glibc's own settings (`NNPC_MALLOC=system`) map each
+    large buffer and fault it in again, hundreds of pages a call. The outputs are the same
+    bits either way."""
     import os
     import subprocess
     import sys
@@ -418,8 +420,9 @@ def test_warm_calls_reuse_their_memory_and_the_opt_out_keeps_the_bits() -> None:
 
     tuned, system = probe(), probe(NNPC_MALLOC="system")
     assert tuned["outputs"] == system["outputs"]
-    assert tuned["faults"] < 400, tuned["faults"]
-    assert system["faults"] > 10 * max(tuned["faults"], 400), (tuned["faults"], system["faults"])
+    least = min(tuned["faults"][1:]), min(system["faults"][1:])
+    assert least[0] < 10 * 10, (tuned["faults"], system["faults"])
+    assert least[1] > 10 * max(least[0], 100), (tuned["faults"], system["faults"])
 
 
 def test_a_batch_past_the_limit_raises_data_error(lstm: nnpc.Graph) -> None:

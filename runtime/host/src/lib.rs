@@ -31,7 +31,7 @@ pub mod trace;
 
 use crate::io::IoError;
 pub use crate::source::{SourceError, TensorSource};
-pub use crate::tensor::{ShapeDisplay, Tensor, Unfilled};
+pub use crate::tensor::{ShapeDisplay, Tensor, Unfilled, to_f16};
 use nnp_grammar::{Decl, DeclKind, Init, Interface};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};

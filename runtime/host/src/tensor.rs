@@ -1,7 +1,22 @@
 //! The host's tensor: dense f32 values in a logical row-major shape, and how a shape prints.
 //! Host data and tensor files both hold it.
 
+use half::f16;
 use std::fmt;
+
+/// `values` as float16, each rounded to the nearest (ties to even): half's slice conversion
+/// (F16C where the CPU has it), in pieces of 64 Ki values on the pool's threads. What a
+/// float16 file (`-o`, `--dtype f16`) and the Python package's float16 arrays hold.
+pub fn to_f16(values: &[f32]) -> Vec<f16> {
+    use half::slice::HalfFloatSliceExt;
+    use rayon::prelude::*;
+    const PIECE: usize = 1 << 16;
+    let mut out = vec![f16::ZERO; values.len()];
+    out.par_chunks_mut(PIECE)
+        .zip(values.par_chunks(PIECE))
+        .for_each(|(out, values)| out.convert_from_f32_slice(values));
+    out
+}
 
 /// A dense tensor of f32 values, logical row-major layout.
 #[derive(Clone, Debug, PartialEq)]

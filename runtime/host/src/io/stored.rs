@@ -234,14 +234,29 @@ pub(super) fn encode_values(data: &[f32], dtype: Dtype) -> Result<Vec<u8>, NotF1
     // Sized once and filled in place (a `flat_map` collect grows its buffer as it goes).
     match dtype {
         Dtype::F16 => {
-            let mut out = Vec::with_capacity(data.len() * 2);
-            for (i, &v) in data.iter().enumerate() {
-                let h = f16::from_f32(v);
-                if h.to_f32().to_bits() != v.to_bits() && !v.is_nan() {
-                    return Err(NotF16 { index: i, value: v });
+            use half::slice::HalfFloatSliceExt;
+            let halves = crate::tensor::to_f16(data);
+            // Each value read back, a piece at a time; a NaN passes (its payload is not kept).
+            let mut back = [0f32; 1024];
+            for (k, (h, v)) in halves
+                .chunks(back.len())
+                .zip(data.chunks(back.len()))
+                .enumerate()
+            {
+                let back = &mut back[..h.len()];
+                h.convert_to_f32_slice(back);
+                let lost = |(b, v): (&f32, &f32)| b.to_bits() != v.to_bits() && !v.is_nan();
+                if let Some(i) = back.iter().zip(v).position(lost) {
+                    return Err(NotF16 {
+                        index: k * 1024 + i,
+                        value: v[i],
+                    });
                 }
-                out.extend_from_slice(&h.to_le_bytes());
             }
+            let mut out = Vec::with_capacity(data.len() * 2);
+            halves
+                .iter()
+                .for_each(|h| out.extend_from_slice(&h.to_le_bytes()));
             Ok(out)
         }
         Dtype::F32 => {

@@ -614,3 +614,63 @@ fn tile_layouts() {
 }
 
 mod files;
+
+/// f32 to f16 by hand, at the start of the data and again across the edge of the converter's
+/// 64 Ki pieces: ties go to even (1 + 2^-11 to 1.0, 1 + 3 * 2^-11 up; 2^-25 to zero, 3 *
+/// 2^-25 to the second subnormal; 65520 to infinity), the largest finite and smallest
+/// subnormal are kept, -0.0 keeps its sign and a NaN is the quiet NaN.
+#[test]
+fn f16_conversion_by_hand_across_pieces() {
+    let cases: [(f32, u16); 11] = [
+        (1.0, 0x3c00),
+        (1.0 + 2f32.powi(-11), 0x3c00),
+        (1.0 + 3.0 * 2f32.powi(-11), 0x3c02),
+        (65504.0, 0x7bff),
+        (65520.0, 0x7c00),
+        (2f32.powi(-24), 0x0001),
+        (2f32.powi(-25), 0x0000),
+        (3.0 * 2f32.powi(-25), 0x0002),
+        (-0.0, 0x8000),
+        (-2.5, 0xc100),
+        (f32::NAN, 0x7e00),
+    ];
+    let mut data = vec![0.5f32; (1 << 16) + 100];
+    let edge = (1 << 16) - 5;
+    for (k, &(v, _)) in cases.iter().enumerate() {
+        data[k] = v;
+        data[edge + k] = v;
+    }
+    let halves = crate::tensor::to_f16(&data);
+    assert_eq!(halves.len(), data.len());
+    for (k, &(v, bits)) in cases.iter().enumerate() {
+        assert_eq!(halves[k].to_bits(), bits, "{v}");
+        assert_eq!(
+            halves[edge + k].to_bits(),
+            bits,
+            "{v} across the pieces' edge"
+        );
+    }
+    assert!(halves.iter().enumerate().all(|(i, h)| {
+        let case = i < cases.len() || (edge..edge + cases.len()).contains(&i);
+        case || h.to_bits() == 0x3800
+    }));
+}
+
+/// A float16 file refuses the first value an f16 does not hold, by its flat index (past the
+/// check's first piece of 1,024 values too); a NaN is written as the quiet NaN.
+#[test]
+fn f16_encoding_names_the_first_value_it_cannot_hold() {
+    let mut data = vec![0.25f32; 3000];
+    data[7] = f32::NAN;
+    data[1500] = 0.1;
+    data[2500] = 1.0 / 3.0;
+    let err = encode_values(&data, Dtype::F16).expect_err("0.1 is no f16 value");
+    assert_eq!((err.index, err.value), (1500, 0.1));
+    data[1500] = 0.25;
+    let err = encode_values(&data, Dtype::F16).expect_err("1/3 is no f16 value");
+    assert_eq!(err.index, 2500);
+    data[2500] = 0.25;
+    let bytes = encode_values(&data, Dtype::F16).expect("f16 values and a NaN");
+    assert_eq!(&bytes[14..16], &0x7e00u16.to_le_bytes());
+    assert_eq!(&bytes[..2], &0x3400u16.to_le_bytes());
+}
