@@ -17,7 +17,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,24 +26,16 @@ NNPC = str(ROOT / "target" / "release" / "nnpc")
 def child(program: str, batches: list[int], reps: int) -> None:
     """One build's warm calls: the medians of `reps` seeded and `reps` array calls a batch."""
     import nnpc
+    from measure import median_time  # this folder's: the same timing as measure.py's
 
     g = nnpc.compile(program)
-
-    def median(f) -> float:
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            f()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-
     out = {"package": nnpc.__file__}
     for b in batches:
         w, x = g.random_weights(0), g.random_inputs(b, seed=0)
         g.run(batch=b)
-        seeded = median(lambda: g.run(batch=b))
+        seeded = median_time(lambda: g.run(batch=b), reps)
         g.run(w, x)
-        out[str(b)] = (seeded, median(lambda: g.run(w, x)))
+        out[str(b)] = (seeded, median_time(lambda: g.run(w, x), reps))
     print(json.dumps(out))
 
 
