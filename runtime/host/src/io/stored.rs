@@ -237,18 +237,15 @@ pub(super) fn encode_values(data: &[f32], dtype: Dtype) -> Result<Vec<u8>, NotF1
             use half::slice::HalfFloatSliceExt;
             let halves = crate::tensor::to_f16(data);
             // Each value read back, a piece at a time; a NaN passes (its payload is not kept).
-            let mut back = [0f32; 1024];
-            for (k, (h, v)) in halves
-                .chunks(back.len())
-                .zip(data.chunks(back.len()))
-                .enumerate()
-            {
+            const PIECE: usize = 1024;
+            let mut back = [0f32; PIECE];
+            for (k, (h, v)) in halves.chunks(PIECE).zip(data.chunks(PIECE)).enumerate() {
                 let back = &mut back[..h.len()];
                 h.convert_to_f32_slice(back);
                 let lost = |(b, v): (&f32, &f32)| b.to_bits() != v.to_bits() && !v.is_nan();
                 if let Some(i) = back.iter().zip(v).position(lost) {
                     return Err(NotF16 {
-                        index: k * 1024 + i,
+                        index: k * PIECE + i,
                         value: v[i],
                     });
                 }
