@@ -37,13 +37,14 @@ def overhead(program: str, batches, reps: int, rounds: int) -> None:
     print(f"## {program}: Graph.run against `nnpc run` ({rounds} rounds alternating the two, medians of {reps} calls each)")
     # Graph.run's calls come one after the other, so they are set against the command line's
     # warm runs back to back (its runs right after each round's first).
-    print("| batch | `nnpc bench`: warm run, back to back (ms) | Graph.run warm, seed (ms) | Graph.run warm, arrays (ms) | seed / warm | arrays / warm | `nnpc run`: its run (ms) | `nnpc run`: process (ms) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| batch | `nnpc bench`: warm run, back to back (ms) | Graph.run warm, seed (ms) | Graph.run warm, arrays (ms) | Graph.run warm, nnpc.Weights (ms) | seed / warm | arrays / warm | nnpc.Weights / warm | `nnpc run`: its run (ms) | `nnpc run`: process (ms) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     spread = lambda v: f"{statistics.median(v):.3f} [{min(v):.3f}, {max(v):.3f}]"  # noqa: E731
     for b in batches:
         w, x = g.random_weights(0), g.random_inputs(b, seed=0)
+        held = nnpc.Weights(w)
         g.run(batch=b)  # warm
-        warm, seeded, arrays, seed_ratio, array_ratio = [], [], [], [], []
+        warm, seeded, arrays, helds, seed_ratio, array_ratio, held_ratio = [], [], [], [], [], [], []
         for r in range(rounds):
             # The CLI's warm run and the two calls in turn, the order swapped every round.
             def rust():
@@ -57,13 +58,18 @@ def overhead(program: str, batches, reps: int, rounds: int) -> None:
                 g.run(batch=b)
                 s = median_time(lambda: g.run(batch=b), reps)
                 g.run(w, x)
-                return s, median_time(lambda: g.run(w, x), reps)
+                a = median_time(lambda: g.run(w, x), reps)
+                g.run(held, x)
+                return s, a, median_time(lambda: g.run(held, x), reps)
 
             if r % 2 == 0:
-                t, (s, a) = rust(), python()
+                t, (s, a, h) = rust(), python()
             else:
-                (s, a), t = python(), rust()
-            for values, v in ((warm, t), (seeded, s), (arrays, a), (seed_ratio, s / t), (array_ratio, a / t)):
+                (s, a, h), t = python(), rust()
+            for values, v in (
+                (warm, t), (seeded, s), (arrays, a), (helds, h),
+                (seed_ratio, s / t), (array_ratio, a / t), (held_ratio, h / t),
+            ):
                 values.append(v)
         cli_run, cli_wall = [], []
         for _ in range(reps):
@@ -76,8 +82,8 @@ def overhead(program: str, batches, reps: int, rounds: int) -> None:
             cli_run.append(json.loads(out.stdout)["seconds"])
         ms = lambda v: statistics.median(v) * 1e3  # noqa: E731
         print(
-            f"| {b} | {ms(warm):.2f} | {ms(seeded):.2f} | {ms(arrays):.2f} "
-            f"| {spread(seed_ratio)} | {spread(array_ratio)} "
+            f"| {b} | {ms(warm):.2f} | {ms(seeded):.2f} | {ms(arrays):.2f} | {ms(helds):.2f} "
+            f"| {spread(seed_ratio)} | {spread(array_ratio)} | {spread(held_ratio)} "
             f"| {ms(cli_run):.2f} | {ms(cli_wall):.1f} |"
         )
 

@@ -24,7 +24,7 @@ import operator
 import os
 import struct
 import warnings
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -38,6 +38,7 @@ __all__ = [
     "Quantized",
     "load_tensors",
     "Graph",
+    "Weights",
     "DiffReport",
     "Error",
     "FirmwareError",
@@ -187,6 +188,50 @@ def _arrays(values: Optional[Mapping[str, ArrayLike]], what: str) -> Optional[Di
     return {str(k): _as_array(v, str(k)) for k, v in values.items()}
 
 
+class Weights(Mapping[str, np.ndarray]):
+    """Weights copied once into nnpc and frozen: pass them as ``weights=`` to every call.
+
+    ``Weights(mapping)`` takes what ``weights=`` takes (arrays of any dtype and layout that
+    :meth:`Graph.run` reads, with the same bits); ``Weights(path)`` reads a weights file as
+    ``nnpc run --weights`` does. A graph's warm session prepared with a ``Weights`` knows it
+    by identity, so a later call with it reads no weight (arrays are compared with the
+    prepared weights, element by element, every call). It is a read-only mapping:
+    ``w["W"]`` is a float32 copy; it pickles as its arrays.
+    """
+
+    def __init__(self, weights: Union[str, "os.PathLike[str]", Mapping[str, ArrayLike]]):
+        if isinstance(weights, (str, os.PathLike)):
+            weights = load_tensors(weights)
+        if isinstance(weights, Weights):
+            self._core: "_nnpc.Weights" = weights._core
+        else:
+            self._core = _nnpc.Weights(_arrays(weights, "weights") or {})
+        self._names: List[str] = self._core.names()
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._core.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{n}{self._core.shape(n)}" for n in self._names)
+        return f"<nnpc.Weights {shapes}>"
+
+    def __reduce__(self):
+        return (Weights, (dict(self.items()),))
+
+
+def _weights(values: Any) -> Any:
+    """``weights=`` for the Rust core: a dict of arrays, or a ``Weights``' own core."""
+    if isinstance(values, Weights):
+        return values._core
+    return _arrays(values, "weights")
+
+
 class Graph:
     """A checked firmware program, lowered to its software graph (``nnpc.compile``).
 
@@ -246,16 +291,17 @@ class Graph:
         """The checker's warnings, as dicts like ``FirmwareError.diagnostics``."""
         return list(self._core.warnings())
 
-    def _data(self, weights, inputs) -> Tuple[Optional[dict], Optional[dict]]:
-        w, x = _arrays(weights, "weights"), _arrays(inputs, "inputs")
+    def _data(self, weights, inputs) -> Tuple[Any, Optional[dict]]:
+        w, x = _weights(weights), _arrays(inputs, "inputs")
         declared = {n for n, _, _ in self._decls}
-        for where, given in (("weights", w), ("inputs", x)):
+        names = set(weights) if isinstance(weights, Weights) else set(w or ())
+        for where, given in (("weights", names), ("inputs", x)):
             for name in sorted(set(given or ()) - declared):
                 warnings.warn(
                     f"{where}: `{name}` is not a declaration of the program; it is not used",
                     stacklevel=3,
                 )
-        for name in sorted(set(w or ()) & set(x or ()) & declared):
+        for name in sorted(names & set(x or ()) & declared):
             warnings.warn(f"`{name}` is in both; the one in weights is used", stacklevel=3)
         return w, x
 

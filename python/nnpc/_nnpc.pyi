@@ -1,6 +1,6 @@
 """Type stubs of the Rust core (``nnpc._nnpc``); the public API is ``nnpc``'s."""
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -10,10 +10,16 @@ class Tape:
     @property
     def batch(self) -> int: ...
 
+class Weights:
+    def __init__(self, arrays: Dict[str, np.ndarray]) -> None: ...
+    def names(self) -> List[str]: ...
+    def shape(self, name: str) -> List[int]: ...
+    def get(self, name: str) -> np.ndarray: ...
+
 class Graph:
     def run(
         self,
-        weights: Optional[Dict[str, np.ndarray]] = None,
+        weights: Union[None, Dict[str, np.ndarray], Weights] = None,
         inputs: Optional[Dict[str, np.ndarray]] = None,
         batch: Optional[int] = None,
         seed: int = 0,
@@ -22,7 +28,7 @@ class Graph:
     ) -> Dict[str, np.ndarray]: ...
     def emulate(
         self,
-        weights: Optional[Dict[str, np.ndarray]] = None,
+        weights: Union[None, Dict[str, np.ndarray], Weights] = None,
         inputs: Optional[Dict[str, np.ndarray]] = None,
         batch: Optional[int] = None,
         seed: int = 0,
@@ -32,7 +38,7 @@ class Graph:
     def diff(
         self,
         hardware: Dict[str, np.ndarray],
-        weights: Optional[Dict[str, np.ndarray]] = None,
+        weights: Union[None, Dict[str, np.ndarray], Weights] = None,
         inputs: Optional[Dict[str, np.ndarray]] = None,
         batch: Optional[int] = None,
         seed: int = 0,

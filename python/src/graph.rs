@@ -4,6 +4,7 @@
 use crate::convert::{OutDtype, to_dict, to_tensors};
 use crate::errors::{Message, data_error, diagnostic_dict, exec_error, raise, render};
 use crate::grad::{self, Tape};
+use crate::weights::WeightsArg;
 use nnp_grammar::{Diagnostic, Interface, Program, SourceFile, Target};
 use nnp_lowering::depgraph::DepGraph;
 use nnp_lowering::swgraph::{self, Roots, SwGraph};
@@ -37,8 +38,8 @@ pub struct Graph {
 
 /// The weights a warm session prepared.
 enum Prepared {
-    /// These, bit for bit.
-    Given(BTreeMap<String, Tensor>),
+    /// These, bit for bit (shared with the `nnpc.Weights` they came from, if any).
+    Given(Arc<BTreeMap<String, Tensor>>),
     /// The seeded random weights of this seed.
     Seeded(u64),
 }
@@ -47,6 +48,8 @@ enum Prepared {
 enum RunWeights<'a> {
     /// Every weight, as the caller's float32 arrays of the declared shapes, read in place.
     Views(BTreeMap<String, (&'a [f32], &'a [usize])>),
+    /// Weights the extension holds, frozen: known by identity.
+    Held(&'a Arc<BTreeMap<String, Tensor>>),
     /// The seeded random weights of this seed.
     Seeded(u64),
 }
@@ -57,9 +60,11 @@ impl RunWeights<'_> {
         use rayon::prelude::*;
         match (self, prepared) {
             (RunWeights::Seeded(a), Prepared::Seeded(b)) => a == b,
+            // The prepared session holds this `Arc`, so no other set has its address.
+            (RunWeights::Held(a), Prepared::Given(b)) => Arc::ptr_eq(a, b),
             (RunWeights::Views(views), Prepared::Given(given)) => {
                 views.len() == given.len()
-                    && views.iter().zip(given).all(|((a, (x, _)), (b, t))| {
+                    && views.iter().zip(given.iter()).all(|((a, (x, _)), (b, t))| {
                         const PIECE: usize = 1 << 16;
                         a == b
                             && x.len() == t.data.len()
@@ -96,8 +101,9 @@ impl RunWeights<'_> {
                         (name.clone(), Tensor { shape, data })
                     })
                     .collect();
-                (tensors.clone(), Prepared::Given(tensors))
+                (tensors.clone(), Prepared::Given(Arc::new(tensors)))
             }
+            RunWeights::Held(held) => ((***held).clone(), Prepared::Given(Arc::clone(held))),
         }
     }
 }
@@ -116,7 +122,7 @@ enum RunError {
 
 /// Where a program's weights and inputs come from, as the command line's flags say.
 struct Data<'a> {
-    weights: Option<&'a Bound<'a, PyDict>>,
+    weights: Option<WeightsArg<'a>>,
     inputs: Option<&'a Bound<'a, PyDict>>,
     batch: Option<usize>,
     seed: u64,
@@ -126,19 +132,20 @@ struct Data<'a> {
 impl<'a> Data<'a> {
     /// The data of a call's `weights=`, `inputs=`, `batch=`, `seed=` and `random_missing=`.
     fn new(
-        weights: Option<&'a Bound<'a, PyDict>>,
+        weights: Option<&'a Bound<'a, PyAny>>,
         inputs: Option<&'a Bound<'a, PyDict>>,
         batch: Option<usize>,
         seed: u64,
         random_missing: bool,
-    ) -> Data<'a> {
-        Data {
+    ) -> PyResult<Data<'a>> {
+        let weights = weights.map(WeightsArg::of).transpose()?;
+        Ok(Data {
             weights,
             inputs,
             batch,
             seed,
             random_missing,
-        }
+        })
     }
 }
 
@@ -226,7 +233,9 @@ impl Graph {
         }
         // A name in both: the weights' array is used (as the weights file's tensor is).
         let (mut tensors, _) = to_tensors(data.inputs)?;
-        tensors.extend(to_tensors(data.weights)?.0);
+        if let Some(w) = &data.weights {
+            tensors.extend(w.tensors()?);
+        }
         let opts = LoadOptions {
             batch: data.batch.or(fallback),
             random_missing: data.random_missing,
@@ -253,7 +262,8 @@ impl Graph {
                 |(w, _)| matches!(w, Prepared::Given(w) if same_bits(w, &data.weights)),
             ) {
                 let session = Session::shared(self.graph.clone(), &ExecOptions::default())?;
-                *warm = Some((Prepared::Given(data.weights.clone()), session));
+                let prepared = Prepared::Given(Arc::new(data.weights.clone()));
+                *warm = Some((prepared, session));
             }
             match warm.as_mut() {
                 Some((_, s)) => s.run(data).map(|e| e.outputs),
@@ -281,7 +291,8 @@ impl Graph {
         let weights = match data.weights {
             None if data.inputs.is_none() => RunWeights::Seeded(data.seed),
             None => return Ok(None),
-            Some(given) => {
+            Some(WeightsArg::Held(held)) => RunWeights::Held(&held.tensors),
+            Some(WeightsArg::Arrays(given)) => {
                 // Exactly the program's weights (each one is looked up below).
                 if given.len() != program.weights().count() {
                     return Ok(None);
@@ -317,7 +328,7 @@ impl Graph {
                 }
                 Inputs::Seeded(InputFeed::random(program, batch, *seed))
             }
-            (RunWeights::Views(_), inputs) => {
+            (RunWeights::Views(_) | RunWeights::Held(_), inputs) => {
                 if let Some(batch) = data.batch {
                     self.batch_fits(py, batch)?;
                 }
@@ -430,7 +441,7 @@ impl Graph {
     fn run<'py>(
         &self,
         py: Python<'py>,
-        weights: Option<&Bound<'py, PyDict>>,
+        weights: Option<&Bound<'py, PyAny>>,
         inputs: Option<&Bound<'py, PyDict>>,
         batch: Option<usize>,
         seed: u64,
@@ -438,7 +449,7 @@ impl Graph {
         dtype: Option<&str>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let dtype = self.out_dtype(dtype)?;
-        let data = Data::new(weights, inputs, batch, seed, random_missing);
+        let data = Data::new(weights, inputs, batch, seed, random_missing)?;
         let outputs = match self.run_warm(py, &data)? {
             Some(outputs) => outputs,
             None => {
@@ -455,7 +466,7 @@ impl Graph {
     fn emulate<'py>(
         &self,
         py: Python<'py>,
-        weights: Option<&Bound<'py, PyDict>>,
+        weights: Option<&Bound<'py, PyAny>>,
         inputs: Option<&Bound<'py, PyDict>>,
         batch: Option<usize>,
         seed: u64,
@@ -463,7 +474,7 @@ impl Graph {
         dtype: Option<&str>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let dtype = self.out_dtype(dtype)?;
-        let data = Data::new(weights, inputs, batch, seed, random_missing);
+        let data = Data::new(weights, inputs, batch, seed, random_missing)?;
         let host = self.host_data(py, &data, None)?;
         let program = &*self.program;
         let emu = py.detach(|| emulator::emulate(program, &host, &EmuOptions::default()));
@@ -484,7 +495,7 @@ impl Graph {
         &self,
         py: Python<'py>,
         hardware: &Bound<'py, PyDict>,
-        weights: Option<&Bound<'py, PyDict>>,
+        weights: Option<&Bound<'py, PyAny>>,
         inputs: Option<&Bound<'py, PyDict>>,
         batch: Option<usize>,
         seed: u64,
@@ -493,7 +504,7 @@ impl Graph {
         maps: bool,
     ) -> PyResult<String> {
         let (hw, inexact) = to_tensors(Some(hardware))?;
-        let data = Data::new(weights, inputs, batch, seed, random_missing);
+        let data = Data::new(weights, inputs, batch, seed, random_missing)?;
         let host = self.host_data(py, &data, self.dump_batch(&hw))?;
         let software = self.execute(py, &host)?;
         let program = &*self.program;
@@ -556,7 +567,7 @@ impl Graph {
         weights: &Bound<'py, PyDict>,
         inputs: &Bound<'py, PyDict>,
     ) -> PyResult<(Bound<'py, PyDict>, Tape)> {
-        let data = Data::new(Some(weights), Some(inputs), None, 0, false);
+        let data = Data::new(Some(weights.as_any()), Some(inputs), None, 0, false)?;
         let host = self.host_data(py, &data, None)?;
         let graph = &*self.graph;
         let (outputs, recorded) = py

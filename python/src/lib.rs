@@ -7,6 +7,7 @@ mod convert;
 mod errors;
 mod grad;
 mod graph;
+mod weights;
 
 use convert::{OutDtype, to_array, to_array_wide, to_tensor};
 use errors::{data_error, exec_error};
@@ -172,6 +173,7 @@ fn _nnpc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     nnpc::memory::keep_large_buffers_on_the_heap();
     m.add_class::<graph::Graph>()?;
     m.add_class::<grad::Tape>()?;
+    m.add_class::<weights::Weights>()?;
     m.add_function(wrap_pyfunction!(graph::compile, m)?)?;
     m.add_function(wrap_pyfunction!(quantize, m)?)?;
     m.add_function(wrap_pyfunction!(quantize_codes, m)?)?;

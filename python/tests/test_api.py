@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 import time
 import warnings
@@ -468,3 +469,81 @@ def test_score_is_the_cli_score_on_both_engines() -> None:
             assert got == {"loss": want["loss"], "accuracy": want["accuracy"], "items": 360}
     with pytest.raises(nnpc.DataError, match="engine"):
         g.score("samples/train/digits_mlp.data.safetensors", weights, engine="board")
+
+
+def test_held_weights_are_frozen_and_give_the_arrays_bits(tmp_path: Path) -> None:
+    """`nnpc.Weights` is a copy, frozen: runs with it give the bits of the same arrays on a
+    fresh graph whatever happens to the arrays after; it is known by identity, so held sets
+    of other values (one made after another is dropped, where an address could be reused),
+    arrays and seeds alternate on one graph with each one's bits; emulate, diff, score and
+    gradients take it as the arrays; a file reads as `--weights` reads it."""
+    path = "samples/lstm.nnp"
+    graph = nnpc.compile(path)
+    fresh = lambda *a, **k: nnpc.compile(path).run(*a, **k)["h"]  # noqa: E731
+    w, x = graph.random_weights(3), graph.random_inputs(4, seed=5)
+    want = fresh(w, x)
+    held = nnpc.Weights({k: np.asfortranarray(v, dtype=np.float64) for k, v in w.items()})
+    assert sorted(held) == sorted(w) and all(same_bits(held[k], w[k]) for k in w)
+    assert held["Uc"].dtype == np.float32 and held["Uc"].flags.c_contiguous
+    assert same_bits(graph.run(held, x)["h"], want)
+    name = sorted(w)[0]
+    w[name].flat[7] += np.float32(0.5)  # the caller's arrays change; the held copy does not
+    assert same_bits(graph.run(held, x)["h"], want)
+    changed = graph.run(w, x)["h"]
+    assert same_bits(changed, fresh(w, x)) and not same_bits(changed, want)
+    assert same_bits(graph.run(held, x)["h"], want)
+    other = nnpc.Weights(graph.random_weights(4))
+    assert same_bits(graph.run(other, x)["h"], fresh(graph.random_weights(4), x))
+    del other
+    again = nnpc.Weights(graph.random_weights(6))
+    assert same_bits(graph.run(again, x)["h"], fresh(graph.random_weights(6), x))
+    assert same_bits(graph.run(batch=4, seed=3)["h"], fresh(batch=4, seed=3))
+    assert same_bits(graph.run(held, x, dtype="float32")["h"], want.astype(np.float32))
+    # The other calls take it as its arrays.
+    w[name].flat[7] -= np.float32(0.5)
+    assert same_bits(graph.emulate(held, x)["h"], graph.emulate(w, x)["h"])
+    hw = graph.emulate(w, x)
+    assert graph.diff(hw, held, x).to_dict() == graph.diff(hw, w, x).to_dict()
+    grads = graph.gradients(held, x, {"h": np.ones((4, 4, 256))})
+    for got, exp in zip(grads, graph.gradients(w, x, {"h": np.ones((4, 4, 256))})):
+        assert all(same_bits(got[k], exp[k]) for k in exp)
+    # A weights file, as `nnpc run --weights` reads it.
+    digits = "samples/train/digits_mlp.nnp"
+    file = "samples/train/digits_mlp.weights.safetensors"
+    out = tmp_path / "run.safetensors"
+    cli("run", digits, "--weights", file, "--random-missing", "--batch", "3", "--seed", "5", "-o", str(out))
+    got = nnpc.compile(digits).run(nnpc.Weights(file), batch=3, seed=5, random_missing=True)
+    want_file = read_safetensors(out)
+    assert sorted(got) == sorted(want_file)
+    assert all(same_bits(got[k], want_file[k]) for k in want_file)
+    score = nnpc.compile(digits).score("samples/train/digits_mlp.data.safetensors", nnpc.Weights(file))
+    assert score == nnpc.compile(digits).score("samples/train/digits_mlp.data.safetensors", file)
+    # It pickles as its arrays (Ray ships it so).
+    back = pickle.loads(pickle.dumps(held))
+    assert same_bits(graph.run(back, x)["h"], want)
+
+
+def test_held_weights_are_refused_as_the_arrays_are(lstm: nnpc.Graph) -> None:
+    """Bad held weights raise what the same arrays raise, when a run uses them; a held set
+    is a read-only mapping."""
+    w, x = lstm.random_weights(), lstm.random_inputs(2)
+    bad = dict(w, Uc=w["Uc"][:, :3])
+    for weights in (bad, dict(w, Uc=np.full_like(w["Uc"], np.nan))):
+        with pytest.raises(nnpc.DataError) as arrays:
+            lstm.run(weights, x)
+        with pytest.raises(nnpc.DataError) as held:
+            lstm.run(nnpc.Weights(weights), x)
+        assert str(held.value) == str(arrays.value)
+    with pytest.raises(TypeError, match="int32.*float32"):
+        nnpc.Weights(dict(w, Uc=w["Uc"].astype(np.int32)))
+    with pytest.raises(TypeError, match="mapping"):
+        nnpc.Weights([w["Uc"]])  # type: ignore[arg-type]
+    held = nnpc.Weights(w)
+    with pytest.raises(KeyError):
+        held["nope"]
+    with pytest.raises(TypeError):
+        held["Uc"] = w["Uc"]  # type: ignore[index]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lstm.run(nnpc.Weights(dict(w, extra=w["Uc"])), x)
+    assert any("`extra` is not a declaration" in str(m.message) for m in caught)
