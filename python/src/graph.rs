@@ -291,7 +291,18 @@ impl Graph {
         let weights = match data.weights {
             None if data.inputs.is_none() => RunWeights::Seeded(data.seed),
             None => return Ok(None),
-            Some(WeightsArg::Held(held)) => RunWeights::Held(&held.tensors),
+            // Known by identity where it holds exactly the program's weights, as arrays are
+            // compared: one that lacks a weight takes the call's seeded values for it, one
+            // that holds an input overrides the call's (the copying way).
+            Some(WeightsArg::Held(held)) => {
+                let t = &held.tensors;
+                let exact = t.len() == program.weights().count()
+                    && program.weights().all(|d| t.contains_key(&d.name));
+                if !exact {
+                    return Ok(None);
+                }
+                RunWeights::Held(t)
+            }
             Some(WeightsArg::Arrays(given)) => {
                 // Exactly the program's weights (each one is looked up below).
                 if given.len() != program.weights().count() {

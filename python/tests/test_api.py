@@ -518,6 +518,19 @@ def test_held_weights_are_frozen_and_give_the_arrays_bits(tmp_path: Path) -> Non
     assert all(same_bits(got[k], want_file[k]) for k in want_file)
     score = nnpc.compile(digits).score("samples/train/digits_mlp.data.safetensors", nnpc.Weights(file))
     assert score == nnpc.compile(digits).score("samples/train/digits_mlp.data.safetensors", file)
+    # A held set that lacks a weight (random_missing fills it from the seed) or holds an
+    # input (which it overrides, as in weights=) gives each call's own bits.
+    part = {k: v for k, v in w.items() if k != name}
+    held_part = nnpc.Weights(part)
+    for seed in (1, 2, 1):
+        got = graph.run(held_part, x, seed=seed, random_missing=True)["h"]
+        assert same_bits(got, fresh(part, x, seed=seed, random_missing=True))
+    both = nnpc.Weights(dict(w, x=x["x"][:1]))
+    for inputs in (x, graph.random_inputs(4, seed=6), x):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = graph.run(both, inputs)["h"]
+            assert same_bits(got, fresh(dict(w, x=x["x"][:1]), inputs))
     # It pickles as its arrays (Ray ships it so).
     back = pickle.loads(pickle.dumps(held))
     assert same_bits(graph.run(back, x)["h"], want)
