@@ -7,6 +7,7 @@ mod convert;
 mod errors;
 mod grad;
 mod graph;
+mod warm;
 mod weights;
 
 use convert::{OutDtype, to_array, to_array_wide, to_tensor};

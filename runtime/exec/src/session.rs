@@ -5,6 +5,7 @@
 //! (`pass`).
 
 mod analysis;
+mod awake;
 mod pass;
 mod run;
 mod steps;

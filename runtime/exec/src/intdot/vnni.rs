@@ -104,17 +104,45 @@ unsafe fn block<const C: usize, const N: usize>(
     assert!(offset.len() == ROW_BLOCK && xs.len() >= (b0 + C) * n && w.len() <= ROW_BLOCK * n);
     // SAFETY: offset holds 16 i32 (asserted).
     let start = unsafe { _mm512_loadu_si512(offset.as_ptr().cast()) };
-    let mut acc = [start; C];
+    // Below 4 items, each item's sums go in `4 / C` chains over alternate lane quads, added at
+    // the end: one chain would wait out `vpdpbusd`'s latency at every quad. Sums wrap modulo
+    // 2^32, so any order gives the same partial.
+    let chains = if C >= 4 { 1 } else { 4 / C };
+    let mut acc = [[_mm512_setzero_si512(); C]; 4];
+    acc[0] = [start; C];
     let (wp, xp) = (w.as_ptr(), xs.as_ptr());
-    for kq in 0..w.len() / (4 * ROW_BLOCK) {
-        // SAFETY: kq * 64 + 64 <= w.len(); (b0 + c) * n + 4 kq + 4 <= xs.len() (4 kq + 4 <=
-        // w.len() / 16 <= n, asserted above).
-        unsafe {
-            let wv = _mm512_loadu_si512(wp.add(kq * 64).cast());
-            for (c, a) in acc.iter_mut().enumerate() {
-                let xv = (xp.add((b0 + c) * n + 4 * kq) as *const i32).read_unaligned();
-                *a = _mm512_dpbusd_epi32(*a, _mm512_set1_epi32(xv), wv);
+    // Lane quad `kq` into the chain `acc`.
+    macro_rules! quad {
+        ($acc:expr, $kq:expr) => {
+            let kq = $kq;
+            // SAFETY: kq * 64 + 64 <= w.len(); (b0 + c) * n + 4 kq + 4 <= xs.len() (4 kq + 4
+            // <= w.len() / 16 <= n, asserted above).
+            unsafe {
+                let wv = _mm512_loadu_si512(wp.add(kq * 64).cast());
+                for (c, a) in $acc.iter_mut().enumerate() {
+                    let xv = (xp.add((b0 + c) * n + 4 * kq) as *const i32).read_unaligned();
+                    *a = _mm512_dpbusd_epi32(*a, _mm512_set1_epi32(xv), wv);
+                }
             }
+        };
+    }
+    let quads = w.len() / (4 * ROW_BLOCK);
+    let whole = quads - quads % chains;
+    let mut kq = 0;
+    while kq < whole {
+        for (j, chain) in acc.iter_mut().take(chains).enumerate() {
+            quad!(chain, kq + j);
+        }
+        kq += chains;
+    }
+    while kq < quads {
+        quad!(acc[0], kq);
+        kq += 1;
+    }
+    let [mut acc, rest @ ..] = acc;
+    for chain in rest.iter().take(chains - 1) {
+        for (s, a) in acc.iter_mut().zip(chain) {
+            *s = _mm512_add_epi32(*s, *a);
         }
     }
     let r0 = rb * ROW_BLOCK;

@@ -1,6 +1,7 @@
 //! A run of a session: its batch in chunks of items one after the other, each chunk whole or
 //! in shards side by side, and the parts merged into one execution.
 
+use super::awake::Awake;
 use super::{Part, Session};
 use crate::state::counts;
 use crate::{ExecError, Execution};
@@ -36,7 +37,9 @@ impl Session<'_> {
         // the pool and sleeping until it is done (two wake-ups per op, each tens of
         // microseconds on a virtual machine). The GPU binds its context on whichever thread
         // calls it (`gpu`).
-        rayon::scope(|_| {
+        let done = std::sync::atomic::AtomicBool::new(false);
+        rayon::scope(|scope| {
+            let _awake = (self.gpu.is_none()).then(|| Awake::start(scope, &done));
             let chunks = self.chunks(data.batch);
             if std::env::var_os("NNPC_EXEC_PROFILE").is_some() {
                 eprintln!(
