@@ -273,6 +273,69 @@ fn the_thread_count_changes_no_bit() {
     }
 }
 
+/// Runs side by side on one pool keep their bits and all finish: each run puts helpers on the
+/// pool's other threads (`session/awake.rs`), which may land on a thread where another run
+/// waits in a parallel loop, and a run may start on a thread that is running another's
+/// helper. On pools of 2 and 3 threads, 5 callers (two of them inside the pool's own parallel
+/// loop) each run warm sessions of batches 1 (stacked steps), 3 and 13 of every sample 3
+/// times; every output is the emulator's bits.
+#[test]
+fn runs_side_by_side_on_one_pool_keep_their_bits() {
+    let cases: Vec<_> = cases()
+        .into_iter()
+        .map(|(path, target)| {
+            let program = load(&path, &target);
+            let graph = swgraph::compile(&program, Roots::Outputs).expect("lowers");
+            let data: Vec<HostData> = [1, 3, 13]
+                .iter()
+                .map(|&b| HostData::random(&program, b, 0x51de))
+                .collect();
+            let want: Vec<Outputs> = data
+                .iter()
+                .map(|d| {
+                    nnp_emulator::emulate(&program, d, &EmuOptions::default())
+                        .expect("emulates")
+                        .outputs
+                })
+                .collect();
+            (format!("{} on {target}", path.display()), graph, data, want)
+        })
+        .collect();
+    let caller = |k: usize| {
+        for (case, graph, data, want) in &cases {
+            let mut session =
+                nnp_exec::Session::new(graph, &ExecOptions::default()).expect("session");
+            for round in 0..3 {
+                for (d, w) in data.iter().zip(want) {
+                    let got = session.run(d).expect("run");
+                    let case = format!("{case}, caller {k}, round {round}, batch {}", d.batch);
+                    assert_same(&case, w, &got.outputs);
+                }
+            }
+        }
+    };
+    for threads in [2, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("thread pool");
+        let (pool, caller) = (&pool, &caller);
+        std::thread::scope(|s| {
+            for k in 0..3 {
+                s.spawn(move || pool.install(|| caller(k)));
+            }
+            // Two callers inside a parallel loop of the pool: their runs start on whichever
+            // thread takes them.
+            s.spawn(move || {
+                pool.install(|| {
+                    use rayon::prelude::*;
+                    (3..5).into_par_iter().for_each(caller);
+                })
+            });
+        });
+    }
+}
+
 /// NaNs leave both engines as the canonical quiet NaN, whatever sign and payload they picked
 /// up: `inf - inf` (a negative NaN on x86), `0 * inf`, `max` and `relu` of a NaN, an input NaN
 /// through `mv_mul`, in a netq output and in one read back from memory. Expected bits by hand.
