@@ -102,7 +102,7 @@ struct Zip {
 
 impl Zip {
     avx2_copy! {
-        fn run / run_avx2 / run_body (&self, a: &[f64], b: &[f64], o: &mut [f64])
+        fn run / run_avx2 / run_avx512 / run_body (&self, a: &[f64], b: &[f64], o: &mut [f64])
     }
 
     #[inline(always)]

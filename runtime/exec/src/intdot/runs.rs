@@ -16,7 +16,7 @@ avx2_copy! {
     /// magnitude `m < 2^(top + 1)`, with `2^bits - 1 <= qmax` (so every `|q| < 2^bits`; a value
     /// that is not a whole number of such units refuses the run), then coarser by the trailing zero
     /// bits all the integers share (BFP 8 mantissas come out as they are, `|q| <= 127`).
-    pub fn to_ints / to_ints_avx2 / to_ints_body
+    pub fn to_ints / to_ints_avx2 / to_ints_avx512 / to_ints_body
         (v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32>
 }
 
@@ -60,7 +60,7 @@ avx2_copy! {
     /// One run of `v` quantized in `fmt` straight to integers at their coarsest unit: what
     /// [`to_ints`] gives for the run's quantized values, or `None` where it would give `None`
     /// (a non-finite element) or could differ ([`mantissa_unit`]).
-    pub(super) fn quantized_ints / quantized_ints_avx2 / quantized_ints_body
+    pub(super) fn quantized_ints / quantized_ints_avx2 / quantized_ints_avx512 / quantized_ints_body
         (fmt: &BfpInts, v: &[f64], q: &mut [i16], qmax: i32) -> Option<i32>
 }
 

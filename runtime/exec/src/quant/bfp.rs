@@ -86,7 +86,7 @@ impl FastBfp {
 
     avx2_copy! {
         /// [`FastBfp::run`] over every run of `len` lanes.
-        pub(super) fn runs / runs_avx2 / runs_body (&self, x: &[f64], out: &mut [f64], len: usize)
+        pub(super) fn runs / runs_avx2 / runs_avx512 / runs_body (&self, x: &[f64], out: &mut [f64], len: usize)
     }
 
     #[inline(always)]
@@ -252,6 +252,18 @@ mod tests {
                             );
                         }
                     }
+                    // The whole source in runs of n, through each copy of the loop.
+                    let mut r = vec![0.0; src.len()];
+                    for (xr, rr) in src.chunks(n).zip(r.chunks_mut(n)) {
+                        fmt.quantize(xr, n, rr);
+                    }
+                    crate::quant::each_copy(|copy| {
+                        let mut a = vec![0.0; src.len()];
+                        fast.runs(src, &mut a, n);
+                        for (i, (a, r)) in a.iter().zip(&r).enumerate() {
+                            assert!(same(*a, *r), "{lit} n={n} {copy:?}: element {i} {a} {r}");
+                        }
+                    });
                 }
             }
         }

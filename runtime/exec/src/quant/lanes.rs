@@ -3,23 +3,26 @@
 
 use rayon::prelude::*;
 
-/// A function or method whose loop runs in a copy compiled for AVX2 where the CPU has it (4 f64
-/// lanes instead of SSE2's 2; the same IEEE operations, so the same bits), else as built:
-/// `avx2_copy! { fn name / name_avx2 / name_body (&self, args) -> R }` defines `name`, which
-/// calls `name_body` (an `#[inline(always)]` function or method of the same arguments) from the
-/// right copy (`&self` and `-> R` are optional). Unlike [`vectorized`]'s closure, an
-/// `#[inline(always)]` body is always inlined.
+/// A function or method whose loop runs in a copy compiled for AVX-512 or AVX2 where the CPU has
+/// it (8 or 4 f64 lanes instead of SSE2's 2; the same IEEE operations, so the same bits), else
+/// as built: `avx2_copy! { fn name / name_avx2 / name_avx512 / name_body (&self, args) -> R }`
+/// defines `name`, which calls `name_body` (an `#[inline(always)]` function or method of the
+/// same arguments) from the widest copy the CPU runs ([`widest_copy`]; `&self` and `-> R` are
+/// optional). Unlike [`vectorized`]'s closure, an `#[inline(always)]` body is always inlined.
 macro_rules! avx2_copy {
-    ($(#[$doc:meta])* $vis:vis fn $name:ident / $avx2:ident / $body:ident
+    ($(#[$doc:meta])* $vis:vis fn $name:ident / $avx2:ident / $avx512:ident / $body:ident
         (&self $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)?) => {
         $(#[$doc])*
         $vis fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU has AVX2 (checked just above).
-                return unsafe { self.$avx2($($arg),*) };
+            match $crate::quant::widest_copy() {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the CPU has AVX-512F, DQ, BW and VL (`widest_copy`).
+                $crate::quant::Copy::Avx512 => unsafe { self.$avx512($($arg),*) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the CPU has AVX2 (`widest_copy`).
+                $crate::quant::Copy::Avx2 => unsafe { self.$avx2($($arg),*) },
+                _ => self.$body($($arg),*),
             }
-            self.$body($($arg),*)
         }
 
         #[cfg(target_arch = "x86_64")]
@@ -27,17 +30,26 @@ macro_rules! avx2_copy {
         unsafe fn $avx2(&self $(, $arg: $ty)*) $(-> $ret)? {
             self.$body($($arg),*)
         }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")]
+        unsafe fn $avx512(&self $(, $arg: $ty)*) $(-> $ret)? {
+            self.$body($($arg),*)
+        }
     };
-    ($(#[$doc:meta])* $vis:vis fn $name:ident / $avx2:ident / $body:ident
+    ($(#[$doc:meta])* $vis:vis fn $name:ident / $avx2:ident / $avx512:ident / $body:ident
         ($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?) => {
         $(#[$doc])*
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU has AVX2 (checked just above).
-                return unsafe { $avx2($($arg),*) };
+            match $crate::quant::widest_copy() {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the CPU has AVX-512F, DQ, BW and VL (`widest_copy`).
+                $crate::quant::Copy::Avx512 => unsafe { $avx512($($arg),*) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the CPU has AVX2 (`widest_copy`).
+                $crate::quant::Copy::Avx2 => unsafe { $avx2($($arg),*) },
+                _ => $body($($arg),*),
             }
-            $body($($arg),*)
         }
 
         #[cfg(target_arch = "x86_64")]
@@ -45,9 +57,80 @@ macro_rules! avx2_copy {
         unsafe fn $avx2($($arg: $ty),*) $(-> $ret)? {
             $body($($arg),*)
         }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")]
+        unsafe fn $avx512($($arg: $ty),*) $(-> $ret)? {
+            $body($($arg),*)
+        }
     };
 }
 pub(crate) use avx2_copy;
+
+/// The copies [`avx2_copy`] makes of a loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Copy {
+    /// As built (SSE2 on x86-64).
+    Build,
+    Avx2,
+    /// AVX-512F, DQ, BW and VL: 8 f64 lanes, and the 64-bit compares and shifts AVX2 lacks.
+    Avx512,
+}
+
+impl Copy {
+    /// The widest copy this CPU runs.
+    fn best() -> Copy {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx512dq") && has!("avx512bw") && has!("avx512vl") {
+                return Copy::Avx512;
+            }
+            if has!("avx2") {
+                return Copy::Avx2;
+            }
+        }
+        Copy::Build
+    }
+}
+
+/// The copy [`avx2_copy`]'s loops run: the widest this CPU has (below a test's cap,
+/// [`each_copy`]).
+pub(crate) fn widest_copy() -> Copy {
+    use std::sync::OnceLock;
+    static BEST: OnceLock<Copy> = OnceLock::new();
+    let best = *BEST.get_or_init(Copy::best);
+    // Every copy gives the same bits, so a cap set by one test changes no other test's.
+    #[cfg(test)]
+    let best = best.min(match CAP.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => Copy::Build,
+        1 => Copy::Avx2,
+        _ => Copy::Avx512,
+    });
+    best
+}
+
+/// The widest copy tests let [`widest_copy`] pick (0 build, 1 AVX2, 2 AVX-512).
+#[cfg(test)]
+static CAP: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+
+/// `check(copy)` under each copy this CPU runs, widest last: the copies are the same loop
+/// compiled for other instructions, so each must give the bits the others give.
+#[cfg(test)]
+pub(crate) fn each_copy(mut check: impl FnMut(Copy)) {
+    use std::sync::atomic::Ordering;
+    let best = Copy::best();
+    for (cap, copy) in [Copy::Build, Copy::Avx2, Copy::Avx512]
+        .into_iter()
+        .enumerate()
+    {
+        if copy <= best {
+            CAP.store(cap as u8, Ordering::Relaxed);
+            check(copy);
+        }
+    }
+    CAP.store(2, Ordering::Relaxed);
+}
 
 /// Rows of at least this many elements are processed in parallel.
 pub(crate) const PAR_MIN: usize = 1 << 14;
