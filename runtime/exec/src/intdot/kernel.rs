@@ -4,7 +4,6 @@
 #[cfg(target_arch = "x86_64")]
 use super::avx2;
 use super::sink::Sink;
-use super::vector::{ByteTiles, ByteVector};
 use super::weights::Tile;
 use super::{Kernel, ROW_BLOCK, ZERO_RUN, simd, supports, vnni};
 
@@ -22,7 +21,7 @@ pub(super) fn kernel(
     n: usize,
     sink: &mut impl Sink,
 ) {
-    let XTiles { ints, bytes } = xs;
+    let XTiles { ints, biased } = xs;
     let held = tile.ints.len() == n * n || (tile.ints.is_empty() && tile.narrow.is_some());
     assert!(supports(n) && held && ints.len().is_multiple_of(n));
     assert!(tile.reach.len() == n / ROW_BLOCK && tile.reach.iter().all(|&p| 2 * p as usize <= n));
@@ -35,14 +34,10 @@ pub(super) fn kernel(
         };
         if which.is_vnni()
             && vnni()
-            && let (Some(narrow), Some(bytes)) = (tile.narrow, bytes)
+            && let (Some(narrow), Some(bytes)) = (tile.narrow, biased)
         {
-            assert!(narrow.ints.len() == n * n && n.is_multiple_of(4));
-            assert_eq!(bytes.ints.len(), ints.len());
-            assert_eq!(
-                bytes.starts.len(),
-                ints.len() / n * ByteVector::starts_per_run(n)
-            );
+            assert!(narrow.ints.len() == n * n && narrow.offset.len() == n);
+            assert_eq!(bytes.len(), ints.len());
             // SAFETY: AVX-512 VNNI, AVX2 and FMA are present (checked just above), the tile
             // is narrow, `n` is a multiple of ROW_BLOCK and the lengths and reaches are
             // asserted above; every access of `vnni::tile` is inside them.
@@ -59,7 +54,7 @@ pub(super) fn kernel(
             return;
         }
     }
-    let _ = (which, bytes);
+    let _ = (which, biased);
     for (bi, x) in ints.chunks(n).enumerate() {
         for r0 in (0..n).step_by(ROW_BLOCK) {
             if skip_empty && tile.reach[r0 / ROW_BLOCK] == 0 {
@@ -74,12 +69,12 @@ pub(super) fn kernel(
     }
 }
 
-/// Vector tiles `[items][n]` for [`kernel`]: their integers, and the same as bytes where they
-/// all fit one (`IntVector`'s `bytes`).
+/// Vector tiles `[items][n]` for [`kernel`]: their integers, and the same plus 128 as bytes
+/// where they all fit one (`IntVector`'s `biased`).
 #[derive(Clone, Copy)]
 pub(super) struct XTiles<'a> {
     pub(super) ints: &'a [i16],
-    pub(super) bytes: Option<ByteTiles<'a>>,
+    pub(super) biased: Option<&'a [u8]>,
 }
 
 /// The reference: row `r` of a tile times one vector tile, one lane at a time.

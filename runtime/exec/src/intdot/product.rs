@@ -5,7 +5,7 @@
 use super::kernel::{XTiles, dot_scalar, kernel};
 use super::runs::{Span, ceil_log2};
 use super::sink::{Adds, Emit, Sum, Sums};
-use super::vector::{ByteTiles, ByteVector, IntVector};
+use super::vector::IntVector;
 use super::weights::IntWeights;
 use super::{ITEM_BLOCK, Kernel, ROW_BLOCK, ZERO_RUN, vnni};
 use crate::matmul::{ExactSums, MatVec, seq_format, seq_sums};
@@ -35,7 +35,7 @@ pub(super) fn items_per_task(b: usize, rows: usize, threads: usize) -> usize {
 
 /// Whether `kernel` takes every tile of `w x` on bytes ([`Kernel::Vnni`]).
 pub fn on_bytes(kernel: Kernel, w: &IntWeights, x: &IntVector) -> bool {
-    kernel.is_vnni() && vnni() && w.narrow.is_some() && x.bytes.is_some()
+    kernel.is_vnni() && vnni() && w.narrow.is_some() && x.biased.is_some()
 }
 
 /// Whether the kernel computes every tile partial `P` of `w` times `x` exactly and every
@@ -290,19 +290,11 @@ impl<'a> Items<'a> {
         &self.x.q[self.range(j)]
     }
 
-    /// Tile column `j` for the kernel: its integers, and as bytes.
+    /// Tile column `j` for the kernel: its integers and their biased bytes.
     pub(super) fn tiles(&self, j: usize) -> XTiles<'a> {
-        let range = self.range(j);
         XTiles {
-            ints: &self.x.q[range.clone()],
-            bytes: self.x.bytes.as_ref().map(|v| {
-                let n = self.x.q.len() / self.x.unit.len().max(1);
-                let per = ByteVector::starts_per_run(n);
-                ByteTiles {
-                    ints: &v.ints[range.clone()],
-                    starts: &v.starts[range.start / n * per..range.end / n * per],
-                }
-            }),
+            ints: self.ints(j),
+            biased: self.x.biased.as_ref().map(|v| &v[self.range(j)]),
         }
     }
 

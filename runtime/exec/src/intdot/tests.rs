@@ -280,10 +280,10 @@ fn packed_layout_by_hand() {
     }
 }
 
-/// The bytes of a stack lie at `grouped_at::<4>` of each row and lane, each integer plus 128.
-/// n = 32: row 17 is in row block 1 and lane 6 in quad 1 (third lane of it); row 17 holds `l -
-/// 16` in lane `l`, so lane 6 holds -10, the byte 118, and lane 0's -16 the byte 112. A 128
-/// anywhere leaves no bytes.
+/// The bytes of a stack lie at `grouped_at::<4>` of each row and lane, and each row's offset
+/// is -128 times its integers' sum. n = 32: row 17 is in row block 1 and lane 6 in quad 1
+/// (third lane of it); row 17 holds `l - 16` in lane `l`, whose sum is 496 - 512 = -16, so its
+/// offset is 2048. A 128 anywhere leaves no bytes.
 #[test]
 fn narrow_layout_by_hand() {
     let n = 32;
@@ -316,38 +316,17 @@ fn narrow_layout_by_hand() {
     for r in 0..n {
         for l in 0..n {
             assert_eq!(
-                i16::from(bytes.ints[grouped_at::<4>(n, r, l)]) - 128,
+                i16::from(bytes.ints[grouped_at::<4>(n, r, l)]),
                 rows[r * n + l]
             );
         }
+        let sum: i32 = rows[r * n..][..n].iter().map(|&q| i32::from(q)).sum();
+        assert_eq!(bytes.offset[r], -128 * sum, "row {r}");
     }
-    assert_eq!(bytes.ints[grouped_at::<4>(n, 17, 6)], 118);
-    assert_eq!(bytes.ints[grouped_at::<4>(n, 17, 0)], 112);
+    assert_eq!(bytes.offset[17], 2048);
     w[5] = 128.0;
     let wide = IntWeights::new(&w, 1, 1, n).expect("fits");
     assert!(NarrowWeights::new(&wide.packed_ints(), n).is_none() && wide.narrow.is_none());
-}
-
-/// A vector's bytes are its integers, and each run's quad starts -128 times the sums of its
-/// first quads. n = 16, lane `l` of item 0 holds `l - 8`: the quads sum to -26, -10, 6 and 22,
-/// so the starts are -128 times 0, -26, -36, -30 and -8. Item 1 holds 127 and -128 in turn:
-/// each quad sums to -2.
-#[test]
-fn vector_bytes_by_hand() {
-    let n = 16;
-    let mut x: Vec<f64> = (0..n).map(|l| l as f64 - 8.0).collect();
-    x.extend((0..n).map(|l| if l % 2 == 0 { 127.0 } else { -128.0 }));
-    let xi = IntVector::new(&x, 2, 1, n).expect("fits");
-    assert_eq!(xi.q, x.iter().map(|&v| v as i16).collect::<Vec<_>>());
-    let Some(bytes) = &xi.bytes else {
-        assert!(!Kernel::best().is_vnni(), "a VNNI kernel keeps the bytes");
-        return;
-    };
-    assert_eq!(bytes.ints, x.iter().map(|&v| v as i8).collect::<Vec<_>>());
-    assert_eq!(
-        bytes.starts,
-        [0, -26, -36, -30, -8, 0, -2, -4, -6, -8].map(|s| -128 * s)
-    );
 }
 
 pub(crate) fn spec(
@@ -1388,7 +1367,7 @@ fn vnni_kernel_takes_bytes_at_their_extremes() {
         w.iter().map(|&q| q as i16).collect::<Vec<_>>()
     );
     assert_eq!(
-        (wi.narrow.is_some(), xi.bytes.is_some()),
+        (wi.narrow.is_some(), xi.biased.is_some()),
         (
             Kernel::best() == Kernel::Vnni,
             Kernel::best() == Kernel::Vnni
@@ -1413,7 +1392,7 @@ fn vnni_kernel_takes_bytes_at_their_extremes() {
     x2[7] = -129;
     let wide_w = IntWeights::new(&floats(&w2), 1, 1, n).expect("fits");
     let wide_x = IntVector::new(&floats(&x2), b, 1, n).expect("fits");
-    assert!(wide_w.narrow.is_none() && wide_x.bytes.is_none());
+    assert!(wide_w.narrow.is_none() && wide_x.biased.is_none());
     let want2 = |w: &[i64], x: &[i64]| -> Vec<i64> {
         (0..b * n)
             .map(|e| {

@@ -29,61 +29,9 @@ pub struct IntVector {
     pub(super) bits: u32,
     /// The largest magnitude an integer may have ([`qmax`], or a slice's width).
     pub(super) limit: i32,
-    /// The integers as bytes, where the kernel is VNNI ([`Kernel::best`]) and every integer
-    /// lies in `-128..=127`.
-    pub(super) bytes: Option<ByteVector>,
-}
-
-/// An [`IntVector`]'s integers as signed bytes, for the VNNI kernel (its module says why this
-/// is exact).
-pub(super) struct ByteVector {
-    /// Laid out as the vector's `q`.
-    pub(super) ints: Vec<i8>,
-    /// Per run of `n` (tile `j` of item `bi`: run `j * b + bi`), `n / 4 + 1` entries: entry
-    /// `k` is `-128` times the sum of the run's first `4 k` integers, what the biased weights'
-    /// 128s add over the first `k` lane quads.
-    pub(super) starts: Vec<i32>,
-}
-
-/// Vector tiles as bytes, with their runs' quad starts ([`ByteVector`]): one task's part.
-#[derive(Clone, Copy)]
-pub(super) struct ByteTiles<'a> {
-    pub(super) ints: &'a [i8],
-    pub(super) starts: &'a [i32],
-}
-
-impl ByteVector {
-    /// The bytes of runs of `n` integers `q`, or `None` where one lies outside `-128..=127`.
-    fn new(q: &[i16], n: usize) -> Option<ByteVector> {
-        // One branch-free pass: the bytes, and whether every integer was in range.
-        let mut fits = true;
-        let ints = q
-            .iter()
-            .map(|&v| {
-                fits &= (-128..=127).contains(&v);
-                v as i8
-            })
-            .collect();
-        if !fits || n == 0 {
-            return None;
-        }
-        let quads = n / 4;
-        let mut starts = Vec::with_capacity(q.len() / n * (quads + 1));
-        for run in q.chunks_exact(n) {
-            let mut sum = 0i32;
-            starts.push(0);
-            for quad in run.chunks_exact(4) {
-                sum += quad.iter().map(|&v| i32::from(v)).sum::<i32>();
-                starts.push(-128 * sum);
-            }
-        }
-        Some(ByteVector { ints, starts })
-    }
-
-    /// Entries of `starts` per run of `n`.
-    pub(super) fn starts_per_run(n: usize) -> usize {
-        n / 4 + 1
-    }
+    /// Each integer plus 128 as a byte, laid out as `q`, where the kernel is VNNI
+    /// ([`Kernel::best`]) and every integer lies in `-128..=127`.
+    pub(super) biased: Option<Vec<u8>>,
 }
 
 impl IntVector {
@@ -243,14 +191,10 @@ impl IntVector {
         let bits = mag_bits(&q);
         let scale = scales(&unit);
         let aligned = Aligned::new(&unit, b, cols, |bi, j| j * b + bi);
-        let n = q.len() / unit.len().max(1);
-        let bytes = Kernel::best()
-            .is_vnni()
-            .then(|| ByteVector::new(&q, n))
-            .flatten();
+        let biased = Kernel::best().is_vnni().then(|| biased_bytes(&q)).flatten();
         IntVector {
             b,
-            bytes,
+            biased,
             q,
             unit,
             scale,
@@ -322,4 +266,18 @@ impl IntVector {
                 .flat_map(|u| u[b0..b0 + items].iter().copied()),
         )
     }
+}
+
+/// Each integer plus 128 as a byte, or `None` where one lies outside `-128..=127`.
+fn biased_bytes(q: &[i16]) -> Option<Vec<u8>> {
+    // One branch-free pass: the bytes, and whether every integer was in range.
+    let mut fits = true;
+    let bytes = q
+        .iter()
+        .map(|&v| {
+            fits &= (-128..=127).contains(&v);
+            v.wrapping_add(128) as u8
+        })
+        .collect();
+    fits.then_some(bytes)
 }

@@ -3,20 +3,17 @@
 //! multiply-adds an instruction, where the AVX2 kernel does 16 with a `vpmaddwd` and a `vpaddd`.
 //!
 //! It takes a tile and vector tiles whose integers all lie in `-128..=127` (BFP 8 and
-//! narrower: [`super::NarrowTile`], `IntVector`'s bytes). The vector is `i8`, so each item's
-//! four bytes come as the instruction's broadcast memory operand (no instruction of their
-//! own); the weights are `u8`, each integer plus 128. So an accumulator that starts at `-128
-//! * sum_l x_l` over the lanes it takes (the vector's quad starts, `ByteVector`) ends at
-//! `sum_l (w_rl + 128) x_l - 128 sum_l x_l = sum_l w_rl x_l`, the partial itself. Every step
-//! wraps modulo `2^32` (`vpdpbusd` does not saturate) and the partial lies in `i32`
-//! ([`super::fits`]), so the result is exact whatever the intermediate values. Lanes past a
-//! row block's reach hold zero weights: the kernel takes no quad past it, and its start
-//! leaves those lanes out. `i32` sums take the partials in 16 lanes here; every other sink
-//! through the AVX2 kernel's epilogue ([`avx2::finish`]).
+//! narrower: [`super::NarrowTile`], `IntVector`'s biased bytes). The weights are `i8`; the
+//! vector is `u8`, each integer plus 128. So an accumulator that starts at `-128 * s_r`, with
+//! `s_r` the sum of row `r`'s integers, ends at `sum_l (x_l + 128) w_rl - 128 s_r = sum_l x_l
+//! w_rl`, the partial itself. Every step wraps modulo `2^32` (`vpdpbusd` does not saturate)
+//! and the partial lies in `i32` ([`super::fits`]), so the result is exact whatever the
+//! intermediate values. Lanes past a row block's reach hold zero weights and add nothing.
+//! `i32` sums take the partials in 16 lanes here; every other sink through the AVX2 kernel's
+//! epilogue ([`avx2::finish`]).
 
 use super::avx2::{self, by_items, by_tile_size, for_blocks};
 use super::sink::{Epilogue, Sink};
-use super::vector::{ByteTiles, ByteVector};
 use super::weights::NarrowTile;
 use super::{ROW_BLOCK, VNNI_ITEM_BLOCK};
 use std::arch::x86_64::*;
@@ -38,20 +35,20 @@ macro_rules! by_items_to_16 {
     };
 }
 
-/// The tile `narrow`, whose row blocks reach `reach` (`Tile::reach`), times the byte vector
+/// The tile `narrow`, whose row blocks reach `reach` (`Tile::reach`), times the biased vector
 /// tiles `xs`.
 ///
 /// # Safety
 /// AVX-512F, AVX-512 VNNI, AVX2 and FMA must be present; `n % ROW_BLOCK == 0`, the narrow
-/// tile's integers `n * n` long, `reach.len() == n / ROW_BLOCK` and every `2 * reach[rb] <=
-/// n`, `xs.ints.len()` a multiple of `n` and `xs.starts` `n / 4 + 1` per run of `n`. Blocks
-/// are left out as [`avx2::tile`] leaves them out.
+/// tile's integers `n * n` and its offsets `n` long, `reach.len() == n / ROW_BLOCK` and every
+/// `2 * reach[rb] <= n`, `xs.len()` a multiple of `n`. Blocks are left out as [`avx2::tile`]
+/// leaves them out.
 #[target_feature(enable = "avx512f,avx512vnni,avx2,fma")]
 pub(super) unsafe fn tile(
     narrow: NarrowTile<'_>,
     reach: &[u32],
     skip_empty: bool,
-    xs: ByteTiles<'_>,
+    xs: &[u8],
     zero: impl Fn(usize, usize) -> bool,
     n: usize,
     sink: &mut impl Sink,
@@ -66,71 +63,89 @@ unsafe fn tile_n<const N: usize>(
     narrow: NarrowTile<'_>,
     reach: &[u32],
     skip_empty: bool,
-    xs: ByteTiles<'_>,
+    xs: &[u8],
     zero: &impl Fn(usize, usize) -> bool,
     n: usize,
     sink: &mut impl Sink,
 ) {
     let n = if N == 0 { n } else { N };
+    let items = xs.len() / n;
     for_blocks(
         reach,
         skip_empty,
-        xs.ints.len() / n,
+        items,
         VNNI_ITEM_BLOCK,
         zero,
         |rb, pairs, b0, c| {
             // The lane quads up to the block's last nonzero weight (4 quads <= 2 pairs + 2 <= n).
             let quads = pairs.div_ceil(2) as usize;
             let w = &narrow.ints[rb * ROW_BLOCK * n..][..ROW_BLOCK * 4 * quads];
+            let offset = &narrow.offset[rb * ROW_BLOCK..][..ROW_BLOCK];
+            // Where later item blocks reuse a row block's weights from L1, the first
+            // prefetches the next row block's (in memory after this one: the next row block,
+            // or the next tile's first) as it multiplies; a lone item block reads its weights
+            // once, in order, as the hardware's prefetcher expects.
+            let ahead = b0 == 0 && c < items;
             // SAFETY: as the function's contract; block() reads the row block `w` and items
             // b0..b0 + c of `xs`.
-            unsafe { by_items_to_16!(c, block::<N>(w, xs, n, rb, b0, sink)) }
+            unsafe { by_items_to_16!(c, block::<N>(w, offset, xs, n, rb, b0, ahead, sink)) }
         },
     );
 }
 
 /// Rows `rb * 16..` + 16 of items `b0..b0 + C`: `w` is the row block's first lane quads,
-/// `[quads][16][4]` biased bytes.
+/// `[quads][16][4]` bytes, `offset` its rows' `-128 * s_r`; with `ahead`, as many lines after
+/// it are prefetched.
 #[target_feature(enable = "avx512f,avx512vnni,avx2,fma")]
 #[inline]
+#[allow(clippy::too_many_arguments)]
 unsafe fn block<const C: usize, const N: usize>(
-    w: &[u8],
-    xs: ByteTiles<'_>,
+    w: &[i8],
+    offset: &[i32],
+    xs: &[u8],
     n: usize,
     rb: usize,
     b0: usize,
+    ahead: bool,
     sink: &mut impl Sink,
 ) {
     let n = if N == 0 { n } else { N };
-    let quads = w.len() / (4 * ROW_BLOCK);
-    let per_run = ByteVector::starts_per_run(n);
-    assert!(xs.ints.len() >= (b0 + C) * n && w.len() <= ROW_BLOCK * n);
-    assert!(xs.starts.len() >= (b0 + C) * per_run && quads < per_run);
+    assert!(offset.len() == ROW_BLOCK && xs.len() >= (b0 + C) * n && w.len() <= ROW_BLOCK * n);
+    // SAFETY: offset holds 16 i32 (asserted).
+    let start = unsafe { _mm512_loadu_si512(offset.as_ptr().cast()) };
     // Below 4 items, each item's sums go in `4 / C` chains over alternate lane quads, added at
     // the end: one chain would wait out `vpdpbusd`'s latency at every quad. Sums wrap modulo
     // 2^32, so any order gives the same partial.
     let chains = if C >= 4 { 1 } else { 4 / C };
     let mut acc = [[_mm512_setzero_si512(); C]; 4];
-    acc[0] = std::array::from_fn(|c| _mm512_set1_epi32(xs.starts[(b0 + c) * per_run + quads]));
-    let (wp, xp) = (w.as_ptr(), xs.ints.as_ptr());
+    acc[0] = [start; C];
+    let (wp, xp) = (w.as_ptr(), xs.as_ptr());
     // Lane quad `kq` into the chain `acc`.
     macro_rules! quad {
         ($acc:expr, $kq:expr) => {
             let kq = $kq;
-            // SAFETY: kq * 64 + 64 <= w.len(); (b0 + c) * n + 4 kq + 4 <= xs.ints.len() (4 kq
-            // + 4 <= w.len() / 16 <= n, asserted above).
+            // SAFETY: kq * 64 + 64 <= w.len(); (b0 + c) * n + 4 kq + 4 <= xs.len() (4 kq + 4
+            // <= w.len() / 16 <= n, asserted above).
             unsafe {
                 let wv = _mm512_loadu_si512(wp.add(kq * 64).cast());
                 for (c, a) in $acc.iter_mut().enumerate() {
                     let xv = (xp.add((b0 + c) * n + 4 * kq) as *const i32).read_unaligned();
-                    *a = _mm512_dpbusd_epi32(*a, wv, _mm512_set1_epi32(xv));
+                    *a = _mm512_dpbusd_epi32(*a, _mm512_set1_epi32(xv), wv);
                 }
             }
         };
     }
+    let quads = w.len() / (4 * ROW_BLOCK);
     let whole = quads - quads % chains;
     let mut kq = 0;
+    // A prefetch is a hint: past the allocation it fetches nothing and never faults.
+    let next = wp.wrapping_add(ROW_BLOCK * n);
     while kq < whole {
+        if ahead {
+            for j in 0..chains {
+                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add((kq + j) * 64).cast());
+            }
+        }
         for (j, chain) in acc.iter_mut().take(chains).enumerate() {
             quad!(chain, kq + j);
         }

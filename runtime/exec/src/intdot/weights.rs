@@ -96,72 +96,76 @@ impl<'a> Tile<'a> {
     /// them alone.
     pub(super) fn int(&self, n: usize, r: usize, l: usize) -> i16 {
         match (self.ints.is_empty(), self.narrow) {
-            (true, Some(bytes)) => unbias(bytes.ints[grouped_at::<4>(n, r, l)]),
+            (true, Some(bytes)) => i16::from(bytes.ints[grouped_at::<4>(n, r, l)]),
             _ => self.ints[packed_at(n, r, l)],
         }
     }
 }
 
-/// A tile's integers as biased bytes, for [`Kernel::Vnni`] (its module says why this is
-/// exact).
+/// A tile's integers as bytes, for [`Kernel::Vnni`] (its module says why this is exact).
 #[derive(Clone, Copy)]
 pub(super) struct NarrowTile<'a> {
-    /// Each integer plus 128, laid out by `grouped_at::<4>`: `[n / 4][ROW_BLOCK][4]` per row
-    /// block, so one 64-byte load is 4 consecutive lanes of its 16 rows.
-    pub(super) ints: &'a [u8],
+    /// The integers, laid out by `grouped_at::<4>`: `[n / 4][ROW_BLOCK][4]` per row block, so
+    /// one 64-byte load is 4 consecutive lanes of its 16 rows.
+    pub(super) ints: &'a [i8],
+    /// Per row: `-128` times the sum of its integers (wrapping; exact modulo `2^32`).
+    pub(super) offset: &'a [i32],
 }
 
-/// A weight stack's integers as biased bytes ([`NarrowTile`]), laid out as [`IntWeights`]'
-/// `packed` is.
+/// A weight stack's integers as bytes ([`NarrowTile`]), laid out as [`IntWeights`]' `packed`
+/// and `scale` are.
 pub(super) struct NarrowWeights {
-    pub(super) ints: Vec<u8>,
+    pub(super) ints: Vec<i8>,
+    pub(super) offset: Vec<i32>,
 }
 
 impl NarrowWeights {
-    /// The packed `i16` tiles as biased bytes, or `None` where an integer lies outside
-    /// `-128..=127`.
+    /// The packed `i16` tiles as bytes, or `None` where an integer does not fit one.
     pub(super) fn new(packed: &[i16], n: usize) -> Option<NarrowWeights> {
-        let mut ints = vec![0u8; packed.len()];
+        let mut ints = vec![0i8; packed.len()];
+        let mut offset = vec![0i32; packed.len() / n];
         let block = ROW_BLOCK * n;
         let fits = ints
             .par_chunks_mut(block)
+            .zip(offset.par_chunks_mut(ROW_BLOCK))
             .zip(packed.par_chunks(block))
             // A task of at least 16 Ki integers: a small stack's blocks on one thread.
             .with_min_len(((1 << 14) / block.max(1)).max(1))
-            .map(|(dst, src)| narrow_block(src, dst))
+            .map(|((dst, off), src)| narrow_block(src, dst, off))
             .reduce(|| true, |a, b| a & b);
-        fits.then_some(NarrowWeights { ints })
+        fits.then_some(NarrowWeights { ints, offset })
     }
 }
 
-/// The integer a biased byte holds.
-pub(super) fn unbias(byte: u8) -> i16 {
-    i16::from(byte) - 128
-}
-
-/// An integer in `-128..=127` plus 128, as a byte (`as u8` of the sum: the bits of `q as i8`
-/// with the top one flipped).
-fn bias(q: i16) -> u8 {
-    q.wrapping_add(128) as u8
-}
-
-/// One row block of packed `i16` (`grouped_at::<2>`) as biased bytes (`grouped_at::<4>`);
-/// whether every integer fits a byte (else `dst` is not used). Lane pair `2 kq + h` of a row
-/// is lanes `2 h, 2 h + 1` of its quad `kq`. Each part a loop of its own over fixed-size
-/// pieces, with no early exit, so that each vectorises.
-fn narrow_block(src: &[i16], dst: &mut [u8]) -> bool {
+/// One row block of packed `i16` (`grouped_at::<2>`) as bytes (`grouped_at::<4>`), with its
+/// rows' offsets `-128 * s_r`; whether every integer fits a byte (else `dst` is not used).
+/// Lane pair `2 kq + h` of a row is lanes `2 h, 2 h + 1` of its quad `kq`. Each part a loop of
+/// its own over fixed-size pieces, with no early exit, so that each vectorises.
+fn narrow_block(src: &[i16], dst: &mut [i8], off: &mut [i32]) -> bool {
     const PAIRS: usize = 2 * ROW_BLOCK;
     let fits = src.iter().fold(true, |f, &q| f & (i16::from(q as i8) == q));
+    // Lane pair kp of every row: [ROW_BLOCK][2], summed lane by lane, then row by row.
+    let mut lanes = [0i32; PAIRS];
+    for pairs in src.chunks_exact(PAIRS) {
+        for (a, &q) in lanes.iter_mut().zip(pairs) {
+            *a = a.wrapping_add(i32::from(q));
+        }
+    }
+    for (r, o) in off.iter_mut().enumerate() {
+        *o = lanes[2 * r]
+            .wrapping_add(lanes[2 * r + 1])
+            .wrapping_mul(-128);
+    }
     for (quad, pairs) in dst
         .chunks_exact_mut(2 * PAIRS)
         .zip(src.chunks_exact(2 * PAIRS))
     {
         let (lo, hi) = pairs.split_at(PAIRS);
         for (r, out) in quad.chunks_exact_mut(4).enumerate() {
-            out[0] = bias(lo[2 * r]);
-            out[1] = bias(lo[2 * r + 1]);
-            out[2] = bias(hi[2 * r]);
-            out[3] = bias(hi[2 * r + 1]);
+            out[0] = lo[2 * r] as i8;
+            out[1] = lo[2 * r + 1] as i8;
+            out[2] = hi[2 * r] as i8;
+            out[3] = hi[2 * r + 1] as i8;
         }
     }
     fits
@@ -409,6 +413,7 @@ impl IntWeights {
             reach: &self.reach[t * blocks..][..blocks],
             narrow: self.narrow.as_ref().map(|w| NarrowTile {
                 ints: &w.ints[t * nn..][..nn],
+                offset: &w.offset[t * self.n..][..self.n],
             }),
         }
     }
@@ -427,7 +432,7 @@ impl IntWeights {
                 .for_each(|(w, b)| {
                     for r in 0..n {
                         for l in 0..n {
-                            w[packed_at(n, r, l)] = unbias(b[grouped_at::<4>(n, r, l)]);
+                            w[packed_at(n, r, l)] = i16::from(b[grouped_at::<4>(n, r, l)]);
                         }
                     }
                 });
