@@ -28,7 +28,7 @@ pub(crate) use bfp::BfpParams;
 use bfp::FastBfp;
 #[cfg(test)]
 pub(crate) use lanes::each_copy;
-pub(crate) use lanes::{Copy, widest_copy};
+pub(crate) use lanes::{LoopCopy, widest_copy};
 pub(crate) use lanes::{PAR_MIN, avx2_copy, par_pieces, to_i16, vectorized};
 use mx::FastMx;
 pub(crate) use ops::{QuantizeOp, RoundOp};

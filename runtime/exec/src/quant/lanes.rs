@@ -17,10 +17,10 @@ macro_rules! avx2_copy {
             match $crate::quant::widest_copy() {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: the CPU has AVX-512F, DQ, BW and VL (`widest_copy`).
-                $crate::quant::Copy::Avx512 => unsafe { self.$avx512($($arg),*) },
+                $crate::quant::LoopCopy::Avx512 => unsafe { self.$avx512($($arg),*) },
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: the CPU has AVX2 (`widest_copy`).
-                $crate::quant::Copy::Avx2 => unsafe { self.$avx2($($arg),*) },
+                $crate::quant::LoopCopy::Avx2 => unsafe { self.$avx2($($arg),*) },
                 _ => self.$body($($arg),*),
             }
         }
@@ -44,10 +44,10 @@ macro_rules! avx2_copy {
             match $crate::quant::widest_copy() {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: the CPU has AVX-512F, DQ, BW and VL (`widest_copy`).
-                $crate::quant::Copy::Avx512 => unsafe { $avx512($($arg),*) },
+                $crate::quant::LoopCopy::Avx512 => unsafe { $avx512($($arg),*) },
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: the CPU has AVX2 (`widest_copy`).
-                $crate::quant::Copy::Avx2 => unsafe { $avx2($($arg),*) },
+                $crate::quant::LoopCopy::Avx2 => unsafe { $avx2($($arg),*) },
                 _ => $body($($arg),*),
             }
         }
@@ -69,7 +69,7 @@ pub(crate) use avx2_copy;
 
 /// The copies [`avx2_copy`] makes of a loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Copy {
+pub(crate) enum LoopCopy {
     /// As built (SSE2 on x86-64).
     Build,
     Avx2,
@@ -77,59 +77,54 @@ pub(crate) enum Copy {
     Avx512,
 }
 
-impl Copy {
+impl LoopCopy {
+    /// Every copy, narrowest first (a copy's index is its discriminant).
+    #[cfg(test)]
+    const ALL: [LoopCopy; 3] = [LoopCopy::Build, LoopCopy::Avx2, LoopCopy::Avx512];
+
     /// The widest copy this CPU runs.
-    fn best() -> Copy {
+    fn best() -> LoopCopy {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;
             if has!("avx512f") && has!("avx512dq") && has!("avx512bw") && has!("avx512vl") {
-                return Copy::Avx512;
+                return LoopCopy::Avx512;
             }
             if has!("avx2") {
-                return Copy::Avx2;
+                return LoopCopy::Avx2;
             }
         }
-        Copy::Build
+        LoopCopy::Build
     }
 }
 
 /// The copy [`avx2_copy`]'s loops run: the widest this CPU has (below a test's cap,
 /// [`each_copy`]).
-pub(crate) fn widest_copy() -> Copy {
+pub(crate) fn widest_copy() -> LoopCopy {
     use std::sync::OnceLock;
-    static BEST: OnceLock<Copy> = OnceLock::new();
-    let best = *BEST.get_or_init(Copy::best);
+    static BEST: OnceLock<LoopCopy> = OnceLock::new();
+    let best = *BEST.get_or_init(LoopCopy::best);
     // Every copy gives the same bits, so a cap set by one test changes no other test's.
     #[cfg(test)]
-    let best = best.min(match CAP.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => Copy::Build,
-        1 => Copy::Avx2,
-        _ => Copy::Avx512,
-    });
+    let best = best.min(LoopCopy::ALL[usize::from(CAP.load(std::sync::atomic::Ordering::Relaxed))]);
     best
 }
 
-/// The widest copy tests let [`widest_copy`] pick (0 build, 1 AVX2, 2 AVX-512).
+/// The widest copy tests let [`widest_copy`] pick (a [`LoopCopy`]'s discriminant).
 #[cfg(test)]
-static CAP: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+static CAP: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(LoopCopy::Avx512 as u8);
 
 /// `check(copy)` under each copy this CPU runs, widest last: the copies are the same loop
 /// compiled for other instructions, so each must give the bits the others give.
 #[cfg(test)]
-pub(crate) fn each_copy(mut check: impl FnMut(Copy)) {
+pub(crate) fn each_copy(mut check: impl FnMut(LoopCopy)) {
     use std::sync::atomic::Ordering;
-    let best = Copy::best();
-    for (cap, copy) in [Copy::Build, Copy::Avx2, Copy::Avx512]
-        .into_iter()
-        .enumerate()
-    {
-        if copy <= best {
-            CAP.store(cap as u8, Ordering::Relaxed);
-            check(copy);
-        }
+    let best = LoopCopy::best();
+    for copy in LoopCopy::ALL.into_iter().filter(|&c| c <= best) {
+        CAP.store(copy as u8, Ordering::Relaxed);
+        check(copy);
     }
-    CAP.store(2, Ordering::Relaxed);
+    CAP.store(LoopCopy::Avx512 as u8, Ordering::Relaxed);
 }
 
 /// Rows of at least this many elements are processed in parallel.
