@@ -1,4 +1,4 @@
-//! The compiled graph's file (docs/swgraph.md, "JSON form"): a graph read back from its JSON is
+//! The compiled graph's file (docs/swgraph.md, "The graph's file"): a graph read back from its JSON is
 //! the graph compiled, pads' bits included, and runs to the same output bits (every sample on
 //! every target it names, and random programs); files of version 2 (checked in, written by the
 //! previous writer) still load and run as their firmware emulates; the file's bytes per

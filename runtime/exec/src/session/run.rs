@@ -197,8 +197,7 @@ impl Session<'_> {
 /// Bytes per chunk of the values a run holds at once, at most, by default
 /// ([`Session::chunks`]): a batch of any size runs in bounded memory, a chunk this size still
 /// gives every op hundreds of items of a small graph, and its values stay in a server CPU's
-/// last-level cache (the samples at large batches ran 1.1x to 1.25x faster than with 32 MiB:
-/// BENCHMARKS.md, "Smaller chunks").
+/// last-level cache (the samples at large batches ran 1.1x to 1.25x faster than with 32 MiB).
 pub const CHUNK_BYTES: usize = 8 << 20;
 
 /// The default limit of items per chunk is at least this ([`Session::chunks`]): four of the
