@@ -1416,3 +1416,20 @@ fn vnni_kernel_takes_bytes_at_their_extremes() {
         assert_eq!(partials(&wi, &xi, which), want, "{which:?}");
     }
 }
+
+/// A vector's bytes for the VNNI kernel are its integers plus 128, by hand: -128, -1, 0 and 127
+/// become 0, 127, 128 and 255; a 128 anywhere leaves no bytes.
+#[test]
+fn vector_bytes_by_hand() {
+    let n = 16;
+    let mut x = vec![0.0f64; n];
+    x[..4].copy_from_slice(&[-128.0, -1.0, 0.0, 127.0]);
+    let xi = IntVector::new(&x, 1, 1, n).expect("fits");
+    let Some(bytes) = &xi.biased else {
+        assert!(!Kernel::best().is_vnni(), "a VNNI kernel keeps the bytes");
+        return;
+    };
+    assert_eq!(bytes[..5], [0, 127, 128, 255, 128]);
+    x[7] = 128.0;
+    assert!(IntVector::new(&x, 1, 1, n).expect("fits").biased.is_none());
+}
