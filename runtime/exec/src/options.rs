@@ -15,9 +15,10 @@ pub struct ExecOptions {
     pub device: DeviceKind,
     /// Keep the value of every `v_wr` (the graph's write records) for traces.
     pub keep_writes: bool,
-    /// Hand back the value of every node but the outputs in `Execution::written` (the forward
-    /// values the training's backward pass reads, `crate::train`). Every value is then made whole:
-    /// no fused region, prepared stack or skipped concat keeps one inside.
+    /// Hand back the value of every node but the outputs in `Execution::written` (every forward
+    /// value; the training's record keeps only those its reverse pass reads,
+    /// [`Session::recording`](crate::Session::recording)). Every value is then made whole: no
+    /// fused region, prepared stack or skipped concat keeps one inside.
     pub keep_values: bool,
     /// Take the float BLAS path for every product even where the integer kernel
     /// ([`intdot`](crate::intdot)) applies (for comparisons and tests: the results are the same

@@ -88,17 +88,32 @@ impl Drop for Session<'_> {
 impl Session<'static> {
     /// A session that shares ownership of its graph, so it can live as long as its owner.
     pub fn shared(graph: Arc<SwGraph>, opts: &ExecOptions) -> Result<Session<'static>, ExecError> {
-        Session::open(GraphRef::Shared(graph), opts)
+        Session::open(GraphRef::Shared(graph), opts, None)
     }
 }
 
 impl<'g> Session<'g> {
     /// Validate `graph` and open its device.
     pub fn new(graph: &'g SwGraph, opts: &ExecOptions) -> Result<Session<'g>, ExecError> {
-        Session::open(GraphRef::Borrowed(graph), opts)
+        Session::open(GraphRef::Borrowed(graph), opts, None)
     }
 
-    fn open(owner: GraphRef<'g>, opts: &ExecOptions) -> Result<Session<'g>, ExecError> {
+    /// A session whose runs hand back the values `values` in [`crate::Execution::written`]
+    /// (what the training's backward pass reads), each made whole, and compute the rest as
+    /// plain runs do (`keep_values` hands back every value).
+    pub fn recording(
+        graph: &'g SwGraph,
+        opts: &ExecOptions,
+        values: &[ValueId],
+    ) -> Result<Session<'g>, ExecError> {
+        Session::open(GraphRef::Borrowed(graph), opts, Some(values))
+    }
+
+    fn open(
+        owner: GraphRef<'g>,
+        opts: &ExecOptions,
+        hand_back: Option<&[ValueId]>,
+    ) -> Result<Session<'g>, ExecError> {
         let graph: &SwGraph = &owner;
         graph.validate()?;
         let gpu = match opts.device {
@@ -113,6 +128,7 @@ impl<'g> Session<'g> {
             && intdot::supports(graph.native);
         let cx = steps::Context {
             opts,
+            hand_back,
             int_products,
             gpu: gpu.is_some(),
         };

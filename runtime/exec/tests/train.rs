@@ -500,3 +500,100 @@ fn bad_training_data_is_refused_with_the_fix() {
         .expect_err("class 12");
     assert!(e.to_string().contains("not a class index in 0..10"), "{e}");
 }
+
+/// A recorded pass keeps only the values the reverse pass reads, and runs the rest as a plain
+/// run does (fused regions, vectors straight to integers, weight stacks in one pass): its
+/// outputs are the run's bits, and its gradients by weight and by input are those of a run that
+/// kept every value, bit for bit, on every op kind, on the digits sample's BFP numerics, on a
+/// saturating `fixed` matrix and on a `dynfixed` vector.
+#[test]
+fn a_recorded_pass_keeps_what_the_reverse_pass_reads() {
+    let mut programs: Vec<(String, Program)> = GRADIENT_CASES
+        .iter()
+        .map(|&(name, target)| (format!("{name} on {target}"), sample(name, target)))
+        .collect();
+    programs.push(("digits".into(), digits().0));
+    programs.push((
+        "fixed".into(),
+        check(
+            "sat.nnp",
+            "matrix W : [2, 4] at mrf[0] quant fixed(int = 2, frac = 4)\n\
+             input x : [4]\noutput y : [2]\n\
+             v_rd netq\nv_wr ivrf[0]\nend_chain\n\
+             v_rd ivrf[0]\nmv_mul mrf[W]\nv_sigm\nv_wr netq\nend_chain\n",
+            Some("fp32"),
+        ),
+    ));
+    programs.push((
+        "dynfixed".into(),
+        check(
+            "dyn.nnp",
+            "matrix W : [16, 16] at mrf[0]\ninput x : [16]\noutput y : [16]\n\
+             quant mvm.vector = dynfixed(bits = 8)\n\
+             v_rd netq\nv_wr ivrf[0]\nend_chain\n\
+             v_rd ivrf[0]\nmv_mul mrf[W]\nv_relu\nv_wr netq\nend_chain\n",
+            Some("n16"),
+        ),
+    ));
+    let bits = |t: &Tensor| -> Vec<u64> {
+        let v: Vec<f64> = t
+            .flatten_all()
+            .and_then(|t| t.to_dtype(DType::F64))
+            .and_then(|t| t.to_vec1())
+            .expect("values");
+        v.iter().map(|x| x.to_bits()).collect()
+    };
+    for (name, program) in &programs {
+        let graph = train::compile(program).expect("compiles");
+        let data = HostData::random(program, 5, 11);
+        let all = Session::new(
+            &graph,
+            &ExecOptions {
+                keep_values: true,
+                ..ExecOptions::default()
+            },
+        )
+        .expect("session")
+        .run(&data)
+        .expect("runs");
+        let (weights, inputs) = (f64_tensors(&data.weights), f64_tensors(&data.inputs));
+        let (outputs, recorded) = train::record(&graph, data).expect("records");
+        assert!(
+            recorded.written().len() < all.written.len(),
+            "{name}: the record kept {} of {} values",
+            recorded.written().len(),
+            all.written.len()
+        );
+        for (out, y) in &all.outputs {
+            let same = outputs[out]
+                .data
+                .iter()
+                .zip(&y.data)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{name}: output `{out}` differs from the run");
+        }
+        let want = train::gradients(&graph, &weights, &inputs, Some(&all.written), weighted_sum)
+            .expect("gradients");
+        let output_grads: BTreeMap<String, Tensor> = want
+            .outputs
+            .iter()
+            .map(|(n, y)| {
+                let c: Vec<f64> = (0..y.elem_count())
+                    .map(|i| ((i * 7919 % 23) as f64 - 11.0) / 11.0)
+                    .collect();
+                (
+                    n.clone(),
+                    Tensor::from_vec(c, y.shape(), &Device::Cpu).expect("c"),
+                )
+            })
+            .collect();
+        let got = train::backward(&graph, &recorded, &output_grads).expect("backward");
+        for (n, g) in &want.weights {
+            assert_eq!(bits(&got.weights[n]), bits(g), "{name}: d/d{n}");
+        }
+        for (n, g) in &want.inputs {
+            assert_eq!(bits(&got.inputs[n]), bits(g), "{name}: d/d{n}");
+        }
+        assert_eq!(got.points, want.points, "{name}: dynfixed points");
+    }
+}

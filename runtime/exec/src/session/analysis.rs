@@ -135,9 +135,16 @@ pub(super) fn quantized_vectors(
         .collect()
 }
 
-/// The values a run hands back: the graph's `v_wr`s with `keep_writes`, every node's but the
-/// outputs' with `keep_values`.
-pub(super) fn written_values(graph: &SwGraph, opts: &ExecOptions) -> Vec<ValueId> {
+/// The values a run hands back: `hand_back` where given, else the graph's `v_wr`s with
+/// `keep_writes` and every node's but the outputs' with `keep_values`.
+pub(super) fn written_values(
+    graph: &SwGraph,
+    opts: &ExecOptions,
+    hand_back: Option<&[ValueId]>,
+) -> Vec<ValueId> {
+    if let Some(values) = hand_back {
+        return values.to_vec();
+    }
     if opts.keep_values {
         let values = graph.nodes_by_id();
         let values = values.filter(|(_, n)| !matches!(n.op, Op::Output { .. }));

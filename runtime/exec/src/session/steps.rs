@@ -93,6 +93,8 @@ pub(super) const STACKED_ITEMS: usize = 4;
 /// products take the integer kernel or run on a GPU.
 pub(super) struct Context<'o> {
     pub opts: &'o ExecOptions,
+    /// The values to hand back, where the session was opened for them ([`super::Session::recording`]).
+    pub hand_back: Option<&'o [ValueId]>,
     pub int_products: bool,
     pub gpu: bool,
 }
@@ -105,7 +107,9 @@ impl Steps {
         // prepared stack or a skipped concat); only a fused region's checked values stay in
         // its scratch rows, scanned there (`fused::RegionPass::run`). The plan leaves out the
         // checked ones already; the traced ones are left out here.
-        let traced: HashSet<ValueId> = written_values(graph, cx.opts).into_iter().collect();
+        let traced: HashSet<ValueId> = written_values(graph, cx.opts, cx.hand_back)
+            .into_iter()
+            .collect();
         let handed: HashSet<ValueId> = traced
             .iter()
             .copied()

@@ -31,7 +31,7 @@ pub struct Gradients {
 
 /// The gradient of `loss(outputs)` with respect to every weight (logical shapes, f64) and every
 /// input (`[batch, ...]`, f64): at the concordant graph's values where `exact` holds them
-/// (an [`crate::Execution::written`] of a `keep_values` run on the same data, as
+/// (an [`crate::Execution::written`] of a `keep_values` run on the same data, or the values a
 /// [`Recorded`] keeps), else at the float model's. candle's autograd differentiates `loss` to
 /// the outputs; the reverse pass, the one a training step runs, does the rest.
 pub fn gradients(
@@ -100,7 +100,7 @@ impl Leaves {
         }
     }
 
-    /// Every node's value: the run's `written` ones and the leaves.
+    /// Every node's value: the run's `written` ones and the leaves (the rest, shapes alone).
     pub(super) fn exact<'a>(
         &'a self,
         graph: &SwGraph,
@@ -232,7 +232,7 @@ pub(super) fn loss_gradients(
 }
 
 /// A concordant forward pass and what its backward pass reads: the data it ran on and the
-/// value of every node.
+/// values its rules read ([`reverse::read_values`]).
 #[derive(Debug)]
 pub struct Recorded {
     data: HostData,
@@ -247,28 +247,39 @@ impl Recorded {
         &self.data
     }
 
-    /// Every node's value (what [`gradients`]' `exact` takes).
+    /// The values the pass kept (what [`gradients`]' `exact` takes).
     pub fn written(&self) -> &HashMap<ValueId, WrittenValue> {
         &self.written
     }
 
-    /// Every node's value, for the reverse pass.
+    /// Every node's value for the reverse pass: the kept ones, the leaves, the rest's shapes.
     pub(super) fn values(&self, graph: &SwGraph) -> Result<reverse::Values<'_>, TrainError> {
         self.leaves.exact(graph, &self.written)
     }
 }
 
-/// The concordant graph on `data` (the bits of `nnpc run`), keeping every node's value for
-/// [`backward`].
+/// The concordant graph on `data` (the bits of `nnpc run`), keeping the values [`backward`]
+/// reads.
 pub fn record(graph: &SwGraph, data: HostData) -> Result<(Outputs, Recorded), TrainError> {
+    record_for(graph, data, true)
+}
+
+/// [`record`], keeping what the weights' gradients read, and the inputs' too where
+/// `want_inputs`: every other value is computed as a plain run computes it (fused regions,
+/// vectors quantized straight to integers, weight stacks prepared in one pass).
+pub(super) fn record_for(
+    graph: &SwGraph,
+    data: HostData,
+    want_inputs: bool,
+) -> Result<(Outputs, Recorded), TrainError> {
     let opts = ExecOptions {
-        keep_values: true,
         // One pass over the whole batch: every kept value holds every item.
         batch_shards: Some(1),
         chunk_items: Some(data.batch.max(1)),
         ..ExecOptions::default()
     };
-    let run = Session::new(graph, &opts)?.run(&data)?;
+    let keep = reverse::read_values(graph, want_inputs);
+    let run = Session::recording(graph, &opts, &keep)?.run(&data)?;
     let recorded = Recorded {
         leaves: Leaves::of_host(&data),
         data,
@@ -341,4 +352,57 @@ pub(super) fn f64_tensors(
             Ok((n.clone(), t))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nnp_grammar::{SourceFile, Target};
+    use std::path::Path;
+
+    /// A training step's record (the weights' gradients alone) keeps fewer values than
+    /// [`record`] and gives the same weight gradients, bit for bit: on the digits sample (BFP
+    /// products, relu) and on `bn_clip_n16` (mul, max, tanh, a vector weight).
+    #[test]
+    fn a_weights_only_record_gives_the_same_weight_gradients() {
+        let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples");
+        let cases = [
+            ("train/digits_mlp.nnp", "bw-default".to_string()),
+            (
+                "bn_clip_n16.nnp",
+                samples.join("targets/n16.toml").display().to_string(),
+            ),
+        ];
+        for (name, target) in cases {
+            let text = std::fs::read_to_string(samples.join(name)).expect("sample");
+            let target = Target::load(&target).expect("target");
+            let src = std::sync::Arc::new(SourceFile::new(name, text));
+            let program = nnp_grammar::check(src, Some(target))
+                .expect("checks")
+                .program;
+            let graph = super::super::compile(&program).expect("compiles");
+            let data = HostData::random(&program, 4, 3);
+            let (_, whole) = record(&graph, data.clone()).expect("records");
+            let (_, weights_only) = record_for(&graph, data, false).expect("records");
+            assert!(weights_only.written.len() < whole.written.len(), "{name}");
+            let grads = |r: &Recorded| {
+                let values = r.values(&graph).expect("values");
+                let outputs = reverse::outputs(&graph, &values).expect("outputs");
+                let g: BTreeMap<String, Vec<f64>> = outputs
+                    .into_iter()
+                    .map(|(n, (_, y))| (n, y.iter().map(|v| v.sin()).collect()))
+                    .collect();
+                reverse::backward(&graph, &values, &g, false).expect("backward")
+            };
+            let (a, b) = (grads(&whole), grads(&weights_only));
+            assert!(!a.weights.is_empty(), "{name}");
+            for (n, g) in &a.weights {
+                let same = g
+                    .iter()
+                    .zip(&b.weights[n])
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same && g.len() == b.weights[n].len(), "{name}: d/d{n}");
+            }
+        }
+    }
 }

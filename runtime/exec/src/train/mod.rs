@@ -1,7 +1,8 @@
 //! Fine-tuning a firmware program's weights through its concordant graph (docs/training.md).
 //!
-//! Every training step runs the software graph itself on the batch ([`crate::Session`],
-//! every value handed back): the forward values are bit-identical to `nnpc run`. The reverse
+//! Every training step runs the software graph itself on the batch
+//! ([`crate::Session::recording`], handing back the values the reverse pass reads): the forward
+//! values are bit-identical to `nnpc run`. The reverse
 //! pass (`reverse.rs`) then differentiates the graph's twin at those values, node by node on
 //! f64 slices: straight-through quantizers ([`ste`]), float derivatives of products and MFU
 //! ops. The loss and its gradient by output are `loss.rs`'s; the weights are f32 in their
@@ -255,7 +256,7 @@ pub fn train(
 #[derive(Clone, Copy, Debug)]
 pub struct StepTimes {
     pub batch: usize,
-    /// One step: the graph's run with every value kept, the twin's backward pass, the update.
+    /// One step: the graph's run keeping what the reverse pass reads, the reverse pass, the update.
     pub step_s: f64,
     /// A forward run of a fresh session (what a step's forward pass costs alone: the weights
     /// change every step, so each step prepares them again).
@@ -500,7 +501,7 @@ fn step_once(
         weights: weights.clone(),
         inputs: batch.inputs.clone(),
     };
-    let (_, recorded) = layer::record(graph, data)?;
+    let (_, recorded) = layer::record_for(graph, data, false)?;
     let values = recorded.values(graph)?;
     let outputs = flat_outputs(reverse::outputs(graph, &values)?);
     let (score, output_grads) = score_of(scoring, &outputs, targets)?;

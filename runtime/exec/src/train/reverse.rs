@@ -19,36 +19,71 @@ use super::TrainError;
 use super::ste::{self, Points};
 use super::strided::{View, ViewMut, add_product};
 use nnp_lowering::swgraph::{BinOp, Op, SwGraph, TileLayout, Ty, UnOp, ValueId};
+use nnp_numerics::Format;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-/// The value of a node: `batch` items of `data.len() / batch` elements each, row-major (a
-/// constant's value is one item that every item reads).
+/// The value of a node: `batch` items of `lanes` elements each, row-major (a constant's value
+/// is one item that every item reads). A recorded run keeps only the values whose elements a
+/// rule of the reverse pass reads ([`read_values`]); the others are their shape alone, and
+/// reading their elements is an error, never an empty slice.
 #[derive(Clone, Debug)]
 pub(crate) struct Value<'a> {
     pub batch: usize,
-    pub data: Cow<'a, [f64]>,
+    lanes: usize,
+    data: Option<Cow<'a, [f64]>>,
 }
 
-impl Value<'_> {
+impl<'a> Value<'a> {
+    /// A value of `batch` items and their elements.
+    pub fn new(batch: usize, data: Cow<'a, [f64]>) -> Value<'a> {
+        Value {
+            batch,
+            lanes: data.len() / batch.max(1),
+            data: Some(data),
+        }
+    }
+
+    /// A value whose elements were not kept: its shape alone.
+    pub fn shape_only(batch: usize, lanes: usize) -> Value<'a> {
+        Value {
+            batch,
+            lanes,
+            data: None,
+        }
+    }
+
     /// The same value, borrowed.
     pub fn borrowed(&self) -> Value<'_> {
         Value {
             batch: self.batch,
-            data: Cow::Borrowed(&self.data),
+            lanes: self.lanes,
+            data: self.data.as_deref().map(Cow::Borrowed),
         }
     }
 
     /// Elements per item.
     pub fn len(&self) -> usize {
-        self.data.len() / self.batch.max(1)
+        self.lanes
+    }
+
+    /// Elements in all.
+    fn size(&self) -> usize {
+        self.batch * self.lanes
+    }
+
+    /// Every element.
+    fn data(&self) -> Result<&[f64], TrainError> {
+        self.data.as_deref().ok_or_else(|| {
+            TrainError::Internal("the reverse pass read a value the run did not keep".into())
+        })
     }
 
     /// Item `k` (a batch-1 value's one item for every `k`).
-    fn item(&self, k: usize) -> &[f64] {
-        let n = self.len();
+    fn item(&self, k: usize) -> Result<&[f64], TrainError> {
+        let n = self.lanes;
         let k = if self.batch == 1 { 0 } else { k };
-        &self.data[k * n..(k + 1) * n]
+        Ok(&self.data()?[k * n..(k + 1) * n])
     }
 }
 
@@ -97,7 +132,7 @@ pub(crate) fn outputs(
         let mut data = Vec::with_capacity(batch * width);
         for k in 0..batch {
             for v in parts.values() {
-                data.extend_from_slice(v.item(k));
+                data.extend_from_slice(v.item(k)?);
             }
         }
         out.insert(o.name.clone(), (batch, data));
@@ -139,12 +174,12 @@ impl Buffers {
         g: Vec<f64>,
         batch: usize,
     ) -> Result<(), TrainError> {
-        if self.grads[v.index()].is_none() && x.batch == batch && g.len() == x.data.len() {
+        if self.grads[v.index()].is_none() && x.batch == batch && g.len() == x.size() {
             self.grads[v.index()] = Some(g);
             return Ok(());
         }
         let n = x.len();
-        let dst = self.of(v, x.data.len())?;
+        let dst = self.of(v, x.size())?;
         for k in 0..batch {
             add(&mut dst[item_range(x.batch, n, k)], &g[k * n..(k + 1) * n]);
         }
@@ -182,11 +217,17 @@ pub(crate) fn backward(
         let g = bufs.grads[i].take();
         if let Op::Quantize { src, format, .. } = &node.op
             && g.is_none()
-            && matches!(format, nnp_numerics::Format::DynFixed(_))
+            && matches!(format, Format::DynFixed(_))
         {
             // No gradient passes, but the point positions are still the pass's.
             let x = value(values, *src)?;
-            ste::passes(format, &x.data, quant_run(graph, node), i, &mut out.points);
+            ste::passes(
+                format,
+                x.data()?,
+                quant_run(graph, node),
+                i,
+                &mut out.points,
+            );
         }
         let Some(g) = g else { continue };
         let y = value(values, ValueId(i as u32))?;
@@ -211,12 +252,12 @@ pub(crate) fn backward(
                     shape,
                     *layout,
                     graph.native,
-                    bufs.of(*src, x.data.len())?,
+                    bufs.of(*src, x.size())?,
                 );
             }
             Op::Unpad { src, len } => {
                 let x = value(values, *src)?;
-                let dst = bufs.of(*src, x.data.len())?;
+                let dst = bufs.of(*src, x.size())?;
                 for k in 0..y.batch {
                     let d = &mut dst[item_range(x.batch, x.len(), k)];
                     for (d, g) in d[..*len].iter_mut().zip(&g[k * len..(k + 1) * len]) {
@@ -226,13 +267,19 @@ pub(crate) fn backward(
             }
             Op::Round { src, format } => {
                 let x = value(values, *src)?;
-                let mask = ste::float_passes(format, &x.data);
+                let data = if ste::float_reads(format) {
+                    x.data()?
+                } else {
+                    &[]
+                };
+                let mask = ste::float_passes(format, data);
                 bufs.deposit(*src, x, masked(g, y, x, mask.as_deref()), y.batch)?;
             }
             Op::Quantize { src, format, .. } => {
                 let x = value(values, *src)?;
                 let run = quant_run(graph, node);
-                let mask = ste::passes(format, &x.data, run, i, &mut out.points);
+                let data = if ste::reads(format) { x.data()? } else { &[] };
+                let mask = ste::passes(format, data, run, i, &mut out.points);
                 bufs.deposit(*src, x, masked(g, y, x, mask.as_deref()), y.batch)?;
             }
             Op::Concat { parts } => {
@@ -245,7 +292,7 @@ pub(crate) fn backward(
                     let (start, len) = (p.start as usize * unit, p.count as usize * unit);
                     if needs[p.value.index()] {
                         let x = value(values, p.value)?;
-                        let dst = bufs.of(p.value, x.data.len())?;
+                        let dst = bufs.of(p.value, x.size())?;
                         for k in 0..y.batch {
                             let r = item_range(x.batch, x.len(), k);
                             let gk = &g[k * y.len() + off..k * y.len() + off + len];
@@ -272,7 +319,7 @@ pub(crate) fn backward(
             }
             Op::Unary { op, src, .. } => {
                 let x = value(values, *src)?;
-                bufs.deposit(*src, x, unary_gradient(*op, g, y, x), y.batch)?;
+                bufs.deposit(*src, x, unary_gradient(*op, g, y, x)?, y.batch)?;
             }
         }
     }
@@ -291,6 +338,65 @@ fn needs_gradient(graph: &SwGraph, want_inputs: bool) -> Vec<bool> {
         };
     }
     needs
+}
+
+/// The values whose elements the reverse pass reads (with `want_inputs`, for the inputs'
+/// gradients too), leaves left out: what a recorded run keeps ([`super::layer::record`]). The
+/// other rules read shapes alone.
+/// - a saturating `round` or quantizer (float `overflow = saturate`, `fixed`, `dynfixed`): its
+///   source, for the mask (a `dynfixed` one's always, for its point positions);
+/// - a product: the vector for the matrix's gradient, the matrix for the vector's;
+/// - `mul` and `max`: the operands the other's gradient reads; an MFU op but `pass`: its
+///   source; an output: its row, for the loss.
+pub(crate) fn read_values(graph: &SwGraph, want_inputs: bool) -> Vec<ValueId> {
+    let needs = needs_gradient(graph, want_inputs);
+    let mut read = vec![false; graph.nodes.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let mut mark = |v: &ValueId| read[v.index()] = true;
+        match &node.op {
+            Op::Output { src, .. } => mark(src),
+            Op::Quantize { src, format, .. }
+                if matches!(format, Format::DynFixed(_)) || (needs[i] && ste::reads(format)) =>
+            {
+                mark(src)
+            }
+            Op::Round { src, format } if needs[i] && ste::float_reads(format) => mark(src),
+            Op::TiledMatVec { x, w, .. } => {
+                if needs[w.index()] {
+                    mark(x);
+                }
+                if needs[x.index()] {
+                    mark(w);
+                }
+            }
+            Op::Binary { op, a, b, .. } => match op {
+                BinOp::Add | BinOp::Sub => {}
+                BinOp::Mul => {
+                    if needs[b.index()] {
+                        mark(a);
+                    }
+                    if needs[a.index()] {
+                        mark(b);
+                    }
+                }
+                BinOp::Max if needs[i] => {
+                    mark(a);
+                    mark(b);
+                }
+                BinOp::Max => {}
+            },
+            Op::Unary { op, src, .. } if needs[i] && *op != UnOp::Pass => mark(src),
+            _ => {}
+        }
+    }
+    graph
+        .nodes_by_id()
+        .filter(|(id, n)| {
+            read[id.index()]
+                && !matches!(n.op, Op::Input { .. } | Op::Weight { .. } | Op::Zero { .. })
+        })
+        .map(|(id, _)| id)
+        .collect()
 }
 
 /// The output gradients into the rows' values.
@@ -322,7 +428,7 @@ fn seed_outputs(
             let x = value(values, *src)?;
             let n = x.len();
             if needs[src.index()] {
-                let dst = bufs.of(*src, x.data.len())?;
+                let dst = bufs.of(*src, x.size())?;
                 for k in 0..batch {
                     let gk = &g[k * width + off..k * width + off + n];
                     for (d, g) in dst[item_range(x.batch, n, k)].iter_mut().zip(gk) {
@@ -472,7 +578,10 @@ fn matvec_gradient(
         .flat_map(|i| (0..c.div_ceil(n)).map(move |j| (i, j)))
         .collect();
     for (k0, kn) in runs {
-        let wm = wv.item(k0);
+        // The matrix reaches `x`'s gradient alone, the vector `w`'s: each is read (and kept by
+        // the run, `read_values`) only where that gradient is wanted.
+        let wm = if needs[x.index()] { wv.item(k0)? } else { &[] };
+        let xd = if needs[w.index()] { xv.data()? } else { &[] };
         // Item k0's rows of a value of `batch` items of `len` elements (a batch-1 value's).
         let row0 = |batch: usize, len: usize| if batch == 1 { 0 } else { k0 * len };
         for &(i, j) in &tiles {
@@ -497,7 +606,7 @@ fn matvec_gradient(
             if needs[x.index()] {
                 let dst = ViewMut {
                     offset: row0(xv.batch, xlen) + j * n,
-                    data: bufs.of(x, xv.data.len())?,
+                    data: bufs.of(x, xv.size())?,
                     rows: kn,
                     cols: cj,
                     rs: xlen,
@@ -507,7 +616,7 @@ fn matvec_gradient(
             }
             if needs[w.index()] {
                 let xs = View {
-                    data: &xv.data,
+                    data: xd,
                     offset: row0(xv.batch, xlen) + j * n,
                     rows: kn,
                     cols: cj,
@@ -516,7 +625,7 @@ fn matvec_gradient(
                 };
                 let dst = ViewMut {
                     offset: row0(wv.batch, wv.len()) + base,
-                    data: bufs.of(w, wv.data.len())?,
+                    data: bufs.of(w, wv.size())?,
                     rows: ri,
                     cols: cj,
                     rs: n,
@@ -556,19 +665,20 @@ fn binary_gradient(
     };
     // `b`'s gradient added in from `g`, then `g` made `a`'s in place.
     if needs[b.index()] {
-        let dst = bufs.of(b, bv.data.len())?;
+        let dst = bufs.of(b, bv.size())?;
         for k in 0..y.batch {
-            let (ak, bk, gk) = (av.item(k), bv.item(k), &g[k * n..(k + 1) * n]);
+            let gk = &g[k * n..(k + 1) * n];
             let d = &mut dst[item_range(bv.batch, n, k)];
             match op {
                 BinOp::Add => add(d, gk),
                 BinOp::Sub => d.iter_mut().zip(gk).for_each(|(d, g)| *d -= g),
                 BinOp::Mul => {
-                    for ((d, g), a) in d.iter_mut().zip(gk).zip(ak) {
+                    for ((d, g), a) in d.iter_mut().zip(gk).zip(av.item(k)?) {
                         *d += g * a;
                     }
                 }
                 BinOp::Max => {
+                    let (ak, bk) = (av.item(k)?, bv.item(k)?);
                     for (((d, g), a), b) in d.iter_mut().zip(gk).zip(ak).zip(bk) {
                         *d += g * larger(*b, *a);
                     }
@@ -578,11 +688,12 @@ fn binary_gradient(
     }
     if needs[a.index()] {
         for k in 0..y.batch {
-            let (ak, bk, gk) = (av.item(k), bv.item(k), &mut g[k * n..(k + 1) * n]);
+            let gk = &mut g[k * n..(k + 1) * n];
             match op {
                 BinOp::Add | BinOp::Sub => {}
-                BinOp::Mul => gk.iter_mut().zip(bk).for_each(|(g, b)| *g *= b),
+                BinOp::Mul => gk.iter_mut().zip(bv.item(k)?).for_each(|(g, b)| *g *= b),
                 BinOp::Max => {
+                    let (ak, bk) = (av.item(k)?, bv.item(k)?);
                     for ((g, a), b) in gk.iter_mut().zip(ak).zip(bk) {
                         *g *= larger(*a, *b);
                     }
@@ -597,10 +708,13 @@ fn binary_gradient(
 /// The gradient of an MFU op on the carried vector (`g` of `y = op(x)`) into `x`, made from `g`
 /// in place: the true function's derivative at `x` (softmax: its Jacobian over every lane of
 /// the value).
-fn unary_gradient(op: UnOp, mut g: Vec<f64>, y: &Value, x: &Value) -> Vec<f64> {
+fn unary_gradient(op: UnOp, mut g: Vec<f64>, y: &Value, x: &Value) -> Result<Vec<f64>, TrainError> {
+    if op == UnOp::Pass {
+        return Ok(g);
+    }
     let n = x.len();
     for k in 0..y.batch {
-        let (xk, gk) = (x.item(k), &mut g[k * n..(k + 1) * n]);
+        let (xk, gk) = (x.item(k)?, &mut g[k * n..(k + 1) * n]);
         match op {
             UnOp::Relu => {
                 for (g, x) in gk.iter_mut().zip(xk) {
@@ -624,5 +738,5 @@ fn unary_gradient(op: UnOp, mut g: Vec<f64>, y: &Value, x: &Value) -> Vec<f64> {
             }
         }
     }
-    g
+    Ok(g)
 }

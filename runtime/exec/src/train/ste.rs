@@ -34,6 +34,20 @@ impl Points {
     }
 }
 
+/// Whether [`float_passes`] reads the values (`f` saturates).
+pub(crate) fn float_reads(f: &FloatFormat) -> bool {
+    f.overflow == Overflow::Saturate
+}
+
+/// Whether [`passes`] reads the values (a saturating float, `fixed` or `dynfixed`).
+pub(crate) fn reads(format: &Format) -> bool {
+    match format {
+        Format::Float(f) => float_reads(f),
+        Format::Fixed(_) | Format::DynFixed(_) => true,
+        _ => false,
+    }
+}
+
 /// The mask of the elements of `x` whose gradient passes `round` to `f` (1: passes), or `None`
 /// when every element passes.
 pub(crate) fn float_passes(f: &FloatFormat, x: &[f64]) -> Option<Vec<u8>> {

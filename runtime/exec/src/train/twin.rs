@@ -108,17 +108,15 @@ pub(crate) fn forward(
             let at = |e: candle_core::Error| TrainError::node(i, "value", &e);
             let batch = t.dim(0).map_err(at)?;
             let data = t.flatten_all().and_then(|t| t.to_vec1()).map_err(at)?;
-            Ok(Some(Value {
-                batch,
-                data: Cow::Owned(data),
-            }))
+            Ok(Some(Value::new(batch, Cow::Owned(data))))
         })
         .collect()
 }
 
 /// Every node's value of a concordant run: `written` (an [`crate::Execution::written`] of a
-/// `keep_values` run) for the nodes it computed, `weights` (logical shapes, flattened) and
-/// `inputs` (`[batch, ...]`, flattened) for the leaves.
+/// `keep_values` run, or of a run that kept the values the reverse pass reads) for the nodes
+/// it computed, `weights` (logical shapes, flattened) and `inputs` (`[batch, ...]`, flattened)
+/// for the leaves; a node the run did not keep, its shape alone.
 pub(crate) fn exact<'a>(
     graph: &SwGraph,
     written: &'a HashMap<ValueId, crate::WrittenValue>,
@@ -131,35 +129,42 @@ pub(crate) fn exact<'a>(
             .map(|(_, v)| Cow::Borrowed(v.as_slice()))
             .ok_or_else(|| TrainError::Internal(format!("no {kind} tensor `{name}`")))
     };
+    let constant = &graph.plan().constant;
     let mut values = Vec::with_capacity(graph.nodes.len());
     for (i, node) in graph.nodes.iter().enumerate() {
         let value = match &node.op {
             Op::Output { .. } => None,
-            Op::Input { name, .. } => Some(Value {
-                batch,
-                data: leaf(inputs, name, "input")?,
-            }),
-            Op::Weight { name, .. } => Some(Value {
-                batch: 1,
-                data: leaf(weights, name, "weight")?,
-            }),
-            Op::Zero { shape } => Some(Value {
-                batch: 1,
-                data: Cow::Owned(vec![0.0; shape.iter().product()]),
-            }),
-            _ => {
-                let w = written.get(&ValueId(i as u32)).ok_or_else(|| {
-                    TrainError::Internal(format!("the run handed back no value for node {i}"))
-                })?;
-                Some(Value {
-                    batch: w.batch,
-                    data: Cow::Borrowed(w.data.as_slice()),
-                })
+            Op::Input { name, .. } => Some(Value::new(batch, leaf(inputs, name, "input")?)),
+            Op::Weight { name, .. } => Some(Value::new(1, leaf(weights, name, "weight")?)),
+            Op::Zero { shape } => {
+                Some(Value::new(1, Cow::Owned(vec![0.0; shape.iter().product()])))
             }
+            _ => match written.get(&ValueId(i as u32)) {
+                Some(w) => Some(Value::new(w.batch, Cow::Borrowed(w.data.as_slice()))),
+                None => {
+                    let batch = if constant[ValueId(i as u32)] {
+                        1
+                    } else {
+                        batch
+                    };
+                    Some(Value::shape_only(batch, lanes(graph, &node.ty)))
+                }
+            },
         };
         values.push(value);
     }
     Ok(values)
+}
+
+/// Elements per item of a value of type `ty`.
+fn lanes(graph: &SwGraph, ty: &Ty) -> usize {
+    let n = graph.native;
+    match ty {
+        Ty::Logical { shape } => shape.iter().product(),
+        Ty::Vector { tiles } => *tiles as usize * n,
+        Ty::TileStack { tiles } => *tiles as usize * n * n,
+        Ty::None => 0,
+    }
 }
 
 fn named<'t>(
