@@ -232,7 +232,7 @@ pub(super) fn loss_gradients(
 }
 
 /// A concordant forward pass and what its backward pass reads: the data it ran on and the
-/// values its rules read ([`reverse::read_values`]).
+/// values its rules read (`read_values` in `train/reverse.rs`).
 #[derive(Debug)]
 pub struct Recorded {
     data: HostData,
