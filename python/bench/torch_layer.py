@@ -1,9 +1,10 @@
 """A training step of nnpc.torch.FirmwareLayer, side by side with `nnpc train --bench` and
-with the same network as a PyTorch model with microxcaling-style BFP fake quantization.
+with the same network as a PyTorch model with microxcaling-style BFP fake quantization and as
+a plain float PyTorch model (torch's own cost of a step of this network).
 
     ~/.cache/nnpc/py-env/bin/python python/bench/torch_layer.py [--runs 5] [--steps 30]
 
-Each run measures the three in turn (the order alternates between runs) on the digits sample
+Each run measures the four in turn (the order alternates between runs) on the digits sample
 (`samples/train/digits_mlp.nnp`), at batch 32 and 256: medians of `--steps` steps, then the
 median and range over runs of each ratio.
 """
@@ -44,13 +45,17 @@ def bfp_fake_quantize(x: torch.Tensor, mant: int, block: int = 128) -> torch.Ten
 
 class FakeQuantMlp(nn.Module):
     """The digits network in torch, both operands of each product fake-quantized as the
-    firmware's targets say (vector bfp mant 4, matrix rows bfp mant 2)."""
+    firmware's targets say (vector bfp mant 4, matrix rows bfp mant 2); with ``quantize=False``
+    the plain float network (what a torch step costs with no firmware in it)."""
 
-    def __init__(self, w):
+    def __init__(self, w, quantize: bool = True):
         super().__init__()
         self.w = nn.ParameterDict({k: nn.Parameter(torch.from_numpy(v)) for k, v in w.items()})
+        self.quantize = quantize
 
     def linear(self, x, w, b):
+        if not self.quantize:
+            return nn.functional.linear(x, w, b)
         return nn.functional.linear(bfp_fake_quantize(x, 4), bfp_fake_quantize(w, 2), b)
 
     def forward(self, x):
@@ -91,19 +96,21 @@ def main() -> None:
     for batch in (32, 256):
         x = torch.from_numpy(data["x_train"][:batch])
         y = torch.from_numpy(data["y_train"][:batch]).long()
-        ratios = {"layer/cli": [], "layer/fake_quant": []}
+        ratios = {"layer/cli": [], "layer/fake_quant": [], "float/cli": []}
         rows = []
         for run in range(args.runs):
             measures = {
                 "layer": lambda: step_time(nnpc.torch.FirmwareLayer(FIRMWARE, weights=WEIGHTS), x, y, args.steps),
                 "cli": lambda: cli_step(batch, args.steps),
                 "fake_quant": lambda: step_time(FakeQuantMlp(weights), x, y, args.steps),
+                "float": lambda: step_time(FakeQuantMlp(weights, quantize=False), x, y, args.steps),
             }
             order = list(measures) if run % 2 == 0 else list(reversed(measures))
             t = {k: measures[k]() for k in order}
             rows.append(t)
             ratios["layer/cli"].append(t["layer"] / t["cli"])
             ratios["layer/fake_quant"].append(t["layer"] / t["fake_quant"])
+            ratios["float/cli"].append(t["float"] / t["cli"])
         result[batch] = {
             "ms": {k: 1e3 * float(np.median([r[k] for r in rows])) for k in rows[0]},
             "ratios": {k: [float(np.median(v)), float(min(v)), float(max(v))] for k, v in ratios.items()},
