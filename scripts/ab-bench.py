@@ -6,8 +6,9 @@
 
 Prints, per batch, a Markdown row: NEW's per-item time (median [min, max]), OLD's median, the
 median [min, max] of the per-round ratio NEW / OLD, NEW's per-item time back to back (the runs
-right after each round's first, where its `nnpc bench` reports them), NEW's graph and products-alone fractions of
-the int8 peak, the session's bytes a weight, the products a warm run stacked, and the peak.
+right after each round's first, where its `nnpc bench` reports them), the medians over NEW's rounds
+of its graph and products-alone fractions of the int8 peak (each round's against the peak it
+measured), the session's bytes a weight, the products a warm run stacked, and the peak's range.
 """
 
 import argparse
@@ -37,6 +38,7 @@ def main() -> None:
     for b in (int(x) for x in a.batches.split(",")):
         times = {a.old: [], a.new: []}
         ratios, again, last = [], [], None
+        graph_frac, alone_frac, peaks = [], [], []
         for r in range(a.rounds):
             got = {}
             for binary in (a.old, a.new) if r % 2 == 0 else (a.new, a.old):
@@ -45,19 +47,22 @@ def main() -> None:
                 times[binary].append(got[binary])
                 if binary == a.new:
                     last = report
+                    graph_frac.append(report["software_graph"]["peak_fraction"])
+                    alone_frac.append((report.get("products_alone") or {}).get("peak_fraction", 0))
+                    peaks.append(report["peak"]["int8_macs_per_second"])
                     if "back_to_back_seconds" in report["software_graph"]:
                         again.append(report["software_graph"]["back_to_back_seconds"] / b)
             ratios.append(got[a.new] / got[a.old])
-        sw, alone = last["software_graph"], last.get("products_alone") or {}
+        sw = last["software_graph"]
         ms = lambda v: statistics.median(v) * 1e3  # noqa: E731
         new = times[a.new]
         back = f"{ms(again):.3f} ms [{min(again) * 1e3:.3f}, {max(again) * 1e3:.3f}]" if again else ""
         print(
             f"| {b} | {ms(new):.3f} ms [{min(new) * 1e3:.3f}, {max(new) * 1e3:.3f}] | {ms(times[a.old]):.3f} ms "
             f"| {statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}] | {back} "
-            f"| {sw['peak_fraction'] * 100:.1f}% | {alone.get('peak_fraction', 0) * 100:.1f}% "
+            f"| {statistics.median(graph_frac) * 100:.1f}% | {statistics.median(alone_frac) * 100:.1f}% "
             f"| {last['bytes_per_weight']['session_alone']:.2f} | {sw.get('stacked_products', 0)} "
-            f"| {last['peak']['int8_macs_per_second'] / 1e9:.0f} G/s |",
+            f"| {min(peaks) / 1e9:.0f} to {max(peaks) / 1e9:.0f} G/s |",
             flush=True,
         )
 
