@@ -46,6 +46,17 @@ impl Ty {
             _ => None,
         }
     }
+
+    /// Elements per batch item of a value of this type at native dimension `n` (a validated
+    /// graph's values hold at most `MAX_VALUE_ELEMENTS`, so this does not overflow).
+    pub fn elements(&self, n: usize) -> usize {
+        match self {
+            Ty::Logical { shape } => shape.iter().product(),
+            Ty::Vector { tiles } => *tiles as usize * n,
+            Ty::TileStack { tiles } => *tiles as usize * n * n,
+            Ty::None => 0,
+        }
+    }
 }
 
 /// How a declaration's logical tensor maps onto registers.

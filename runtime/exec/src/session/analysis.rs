@@ -21,12 +21,7 @@ pub(super) fn peak_item_bytes(
     last_use: &NodeMap<usize>,
     traced: &HashSet<ValueId>,
 ) -> usize {
-    let elements = |ty: &Ty| match ty {
-        Ty::Logical { shape } => shape.iter().product(),
-        Ty::Vector { tiles } => *tiles as usize * graph.native,
-        Ty::TileStack { tiles } => *tiles as usize * graph.native * graph.native,
-        Ty::None => 0,
-    };
+    let elements = |ty: &Ty| ty.elements(graph.native);
     let outputs: usize = graph
         .outputs
         .iter()

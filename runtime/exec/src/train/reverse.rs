@@ -79,6 +79,12 @@ impl<'a> Value<'a> {
         })
     }
 
+    /// Every element where `wanted` (a rule reads them only then, and the run kept them only
+    /// then: [`read_values`]), else none.
+    fn data_if(&self, wanted: bool) -> Result<&[f64], TrainError> {
+        if wanted { self.data() } else { Ok(&[]) }
+    }
+
     /// Item `k` (a batch-1 value's one item for every `k`).
     fn item(&self, k: usize) -> Result<&[f64], TrainError> {
         let n = self.lanes;
@@ -267,18 +273,13 @@ pub(crate) fn backward(
             }
             Op::Round { src, format } => {
                 let x = value(values, *src)?;
-                let data = if ste::float_reads(format) {
-                    x.data()?
-                } else {
-                    &[]
-                };
-                let mask = ste::float_passes(format, data);
+                let mask = ste::float_passes(format, x.data_if(ste::float_reads(format))?);
                 bufs.deposit(*src, x, masked(g, y, x, mask.as_deref()), y.batch)?;
             }
             Op::Quantize { src, format, .. } => {
                 let x = value(values, *src)?;
                 let run = quant_run(graph, node);
-                let data = if ste::reads(format) { x.data()? } else { &[] };
+                let data = x.data_if(ste::reads(format))?;
                 let mask = ste::passes(format, data, run, i, &mut out.points);
                 bufs.deposit(*src, x, masked(g, y, x, mask.as_deref()), y.batch)?;
             }
@@ -581,7 +582,7 @@ fn matvec_gradient(
         // The matrix reaches `x`'s gradient alone, the vector `w`'s: each is read (and kept by
         // the run, `read_values`) only where that gradient is wanted.
         let wm = if needs[x.index()] { wv.item(k0)? } else { &[] };
-        let xd = if needs[w.index()] { xv.data()? } else { &[] };
+        let xd = xv.data_if(needs[w.index()])?;
         // Item k0's rows of a value of `batch` items of `len` elements (a batch-1 value's).
         let row0 = |batch: usize, len: usize| if batch == 1 { 0 } else { k0 * len };
         for &(i, j) in &tiles {

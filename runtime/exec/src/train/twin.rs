@@ -147,24 +147,13 @@ pub(crate) fn exact<'a>(
                     } else {
                         batch
                     };
-                    Some(Value::shape_only(batch, lanes(graph, &node.ty)))
+                    Some(Value::shape_only(batch, node.ty.elements(graph.native)))
                 }
             },
         };
         values.push(value);
     }
     Ok(values)
-}
-
-/// Elements per item of a value of type `ty`.
-fn lanes(graph: &SwGraph, ty: &Ty) -> usize {
-    let n = graph.native;
-    match ty {
-        Ty::Logical { shape } => shape.iter().product(),
-        Ty::Vector { tiles } => *tiles as usize * n,
-        Ty::TileStack { tiles } => *tiles as usize * n * n,
-        Ty::None => 0,
-    }
 }
 
 fn named<'t>(
