@@ -1272,3 +1272,35 @@ fn train_prints_its_summary_last_and_writes_the_tuned_weights() {
     assert!(stderr(&o).contains("--data"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `nnpc train --bench N --json` times steps on the first `--batch` items: one JSON object
+/// with the step, the two forward runs, their ratios and the step's four parts, each a
+/// positive time, the parts together no longer than a few steps.
+#[test]
+fn train_bench_reports_a_steps_parts() {
+    let args = [
+        "train",
+        "samples/train/digits_mlp.nnp",
+        "--bench",
+        "5",
+        "--batch",
+        "8",
+        "--json",
+    ];
+    let o = nnpc(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
+    assert_eq!(v["batch"], 8, "{v}");
+    let secs = |x: &serde_json::Value| x.as_f64().filter(|s| s.is_finite() && *s > 0.0);
+    let step = secs(&v["step_seconds"]).expect("a step time");
+    for k in ["forward_seconds", "forward_warm_seconds"] {
+        assert!(secs(&v[k]).is_some(), "{k}: {v}");
+    }
+    let ratio = secs(&v["step_over_forward_warm"]).expect("a ratio");
+    let warm = secs(&v["forward_warm_seconds"]).expect("a warm run");
+    assert!((ratio - step / warm).abs() <= 1e-9 * ratio, "{v}");
+    let parts = ["record", "loss", "reverse", "update"]
+        .map(|k| secs(&v["step_parts_seconds"][k]).unwrap_or_else(|| panic!("part {k}: {v}")));
+    // Medians of each part: their sum is near the median step, never several steps.
+    assert!(parts.iter().sum::<f64>() < 3.0 * step, "{v}");
+}

@@ -34,6 +34,9 @@ pub struct Graph {
     /// its weights on its first run and reuses them): kept between runs with the same
     /// weights, bit for bit.
     session: Mutex<Option<(Prepared, Session<'static>)>>,
+    /// The recording session of `record` (`nnpc.torch`'s forward calls), planned once: each
+    /// call prepares its own weights.
+    recorder: train::SharedRecorder,
     warnings: Vec<Diagnostic>,
 }
 
@@ -130,10 +133,12 @@ pub fn compile(
         let message = format!("{}: cannot lower: {e}", program.source.name);
         raise(py, "FirmwareError", (message, PyList::empty(py)))
     })?;
+    let graph = Arc::new(graph);
     Ok(Graph {
         program: Arc::new(program),
-        graph: Arc::new(graph),
+        graph: graph.clone(),
         session: Mutex::new(None),
+        recorder: train::SharedRecorder::new(graph.clone()),
         warnings: out.warnings,
     })
 }
@@ -509,9 +514,8 @@ impl Graph {
     ) -> PyResult<(Bound<'py, PyDict>, Tape)> {
         let data = Data::new(Some(weights.as_any()), Some(inputs), None, 0, false)?;
         let host = self.host_data(py, &data, None)?;
-        let graph = &*self.graph;
         let (outputs, recorded) = py
-            .detach(|| train::record(graph, host))
+            .detach(|| self.recorder.record(host))
             .map_err(|e| self.train_error(py, e))?;
         let tape = Tape {
             recorded,

@@ -229,20 +229,31 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
                 "forward_warm_seconds": t.forward_warm_s,
                 "step_over_forward": t.step_s / t.forward_s,
                 "step_over_forward_warm": t.step_s / t.forward_warm_s,
+                "step_parts_seconds": {
+                    "record": t.parts.record_s,
+                    "loss": t.parts.loss_s,
+                    "reverse": t.parts.reverse_s,
+                    "update": t.parts.update_s,
+                },
             })
             .to_string()
         } else {
             format!(
                 "{}: batch {}, medians of {reps} steps\n  training step        {:>9.3} ms\n  \
                  forward, fresh session {:>7.3} ms  (step / forward = {:.2})\n  \
-                 forward, warm session  {:>7.3} ms  (step / forward = {:.2})",
+                 forward, warm session  {:>7.3} ms  (step / forward = {:.2})\n  \
+                 a step's parts: record {:.3} ms, loss {:.3}, reverse pass {:.3}, update {:.3}",
                 args.files.firmware.file.display(),
                 t.batch,
                 t.step_s * 1e3,
                 t.forward_s * 1e3,
                 t.step_s / t.forward_s,
                 t.forward_warm_s * 1e3,
-                t.step_s / t.forward_warm_s
+                t.step_s / t.forward_warm_s,
+                t.parts.record_s * 1e3,
+                t.parts.loss_s * 1e3,
+                t.parts.reverse_s * 1e3,
+                t.parts.update_s * 1e3,
             )
         };
         output::stdout(format!("{text}\n"))?;

@@ -26,7 +26,8 @@ use std::sync::Arc;
 /// A graph prepared for repeated runs: everything that depends only on the weights (padding,
 /// rounding and quantizing them, rearranging tile stacks for the matmul, activation tables) is
 /// computed by the first [`Session::run`] and reused by the next ones. Every run must use the
-/// weights of the first (only the inputs and the batch size may change); [`super::execute`] is one
+/// weights of the first (only the inputs and the batch size may change) until
+/// [`Session::change_weights`] lets the next take others; [`super::execute`] is one
 /// run of a fresh session. With the environment variable `NNPC_EXEC_PROFILE` set, every run
 /// prints the time spent per kind of op on stderr.
 pub struct Session<'g> {
@@ -90,6 +91,15 @@ impl Session<'static> {
     pub fn shared(graph: Arc<SwGraph>, opts: &ExecOptions) -> Result<Session<'static>, ExecError> {
         Session::open(GraphRef::Shared(graph), opts, None)
     }
+
+    /// [`Session::recording`] on a graph it shares ownership of ([`Session::shared`]).
+    pub fn shared_recording(
+        graph: Arc<SwGraph>,
+        opts: &ExecOptions,
+        values: &[ValueId],
+    ) -> Result<Session<'static>, ExecError> {
+        Session::open(GraphRef::Shared(graph), opts, Some(values))
+    }
 }
 
 impl<'g> Session<'g> {
@@ -148,6 +158,25 @@ impl<'g> Session<'g> {
             caches: Caches::default(),
             graph: owner,
         })
+    }
+
+    /// Let the next run take other weights: what the session computed from its weights (the
+    /// constants, the prepared weight stacks and what their checks found) is dropped, so the
+    /// next run is a first run again; the steps, decided when the session opened, stay. A
+    /// training loop's session, whose weights change every step, pays for the weights each
+    /// step and for the planning once.
+    pub fn change_weights(&mut self) {
+        if !self.warm {
+            return;
+        }
+        self.consts = NodeMap::filled(self.graph.nodes.len(), None);
+        self.const_found = finite::Found::default();
+        // The activation tables depend on the op and format alone: they stay.
+        self.caches = Caches {
+            tables: std::mem::take(&mut self.caches.tables),
+            ..Caches::default()
+        };
+        self.warm = false;
     }
 
     /// The name of the GPU the graph runs on (`DeviceKind::Cuda`).

@@ -35,6 +35,8 @@ pub struct TrainableModule {
     module: Arc<FirmwareModule>,
     /// The weights by name, f32 in their declared (logical) shapes.
     vars: Vec<(String, Var)>,
+    /// The forward calls' recording session, planned once.
+    recorder: Arc<train::SharedRecorder>,
 }
 
 impl TrainableModule {
@@ -50,6 +52,7 @@ impl TrainableModule {
             })
             .collect::<Result<_, ModuleError>>()?;
         Ok(TrainableModule {
+            recorder: Arc::new(train::SharedRecorder::new(module.graph.clone())),
             module: Arc::new(module),
             vars,
         })
@@ -150,6 +153,7 @@ impl TrainableModule {
             .collect();
         let op = LayerOp {
             module: self.module.clone(),
+            recorder: self.recorder.clone(),
             batch,
             weights: self.vars.len(),
             pieces,
@@ -196,6 +200,7 @@ fn first_line(e: &candle_core::Error) -> String {
 /// [`train::backward`] at the values forward recorded.
 struct LayerOp {
     module: Arc<FirmwareModule>,
+    recorder: Arc<train::SharedRecorder>,
     batch: usize,
     /// How many of `pieces` are weights (the rest are inputs).
     weights: usize,
@@ -237,7 +242,9 @@ impl CustomOp1 for LayerOp {
         let searched = "the layer's variables and inputs";
         let data = HostData::from_tensors(&self.module.program, tensors, &opts, searched)
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-        let (outputs, recorded) = train::record(&self.module.graph, data)
+        let (outputs, recorded) = self
+            .recorder
+            .record(data)
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         let mut out = Vec::new();
         for (name, _) in &self.outputs {

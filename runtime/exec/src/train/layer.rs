@@ -14,6 +14,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use nnp_host::{HostData, Outputs, ShapeDisplay, Tensor as HostTensor};
 use nnp_lowering::swgraph::{SwGraph, ValueId};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 /// One differentiated pass of the twin ([`gradients`]).
 #[derive(Debug)]
@@ -272,20 +273,97 @@ pub(super) fn record_for(
     data: HostData,
     want_inputs: bool,
 ) -> Result<(Outputs, Recorded), TrainError> {
-    let opts = ExecOptions {
-        // One pass over the whole batch: every kept value holds every item.
+    Recorder::new(graph, want_inputs)?.record(data)
+}
+
+/// Forward passes that keep what the backward pass reads, one after another with weights that
+/// may change between them (a training loop's steps, a framework layer's forward calls): the
+/// recording session is planned once, and each pass prepares its own weights
+/// ([`Session::change_weights`]). Each pass gives the bits of [`record`] on its data.
+pub struct Recorder<'g> {
+    session: Session<'g>,
+}
+
+/// The options of a recording session: one chunk, whatever the batch, so that every kept
+/// value holds every item, in one pass.
+fn recording_options() -> ExecOptions {
+    ExecOptions {
         batch_shards: Some(1),
-        chunk_items: Some(data.batch.max(1)),
+        chunk_items: Some(usize::MAX),
         ..ExecOptions::default()
-    };
-    let keep = reverse::read_values(graph, want_inputs);
-    let run = Session::recording(graph, &opts, &keep)?.run(&data)?;
-    let recorded = Recorded {
-        leaves: Leaves::of_host(&data),
-        data,
-        written: run.written,
-    };
-    Ok((run.outputs, recorded))
+    }
+}
+
+impl<'g> Recorder<'g> {
+    /// Passes of `graph` that keep what the weights' gradients read, and the inputs' too
+    /// where `want_inputs` (`reverse::read_values`).
+    pub fn new(graph: &'g SwGraph, want_inputs: bool) -> Result<Recorder<'g>, TrainError> {
+        let keep = reverse::read_values(graph, want_inputs);
+        Ok(Recorder {
+            session: Session::recording(graph, &recording_options(), &keep)?,
+        })
+    }
+
+    /// The concordant graph on `data` (its own weights, whatever the last pass's were).
+    pub fn record(&mut self, data: HostData) -> Result<(Outputs, Recorded), TrainError> {
+        self.session.change_weights();
+        let run = self.session.run(&data)?;
+        let recorded = Recorded {
+            leaves: Leaves::of_host(&data),
+            data,
+            written: run.written,
+        };
+        Ok((run.outputs, recorded))
+    }
+}
+
+impl Recorder<'static> {
+    /// [`Recorder::new`] on a graph it shares ownership of, so it can live as long as its
+    /// owner, keeping what every gradient reads.
+    pub fn shared(graph: Arc<SwGraph>) -> Result<Recorder<'static>, TrainError> {
+        let keep = reverse::read_values(&graph, true);
+        Ok(Recorder {
+            session: Session::shared_recording(graph, &recording_options(), &keep)?,
+        })
+    }
+}
+
+/// A [`Recorder`] that a layer object keeps for its forward calls (a Python graph's `record`, a
+/// candle [`crate::module::TrainableModule`]'s), opened at the first and shared by reference:
+/// a call while another records (on another thread) takes a fresh [`record`] instead of
+/// waiting. Every call gives the bits of [`record`].
+pub struct SharedRecorder {
+    graph: Arc<SwGraph>,
+    recorder: Mutex<Option<Recorder<'static>>>,
+}
+
+impl std::fmt::Debug for SharedRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedRecorder")
+            .field("nodes", &self.graph.nodes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedRecorder {
+    pub fn new(graph: Arc<SwGraph>) -> SharedRecorder {
+        SharedRecorder {
+            graph,
+            recorder: Mutex::new(None),
+        }
+    }
+
+    /// [`record`] of the graph on `data`.
+    pub fn record(&self, data: HostData) -> Result<(Outputs, Recorded), TrainError> {
+        let Ok(mut slot) = self.recorder.try_lock() else {
+            return record(&self.graph, data);
+        };
+        let recorder = match &mut *slot {
+            Some(r) => r,
+            None => slot.insert(Recorder::shared(self.graph.clone())?),
+        };
+        recorder.record(data)
+    }
 }
 
 /// The vector-Jacobian product of the concordant layer at `recorded`'s values: with
@@ -360,6 +438,72 @@ mod tests {
     use nnp_grammar::{SourceFile, Target};
     use std::path::Path;
 
+    /// The sample `name` (under `samples/`) checked for `target` and its graph.
+    fn sample(name: &str, target: &str) -> (nnp_grammar::Program, SwGraph) {
+        let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples");
+        let text = std::fs::read_to_string(samples.join(name)).expect("sample");
+        let target = Target::load(target).expect("target");
+        let src = std::sync::Arc::new(SourceFile::new(name, text));
+        let program = nnp_grammar::check(src, Some(target))
+            .expect("checks")
+            .program;
+        let graph = super::super::compile(&program).expect("compiles");
+        (program, graph)
+    }
+
+    /// The bits of each output and kept value, by name or node.
+    fn bits(
+        outputs: &Outputs,
+        recorded: &Recorded,
+    ) -> (BTreeMap<String, Vec<u32>>, BTreeMap<ValueId, Vec<u64>>) {
+        let outputs = outputs
+            .iter()
+            .map(|(n, t)| (n.clone(), t.data.iter().map(|v| v.to_bits()).collect()))
+            .collect();
+        let written = recorded
+            .written
+            .iter()
+            .map(|(id, w)| (*id, w.data.iter().map(|v| v.to_bits()).collect()))
+            .collect();
+        (outputs, written)
+    }
+
+    /// A recorder's passes, one after another on other weights and batch sizes, give the bits
+    /// of a fresh [`record`] of each (outputs and every kept value) and outputs of a plain
+    /// fresh run's bits: a pass prepares its own weights, never the last pass's.
+    #[test]
+    fn a_recorders_passes_on_changing_weights_give_fresh_records_bits() {
+        let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples");
+        for (name, target) in [
+            ("train/digits_mlp.nnp", "bw-default".to_string()),
+            (
+                "bn_clip_n16.nnp",
+                samples.join("targets/n16.toml").display().to_string(),
+            ),
+            ("gru.nnp", "bw-default".to_string()),
+        ] {
+            let (program, graph) = sample(name, &target);
+            let graph = Arc::new(graph);
+            let mut recorder = Recorder::shared(graph.clone()).expect("a recorder");
+            for (batch, seed) in [(5, 1), (3, 2), (9, 3), (9, 3)] {
+                let data = HostData::random(&program, batch, seed);
+                let (outputs, recorded) = recorder.record(data.clone()).expect("records");
+                let (fresh_outputs, fresh) = record(&graph, data.clone()).expect("records");
+                assert_eq!(
+                    bits(&outputs, &recorded),
+                    bits(&fresh_outputs, &fresh),
+                    "{name}: batch {batch}, seed {seed}"
+                );
+                let plain = crate::execute(&graph, &data, &ExecOptions::default()).expect("a run");
+                assert_eq!(
+                    bits(&outputs, &recorded).0,
+                    bits(&plain.outputs, &recorded).0,
+                    "{name}: batch {batch}, seed {seed}: a plain run"
+                );
+            }
+        }
+    }
+
     /// A training step's record (the weights' gradients alone) keeps fewer values than
     /// [`record`] and gives the same weight gradients, bit for bit: on the digits sample (BFP
     /// products, relu) and on `bn_clip_n16` (mul, max, tanh, a vector weight).
@@ -374,13 +518,7 @@ mod tests {
             ),
         ];
         for (name, target) in cases {
-            let text = std::fs::read_to_string(samples.join(name)).expect("sample");
-            let target = Target::load(&target).expect("target");
-            let src = std::sync::Arc::new(SourceFile::new(name, text));
-            let program = nnp_grammar::check(src, Some(target))
-                .expect("checks")
-                .program;
-            let graph = super::super::compile(&program).expect("compiles");
+            let (program, graph) = sample(name, &target);
             let data = HostData::random(&program, 4, 3);
             let (_, whole) = record(&graph, data.clone()).expect("records");
             let (_, weights_only) = record_for(&graph, data, false).expect("records");

@@ -25,7 +25,9 @@ pub(crate) mod twin;
 
 pub use data::{Dataset, Split};
 pub use error::TrainError;
-pub use layer::{Gradients, Recorded, backward, float_outputs, gradients, record};
+pub use layer::{
+    Gradients, Recorded, Recorder, SharedRecorder, backward, float_outputs, gradients, record,
+};
 pub use loss::LossKind;
 pub use optim::OptimizerKind;
 pub use schedule::{Phase, Precision, Schedule};
@@ -192,6 +194,8 @@ pub fn train(
             true => firmware.clone(),
             false => compile(&schedule::apply(program, phase)?)?,
         };
+        // The weights' gradients alone: the inputs' are not needed.
+        let mut recorder = layer::Recorder::new(&graph, false)?;
         for _ in 0..phase.epochs {
             let t0 = Instant::now();
             let epoch = epochs.len() + 1;
@@ -206,7 +210,8 @@ pub fn train(
                 done += 1;
                 let batch = data.train.gather(idx);
                 let batch_targets = targets(&scoring, &graph, &batch)?;
-                let (loss, pass_points) = step_once(
+                let (loss, pass_points, _) = step_once(
+                    &mut recorder,
                     &graph,
                     &scoring,
                     &batch,
@@ -263,6 +268,21 @@ pub struct StepTimes {
     pub forward_s: f64,
     /// A warm forward run (weights prepared by an earlier run), as `nnpc run` repeats it.
     pub forward_warm_s: f64,
+    /// The parts of a step (medians of each).
+    pub parts: StepParts,
+}
+
+/// Seconds of the parts of one training step.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepParts {
+    /// The graph's run, keeping what the reverse pass reads (its weights prepared).
+    pub record_s: f64,
+    /// The outputs, the loss and its gradient by output.
+    pub loss_s: f64,
+    /// The reverse pass.
+    pub reverse_s: f64,
+    /// The optimizer's update.
+    pub update_s: f64,
 }
 
 /// Time `reps` training steps on the first `opts.batch` training items against forward-only
@@ -289,10 +309,13 @@ pub fn time_steps(
     };
     let mut warm = Session::new(&graph, &ExecOptions::default())?;
     warm.run(&host)?;
+    let mut recorder = layer::Recorder::new(&graph, false)?;
     let (mut step, mut cold, mut hot) = (Vec::new(), Vec::new(), Vec::new());
+    let mut parts: [Vec<f64>; 4] = Default::default();
     for _ in 0..reps.max(1) + 1 {
         let t = Instant::now();
-        step_once(
+        let (_, _, p) = step_once(
+            &mut recorder,
             &graph,
             &scoring,
             &batch,
@@ -301,6 +324,12 @@ pub fn time_steps(
             &mut optimizer,
         )?;
         step.push(t.elapsed().as_secs_f64());
+        for (all, s) in parts
+            .iter_mut()
+            .zip([p.record_s, p.loss_s, p.reverse_s, p.update_s])
+        {
+            all.push(s);
+        }
         let t = Instant::now();
         Session::new(&graph, &ExecOptions::default())?.run(&host)?;
         cold.push(t.elapsed().as_secs_f64());
@@ -310,11 +339,18 @@ pub fn time_steps(
     }
     // The first of each warms caches and the allocator: left out.
     let median = |v: &mut Vec<f64>| crate::baseline::median(&mut v[1..]);
+    let [record, loss, reverse, update] = &mut parts;
     Ok(StepTimes {
         batch: items.len(),
         step_s: median(&mut step),
         forward_s: median(&mut cold),
         forward_warm_s: median(&mut hot),
+        parts: StepParts {
+            record_s: median(record),
+            loss_s: median(loss),
+            reverse_s: median(reverse),
+            update_s: median(update),
+        },
     })
 }
 
@@ -487,30 +523,43 @@ pub fn score_outputs(
 }
 
 /// One step on `batch`: the concordant forward pass, the reverse pass at its values, an
-/// update. Returns the batch's loss and the `dynfixed` point positions of the pass.
+/// update. Returns the batch's loss, the `dynfixed` point positions of the pass and the
+/// time of each part.
 fn step_once(
+    recorder: &mut layer::Recorder,
     graph: &SwGraph,
     scoring: &[Scoring],
     batch: &Split,
     targets: &[Targets],
     weights: &mut BTreeMap<String, HostTensor>,
     optimizer: &mut optim::Optimizer,
-) -> Result<(f64, Points), TrainError> {
+) -> Result<(f64, Points, StepParts), TrainError> {
+    let mut parts = StepParts::default();
+    let mut clock = Instant::now();
+    let mut lap = |part: &mut f64| {
+        let now = Instant::now();
+        *part = (now - clock).as_secs_f64();
+        clock = now;
+    };
     let data = HostData {
         batch: batch.items(),
         weights: weights.clone(),
         inputs: batch.inputs.clone(),
     };
-    let (_, recorded) = layer::record_for(graph, data, false)?;
+    let (_, recorded) = recorder.record(data)?;
+    lap(&mut parts.record_s);
     let values = recorded.values(graph)?;
     let outputs = flat_outputs(reverse::outputs(graph, &values)?);
     let (score, output_grads) = score_of(scoring, &outputs, targets)?;
+    lap(&mut parts.loss_s);
     if !score.loss.is_finite() {
         // The run stops there (`TrainError::Diverged`).
-        return Ok((score.loss, Points::default()));
+        return Ok((score.loss, Points::default(), parts));
     }
-    // The weights' gradients only: the inputs' are not needed.
+    // The weights' gradients only: the recorder kept what they read.
     let grads = reverse::backward(graph, &values, &output_grads, false)?;
+    lap(&mut parts.reverse_s);
     optimizer.step(weights, &grads.weights);
-    Ok((score.loss, grads.points))
+    lap(&mut parts.update_s);
+    Ok((score.loss, grads.points, parts))
 }
