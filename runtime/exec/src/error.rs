@@ -19,6 +19,10 @@ pub enum ExecError {
         found: Vec<usize>,
         expected: Vec<usize>,
     },
+    /// A host tensor built by hand whose values do not fill its shape.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Unfilled(#[from] nnp_host::Unfilled),
     #[error(transparent)]
     #[diagnostic(transparent)]
     Table(#[from] mfu::TableError),

@@ -44,6 +44,8 @@ impl<'a> Executor<'a> {
                 expected: want,
             });
         }
+        // The fields are public: a tensor built by hand may not fill its shape.
+        t.check_filled(name)?;
         if !input {
             return Ok(&t.data);
         }

@@ -166,9 +166,7 @@ impl<'g> Session<'g> {
     /// training loop's session, whose weights change every step, pays for the weights each
     /// step and for the planning once.
     pub fn change_weights(&mut self) {
-        if !self.warm {
-            return;
-        }
+        // Whatever the last run left, a failed first run's caches too.
         self.consts = NodeMap::filled(self.graph.nodes.len(), None);
         self.const_found = finite::Found::default();
         // The activation tables depend on the op and format alone: they stay.
@@ -177,6 +175,11 @@ impl<'g> Session<'g> {
             ..Caches::default()
         };
         self.warm = false;
+    }
+
+    /// The graph the session runs.
+    pub fn graph(&self) -> &SwGraph {
+        &self.graph
     }
 
     /// The name of the GPU the graph runs on (`DeviceKind::Cuda`).

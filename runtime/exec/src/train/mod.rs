@@ -212,7 +212,6 @@ pub fn train(
                 let batch_targets = targets(&scoring, &graph, &batch)?;
                 let (loss, pass_points, _) = step_once(
                     &mut recorder,
-                    &graph,
                     &scoring,
                     &batch,
                     &batch_targets,
@@ -316,7 +315,6 @@ pub fn time_steps(
         let t = Instant::now();
         let (_, _, p) = step_once(
             &mut recorder,
-            &graph,
             &scoring,
             &batch,
             &batch_targets,
@@ -522,12 +520,11 @@ pub fn score_outputs(
     Ok(score_of(&scoring, &host_outputs(outputs), &targets)?.0)
 }
 
-/// One step on `batch`: the concordant forward pass, the reverse pass at its values, an
-/// update. Returns the batch's loss, the `dynfixed` point positions of the pass and the
+/// One step on `batch` through `recorder`'s graph: the concordant forward pass, the reverse
+/// pass at its values, an update. Returns the batch's loss, the `dynfixed` point positions of the pass and the
 /// time of each part.
 fn step_once(
     recorder: &mut layer::Recorder,
-    graph: &SwGraph,
     scoring: &[Scoring],
     batch: &Split,
     targets: &[Targets],
@@ -548,6 +545,7 @@ fn step_once(
     };
     let (_, recorded) = recorder.record(data)?;
     lap(&mut parts.record_s);
+    let graph = recorder.graph();
     let values = recorded.values(graph)?;
     let outputs = flat_outputs(reverse::outputs(graph, &values)?);
     let (score, output_grads) = score_of(scoring, &outputs, targets)?;
