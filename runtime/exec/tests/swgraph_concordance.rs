@@ -547,3 +547,74 @@ fn traces_match_the_emulator_record_for_record() {
     }
     std::fs::remove_file(&inline).ok();
 }
+
+/// Every value a run hands back (`keep_values`, as the training's records do) has the float
+/// path's bits on every sample and target, with a NaN in one item, in a first run and a warm
+/// one: a vector quantized straight to the integer kernel's integers is handed back restored
+/// from them, and a weight stack from the form its products read, where the float path
+/// (`float_matmul`: no integers) computes both in f64 node by node.
+#[test]
+fn handed_back_values_are_the_float_paths_bits() {
+    let (mut restored, mut stacks) = (0, 0);
+    for (path, target) in cases() {
+        let program = load(&path, &target);
+        let case = format!("{} on {target}", path.display());
+        let mut data = HostData::random(&program, 4, 0x5eed);
+        if let Some(x) = data.inputs.values_mut().next() {
+            let last = x.data.len() - 1;
+            x.data[last] = f32::NAN;
+        }
+        let graph = swgraph::compile(&program, Roots::Outputs).expect("lowers");
+        let opts = |float_matmul| ExecOptions {
+            keep_values: true,
+            float_matmul,
+            ..ExecOptions::default()
+        };
+        let float = nnp_exec::execute(&graph, &data, &opts(true))
+            .unwrap_or_else(|e| panic!("{case} (float path): {e}"));
+        assert_eq!(float.paths.quantized_to_ints, 0, "{case}");
+        // Every value; and the quantizers' alone, as a training record keeps them (so that
+        // no link of a weight chain is traced and the stacks take their one pass).
+        let quantized: Vec<_> = graph
+            .nodes_by_id()
+            .filter(|(_, n)| matches!(n.op, swgraph::Op::Quantize { .. }))
+            .map(|(id, _)| id)
+            .collect();
+        let sessions = [
+            ("every value", nnp_exec::Session::new(&graph, &opts(false))),
+            (
+                "quantizers",
+                nnp_exec::Session::recording(&graph, &ExecOptions::default(), &quantized),
+            ),
+        ];
+        for (kept, session) in sessions {
+            let mut session = session.expect("session");
+            for run in ["first", "warm"] {
+                let case = format!("{case}, {kept}, {run} run");
+                let ints = session.run(&data).unwrap_or_else(|e| panic!("{case}: {e}"));
+                restored += ints.paths.quantized_to_ints;
+                stacks += ints.paths.one_pass_stacks;
+                let want: Vec<_> = match kept {
+                    "quantizers" => quantized.iter().collect(),
+                    _ => float.written.keys().collect(),
+                };
+                let got: Vec<_> = ints.written.keys().collect();
+                assert_eq!(
+                    got.into_iter().collect::<std::collections::BTreeSet<_>>(),
+                    want.iter().copied().collect(),
+                    "{case}: the values handed back"
+                );
+                for id in want {
+                    let (got, want) = (&ints.written[id], &float.written[id]);
+                    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    let case = format!("{case}: value {id}");
+                    assert_eq!((got.batch, got.lanes), (want.batch, want.lanes), "{case}");
+                    assert_eq!(bits(&got.data), bits(&want.data), "{case}");
+                }
+            }
+        }
+    }
+    // The BFP samples' vectors and stacks do take those forms where the kernel exists.
+    let simd = nnp_exec::intdot::simd();
+    assert_eq!((restored > 0, stacks > 0), (simd, simd));
+}

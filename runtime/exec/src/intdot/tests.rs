@@ -415,6 +415,25 @@ fn restored_stacks_equal_their_source_bit_for_bit() {
         let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
         assert!(!wi.restorable());
         assert_eq!(wi.restore(), None);
+        // Integers that fit a byte, with zero rows between the others: on VNNI the stack
+        // keeps the bytes alone, and restores from them.
+        let mut w: Vec<f64> = (0..rows * cols * n * n)
+            .map(|k| ((xorshift(&mut s) % 255) as f64 - 127.0) * 2f64.powi((k / n % 7) as i32 - 3))
+            .collect();
+        for row in w.chunks_mut(n).skip(1).step_by(3) {
+            row.fill(0.0);
+        }
+        let wi = IntWeights::new(&w, rows, cols, n).expect("fits");
+        assert_eq!(
+            wi.narrow.is_some(),
+            Kernel::best().is_vnni(),
+            "n {n}: bytes"
+        );
+        assert_eq!(
+            bits(&wi.restore().expect("restorable")),
+            bits(&w),
+            "n {n}: bytes"
+        );
     }
 }
 

@@ -212,18 +212,27 @@ impl IntVector {
         }
         let (b, n) = (self.b, self.q.len() / self.unit.len());
         let cols = self.unit.len() / b.max(1);
-        let mut out = vec![0.0; self.q.len()];
-        out.par_chunks_mut(cols * n)
+        let len = b * cols * n;
+        debug_assert_eq!(len, self.q.len(), "a vector's tiles are whole");
+        // Written in place, not zeroed first: a restore is one pass over the values.
+        let mut out = Vec::with_capacity(len);
+        out.spare_capacity_mut()[..len]
+            .par_chunks_mut(cols * n)
+            // A task of at least a few thousand values.
+            .with_min_len((4096 / (cols * n)).max(1))
             .enumerate()
             .for_each(|(bi, row)| {
                 for (j, run) in row.chunks_mut(n).enumerate() {
                     let t = j * b + bi;
                     let s = self.scale[t];
                     for (o, &q) in run.iter_mut().zip(&self.q[t * n..][..n]) {
-                        *o = f64::from(q) * s;
+                        o.write(f64::from(q) * s);
                     }
                 }
             });
+        // SAFETY: the `b` rows of `cols * n` values partition the first `len` values, and
+        // each run of `n` of a row was written in full from its tile's `n` integers.
+        unsafe { out.set_len(len) };
         out
     }
 

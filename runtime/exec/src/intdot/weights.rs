@@ -377,9 +377,32 @@ impl IntWeights {
             .enumerate()
             .for_each(|(t, (dst, scale))| {
                 let tile = self.tile(t / self.cols, t % self.cols);
-                for (e, v) in dst.iter_mut().enumerate() {
-                    let (r, l) = (e / n, e % n);
-                    *v = f(tile.int(n, r, l), scale[r]);
+                for (r, (row, &s)) in dst.chunks_mut(n).zip(scale).enumerate() {
+                    // A zero row (scale 0, the rows padding a matrix to whole tiles) holds
+                    // only zeros.
+                    if s == 0.0 {
+                        row.fill(f(0, s));
+                        continue;
+                    }
+                    // The row's lanes in the groups the packing keeps together.
+                    match (tile.ints.is_empty(), tile.narrow) {
+                        (true, Some(bytes)) => {
+                            for (g, lanes) in row.chunks_mut(4).enumerate() {
+                                let at = grouped_at::<4>(n, r, 4 * g);
+                                for (v, &q) in lanes.iter_mut().zip(&bytes.ints[at..at + 4]) {
+                                    *v = f(i16::from(q), s);
+                                }
+                            }
+                        }
+                        _ => {
+                            for (g, lanes) in row.chunks_mut(2).enumerate() {
+                                let at = packed_at(n, r, 2 * g);
+                                for (v, &q) in lanes.iter_mut().zip(&tile.ints[at..at + 2]) {
+                                    *v = f(q, s);
+                                }
+                            }
+                        }
+                    }
                 }
             });
         out

@@ -216,7 +216,7 @@ impl<'a> Executor<'a> {
 
     /// The weight stack `w` as a tensor: its value, or restored from the form it is kept in
     /// ([`Kept`]; from integers, then held for the rest of the run).
-    pub(super) fn weights(&mut self, w: ValueId) -> Result<Tensor, Failure> {
+    pub(crate) fn weights(&mut self, w: ValueId) -> Result<Tensor, Failure> {
         if let Some(t) = self.values.get(w).and_then(Option::as_ref) {
             return Ok(t.clone());
         }

@@ -110,21 +110,19 @@ pub(super) fn concats_to_ints(
 }
 
 /// The plan's candidates for quantizing straight to the integer kernel's integers
-/// ([`Plan::vectors`](nnp_lowering::swgraph::Plan::vectors)) that a run does not trace, in a
-/// format [`quant::BfpInts`] quantizes so: that format by node.
+/// ([`Plan::vectors`](nnp_lowering::swgraph::Plan::vectors)), in a format [`quant::BfpInts`]
+/// quantizes so: that format by node. A traced one is handed back restored from its integers,
+/// the quantized value's bits ([`intdot::IntVector::restore`]).
 pub(super) fn quantized_vectors(
     graph: &SwGraph,
     candidates: &NodeMap<bool>,
-    traced: &HashSet<ValueId>,
 ) -> NodeMap<Option<quant::BfpInts>> {
     let n = graph.native;
     let limit = intdot::mantissa_limit(n);
     graph
         .nodes_by_id()
         .map(|(id, node)| match &node.op {
-            Op::Quantize { format, .. } if candidates[id] && !traced.contains(&id) => {
-                quant::BfpInts::new(format, n, limit)
-            }
+            Op::Quantize { format, .. } if candidates[id] => quant::BfpInts::new(format, n, limit),
             _ => None,
         })
         .collect()

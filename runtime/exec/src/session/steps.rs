@@ -119,7 +119,12 @@ impl Steps {
         let mut product_only = plan.stacks.clone();
         for &v in &traced {
             keep[v] |= constant[v];
-            product_only[v] = None;
+            // On the integer kernel a traced stack is prepared as its products read it and
+            // handed back restored from that form (`Executor::weights`); the float path's
+            // arranged form gives nothing back.
+            if !cx.int_products {
+                product_only[v] = None;
+            }
         }
         let mut schedule = match cx.opts.products_first {
             true => Schedule::new(graph, constant, true),
@@ -131,7 +136,7 @@ impl Steps {
         // On a GPU the vectors stay values there: none is quantized straight to host integers.
         let to_ints = match cx.gpu {
             true => NodeMap::filled(graph.nodes.len(), None),
-            false => quantized_vectors(graph, &plan.vectors, &traced),
+            false => quantized_vectors(graph, &plan.vectors),
         };
         let through = concats_to_ints(graph, constant, &to_ints, &handed);
         extend_last_uses(graph, &mut schedule, &through);
@@ -309,7 +314,8 @@ impl Planner<'_> {
         if self.prepared.skipped[id] || (self.ints && self.through[id]) {
             return Work::Skip;
         }
-        if let (true, Some(f)) = (self.ints, &self.to_ints[id]) {
+        // A traced constant is kept whole for the warm runs that hand it back.
+        if let (true, Some(f), false) = (self.ints, &self.to_ints[id], keep.traced && keep.kept) {
             return Work::ToInts(*f, keep);
         }
         if let Op::Output { name, row, src } = &self.graph.node(id).op {
@@ -446,6 +452,9 @@ impl Work {
             Work::Region(region) => Some(region.run(pass)?),
             Work::ToInts(format, keep) => match pass.ex.quantize_to_ints(i, format)? {
                 true => {
+                    if keep.traced {
+                        pass.trace_ints(id)?;
+                    }
                     pass.ex.paths.insert((Path::QuantizedToInts, i));
                     Some(("quantize to ints", 1))
                 }

@@ -47,6 +47,10 @@ pub(super) fn stack(
         StackForm::Ints { bounded: b } => {
             if ex.prepare_ints(id, stack)? || bounded(ex, b)? {
                 one_pass(pass);
+                if keep.traced || keep.checked {
+                    let t = pass.ex.weights(id)?;
+                    pass.hand(id, &t, keep)?;
+                }
                 return Ok(LINE);
             }
             // No integer form: the chains node by node, then the stack as usual.

@@ -36,9 +36,26 @@ impl Pass<'_> {
         Ok(())
     }
 
+    /// Hand back the value of `id`, quantized straight to the kernel's integers: restored
+    /// from them, its bits.
+    pub(in crate::session) fn trace_ints(&mut self, id: ValueId) -> Result<(), Failure> {
+        let Some(Some(xi)) = self.ex.vectors.ints.get(&id) else {
+            return Err(crate::internal("a traced vector without its integers").into());
+        };
+        let (batch, data) = (xi.batch(), xi.restore());
+        let lanes = data.len() / batch.max(1);
+        self.written.insert(id, WrittenValue { batch, lanes, data });
+        Ok(())
+    }
+
     /// Hand back the value `t` of `id` a step made: traced, and scanned by its checks (a
     /// constant's findings count for every later run).
-    fn hand(&mut self, id: ValueId, t: &Tensor, keep: &Keep) -> candle_core::Result<()> {
+    pub(in crate::session) fn hand(
+        &mut self,
+        id: ValueId,
+        t: &Tensor,
+        keep: &Keep,
+    ) -> candle_core::Result<()> {
         if keep.traced {
             self.trace(id, t)?;
         }
@@ -53,15 +70,21 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// Hand back the constant `id` an earlier run kept (its checks ran then).
+    /// Hand back the constant `id` an earlier run kept (its checks ran then): its value, or
+    /// a weight stack restored from the form its products read.
     pub(in crate::session) fn hand_kept(
         &mut self,
         id: ValueId,
         keep: &Keep,
-    ) -> candle_core::Result<()> {
-        if let (true, Some(t)) = (keep.traced, &self.kept[id]) {
-            self.written.insert(id, to_written(t)?);
+    ) -> Result<(), Failure> {
+        if !keep.traced {
+            return Ok(());
         }
+        let t = match &self.kept[id] {
+            Some(t) => t.clone(),
+            None => self.ex.weights(id)?,
+        };
+        self.written.insert(id, to_written(&t)?);
         Ok(())
     }
 
